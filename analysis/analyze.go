@@ -31,6 +31,10 @@ type Report struct {
 	ByOutput    []Bucket
 	Series      []Interval
 	Warnings    []string
+
+	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
+	ttftCurve, tpotCurve [][2]float64
+	promptTTFT           [][2]float64
 }
 
 // Requests counts requests by outcome. Failed = http_error + timeout + transport_error +
@@ -108,8 +112,11 @@ type Bucket struct {
 
 // Label is the bucket's range as text, e.g. "[512, 1024)".
 func (b Bucket) Label() string {
-	if b.Hi == 0 {
+	switch {
+	case b.Hi == 0:
 		return fmt.Sprintf(">= %d", b.Lo)
+	case b.Lo == 0:
+		return fmt.Sprintf("< %d", b.Hi)
 	}
 	return fmt.Sprintf("[%d, %d)", b.Lo, b.Hi)
 }
@@ -232,8 +239,41 @@ func (r *Report) latencies(d *Data) {
 		}
 	}
 	r.TTFT, r.TPOT, r.E2E, r.Lateness = summarize(ttft), summarize(tpot), summarize(e2e), summarize(late)
+	r.ttftCurve, r.tpotCurve = quantileCurve(ttft), quantileCurve(tpot) // sorted by summarize
+	step := max(1, int(r.TTFT.N/3000))
+	k := 0
+	for i, s := range d.status {
+		if s == stOK {
+			if k%step == 0 {
+				r.promptTTFT = append(r.promptTTFT, [2]float64{float64(d.prompt[i]), d.ttftMS(i)})
+			}
+			k++
+		}
+	}
 	r.ITL = summarizeLarge(d.itl, nil)
 	r.ITLPerToken = summarizeLarge(d.itlTok, d.itlTokW)
+}
+
+// quantileCurve samples the empirical quantile function of sorted xs at 401 evenly spaced
+// levels plus the tail (p99.5, p99.9, p99.99) as (value, p) points for a CDF plot.
+func quantileCurve(sorted []float64) [][2]float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	var out [][2]float64
+	for i := 0; i <= 400; i++ {
+		p := float64(i) / 400
+		if p > 0.99 && p < 1 {
+			continue
+		}
+		if p == 1 {
+			for _, tp := range []float64{0.995, 0.999, 0.9999} {
+				out = append(out, [2]float64{quantileSorted(sorted, tp), tp})
+			}
+		}
+		out = append(out, [2]float64{quantileSorted(sorted, p), p})
+	}
+	return out
 }
 
 // meets reports whether ok request i meets slo.
