@@ -207,9 +207,6 @@ func (r *Report) requests(d *Data) {
 	if d.firstChunkMismatch > 0 {
 		r.warnf("%d requests whose first_token_ns/end_ns disagree with their chunk_ns", d.firstChunkMismatch)
 	}
-	if d.earlyTokens > 0 {
-		r.warnf("%.0f output tokens stamped before the run start were left out of the token time series", d.earlyTokens)
-	}
 }
 
 // ttftMS, e2eMS and tpotMS of request i (ok requests only; tpot NaN when undefined).

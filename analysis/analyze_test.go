@@ -288,7 +288,7 @@ func TestOverloadedAndClientLimited(t *testing.T) {
 	}
 	rows := steadyRun(15*time.Second, func(int) int64 { return 100 })
 	for i := range rows {
-		if i%50 == 0 {
+		if i%50 == 10 {
 			rows[i].scheduled -= 20 * ms_ // 2% of sends 20 ms late
 		}
 	}

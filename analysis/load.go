@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -53,6 +54,11 @@ const (
 // tokens go into the 10 ms bin in which the chunk arrived. Window bounds are snapped to this
 // grid, so the sustained rate counts exactly the tokens that arrived between the printed bounds.
 const binNS = int64(10e6)
+
+// MaxSpan bounds the time axis: every *_ns offset must lie in [0, MaxSpan) from the run
+// start. It keeps the 10 ms token bins of a run under 140 MB and makes a corrupt offset an
+// error instead of an allocation of the size it claims.
+const MaxSpan = 48 * time.Hour
 
 // null marks a missing int64 (sent_ns, first_token_ns, end_ns) or int32 value.
 const (
@@ -123,8 +129,6 @@ type Data struct {
 	itlTok    []float32 // ms per token, one per chunk after the first of ok requests with chunk_tokens
 	itlTokW   []uint32  // tokens of that chunk: the weight of itlTok's sample
 	tokenBins []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
-	// droppedChunkTokens counts tokens attributed before time zero (clock skew between shards).
-	earlyTokens float64
 }
 
 // N returns the number of requests.
@@ -245,6 +249,9 @@ func parseRun(path string, format, run *string) (RunMeta, error) {
 	}
 	if m.ShardCount <= 0 {
 		m.ShardCount = 1
+	}
+	if m.ShardCount > 1<<16 {
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_count %d is implausible", path, MetaRun, m.ShardCount)
 	}
 	if m.ShardIndex < 0 || m.ShardIndex >= m.ShardCount {
 		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_index %d outside [0, %d)", path, MetaRun, m.ShardIndex, m.ShardCount)
@@ -521,6 +528,14 @@ func (d *Data) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 			return null32
 		}
 		s, f, e := opt64(sent), opt64(first), opt64(end)
+		for _, c := range []struct {
+			name string
+			v    int64
+		}{{"scheduled_ns", sched.Value(i) + shift}, {"sent_ns", s}, {"first_token_ns", f}, {"end_ns", e}} {
+			if c.v != null64 && (c.v < 0 || c.v >= int64(MaxSpan)) {
+				return bad(c.name, "%d ns is outside [0, %v) from the run start", c.v-shift, MaxSpan)
+			}
+		}
 		if st == int(stOK) {
 			switch {
 			case s == null64:
@@ -595,8 +610,8 @@ func (d *Data) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 			if v < prev {
 				return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k-cs, v, k-cs-1, prev)
 			}
-			if v < 0 {
-				return bad("chunk_ns", "entry %d is negative (%d)", k-cs, v)
+			if v < 0 || v >= int64(MaxSpan)-s {
+				return bad("chunk_ns", "entry %d (%d) is outside [0, %v) from the run start", k-cs, v, MaxSpan)
 			}
 			prev = v
 		}
@@ -616,10 +631,6 @@ func (d *Data) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 				tok := per
 				if hasTok {
 					tok = float64(ctokVals.Value(int(ts + k - cs)))
-				}
-				if t < 0 {
-					d.earlyTokens += tok
-					continue
 				}
 				b := t / binNS
 				for int64(len(d.tokenBins)) <= b {

@@ -65,7 +65,8 @@ func mixedRun() []row {
 
 func mixedReport(t *testing.T) (*Report, string) {
 	t.Helper()
-	path := tempResults(t, testRun(), mixedRun())
+	path := filepath.Join(t.TempDir(), "mixed.parquet")
+	writeResults(t, path, testRun(), mixedRun())
 	d, err := Load(context.Background(), LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
