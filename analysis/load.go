@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/apache/arrow/go/v15/arrow"
@@ -193,6 +194,14 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	if err := d.checkRuns(opts.AllowMixed); err != nil {
 		return nil, err
 	}
+	// Reserve the per-request columns and the ITL samples up front from the Parquet metadata:
+	// growing a 500 MB slice by append would briefly hold it twice.
+	var rows, chunks int64
+	for _, o := range ofs {
+		r, c := sizeHint(o.pr)
+		rows, chunks = rows+r, chunks+c
+	}
+	d.reserve(int(min(rows, 1<<30)), int(min(chunks, 1<<30)))
 	d.BaseUnixNS = d.Runs[0].RunStartUnixNS
 	for _, r := range d.Runs {
 		d.BaseUnixNS = min(d.BaseUnixNS, r.RunStartUnixNS)
@@ -204,6 +213,34 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 		}
 	}
 	return d, nil
+}
+
+// sizeHint returns the rows of a file and the entries of its chunk_ns lists, from the
+// Parquet footer.
+func sizeHint(pr *file.Reader) (rows, chunks int64) {
+	md := pr.MetaData()
+	sc := md.Schema
+	for c := 0; c < sc.NumColumns(); c++ {
+		if !strings.HasPrefix(sc.Column(c).Path(), "chunk_ns.") {
+			continue
+		}
+		for g := 0; g < pr.NumRowGroups(); g++ {
+			if cc, err := md.RowGroup(g).ColumnChunk(c); err == nil && cc.NumValues() > 0 {
+				chunks += cc.NumValues()
+			}
+		}
+	}
+	return max(pr.NumRows(), 0), chunks
+}
+
+// reserve sizes the columns for n requests and the ITL samples for c chunks. Untouched
+// capacity costs address space, not memory: the pages are mapped on first write.
+func (d *Data) reserve(n, c int) {
+	d.scheduled, d.sent, d.first, d.end = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	d.prompt, d.promptServer, d.outTarget, d.outTokens = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	d.outSource, d.status = make([]uint8, 0, n), make([]uint8, 0, n)
+	d.nChunks, d.chunkTokSum = make([]int32, 0, n), make([]int64, 0, n)
+	d.itl = make([]float32, 0, c)
 }
 
 func readMeta(path string, pr *file.Reader) (RunMeta, error) {
