@@ -146,6 +146,12 @@ func Create(path string, meta Meta) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: create %s: %w", path, err)
 	}
+	// CreateTemp makes the file 0600; a trace is data to share, like os.Create's files.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("trace: create %s: %w", path, err)
+	}
 	w := NewWriter(f, meta)
 	w.f, w.tmpPath, w.final, w.label = f, f.Name(), path, path
 	return w, nil
