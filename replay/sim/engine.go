@@ -218,7 +218,17 @@ func newEngine(cfg *Config) *engine {
 }
 
 func (e *engine) realToModel(t time.Time) time.Duration {
-	return time.Duration(float64(t.Sub(e.epoch)) * e.scale)
+	return scaleDur(t.Sub(e.epoch), e.scale)
+}
+
+// scaleDur is d*scale, saturating instead of overflowing int64 nanoseconds (at the
+// largest time scale, 1e6, that takes 2.5 hours of real time).
+func scaleDur(d time.Duration, scale float64) time.Duration {
+	v := float64(d) * scale
+	if v >= 1<<62 {
+		return 1 << 62
+	}
+	return time.Duration(v)
 }
 
 func (e *engine) modelToReal(m time.Duration) time.Time {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -120,6 +121,29 @@ func (c *chunker) text() string {
 	return sb.String()
 }
 
+// writeBatch bounds one write of a stream that has fallen behind; bufPool's buffers are
+// sized to hold it plus one chunk, so the hot path does not allocate.
+const writeBatch = 16 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, writeBatch+1024); return &b }}
+
+// latenessLog records, for the fixed profile, how late each write left the handler
+// relative to its due time (the sim's own share of a client's TTFT/ITL error).
+type latenessLog struct {
+	mu          sync.Mutex
+	first, rest []time.Duration
+}
+
+func (l *latenessLog) add(first bool, d time.Duration) {
+	l.mu.Lock()
+	if first {
+		l.first = append(l.first, d)
+	} else {
+		l.rest = append(l.rest, d)
+	}
+	l.mu.Unlock()
+}
+
 // tokenSource blocks until more than sent tokens exist and returns how many do.
 type tokenSource interface {
 	// next returns the number of tokens available (> sent) or ok=false when the request
@@ -197,7 +221,7 @@ func (f *fixedSource) next(ctx context.Context, sent int) (int, bool) {
 
 func (f *fixedSource) times() (time.Duration, time.Duration, time.Duration, time.Duration, int) {
 	c := &f.srv.cfg
-	a := time.Duration(float64(f.recv.Sub(f.srv.epoch)) * c.TimeScale)
+	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
 	return a, a, first, first + time.Duration(f.target-1)*c.FixedITL, 0
 }
@@ -210,6 +234,9 @@ func (f *fixedSource) cancel() {
 }
 
 func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
+	// Arrival is stamped before the body is read and parsed, so the server's own request
+	// handling is inside the modelled TTFT rather than added to it.
+	recv := time.Now()
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
@@ -255,8 +282,11 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	pl := s.makePlan(s.reqIndex.Add(1)-1, maxTokens, p.minTokens, p.ignoreEOS)
 	s.countFaults(&pl)
 	ctx := r.Context()
-	if pl.slowFirst > 0 && !s.sleep(ctx, pl.slowFirst) {
-		return
+	if pl.slowFirst > 0 {
+		if !s.sleep(ctx, pl.slowFirst) {
+			return
+		}
+		recv = recv.Add(pl.slowFirst)
 	}
 	switch pl.status {
 	case 429:
@@ -270,7 +300,6 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 
-	recv := time.Now()
 	var src tokenSource
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
@@ -290,8 +319,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		object, idPrefix = "chat.completion.chunk", "chatcmpl-"
 	}
 	id := idPrefix + strconv.FormatUint(pl.id, 16)
-	modelJSON, _ := json.Marshal(s.cfg.Model)
-	head := make([]byte, 0, 128)
+	head := make([]byte, 0, 96+len(s.modelJSON))
 	head = append(head, `data: {"id":"`...)
 	head = append(head, id...)
 	head = append(head, `","object":"`...)
@@ -299,7 +327,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	head = append(head, `","created":`...)
 	head = strconv.AppendInt(head, time.Now().Unix(), 10)
 	head = append(head, `,"model":`...)
-	head = append(head, modelJSON...)
+	head = append(head, s.modelJSON...)
 	ck.head = head
 
 	timing := r.Header.Get(TimingHeader) != ""
@@ -332,7 +360,9 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if rc.Flush() != nil {
 		return
 	}
-	buf := make([]byte, 0, 4096)
+	bp := bufPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	defer func() { *bp = buf[:0]; bufPool.Put(bp) }()
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
@@ -346,6 +376,11 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		n, ok := src.next(ctx, sent)
 		if !ok {
 			return // client gone or server closing: the stream ends without [DONE]
+		}
+		if s.lateness != nil {
+			if f, ok := src.(*fixedSource); ok {
+				s.lateness.add(sent == 0, time.Since(f.due(sent)))
+			}
 		}
 		for ; sent < n; sent++ {
 			if sent == pl.stallAt {
@@ -364,6 +399,13 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 				buf = ck.appendRole(buf)
 			}
 			buf = ck.appendToken(buf, sent)
+			if len(buf) > writeBatch {
+				// A lagging stream catches up in bounded writes rather than growing buf.
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+				buf = buf[:0]
+			}
 		}
 		if sent < pl.target && !flush() {
 			return
