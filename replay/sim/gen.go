@@ -31,7 +31,11 @@ const (
 	TrailerFirst   = "X-Sim-First-Ns"
 	TrailerLast    = "X-Sim-Last-Ns"
 	TrailerAhead   = "X-Sim-Waiting-Ahead"
-	TimingHeader   = "X-Sim-Timing"
+	// The engine's total generated tokens at this request's admission and at its last
+	// token (engine profiles only): samples of aggregate progress in model time.
+	TrailerGenAtAdmit = "X-Sim-Gen-At-Admit"
+	TrailerGenAtLast  = "X-Sim-Gen-At-Last"
+	TimingHeader      = "X-Sim-Timing"
 )
 
 // chunker writes one request's SSE chunks into a byte slice with no per-token allocation:
@@ -149,7 +153,7 @@ type tokenSource interface {
 	// next returns the number of tokens available (> sent) or ok=false when the request
 	// or the server ended first.
 	next(ctx context.Context, sent int) (n int, ok bool)
-	times() (arrival, admit, first, last time.Duration, ahead int)
+	times() timing
 	cancel()
 }
 
@@ -173,12 +177,19 @@ func (e *engineSource) next(ctx context.Context, sent int) (int, bool) {
 	}
 }
 
-func (e *engineSource) times() (time.Duration, time.Duration, time.Duration, time.Duration, int) {
+// timing is one request's model times (see the X-Sim-* trailers).
+type timing struct {
+	arrival, admit, first, last time.Duration
+	ahead                       int
+	genAtAdmit, genAtLast       int64
+}
+
+func (e *engineSource) times() timing {
 	s := e.s
 	if !s.done.Load() {
-		return 0, 0, 0, 0, 0
+		return timing{}
 	}
-	return s.arrivalM, s.admitM, s.firstM, s.lastM, s.waitingAhead
+	return timing{s.arrivalM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
@@ -219,11 +230,11 @@ func (f *fixedSource) next(ctx context.Context, sent int) (int, bool) {
 	return n, true
 }
 
-func (f *fixedSource) times() (time.Duration, time.Duration, time.Duration, time.Duration, int) {
+func (f *fixedSource) times() timing {
 	c := &f.srv.cfg
 	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
-	return a, a, first, first + time.Duration(f.target-1)*c.FixedITL, 0
+	return timing{arrival: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
 }
 
 func (f *fixedSource) cancel() {
@@ -330,21 +341,23 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	head = append(head, s.modelJSON...)
 	ck.head = head
 
-	timing := r.Header.Get(TimingHeader) != ""
-	if timing {
-		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead}, ", "))
+	wantTiming := r.Header.Get(TimingHeader) != ""
+	if wantTiming {
+		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
 	}
 	setTrailers := func() {
-		if !timing {
+		if !wantTiming {
 			return
 		}
-		a, ad, f, l, ahead := src.times()
+		tm := src.times()
 		h := w.Header()
-		h.Set(TrailerArrival, strconv.FormatInt(int64(a), 10))
-		h.Set(TrailerAdmit, strconv.FormatInt(int64(ad), 10))
-		h.Set(TrailerFirst, strconv.FormatInt(int64(f), 10))
-		h.Set(TrailerLast, strconv.FormatInt(int64(l), 10))
-		h.Set(TrailerAhead, strconv.Itoa(ahead))
+		h.Set(TrailerArrival, strconv.FormatInt(int64(tm.arrival), 10))
+		h.Set(TrailerAdmit, strconv.FormatInt(int64(tm.admit), 10))
+		h.Set(TrailerFirst, strconv.FormatInt(int64(tm.first), 10))
+		h.Set(TrailerLast, strconv.FormatInt(int64(tm.last), 10))
+		h.Set(TrailerAhead, strconv.Itoa(tm.ahead))
+		h.Set(TrailerGenAtAdmit, strconv.FormatInt(tm.genAtAdmit, 10))
+		h.Set(TrailerGenAtLast, strconv.FormatInt(tm.genAtLast, 10))
 	}
 
 	if !p.stream {
