@@ -12,15 +12,18 @@ import (
 // Exactness is proven by test for 1..200,000 and holds by construction above that.
 const MaxPromptTokens = 1 << 24
 
-// fillerWords is the size of the filler vocabulary (the most common words of wordList):
-// a small, common vocabulary keeps other tokenizers (Llama, Qwen, Mistral) close to one
-// token a word.
-const fillerWords = 1024
+// fillerWords is the size of the filler vocabulary (the most common words of wordList). A
+// small, common vocabulary keeps other tokenizers (Llama, Qwen, Mistral) close to one token a
+// word, and bounds how far a window's mix of words can stray from the average: a tokenizer
+// that splits a fraction p of the words miscounts a window by about sqrt(fillerWords*p*(1-p)/4)
+// tokens at worst, whatever its length (3.4 tokens for p = 0.1), which calibration cannot
+// remove.
+const fillerWords = 512
 
 // fillerRounds is how many shuffled rounds of the filler vocabulary the filler table holds.
-// The table is fillerRounds*fillerWords = 65,536 words (about 440 KB of text plus 256 KB of
+// The table is fillerRounds*fillerWords = 65,536 words (about 370 KB of text plus 256 KB of
 // offsets), shared by every Builder; a longer run of filler wraps around.
-const fillerRounds = 64
+const fillerRounds = 128
 
 // Domain keys keep block text and request tails apart even when a block id equals a request
 // id; they only pick the filler window (the heads are kept apart by disjoint first words).
