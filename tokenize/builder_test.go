@@ -603,3 +603,40 @@ func FuzzAppendPrompt(f *testing.F) {
 		}
 	})
 }
+
+// TestTableSize keeps the shared tables small and bounded (docs/prompts.md states the size).
+func TestTableSize(t *testing.T) {
+	tab := loadTable()
+	words := 0
+	for _, w := range tab.words {
+		words += len(w) + 16 // string header
+	}
+	total := len(tab.filler) + 4*len(tab.fillerOff) + words + 2*(len(tab.firstBlock)+len(tab.firstTail))
+	t.Logf("filler %d bytes, offsets %d bytes, words %d bytes, total %d bytes", len(tab.filler), 4*len(tab.fillerOff), words, total)
+	if total > 1<<20 {
+		t.Errorf("tables are %d bytes, over 1 MiB", total)
+	}
+}
+
+// TestDumpPrompts writes sample prompts as JSON lines {n, r, text} to the file named by
+// LLMREPLAY_DUMP_PROMPTS, for testdata/othertok/measure.mjs. Skipped otherwise.
+func TestDumpPrompts(t *testing.T) {
+	path := os.Getenv("LLMREPLAY_DUMP_PROMPTS")
+	if path == "" {
+		t.Skip("LLMREPLAY_DUMP_PROMPTS not set")
+	}
+	b := testBuilder(t, O200kBase, BuilderOptions{})
+	var sb strings.Builder
+	enc := json.NewEncoder(&sb)
+	for _, n := range []int{16, 64, 128, 400, 1000, 1500, 2500, 4000, 10000, 30000} {
+		for r := int64(0); r < 8; r++ {
+			text := mustPrompt(t, b, PromptSpec{RequestID: r*7919 + int64(n), Tokens: n})
+			if err := enc.Encode(map[string]any{"n": n, "r": r, "text": text}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
