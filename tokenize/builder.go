@@ -179,13 +179,15 @@ func NewBuilder(enc *Encoding, opts BuilderOptions) (*Builder, error) {
 func (b *Builder) Encoding() *Encoding { return b.enc }
 
 // HeadTokens is how many leading tokens of a block or tail are unique to its id: two distinct
-// ids never give the same first HeadTokens words (for the builder's vocabulary this is 6).
+// ids never give the same first HeadTokens words (7 for the builder's vocabulary: 912 first
+// words x 1,824^5 falls just short of 2^64, so a sixth further digit is needed).
 func (b *Builder) HeadTokens() int { return b.tab.headLen }
 
 // AppendPrompt appends the text of p to dst and returns the extended slice. The text is
 // exactly p.Tokens tokens in the builder's encoding: it is a run of words, each one token with
-// its leading space, so the text starts with a space. It makes one allocation at most (none
-// when dst has room) and never encodes anything.
+// its leading space, so the text starts with a space. It holds only a-z and spaces, so it goes
+// into a JSON string as it is, with no escaping. It makes one allocation at most (none when
+// dst has room) and never encodes anything. On error dst is returned unchanged.
 func (b *Builder) AppendPrompt(dst []byte, p PromptSpec) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return dst, err
@@ -196,20 +198,27 @@ func (b *Builder) AppendPrompt(dst []byte, p PromptSpec) ([]byte, error) {
 		dst = grown
 	}
 	left := p.Tokens
-	if len(p.Blocks) > 0 {
-		for _, id := range p.Blocks {
-			if left == 0 {
-				break
-			}
-			k := min(left, p.BlockTokens)
-			dst = b.appendRun(dst, uint64(id)+b.seed, b.tab.firstBlock, domainBlock, k)
-			left -= k
+	for _, id := range p.Blocks {
+		if left == 0 {
+			break
 		}
+		k := min(left, p.BlockTokens)
+		dst = b.appendRun(dst, uint64(id)+b.seed, b.tab.firstBlock, domainBlock, k)
+		left -= k
 	}
 	if left > 0 {
 		dst = b.appendRun(dst, uint64(p.RequestID)+b.seed, b.tab.firstTail, domainTail, left)
 	}
 	return dst, nil
+}
+
+// PromptLen returns the length in bytes of the text AppendPrompt appends for p (for a
+// Content-Length, or to size a buffer), without building it: O(blocks).
+func (b *Builder) PromptLen(p PromptSpec) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	return b.promptBytes(p), nil
 }
 
 // promptBytes returns the exact length in bytes of p's text, so AppendPrompt grows dst once.

@@ -220,6 +220,14 @@ func TestAppendPromptKeepsDst(t *testing.T) {
 	if want := "prefix:" + mustPrompt(t, b, PromptSpec{RequestID: 1, Tokens: 5}); string(out) != want {
 		t.Errorf("got %q want %q", out, want)
 	}
+	for _, p := range []PromptSpec{{RequestID: 1, Tokens: 5}, {RequestID: 2, Tokens: 70000, Blocks: []int64{1, 2, 3}, BlockTokens: 512}} {
+		if n, err := b.PromptLen(p); err != nil || n != len(mustPrompt(t, b, p)) {
+			t.Errorf("PromptLen(%+v) = %d, %v; text is %d bytes", p, n, err, len(mustPrompt(t, b, p)))
+		}
+	}
+	if _, err := b.PromptLen(PromptSpec{}); err == nil {
+		t.Error("PromptLen of an invalid spec succeeded")
+	}
 	// Deterministic: a second builder gives the same text; another seed does not.
 	b2 := testBuilder(t, O200kBase, BuilderOptions{})
 	b3 := testBuilder(t, O200kBase, BuilderOptions{Seed: 1 << 50})

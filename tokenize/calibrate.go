@@ -480,7 +480,11 @@ func (p *prober) post(ctx context.Context, target string, body any) ([]byte, err
 		return nil, fmt.Errorf("POST %s: response larger than %d bytes", redactURL(target), maxResponseBytes)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("POST %s: HTTP %d: %s", redactURL(target), resp.StatusCode, snippet(data))
+		hint := ""
+		if resp.StatusCode == http.StatusBadRequest && p.method == MethodUsage {
+			hint = " (a probe longer than the model's context? set shorter FitLengths and CheckLengths)"
+		}
+		return nil, fmt.Errorf("POST %s: HTTP %d: %s%s", redactURL(target), resp.StatusCode, snippet(data), hint)
 	}
 	return data, nil
 }
