@@ -24,8 +24,8 @@ type API string
 
 // The APIs.
 const (
-	APICompletions API = "completions"      // POST /completions with "prompt"
-	APIChat        API = "chat"             // POST /chat/completions with one user message
+	APICompletions API = "completions" // POST /completions with "prompt"
+	APIChat        API = "chat"        // POST /chat/completions with one user message
 )
 
 // Backend names the serving engine behind an endpoint; it chooses the request fields that

@@ -218,9 +218,9 @@ func (c *resultBuilders) append(r *Result) {
 
 // ConvertInfo tells what ConvertJournal found.
 type ConvertInfo struct {
-	Rows int64     // records written to the results file
-	Run  *RunMeta  // the run metadata of the journal
-	Tail error     // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
+	Rows int64    // records written to the results file
+	Run  *RunMeta // the run metadata of the journal
+	Tail error    // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
 }
 
 // parquetRowGroup bounds a row group: big enough for efficient scans, small enough that

@@ -1,9 +1,9 @@
 package replay
 
 import (
-	"encoding/hex"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/url"
