@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -64,7 +65,8 @@ func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var b reqBody
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+	raw, _ := io.ReadAll(r.Body) // read to EOF, so that a client hang-up cancels r.Context()
+	if err := json.Unmarshal(raw, &b); err != nil {
 		http.Error(w, `{"error":{"message":"bad json"}}`, 400)
 		return
 	}

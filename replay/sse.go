@@ -29,6 +29,7 @@ type sseReader struct {
 	clock   func() int64
 	buf     []byte
 	lo, hi  int   // unread bytes are buf[lo:hi]
+	scan    int   // buf[lo:scan] holds no line end
 	stamp   int64 // clock() at the read that delivered buf[lo:hi]'s newest bytes
 	maxLine int
 	skipLF  bool // a CR ended the previous line: a following LF belongs to it
@@ -40,6 +41,7 @@ type sseReader struct {
 	outEvent []byte
 	outStamp int64
 	err      error
+	rerr     error // the read error that ended the stream, reported once its bytes are parsed
 	eof      bool
 }
 
@@ -59,11 +61,11 @@ func newSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *sseRea
 // reset makes s read a new stream, keeping its buffers.
 func (s *sseReader) reset(r io.Reader) {
 	s.r = r
-	s.lo, s.hi, s.stamp = 0, 0, 0
+	s.lo, s.hi, s.scan, s.stamp = 0, 0, 0, 0
 	s.skipLF = false
 	s.data, s.hasData, s.event = s.data[:0], false, s.event[:0]
 	s.outData, s.outEvent = s.outData[:0], s.outEvent[:0]
-	s.err, s.eof = nil, false
+	s.err, s.rerr, s.eof = nil, nil, false
 }
 
 // Data returns the current event's data; valid until the next call to Next.
@@ -126,23 +128,28 @@ func (s *sseReader) line() ([]byte, bool) {
 		if s.skipLF && s.lo < s.hi {
 			if s.buf[s.lo] == '\n' {
 				s.lo++
+				s.scan = max(s.scan, s.lo)
 			}
 			s.skipLF = false
 		}
-		if i := indexEOL(s.buf[s.lo:s.hi]); i >= 0 {
-			line := s.buf[s.lo : s.lo+i]
-			if s.buf[s.lo+i] == '\r' {
+		if i := indexEOL(s.buf[s.scan:s.hi]); i >= 0 {
+			end := s.scan + i
+			line := s.buf[s.lo:end]
+			if s.buf[end] == '\r' {
 				s.skipLF = true
 			}
-			s.lo += i + 1
+			s.lo = end + 1
+			s.scan = s.lo
 			return line, true
 		}
+		s.scan = s.hi // no line end in what we have: never scan it again
 		if s.hi-s.lo > s.maxLine {
 			s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
 			return nil, false
 		}
 		if s.eof {
 			// A final line without a terminator cannot complete an event: drop it.
+			s.err = s.rerr
 			return nil, false
 		}
 		if !s.fill() {
@@ -151,19 +158,23 @@ func (s *sseReader) line() ([]byte, bool) {
 	}
 }
 
+// indexEOL returns the index of the first LF or CR in b, or -1 (two vectorised scans).
 func indexEOL(b []byte) int {
-	for i, c := range b {
-		if c == '\n' || c == '\r' {
-			return i
-		}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return bytes.IndexByte(b, '\r')
 	}
-	return -1
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	return i
 }
 
 // fill reads more bytes, moving or growing the buffer as needed, and stamps the read.
 func (s *sseReader) fill() bool {
 	if s.lo > 0 {
 		n := copy(s.buf, s.buf[s.lo:s.hi])
+		s.scan -= s.lo
 		s.lo, s.hi = 0, n
 	}
 	if s.hi == len(s.buf) {
@@ -186,12 +197,12 @@ func (s *sseReader) fill() bool {
 			s.hi += n
 		}
 		if err != nil {
-			if err == io.EOF {
-				s.eof = true
-				return n > 0 || s.lo < s.hi
+			// Bytes read with the error are parsed first; the error ends the stream after.
+			s.eof = true
+			if err != io.EOF {
+				s.rerr = err
 			}
-			s.err = err
-			return n > 0 && false
+			return true
 		}
 		if n > 0 {
 			return true
