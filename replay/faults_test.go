@@ -39,14 +39,14 @@ func TestFaults(t *testing.T) {
 		return u
 	}
 	cases := []struct {
-		name     string
-		handler  http.HandlerFunc // nil: refused connection
-		timeout  time.Duration
-		maxLine  int
-		status   Status
-		http     int32
-		errHas   string
-		chunks   int // output chunks recorded
+		name    string
+		handler http.HandlerFunc // nil: refused connection
+		timeout time.Duration
+		maxLine int
+		status  Status
+		http    int32
+		errHas  string
+		chunks  int // output chunks recorded
 	}{
 		{name: "refused", status: StatusTransportError, errHas: "connection refused"},
 		{name: "500", handler: func(w http.ResponseWriter, r *http.Request) {
