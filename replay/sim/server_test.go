@@ -1,0 +1,656 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/tokenize"
+)
+
+func startSim(t testing.TB, cfg Config) *Running {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	r, err := Start(ctx, "127.0.0.1:0", cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
+		cancel()
+	})
+	return r
+}
+
+// result is what a plain client saw of one request.
+type result struct {
+	status    int
+	chunks    []map[string]any // parsed data chunks, in order
+	malformed int              // data lines that were not JSON
+	done      bool             // saw data: [DONE]
+	readErr   error
+	body      []byte // non-streaming body
+	trailer   http.Header
+	text      string
+	usage     map[string]any
+}
+
+func (r *result) modelNs(t testing.TB, name string) time.Duration {
+	t.Helper()
+	v, err := strconv.ParseInt(r.trailer.Get(name), 10, 64)
+	if err != nil {
+		t.Fatalf("trailer %s = %q: %v", name, r.trailer.Get(name), err)
+	}
+	return time.Duration(v)
+}
+
+func post(t testing.TB, c *http.Client, url string, body any) *result {
+	t.Helper()
+	var b []byte
+	switch v := body.(type) {
+	case string:
+		b = []byte(v)
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(TimingHeader, "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	res := &result{status: resp.StatusCode}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		res.body, res.readErr = io.ReadAll(resp.Body)
+		res.trailer = resp.Trailer
+		return res
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	var text strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("non-SSE line %q", line)
+		}
+		if data == "[DONE]" {
+			res.done = true
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(data), &m) != nil {
+			res.malformed++
+			continue
+		}
+		res.chunks = append(res.chunks, m)
+		if u, ok := m["usage"].(map[string]any); ok {
+			res.usage = u
+		}
+		for _, ch := range m["choices"].([]any) {
+			c := ch.(map[string]any)
+			if s, ok := c["text"].(string); ok {
+				text.WriteString(s)
+			}
+			if d, ok := c["delta"].(map[string]any); ok {
+				if s, ok := d["content"].(string); ok {
+					text.WriteString(s)
+				}
+			}
+		}
+	}
+	res.readErr = sc.Err()
+	res.trailer = resp.Trailer
+	res.text = text.String()
+	return res
+}
+
+func ids(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = 1000 + i
+	}
+	return p
+}
+
+func TestStreamShapes(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 100
+	r := startSim(t, cfg)
+	c := &http.Client{}
+	enc, _ := tokenize.Get(tokenize.CL100kBase)
+
+	// completions, include_usage + continuous_usage_stats
+	res := post(t, c, r.BaseURL()+"/completions", map[string]any{
+		"model": cfg.Model, "prompt": "The quick brown fox", "max_tokens": 7, "stream": true,
+		"stream_options": map[string]any{"include_usage": true, "continuous_usage_stats": true}})
+	if res.status != 200 || !res.done || res.readErr != nil || len(res.chunks) != 8 {
+		t.Fatalf("status %d done %v err %v chunks %d", res.status, res.done, res.readErr, len(res.chunks))
+	}
+	for i, ch := range res.chunks[:7] {
+		u := ch["usage"].(map[string]any)
+		if u["completion_tokens"].(float64) != float64(i+1) || u["prompt_tokens"].(float64) != 4 {
+			t.Fatalf("chunk %d usage %v", i, u)
+		}
+		choice := ch["choices"].([]any)[0].(map[string]any)
+		fr := choice["finish_reason"]
+		if (i < 6 && fr != nil) || (i == 6 && fr != "length") || ch["object"] != "text_completion" {
+			t.Fatalf("chunk %d: %v", i, ch)
+		}
+	}
+	last := res.chunks[7]
+	if len(last["choices"].([]any)) != 0 || last["usage"].(map[string]any)["total_tokens"].(float64) != 11 {
+		t.Fatalf("usage chunk %v", last)
+	}
+	if n := enc.Count(res.text); n != 7 {
+		t.Fatalf("client count of %q = %d, want 7", res.text, n)
+	}
+
+	// chat: role chunk first, no usage without stream_options
+	res = post(t, c, r.BaseURL()+"/chat/completions", map[string]any{
+		"messages":   []map[string]any{{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}},
+		"max_tokens": 3, "stream": true})
+	if len(res.chunks) != 4 || !res.done || res.usage != nil {
+		t.Fatalf("chat: %d chunks, done %v, usage %v", len(res.chunks), res.done, res.usage)
+	}
+	d0 := res.chunks[0]["choices"].([]any)[0].(map[string]any)["delta"].(map[string]any)
+	if d0["role"] != "assistant" || d0["content"] != "" || res.chunks[0]["object"] != "chat.completion.chunk" {
+		t.Fatalf("first chat chunk %v", res.chunks[0])
+	}
+	if enc.Count(res.text) != 3 {
+		t.Fatalf("chat text %q", res.text)
+	}
+
+	// chat prompt count = /tokenize count
+	msgs := []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text", "text": "What is 2+2?"}}}}
+	res = post(t, c, r.BaseURL()+"/chat/completions", map[string]any{"messages": msgs, "max_tokens": 2})
+	var whole struct {
+		Choices []struct {
+			Message      struct{ Role, Content string }
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage usage
+	}
+	if err := json.Unmarshal(res.body, &whole); err != nil || res.status != 200 {
+		t.Fatalf("non-streaming chat: %d %s %v", res.status, res.body, err)
+	}
+	tok := post(t, c, strings.TrimSuffix(r.BaseURL(), "/v1")+"/tokenize", map[string]any{"messages": msgs})
+	var tk struct {
+		Count       int   `json:"count"`
+		Tokens      []int `json:"tokens"`
+		MaxModelLen int   `json:"max_model_len"`
+	}
+	if err := json.Unmarshal(tok.body, &tk); err != nil {
+		t.Fatal(err)
+	}
+	// ChatML: <|im_start|>user\n CONTENT <|im_end|>\n <|im_start|>assistant\n
+	wantPrompt := 1 + enc.Count("user\n") + enc.Count("What is 2+2?") + 2 + 1 + enc.Count("assistant\n")
+	if whole.Usage.PromptTokens != wantPrompt || tk.Count != wantPrompt || len(tk.Tokens) != wantPrompt || tk.MaxModelLen != cfg.MaxModelLen {
+		t.Fatalf("chat prompt tokens: usage %d, tokenize %d/%d, want %d", whole.Usage.PromptTokens, tk.Count, len(tk.Tokens), wantPrompt)
+	}
+	if whole.Choices[0].Message.Role != "assistant" || enc.Count(whole.Choices[0].Message.Content) != 2 || whole.Usage.CompletionTokens != 2 || whole.Choices[0].FinishReason != "length" {
+		t.Fatalf("non-streaming chat %+v", whole)
+	}
+
+	// token-id prompt counts len(ids); default max_tokens 16
+	res = post(t, c, r.BaseURL()+"/completions", map[string]any{"prompt": ids(123)})
+	if err := json.Unmarshal(res.body, &whole); err != nil || whole.Usage.PromptTokens != 123 || whole.Usage.CompletionTokens != cfg.DefaultMaxTokens {
+		t.Fatalf("token-id prompt: %s", res.body)
+	}
+
+	// /v1/models
+	resp, err := c.Get(r.BaseURL() + "/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models struct {
+		Data []struct{ ID string } `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&models)
+	resp.Body.Close()
+	if len(models.Data) != 1 || models.Data[0].ID != cfg.Model {
+		t.Fatalf("models %+v", models)
+	}
+}
+
+func TestMinTokensIgnoreEOS(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 1000
+	cfg.EOSMeanTokens = 5
+	r := startSim(t, cfg)
+	c := &http.Client{}
+	var stops, belowMin int
+	for i := range 60 {
+		body := map[string]any{"prompt": ids(4), "max_tokens": 50, "min_tokens": 20, "stream": true,
+			"stream_options": map[string]any{"include_usage": true}}
+		if i%2 == 1 {
+			body["ignore_eos"] = true
+		}
+		res := post(t, c, r.BaseURL()+"/completions", body)
+		n := int(res.usage["completion_tokens"].(float64))
+		fr := res.chunks[len(res.chunks)-2]["choices"].([]any)[0].(map[string]any)["finish_reason"]
+		switch {
+		case i%2 == 1 && (n != 50 || fr != "length"):
+			t.Fatalf("ignore_eos: %d tokens, finish %v", n, fr)
+		case n < 20:
+			belowMin++
+		case n < 50:
+			if fr != "stop" {
+				t.Fatalf("%d tokens with finish %v", n, fr)
+			}
+			stops++
+		}
+	}
+	// mean natural length 5 < min_tokens 20: nearly all stop exactly at 20.
+	if belowMin != 0 || stops < 25 {
+		t.Fatalf("stops %d, below min %d", stops, belowMin)
+	}
+}
+
+// TestSingleStreamDecodeRate holds one stream's decode rate, in model time, against
+// /sim/info: the prompt and output are chosen so the mean context of the decode steps is
+// RefContextTokens (28 + mean(1..199) = 128).
+func TestSingleStreamDecodeRate(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 20
+	r := startSim(t, cfg)
+	in := r.Info()
+	const prompt, n = 28, 200
+	res := post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{
+		"prompt": ids(prompt), "max_tokens": n, "ignore_eos": true, "stream": true})
+	if len(res.chunks) != n || !res.done {
+		t.Fatalf("%d chunks", len(res.chunks))
+	}
+	first, last, arrival := res.modelNs(t, TrailerFirst), res.modelNs(t, TrailerLast), res.modelNs(t, TrailerArrival)
+	rate := float64(n-1) / (last - first).Seconds()
+	if math.Abs(rate/in.SingleStreamTokPerSec-1) > 0.05 {
+		t.Errorf("single-stream decode %.1f tok/s, /sim/info says %.1f", rate, in.SingleStreamTokPerSec)
+	}
+	// Exactly: TTFT is one prefill step, then one decode step per token.
+	if got, want := first-arrival, cfg.StepTime(prompt, 0, prompt); got != want {
+		t.Errorf("TTFT %v, want one prefill step %v", got, want)
+	}
+	var want time.Duration
+	for k := 1; k < n; k++ {
+		want += cfg.DecodeStepTime(1, prompt+k)
+	}
+	if got := last - first; got != want {
+		t.Errorf("decode time %v, want %v", got, want)
+	}
+	t.Logf("single stream: %.1f tok/s model time, info %.1f", rate, in.SingleStreamTokPerSec)
+}
+
+type metricsSample struct {
+	model, gen, running, waiting float64
+}
+
+func scrape(t testing.TB, url string) metricsSample {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m metricsSample
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", sc.Text(), err)
+		}
+		switch name[:strings.IndexByte(name+"{", '{')] {
+		case "llmreplay_sim_model_time_seconds":
+			m.model = v
+		case "vllm:generation_tokens_total":
+			m.gen = v
+		case "vllm:num_requests_running":
+			m.running = v
+		case "vllm:num_requests_waiting":
+			m.waiting = v
+		}
+	}
+	return m
+}
+
+// TestSaturatedAggregateAndQueueing sends three batches' worth of requests at once. While
+// requests wait, the batch is full: the aggregate decode rate, read in model time from two
+// /metrics scrapes inside that window, must match /sim/info's max decode rate; and TTFT
+// must grow with the queue.
+func TestSaturatedAggregateAndQueueing(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 1 // real time, so that several scrapes fall inside the saturated window
+	r := startSim(t, cfg)
+	in := r.Info()
+	const prompt, n = 28, 200
+	reqs := 3 * cfg.MaxBatch
+	results := make([]*result, reqs)
+	var wg sync.WaitGroup
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: reqs}}
+	for i := range reqs {
+		wg.Go(func() {
+			results[i] = post(t, c, r.BaseURL()+"/completions", map[string]any{
+				"prompt": ids(prompt), "max_tokens": n, "ignore_eos": true, "stream": true})
+		})
+	}
+	metricsURL := strings.TrimSuffix(r.BaseURL(), "/v1") + "/metrics"
+	var full []metricsSample
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		m := scrape(t, metricsURL)
+		if m.waiting > 0 && m.running == float64(cfg.MaxBatch) {
+			full = append(full, m)
+		} else if len(full) > 0 && m.waiting == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	wg.Wait()
+	if len(full) < 2 {
+		t.Fatalf("saw the saturated window in %d scrapes", len(full))
+	}
+	a, b := full[0], full[len(full)-1]
+	step := cfg.DecodeStepTime(cfg.MaxBatch, cfg.RefContextTokens).Seconds()
+	if b.model-a.model < 50*step {
+		t.Fatalf("saturated window only %.3fs of model time", b.model-a.model)
+	}
+	agg := (b.gen - a.gen) / (b.model - a.model)
+	if math.Abs(agg/in.MaxDecodeTokPerSec-1) > 0.05 {
+		t.Errorf("saturated aggregate %.0f tok/s (model time), /sim/info max decode %.0f", agg, in.MaxDecodeTokPerSec)
+	}
+	t.Logf("saturated aggregate %.0f tok/s over %.3fs model time, info %.0f", agg, b.model-a.model, in.MaxDecodeTokPerSec)
+
+	// TTFT grows with the queue: FCFS admission, and the last third (two batches ahead)
+	// waits about two batch lifetimes longer than the first.
+	type rt struct{ arrival, admit, ttft time.Duration }
+	var rts []rt
+	for _, res := range results {
+		if len(res.chunks) != n {
+			t.Fatalf("%d chunks", len(res.chunks))
+		}
+		a := res.modelNs(t, TrailerArrival)
+		rts = append(rts, rt{a, res.modelNs(t, TrailerAdmit), res.modelNs(t, TrailerFirst) - a})
+	}
+	// Requests that arrived during the same step share an arrival time; their order is
+	// the engine's inbox order, so break ties by admission.
+	sort.Slice(rts, func(i, j int) bool {
+		return rts[i].arrival < rts[j].arrival || rts[i].arrival == rts[j].arrival && rts[i].admit < rts[j].admit
+	})
+	for i := 1; i < len(rts); i++ {
+		if rts[i].admit < rts[i-1].admit {
+			t.Fatalf("not FCFS: arrival %v admitted %v before arrival %v admitted %v", rts[i].arrival, rts[i].admit, rts[i-1].arrival, rts[i-1].admit)
+		}
+	}
+	mean := func(x []rt) float64 {
+		s := 0.0
+		for _, v := range x {
+			s += v.ttft.Seconds()
+		}
+		return s / float64(len(x))
+	}
+	life := float64(n) * step
+	k := cfg.MaxBatch
+	m0, m2 := mean(rts[:k]), mean(rts[2*k:])
+	if !(m0 < 0.5*life && m2 > 1.5*life) {
+		t.Errorf("TTFT first third %.3fs, last third %.3fs; batch lifetime %.3fs", m0, m2, life)
+	}
+}
+
+func TestFixedProfileModelTimes(t *testing.T) {
+	cfg, _ := Profile("fixed")
+	cfg.TimeScale = 50
+	r := startSim(t, cfg)
+	res := post(t, http.DefaultClient, r.BaseURL()+"/chat/completions", map[string]any{
+		"messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 10, "stream": true})
+	if len(res.chunks) != 11 || !res.done {
+		t.Fatalf("%d chunks", len(res.chunks))
+	}
+	a, f, l := res.modelNs(t, TrailerArrival), res.modelNs(t, TrailerFirst), res.modelNs(t, TrailerLast)
+	if f-a != cfg.FixedTTFT || l-f != 9*cfg.FixedITL {
+		t.Fatalf("ttft %v decode %v", f-a, l-f)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 1000
+	r := startSim(t, cfg)
+	comp, chat := r.BaseURL()+"/completions", r.BaseURL()+"/chat/completions"
+	tokURL := strings.TrimSuffix(r.BaseURL(), "/v1") + "/tokenize"
+	for _, tc := range []struct{ url, body, param string }{
+		{comp, ``, ""},
+		{comp, `{`, ""},
+		{comp, `{"prompt":"a"} x`, ""},
+		{comp, `[]`, ""},
+		{comp, `{}`, "prompt"},
+		{comp, `{"prompt":null}`, "prompt"},
+		{comp, `{"prompt":""}`, "prompt"},
+		{comp, `{"prompt":[]}`, "prompt"},
+		{comp, `{"prompt":5}`, "prompt"},
+		{comp, `{"prompt":[-1]}`, "prompt"},
+		{comp, `{"prompt":[100277]}`, "prompt"},
+		{comp, `{"prompt":[1.5]}`, "prompt"},
+		{comp, `{"prompt":["a","b"]}`, "prompt"},
+		{comp, `{"prompt":[[1],[2]]}`, "prompt"},
+		{comp, `{"prompt":"a","max_tokens":0}`, "max_tokens"},
+		{comp, `{"prompt":"a","max_tokens":-3}`, "max_tokens"},
+		{comp, `{"prompt":"a","max_tokens":2.5}`, ""},
+		{comp, `{"prompt":"a","max_tokens":"10"}`, ""},
+		{comp, `{"prompt":"a","max_completion_tokens":0}`, "max_completion_tokens"},
+		{comp, `{"prompt":"a","max_tokens":5,"max_completion_tokens":6}`, "max_tokens"},
+		{comp, `{"prompt":"a","max_tokens":100000}`, "max_tokens"},
+		{comp, `{"prompt":"a","min_tokens":-1}`, "min_tokens"},
+		{comp, `{"prompt":"a","max_tokens":5,"min_tokens":6}`, "min_tokens"},
+		{comp, `{"prompt":"a","min_tokens":17}`, "min_tokens"},
+		{comp, `{"prompt":"a","n":2}`, "n"},
+		{comp, `{"prompt":"a","stream":"yes"}`, ""},
+		{comp, `{"prompt":"a","stream_options":{"include_usage":true}}`, "stream_options"},
+		{comp, `{"prompt":"a","messages":[{"role":"user","content":"x"}]}`, "messages"},
+		{chat, `{}`, "messages"},
+		{chat, `{"messages":[]}`, "messages"},
+		{chat, `{"messages":"hi"}`, "messages"},
+		{chat, `{"messages":[{"content":"x"}]}`, "messages"},
+		{chat, `{"messages":[{"role":"wizard","content":"x"}]}`, "messages"},
+		{chat, `{"messages":[{"role":"user"}]}`, "messages"},
+		{chat, `{"messages":[{"role":"user","content":5}]}`, "messages"},
+		{chat, `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "messages"},
+		{chat, `{"messages":[{"role":"user","content":"x"}],"prompt":"y"}`, "prompt"},
+		{tokURL, `{"prompt":""}`, "prompt"},
+		{tokURL, `{"messages":[]}`, "messages"},
+		{tokURL, `nope`, ""},
+	} {
+		res := post(t, http.DefaultClient, tc.url, tc.body)
+		var e errorBody
+		if err := json.Unmarshal(res.body, &e); err != nil || res.status != 400 || e.Error.Code != 400 || e.Error.Message == "" || e.Error.Type == "" {
+			t.Errorf("%s %s: status %d body %s", tc.url[strings.LastIndex(tc.url, "/"):], tc.body, res.status, res.body)
+			continue
+		}
+		if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param) {
+			t.Errorf("%s: param %v, want %s (%s)", tc.body, e.Error.Param, tc.param, e.Error.Message)
+		}
+	}
+	res := post(t, http.DefaultClient, comp, `{"model":"other","prompt":"a"}`)
+	if res.status != 404 {
+		t.Errorf("unknown model: %d", res.status)
+	}
+	resp, err := http.Get(comp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 {
+		t.Errorf("GET completions: %d", resp.StatusCode)
+	}
+}
+
+// TestFaults checks each fault is seen by a plain client exactly as the seeded plan says,
+// at its configured rate within a 4-sigma binomial bound, and the same on a second run.
+func TestFaults(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 1000
+	for _, f := range []string{"429=0.1", "500=0.05", "503=0.05", "disconnect=0.1", "malformed=0.1", "stall=0.1:5ms", "slow-first-byte=0.1:5ms"} {
+		if err := ParseFault(f, &cfg.Faults); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const reqs = 500
+	runOnce := func() []string {
+		r := startSim(t, cfg)
+		outcomes := make([]string, reqs)
+		c := &http.Client{}
+		for i := range reqs {
+			res := post(t, c, r.BaseURL()+"/completions", map[string]any{"prompt": ids(3), "max_tokens": 8, "stream": true})
+			var o []string
+			if res.status != 200 {
+				o = append(o, strconv.Itoa(res.status))
+			}
+			if res.status == 200 && !res.done {
+				o = append(o, "disconnect")
+			}
+			if res.malformed > 0 {
+				o = append(o, "malformed")
+			}
+			outcomes[i] = strings.Join(o, "+")
+			p := r.Server().makePlan(uint64(i), 8, 0, false)
+			var want []string
+			if p.status != 0 {
+				want = append(want, strconv.Itoa(p.status))
+			} else {
+				if p.disconnectAt >= 0 {
+					want = append(want, "disconnect")
+				}
+				if p.malformedAt >= 0 && (p.disconnectAt < 0 || p.malformedAt < p.disconnectAt) {
+					want = append(want, "malformed")
+				}
+			}
+			if w := strings.Join(want, "+"); w != outcomes[i] {
+				t.Fatalf("request %d: saw %q, plan says %q", i, outcomes[i], w)
+			}
+		}
+		return outcomes
+	}
+	first := runOnce()
+	count := map[string]int{}
+	ok := 0
+	for _, o := range first {
+		if o == "" || !strings.HasPrefix(o, "4") && !strings.HasPrefix(o, "5") {
+			ok++
+		}
+		for _, k := range strings.Split(o, "+") {
+			count[k]++
+		}
+	}
+	check := func(kind string, got, n int, p float64) {
+		mean, sd := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+		if math.Abs(float64(got)-mean) > 4*sd {
+			t.Errorf("%s: %d of %d, want %.1f +- %.1f", kind, got, n, mean, 4*sd)
+		}
+	}
+	check("429", count["429"], reqs, 0.1)
+	check("500", count["500"], reqs, 0.05)
+	check("503", count["503"], reqs, 0.05)
+	check("disconnect", count["disconnect"], ok, 0.1)
+	second := runOnce()
+	if fmt.Sprint(first) != fmt.Sprint(second) {
+		t.Error("faults differ between two runs with the same seed")
+	}
+}
+
+// TestStallAndSlowFirstByteReal checks the two timing faults in real time with generous
+// lower bounds only (a busy machine can only make them longer).
+func TestStallAndSlowFirstByteReal(t *testing.T) {
+	cfg, _ := Profile("fixed")
+	cfg.FixedTTFT, cfg.FixedITL = 0, time.Millisecond
+	cfg.Faults = Faults{Stall: 1, StallFor: 80 * time.Millisecond, SlowFirstByte: 1, SlowFirstByteFor: 80 * time.Millisecond}
+	r := startSim(t, cfg)
+	start := time.Now()
+	res := post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 5, "stream": true})
+	if el := time.Since(start); el < 160*time.Millisecond || len(res.chunks) != 5 || !res.done {
+		t.Fatalf("took %v with %d chunks", el, len(res.chunks))
+	}
+}
+
+func TestCloseEndsStreams(t *testing.T) {
+	cfg, _ := Profile("fixed")
+	cfg.FixedITL = time.Second
+	r := startSim(t, cfg)
+	got := make(chan *result)
+	go func() {
+		got <- post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 100, "stream": true})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r.Close()
+	select {
+	case res := <-got:
+		if res.done {
+			t.Fatal("stream finished with [DONE] after Close")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stream still open after Close")
+	}
+}
+
+func TestWordsAreSingleTokens(t *testing.T) {
+	enc, _ := tokenize.Get(tokenize.CL100kBase)
+	var all strings.Builder
+	for _, w := range words {
+		if enc.Count(w) != 1 {
+			t.Errorf("%q is %d tokens", w, enc.Count(w))
+		}
+		all.WriteString(w)
+	}
+	if enc.Count(all.String()) != len(words) {
+		t.Errorf("concatenation is %d tokens, want %d", enc.Count(all.String()), len(words))
+	}
+}
+
+func FuzzParseGenRequest(f *testing.F) {
+	for _, s := range []string{`{"prompt":"a","max_tokens":3}`, `{"prompt":[1,2]}`, `{"prompt":[[1]]}`, `{"prompt":["x"]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, `{"stream":true,"stream_options":{}}`, `{`} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		p, err := parseGenRequest(body, chat)
+		if err != nil {
+			if _, ok := err.(*apiError); !ok {
+				t.Fatalf("error %T is not an apiError", err)
+			}
+			return
+		}
+		if p.maxTokens == 0 || p.maxTokens < -1 || p.minTokens < 0 || (p.maxTokens > 0 && p.minTokens > p.maxTokens) {
+			t.Fatalf("accepted bad limits %+v", p)
+		}
+		if chat && len(p.prompt.messages) == 0 || !chat && p.prompt.text == "" && len(p.prompt.ids) == 0 {
+			t.Fatalf("accepted empty prompt %+v", p.prompt)
+		}
+	})
+}
