@@ -205,7 +205,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	} else {
 		r.openLoop()
 	}
-	r.requestStop() // the preparer may still be blocked on a full channel
+	r.endDispatch() // the preparer may still be blocked on a full channel
 	r.drain(ctx)
 	close(r.results)
 	<-writerDone
@@ -251,11 +251,15 @@ type runner struct {
 	ssePool   sync.Pool
 }
 
+// requestStop stops dispatching early (a signal, an abort, a failure).
 func (r *runner) requestStop() {
-	r.stopOnce.Do(func() {
-		r.prog.Stopping.Store(true)
-		close(r.stop)
-	})
+	r.prog.Stopping.Store(true)
+	r.endDispatch()
+}
+
+// endDispatch ends dispatching, early or at the natural end of the run.
+func (r *runner) endDispatch() {
+	r.stopOnce.Do(func() { close(r.stop) })
 }
 
 func (r *runner) stopped() bool {
@@ -402,7 +406,7 @@ func (r *runner) closedLoop() {
 				}
 				now := r.clk.now()
 				if r.o.Duration > 0 && now > int64(r.o.Duration) {
-					r.requestStop()
+					r.endDispatch()
 					return
 				}
 				req.dueNS = now // closed loop: due when a worker takes it
