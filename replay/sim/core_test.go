@@ -246,3 +246,16 @@ func FuzzParseFault(f *testing.F) {
 		}
 	})
 }
+
+func TestInfoWarnings(t *testing.T) {
+	c, _ := Profile("tiny")
+	if w := Analyze(c).Warnings; len(w) != 0 {
+		t.Errorf("tiny at scale 1 warns: %v", w)
+	}
+	c.KVCacheTokens = c.MaxModelLen // 8192 / 128 = 64 >= 16: fine
+	c.RefContextTokens = 1024       // 8192 / 1024 = 8 < 16
+	c.TimeScale = 1e5
+	if w := Analyze(c).Warnings; len(w) != 2 {
+		t.Errorf("want KV and timer warnings, got %v", w)
+	}
+}
