@@ -676,21 +676,31 @@ func TestStallAndSlowFirstByteReal(t *testing.T) {
 
 func TestCloseEndsStreams(t *testing.T) {
 	cfg, _ := Profile("fixed")
-	cfg.FixedITL = time.Second
+	cfg.FixedTTFT, cfg.FixedITL = 0, time.Second
 	r := startSim(t, cfg)
-	got := make(chan *result)
-	go func() {
-		got <- post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 100, "stream": true})
-	}()
-	time.Sleep(200 * time.Millisecond)
-	r.Close()
+	resp, err := http.Post(r.BaseURL()+"/completions", "application/json",
+		strings.NewReader(`{"prompt":"x","max_tokens":100,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	rest, _ := io.ReadAll(br) // ends when the server ends the stream
+	if strings.Contains(string(rest), "[DONE]") {
+		t.Fatal("stream finished with [DONE] after Close")
+	}
 	select {
-	case res := <-got:
-		if res.done {
-			t.Fatal("stream finished with [DONE] after Close")
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("stream still open after Close")
+		t.Fatal("Close did not return")
 	}
 }
 
