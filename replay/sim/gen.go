@@ -98,8 +98,13 @@ func (c *chunker) appendToken(b []byte, i int) []byte {
 	} else {
 		b = append(b, `,"stop_reason":null}]`...)
 	}
-	if c.continuous {
+	switch {
+	case c.continuous:
 		b = c.appendUsage(b, i+1)
+	case !c.chat:
+		// vLLM dumps completion chunks with exclude_unset=False, so usage is there as null;
+		// chat chunks omit it.
+		b = append(b, `,"usage":null`...)
 	}
 	return append(b, "}\n\n"...)
 }

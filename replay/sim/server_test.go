@@ -185,6 +185,13 @@ func TestStreamShapes(t *testing.T) {
 	if enc.Count(res.text) != 3 {
 		t.Fatalf("chat text %q", res.text)
 	}
+	if _, has := res.chunks[1]["usage"]; has {
+		t.Errorf("chat chunk has usage without stream_options: %v", res.chunks[1])
+	}
+	res = post(t, c, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 2, "stream": true})
+	if u, has := res.chunks[0]["usage"]; !has || u != nil || len(res.chunks) != 2 {
+		t.Errorf("completion chunk: want \"usage\":null as vLLM sends, got %v", res.chunks[0])
+	}
 
 	// chat prompt count = /tokenize count
 	msgs := []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text", "text": "What is 2+2?"}}}}
