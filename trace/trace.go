@@ -56,6 +56,7 @@ type Meta struct {
 	StartUnixNS int64  // wall-clock time of arrival 0, when the source has one; else 0
 	BlockTokens int    // tokens per prefix block when PrefixBlocks are set; else 0
 	Generator   string // JSON: synth parameters and seed, enough to regenerate the file
+	Transforms  string // JSON array: slice/speedup steps applied after import or synth
 }
 
 // Source is anything that yields requests in arrival order, in the shape of bufio.Scanner:

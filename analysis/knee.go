@@ -1,0 +1,231 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// SweepPoint is what one load point of a sweep measured, as the knee search needs it.
+// Load is the sweep's axis value (a speedup, a mean request rate, or a concurrency).
+type SweepPoint struct {
+	Load float64
+	// OfferedTokensPerSecond is the output token rate the schedule asked for;
+	// SustainedTokensPerSecond is what the endpoint delivered over the steady-state window.
+	OfferedTokensPerSecond   float64
+	SustainedTokensPerSecond float64
+	Overloaded               bool
+	ClientLimited            bool
+	// Attainment is the share of due requests (0..1) that were ok and met every SLO;
+	// NaN when the sweep has no SLO.
+	Attainment float64
+}
+
+// Tracks reports whether the endpoint kept up at p: sustained throughput is at least
+// minRatio of the offered throughput and the run was not overloaded.
+func (p SweepPoint) Tracks(minRatio float64) bool {
+	if p.Overloaded || p.OfferedTokensPerSecond <= 0 {
+		return false
+	}
+	return p.SustainedTokensPerSecond >= minRatio*p.OfferedTokensPerSecond
+}
+
+// MeetsSLO reports whether p's SLO attainment is at least target.
+func (p SweepPoint) MeetsSLO(target float64) bool {
+	return !math.IsNaN(p.Attainment) && p.Attainment >= target
+}
+
+// KneeOptions configure SearchKnee. Zero values take the defaults noted.
+type KneeOptions struct {
+	Start      float64 // first load probed; > 0
+	Max        float64 // highest load ever probed; > Start
+	Resolution float64 // stop when (fail-pass)/pass <= Resolution; default 0.05
+	MinRatio   float64 // Tracks threshold; default 0.95
+	Attainment float64 // MeetsSLO threshold; default 0.99
+	HasSLO     bool    // search for the SLO-limited load too
+	MaxPoints  int     // upper bound on probes; default 40
+}
+
+func (o *KneeOptions) setDefaults() {
+	if o.Resolution == 0 {
+		o.Resolution = 0.05
+	}
+	if o.MinRatio == 0 {
+		o.MinRatio = 0.95
+	}
+	if o.Attainment == 0 {
+		o.Attainment = 0.99
+	}
+	if o.MaxPoints == 0 {
+		o.MaxPoints = 40
+	}
+}
+
+// Validate checks the options (defaults applied to zero fields first).
+func (o *KneeOptions) Validate() error {
+	o.setDefaults()
+	switch {
+	case !(o.Start > 0):
+		return fmt.Errorf("knee: start load %v must be > 0", o.Start)
+	case !(o.Max > o.Start):
+		return fmt.Errorf("knee: max load %v must be above the start %v", o.Max, o.Start)
+	case !(o.Resolution > 0 && o.Resolution < 1):
+		return fmt.Errorf("knee: resolution %v must be in (0, 1)", o.Resolution)
+	case !(o.MinRatio > 0 && o.MinRatio <= 1):
+		return fmt.Errorf("knee: min ratio %v must be in (0, 1]", o.MinRatio)
+	case !(o.Attainment > 0 && o.Attainment <= 1):
+		return fmt.Errorf("knee: attainment %v must be in (0, 1]", o.Attainment)
+	case o.MaxPoints < 2:
+		return fmt.Errorf("knee: max points %d must be >= 2", o.MaxPoints)
+	}
+	return nil
+}
+
+// Bound is the result of one bracket-and-bisect search: the highest load that passed
+// (Found false when even the start failed) and the lowest failing load above it
+// (Bracketed false when no load up to the search's end failed, so Pass is only a lower bound).
+type Bound struct {
+	Found, Bracketed bool
+	Pass, Fail       float64
+	// LimitedBy says why the search stopped where it did: "endpoint" when it bracketed the
+	// endpoint's limit to the resolution (or the start already failed); "client" when a probe
+	// was client-limited, so the replayer, not the endpoint, was the limit and the endpoint's
+	// limit lies above Pass; "max" when every load up to Max passed; "points" when MaxPoints
+	// ran out first.
+	LimitedBy string
+	// NonMonotonic is set when some probe above Fail passed or some probe below Pass failed:
+	// noise or a genuinely non-monotonic endpoint; the bound is less certain than it looks.
+	NonMonotonic bool
+}
+
+// KneeResult is what SearchKnee found.
+type KneeResult struct {
+	Saturation Bound        // highest load whose throughput tracks the offered load
+	SLO        Bound        // highest load meeting the SLOs at the target attainment (when HasSLO)
+	Points     []SweepPoint // every probe, in load order
+}
+
+// ProbeFunc runs (or fakes) one load point.
+type ProbeFunc func(ctx context.Context, load float64) (SweepPoint, error)
+
+var (
+	errClientLimited = errors.New("client-limited")
+	errOutOfPoints   = errors.New("out of probe points")
+)
+
+// SearchKnee finds the saturation load and, with HasSLO, the highest load meeting the SLOs.
+//
+// Each search brackets, doubling the load from Start until a probe fails or Max is reached,
+// then bisects geometrically (mid = sqrt(pass*fail): loads span orders of magnitude and the
+// resolution is relative) until (fail-pass)/pass <= Resolution. Probes are cached by load,
+// so the SLO search reuses the saturation search's points. A client-limited probe ends the
+// search it belongs to with LimitedBy "client". SearchKnee knows nothing of clocks or
+// networks beyond probe; a probe error aborts it, returning what was found so far.
+func SearchKnee(ctx context.Context, probe ProbeFunc, o KneeOptions) (*KneeResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	seen := map[float64]SweepPoint{}
+	get := func(load float64) (SweepPoint, error) {
+		if p, ok := seen[load]; ok {
+			if p.ClientLimited {
+				return p, errClientLimited
+			}
+			return p, nil
+		}
+		if len(seen) >= o.MaxPoints {
+			return SweepPoint{}, errOutOfPoints
+		}
+		if err := ctx.Err(); err != nil {
+			return SweepPoint{}, err
+		}
+		p, err := probe(ctx, load)
+		if err != nil {
+			return p, fmt.Errorf("knee: probe at load %g: %w", load, err)
+		}
+		p.Load = load
+		seen[load] = p
+		if p.ClientLimited {
+			return p, errClientLimited
+		}
+		return p, nil
+	}
+	res := &KneeResult{}
+	tracks := func(p SweepPoint) bool { return p.Tracks(o.MinRatio) }
+	meets := func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
+	var err error
+	res.Saturation, err = bisect(o, get, tracks)
+	if err == nil && o.HasSLO {
+		res.SLO, err = bisect(o, get, meets)
+	}
+	for _, p := range seen {
+		res.Points = append(res.Points, p)
+	}
+	sort.Slice(res.Points, func(i, j int) bool { return res.Points[i].Load < res.Points[j].Load })
+	res.Saturation.NonMonotonic = nonMonotonic(res.Saturation, res.Points, tracks)
+	if o.HasSLO {
+		res.SLO.NonMonotonic = nonMonotonic(res.SLO, res.Points, meets)
+	}
+	return res, err
+}
+
+func bisect(o KneeOptions, get func(float64) (SweepPoint, error), pass func(SweepPoint) bool) (Bound, error) {
+	var b Bound
+	stop := func(err error) (Bound, error) {
+		switch {
+		case errors.Is(err, errClientLimited):
+			b.LimitedBy = "client"
+			return b, nil
+		case errors.Is(err, errOutOfPoints):
+			b.LimitedBy = "points"
+			return b, nil
+		}
+		return b, err
+	}
+	for load := o.Start; ; load = math.Min(load*2, o.Max) {
+		p, err := get(load)
+		if err != nil {
+			return stop(err)
+		}
+		if !pass(p) {
+			b.Fail, b.Bracketed = load, true
+			break
+		}
+		b.Pass, b.Found = load, true
+		if load >= o.Max {
+			b.LimitedBy = "max"
+			return b, nil
+		}
+	}
+	for b.Found && (b.Fail-b.Pass)/b.Pass > o.Resolution {
+		mid := math.Sqrt(b.Pass * b.Fail)
+		p, err := get(mid)
+		if err != nil {
+			return stop(err)
+		}
+		if pass(p) {
+			b.Pass = mid
+		} else {
+			b.Fail = mid
+		}
+	}
+	b.LimitedBy = "endpoint"
+	return b, nil
+}
+
+func nonMonotonic(b Bound, points []SweepPoint, pass func(SweepPoint) bool) bool {
+	for _, p := range points {
+		if p.ClientLimited {
+			continue
+		}
+		if b.Bracketed && p.Load > b.Fail && pass(p) {
+			return true
+		}
+		if b.Found && p.Load < b.Pass && !pass(p) {
+			return true
+		}
+	}
+	return false
+}

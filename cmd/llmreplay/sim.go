@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/sim"
+)
+
+func init() {
+	register(&command{
+		name:    "sim",
+		summary: "serve the simulated continuous-batching engine (OpenAI-compatible, no GPU)",
+		run:     runSim,
+	})
+}
+
+const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI client at http://127.0.0.1:8000/v1
+  llmreplay sim --addr 127.0.0.1:8000
+
+  # A fast engine for tests, 10x real time, with 2% 503s and 1% mid-stream disconnects
+  llmreplay sim --profile tiny --time-scale 10 --fault 503=0.02 --fault disconnect=0.01
+
+  # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
+  llmreplay sim --profile fixed --ttft 200ms --itl 20ms
+
+  # Override the model: twice the KV cache, batch cap 512; print the analytical limits and exit
+  llmreplay sim --kv-cache-tokens 2000000 --max-batch 512 --max-batched-tokens 16384 --print-info
+
+  # Try it
+  curl -N http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
+    -d '{"prompt":"Hello","max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
+  curl http://127.0.0.1:8000/sim/info`
+
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sim", "llmreplay sim [--addr HOST:PORT] [--profile NAME] [--fault KIND=RATE[:DUR]]... [model flags]", simExamples, stdout)
+	addr := fs.String("addr", "127.0.0.1:8000", "address to listen on (use 127.0.0.1:0 for any free port)")
+	profile := fs.String("profile", "moe-230b-8gpu", "parameter set: "+strings.Join(sim.Profiles(), ", "))
+	printInfo := fs.Bool("print-info", false, "print the configuration and analytical limits (as /sim/info) and exit")
+	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR (DUR in model time, default 1s)")
+
+	// Every model parameter; applied over the profile only when given.
+	var o sim.Config
+	fs.StringVar(&o.Model, "model", "", "served model name (default: the profile's)")
+	fs.Float64Var(&o.TimeScale, "time-scale", 1, "run model time this many times faster than real time (10 = 10x faster)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed for faults and natural output lengths")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", 0, "max prompt+output tokens per request")
+	fs.DurationVar(&o.StepBase, "step-base", 0, "step time: fixed cost per step")
+	fs.DurationVar(&o.PrefillPerToken, "prefill-per-token", 0, "step time: cost per prefill token")
+	fs.DurationVar(&o.DecodePerSeq, "decode-per-seq", 0, "step time: cost per decoding sequence")
+	fs.DurationVar(&o.ContextPerToken, "context-per-token", 0, "step time: cost per context token attended")
+	fs.DurationVar(&o.PerExpert, "per-expert", 0, "step time: cost per distinct MoE expert touched")
+	fs.IntVar(&o.Experts, "experts", 0, "MoE experts per layer (0 = dense: no expert term)")
+	fs.IntVar(&o.ExpertsPerToken, "experts-per-token", 0, "MoE experts routed per token (top-k)")
+	fs.IntVar(&o.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens")
+	fs.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, "per-step token budget (decodes + prefill chunks)")
+	fs.IntVar(&o.MaxBatch, "max-batch", 0, "max running sequences")
+	fs.IntVar(&o.RefContextTokens, "ref-context-tokens", 0, "per-sequence context for the analytical figures")
+	fs.DurationVar(&o.FixedTTFT, "ttft", 0, "fixed profile: time to first token")
+	fs.DurationVar(&o.FixedITL, "itl", 0, "fixed profile: time between tokens")
+	fs.IntVar(&o.EOSMeanTokens, "eos-mean", 0, "mean natural output length for requests without ignore_eos (0 = always max_tokens)")
+	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", 0, "max_tokens for completions that give none")
+	fs.IntVar(&o.DefaultChatMaxTokens, "default-chat-max-tokens", 0, "max_tokens cap for chat requests that give none")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("sim: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := sim.Profile(*profile)
+	if err != nil {
+		return usagef("sim: --profile: %v", err)
+	}
+	set := func(name string, dst, src any) {
+		if !fs.Changed(name) {
+			return
+		}
+		switch d := dst.(type) {
+		case *string:
+			*d = *src.(*string)
+		case *int:
+			*d = *src.(*int)
+		case *uint64:
+			*d = *src.(*uint64)
+		case *float64:
+			*d = *src.(*float64)
+		case *time.Duration:
+			*d = *src.(*time.Duration)
+		}
+	}
+	set("model", &cfg.Model, &o.Model)
+	set("time-scale", &cfg.TimeScale, &o.TimeScale)
+	set("seed", &cfg.Seed, &o.Seed)
+	set("max-model-len", &cfg.MaxModelLen, &o.MaxModelLen)
+	set("step-base", &cfg.StepBase, &o.StepBase)
+	set("prefill-per-token", &cfg.PrefillPerToken, &o.PrefillPerToken)
+	set("decode-per-seq", &cfg.DecodePerSeq, &o.DecodePerSeq)
+	set("context-per-token", &cfg.ContextPerToken, &o.ContextPerToken)
+	set("per-expert", &cfg.PerExpert, &o.PerExpert)
+	set("experts", &cfg.Experts, &o.Experts)
+	set("experts-per-token", &cfg.ExpertsPerToken, &o.ExpertsPerToken)
+	set("kv-cache-tokens", &cfg.KVCacheTokens, &o.KVCacheTokens)
+	set("max-batched-tokens", &cfg.MaxBatchedTokens, &o.MaxBatchedTokens)
+	set("max-batch", &cfg.MaxBatch, &o.MaxBatch)
+	set("ref-context-tokens", &cfg.RefContextTokens, &o.RefContextTokens)
+	set("ttft", &cfg.FixedTTFT, &o.FixedTTFT)
+	set("itl", &cfg.FixedITL, &o.FixedITL)
+	set("eos-mean", &cfg.EOSMeanTokens, &o.EOSMeanTokens)
+	set("default-max-tokens", &cfg.DefaultMaxTokens, &o.DefaultMaxTokens)
+	set("default-chat-max-tokens", &cfg.DefaultChatMaxTokens, &o.DefaultChatMaxTokens)
+	if (fs.Changed("ttft") || fs.Changed("itl")) && !cfg.Fixed {
+		return usagef("sim: --ttft and --itl apply to --profile fixed only")
+	}
+	for _, f := range *faults {
+		if err := sim.ParseFault(f, &cfg.Faults); err != nil {
+			return usagef("sim: --fault: %v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if *printInfo {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sim.Analyze(cfg))
+	}
+
+	r, err := sim.Start(ctx, *addr, cfg)
+	if err != nil {
+		return err
+	}
+	in := r.Info()
+	fmt.Fprintf(stderr, "llmreplay sim: serving %s (profile %s) at %s\n", cfg.Model, *profile, r.BaseURL())
+	if cfg.Fixed {
+		fmt.Fprintf(stderr, "  fixed timing: TTFT %v, ITL %v (model time), no batching\n", cfg.FixedTTFT, cfg.FixedITL)
+	} else {
+		fmt.Fprintf(stderr, "  model time: %.1f tok/s single stream, %.0f tok/s max decode at batch %d (context %d tokens/seq); KV cache %d tokens\n",
+			in.SingleStreamTokPerSec, in.MaxDecodeTokPerSec, in.MaxDecodeBatch, cfg.RefContextTokens, cfg.KVCacheTokens)
+	}
+	if cfg.TimeScale != 1 {
+		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)
+	}
+	for _, w := range in.Warnings {
+		fmt.Fprintf(stderr, "  warning: %s\n", w)
+	}
+	if cfg.Faults.Any() {
+		b, _ := json.Marshal(cfg.Faults)
+		fmt.Fprintf(stderr, "  faults: %s\n", b)
+	}
+	host := strings.TrimSuffix(r.BaseURL(), "/v1")
+	fmt.Fprintf(stderr, "  try GET %s/models, %s/sim/info, %s/metrics; Ctrl-C stops\n", r.BaseURL(), host, host)
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "llmreplay sim: stopping")
+	return r.Close()
+}

@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// apiError is an OpenAI-style error answer.
+type apiError struct {
+	status int
+	typ    string
+	param  string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, a ...any) *apiError {
+	return &apiError{status: 400, typ: "BadRequestError", param: param, msg: fmt.Sprintf(format, a...)}
+}
+
+// streamOptions is OpenAI's stream_options plus vLLM's continuous_usage_stats.
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+}
+
+// genRequest is the part of a completions or chat request the sim reads; other fields
+// (temperature, top_p, ...) are accepted and ignored, as vLLM ignores what it does not use.
+type genRequest struct {
+	Model               *string         `json:"model"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            json.RawMessage `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	MinTokens           *int            `json:"min_tokens"`
+	IgnoreEOS           *bool           `json:"ignore_eos"`
+	Stream              *bool           `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	N                   *int            `json:"n"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    *string         `json:"name"`
+}
+
+type contentPart struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+// parsedPrompt is the prompt in one of its forms: text, token ids, or chat messages.
+type parsedPrompt struct {
+	text     string
+	ids      []int
+	isIDs    bool
+	messages []parsedMessage
+}
+
+type parsedMessage struct{ role, content string }
+
+// params is a validated generation request.
+type params struct {
+	chat         bool
+	model        string
+	prompt       parsedPrompt
+	maxTokens    int // -1: not given
+	minTokens    int
+	ignoreEOS    bool
+	stream       bool
+	includeUsage bool
+	continuous   bool
+}
+
+// vocabSize is cl100k_base's id space (100256 ranks plus the special tokens up to 100276).
+const vocabSize = 100277
+
+// parseGenRequest decodes and checks a request body. Every problem is a 400 naming the
+// field, as vLLM answers.
+func parseGenRequest(body []byte, chat bool) (*params, error) {
+	var r genRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&r); err != nil {
+		return nil, badRequest("", "invalid JSON body: %s", jsonErr(err))
+	}
+	if dec.More() {
+		return nil, badRequest("", "invalid JSON body: trailing data after the object")
+	}
+	p := &params{chat: chat, maxTokens: -1}
+	if r.Model != nil {
+		p.model = *r.Model
+	}
+	var err error
+	if chat {
+		if len(r.Prompt) > 0 && string(r.Prompt) != "null" {
+			return nil, badRequest("prompt", "chat completions take messages, not prompt")
+		}
+		p.prompt.messages, err = parseMessages(r.Messages)
+	} else {
+		if len(r.Messages) > 0 && string(r.Messages) != "null" {
+			return nil, badRequest("messages", "completions take prompt, not messages (use /v1/chat/completions)")
+		}
+		p.prompt, err = parsePrompt(r.Prompt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.MaxTokens != nil && r.MaxCompletionTokens != nil && *r.MaxTokens != *r.MaxCompletionTokens {
+		return nil, badRequest("max_tokens", "max_tokens (%d) and max_completion_tokens (%d) disagree", *r.MaxTokens, *r.MaxCompletionTokens)
+	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"max_tokens", r.MaxTokens}, {"max_completion_tokens", r.MaxCompletionTokens}} {
+		if f.v != nil {
+			if *f.v < 1 {
+				return nil, badRequest(f.name, "%s must be at least 1, got %d", f.name, *f.v)
+			}
+			p.maxTokens = *f.v
+		}
+	}
+	if r.MinTokens != nil {
+		if *r.MinTokens < 0 {
+			return nil, badRequest("min_tokens", "min_tokens must be >= 0, got %d", *r.MinTokens)
+		}
+		if p.maxTokens >= 0 && *r.MinTokens > p.maxTokens {
+			return nil, badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", *r.MinTokens, p.maxTokens)
+		}
+		p.minTokens = *r.MinTokens
+	}
+	if r.N != nil && *r.N != 1 {
+		return nil, badRequest("n", "the simulated engine serves n=1 only, got n=%d", *r.N)
+	}
+	p.ignoreEOS = r.IgnoreEOS != nil && *r.IgnoreEOS
+	p.stream = r.Stream != nil && *r.Stream
+	if r.StreamOptions != nil {
+		if !p.stream {
+			return nil, badRequest("stream_options", "stream_options can only be set when stream is true")
+		}
+		p.includeUsage = r.StreamOptions.IncludeUsage != nil && *r.StreamOptions.IncludeUsage
+		p.continuous = r.StreamOptions.ContinuousUsageStats != nil && *r.StreamOptions.ContinuousUsageStats
+	}
+	return p, nil
+}
+
+// jsonErr makes encoding/json's errors name the field in the request's terms.
+func jsonErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("field %s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return fmt.Sprintf("expected %s, got JSON %s", te.Type, te.Value)
+	}
+	return err.Error()
+}
+
+// parsePrompt accepts what vLLM accepts for one prompt: a string, a list of token ids, or
+// a one-element list of either. Lists of several prompts (batched completions) are refused.
+func parsePrompt(raw json.RawMessage) (parsedPrompt, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return parsedPrompt{}, badRequest("prompt", "prompt is required")
+	}
+	var pp parsedPrompt
+	switch raw[0] {
+	case '"':
+		if err := json.Unmarshal(raw, &pp.text); err != nil {
+			return pp, badRequest("prompt", "prompt: %s", jsonErr(err))
+		}
+		if pp.text == "" {
+			return pp, badRequest("prompt", "prompt must not be empty")
+		}
+		return pp, nil
+	case '[':
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return pp, badRequest("prompt", "prompt: %s", jsonErr(err))
+		}
+		if len(items) == 0 {
+			return pp, badRequest("prompt", "prompt must not be empty")
+		}
+		first := bytes.TrimSpace(items[0])
+		if len(first) > 0 && (first[0] == '"' || first[0] == '[') {
+			if len(items) > 1 {
+				return pp, badRequest("prompt", "the simulated engine takes one prompt per request, got %d", len(items))
+			}
+			return parsePrompt(first)
+		}
+		var ids []int
+		if err := json.Unmarshal(raw, &ids); err != nil {
+			return pp, badRequest("prompt", "prompt: a list must hold token ids (integers): %s", jsonErr(err))
+		}
+		for i, id := range ids {
+			if id < 0 || id >= vocabSize {
+				return pp, badRequest("prompt", "prompt[%d]: token id %d is out of vocabulary [0,%d)", i, id, vocabSize)
+			}
+		}
+		pp.ids, pp.isIDs = ids, true
+		return pp, nil
+	}
+	return pp, badRequest("prompt", "prompt must be a string, a list of token ids, or a one-element list of either")
+}
+
+func parseMessages(raw json.RawMessage) ([]parsedMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, badRequest("messages", "messages is required")
+	}
+	var msgs []chatMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, badRequest("messages", "messages: %s", jsonErr(err))
+	}
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	out := make([]parsedMessage, len(msgs))
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "user", "assistant", "tool", "developer":
+		case "":
+			return nil, badRequest("messages", "messages[%d].role is required", i)
+		default:
+			return nil, badRequest("messages", "messages[%d].role %q is not system, developer, user, assistant or tool", i, m.Role)
+		}
+		c := bytes.TrimSpace(m.Content)
+		var text string
+		switch {
+		case len(c) == 0 || string(c) == "null":
+			if m.Role != "assistant" {
+				return nil, badRequest("messages", "messages[%d].content is required", i)
+			}
+		case c[0] == '"':
+			if err := json.Unmarshal(c, &text); err != nil {
+				return nil, badRequest("messages", "messages[%d].content: %s", i, jsonErr(err))
+			}
+		case c[0] == '[':
+			var parts []contentPart
+			if err := json.Unmarshal(c, &parts); err != nil {
+				return nil, badRequest("messages", "messages[%d].content: %s", i, jsonErr(err))
+			}
+			var sb strings.Builder
+			for j, p := range parts {
+				if p.Type != "text" || p.Text == nil {
+					return nil, badRequest("messages", "messages[%d].content[%d]: only text parts are supported (type %q)", i, j, p.Type)
+				}
+				sb.WriteString(*p.Text)
+			}
+			text = sb.String()
+		default:
+			return nil, badRequest("messages", "messages[%d].content must be a string or a list of text parts", i)
+		}
+		out[i] = parsedMessage{role: m.Role, content: text}
+	}
+	return out, nil
+}

@@ -1,0 +1,312 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every parameter of the simulated engine. Durations are model time: the engine
+// emits tokens at model time divided by TimeScale in real time.
+//
+// The step-time model (see StepTime) is
+//
+//	step = StepBase + PrefillPerToken*prefill_tokens + DecodePerSeq*decoding_seqs
+//	     + ContextPerToken*context_tokens + PerExpert*E*(1-(1-K/E)^tokens)
+//
+// where the last term is the expected number of distinct experts a step's tokens touch
+// (E = Experts, K = ExpertsPerToken), each of which costs one expert's weight read.
+// With Experts = 0 it is the plain linear model.
+type Config struct {
+	// Model is the served model name (/v1/models, the "model" field of requests).
+	Model string `json:"model"`
+	// MaxModelLen caps prompt + output tokens of one request.
+	MaxModelLen int `json:"max_model_len"`
+
+	StepBase        time.Duration `json:"step_base_ns"`
+	PrefillPerToken time.Duration `json:"prefill_per_token_ns"`
+	DecodePerSeq    time.Duration `json:"decode_per_seq_ns"`
+	ContextPerToken time.Duration `json:"context_per_token_ns"`
+	PerExpert       time.Duration `json:"per_expert_ns"`
+	Experts         int           `json:"experts"`
+	ExpertsPerToken int           `json:"experts_per_token"`
+
+	// KVCacheTokens is the KV-cache capacity; a request is admitted only when its prompt
+	// and its whole output fit beside the running ones.
+	KVCacheTokens int `json:"kv_cache_tokens"`
+	// MaxBatchedTokens is the per-step token budget (decodes + prefill chunks), like vLLM's
+	// max_num_batched_tokens.
+	MaxBatchedTokens int `json:"max_batched_tokens"`
+	// MaxBatch caps running sequences, like vLLM's max_num_seqs.
+	MaxBatch int `json:"max_batch"`
+	// RefContextTokens is the per-sequence context at which Info's analytical figures are
+	// computed.
+	RefContextTokens int `json:"ref_context_tokens"`
+
+	// Fixed replaces the engine by exact timing: first token FixedTTFT after arrival, then
+	// one token every FixedITL, with no batching and no capacity limit.
+	Fixed     bool          `json:"fixed"`
+	FixedTTFT time.Duration `json:"fixed_ttft_ns"`
+	FixedITL  time.Duration `json:"fixed_itl_ns"`
+
+	// EOSMeanTokens, when > 0, makes a request without ignore_eos stop at a natural length
+	// drawn (seeded) from a geometric distribution of this mean, raised to min_tokens and
+	// capped by max_tokens. 0: output is always max_tokens long.
+	EOSMeanTokens int `json:"eos_mean_tokens"`
+	// DefaultMaxTokens applies to completions without max_tokens (vLLM and OpenAI use 16).
+	DefaultMaxTokens int `json:"default_max_tokens"`
+	// DefaultChatMaxTokens caps chat requests without max_tokens (vLLM would allow
+	// max_model_len - prompt; the sim caps it so a bare request ends in reasonable time).
+	DefaultChatMaxTokens int `json:"default_chat_max_tokens"`
+
+	// TimeScale speeds model time up: 10 runs everything 10x faster in real time.
+	TimeScale float64 `json:"time_scale"`
+	// Seed makes faults and natural output lengths reproducible.
+	Seed   uint64 `json:"seed"`
+	Faults Faults `json:"faults"`
+}
+
+// Faults are injected failures, each drawn per request with its rate (0..1). The three
+// HTTP statuses are mutually exclusive (their rates must sum to <= 1); the others are
+// independent. Durations are model time.
+type Faults struct {
+	Status429        float64       `json:"status_429"`
+	Status500        float64       `json:"status_500"`
+	Status503        float64       `json:"status_503"`
+	Disconnect       float64       `json:"disconnect"`
+	Malformed        float64       `json:"malformed"`
+	Stall            float64       `json:"stall"`
+	StallFor         time.Duration `json:"stall_for_ns"`
+	SlowFirstByte    float64       `json:"slow_first_byte"`
+	SlowFirstByteFor time.Duration `json:"slow_first_byte_for_ns"`
+}
+
+// Any reports whether any fault has a positive rate.
+func (f Faults) Any() bool {
+	return f.Status429 > 0 || f.Status500 > 0 || f.Status503 > 0 || f.Disconnect > 0 ||
+		f.Malformed > 0 || f.Stall > 0 || f.SlowFirstByte > 0
+}
+
+// FaultKinds lists the names ParseFault accepts.
+var FaultKinds = []string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+
+// ParseFault sets one fault from "KIND=RATE" or, for stall and slow-first-byte,
+// "KIND=RATE:DURATION" (e.g. "503=0.01", "stall=0.05:2s"). The duration defaults to 1s.
+func ParseFault(s string, f *Faults) error {
+	kind, val, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("fault %q: want KIND=RATE[:DURATION] with KIND one of %s", s, strings.Join(FaultKinds, ", "))
+	}
+	kind = strings.ToLower(strings.TrimSpace(kind))
+	rateS, durS, hasDur := strings.Cut(val, ":")
+	rate, err := strconv.ParseFloat(strings.TrimSpace(rateS), 64)
+	if err != nil || math.IsNaN(rate) || rate < 0 || rate > 1 {
+		return fmt.Errorf("fault %q: rate %q is not a number in [0,1]", s, rateS)
+	}
+	dur := time.Second
+	if hasDur {
+		if kind != "stall" && kind != "slow-first-byte" {
+			return fmt.Errorf("fault %q: only stall and slow-first-byte take a duration", s)
+		}
+		dur, err = time.ParseDuration(strings.TrimSpace(durS))
+		if err != nil || dur <= 0 {
+			return fmt.Errorf("fault %q: duration %q is not a positive Go duration like 500ms", s, durS)
+		}
+	}
+	switch kind {
+	case "429":
+		f.Status429 = rate
+	case "500":
+		f.Status500 = rate
+	case "503":
+		f.Status503 = rate
+	case "disconnect":
+		f.Disconnect = rate
+	case "malformed":
+		f.Malformed = rate
+	case "stall":
+		f.Stall, f.StallFor = rate, dur
+	case "slow-first-byte":
+		f.SlowFirstByte, f.SlowFirstByteFor = rate, dur
+	default:
+		return fmt.Errorf("fault %q: unknown kind %q (want one of %s)", s, kind, strings.Join(FaultKinds, ", "))
+	}
+	return nil
+}
+
+// MaxTimeScale bounds TimeScale; at 1e6 a 1 ms model step takes 1 ns of real time, which
+// is "as fast as the machine goes".
+const MaxTimeScale = 1e6
+
+// Profiles lists the names Profile accepts.
+func Profiles() []string {
+	names := make([]string, 0, len(profiles))
+	for n := range profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var profiles = map[string]func() Config{
+	// tiny: small and fast for tests; every term of the step model is non-zero so a test
+	// can tell a wrong engine from a right one.
+	"tiny": func() Config {
+		return Config{
+			Model:                "sim-tiny",
+			MaxModelLen:          8192,
+			StepBase:             time.Millisecond,
+			PrefillPerToken:      10 * time.Microsecond,
+			DecodePerSeq:         50 * time.Microsecond,
+			ContextPerToken:      200 * time.Nanosecond,
+			KVCacheTokens:        65536,
+			MaxBatchedTokens:     2048,
+			MaxBatch:             16,
+			RefContextTokens:     128,
+			DefaultMaxTokens:     16,
+			DefaultChatMaxTokens: 256,
+			TimeScale:            1,
+			Seed:                 1,
+		}
+	},
+	// moe-230b-8gpu: an 8-GPU deployment of a 230B-total / 10B-active MoE model (256
+	// experts, top-8). Calibrated in docs/sim.md: 84 tok/s single-stream, ~366 tok/s at
+	// batch 8, ~4,000 tok/s at batch 256 (= max_num_seqs, hence the plateau), decode only
+	// at 1,024 tokens of context; prefill (8 us/token) is an estimate.
+	"moe-230b-8gpu": func() Config {
+		return Config{
+			Model:                "sim-moe-230b",
+			MaxModelLen:          196608,
+			StepBase:             10300 * time.Microsecond,
+			PrefillPerToken:      8 * time.Microsecond,
+			DecodePerSeq:         5 * time.Microsecond,
+			ContextPerToken:      5 * time.Nanosecond,
+			PerExpert:            200 * time.Microsecond,
+			Experts:              256,
+			ExpertsPerToken:      8,
+			KVCacheTokens:        1_000_000,
+			MaxBatchedTokens:     8192,
+			MaxBatch:             256,
+			RefContextTokens:     1024,
+			DefaultMaxTokens:     16,
+			DefaultChatMaxTokens: 1024,
+			TimeScale:            1,
+			Seed:                 1,
+		}
+	},
+	// fixed: exact TTFT and ITL, no batching, for measuring a client's own error.
+	"fixed": func() Config {
+		return Config{
+			Model:                "sim-fixed",
+			MaxModelLen:          1 << 20,
+			Fixed:                true,
+			FixedTTFT:            100 * time.Millisecond,
+			FixedITL:             10 * time.Millisecond,
+			KVCacheTokens:        1 << 20,
+			MaxBatchedTokens:     1 << 20,
+			MaxBatch:             1 << 20,
+			DefaultMaxTokens:     16,
+			DefaultChatMaxTokens: 256,
+			TimeScale:            1,
+			Seed:                 1,
+		}
+	},
+}
+
+// Profile returns the named parameter set: "tiny", "moe-230b-8gpu" or "fixed".
+func Profile(name string) (Config, error) {
+	p, ok := profiles[name]
+	if !ok {
+		return Config{}, fmt.Errorf("sim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
+	}
+	return p(), nil
+}
+
+// Validate checks that the configuration describes a runnable engine.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("sim: config %s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if c.Model == "" {
+		bad("model", "empty")
+	}
+	if c.MaxModelLen < 2 {
+		bad("max_model_len", "%d < 2", c.MaxModelLen)
+	}
+	if !(c.TimeScale > 0 && c.TimeScale <= MaxTimeScale) {
+		bad("time_scale", "%v not in (0, %g]", c.TimeScale, float64(MaxTimeScale))
+	}
+	if c.DefaultMaxTokens < 1 {
+		bad("default_max_tokens", "%d < 1", c.DefaultMaxTokens)
+	}
+	if c.DefaultChatMaxTokens < 1 {
+		bad("default_chat_max_tokens", "%d < 1", c.DefaultChatMaxTokens)
+	}
+	if c.EOSMeanTokens < 0 {
+		bad("eos_mean_tokens", "%d < 0", c.EOSMeanTokens)
+	}
+	if c.Fixed {
+		if c.FixedTTFT < 0 {
+			bad("fixed_ttft", "%v < 0", c.FixedTTFT)
+		}
+		if c.FixedITL < 0 {
+			bad("fixed_itl", "%v < 0", c.FixedITL)
+		}
+	} else {
+		for _, d := range []struct {
+			name string
+			v    time.Duration
+		}{{"step_base", c.StepBase}, {"prefill_per_token", c.PrefillPerToken}, {"decode_per_seq", c.DecodePerSeq},
+			{"context_per_token", c.ContextPerToken}, {"per_expert", c.PerExpert}} {
+			if d.v < 0 {
+				bad(d.name, "%v < 0", d.v)
+			}
+		}
+		if c.StepBase+c.DecodePerSeq+c.PerExpert <= 0 {
+			bad("step_base", "a decode step would take no time: set step_base, decode_per_seq or per_expert")
+		}
+		if c.Experts < 0 || c.ExpertsPerToken < 0 || c.ExpertsPerToken > c.Experts {
+			bad("experts", "need 0 <= experts_per_token (%d) <= experts (%d)", c.ExpertsPerToken, c.Experts)
+		}
+		if c.PerExpert > 0 && c.ExpertsPerToken == 0 {
+			bad("per_expert", "set but experts_per_token is 0")
+		}
+		if c.MaxBatch < 1 {
+			bad("max_batch", "%d < 1", c.MaxBatch)
+		}
+		if c.MaxBatchedTokens < c.MaxBatch {
+			bad("max_batched_tokens", "%d < max_batch %d: every running sequence must be able to decode each step", c.MaxBatchedTokens, c.MaxBatch)
+		}
+		if c.KVCacheTokens < c.MaxModelLen {
+			bad("kv_cache_tokens", "%d < max_model_len %d: a request of max_model_len could never be admitted", c.KVCacheTokens, c.MaxModelLen)
+		}
+		if c.RefContextTokens < 0 {
+			bad("ref_context_tokens", "%d < 0", c.RefContextTokens)
+		}
+	}
+	f := c.Faults
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"429", f.Status429}, {"500", f.Status500}, {"503", f.Status503}, {"disconnect", f.Disconnect},
+		{"malformed", f.Malformed}, {"stall", f.Stall}, {"slow-first-byte", f.SlowFirstByte}} {
+		if math.IsNaN(r.v) || r.v < 0 || r.v > 1 {
+			bad("faults."+r.name, "rate %v not in [0,1]", r.v)
+		}
+	}
+	if s := f.Status429 + f.Status500 + f.Status503; s > 1+1e-12 {
+		bad("faults", "429+500+503 rates sum to %v > 1", s)
+	}
+	if f.Stall > 0 && f.StallFor <= 0 {
+		bad("faults.stall", "rate set but duration %v <= 0", f.StallFor)
+	}
+	if f.SlowFirstByte > 0 && f.SlowFirstByteFor <= 0 {
+		bad("faults.slow-first-byte", "rate set but duration %v <= 0", f.SlowFirstByteFor)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,342 @@
+package sim
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// seq is one generation request inside the engine.
+//
+// The engine goroutine owns the fields under "engine"; the handler goroutine reads
+// produced and done, and the timing fields after it has seen done (the atomic store of
+// done publishes them).
+type seq struct {
+	prompt int // prompt tokens
+	target int // tokens to generate (>= 1)
+	recv   time.Time
+
+	// engine
+	prefilled int
+	generated int
+	stepTok   int // tokens scheduled in the current step
+	kv        int // KV tokens reserved (prompt + target)
+
+	// Model times (durations since the engine's model epoch). Written by the engine
+	// before done is stored.
+	arrivalM, queuedM, admitM, firstM, lastM time.Duration // queuedM: step start at which the engine took it in
+	waitingAhead                             int           // waiting requests ahead of it on arrival
+	// The engine's generated-token counter at admission (step start) and at the end of
+	// the step that produced the last token: with admitM and lastM these are samples of
+	// the engine's aggregate progress in model time.
+	genAtAdmit, genAtLast int64
+
+	produced atomic.Int64 // tokens generated so far, as published to the handler
+	done     atomic.Bool  // all target tokens published (or engine stopped)
+	canceled atomic.Bool  // client went away: the engine drops it at the next step
+	notify   chan struct{}
+}
+
+func newSeq(prompt, target int) *seq {
+	return &seq{prompt: prompt, target: target, kv: prompt + target, notify: make(chan struct{}, 1)}
+}
+
+func (s *seq) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// core is the pure scheduler: iteration-level continuous batching with an FCFS waiting
+// queue, admission on KV capacity (prompt + whole output reserved, so no preemption),
+// chunked prefill within a per-step token budget and one decode token per running
+// sequence per step. It has no clock: step advances model time by the step's duration.
+type core struct {
+	cfg         *Config
+	now         time.Duration
+	lastArrival time.Duration // arrival time of the last enqueued request
+	waiting     []*seq        // FIFO; waiting[head:] are live
+	head        int
+	running     []*seq
+	kvUsed      int
+	touched     []*seq // sequences that produced a token in the last step
+
+	// counters for /metrics
+	steps, promptTokens, genTokens, finished int64
+}
+
+func newCore(cfg *Config) *core { return &core{cfg: cfg} }
+
+func (c *core) waitingLen() int { return len(c.waiting) - c.head }
+
+func (c *core) idle() bool { return len(c.running) == 0 && c.waitingLen() == 0 }
+
+// enqueue adds s to the waiting queue at model time arrival.
+func (c *core) enqueue(s *seq, arrival time.Duration) {
+	s.arrivalM, s.queuedM = arrival, c.now
+	s.waitingAhead = c.waitingLen()
+	if c.head > 0 && c.head == len(c.waiting) {
+		c.waiting, c.head = c.waiting[:0], 0
+	}
+	c.waiting = append(c.waiting, s)
+}
+
+// dropCanceled removes sequences whose client has gone, freeing their KV.
+func (c *core) dropCanceled() {
+	j := 0
+	for _, s := range c.running {
+		if s.canceled.Load() {
+			c.kvUsed -= s.kv
+			continue
+		}
+		c.running[j] = s
+		j++
+	}
+	clear(c.running[j:])
+	c.running = c.running[:j]
+	w := c.waiting[c.head:]
+	j = 0
+	for _, s := range w {
+		if !s.canceled.Load() {
+			w[j] = s
+			j++
+		}
+	}
+	clear(w[j:])
+	c.waiting = c.waiting[:c.head+j]
+}
+
+// step schedules and runs one engine iteration: decodes first (one token each), then the
+// prefill chunks of running sequences, then FCFS admissions while the batch, the token
+// budget and the KV cache allow (the head of the queue blocks the rest: strict FCFS).
+// It advances c.now by the step time and returns it; c.touched lists the sequences that
+// produced a token. A step with nothing to do returns 0.
+func (c *core) step() time.Duration {
+	c.touched = c.touched[:0]
+	budget := c.cfg.MaxBatchedTokens
+	prefill, decode, context := 0, 0, 0
+	for _, s := range c.running {
+		s.stepTok = 0
+		if s.prefilled == s.prompt && budget > 0 {
+			s.stepTok = 1
+			budget--
+			decode++
+			context += s.prompt + s.generated
+		}
+	}
+	for _, s := range c.running {
+		if s.prefilled < s.prompt && budget > 0 {
+			n := min(s.prompt-s.prefilled, budget)
+			s.stepTok = n
+			budget -= n
+			prefill += n
+			context += s.prefilled + n
+		}
+	}
+	for c.waitingLen() > 0 && budget > 0 && len(c.running) < c.cfg.MaxBatch {
+		s := c.waiting[c.head]
+		if c.kvUsed+s.kv > c.cfg.KVCacheTokens {
+			break
+		}
+		c.waiting[c.head] = nil
+		c.head++
+		c.kvUsed += s.kv
+		s.admitM = c.now
+		s.genAtAdmit = c.genTokens
+		c.running = append(c.running, s)
+		n := min(s.prompt, budget)
+		s.stepTok = n
+		budget -= n
+		prefill += n
+		context += n
+	}
+	if prefill+decode == 0 {
+		return 0
+	}
+	d := c.cfg.StepTime(prefill, decode, context)
+	c.now += d
+	c.steps++
+	c.promptTokens += int64(prefill)
+	j := 0
+	for _, s := range c.running {
+		switch {
+		case s.stepTok == 0:
+		case s.prefilled == s.prompt: // decoded one token
+			s.generated++
+			s.lastM = c.now
+			c.touched = append(c.touched, s)
+		default:
+			s.prefilled += s.stepTok
+			if s.prefilled == s.prompt { // prefill done: the step samples the first token
+				s.generated = 1
+				s.firstM, s.lastM = c.now, c.now
+				c.touched = append(c.touched, s)
+			}
+		}
+		s.stepTok = 0
+		if s.generated == s.target {
+			c.kvUsed -= s.kv
+			c.finished++
+			continue
+		}
+		c.running[j] = s
+		j++
+	}
+	clear(c.running[j:])
+	c.running = c.running[:j]
+	c.genTokens += int64(len(c.touched))
+	for _, s := range c.touched {
+		if s.generated == s.target {
+			s.genAtLast = c.genTokens
+		}
+	}
+	return d
+}
+
+// engine runs a core in real time: each step's tokens are published at
+// epoch + model_time/TimeScale. When the loop falls behind real time (a busy machine),
+// model time keeps its own pace and tokens go out as soon as they can: measurements in
+// model time stay exact, and /metrics reports the lag.
+type engine struct {
+	cfg   *Config
+	epoch time.Time
+	scale float64
+
+	mu      sync.Mutex // guards inbox, core counters read by metrics, lag
+	inbox   []*seq
+	spare   []*seq
+	core    *core
+	lag     time.Duration
+	wakeCh  chan struct{}
+	stopCh  chan struct{}
+	stopped chan struct{}
+	stop    sync.Once
+}
+
+func newEngine(cfg *Config) *engine {
+	e := &engine{
+		cfg:     cfg,
+		epoch:   time.Now(),
+		scale:   cfg.TimeScale,
+		core:    newCore(cfg),
+		wakeCh:  make(chan struct{}, 1),
+		stopCh:  make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go e.loop()
+	return e
+}
+
+func (e *engine) realToModel(t time.Time) time.Duration {
+	return scaleDur(t.Sub(e.epoch), e.scale)
+}
+
+// scaleDur is d*scale, saturating instead of overflowing int64 nanoseconds (at the
+// largest time scale, 1e6, that takes 2.5 hours of real time).
+func scaleDur(d time.Duration, scale float64) time.Duration {
+	v := float64(d) * scale
+	if v >= 1<<62 {
+		return 1 << 62
+	}
+	return time.Duration(v)
+}
+
+func (e *engine) modelToReal(m time.Duration) time.Time {
+	return e.epoch.Add(time.Duration(float64(m) / e.scale))
+}
+
+// submit hands s to the engine; it is queued at the start of the next step.
+func (e *engine) submit(s *seq) {
+	e.mu.Lock()
+	e.inbox = append(e.inbox, s)
+	e.mu.Unlock()
+	select {
+	case e.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (e *engine) close() {
+	e.stop.Do(func() { close(e.stopCh) })
+	<-e.stopped
+}
+
+func (e *engine) loop() {
+	defer close(e.stopped)
+	c := e.core
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		e.mu.Lock()
+		in := e.inbox
+		e.inbox, e.spare = e.spare[:0], nil
+		if len(in) > 0 {
+			if c.idle() {
+				// Model time stood still while idle: resume it at the first arrival so
+				// the wake-up latency of this goroutine is not counted as model time.
+				first := e.realToModel(in[0].recv)
+				for _, s := range in[1:] {
+					first = min(first, e.realToModel(s.recv))
+				}
+				c.now = max(c.now, first)
+			}
+			// Queue in order of receipt, and keep arrival times in queue order: a request
+			// stamped earlier but handed over later (its handler was descheduled) counts
+			// as arriving when the one ahead of it did, so FCFS by arrival time holds.
+			if len(in) > 1 {
+				slices.SortStableFunc(in, func(a, b *seq) int { return a.recv.Compare(b.recv) })
+			}
+			for _, s := range in {
+				a := min(max(e.realToModel(s.recv), c.lastArrival), c.now)
+				c.lastArrival = a
+				c.enqueue(s, a)
+			}
+		}
+		clear(in)
+		e.spare = in[:0]
+		c.dropCanceled()
+		var d time.Duration
+		if !c.idle() {
+			d = c.step()
+		}
+		e.mu.Unlock()
+		if d == 0 {
+			select {
+			case <-e.wakeCh:
+				continue
+			case <-e.stopCh:
+				return
+			}
+		}
+		if wait := time.Until(e.modelToReal(c.now)); wait > 0 {
+			e.mu.Lock()
+			e.lag = 0
+			e.mu.Unlock()
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-e.stopCh:
+				timer.Stop()
+				return
+			}
+		} else {
+			e.mu.Lock()
+			e.lag = -wait
+			e.mu.Unlock()
+		}
+		for _, s := range c.touched {
+			s.produced.Store(int64(s.generated))
+			if s.generated == s.target {
+				s.done.Store(true)
+			}
+			s.wake()
+		}
+		select {
+		case <-e.stopCh:
+			return
+		default:
+		}
+	}
+}

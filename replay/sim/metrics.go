@@ -1,0 +1,68 @@
+package sim
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// serveMetrics writes Prometheus text: vLLM's metric names where one exists, so existing
+// dashboards work, and llmreplay_sim_* for the model clock and faults.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	var running, waiting int
+	var kvUsed int
+	var steps, promptTok, genTok int64
+	var modelNow, lag float64
+	if s.eng != nil {
+		e := s.eng
+		e.mu.Lock()
+		c := e.core
+		running, waiting, kvUsed = len(c.running), c.waitingLen()+len(e.inbox), c.kvUsed
+		steps, promptTok, genTok = c.steps, c.promptTokens, c.genTokens
+		modelNow, lag = c.now.Seconds(), e.lag.Seconds()
+		e.mu.Unlock()
+	} else {
+		running = int(s.inflight.Load())
+		promptTok, genTok = s.fixedPrompt.Load(), s.fixedGen.Load()
+	}
+	lbl := `{model_name="` + s.cfg.Model + `"}`
+	b := make([]byte, 0, 4096)
+	metric := func(name, typ, help, labels string, v float64) {
+		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" "+typ+"\n"...)
+		b = append(b, name...)
+		b = append(b, labels...)
+		b = append(b, ' ')
+		b = strconv.AppendFloat(b, v, 'g', -1, 64)
+		b = append(b, '\n')
+	}
+	kvFrac := 0.0
+	if s.cfg.KVCacheTokens > 0 {
+		kvFrac = float64(kvUsed) / float64(s.cfg.KVCacheTokens)
+	}
+	metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", lbl, float64(running))
+	metric("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", lbl, float64(waiting))
+	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = full.", lbl, kvFrac)
+	metric("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled.", lbl, float64(promptTok))
+	metric("vllm:generation_tokens_total", "counter", "Tokens generated.", lbl, float64(genTok))
+	b = append(b, "# HELP vllm:request_success_total Requests finished, by finish reason.\n# TYPE vllm:request_success_total counter\n"...)
+	for _, fr := range []struct {
+		reason string
+		v      int64
+	}{{"length", s.finishedLength.Load()}, {"stop", s.finishedStop.Load()}} {
+		b = append(b, `vllm:request_success_total{model_name="`+s.cfg.Model+`",finished_reason="`+fr.reason+`"} `...)
+		b = strconv.AppendInt(b, fr.v, 10)
+		b = append(b, '\n')
+	}
+	metric("llmreplay_sim_kv_cache_used_tokens", "gauge", "KV-cache tokens reserved by admitted requests.", lbl, float64(kvUsed))
+	metric("llmreplay_sim_steps_total", "counter", "Engine steps run.", lbl, float64(steps))
+	metric("llmreplay_sim_model_time_seconds", "gauge", "The engine's model clock (end of the last step).", lbl, modelNow)
+	metric("llmreplay_sim_lag_seconds", "gauge", "How far the engine loop was behind real time at its last step (0 = on time; > 0 means the machine limits the sim).", lbl, lag)
+	metric("llmreplay_sim_bad_requests_total", "counter", "Requests answered 4xx for bad input.", lbl, float64(s.badRequests.Load()))
+	b = append(b, "# HELP llmreplay_sim_faults_total Faults injected, by kind.\n# TYPE llmreplay_sim_faults_total counter\n"...)
+	for i, n := range faultNames {
+		b = append(b, `llmreplay_sim_faults_total{model_name="`+s.cfg.Model+`",kind="`+n+`"} `...)
+		b = strconv.AppendInt(b, s.faultCount[i].Load(), 10)
+		b = append(b, '\n')
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(b)
+}

@@ -1,0 +1,499 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmreplay/llmreplay/tokenize"
+)
+
+// Server is the simulated OpenAI-compatible engine. It is safe for concurrent use.
+type Server struct {
+	cfg   Config
+	info  Info
+	enc   *tokenize.Encoding
+	eng   *engine // nil for the fixed profile
+	epoch time.Time
+	mux   *http.ServeMux
+
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	reqIndex atomic.Uint64 // generation requests that passed validation, in arrival order
+	created  int64
+
+	// counters for /metrics
+	inflight                     atomic.Int64 // fixed profile: requests being served
+	fixedPrompt, fixedGen        atomic.Int64
+	finishedLength, finishedStop atomic.Int64
+	badRequests                  atomic.Int64
+	faultCount                   [numFaults]atomic.Int64
+
+	modelJSON      []byte // the model name as a JSON string, for chunk heads
+	counts         countCache
+	chatRoleTokens map[string]int // tokens of "role\n" per role
+	lateness       *latenessLog   // set by benchmarks only
+	chatReply      int            // tokens of "<|im_start|>assistant\n"
+}
+
+// New validates cfg and starts the engine loop. Close stops it.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	enc, err := tokenize.Get(tokenize.CL100kBase)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	s := &Server{
+		cfg:            cfg,
+		info:           Analyze(cfg),
+		enc:            enc,
+		closing:        make(chan struct{}),
+		created:        time.Now().Unix(),
+		chatRoleTokens: map[string]int{},
+	}
+	s.modelJSON, _ = json.Marshal(cfg.Model)
+	for _, r := range []string{"system", "developer", "user", "assistant", "tool"} {
+		s.chatRoleTokens[r] = enc.Count(r + "\n")
+	}
+	s.chatReply = 1 + s.chatRoleTokens["assistant"]
+	if cfg.Fixed {
+		s.epoch = time.Now()
+	} else {
+		s.eng = newEngine(&s.cfg)
+		s.epoch = s.eng.epoch
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, false) })
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, true) })
+	mux.HandleFunc("/v1/models", s.serveModels)
+	mux.HandleFunc("/tokenize", s.serveTokenize)
+	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.HandleFunc("/sim/info", s.serveInfo)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: 404, typ: "NotFoundError", msg: "no route " + r.URL.Path})
+	})
+	s.mux = mux
+	return s, nil
+}
+
+// Handler serves /v1/models, /v1/completions, /v1/chat/completions, /tokenize, /metrics,
+// /sim/info and /health.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Info returns the configuration and its analytical limits.
+func (s *Server) Info() Info { return s.info }
+
+// Close stops the engine loop and ends every open stream (without [DONE]). It is safe
+// to call more than once.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		if s.eng != nil {
+			s.eng.close()
+		}
+	})
+}
+
+// Running is a Server listening on a TCP address.
+type Running struct {
+	srv  *Server
+	hs   *http.Server
+	ln   net.Listener
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+// Start listens on addr (e.g. "127.0.0.1:0") and serves cfg until Close or until ctx ends.
+func Start(ctx context.Context, addr string, cfg Config) (*Running, error) {
+	srv, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("sim: listen %s: %w", addr, err)
+	}
+	r := &Running{
+		srv:  srv,
+		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(r.done)
+		if err := r.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.err = err
+		}
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.Close()
+		case <-r.done:
+		}
+	}()
+	return r, nil
+}
+
+// BaseURL is the OpenAI base URL, "http://HOST:PORT/v1".
+func (r *Running) BaseURL() string { return "http://" + r.ln.Addr().String() + "/v1" }
+
+// Addr is the address listened on.
+func (r *Running) Addr() net.Addr { return r.ln.Addr() }
+
+// Info returns the server's configuration and analytical limits.
+func (r *Running) Info() Info { return r.srv.Info() }
+
+// Server returns the underlying Server.
+func (r *Running) Server() *Server { return r.srv }
+
+// Close ends open streams, stops the engine and the listener, and waits for the handlers.
+func (r *Running) Close() error {
+	r.once.Do(func() {
+		r.srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.hs.Shutdown(ctx); err != nil {
+			r.hs.Close()
+		}
+		<-r.done
+	})
+	return r.err
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    int     `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	var b errorBody
+	b.Error.Message, b.Error.Type, b.Error.Code = e.msg, e.typ, e.status
+	if e.param != "" {
+		b.Error.Param = &e.param
+	}
+	if e.status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, b)
+}
+
+const maxBody = 64 << 20
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		return nil, &apiError{status: 405, typ: "MethodNotAllowed", msg: r.Method + " not allowed: use POST"}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{status: 413, typ: "BadRequestError", msg: fmt.Sprintf("body over %d bytes", maxBody)}
+		}
+		return nil, badRequest("", "read body: %v", err)
+	}
+	return body, nil
+}
+
+func (s *Server) checkModel(model string) *apiError {
+	if model != "" && model != s.cfg.Model {
+		return &apiError{status: 404, typ: "NotFoundError", param: "model",
+			msg: fmt.Sprintf("The model `%s` does not exist. This server serves `%s`.", model, s.cfg.Model)}
+	}
+	return nil
+}
+
+// promptTokens counts the prompt as the engine would: cl100k_base for text, len(ids) for
+// token ids, and for chat a ChatML template:
+// per message <|im_start|> + "role\n" + content + <|im_end|> + "\n", then
+// <|im_start|> + "assistant\n" for the reply (pieces tokenized separately).
+func (s *Server) promptTokens(p *parsedPrompt) int {
+	switch {
+	case p.isIDs:
+		return len(p.ids)
+	case p.messages != nil:
+		n := s.chatReply
+		for _, m := range p.messages {
+			n += 1 + s.chatRoleTokens[m.role] + s.count(m.content) + 2
+		}
+		return n
+	default:
+		return s.count(p.text)
+	}
+}
+
+// countCache remembers token counts of long texts by a 64-bit hash of their bytes.
+// cl100k_base counting through tiktoken-go costs about 2.5 µs per token (12 ms for a
+// 4.5k-token prompt), while replays repeat prompts: a sweep replays the same trace at
+// several rates, and chat requests share system prompts.
+type countCache struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	m    map[uint64]int
+}
+
+const (
+	countCacheMinBytes = 256     // shorter texts are cheaper to count than to hash and look up
+	countCacheEntries  = 1 << 16 // the cache is cleared when it reaches this size
+)
+
+func (s *Server) count(text string) int {
+	if len(text) < countCacheMinBytes {
+		return s.enc.Count(text)
+	}
+	c := &s.counts
+	c.mu.Lock()
+	if c.m == nil {
+		c.seed, c.m = maphash.MakeSeed(), make(map[uint64]int)
+	}
+	h := maphash.String(c.seed, text)
+	n, ok := c.m[h]
+	c.mu.Unlock()
+	if ok {
+		return n
+	}
+	n = s.enc.Count(text)
+	c.mu.Lock()
+	if len(c.m) >= countCacheEntries {
+		clear(c.m)
+	}
+	c.m[h] = n
+	c.mu.Unlock()
+	return n
+}
+
+func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	writeJSON(w, 200, map[string]any{"object": "list", "data": []model{{
+		ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "llmreplay-sim", Root: s.cfg.Model, MaxModelLen: s.cfg.MaxModelLen,
+	}}})
+}
+
+func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.info) }
+
+// serveTokenize answers like vLLM's /tokenize: {"count","max_model_len","tokens","token_strs"}.
+func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.badRequests.Add(1)
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		Model    *string         `json:"model"`
+		Prompt   json.RawMessage `json:"prompt"`
+		Messages json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.badRequests.Add(1)
+		writeError(w, badRequest("", "invalid JSON body: %s", jsonErr(err)))
+		return
+	}
+	if req.Model != nil {
+		if aerr := s.checkModel(*req.Model); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
+	var tokens []int
+	if len(req.Messages) > 0 && string(req.Messages) != "null" {
+		msgs, err := parseMessages(req.Messages)
+		if err != nil {
+			s.badRequests.Add(1)
+			writeError(w, err.(*apiError))
+			return
+		}
+		for _, m := range msgs {
+			tokens = append(tokens, imStart)
+			tokens = append(tokens, s.enc.Encode(m.role+"\n")...)
+			tokens = append(tokens, s.enc.Encode(m.content)...)
+			tokens = append(tokens, imEnd)
+			tokens = append(tokens, s.enc.Encode("\n")...)
+		}
+		tokens = append(tokens, imStart)
+		tokens = append(tokens, s.enc.Encode("assistant\n")...)
+	} else {
+		p, err := parsePrompt(req.Prompt)
+		if err != nil {
+			s.badRequests.Add(1)
+			writeError(w, err.(*apiError))
+			return
+		}
+		if p.isIDs {
+			tokens = p.ids
+		} else {
+			tokens = s.enc.Encode(p.text)
+		}
+	}
+	if tokens == nil {
+		tokens = []int{}
+	}
+	writeJSON(w, 200, map[string]any{"count": len(tokens), "max_model_len": s.cfg.MaxModelLen, "tokens": tokens, "token_strs": nil})
+}
+
+// ChatML's special tokens in cl100k_base's id space.
+const (
+	imStart = 100264
+	imEnd   = 100265
+)
+
+// fault kinds, indexing Server.faultCount.
+const (
+	fault429 = iota
+	fault500
+	fault503
+	faultDisconnect
+	faultMalformed
+	faultStall
+	faultSlowFirstByte
+	numFaults
+)
+
+var faultNames = [numFaults]string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+
+// plan is what one request will do: its output length and its faults, all drawn from a
+// generator seeded by (Config.Seed, request index) so a run sees the same faults each time
+// requests arrive in the same order.
+type plan struct {
+	target       int
+	finish       string
+	status       int
+	slowFirst    time.Duration // real time
+	stallAt      int
+	stallFor     time.Duration // real time
+	malformedAt  int
+	disconnectAt int
+	wordOff      int
+	id           uint64
+}
+
+func (s *Server) realDur(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / s.cfg.TimeScale)
+}
+
+func (s *Server) makePlan(idx uint64, maxTokens, minTokens int, ignoreEOS bool) plan {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, idx))
+	p := plan{target: maxTokens, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1}
+	p.id = rng.Uint64()
+	p.wordOff = rng.IntN(len(words))
+	if !ignoreEOS && s.cfg.EOSMeanTokens > 0 {
+		// Geometric on {1,2,...} with mean m: P(stop after each token) = 1/m.
+		u := rng.Float64()
+		natural := 1
+		if s.cfg.EOSMeanTokens > 1 {
+			natural = 1 + int(math.Floor(math.Log1p(-u)/math.Log1p(-1/float64(s.cfg.EOSMeanTokens))))
+		}
+		natural = max(natural, minTokens, 1)
+		if natural < maxTokens {
+			p.target, p.finish = natural, "stop"
+		}
+	}
+	f := s.cfg.Faults
+	u := rng.Float64()
+	switch {
+	case u < f.Status429:
+		p.status = 429
+	case u < f.Status429+f.Status500:
+		p.status = 500
+	case u < f.Status429+f.Status500+f.Status503:
+		p.status = 503
+	}
+	if rng.Float64() < f.SlowFirstByte {
+		p.slowFirst = s.realDur(f.SlowFirstByteFor)
+	}
+	if rng.Float64() < f.Stall {
+		p.stallAt, p.stallFor = rng.IntN(p.target), s.realDur(f.StallFor)
+	}
+	if rng.Float64() < f.Malformed {
+		p.malformedAt = rng.IntN(p.target)
+	}
+	if rng.Float64() < f.Disconnect {
+		p.disconnectAt = rng.IntN(p.target)
+	}
+	return p
+}
+
+func (s *Server) countFaults(p *plan) {
+	switch p.status {
+	case 429:
+		s.faultCount[fault429].Add(1)
+	case 500:
+		s.faultCount[fault500].Add(1)
+	case 503:
+		s.faultCount[fault503].Add(1)
+	}
+	if p.status != 0 {
+		return
+	}
+	if p.slowFirst > 0 {
+		s.faultCount[faultSlowFirstByte].Add(1)
+	}
+	if p.stallAt >= 0 {
+		s.faultCount[faultStall].Add(1)
+	}
+	if p.malformedAt >= 0 {
+		s.faultCount[faultMalformed].Add(1)
+	}
+	if p.disconnectAt >= 0 {
+		s.faultCount[faultDisconnect].Add(1)
+	}
+}
+
+// sleep waits d or until the request or the server ends; it reports whether d elapsed.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.closing:
+		return false
+	}
+}

@@ -1,0 +1,610 @@
+package trace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/compress"
+	"github.com/apache/arrow/go/v15/parquet/file"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// Column names of trace format v1 (docs/trace-format.md).
+const (
+	ColRequestID    = "request_id"
+	ColArrivalNS    = "arrival_ns"
+	ColPromptTokens = "prompt_tokens"
+	ColOutputTokens = "output_tokens"
+	ColSessionID    = "session_id"
+	ColPrefixBlocks = "prefix_blocks"
+	ColModel        = "model"
+	ColPrompt       = "prompt"
+)
+
+// MetaTransforms is the schema metadata key recording the transforms (slice, speedup, ...)
+// applied to a trace after import or synthesis, as a JSON array, oldest first.
+const MetaTransforms = "llmreplay.transforms"
+
+const (
+	// RowGroupRows is the number of rows per Parquet row group the Writer makes.
+	// 1 Mi rows of the fixed-width columns is ~24 MiB before compression: big enough for
+	// fast scans, small enough that a buffered row group stays far below the memory budget.
+	RowGroupRows = 1 << 20
+	// batchRows is how many rows the Writer accumulates in Arrow builders before handing
+	// them to the Parquet writer, and how many rows the Reader decodes at a time.
+	batchRows = 64 << 10
+)
+
+// fields of the trace/v1 Arrow schema, in column order.
+var fields = []arrow.Field{
+	{Name: ColRequestID, Type: arrow.PrimitiveTypes.Int64},
+	{Name: ColArrivalNS, Type: arrow.PrimitiveTypes.Int64},
+	{Name: ColPromptTokens, Type: arrow.PrimitiveTypes.Int32},
+	{Name: ColOutputTokens, Type: arrow.PrimitiveTypes.Int32},
+	{Name: ColSessionID, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	{Name: ColPrefixBlocks, Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
+	{Name: ColModel, Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: ColPrompt, Type: arrow.BinaryTypes.String, Nullable: true},
+}
+
+// schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
+func schemaFor(meta Meta) *arrow.Schema {
+	keys := []string{MetaFormat}
+	vals := []string{Format}
+	add := func(k, v string) {
+		if v != "" {
+			keys = append(keys, k)
+			vals = append(vals, v)
+		}
+	}
+	add(MetaSource, meta.Source)
+	if meta.StartUnixNS != 0 {
+		add(MetaStartUnixNS, strconv.FormatInt(meta.StartUnixNS, 10))
+	}
+	if meta.BlockTokens != 0 {
+		add(MetaBlockTokens, strconv.Itoa(meta.BlockTokens))
+	}
+	add(MetaGenerator, meta.Generator)
+	add(MetaTransforms, meta.Transforms)
+	md := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(fields, &md)
+}
+
+// metaFrom reads Meta back from schema metadata, rejecting anything that is not trace/v1.
+func metaFrom(md arrow.Metadata) (Meta, error) {
+	var m Meta
+	get := func(k string) string {
+		if i := md.FindKey(k); i >= 0 {
+			return md.Values()[i]
+		}
+		return ""
+	}
+	switch f := get(MetaFormat); f {
+	case Format:
+	case "":
+		return m, fmt.Errorf("not an llmreplay trace: schema metadata has no %s key (want %q)", MetaFormat, Format)
+	default:
+		return m, fmt.Errorf("%s is %q; this llmreplay reads %q", MetaFormat, f, Format)
+	}
+	m.Source = get(MetaSource)
+	m.Generator = get(MetaGenerator)
+	m.Transforms = get(MetaTransforms)
+	var err error
+	if s := get(MetaStartUnixNS); s != "" {
+		if m.StartUnixNS, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return m, fmt.Errorf("%s: %q is not an integer", MetaStartUnixNS, s)
+		}
+	}
+	if s := get(MetaBlockTokens); s != "" {
+		if m.BlockTokens, err = strconv.Atoi(s); err != nil || m.BlockTokens < 1 {
+			return m, fmt.Errorf("%s: %q is not a positive integer", MetaBlockTokens, s)
+		}
+	}
+	return m, nil
+}
+
+// Writer writes a trace/v1 Parquet file row by row. It checks every request (Validate,
+// and arrivals non-decreasing) before accepting it, so a file it finishes is valid.
+// Rows are batched in Arrow builders and written as zstd-compressed row groups of
+// RowGroupRows rows; memory stays bounded by one row group whatever the trace's length.
+type Writer struct {
+	meta  Meta
+	dst   io.Writer
+	fw    *pqarrow.FileWriter
+	bld   *array.RecordBuilder
+	rows  int64
+	last  int64 // arrival of the previous row
+	err   error // sticky: once a write fails the file is unusable
+	done  bool
+	label string // file name for errors; "" for an io.Writer
+
+	// Set by Create only.
+	f              *os.File
+	tmpPath, final string
+}
+
+// Create starts a trace file at path. The data goes to a temporary file in the same
+// directory, renamed to path by Close; Abort (or a failed Close) removes it, so a failed
+// import never leaves a partial file behind.
+func Create(path string, meta Meta) (*Writer, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("trace: create %s: %w", path, err)
+	}
+	// CreateTemp makes the file 0600; a trace is data to share, like os.Create's files.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("trace: create %s: %w", path, err)
+	}
+	w := NewWriter(f, meta)
+	w.f, w.tmpPath, w.final, w.label = f, f.Name(), path, path
+	return w, nil
+}
+
+// NewWriter returns a Writer that writes a trace/v1 Parquet file to dst. Close finishes
+// the file but does not close dst.
+func NewWriter(dst io.Writer, meta Meta) *Writer {
+	return &Writer{meta: meta, dst: dst, last: -1}
+}
+
+// SetMeta replaces the metadata to be stored; it fails once a row has been written
+// (importers learn the start time and source form only from the first row).
+func (w *Writer) SetMeta(meta Meta) error {
+	if w.rows > 0 || w.fw != nil {
+		return errors.New("trace: SetMeta after the first Write")
+	}
+	w.meta = meta
+	return nil
+}
+
+// Meta returns the metadata the Writer stores.
+func (w *Writer) Meta() Meta { return w.meta }
+
+// Rows returns the number of rows written so far.
+func (w *Writer) Rows() int64 { return w.rows }
+
+func (w *Writer) errorf(format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	if w.label != "" {
+		return fmt.Errorf("trace: write %s: %s", w.label, msg)
+	}
+	return fmt.Errorf("trace: write: %s", msg)
+}
+
+// Write appends one request. It returns an error naming the row (0-based) and the field
+// when the request is invalid or arrives before the previous one.
+func (w *Writer) Write(r Request) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.done {
+		return w.errorf("Write after Close")
+	}
+	if err := r.Validate(); err != nil {
+		return w.errorf("row %d (request_id %d): %v", w.rows, r.ID, err)
+	}
+	a := int64(r.Arrival)
+	if a < w.last {
+		return w.errorf("row %d (request_id %d): arrival_ns: %d is before the previous row's %d (a trace is sorted by arrival)", w.rows, r.ID, a, w.last)
+	}
+	if w.bld == nil {
+		w.bld = array.NewRecordBuilder(memory.DefaultAllocator, schemaFor(w.meta))
+		w.bld.Reserve(batchRows)
+	}
+	b := w.bld
+	b.Field(0).(*array.Int64Builder).Append(r.ID)
+	b.Field(1).(*array.Int64Builder).Append(a)
+	b.Field(2).(*array.Int32Builder).Append(r.PromptTokens)
+	b.Field(3).(*array.Int32Builder).Append(r.OutputTokens)
+	if r.HasSession {
+		b.Field(4).(*array.Int64Builder).Append(r.SessionID)
+	} else {
+		b.Field(4).AppendNull()
+	}
+	lb := b.Field(5).(*array.ListBuilder)
+	if r.PrefixBlocks == nil {
+		lb.AppendNull()
+	} else {
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Int64Builder).AppendValues(r.PrefixBlocks, nil)
+	}
+	appendStr(b.Field(6).(*array.StringBuilder), r.Model)
+	appendStr(b.Field(7).(*array.StringBuilder), r.Prompt)
+	w.last = a
+	w.rows++
+	if b.Field(0).Len() >= batchRows {
+		if err := w.flush(); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	return nil
+}
+
+func appendStr(b *array.StringBuilder, s string) {
+	if s == "" {
+		b.AppendNull()
+	} else {
+		b.Append(s)
+	}
+}
+
+// flush hands the builders' rows to the Parquet writer, creating it on first use.
+func (w *Writer) flush() error {
+	if w.fw == nil {
+		props := parquet.NewWriterProperties(
+			parquet.WithCompression(compress.Codecs.Zstd),
+			parquet.WithMaxRowGroupLength(RowGroupRows),
+			parquet.WithCreatedBy("llmreplay"),
+			parquet.WithDictionaryDefault(false),
+			parquet.WithDictionaryFor(ColModel, true),
+		)
+		// Hide dst's Close from pqarrow, which closes a Closer: Close syncs and renames first.
+		fw, err := pqarrow.NewFileWriter(schemaFor(w.meta), struct{ io.Writer }{w.dst}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+		if err != nil {
+			return w.errorf("%v", err)
+		}
+		w.fw = fw
+	}
+	if w.bld == nil || w.bld.Field(0).Len() == 0 {
+		return nil
+	}
+	rec := w.bld.NewRecord()
+	defer rec.Release()
+	if err := w.fw.WriteBuffered(rec); err != nil {
+		return w.errorf("%v", err)
+	}
+	return nil
+}
+
+// Close writes the remaining rows and the file footer and, for a Writer made by Create,
+// renames the temporary file into place. On any error the temporary file is removed.
+func (w *Writer) Close() error {
+	if w.done {
+		return w.err
+	}
+	w.done = true
+	err := w.err
+	if err == nil {
+		err = w.flush()
+	}
+	if w.fw != nil {
+		if cerr := w.fw.Close(); err == nil && cerr != nil {
+			err = w.errorf("%v", cerr)
+		}
+	}
+	if w.bld != nil {
+		w.bld.Release()
+		w.bld = nil
+	}
+	if w.f != nil {
+		if err == nil {
+			if err = w.f.Sync(); err != nil {
+				err = w.errorf("%v", err)
+			}
+		}
+		if cerr := w.f.Close(); err == nil && cerr != nil {
+			err = w.errorf("%v", cerr)
+		}
+		if err == nil {
+			if rerr := os.Rename(w.tmpPath, w.final); rerr != nil {
+				err = w.errorf("%v", rerr)
+			}
+		}
+		if err != nil {
+			os.Remove(w.tmpPath)
+		}
+	}
+	w.err = err
+	return err
+}
+
+// Abort abandons the file: for a Writer made by Create the temporary file is removed and
+// nothing appears at the path. Abort after Close does nothing.
+func (w *Writer) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.err = errors.New("trace: writer aborted")
+	if w.bld != nil {
+		w.bld.Release()
+		w.bld = nil
+	}
+	// The pqarrow writer's buffered row group is dropped with it; its Close would write a
+	// footer we do not want.
+	w.fw = nil
+	if w.f != nil {
+		w.f.Close()
+		os.Remove(w.tmpPath)
+	}
+}
+
+// Reader reads a trace/v1 Parquet file one request at a time, in the shape of
+// bufio.Scanner. It checks every row as the Writer does, so a reader never yields a
+// request with a non-positive length or out of arrival order.
+type Reader struct {
+	name    string
+	f       *os.File // nil when reading from a caller's ReaderAt
+	pf      *file.Reader
+	rr      pqarrow.RecordReader
+	meta    Meta
+	numRows int64
+
+	rec  arrow.Record
+	cols readerCols
+	i    int   // index of the current row in rec
+	row  int64 // 0-based index of the current row in the file
+	last int64
+	cur  Request
+	err  error
+	end  bool
+
+	models map[string]string // interned model names: few distinct, many rows
+}
+
+type readerCols struct {
+	id, arrival, session *array.Int64
+	prompt, output       *array.Int32
+	blocks               *array.List
+	blockVals            *array.Int64
+	model, text          *array.String
+}
+
+// Open opens a trace/v1 Parquet file for streaming. It fails, naming the file, when the
+// file is not Parquet, is not trace/v1, or lacks a required column.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: open %s: %w", path, err)
+	}
+	r, err := NewReader(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	r.f = f
+	return r, nil
+}
+
+// NewReader reads a trace/v1 Parquet file from src; name is used in error messages.
+// Closing the Reader does not close src.
+func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
+	fail := func(err error) (*Reader, error) {
+		return nil, fmt.Errorf("trace: open %s: %w", name, err)
+	}
+	// Hide src's Close (if any) from the Parquet reader: the caller owns src.
+	pf, err := file.NewParquetReader(struct{ parquet.ReaderAtSeeker }{src})
+	if err != nil {
+		return fail(err)
+	}
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
+	if err != nil {
+		pf.Close()
+		return fail(err)
+	}
+	sc, err := fr.Schema()
+	if err != nil {
+		pf.Close()
+		return fail(err)
+	}
+	meta, err := metaFrom(sc.Metadata())
+	if err != nil {
+		pf.Close()
+		return fail(err)
+	}
+	// Columns by name, so files written by other tools in another column order also read.
+	var idx []int
+	for _, want := range fields {
+		is := sc.FieldIndices(want.Name)
+		if len(is) == 0 {
+			if !want.Nullable {
+				pf.Close()
+				return fail(fmt.Errorf("column %s: missing", want.Name))
+			}
+			continue
+		}
+		got := sc.Field(is[0]).Type
+		if !arrow.TypeEqual(got, want.Type) && !(want.Name == ColPrefixBlocks && isInt64List(got)) {
+			pf.Close()
+			return fail(fmt.Errorf("column %s: type %s, want %s", want.Name, got, want.Type))
+		}
+		idx = append(idx, is[0])
+	}
+	rr, err := fr.GetRecordReader(context.Background(), idx, nil)
+	if err != nil {
+		pf.Close()
+		return fail(err)
+	}
+	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}}, nil
+}
+
+// isInt64List accepts list<int64> whatever its element field is called ("item" here,
+// "element" from some writers).
+func isInt64List(t arrow.DataType) bool {
+	l, ok := t.(*arrow.ListType)
+	return ok && arrow.TypeEqual(l.Elem(), arrow.PrimitiveTypes.Int64)
+}
+
+func durationNS(ns int64) time.Duration { return time.Duration(ns) }
+
+// Meta returns the file's metadata.
+func (r *Reader) Meta() Meta { return r.meta }
+
+// NumRows returns the number of rows in the file (from its footer).
+func (r *Reader) NumRows() int64 { return r.numRows }
+
+// Name returns the file name the Reader reports in errors.
+func (r *Reader) Name() string { return r.name }
+
+// Next advances to the next request. It returns false at the end of the file or on the
+// first error; Err tells which.
+func (r *Reader) Next() bool {
+	if r.end {
+		return false
+	}
+	for r.rec == nil || r.i+1 >= int(r.rec.NumRows()) {
+		if !r.rr.Next() {
+			r.end = true
+			if err := r.rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+				r.err = fmt.Errorf("trace: read %s row %d: %w", r.name, r.row, err)
+			}
+			return false
+		}
+		// rr.Next released the previous record; the new one stays valid until the next call.
+		r.rec = r.rr.Record()
+		r.i = -1
+		if err := r.bind(); err != nil {
+			r.err = fmt.Errorf("trace: read %s row %d: %w", r.name, r.row, err)
+			r.end = true
+			return false
+		}
+	}
+	r.i++
+	c, i := &r.cols, r.i
+	req := Request{
+		ID:           c.id.Value(i),
+		Arrival:      durationNS(c.arrival.Value(i)),
+		PromptTokens: c.prompt.Value(i),
+		OutputTokens: c.output.Value(i),
+	}
+	if c.id.IsNull(i) {
+		return r.fail("%s: null", ColRequestID)
+	}
+	if c.arrival.IsNull(i) {
+		return r.fail("%s: null", ColArrivalNS)
+	}
+	if c.prompt.IsNull(i) || c.output.IsNull(i) {
+		return r.fail("token counts: null")
+	}
+	if c.session != nil && c.session.IsValid(i) {
+		req.SessionID, req.HasSession = c.session.Value(i), true
+	}
+	if c.blocks != nil && c.blocks.IsValid(i) {
+		s, e := c.blocks.ValueOffsets(i)
+		// A fresh slice per row: callers may keep requests beyond the next call to Next,
+		// and the record's memory is released then.
+		req.PrefixBlocks = make([]int64, e-s)
+		copy(req.PrefixBlocks, c.blockVals.Int64Values()[s:e])
+	}
+	if c.model != nil && c.model.IsValid(i) {
+		m := c.model.Value(i)
+		if v, ok := r.models[m]; ok {
+			req.Model = v
+		} else {
+			v = strings.Clone(m)
+			if len(r.models) < 1024 {
+				r.models[v] = v
+			}
+			req.Model = v
+		}
+	}
+	if c.text != nil && c.text.IsValid(i) {
+		req.Prompt = strings.Clone(c.text.Value(i))
+	}
+	if err := req.Validate(); err != nil {
+		return r.fail("request_id %d: %v", req.ID, err)
+	}
+	if int64(req.Arrival) < r.last {
+		return r.fail("request_id %d: arrival_ns: %d is before the previous row's %d (a trace is sorted by arrival)", req.ID, int64(req.Arrival), r.last)
+	}
+	r.last = int64(req.Arrival)
+	r.cur = req
+	r.row++
+	return true
+}
+
+func (r *Reader) fail(format string, a ...any) bool {
+	r.err = fmt.Errorf("trace: read %s row %d: %s", r.name, r.row, fmt.Sprintf(format, a...))
+	r.end = true
+	return false
+}
+
+// bind looks the current record's columns up by name.
+func (r *Reader) bind() error {
+	sc := r.rec.Schema()
+	col := func(name string) arrow.Array {
+		if is := sc.FieldIndices(name); len(is) > 0 {
+			return r.rec.Column(is[0])
+		}
+		return nil
+	}
+	r.cols = readerCols{}
+	var ok bool
+	if r.cols.id, ok = col(ColRequestID).(*array.Int64); !ok {
+		return fmt.Errorf("%s: unexpected Arrow type", ColRequestID)
+	}
+	if r.cols.arrival, ok = col(ColArrivalNS).(*array.Int64); !ok {
+		return fmt.Errorf("%s: unexpected Arrow type", ColArrivalNS)
+	}
+	if r.cols.prompt, ok = col(ColPromptTokens).(*array.Int32); !ok {
+		return fmt.Errorf("%s: unexpected Arrow type", ColPromptTokens)
+	}
+	if r.cols.output, ok = col(ColOutputTokens).(*array.Int32); !ok {
+		return fmt.Errorf("%s: unexpected Arrow type", ColOutputTokens)
+	}
+	if a := col(ColSessionID); a != nil {
+		r.cols.session, _ = a.(*array.Int64)
+	}
+	if a := col(ColPrefixBlocks); a != nil {
+		if l, ok := a.(*array.List); ok {
+			r.cols.blocks = l
+			r.cols.blockVals, _ = l.ListValues().(*array.Int64)
+			if r.cols.blockVals == nil {
+				return fmt.Errorf("%s: unexpected Arrow type", ColPrefixBlocks)
+			}
+		} else {
+			return fmt.Errorf("%s: unexpected Arrow type %s", ColPrefixBlocks, a.DataType())
+		}
+	}
+	if a := col(ColModel); a != nil {
+		r.cols.model, _ = a.(*array.String)
+	}
+	if a := col(ColPrompt); a != nil {
+		r.cols.text, _ = a.(*array.String)
+	}
+	return nil
+}
+
+// Request returns the current request. Its PrefixBlocks and strings are the caller's to keep.
+func (r *Reader) Request() Request { return r.cur }
+
+// Err returns the first error met, or nil at a normal end of file.
+func (r *Reader) Err() error { return r.err }
+
+// Close releases the file.
+func (r *Reader) Close() error {
+	r.end = true
+	if r.rr != nil {
+		r.rr.Release()
+		r.rr = nil
+	}
+	var err error
+	if r.pf != nil {
+		err = r.pf.Close()
+		r.pf = nil
+	}
+	if r.f != nil {
+		if cerr := r.f.Close(); err == nil {
+			err = cerr
+		}
+		r.f = nil
+	}
+	return err
+}

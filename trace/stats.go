@@ -1,0 +1,232 @@
+package trace
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Lengths summarises a length column. Percentiles interpolate linearly between order
+// statistics (the "type 7" definition, numpy's and pandas' default): the q-quantile of n
+// sorted values x₀..xₙ₋₁ is x_⌊h⌋ + (h−⌊h⌋)(x_⌊h⌋₊₁ − x_⌊h⌋) with h = (n−1)q.
+type Lengths struct {
+	Mean float64 `json:"mean"`
+	SD   float64 `json:"sd"` // population standard deviation
+	Min  int32   `json:"min"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Max  int32   `json:"max"`
+	Sum  int64   `json:"sum"`
+}
+
+// Info is what `trace info` reports about a trace.
+type Info struct {
+	Meta  Meta  `json:"meta"`
+	Count int64 `json:"count"`
+	// Span is the last arrival minus the first.
+	Span time.Duration `json:"span_ns"`
+	// MeanRatePerSecond = Count / Span.
+	MeanRatePerSecond float64 `json:"mean_rate_per_s"`
+	// InterArrivalCV is the population SD of the gaps between consecutive arrivals over
+	// their mean: 1 for a Poisson process, 0 for a constant rate, > 1 bursty.
+	InterArrivalCV float64 `json:"interarrival_cv"`
+	// Dispersion1s and Dispersion60s are indexes of dispersion, Var/Mean of the request
+	// counts in consecutive bins of 1 s and 60 s from the first arrival (every bin up to
+	// the last arrival's, empty ones included): 1 for Poisson, > 1 bursty.
+	Dispersion1s  float64 `json:"dispersion_1s"`
+	Dispersion60s float64 `json:"dispersion_60s"`
+	Prompt        Lengths `json:"prompt_tokens"`
+	Output        Lengths `json:"output_tokens"`
+	Sessions      int64   `json:"sessions"` // distinct session ids (0 without sessions)
+	// PrefixBlockRefs counts prefix block ids over all rows, UniqueBlocks distinct ones;
+	// ReusableBlockShare = 1 − Unique/Refs is the share of prompt blocks an infinite
+	// prefix cache could serve from cache (every first occurrence is a miss).
+	PrefixBlockRefs    int64    `json:"prefix_block_refs"`
+	UniqueBlocks       int64    `json:"unique_blocks"`
+	ReusableBlockShare float64  `json:"reusable_block_share"`
+	Warnings           []string `json:"warnings,omitempty"`
+}
+
+// binCounter accumulates the sum and sum of squares of per-bin counts.
+type binCounter struct {
+	width      int64
+	bin        int64
+	cur        int64
+	sum, sumSq float64
+}
+
+func (b *binCounter) add(off int64) {
+	k := off / b.width
+	if k != b.bin {
+		b.sumSq += float64(b.cur * b.cur)
+		b.cur, b.bin = 0, k
+	}
+	b.cur++
+	b.sum++
+}
+
+func (b *binCounter) dispersion(span int64) float64 {
+	nb := float64(span/b.width + 1)
+	sumSq := b.sumSq + float64(b.cur*b.cur)
+	mean := b.sum / nb
+	if mean == 0 {
+		return math.NaN()
+	}
+	return (sumSq/nb - mean*mean) / mean
+}
+
+// ComputeInfo reads src to its end and summarises it. Memory: 8 bytes per row for the
+// length percentiles, plus a set of distinct session ids and prefix block ids.
+func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
+	info := Info{Meta: meta}
+	var (
+		prompts, outputs []int32
+		first, last      int64
+		gapMean, gapM2   float64 // Welford
+		gaps             int64
+		b1               = binCounter{width: int64(time.Second)}
+		b60              = binCounter{width: int64(time.Minute)}
+		sessions         = map[int64]struct{}{}
+		blocks           = map[int64]struct{}{}
+	)
+	for src.Next() {
+		r := src.Request()
+		a := int64(r.Arrival)
+		if info.Count == 0 {
+			first = a
+		} else {
+			g := float64(a - last)
+			gaps++
+			d := g - gapMean
+			gapMean += d / float64(gaps)
+			gapM2 += d * (g - gapMean)
+		}
+		last = a
+		b1.add(a - first)
+		b60.add(a - first)
+		prompts = append(prompts, r.PromptTokens)
+		outputs = append(outputs, r.OutputTokens)
+		if r.HasSession {
+			sessions[r.SessionID] = struct{}{}
+		}
+		for _, id := range r.PrefixBlocks {
+			blocks[id] = struct{}{}
+		}
+		info.PrefixBlockRefs += int64(len(r.PrefixBlocks))
+		info.Count++
+		if info.Count%65536 == 0 {
+			if err := ctx.Err(); err != nil {
+				return info, err
+			}
+		}
+	}
+	if err := src.Err(); err != nil {
+		return info, err
+	}
+	if info.Count == 0 {
+		info.Warnings = append(info.Warnings, "the trace is empty")
+		return info, nil
+	}
+	span := last - first
+	info.Span = time.Duration(span)
+	if span > 0 {
+		info.MeanRatePerSecond = float64(info.Count) / info.Span.Seconds()
+	}
+	if gaps > 0 && gapMean > 0 {
+		info.InterArrivalCV = math.Sqrt(gapM2/float64(gaps)) / gapMean
+	}
+	info.Dispersion1s = b1.dispersion(span)
+	info.Dispersion60s = b60.dispersion(span)
+	info.Prompt = summarise(prompts)
+	info.Output = summarise(outputs)
+	info.Sessions = int64(len(sessions))
+	info.UniqueBlocks = int64(len(blocks))
+	if info.PrefixBlockRefs > 0 {
+		info.ReusableBlockShare = 1 - float64(info.UniqueBlocks)/float64(info.PrefixBlockRefs)
+	}
+	if info.Count < 100 {
+		info.Warnings = append(info.Warnings, fmt.Sprintf("only %d requests: rates, CV and p99 are rough", info.Count))
+	}
+	if span < int64(time.Minute) {
+		info.Warnings = append(info.Warnings, "span under 60 s: dispersion_60s is from a single bin")
+	}
+	return info, nil
+}
+
+func summarise(v []int32) Lengths {
+	slices.Sort(v)
+	var l Lengths
+	var sum, sumSq float64
+	for _, x := range v {
+		l.Sum += int64(x)
+		sum += float64(x)
+		sumSq += float64(x) * float64(x)
+	}
+	n := float64(len(v))
+	l.Mean = sum / n
+	l.SD = math.Sqrt(math.Max(0, sumSq/n-l.Mean*l.Mean))
+	l.Min, l.Max = v[0], v[len(v)-1]
+	l.P50, l.P90, l.P99 = quantile(v, 0.5), quantile(v, 0.9), quantile(v, 0.99)
+	return l
+}
+
+// quantile is the type-7 quantile of sorted v.
+func quantile(v []int32, q float64) float64 {
+	h := float64(len(v)-1) * q
+	lo := int(math.Floor(h))
+	if lo+1 >= len(v) {
+		return float64(v[len(v)-1])
+	}
+	return float64(v[lo]) + (h-float64(lo))*float64(v[lo+1]-v[lo])
+}
+
+// WriteText renders info for people.
+func (info Info) WriteText(w io.Writer, name string) error {
+	var b strings.Builder
+	m := info.Meta
+	fmt.Fprintf(&b, "trace      %s\n", name)
+	src := m.Source
+	if src == "" {
+		src = "(unknown)"
+	}
+	fmt.Fprintf(&b, "source     %s\n", src)
+	if m.StartUnixNS != 0 {
+		fmt.Fprintf(&b, "start      %s\n", time.Unix(0, m.StartUnixNS).UTC().Format("2006-01-02 15:04:05.000000000 UTC"))
+	}
+	fmt.Fprintf(&b, "requests   %d\n", info.Count)
+	fmt.Fprintf(&b, "span       %.3f s (%s)\n", info.Span.Seconds(), info.Span.Round(time.Millisecond))
+	fmt.Fprintf(&b, "mean rate  %.4g req/s\n", info.MeanRatePerSecond)
+	fmt.Fprintf(&b, "burstiness inter-arrival CV %.3f; index of dispersion %.3g at 1 s, %.3g at 60 s (Poisson: 1, 1, 1)\n",
+		info.InterArrivalCV, info.Dispersion1s, info.Dispersion60s)
+	fmt.Fprintf(&b, "\n%-14s %10s %10s %8s %10s %10s %10s %8s\n", "tokens", "mean", "sd", "min", "p50", "p90", "p99", "max")
+	for _, l := range []struct {
+		n string
+		v Lengths
+	}{{"prompt", info.Prompt}, {"output", info.Output}} {
+		fmt.Fprintf(&b, "%-14s %10.1f %10.1f %8d %10.1f %10.1f %10.1f %8d\n", l.n, l.v.Mean, l.v.SD, l.v.Min, l.v.P50, l.v.P90, l.v.P99, l.v.Max)
+	}
+	fmt.Fprintf(&b, "(percentiles: linear interpolation between order statistics)\n")
+	if info.Sessions > 0 {
+		fmt.Fprintf(&b, "\nsessions   %d (%.2f requests each)\n", info.Sessions, float64(info.Count)/float64(info.Sessions))
+	}
+	if info.PrefixBlockRefs > 0 {
+		fmt.Fprintf(&b, "prefix     %d block refs, %d unique blocks of %d tokens: %.1f %% reusable with an infinite prefix cache\n",
+			info.PrefixBlockRefs, info.UniqueBlocks, m.BlockTokens, 100*info.ReusableBlockShare)
+	}
+	if m.Generator != "" {
+		fmt.Fprintf(&b, "generator  %s\n", m.Generator)
+	}
+	if m.Transforms != "" {
+		fmt.Fprintf(&b, "transforms %s\n", m.Transforms)
+	}
+	for _, wn := range info.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", wn)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
