@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/bits"
@@ -576,4 +577,14 @@ func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
 		out = append(out, b)
 	}
 	return out
+}
+
+// AnalyzeFiles loads paths (shards of one run; see Load) and analyses them: what `replay`
+// calls to print the report at the end of a run.
+func AnalyzeFiles(ctx context.Context, opts Options, paths ...string) (*Report, error) {
+	d, err := Load(ctx, LoadOptions{}, paths...)
+	if err != nil {
+		return nil, err
+	}
+	return Analyze(d, opts)
 }
