@@ -248,8 +248,8 @@ func (r *Report) latencies(d *Data) {
 			k++
 		}
 	}
-	r.ITL = summarizeLarge(d.itl, nil)
-	r.ITLPerToken = summarizeLarge(d.itlTok, d.itlTokW)
+	r.ITL = summarizeParts(d.itl, nil)
+	r.ITLPerToken = summarizeParts(d.itlTok, d.itlTokW)
 }
 
 // quantileCurve samples the empirical quantile function of sorted xs at 401 evenly spaced

@@ -406,3 +406,39 @@ func TestParseSLOAndBuckets(t *testing.T) {
 		t.Errorf("defaultEdges = %v", e)
 	}
 }
+
+// Row groups decoded in parallel must give exactly what one reader gives, and errors must
+// still name the file's row.
+func TestRowGroupsInParallel(t *testing.T) {
+	rows := mixedRun()
+	one := tempResults(t, testRun(), rows)
+	defer func(n int64) { fixtureRowGroup = n }(fixtureRowGroup)
+	fixtureRowGroup = 97
+	many := tempResults(t, testRun(), rows)
+	var texts []string
+	for _, c := range []struct {
+		path    string
+		workers int
+	}{{one, 1}, {many, 1}, {many, 3}} {
+		d, err := Load(context.Background(), LoadOptions{Workers: c.workers, BatchSize: 10}, c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Analyze(d, DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		r.WriteJSON(&b)
+		texts = append(texts, b.String())
+	}
+	if texts[0] != texts[1] || texts[0] != texts[2] {
+		t.Errorf("reports differ between one row group, 97-row groups and 3 workers")
+	}
+	rows[500].status = "bogus"
+	_, err := Load(context.Background(), LoadOptions{Workers: 3}, tempResults(t, testRun(), rows))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Row != 500 {
+		t.Errorf("err = %v, want row 500", err)
+	}
+}

@@ -74,6 +74,9 @@ func testRun() RunMeta {
 		MaxLatenessMS: 10, Host: "h", Flags: map[string]string{}}
 }
 
+// fixtureRowGroup is the row-group length of the files writeResults writes.
+var fixtureRowGroup int64 = 1 << 16
+
 // writeResults writes rows as a results/v1 file following RESULTS-CONTRACT.md.
 func writeResults(tb testing.TB, path string, meta RunMeta, rows []row) {
 	tb.Helper()
@@ -88,7 +91,7 @@ func writeResults(tb testing.TB, path string, meta RunMeta, rows []row) {
 		tb.Fatal(err)
 	}
 	defer f.Close()
-	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(1<<16)), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(fixtureRowGroup)), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,8 +9,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow/go/v15/arrow"
@@ -97,8 +99,10 @@ type LoadOptions struct {
 	// AllowMixed pools files of different runs (different run_id) on absolute time instead
 	// of refusing them.
 	AllowMixed bool
-	// BatchSize is the number of rows decoded per Arrow record; 0 means 64Ki.
+	// BatchSize is the number of rows decoded per Arrow record; 0 means 16Ki.
 	BatchSize int64
+	// Workers is how many row groups are decoded at once; 0 means GOMAXPROCS, at most 4.
+	Workers int
 }
 
 // Data is the part of one or more results files that analysis keeps: per-request scalars as
@@ -126,10 +130,12 @@ type Data struct {
 	chunkTokSum                   []int64 // sum of chunk_tokens; -1 when chunk_tokens is null
 	firstChunkMismatch, hasChunkT int64
 
-	itl       []float32 // ms, one per gap between consecutive chunks of ok requests
-	itlTok    []float32 // ms per token, one per chunk after the first of ok requests with chunk_tokens
-	itlTokW   []uint32  // tokens of that chunk: the weight of itlTok's sample
-	tokenBins []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
+	// ITL samples in parts (one per row group read), so that parts read in parallel are
+	// kept without a copy.
+	itl       [][]float32 // ms, one per gap between consecutive chunks of ok requests
+	itlTok    [][]float32 // ms per token, one per chunk after the first of ok requests with chunk_tokens
+	itlTokW   [][]uint32  // tokens of that chunk: the weight of itlTok's sample
+	tokenBins []float64   // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
 }
 
 // N returns the number of requests.
@@ -160,7 +166,7 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 		return nil, errors.New("analysis: no results files given")
 	}
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = 64 << 10
+		opts.BatchSize = 16 << 10
 	}
 	d := &Data{Files: paths}
 	type opened struct {
@@ -194,53 +200,75 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	if err := d.checkRuns(opts.AllowMixed); err != nil {
 		return nil, err
 	}
-	// Reserve the per-request columns and the ITL samples up front from the Parquet metadata:
-	// growing a 500 MB slice by append would briefly hold it twice.
-	var rows, chunks int64
+	// Reserve the per-request columns up front from the Parquet metadata.
+	var rows int64
 	for _, o := range ofs {
-		r, c := sizeHint(o.pr)
-		rows, chunks = rows+r, chunks+c
+		rows += max(o.pr.NumRows(), 0)
 	}
-	d.reserve(int(min(rows, 1<<30)), int(min(chunks, 1<<30)))
+	d.reserve(int(min(rows, 1<<30)))
+	if opts.Workers <= 0 {
+		opts.Workers = min(runtime.GOMAXPROCS(0), 4)
+	}
 	d.BaseUnixNS = d.Runs[0].RunStartUnixNS
 	for _, r := range d.Runs {
 		d.BaseUnixNS = min(d.BaseUnixNS, r.RunStartUnixNS)
 	}
 	for i, o := range ofs {
 		d.ShiftNS = append(d.ShiftNS, d.Runs[i].RunStartUnixNS-d.BaseUnixNS)
-		if err := d.readFile(ctx, paths[i], o.fr, d.ShiftNS[i]); err != nil {
+		if err := d.readFile(ctx, paths[i], o.pr, o.fr, d.ShiftNS[i], opts); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
 }
 
-// sizeHint returns the rows of a file and the entries of its chunk_ns lists, from the
-// Parquet footer.
-func sizeHint(pr *file.Reader) (rows, chunks int64) {
-	md := pr.MetaData()
-	sc := md.Schema
-	for c := 0; c < sc.NumColumns(); c++ {
-		if !strings.HasPrefix(sc.Column(c).Path(), "chunk_ns.") {
-			continue
-		}
-		for g := 0; g < pr.NumRowGroups(); g++ {
-			if cc, err := md.RowGroup(g).ColumnChunk(c); err == nil && cc.NumValues() > 0 {
-				chunks += cc.NumValues()
-			}
-		}
+// chunkHint returns the entries of row group g's chunk_ns lists, from the Parquet footer
+// (leaf column c), bounded so that a corrupt footer cannot make us reserve much.
+func chunkHint(pr *file.Reader, g, c int) int {
+	cc, err := pr.MetaData().RowGroup(g).ColumnChunk(c)
+	if err != nil || cc.NumValues() <= 0 {
+		return 0
 	}
-	return max(pr.NumRows(), 0), chunks
+	return int(min(cc.NumValues(), 1<<28))
 }
 
-// reserve sizes the columns for n requests and the ITL samples for c chunks. Untouched
-// capacity costs address space, not memory: the pages are mapped on first write.
-func (d *Data) reserve(n, c int) {
+// reserve sizes the per-request columns for n requests.
+func (d *Data) reserve(n int) {
 	d.scheduled, d.sent, d.first, d.end = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	d.prompt, d.promptServer, d.outTarget, d.outTokens = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
 	d.outSource, d.status = make([]uint8, 0, n), make([]uint8, 0, n)
 	d.nChunks, d.chunkTokSum = make([]int32, 0, n), make([]int64, 0, n)
-	d.itl = make([]float32, 0, c)
+}
+
+// part is what one row group contributes, read by one worker.
+type part struct {
+	Data
+	itl, itlTok []float32
+	itlTokW     []uint32
+}
+
+// merge appends p's requests to d and takes over its samples and token bins.
+func (d *Data) merge(p *part) {
+	d.scheduled, d.sent = append(d.scheduled, p.scheduled...), append(d.sent, p.sent...)
+	d.first, d.end = append(d.first, p.first...), append(d.end, p.end...)
+	d.prompt, d.promptServer = append(d.prompt, p.prompt...), append(d.promptServer, p.promptServer...)
+	d.outTarget, d.outTokens = append(d.outTarget, p.outTarget...), append(d.outTokens, p.outTokens...)
+	d.outSource, d.status = append(d.outSource, p.outSource...), append(d.status, p.status...)
+	d.nChunks, d.chunkTokSum = append(d.nChunks, p.nChunks...), append(d.chunkTokSum, p.chunkTokSum...)
+	d.firstChunkMismatch += p.firstChunkMismatch
+	d.hasChunkT += p.hasChunkT
+	if len(p.itl) > 0 {
+		d.itl = append(d.itl, p.itl)
+	}
+	if len(p.itlTok) > 0 {
+		d.itlTok, d.itlTokW = append(d.itlTok, p.itlTok), append(d.itlTokW, p.itlTokW)
+	}
+	for len(d.tokenBins) < len(p.tokenBins) {
+		d.tokenBins = append(d.tokenBins, 0)
+	}
+	for i, v := range p.tokenBins {
+		d.tokenBins[i] += v
+	}
 }
 
 func readMeta(path string, pr *file.Reader) (RunMeta, error) {
@@ -378,7 +406,7 @@ const (
 	cStatus
 )
 
-func (d *Data) readFile(ctx context.Context, path string, fr *pqarrow.FileReader, shift int64) error {
+func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, shift int64, opts LoadOptions) error {
 	sc, err := fr.Schema()
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
@@ -398,7 +426,71 @@ func (d *Data) readFile(ctx context.Context, path string, fr *pqarrow.FileReader
 		}
 		idx[i] = l
 	}
-	rr, err := fr.GetRecordReader(ctx, idx, nil)
+	nrg := pr.NumRowGroups()
+	row0 := make([]int64, nrg+1)
+	for g := 0; g < nrg; g++ {
+		row0[g+1] = row0[g] + pr.MetaData().RowGroup(g).NumRows()
+	}
+	// Row groups are decoded by up to opts.Workers goroutines, each with its own reader;
+	// the parts are merged in row-group order.
+	parts := make([]*part, nrg)
+	errs := make([]error, nrg)
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	var openMu sync.Mutex
+	var openErr error
+	for w := 0; w < min(opts.Workers, nrg); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wfr := fr
+			if w > 0 {
+				wpr, err := file.OpenParquetFile(path, false)
+				if err == nil {
+					defer wpr.Close()
+					wfr, err = pqarrow.NewFileReader(wpr, pqarrow.ArrowReadProperties{BatchSize: opts.BatchSize}, memory.DefaultAllocator)
+				}
+				if err != nil {
+					openMu.Lock()
+					openErr = fmt.Errorf("analysis: open %s: %w", path, err)
+					openMu.Unlock()
+					failed.Store(true)
+					return
+				}
+			}
+			for !failed.Load() {
+				g := int(next.Add(1) - 1)
+				if g >= nrg {
+					return
+				}
+				p := &part{}
+				p.itl = make([]float32, 0, chunkHint(pr, g, idx[cChunkNS]))
+				parts[g], errs[g] = p, p.readRowGroup(ctx, path, wfr, idx, g, row0[g], shift)
+				if errs[g] != nil {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if openErr != nil {
+		return openErr
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	for g, p := range parts {
+		d.merge(p)
+		parts[g] = nil
+	}
+	return nil
+}
+
+func (p *part) readRowGroup(ctx context.Context, path string, fr *pqarrow.FileReader, idx []int, g int, row0, shift int64) error {
+	rr, err := fr.GetRecordReader(ctx, idx, []int{g})
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
 	}
@@ -413,13 +505,13 @@ func (d *Data) readFile(ctx context.Context, path string, fr *pqarrow.FileReader
 		}
 		pos[i] = is[0]
 	}
-	row := int64(0)
+	row := row0
 	for rr.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rec := rr.Record() // borrowed: released by the next call to Next
-		if err := d.addRecord(path, row, rec, pos, shift); err != nil {
+		if err := p.addRecord(path, row, rec, pos, shift); err != nil {
 			return err
 		}
 		row += rec.NumRows()
@@ -469,7 +561,7 @@ func int32Col(rec arrow.Record, i int, name string) (*array.Int32, error) {
 	return a, nil
 }
 
-func (d *Data) addRecord(path string, row0 int64, rec arrow.Record, pos []int, shift int64) error {
+func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, shift int64) error {
 	wrap := func(err error) error { return fmt.Errorf("analysis: read %s: %w", path, err) }
 	sched, err := int64Col(rec, pos[cScheduled], "scheduled_ns")
 	if err != nil {

@@ -104,9 +104,16 @@ func keyFloat32(k uint32) float32 {
 // exact value. The percentiles are then type-7 interpolations between those exact order
 // statistics: the same numbers a full sort would give, in O(n) time and O(1) extra memory.
 func summarizeLarge(xs []float32, ws []uint32) Quantiles {
-	if len(xs) == 0 {
-		return Quantiles{}
+	var wp [][]uint32
+	if ws != nil {
+		wp = [][]uint32{ws}
 	}
+	return summarizeParts([][]float32{xs}, wp)
+}
+
+// summarizeParts is summarizeLarge over the concatenation of parts (weights wparts[i] for
+// parts[i], or nil for all ones).
+func summarizeParts(parts [][]float32, wparts [][]uint32) Quantiles {
 	var hi [1 << 16]int64
 	var n int64
 	var sum, c float64
@@ -120,20 +127,26 @@ func summarizeLarge(xs []float32, ws []uint32) Quantiles {
 		}
 		sum = t
 	}
-	for i, x := range xs {
-		k := float32Key(x)
-		w := int64(1)
-		if ws != nil {
-			w = int64(ws[i])
-			if w == 0 {
-				continue
-			}
+	for pi, xs := range parts {
+		var ws []uint32
+		if wparts != nil {
+			ws = wparts[pi]
 		}
-		hi[k>>16] += w
-		n += w
-		add(float64(x) * float64(w))
-		if k > maxKey {
-			maxKey = k
+		for i, x := range xs {
+			k := float32Key(x)
+			w := int64(1)
+			if ws != nil {
+				w = int64(ws[i])
+				if w == 0 {
+					continue
+				}
+			}
+			hi[k>>16] += w
+			n += w
+			add(float64(x) * float64(w))
+			if k > maxKey {
+				maxKey = k
+			}
 		}
 	}
 	if n == 0 {
@@ -185,17 +198,23 @@ func summarizeLarge(xs []float32, ws []uint32) Quantiles {
 	for i := range lows {
 		lows[i] = make([]int64, 1<<16)
 	}
-	for i, x := range xs {
-		k := float32Key(x)
-		s := isCand[k>>16]
-		if s < 0 {
-			continue
+	for pi, xs := range parts {
+		var ws []uint32
+		if wparts != nil {
+			ws = wparts[pi]
 		}
-		w := int64(1)
-		if ws != nil {
-			w = int64(ws[i])
+		for i, x := range xs {
+			k := float32Key(x)
+			s := isCand[k>>16]
+			if s < 0 {
+				continue
+			}
+			w := int64(1)
+			if ws != nil {
+				w = int64(ws[i])
+			}
+			lows[s][k&0xffff] += w
 		}
-		lows[s][k&0xffff] += w
 	}
 	for i := range wants {
 		low := lows[slot[wants[i].bucket]]
