@@ -442,3 +442,29 @@ func TestRowGroupsInParallel(t *testing.T) {
 		t.Errorf("err = %v, want row 500", err)
 	}
 }
+
+// Rows whose chunk lists straddle the cursor's refills (of 1, 3 and 7 levels) read the same.
+func TestListCursorRefills(t *testing.T) {
+	rows := mixedRun()
+	path := tempResults(t, testRun(), rows)
+	var want string
+	for _, levels := range []int{1 << 16, 1, 3, 7} {
+		cursorLevels = levels
+		d, err := Load(context.Background(), LoadOptions{}, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Analyze(d, DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		r.WriteJSON(&b)
+		if want == "" {
+			want = b.String()
+		} else if b.String() != want {
+			t.Errorf("cursor refills every %d levels: report differs", levels)
+		}
+	}
+	cursorLevels = 1 << 16
+}

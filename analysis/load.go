@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 )
@@ -181,7 +182,7 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 		}
 	}()
 	for _, p := range paths {
-		pr, err := file.OpenParquetFile(p, false)
+		pr, err := file.OpenParquetFile(p, false, file.WithReadProps(readProps()))
 		if err != nil {
 			return nil, fmt.Errorf("analysis: open %s: %w", p, err)
 		}
@@ -426,6 +427,24 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 		}
 		idx[i] = l
 	}
+	// chunk_ns and chunk_tokens are read from their column chunks' levels (listCursor);
+	// pqarrow decodes the scalar columns.
+	lists := [2]listSpec{}
+	for k, name := range []string{"chunk_ns", "chunk_tokens"} {
+		f, _ := sc.FieldsByName(name)
+		lt, ok := f[0].Type.(*arrow.ListType)
+		if !ok {
+			return fmt.Errorf("analysis: read %s: column %s is %s, want a list", path, name, f[0].Type)
+		}
+		lists[k] = listSpec{leaf: leafOf[name], nullable: f[0].Nullable, elemNullable: lt.ElemField().Nullable,
+			maxDef: pr.MetaData().Schema.Column(leafOf[name]).MaxDefinitionLevel()}
+	}
+	var scalar []int
+	for i, l := range idx {
+		if i != cChunkNS && i != cChunkTokens {
+			scalar = append(scalar, l)
+		}
+	}
 	nrg := pr.NumRowGroups()
 	row0 := make([]int64, nrg+1)
 	for g := 0; g < nrg; g++ {
@@ -444,9 +463,10 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wfr := fr
+			wfr, wpr := fr, pr
 			if w > 0 {
-				wpr, err := file.OpenParquetFile(path, false)
+				var err error
+				wpr, err = file.OpenParquetFile(path, false, file.WithReadProps(readProps()))
 				if err == nil {
 					defer wpr.Close()
 					wfr, err = pqarrow.NewFileReader(wpr, pqarrow.ArrowReadProperties{BatchSize: opts.BatchSize}, memory.DefaultAllocator)
@@ -466,7 +486,7 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 				}
 				p := &part{}
 				p.itl = make([]float32, 0, chunkHint(pr, g, idx[cChunkNS]))
-				parts[g], errs[g] = p, p.readRowGroup(ctx, path, wfr, idx, g, row0[g], shift)
+				parts[g], errs[g] = p, p.readRowGroup(ctx, path, wpr, wfr, scalar, lists, g, row0[g], shift)
 				if errs[g] != nil {
 					failed.Store(true)
 				}
@@ -489,16 +509,60 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	return nil
 }
 
-func (p *part) readRowGroup(ctx context.Context, path string, fr *pqarrow.FileReader, idx []int, g int, row0, shift int64) error {
-	rr, err := fr.GetRecordReader(ctx, idx, []int{g})
+// listSpec locates a list column: its Parquet leaf and its nullability.
+type listSpec struct {
+	leaf                   int
+	nullable, elemNullable bool
+	maxDef                 int16
+}
+
+// readProps streams column chunks through a 1 MiB buffer instead of reading each whole
+// chunk (100+ MB for chunk_ns) into memory and copying it once more.
+func readProps() *parquet.ReaderProperties {
+	p := parquet.NewReaderProperties(memory.DefaultAllocator)
+	p.BufferedStreamEnabled = true
+	p.BufferSize = 1 << 20
+	return p
+}
+
+func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, scalar []int, lists [2]listSpec, g int, row0, shift int64) error {
+	rr, err := fr.GetRecordReader(ctx, scalar, []int{g})
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
 	}
 	defer rr.Release()
+	rg := pr.RowGroup(g)
+	nsCol, err := rg.Column(lists[0].leaf)
+	if err != nil {
+		return fmt.Errorf("analysis: read %s: chunk_ns: %w", path, err)
+	}
+	nsRd, ok := nsCol.(*file.Int64ColumnChunkReader)
+	if !ok {
+		return fmt.Errorf("analysis: read %s: chunk_ns: %w", path, colErr{"chunk_ns", "list<int64>"})
+	}
+	tokCol, err := rg.Column(lists[1].leaf)
+	if err != nil {
+		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, err)
+	}
+	tokRd, ok := tokCol.(*file.Int32ColumnChunkReader)
+	if !ok {
+		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, colErr{"chunk_tokens", "list<int32>"})
+	}
+	nsCur, err := newListCursor(nsRd.ReadBatch, lists[0].nullable, lists[0].elemNullable, lists[0].maxDef)
+	if err != nil {
+		return fmt.Errorf("analysis: read %s: chunk_ns: %w", path, err)
+	}
+	tokCur, err := newListCursor(tokRd.ReadBatch, lists[1].nullable, lists[1].elemNullable, lists[1].maxDef)
+	if err != nil {
+		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, err)
+	}
 	// The record's columns come back in schema order of the selected fields; map by name.
 	pos := make([]int, len(resultColumns))
 	rsc := rr.Schema()
 	for i, name := range resultColumns {
+		if i == cChunkNS || i == cChunkTokens {
+			continue
+		}
 		is := rsc.FieldIndices(name)
 		if len(is) != 1 {
 			return fmt.Errorf("analysis: read %s: column %s missing", path, name)
@@ -511,7 +575,7 @@ func (p *part) readRowGroup(ctx context.Context, path string, fr *pqarrow.FileRe
 			return err
 		}
 		rec := rr.Record() // borrowed: released by the next call to Next
-		if err := p.addRecord(path, row, rec, pos, shift); err != nil {
+		if err := p.addRecord(path, row, rec, pos, nsCur, tokCur, shift); err != nil {
 			return err
 		}
 		row += rec.NumRows()
@@ -561,7 +625,7 @@ func int32Col(rec arrow.Record, i int, name string) (*array.Int32, error) {
 	return a, nil
 }
 
-func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, shift int64) error {
+func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, nsCur *listCursor[int64], tokCur *listCursor[int32], shift int64) error {
 	wrap := func(err error) error { return fmt.Errorf("analysis: read %s: %w", path, err) }
 	sched, err := int64Col(rec, pos[cScheduled], "scheduled_ns")
 	if err != nil {
@@ -578,22 +642,6 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 	end, err := int64Col(rec, pos[cEnd], "end_ns")
 	if err != nil {
 		return wrap(err)
-	}
-	chunks, ok := rec.Column(pos[cChunkNS]).(*array.List)
-	if !ok {
-		return wrap(colErr{"chunk_ns", "list<int64>"})
-	}
-	chunkVals, ok := chunks.ListValues().(*array.Int64)
-	if !ok {
-		return wrap(colErr{"chunk_ns", "list<int64>"})
-	}
-	ctoks, ok := rec.Column(pos[cChunkTokens]).(*array.List)
-	if !ok {
-		return wrap(colErr{"chunk_tokens", "list<int32>"})
-	}
-	ctokVals, ok := ctoks.ListValues().(*array.Int32)
-	if !ok {
-		return wrap(colErr{"chunk_tokens", "list<int32>"})
 	}
 	prompt, err := int32Col(rec, pos[cPrompt], "prompt_tokens")
 	if err != nil {
@@ -705,46 +753,44 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 		}
 
 		// Chunks: validate, record ITL and attribute tokens to time.
-		var cs, ce int64
-		if chunks.IsValid(i) {
-			cs, ce = chunks.ValueOffsets(i)
+		cns, _, err := nsCur.next()
+		if err != nil {
+			return bad("chunk_ns", "%v", err)
 		}
-		nc := ce - cs
+		ctk, tokNull, err := tokCur.next()
+		if err != nil {
+			return bad("chunk_tokens", "%v", err)
+		}
+		nc := len(cns)
 		if nc > 0 && s == null64 {
 			return bad("chunk_ns", "chunks in a request never sent")
 		}
-		var ts, te int64
-		hasTok := ctoks.IsValid(i)
-		if hasTok {
-			ts, te = ctoks.ValueOffsets(i)
-			if te-ts != nc {
-				return bad("chunk_tokens", "%d entries for %d chunks", te-ts, nc)
-			}
-			d.hasChunkT++
-		}
+		hasTok := !tokNull
 		tokSum := int64(-1)
 		if hasTok {
+			if len(ctk) != nc {
+				return bad("chunk_tokens", "%d entries for %d chunks", len(ctk), nc)
+			}
+			d.hasChunkT++
 			tokSum = 0
-			for k := ts; k < te; k++ {
-				if v := ctokVals.Value(int(k)); v < 0 {
-					return bad("chunk_tokens", "entry %d is %d", k-ts, v)
-				} else {
-					tokSum += int64(v)
+			for k, v := range ctk {
+				if v < 0 {
+					return bad("chunk_tokens", "entry %d is %d", k, v)
 				}
+				tokSum += int64(v)
 			}
 		}
 		prev := int64(-1)
-		for k := cs; k < ce; k++ {
-			v := chunkVals.Value(int(k))
+		for k, v := range cns {
 			if v < prev {
-				return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k-cs, v, k-cs-1, prev)
+				return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k, v, k-1, prev)
 			}
 			if v < 0 || v >= int64(MaxSpan)-s {
-				return bad("chunk_ns", "entry %d (%d) is outside [0, %v) from the run start", k-cs, v, MaxSpan)
+				return bad("chunk_ns", "entry %d (%d) is outside [0, %v) from the run start", k, v, MaxSpan)
 			}
 			prev = v
 		}
-		if nc > 0 && (f == null64 || e == null64 || chunkVals.Value(int(cs)) != f-s || chunkVals.Value(int(ce-1)) != e-s) {
+		if nc > 0 && (f == null64 || e == null64 || cns[0] != f-s || cns[nc-1] != e-s) {
 			d.firstChunkMismatch++
 		}
 		if st == int(stOK) && nc > 0 {
@@ -755,26 +801,22 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, s
 			if !hasTok && ot != null32 {
 				per = float64(ot) / float64(nc)
 			}
-			for k := cs; k < ce; k++ {
-				t := s + chunkVals.Value(int(k))
+			if last := (s + cns[nc-1]) / binNS; int64(len(d.tokenBins)) <= last {
+				d.tokenBins = append(d.tokenBins, make([]float64, last+1-int64(len(d.tokenBins)))...)
+			}
+			bins := d.tokenBins
+			for k, v := range cns {
 				tok := per
 				if hasTok {
-					tok = float64(ctokVals.Value(int(ts + k - cs)))
+					tok = float64(ctk[k])
 				}
-				b := t / binNS
-				for int64(len(d.tokenBins)) <= b {
-					d.tokenBins = append(d.tokenBins, 0)
-				}
-				d.tokenBins[b] += tok
-				if k > cs {
-					gap := float64(chunkVals.Value(int(k))-chunkVals.Value(int(k-1))) / 1e6
+				bins[(s+v)/binNS] += tok
+				if k > 0 {
+					gap := float64(v-cns[k-1]) / 1e6
 					d.itl = append(d.itl, float32(gap))
-					if hasTok {
-						kt := ctokVals.Value(int(ts + k - cs))
-						if kt > 0 {
-							d.itlTok = append(d.itlTok, float32(gap/float64(kt)))
-							d.itlTokW = append(d.itlTokW, uint32(kt))
-						}
+					if hasTok && ctk[k] > 0 {
+						d.itlTok = append(d.itlTok, float32(gap/float64(ctk[k])))
+						d.itlTokW = append(d.itlTokW, uint32(ctk[k]))
 					}
 				}
 			}
