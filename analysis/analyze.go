@@ -248,8 +248,8 @@ func (r *Report) latencies(d *Data) {
 			k++
 		}
 	}
-	r.ITL = summarizeParts(d.itl, nil)
-	r.ITLPerToken = summarizeParts(d.itlTok, d.itlTokW)
+	r.ITL = d.itl.summary()
+	r.ITLPerToken = d.itlTok.summary()
 }
 
 // quantileCurve samples the empirical quantile function of sorted xs at 401 evenly spaced

@@ -53,36 +53,41 @@ func TestSummarizeType7(t *testing.T) {
 	}
 }
 
-// summarizeLarge must give exactly what a sort gives, weights meaning repetition.
-func TestSummarizeLargeMatchesSort(t *testing.T) {
+// The µs histogram must give exactly the type-7 percentiles of the samples rounded to the
+// microsecond (so within 0.5 µs of the unrounded ones), weights meaning repetition, and the
+// exact mean and max.
+func TestUSHistMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{1, 2, 3, 10, 1000, 100000} {
-		xs := make([]float32, n)
-		ws := make([]uint32, n)
-		var exp, plain []float64
-		for i := range xs {
-			switch i % 3 {
-			case 0:
-				xs[i] = float32(rng.ExpFloat64() * 40)
-			case 1:
-				xs[i] = float32(-rng.Float64() * 5) // negative values sort too
-			default:
-				xs[i] = 20 // ties
+		for _, weighted := range []bool{false, true} {
+			var h, h2 usHist
+			var rounded, exact []float64
+			for i := 0; i < n; i++ {
+				ns := rng.ExpFloat64() * 30e6
+				switch i % 7 {
+				case 3:
+					ns = 2e9 + rng.Float64()*1e9 // past the dense range
+				case 5:
+					ns = 20e6 // ties
+				}
+				w := int64(1)
+				if weighted {
+					w = int64(rng.IntN(4))
+				}
+				if i%2 == 0 {
+					h.add(ns, w)
+				} else {
+					h2.add(ns, w)
+				}
+				for k := int64(0); k < w; k++ {
+					rounded = append(rounded, math.Round(ns/1e3)/1e3)
+					exact = append(exact, ns/1e6)
+				}
 			}
-			ws[i] = uint32(rng.IntN(4))
-			plain = append(plain, float64(xs[i]))
-			for k := uint32(0); k < ws[i]; k++ {
-				exp = append(exp, float64(xs[i]))
-			}
-		}
-		for _, c := range []struct {
-			name string
-			got  Quantiles
-			want []float64
-		}{{"plain", summarizeLarge(xs, nil), plain}, {"weighted", summarizeLarge(xs, ws), exp}} {
-			want := summarize(slices.Clone(c.want))
-			if c.got.N != want.N {
-				t.Fatalf("n=%d %s: N %d, want %d", n, c.name, c.got.N, want.N)
+			h.merge(&h2)
+			got, want, ex := h.summary(), summarize(rounded), summarize(exact)
+			if got.N != want.N {
+				t.Fatalf("n=%d: N %d, want %d", n, got.N, want.N)
 			}
 			if want.N == 0 {
 				continue
@@ -90,10 +95,13 @@ func TestSummarizeLargeMatchesSort(t *testing.T) {
 			for _, f := range []struct {
 				name string
 				g, w float64
-			}{{"p50", c.got.P50, want.P50}, {"p90", c.got.P90, want.P90}, {"p95", c.got.P95, want.P95}, {"p99", c.got.P99, want.P99}, {"p999", c.got.P999, want.P999}, {"max", c.got.Max, want.Max}, {"mean", c.got.Mean, want.Mean}} {
+			}{{"p50", got.P50, want.P50}, {"p90", got.P90, want.P90}, {"p95", got.P95, want.P95}, {"p99", got.P99, want.P99}, {"p999", got.P999, want.P999}, {"max", got.Max, ex.Max}, {"mean", got.Mean, ex.Mean}} {
 				if math.Abs(f.g-f.w) > 1e-9*math.Max(1, math.Abs(f.w)) {
-					t.Errorf("n=%d %s %s = %v, want %v", n, c.name, f.name, f.g, f.w)
+					t.Errorf("n=%d weighted=%v %s = %v, want %v", n, weighted, f.name, f.g, f.w)
 				}
+			}
+			if math.Abs(got.P99-ex.P99) > 0.0005 {
+				t.Errorf("n=%d: p99 %v is more than 0.5 µs from the unrounded %v", n, got.P99, ex.P99)
 			}
 		}
 	}

@@ -131,12 +131,10 @@ type Data struct {
 	chunkTokSum                   []int64 // sum of chunk_tokens; -1 when chunk_tokens is null
 	firstChunkMismatch, hasChunkT int64
 
-	// ITL samples in parts (one per row group read), so that parts read in parallel are
-	// kept without a copy.
-	itl       [][]float32 // ms, one per gap between consecutive chunks of ok requests
-	itlTok    [][]float32 // ms per token, one per chunk after the first of ok requests with chunk_tokens
-	itlTokW   [][]uint32  // tokens of that chunk: the weight of itlTok's sample
-	tokenBins []float64   // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
+	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
+	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
+	itl, itlTok usHist
+	tokenBins   []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
 }
 
 // N returns the number of requests.
@@ -223,16 +221,6 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	return d, nil
 }
 
-// chunkHint returns the entries of row group g's chunk_ns lists, from the Parquet footer
-// (leaf column c), bounded so that a corrupt footer cannot make us reserve much.
-func chunkHint(pr *file.Reader, g, c int) int {
-	cc, err := pr.MetaData().RowGroup(g).ColumnChunk(c)
-	if err != nil || cc.NumValues() <= 0 {
-		return 0
-	}
-	return int(min(cc.NumValues(), 1<<28))
-}
-
 // reserve sizes the per-request columns for n requests.
 func (d *Data) reserve(n int) {
 	d.scheduled, d.sent, d.first, d.end = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
@@ -244,8 +232,7 @@ func (d *Data) reserve(n int) {
 // part is what one row group contributes, read by one worker.
 type part struct {
 	Data
-	itl, itlTok []float32
-	itlTokW     []uint32
+	itl, itlTok *usHist // the worker's, shared by the row groups it reads
 }
 
 // merge appends p's requests to d and takes over its samples and token bins.
@@ -258,12 +245,6 @@ func (d *Data) merge(p *part) {
 	d.nChunks, d.chunkTokSum = append(d.nChunks, p.nChunks...), append(d.chunkTokSum, p.chunkTokSum...)
 	d.firstChunkMismatch += p.firstChunkMismatch
 	d.hasChunkT += p.hasChunkT
-	if len(p.itl) > 0 {
-		d.itl = append(d.itl, p.itl)
-	}
-	if len(p.itlTok) > 0 {
-		d.itlTok, d.itlTokW = append(d.itlTok, p.itlTok), append(d.itlTokW, p.itlTokW)
-	}
 	for len(d.tokenBins) < len(p.tokenBins) {
 		d.tokenBins = append(d.tokenBins, 0)
 	}
@@ -457,6 +438,7 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
+	hists := make([][2]usHist, min(opts.Workers, nrg))
 	var openMu sync.Mutex
 	var openErr error
 	for w := 0; w < min(opts.Workers, nrg); w++ {
@@ -484,8 +466,7 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 				if g >= nrg {
 					return
 				}
-				p := &part{}
-				p.itl = make([]float32, 0, chunkHint(pr, g, idx[cChunkNS]))
+				p := &part{itl: &hists[w][0], itlTok: &hists[w][1]}
 				parts[g], errs[g] = p, p.readRowGroup(ctx, path, wpr, wfr, scalar, lists, g, row0[g], shift)
 				if errs[g] != nil {
 					failed.Store(true)
@@ -505,6 +486,10 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	for g, p := range parts {
 		d.merge(p)
 		parts[g] = nil
+	}
+	for w := range hists {
+		d.itl.merge(&hists[w][0])
+		d.itlTok.merge(&hists[w][1])
 	}
 	return nil
 }
@@ -812,11 +797,10 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				}
 				bins[(s+v)/binNS] += tok
 				if k > 0 {
-					gap := float64(v-cns[k-1]) / 1e6
-					d.itl = append(d.itl, float32(gap))
+					gap := float64(v - cns[k-1])
+					d.itl.add(gap, 1)
 					if hasTok && ctk[k] > 0 {
-						d.itlTok = append(d.itlTok, float32(gap/float64(ctk[k])))
-						d.itlTokW = append(d.itlTokW, uint32(ctk[k]))
+						d.itlTok.add(gap/float64(ctk[k]), int64(ctk[k]))
 					}
 				}
 			}
