@@ -222,7 +222,9 @@ func (d *Data) tpotMS(i int) float64 {
 }
 
 func (r *Report) latencies(d *Data) {
-	var ttft, tpot, e2e, late []float64
+	ok := int(r.Requests.OK)
+	ttft, tpot, e2e := make([]float64, 0, ok), make([]float64, 0, ok), make([]float64, 0, ok)
+	late := make([]float64, 0, d.N())
 	for i, s := range d.status {
 		if d.sent[i] != null64 {
 			late = append(late, float64(d.sent[i]-d.scheduled[i])/1e6)
@@ -539,8 +541,19 @@ func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
 	}
 	accs := make([]acc, nb)
 	slo := r.Options.SLO
+	bucket := make([]uint8, d.N())
+	okIn := make([]int, nb)
 	for i, s := range d.status {
-		a := &accs[which(int64(length[i]))]
+		bucket[i] = uint8(which(int64(length[i])))
+		if s == stOK {
+			okIn[bucket[i]]++
+		}
+	}
+	for k := range accs {
+		accs[k].ttft, accs[k].tpot, accs[k].e2e = make([]float64, 0, okIn[k]), make([]float64, 0, okIn[k]), make([]float64, 0, okIn[k])
+	}
+	for i, s := range d.status {
+		a := &accs[bucket[i]]
 		a.reqs++
 		if s != stCanceled {
 			a.den++

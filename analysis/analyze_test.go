@@ -107,6 +107,33 @@ func TestUSHistMatchesSort(t *testing.T) {
 	}
 }
 
+func TestSortFloat64s(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 100, 5000, 200000} {
+		xs := make([]float64, n)
+		for i := range xs {
+			switch i % 4 {
+			case 0:
+				xs[i] = rng.NormFloat64() * 1e3
+			case 1:
+				xs[i] = rng.ExpFloat64()
+			case 2:
+				xs[i] = 0
+			default:
+				xs[i] = math.Copysign(0, -1) + float64(i%3)
+			}
+		}
+		want := slices.Clone(xs)
+		slices.Sort(want)
+		sortFloat64s(xs)
+		for i := range xs {
+			if xs[i] != want[i] {
+				t.Fatalf("n=%d: [%d] = %v, want %v", n, i, xs[i], want[i])
+			}
+		}
+	}
+}
+
 // smallRun is a hand-built run whose every figure is worked out in the test.
 func smallRun() []row {
 	a := okRow(1, 1*ms_, 100*ms_, 150*ms_, 200*ms_, 250*ms_) // TTFT 100, E2E 250, TPOT 50, ITL 50,50,50

@@ -204,7 +204,11 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	for _, o := range ofs {
 		rows += max(o.pr.NumRows(), 0)
 	}
-	d.reserve(int(min(rows, 1<<30)))
+	if rows > 1<<31 {
+		return nil, fmt.Errorf("analysis: %d rows: more than analysis holds in memory", rows)
+	}
+	d.alloc(int(rows))
+	base := 0
 	if opts.Workers <= 0 {
 		opts.Workers = min(runtime.GOMAXPROCS(0), 4)
 	}
@@ -214,41 +218,47 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	}
 	for i, o := range ofs {
 		d.ShiftNS = append(d.ShiftNS, d.Runs[i].RunStartUnixNS-d.BaseUnixNS)
-		if err := d.readFile(ctx, paths[i], o.pr, o.fr, d.ShiftNS[i], opts); err != nil {
+		if err := d.readFile(ctx, paths[i], o.pr, o.fr, d.ShiftNS[i], base, opts); err != nil {
 			return nil, err
 		}
+		base += int(o.pr.NumRows())
 	}
 	return d, nil
 }
 
-// reserve sizes the per-request columns for n requests.
-func (d *Data) reserve(n int) {
-	d.scheduled, d.sent, d.first, d.end = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-	d.prompt, d.promptServer, d.outTarget, d.outTokens = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
-	d.outSource, d.status = make([]uint8, 0, n), make([]uint8, 0, n)
-	d.nChunks, d.chunkTokSum = make([]int32, 0, n), make([]int64, 0, n)
+// alloc sizes the per-request columns for n requests; row groups are decoded straight into
+// their rows.
+func (d *Data) alloc(n int) {
+	d.scheduled, d.sent, d.first, d.end = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	d.prompt, d.promptServer, d.outTarget, d.outTokens = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+	d.outSource, d.status = make([]uint8, n), make([]uint8, n)
+	d.nChunks, d.chunkTokSum = make([]int32, n), make([]int64, n)
 }
 
-// part is what one row group contributes, read by one worker.
+// worker holds what one decoding goroutine accumulates over the row groups it reads.
+type worker struct {
+	itl, itlTok                   usHist
+	bins                          []float64
+	firstChunkMismatch, hasChunkT int64
+}
+
+// part is one row group being decoded into rows [at, end) of d.
 type part struct {
-	Data
-	itl, itlTok *usHist // the worker's, shared by the row groups it reads
+	d       *Data
+	w       *worker
+	at, end int
 }
 
-// merge appends p's requests to d and takes over its samples and token bins.
-func (d *Data) merge(p *part) {
-	d.scheduled, d.sent = append(d.scheduled, p.scheduled...), append(d.sent, p.sent...)
-	d.first, d.end = append(d.first, p.first...), append(d.end, p.end...)
-	d.prompt, d.promptServer = append(d.prompt, p.prompt...), append(d.promptServer, p.promptServer...)
-	d.outTarget, d.outTokens = append(d.outTarget, p.outTarget...), append(d.outTokens, p.outTokens...)
-	d.outSource, d.status = append(d.outSource, p.outSource...), append(d.status, p.status...)
-	d.nChunks, d.chunkTokSum = append(d.nChunks, p.nChunks...), append(d.chunkTokSum, p.chunkTokSum...)
-	d.firstChunkMismatch += p.firstChunkMismatch
-	d.hasChunkT += p.hasChunkT
-	for len(d.tokenBins) < len(p.tokenBins) {
-		d.tokenBins = append(d.tokenBins, 0)
+// merge adds a worker's samples, token bins and counters to d.
+func (d *Data) mergeWorker(w *worker) {
+	d.itl.merge(&w.itl)
+	d.itlTok.merge(&w.itlTok)
+	d.firstChunkMismatch += w.firstChunkMismatch
+	d.hasChunkT += w.hasChunkT
+	if len(d.tokenBins) < len(w.bins) {
+		d.tokenBins = append(d.tokenBins, make([]float64, len(w.bins)-len(d.tokenBins))...)
 	}
-	for i, v := range p.tokenBins {
+	for i, v := range w.bins {
 		d.tokenBins[i] += v
 	}
 }
@@ -388,7 +398,7 @@ const (
 	cStatus
 )
 
-func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, shift int64, opts LoadOptions) error {
+func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, shift int64, base int, opts LoadOptions) error {
 	sc, err := fr.Schema()
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
@@ -433,12 +443,14 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	}
 	// Row groups are decoded by up to opts.Workers goroutines, each with its own reader;
 	// the parts are merged in row-group order.
-	parts := make([]*part, nrg)
 	errs := make([]error, nrg)
+	if row0[nrg] != pr.NumRows() {
+		return fmt.Errorf("analysis: read %s: row groups hold %d rows, footer says %d", path, row0[nrg], pr.NumRows())
+	}
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	hists := make([][2]usHist, min(opts.Workers, nrg))
+	workers := make([]worker, min(opts.Workers, nrg))
 	var openMu sync.Mutex
 	var openErr error
 	for w := 0; w < min(opts.Workers, nrg); w++ {
@@ -466,8 +478,11 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 				if g >= nrg {
 					return
 				}
-				p := &part{itl: &hists[w][0], itlTok: &hists[w][1]}
-				parts[g], errs[g] = p, p.readRowGroup(ctx, path, wpr, wfr, scalar, lists, g, row0[g], shift)
+				p := &part{d: d, w: &workers[w], at: base + int(row0[g]), end: base + int(row0[g+1])}
+				errs[g] = p.readRowGroup(ctx, path, wpr, wfr, scalar, lists, g, row0[g], shift)
+				if errs[g] == nil && p.at != p.end {
+					errs[g] = fmt.Errorf("analysis: read %s: row group %d holds %d rows, footer says %d", path, g, p.at-base-int(row0[g]), row0[g+1]-row0[g])
+				}
 				if errs[g] != nil {
 					failed.Store(true)
 				}
@@ -483,13 +498,8 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 			return err
 		}
 	}
-	for g, p := range parts {
-		d.merge(p)
-		parts[g] = nil
-	}
-	for w := range hists {
-		d.itl.merge(&hists[w][0])
-		d.itlTok.merge(&hists[w][1])
+	for w := range workers {
+		d.mergeWorker(&workers[w])
 	}
 	return nil
 }
@@ -610,8 +620,12 @@ func int32Col(rec arrow.Record, i int, name string) (*array.Int32, error) {
 	return a, nil
 }
 
-func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, nsCur *listCursor[int64], tokCur *listCursor[int32], shift int64) error {
+func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, nsCur *listCursor[int64], tokCur *listCursor[int32], shift int64) error {
 	wrap := func(err error) error { return fmt.Errorf("analysis: read %s: %w", path, err) }
+	d, w := p.d, p.w
+	if p.at+int(rec.NumRows()) > p.end {
+		return fmt.Errorf("analysis: read %s: row group holds more rows than the footer says", path)
+	}
 	sched, err := int64Col(rec, pos[cScheduled], "scheduled_ns")
 	if err != nil {
 		return wrap(err)
@@ -756,7 +770,7 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			if len(ctk) != nc {
 				return bad("chunk_tokens", "%d entries for %d chunks", len(ctk), nc)
 			}
-			d.hasChunkT++
+			w.hasChunkT++
 			tokSum = 0
 			for k, v := range ctk {
 				if v < 0 {
@@ -776,7 +790,7 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			prev = v
 		}
 		if nc > 0 && (f == null64 || e == null64 || cns[0] != f-s || cns[nc-1] != e-s) {
-			d.firstChunkMismatch++
+			w.firstChunkMismatch++
 		}
 		if st == int(stOK) && nc > 0 {
 			// Tokens per chunk: chunk_tokens when the server sent them; else the reported
@@ -786,10 +800,10 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			if !hasTok && ot != null32 {
 				per = float64(ot) / float64(nc)
 			}
-			if last := (s + cns[nc-1]) / binNS; int64(len(d.tokenBins)) <= last {
-				d.tokenBins = append(d.tokenBins, make([]float64, last+1-int64(len(d.tokenBins)))...)
+			if last := (s + cns[nc-1]) / binNS; int64(len(w.bins)) <= last {
+				w.bins = append(w.bins, make([]float64, last+1-int64(len(w.bins)))...)
 			}
-			bins := d.tokenBins
+			bins := w.bins
 			for k, v := range cns {
 				tok := per
 				if hasTok {
@@ -797,26 +811,20 @@ func (d *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				}
 				bins[(s+v)/binNS] += tok
 				if k > 0 {
-					gap := float64(v - cns[k-1])
-					d.itl.add(gap, 1)
+					w.itl.addNS(v - cns[k-1])
 					if hasTok && ctk[k] > 0 {
-						d.itlTok.add(gap/float64(ctk[k]), int64(ctk[k]))
+						w.itlTok.add(float64(v-cns[k-1])/float64(ctk[k]), int64(ctk[k]))
 					}
 				}
 			}
 		}
-		d.scheduled = append(d.scheduled, sched.Value(i)+shift)
-		d.sent = append(d.sent, s)
-		d.first = append(d.first, f)
-		d.end = append(d.end, e)
-		d.prompt = append(d.prompt, prompt.Value(i))
-		d.promptServer = append(d.promptServer, opt32(promptSrv))
-		d.outTarget = append(d.outTarget, outTarget.Value(i))
-		d.outTokens = append(d.outTokens, ot)
-		d.outSource = append(d.outSource, src)
-		d.status = append(d.status, uint8(st))
-		d.nChunks = append(d.nChunks, int32(nc))
-		d.chunkTokSum = append(d.chunkTokSum, tokSum)
+		j := p.at
+		p.at++
+		d.scheduled[j] = sched.Value(i) + shift
+		d.sent[j], d.first[j], d.end[j] = s, f, e
+		d.prompt[j], d.promptServer[j] = prompt.Value(i), opt32(promptSrv)
+		d.outTarget[j], d.outTokens[j], d.outSource[j] = outTarget.Value(i), ot, src
+		d.status[j], d.nChunks[j], d.chunkTokSum[j] = uint8(st), int32(nc), tokSum
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("interval %v: must be a positive multiple of 10ms", o.Interval)
 	}
 	for _, b := range [][]int64{o.PromptBuckets, o.OutputBuckets} {
+		if len(b) > 63 {
+			return fmt.Errorf("%d bucket edges: at most 63", len(b))
+		}
 		for i, e := range b {
 			if e < 1 || (i > 0 && e <= b[i-1]) {
 				return fmt.Errorf("bucket edges %v: must be ascending positive integers", b)

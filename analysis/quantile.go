@@ -3,6 +3,7 @@ package analysis
 import (
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // PercentileMethod names how every percentile in a report is computed. It is printed in the
@@ -56,7 +57,7 @@ func summarize(xs []float64) Quantiles {
 	if len(xs) == 0 {
 		return Quantiles{}
 	}
-	slices.Sort(xs)
+	sortFloat64s(xs)
 	q := Quantiles{N: int64(len(xs)), Max: xs[len(xs)-1]}
 	var sum, c float64
 	for _, x := range xs {
@@ -75,4 +76,56 @@ func summarize(xs []float64) Quantiles {
 	}
 	q.set(ps[:])
 	return q
+}
+
+// sortFloat64s sorts xs ascending (finite values): an LSD radix sort on the order-preserving
+// bit pattern, 4 passes of 16 bits (passes where every key has the same digit are skipped),
+// several times faster than a comparison sort for the 10^6 latencies of a large run.
+func sortFloat64s(xs []float64) {
+	if len(xs) < 4096 {
+		slices.Sort(xs)
+		return
+	}
+	keys := unsafe.Slice((*uint64)(unsafe.Pointer(&xs[0])), len(xs))
+	for i, x := range xs {
+		b := math.Float64bits(x)
+		if b&(1<<63) != 0 {
+			keys[i] = ^b
+		} else {
+			keys[i] = b | 1<<63
+		}
+	}
+	tmp := make([]uint64, len(keys))
+	src, dst := keys, tmp
+	var count [1 << 16]int
+	for shift := uint(0); shift < 64; shift += 16 {
+		clear(count[:])
+		for _, k := range src {
+			count[(k>>shift)&0xffff]++
+		}
+		if count[(src[0]>>shift)&0xffff] == len(src) {
+			continue
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, k := range src {
+			d := (k >> shift) & 0xffff
+			dst[count[d]] = k
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
+	for i, k := range keys {
+		if k&(1<<63) != 0 {
+			keys[i] = k &^ (1 << 63)
+		} else {
+			keys[i] = ^k
+		}
+	}
 }
