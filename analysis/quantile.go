@@ -8,7 +8,7 @@ import (
 
 // PercentileMethod names how every percentile in a report is computed. It is printed in the
 // text report and documented in docs/metrics.md.
-const PercentileMethod = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7)"
+const PercentileMethod = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7); ITL over gaps rounded to 1 us"
 
 // Quantiles are the figures reported for every latency: mean, p50, p90, p95, p99, p99.9 and
 // max, over N samples. N == 0 means there were no samples and every figure is undefined.
