@@ -415,6 +415,12 @@ func TestBadInputNamesRowAndField(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Row != 1 || fe.Field != "chunk_ns" {
 		t.Fatalf("err = %v", err)
 	}
+	rows = smallRun()
+	rows[0].chunks = []int64{100 * ms_, 310 * ms_, 200 * ms_, 250 * ms_} // the max in the middle
+	_, err = Load(context.Background(), LoadOptions{}, tempResults(t, testRun(), rows))
+	if !errors.As(err, &fe) || fe.Row != 0 || fe.Field != "chunk_ns" || !strings.Contains(err.Error(), "entry 2") {
+		t.Fatalf("err = %v", err)
+	}
 }
 
 func TestParseSLOAndBuckets(t *testing.T) {

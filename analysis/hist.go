@@ -40,25 +40,6 @@ func (h *usHist) add(ns float64, w int64) {
 	}
 }
 
-// addNS counts one sample of ns nanoseconds (the per-chunk fast path: integer rounding).
-func (h *usHist) addNS(ns int64) {
-	if h.dense == nil {
-		h.dense = make([]int64, usDense)
-	}
-	h.n++
-	f := float64(ns)
-	h.sumNS += f
-	if f > h.maxNS || h.n == 1 {
-		h.maxNS = f
-	}
-	if us := (ns + 500) / 1000; us < usDense && ns >= 0 {
-		h.dense[us]++
-	} else {
-		h.over = append(h.over, math.Round(f/1e3))
-		h.overW = append(h.overW, 1)
-	}
-}
-
 // merge adds o's samples to h.
 func (h *usHist) merge(o *usHist) {
 	if o == nil || o.n == 0 {
