@@ -22,6 +22,7 @@ type listCursor[T int32 | int64] struct {
 	vpos     int // next value
 	row      []T // a row straddling a refill is gathered here
 	eof      bool
+	allNull  bool // every row is a null list: next need not decode
 }
 
 // cursorLevels is how many levels a cursor decodes at a time (a variable so tests can make
@@ -61,6 +62,9 @@ var errNullElement = errors.New("null list element")
 // next returns the next row's values (valid until the next call) and whether the list is
 // null. It fails at the end of the column.
 func (c *listCursor[T]) next() (vals []T, null bool, err error) {
+	if c.allNull {
+		return nil, true, nil
+	}
 	if c.pos == c.n {
 		if err := c.fill(); err != nil {
 			return nil, false, err

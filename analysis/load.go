@@ -551,6 +551,15 @@ func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, f
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, err)
 	}
+	// Most servers send no per-chunk token counts: when the footer says every chunk_tokens
+	// of the row group is null, skip decoding it.
+	if md, err := rg.MetaData().ColumnChunk(lists[1].leaf); err == nil && lists[1].nullable {
+		if ok, _ := md.StatsSet(); ok {
+			if st, err := md.Statistics(); err == nil && st.HasNullCount() && st.NullCount() == md.NumValues() && md.NumValues() == rg.NumRows() {
+				tokCur.allNull = true
+			}
+		}
+	}
 	// The record's columns come back in schema order of the selected fields; map by name.
 	pos := make([]int, len(resultColumns))
 	rsc := rr.Schema()
