@@ -38,6 +38,11 @@ type e2eReport struct {
 // replayAndAnalyze synthesises a trace, replays it against the in-process simulated engine
 // and returns analyze --json of the results.
 func replayAndAnalyze(t *testing.T, profile string, synth []string, analyzeArgs ...string) e2eReport {
+	return replayAndAnalyzeWith(t, []string{"--sim-profile", profile}, synth, analyzeArgs...)
+}
+
+// replayAndAnalyzeWith is replayAndAnalyze with replay's target given as flags.
+func replayAndAnalyzeWith(t *testing.T, target, synth []string, analyzeArgs ...string) e2eReport {
 	t.Helper()
 	dir := t.TempDir()
 	tr, res := filepath.Join(dir, "trace.parquet"), filepath.Join(dir, "results.parquet")
@@ -46,7 +51,7 @@ func replayAndAnalyze(t *testing.T, profile string, synth []string, analyzeArgs 
 	if err := run(ctx, append([]string{"trace", "synth", "-o", tr}, synth...), &out, &errb); err != nil {
 		t.Fatalf("trace synth: %v\n%s", err, errb.String())
 	}
-	if err := run(ctx, []string{"replay", "--trace", tr, "--sim-profile", profile, "--quiet", "-o", res}, &out, &errb); err != nil {
+	if err := run(ctx, append([]string{"replay", "--trace", tr, "--quiet", "-o", res}, target...), &out, &errb); err != nil {
 		t.Fatalf("replay: %v\n%s", err, errb.String())
 	}
 	out.Reset()
@@ -105,10 +110,11 @@ func TestEndToEndFixedEngine(t *testing.T) {
 	t.Logf("window [%.2f, %.2f) s, lateness p99 %.3f ms, client-limited %v", r.Throughput.Window.StartS, r.Throughput.Window.EndS, r.Lateness["p99"], r.Flags.ClientLimited)
 }
 
-// Against the tiny batching profile, offered far more than it can decode: the sustained rate
-// must sit at the engine's analytical decode capacity (max over batch b of b / step(b)),
-// between 60% of it (prefill steps take their share of the time) and 102%, and the queue's
-// growth must be flagged overloaded.
+// Against the tiny batching profile slowed tenfold (TimeScale 0.1, so that the replayer and
+// the engine keep up under -race on two shared cores), offered 2.6 times what it can decode:
+// the sustained rate must sit at the engine's analytical decode capacity (max over batch b of
+// b / step(b), times the time scale), between 60% of it (prefill steps take their share of
+// the time) and 102%, and the queue's growth must be flagged overloaded.
 func TestEndToEndOverloadedEngine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end replay takes ~20 s")
@@ -117,19 +123,29 @@ func TestEndToEndOverloadedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := sim.Analyze(cfg)
-	// 64 tokens of prompt and output make the reference context of 128 tokens.
-	offered := 200.0 * 64
-	if offered < 1.5*info.MaxDecodeTokPerSec {
-		t.Fatalf("offered %v tok/s does not overload a %v tok/s engine", offered, info.MaxDecodeTokPerSec)
+	cfg.TimeScale = 0.1
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := sim.Start(ctx, "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := replayAndAnalyze(t, "tiny",
-		[]string{"--arrival", "constant", "--rate", "200", "--duration", "15s", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:64"})
-	within(t, "sustained tok/s", r.Throughput.SustainedOutputTokensPerS, 0.6*info.MaxDecodeTokPerSec, 1.02*info.MaxDecodeTokPerSec)
+	defer srv.Close()
+	info := srv.Info()
+	capacity := info.MaxDecodeTokPerSec * cfg.TimeScale
+	// 64 tokens of prompt and output make the reference context of 128 tokens.
+	offered := 30.0 * 64
+	if offered < 1.5*capacity {
+		t.Fatalf("offered %v tok/s does not overload a %v tok/s engine", offered, capacity)
+	}
+	r := replayAndAnalyzeWith(t, []string{"--endpoint", srv.BaseURL(), "--model", info.Config.Model},
+		[]string{"--arrival", "constant", "--rate", "30", "--duration", "20s", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:64"})
+	within(t, "sustained tok/s", r.Throughput.SustainedOutputTokensPerS, 0.6*capacity, 1.02*capacity)
 	if !r.Flags.Overloaded {
-		t.Errorf("offered %.0f tok/s to a %.0f tok/s engine, not flagged overloaded; warnings %q", offered, info.MaxDecodeTokPerSec, r.Warnings)
+		t.Errorf("offered %.0f tok/s to a %.0f tok/s engine, not flagged overloaded; warnings %q", offered, capacity, r.Warnings)
 	}
 	if math.IsNaN(r.TTFT["p50"]) || r.TTFT["p99"] < r.TTFT["p50"] {
 		t.Errorf("TTFT %v", r.TTFT)
 	}
+	t.Logf("lateness p99 %.3f ms, client-limited %v, warnings %q", r.Lateness["p99"], r.Flags.ClientLimited, r.Warnings)
 }
