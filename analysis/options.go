@@ -8,8 +8,10 @@
 // Use:
 //
 //	d, err := analysis.Load(ctx, analysis.LoadOptions{}, "results.parquet")
-//	rep, err := analysis.Analyze(d, analysis.Options{})
+//	rep, err := analysis.Analyze(d, analysis.DefaultOptions())
 //	rep.WriteText(os.Stdout)
+//
+// or analysis.AnalyzeFiles(ctx, analysis.DefaultOptions(), paths...) for both steps.
 package analysis
 
 import (
