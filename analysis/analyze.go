@@ -23,7 +23,8 @@ type Report struct {
 	Throughput Throughput
 	// Latencies of ok requests (Lateness: of every sent request), ms.
 	TTFT, TPOT, ITL, E2E, Lateness Quantiles
-	// ITLPerToken is the per-token ITL when chunks carry token counts; N == 0 otherwise.
+	// ITLPerToken is the per-token ITL when chunk_tokens says some chunks carry several
+	// tokens; N == 0 otherwise (it would repeat ITL).
 	ITLPerToken Quantiles
 	Goodput     *Goodput // nil when no SLO
 	Flags       Flags
@@ -251,7 +252,9 @@ func (r *Report) latencies(d *Data) {
 		}
 	}
 	r.ITL = d.itl.summary()
-	r.ITLPerToken = d.itlTok.summary()
+	if d.multiTokenChunks {
+		r.ITLPerToken = d.itlTok.summary()
+	}
 }
 
 // quantileCurve samples the empirical quantile function of sorted xs at 401 evenly spaced
@@ -354,9 +357,12 @@ func (r *Report) throughput(d *Data) {
 	// Steady-state window: [first sent + warm-up, last sent), snapped inward to the 10 ms grid.
 	warm := r.Options.Warmup
 	if warm == WarmupDetect {
-		w, ok := detectWarmup(d.tokenBins, first, lastSent)
+		w, ok, atLimit := detectWarmup(d.tokenBins, first, lastSent)
 		if ok {
 			warm, t.WarmupDetected = w, true
+			if atLimit {
+				r.warnf("no steady state: the warm-up detector (MSER-5) cut at its limit, half the arrival span; the run is too short for its latencies, or the load kept changing")
+			}
 		} else {
 			warm = 0
 			r.warnf("arrival span under %v: warm-up not detected, none excluded", time.Duration(msserMinBatches*msserBatch*msserBinNS))

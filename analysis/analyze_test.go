@@ -509,3 +509,35 @@ func TestListCursorRefills(t *testing.T) {
 	}
 	cursorLevels = 1 << 16
 }
+
+// A load that rises through the whole run never settles: MSER-5 cuts at its limit and the
+// report says there was no steady state.
+func TestNoSteadyStateWarning(t *testing.T) {
+	var rows []row
+	for i := 0; ; i++ {
+		sent := int64(math.Sqrt(float64(i)) * 0.4e9) // arrival rate grows linearly in time
+		if sent > 30e9 {
+			break
+		}
+		rows = append(rows, okRow(int64(i), sent, 50*ms_, 70*ms_, 90*ms_))
+	}
+	r, err := Analyze(load(t, rows), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "no steady state") }) {
+		t.Errorf("rising load: warm-up %v s, warnings %q", r.Throughput.WarmupS, r.Warnings)
+	}
+	if slices.ContainsFunc(mustAnalyze(t, steadyRun(20*time.Second, func(int) int64 { return 100 })).Warnings, func(w string) bool { return strings.Contains(w, "no steady state") }) {
+		t.Error("steady run warned of no steady state")
+	}
+}
+
+func mustAnalyze(t *testing.T, rows []row) *Report {
+	t.Helper()
+	r, err := Analyze(load(t, rows), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -133,8 +133,9 @@ type Data struct {
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
-	itl, itlTok usHist
-	tokenBins   []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
+	itl, itlTok      usHist
+	multiTokenChunks bool      // some chunk_tokens entry is above 1
+	tokenBins        []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
 }
 
 // N returns the number of requests.
@@ -240,6 +241,7 @@ type worker struct {
 	itl, itlTok                   usHist
 	bins                          []float64
 	firstChunkMismatch, hasChunkT int64
+	multiTokenChunks              bool
 }
 
 // part is one row group being decoded into rows [at, end) of d.
@@ -255,6 +257,7 @@ func (d *Data) mergeWorker(w *worker) {
 	d.itlTok.merge(&w.itlTok)
 	d.firstChunkMismatch += w.firstChunkMismatch
 	d.hasChunkT += w.hasChunkT
+	d.multiTokenChunks = d.multiTokenChunks || w.multiTokenChunks
 	if len(d.tokenBins) < len(w.bins) {
 		d.tokenBins = append(d.tokenBins, make([]float64, len(w.bins)-len(d.tokenBins))...)
 	}
@@ -784,6 +787,9 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			for k, v := range ctk {
 				if v < 0 {
 					return bad("chunk_tokens", "entry %d is %d", k, v)
+				}
+				if v > 1 {
+					w.multiTokenChunks = true
 				}
 				tokSum += int64(v)
 			}

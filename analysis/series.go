@@ -22,13 +22,16 @@ const (
 //
 // the squared standard error of the mean of what is kept: dropping the ramp at the start
 // lowers the variance faster than it shrinks the sample. It returns d batches as a duration.
-func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (time.Duration, bool) {
+//
+// A truncation at the limit d = m/2 is MSER's sign that the series never settled: the
+// caller warns.
+func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (d time.Duration, ok, atLimit bool) {
 	perBin := msserBinNS / binNS
 	b0 := firstNS / binNS
 	span := (lastNS - firstNS) / msserBinNS // whole 100 ms bins
 	m := int(span) / msserBatch
 	if m < msserMinBatches {
-		return 0, false
+		return 0, false, false
 	}
 	z := make([]float64, m)
 	for j := range z {
@@ -62,7 +65,7 @@ func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (time.Duration, bo
 			best, bestD = v, d
 		}
 	}
-	return time.Duration(int64(bestD*msserBatch) * msserBinNS), true
+	return time.Duration(int64(bestD*msserBatch) * msserBinNS), true, bestD == m/2
 }
 
 // Trend is an ordinary least-squares line y = a + Slope*t fitted to a series over the
