@@ -155,8 +155,8 @@ func NewTransport(maxInflight int, insecure bool) *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
-		ReadBufferSize:        256 << 10,
-		WriteBufferSize:       256 << 10,
+		ReadBufferSize:        64 << 10,
+		WriteBufferSize:       64 << 10,
 		ForceAttemptHTTP2:     true,
 		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
 	}
@@ -437,6 +437,7 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 		prevCompl   int32
 		usageSeen   bool
 		nEvents     int
+		ci          chunkInfo
 	)
 	res.ChunkNS = res.ChunkNS[:0]
 	for sse.Next() {
@@ -451,32 +452,20 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 			done = true
 			break
 		}
-		var ch streamChunk
-		if err := json.Unmarshal(data, &ch); err != nil {
+		if err := parseChunk(data, &ci); err != nil {
 			res.Status = StatusStreamError
 			res.Error = fmt.Sprintf("event %d: malformed chunk: %v: %s", nEvents, err, shortText(data))
 			return
 		}
-		if msg, ok := ch.errorMessage(); ok {
-			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(msg))
+		if ci.isErr {
+			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg))
 			return
 		}
-		output := false
-		for i := range ch.Choices {
-			cc := &ch.Choices[i]
-			d := &cc.Delta
-			if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
-				(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
-				output = true
-				text = append(text, cc.Text...)
-				text = append(text, d.Content...)
-				text = append(text, d.ReasoningContent...)
-				text = append(text, d.Reasoning...)
-			}
-			if cc.FinishReason != nil && *cc.FinishReason != "" {
-				finished = true
-			}
+		output := ci.output
+		if output && c.opts.CountTokens != nil {
+			text = append(text, ci.text...)
 		}
+		finished = finished || ci.finished
 		if output {
 			off := stamp - res.SentNS
 			if res.FirstTokenNS == Null {
@@ -484,9 +473,9 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 			}
 			res.EndNS = stamp
 			res.ChunkNS = append(res.ChunkNS, off)
-			if ch.Usage != nil && ch.Usage.CompletionTokens != nil {
-				n := *ch.Usage.CompletionTokens - prevCompl
-				prevCompl = *ch.Usage.CompletionTokens
+			if ci.usage && ci.hasCompl {
+				n := ci.compl - prevCompl
+				prevCompl = ci.compl
 				chunkTokens = append(chunkTokens, n)
 				if onTokens != nil {
 					onTokens(int(n))
@@ -497,16 +486,16 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 					onTokens(1)
 				}
 			}
-		} else if ch.Usage != nil && ch.Usage.CompletionTokens != nil && len(ch.Choices) > 0 {
-			prevCompl = *ch.Usage.CompletionTokens
+		} else if ci.usage && ci.hasCompl && ci.choices > 0 {
+			prevCompl = ci.compl
 		}
-		if ch.Usage != nil && len(ch.Choices) == 0 {
+		if ci.usage && ci.choices == 0 {
 			usageSeen = true
-			if ch.Usage.PromptTokens != nil {
-				res.PromptTokensServer = *ch.Usage.PromptTokens
+			if ci.hasPrompt {
+				res.PromptTokensServer = ci.prompt
 			}
-			if ch.Usage.CompletionTokens != nil {
-				res.OutputTokens = *ch.Usage.CompletionTokens
+			if ci.hasCompl {
+				res.OutputTokens = ci.compl
 				res.OutputTokensSource = SourceUsage
 			}
 		}

@@ -315,32 +315,60 @@ func (r *runner) fail(err error) {
 	r.requestStop()
 }
 
-// spinWindow is how long before a due time the dispatcher stops sleeping and yields in
-// a loop instead: nanosleep's wake-up error (tens of µs, more on a loaded machine).
-const spinWindow = 150 * time.Microsecond
+// waiter waits for absolute deadlines on the run clock. It sleeps on a Go timer until
+// shortly before the deadline, then yields in a loop until it passes. The runtime's
+// timers wake late by up to a millisecond when the process is idle (netpoll waits in
+// whole milliseconds) and by tens of microseconds when it is busy, so the margin left
+// for the yield loop adapts: it tracks a decaying maximum of the observed overshoot.
+// (A blocking nanosleep on a locked thread was tried: it holds the goroutine's P in a
+// syscall until sysmon retakes it, up to 10 ms, which starved the senders.)
+type waiter struct {
+	clk    clock
+	stop   <-chan struct{}
+	timer  *time.Timer
+	margin time.Duration // current yield window before a deadline
+}
 
-// maxSleep bounds one sleep so that a stop is noticed promptly.
-const maxSleep = 20 * time.Millisecond
+const (
+	minMargin = 30 * time.Microsecond
+	maxMargin = 2 * time.Millisecond
+	maxSleep  = 50 * time.Millisecond // a stop is noticed at least this often
+)
 
-// waitUntil waits until the run clock reaches dueNS, on the absolute deadline (never a
-// relative sleep that would accumulate drift). It returns false if the run is stopped
-// first.
-func (r *runner) waitUntil(dueNS int64) bool {
+func newWaiter(clk clock, stop <-chan struct{}) *waiter {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin}
+}
+
+// until waits until the run clock reaches dueNS, on the absolute deadline (never a
+// relative sleep that would accumulate drift). It returns false if stop closes first.
+func (w *waiter) until(dueNS int64) bool {
 	for {
-		if r.stopped() {
-			return false
-		}
-		d := time.Duration(dueNS - r.clk.now())
+		d := time.Duration(dueNS - w.clk.now())
 		if d <= 0 {
 			return true
 		}
-		if d > spinWindow {
-			s := d - spinWindow
-			if s > maxSleep {
-				s = maxSleep
+		if d > w.margin {
+			s := min(d-w.margin, maxSleep)
+			target := w.clk.now() + int64(s)
+			w.timer.Reset(s)
+			select {
+			case <-w.timer.C:
+			case <-w.stop:
+				w.timer.Stop()
+				return false
 			}
-			sleepThread(s)
+			// Adapt: grow at once to a larger overshoot, decay slowly towards the floor.
+			over := time.Duration(w.clk.now()-target) + minMargin
+			w.margin = max(over, w.margin-w.margin/64, minMargin)
+			w.margin = min(w.margin, maxMargin)
 			continue
+		}
+		select {
+		case <-w.stop:
+			return false
+		default:
 		}
 		runtime.Gosched()
 	}
@@ -348,9 +376,7 @@ func (r *runner) waitUntil(dueNS int64) bool {
 
 // openLoop dispatches each prepared request at its due time.
 func (r *runner) openLoop() {
-	// The dispatcher owns its OS thread so that nanosleep blocks only it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	w := newWaiter(r.clk, r.stop)
 	maxLate := int64(r.o.MaxLateness)
 	for {
 		var req *request
@@ -363,7 +389,7 @@ func (r *runner) openLoop() {
 		case <-r.stop:
 			return
 		}
-		if !r.waitUntil(req.dueNS) {
+		if !w.until(req.dueNS) {
 			return
 		}
 		if late := r.clk.now() - req.dueNS; late > maxLate {

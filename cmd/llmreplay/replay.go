@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
@@ -157,6 +158,11 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	}
 	if f.output == "" {
 		return usagef("replay: --output is empty")
+	}
+	if f.slo != "" {
+		if _, err := analysis.ParseSLO(f.slo); err != nil {
+			return usagef("replay: --slo: %v", err)
+		}
 	}
 
 	// The trace: a file, or the bundled sample.
@@ -335,17 +341,36 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	})
 	stopProg()
 	<-progDone
-	if sum != nil {
-		fmt.Fprintf(stdout, "results: %s\n", f.output)
-		sum.WriteText(stdout)
-	}
 	if err != nil {
+		if sum != nil {
+			sum.WriteText(stderr)
+		}
 		return err
+	}
+	fmt.Fprintf(stdout, "results: %s\n", f.output)
+	if aerr := writeReport(ctx, f.output, stdout); aerr != nil {
+		// The results file is written; only the report failed: say why, print the short summary.
+		fmt.Fprintf(stderr, "llmreplay: replay: the full report failed (%v); short summary:\n", aerr)
+		sum.WriteText(stdout)
 	}
 	if f.strict && sum.ClientLimited() {
 		return &exitError{code: 3, err: fmt.Errorf("replay: client-limited: schedule lateness p99 %.3f ms > --max-lateness %v", sum.Lateness.P99, f.maxLateness)}
 	}
 	return nil
+}
+
+// writeReport prints the analysis text report of a results file (the run's own --slo and
+// max-lateness come from its metadata).
+func writeReport(ctx context.Context, path string, w io.Writer) error {
+	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{}, path)
+	if err != nil {
+		return err
+	}
+	rep, err := analysis.Analyze(d, analysis.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	return rep.WriteText(w)
 }
 
 // behaviourFlags lists every flag that changes what the run does, as given or defaulted;

@@ -58,7 +58,7 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if _, err := os.Stat(out + replay.JournalSuffix); !os.IsNotExist(err) {
 		t.Errorf("journal left behind after a clean run")
 	}
-	if !strings.Contains(stdout.String(), "requests: 30 (open loop), ok 30") {
+	if !strings.Contains(stdout.String(), "results: "+out) || !strings.Contains(stdout.String(), "TTFT") {
 		t.Errorf("summary:\n%s", stdout.String())
 	}
 }
