@@ -452,7 +452,7 @@ func (r *runner) send(req *request) {
 	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	sse, _ := r.ssePool.Get().(*sseReader)
 	if sse == nil {
-		sse = newSSEReader(nil, r.clk.now, 32<<10, r.o.Client.opts.MaxLine)
+		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
 	}
 	r.prog.Sent.Add(1)
 	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) })

@@ -134,10 +134,57 @@ var words = replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, erro
 	return dst, nil
 })
 
+// hiccups measures how late a goroutine sleeping 1 ms wakes, while a run goes: the
+// floor under any schedule lateness this process can reach on this machine (a loaded
+// machine preempts the whole process for milliseconds at a time).
+type hiccups struct {
+	stop chan struct{}
+	done chan []float64
+}
+
+func startHiccups() *hiccups {
+	h := &hiccups{stop: make(chan struct{}), done: make(chan []float64, 1)}
+	go func() {
+		var over []float64
+		for {
+			select {
+			case <-h.stop:
+				h.done <- over
+				return
+			default:
+			}
+			t := time.Now()
+			time.Sleep(time.Millisecond)
+			over = append(over, float64(time.Since(t)-time.Millisecond)/1e6)
+		}
+	}()
+	return h
+}
+
+// end returns the p50 and p99 wake-up overshoot, ms.
+func (h *hiccups) end() (p50, p99 float64) {
+	close(h.stop)
+	x := <-h.done
+	slices.Sort(x)
+	if len(x) == 0 {
+		return 0, 0
+	}
+	return x[rank(len(x), 50)], x[rank(len(x), 99)]
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func maxRSSMB() float64 {
@@ -154,6 +201,7 @@ type outcome struct {
 	tokens                    int64
 	cpu, wall                 time.Duration
 	results                   string
+	hicP50, hicP99            float64 // ms
 }
 
 func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight int, model string) (*outcome, error) {
@@ -172,6 +220,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 		return nil, err
 	}
 	out := filepath.Join(dir, "results.parquet")
+	hic := startHiccups()
 	cpu0, t0 := cpuTime(), time.Now()
 	sum, err := replay.Run(context.Background(), replay.Options{Source: src, Client: c, Prompter: words, Speedup: 1,
 		MaxInflight: maxInflight, Output: out, Grace: time.Second})
@@ -179,6 +228,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 		return nil, err
 	}
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out}
+	o.hicP50, o.hicP99 = hic.end()
 	o.n = int(sum.Requests)
 	o.ok = int(sum.ByStatus[replay.StatusOK])
 	o.tokens = sum.OutputTok
@@ -231,6 +281,7 @@ func fidelity() error {
 	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
 	fmt.Printf("  schedule lateness ms: p50 %.3f p99 %.3f max %.3f   (target p99 <= 1)\n", o.lateP50, o.lateP99, o.lateMax)
 	fmt.Printf("  TTFT - %v ms: p50 %.3f p99 %.3f   (target p99 <= 3)\n", *ttft, o.ttftErrP50, o.ttftErrP99)
+	fmt.Printf("  machine floor: a goroutine sleeping 1 ms wakes late by p50 %.3f p99 %.3f ms; load average %s\n", o.hicP50, o.hicP99, loadavg())
 	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 10); wall %v\n",
 		o.cpu.Round(time.Millisecond), o.tokens, float64(o.cpu)/1e3/float64(o.tokens), o.wall.Round(time.Millisecond))
 	return nil
@@ -254,8 +305,8 @@ func sweep() error {
 			return err
 		}
 		ttftError(o, *ttft)
-		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT err p99 %.3f ms, %.2f µs CPU/token\n",
-			r, o.n, o.sent, o.ok, o.lateP50, o.lateP99, o.lateMax, o.ttftErrP99, float64(o.cpu)/1e3/float64(max(o.tokens, 1)))
+		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT err p99 %.3f ms, %.2f µs CPU/token; 1 ms sleeper late p99 %.3f ms; load %s\n",
+			r, o.n, o.sent, o.ok, o.lateP50, o.lateP99, o.lateMax, o.ttftErrP99, float64(o.cpu)/1e3/float64(max(o.tokens, 1)), o.hicP99, loadavg())
 		if o.lateP99 < 5 && o.ok == o.n && r > best {
 			best = r
 		}
