@@ -472,12 +472,13 @@ func (r *runner) drain(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	var grace <-chan time.Time
+	ctxDone := ctx.Done()
 	if ctx.Err() != nil || r.prepErr.Load() != nil {
 		t := time.NewTimer(r.o.Grace)
 		defer t.Stop()
 		grace = t.C
+		ctxDone = nil
 	}
-	ctxDone := ctx.Done()
 	for {
 		select {
 		case <-done:

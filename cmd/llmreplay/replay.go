@@ -87,7 +87,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVarP(&f.output, "output", "o", "results.parquet", "results file (Parquet); its journal is written beside it while the run goes")
 	fs.BoolVar(&f.keepJournal, "keep-journal", false, "keep the journal (OUTPUT.journal) after the results file is written")
 	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id)")
-	fs.StringVar(&f.simProfile, "sim-profile", "moe-230b-8gpu", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.simProfile, "sim-profile", "tiny", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
 	fs.StringVar(&f.encoding, "encoding", tokenize.CL100kBase, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
