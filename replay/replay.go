@@ -319,7 +319,9 @@ func (r *runner) fail(err error) {
 // shortly before the deadline, then yields in a loop until it passes. The runtime's
 // timers wake late by up to a millisecond when the process is idle (netpoll waits in
 // whole milliseconds) and by tens of microseconds when it is busy, so the margin left
-// for the yield loop adapts: it tracks a decaying maximum of the observed overshoot.
+// for the yield loop adapts: it tracks a decaying maximum of the observed overshoot,
+// capped at 0.5 ms (yielding longer burns CPU against lateness that is then the
+// operating system's preemption of the whole process, which no waiting scheme beats).
 // (A blocking nanosleep on a locked thread was tried: it holds the goroutine's P in a
 // syscall until sysmon retakes it, up to 10 ms, which starved the senders.)
 type waiter struct {
@@ -331,8 +333,8 @@ type waiter struct {
 
 const (
 	minMargin = 30 * time.Microsecond
-	maxMargin = 2 * time.Millisecond
-	maxSleep  = 50 * time.Millisecond // a stop is noticed at least this often
+	maxMargin = 500 * time.Microsecond // past this, lateness is the OS's preemption, which yielding cannot beat
+	maxSleep  = 50 * time.Millisecond  // a stop is noticed at least this often
 )
 
 func newWaiter(clk clock, stop <-chan struct{}) *waiter {
