@@ -134,7 +134,8 @@ var words = replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, erro
 	return dst, nil
 })
 
-// hiccups measures how late a goroutine sleeping 1 ms wakes, while a run goes: the
+// hiccups measures how late a goroutine sleeping 1 ms wakes (every 10 ms, so that its own
+// wake-ups cost the replayer little CPU), while a run goes: the
 // floor under any schedule lateness this process can reach on this machine (a loaded
 // machine preempts the whole process for milliseconds at a time).
 type hiccups struct {
@@ -156,6 +157,7 @@ func startHiccups() *hiccups {
 			t := time.Now()
 			time.Sleep(time.Millisecond)
 			over = append(over, float64(time.Since(t)-time.Millisecond)/1e6)
+			time.Sleep(9 * time.Millisecond)
 		}
 	}()
 	return h
