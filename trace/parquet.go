@@ -250,6 +250,8 @@ func (w *Writer) flush() error {
 	if w.fw == nil {
 		props := parquet.NewWriterProperties(
 			parquet.WithCompression(compress.Codecs.Zstd),
+			parquet.WithCompressionLevel(1),
+			parquet.WithDataPageSize(16<<20),
 			parquet.WithMaxRowGroupLength(RowGroupRows),
 			parquet.WithCreatedBy("llmreplay"),
 			parquet.WithDictionaryDefault(false),
