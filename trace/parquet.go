@@ -414,7 +414,15 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 		pf.Close()
 		return fail(err)
 	}
-	meta, err := metaFrom(sc.Metadata())
+	md := sc.Metadata()
+	if md.FindKey(MetaFormat) < 0 {
+		// Written by a tool that stores no Arrow schema (DuckDB's KV_METADATA, say): the
+		// keys are plain Parquet key-value metadata.
+		if kv := pf.MetaData().KeyValueMetadata(); kv != nil {
+			md = arrow.NewMetadata(kv.Keys(), kv.Values())
+		}
+	}
+	meta, err := metaFrom(md)
 	if err != nil {
 		pf.Close()
 		return fail(err)
