@@ -195,7 +195,12 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if speedup == 0 {
 		speedup = 1
 	}
-	if f.rate > 0 || fs.Changed("rate") {
+	// The trace's span: needed for --rate, and shown by the progress display (elapsed vs
+	// schedule); a first pass over arrivals, skipped for big traces when only progress
+	// wants it.
+	var traceSpan time.Duration
+	const progressScanRows = 200_000
+	if fs.Changed("rate") || (!f.quiet && f.concurrency == 0 && src.NumRows() <= progressScanRows) {
 		// The rate is the whole trace's (every shard gets the same speedup).
 		scan, err := openTrace()
 		if err != nil {
@@ -210,15 +215,25 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		if err != nil {
 			return err
 		}
-		if speedup, err = replay.SpeedupForRate(n, span, f.rate); err != nil {
-			return usagef("replay: --%v", err)
+		traceSpan = span
+		if fs.Changed("rate") {
+			if speedup, err = replay.SpeedupForRate(n, span, f.rate); err != nil {
+				return usagef("replay: --%v", err)
+			}
+			meta.Rate = f.rate
 		}
-		meta.Rate = f.rate
 	}
 	if f.concurrency > 0 {
 		speedup = 0
 	}
 	meta.Speedup = speedup
+	var schedule time.Duration // the run's schedule length, for progress
+	if speedup > 0 && traceSpan > 0 {
+		schedule = time.Duration(float64(traceSpan) / speedup)
+		if f.duration > 0 && f.duration < schedule {
+			schedule = f.duration
+		}
+	}
 
 	// The endpoint: given, or the simulated engine in-process.
 	var base *url.URL
@@ -326,7 +341,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		}
 		go func() {
 			defer close(progDone)
-			replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: f.progressEvery, Total: total})
+			replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: f.progressEvery, Total: total, Span: schedule})
 		}()
 	} else {
 		close(progDone)

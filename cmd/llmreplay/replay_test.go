@@ -96,7 +96,7 @@ func TestReplayUsageErrors(t *testing.T) {
 
 // TestReplayKill9ThenRecover runs the built binary, kills it with SIGKILL mid-run, and
 // checks that recover keeps every record the run had finished a second before the kill.
-func TestReplayKill9ThenRecover(t *testing.T) {
+func TestReplayBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -105,6 +105,53 @@ func TestReplayKill9ThenRecover(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	t.Run("kill -9 then recover", func(t *testing.T) { testKill9ThenRecover(t, bin) })
+	t.Run("SIGINT twice", func(t *testing.T) { testInterrupt(t, bin) })
+}
+
+// testInterrupt: the first SIGINT stops dispatching and waits for the requests in flight,
+// the second cancels them; the process exits with a complete results file in which the
+// interrupted requests are canceled.
+func testInterrupt(t *testing.T, bin string) {
+	out := filepath.Join(t.TempDir(), "r.parquet")
+	// The sample at 8x needs ~3x the prefill the moe profile has: requests queue in the
+	// engine for seconds, so many are in flight when the signals come.
+	cmd := exec.Command(bin, "replay", "--sim-profile", "moe-230b-8gpu", "--grace", "1m", "-q", "-o", out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	cmd.Process.Signal(os.Interrupt)
+	time.Sleep(500 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("did not exit after two SIGINTs\n%s", stderr.String())
+	}
+	res, _, err := replay.ReadFile(out)
+	if err != nil {
+		t.Fatalf("results file after interrupt: %v\n%s", err, stderr.String())
+	}
+	st := map[replay.Status]int{}
+	for _, r := range res {
+		st[r.Status]++
+	}
+	if len(res) == 0 || st[replay.StatusCanceled] == 0 || !strings.Contains(stderr.String(), "canceling the requests in flight") {
+		t.Errorf("records %d, statuses %v\n%s", len(res), st, stderr.String())
+	}
+}
+
+func testKill9ThenRecover(t *testing.T, bin string) {
+	dir := t.TempDir()
 	out := filepath.Join(dir, "r.parquet")
 	cmd := exec.Command(bin, "replay", "--sim-profile", "tiny", "--speedup", "8", "--progress-interval", "50ms", "-o", out)
 	stderr, _ := cmd.StderrPipe()
