@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -210,6 +211,43 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	c.bodyPrefix = c.appendBodyPrefix(nil)
 	return c, nil
+}
+
+// Prewarm opens up to n keep-alive connections before a run, with n concurrent
+// GET BASE/models requests, so that the run's first requests (and its bursts up to n in
+// flight) do not pay TCP and TLS set-up inside their lateness and TTFT. It returns how
+// many requests succeeded; failures are not errors (the run will report the endpoint's
+// state itself).
+func (c *Client) Prewarm(ctx context.Context, n int) int {
+	u := *c.opts.BaseURL
+	u.User = nil
+	u.Path += "/models"
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+			if err != nil {
+				return
+			}
+			req.Header = c.header
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(ok.Load())
 }
 
 // Close releases idle connections.

@@ -54,6 +54,7 @@ type Options struct {
 	Grace       time.Duration // after a stop, how long requests in flight may finish
 	LookAhead   int           // prepared requests buffered ahead of the dispatcher
 	Shard       int32
+	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
 
 	Output        string        // results file; the journal is Output + JournalSuffix
 	KeepJournal   bool          // keep the journal after a successful conversion
@@ -132,6 +133,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	mode := ModeOpen
 	if o.Concurrency > 0 {
 		mode = ModeClosed
+	}
+	if o.Prewarm > 0 {
+		o.Client.Prewarm(ctx, o.Prewarm)
 	}
 	start := o.Start
 	if start.IsZero() {

@@ -44,6 +44,8 @@ var (
 	memRate  = flag.Float64("memory-rate", 5000, "memory: offered rate, requests/s")
 	seed     = flag.Uint64("seed", 1, "arrival seed")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the replayer to this file")
+	warmup   = flag.Duration("warmup", 0, "send this much of the schedule first without recording it")
+	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
 )
 
 func main() {
@@ -225,7 +227,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	hic := startHiccups()
 	cpu0, t0 := cpuTime(), time.Now()
 	sum, err := replay.Run(context.Background(), replay.Options{Source: src, Client: c, Prompter: words, Speedup: 1,
-		MaxInflight: maxInflight, Output: out, Grace: time.Second})
+		MaxInflight: maxInflight, Output: out, Grace: time.Second, Warmup: int64(warmup.Seconds() * ratePerSec), Prewarm: *prewarm})
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +273,7 @@ func fidelity() error {
 		return err
 	}
 	defer stop()
-	n := int64(*rate * dur.Seconds())
+	n := int64(*rate * (dur.Seconds() + warmup.Seconds()))
 	o, err := replayOnce(base, newPoisson(n, *rate, *promptTk, *outTok), *rate, 4096, "sim-fixed")
 	if err != nil {
 		return err
@@ -301,7 +303,7 @@ func sweep() error {
 		if _, err := fmt.Sscan(s, &r); err != nil {
 			return fmt.Errorf("rate %q: %v", s, err)
 		}
-		n := int64(r * dur.Seconds())
+		n := int64(r * (dur.Seconds() + warmup.Seconds()))
 		o, err := replayOnce(base, newPoisson(n, r, *promptTk, *outTok), r, 1<<16, "sim-fixed")
 		if err != nil {
 			return err

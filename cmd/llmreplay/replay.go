@@ -54,7 +54,7 @@ type replayFlags struct {
 	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
 	headers                                                                                []string
 	speedup, rate                                                                          float64
-	concurrency, maxInflight                                                               int
+	concurrency, maxInflight, prewarm                                                      int
 	limit, warmup                                                                          int64
 	timeout, duration, grace, maxLateness, progressEvery                                   time.Duration
 	insecure, strict, quiet, keepJournal                                                   bool
@@ -75,6 +75,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&f.speedup, "speedup", 0, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
 	fs.Float64Var(&f.rate, "rate", 0, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
+	fs.IntVar(&f.prewarm, "prewarm", 64, "open N keep-alive connections (GET /v1/models) before the run, so early requests do not pay connection set-up in their lateness and TTFT")
 	fs.IntVar(&f.maxInflight, "max-inflight", replay.DefaultMaxInflight, "open loop: a request due while N are in flight is recorded as dropped")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "per-request timeout, from send to the end of the stream (0 = none)")
 	fs.DurationVar(&f.duration, "duration", 0, "replay only requests due within this time (closed loop: sent within it)")
@@ -351,7 +352,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		Source: source, Client: client, Prompter: prompter,
 		Speedup: speedup, Concurrency: f.concurrency, MaxInflight: f.maxInflight,
 		Duration: f.duration, Limit: f.limit, Warmup: f.warmup, Grace: f.grace,
-		Shard: int32(shard.Index), Output: f.output, KeepJournal: f.keepJournal,
+		Shard: int32(shard.Index), Prewarm: min(max(f.prewarm, 0), max(f.maxInflight, f.concurrency)), Output: f.output, KeepJournal: f.keepJournal,
 		Meta: meta, MaxLateness: f.maxLateness, Abort: abort, Progress: prog,
 	})
 	stopProg()
