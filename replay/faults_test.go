@@ -132,7 +132,7 @@ func TestFaults(t *testing.T) {
 			reqs := uniformTrace(4, 5*time.Millisecond, 3, 4)
 			t0 := time.Now()
 			_, res, _ := runTrace(t, context.Background(), c, reqs, nil)
-			if el := time.Since(t0); el > 5*time.Second {
+			if el := time.Since(t0); el > 15*time.Second { // generous: the point is that no fault hangs a run
 				t.Errorf("run took %v", el)
 			}
 			if len(res) != len(reqs) {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -45,11 +46,15 @@ var (
 	seed     = flag.Uint64("seed", 1, "arrival seed")
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the replayer to this file")
 	warmup   = flag.Duration("warmup", 0, "send this much of the schedule first without recording it")
+	procs    = flag.Int("procs", 0, "GOMAXPROCS of the replayer (0: the runtime's default); the sim keeps its own")
 	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
 )
 
 func main() {
 	flag.Parse()
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
 		if err == nil {
