@@ -34,7 +34,7 @@ func init() {
 	})
 }
 
-const replayExamples = `  # First run: the bundled sample trace against the built-in simulated engine (~30 s)
+const replayExamples = `  # First run: the bundled sample trace (29 s of schedule) against the built-in simulated engine
   llmreplay replay
 
   # Last Tuesday's traffic at 2x against a vLLM server
