@@ -107,6 +107,9 @@ type ClientOptions struct {
 	// CountTokens counts generated text when the server reports no usage; nil leaves
 	// output_tokens null in that case.
 	CountTokens func(string) int
+	// TokenIDPrompts: the prompts the Prompter appends are JSON arrays of token ids, sent
+	// as they are ("prompt":[...], completions API only; vLLM and SGLang accept them).
+	TokenIDPrompts bool
 }
 
 // Validate checks the options.
@@ -125,6 +128,9 @@ func (o *ClientOptions) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
+	}
+	if o.TokenIDPrompts && o.API != APICompletions {
+		return errors.New("client: token-id prompts need the completions API")
 	}
 	return nil
 }
@@ -294,6 +300,10 @@ func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte 
 		b = append(b, `,"messages":[{"role":"user","content":`...)
 		b = appendJSONBytes(b, prompt)
 		b = append(b, `}]}`...)
+	} else if c.opts.TokenIDPrompts {
+		b = append(b, `,"prompt":`...)
+		b = append(b, prompt...) // already a JSON array of ids
+		b = append(b, '}')
 	} else {
 		b = append(b, `,"prompt":`...)
 		b = appendJSONBytes(b, prompt)

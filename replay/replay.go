@@ -137,11 +137,20 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
 	}
+	r := &runner{o: o, prog: prog}
+	r.stop = make(chan struct{})
+	r.prepared = make(chan *request, o.LookAhead)
+	r.preparerDone = make(chan struct{})
+	go r.prepare()
 	start := o.Start
 	if start.IsZero() {
+		// The clock starts once the look-ahead is full (or the trace is short), so the
+		// first requests are not late by the time it takes to build their bodies.
+		r.waitPrepared(ctx, 5*time.Second)
 		start = time.Now()
 	}
 	clk := clock{start: start}
+	r.clk = clk
 	meta := o.Meta
 	meta.Mode = mode
 	meta.RunStartUnixNS = start.UnixNano()
@@ -162,12 +171,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
-	r := &runner{o: o, clk: clk, prog: prog, meta: &meta}
-	r.stop = make(chan struct{})
+	r.meta = &meta
 	r.runCtx, r.cancelRun = context.WithCancel(context.Background())
 	defer r.cancelRun()
 	r.results = make(chan *Result, 8192)
-	r.prepared = make(chan *request, o.LookAhead)
 
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
@@ -203,7 +210,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}()
 	}
 
-	go r.prepare()
 	if mode == ModeClosed {
 		r.closedLoop()
 	} else {
@@ -243,16 +249,17 @@ type runner struct {
 	prog *Progress
 	meta *RunMeta
 
-	stop      chan struct{}
-	stopOnce  sync.Once
-	runCtx    context.Context // canceled to cancel every request in flight
-	cancelRun context.CancelFunc
-	prepared  chan *request
-	results   chan *Result
-	wg        sync.WaitGroup // requests in flight
-	inflight  atomic.Int64
-	prepErr   atomic.Pointer[error]
-	ssePool   sync.Pool
+	stop         chan struct{}
+	stopOnce     sync.Once
+	runCtx       context.Context // canceled to cancel every request in flight
+	cancelRun    context.CancelFunc
+	prepared     chan *request
+	preparerDone chan struct{} // closed when prepare returns
+	results      chan *Result
+	wg           sync.WaitGroup // requests in flight
+	inflight     atomic.Int64
+	prepErr      atomic.Pointer[error]
+	ssePool      sync.Pool
 }
 
 // requestStop stops dispatching early (a signal, an abort, a failure).
@@ -278,6 +285,7 @@ func (r *runner) stopped() bool {
 // prepare reads the trace, plans each request and builds its body ahead of time, so the
 // dispatcher only waits and writes. The channel's capacity bounds the look-ahead.
 func (r *runner) prepare() {
+	defer close(r.preparerDone)
 	defer close(r.prepared)
 	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup}
 	if p.closed {
@@ -311,6 +319,25 @@ func (r *runner) prepare() {
 	}
 	if err := src.Err(); err != nil {
 		r.fail(fmt.Errorf("replay: read trace: %w", err))
+	}
+}
+
+// waitPrepared waits until the look-ahead channel is full or the preparer has finished,
+// at most max or until ctx ends.
+func (r *runner) waitPrepared(ctx context.Context, max time.Duration) {
+	deadline := time.After(max)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for len(r.prepared) < cap(r.prepared) {
+		select {
+		case <-r.preparerDone:
+			return
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,8 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
 
 type replayFlags struct {
 	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
+	promptFormat                                                                           string
+	vocabSize                                                                              int
 	headers                                                                                []string
 	speedup, rate                                                                          float64
 	concurrency, maxInflight, prewarm                                                      int
@@ -89,6 +92,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&f.keepJournal, "keep-journal", false, "keep the journal (OUTPUT.journal) after the results file is written")
 	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id)")
 	fs.StringVar(&f.simProfile, "sim-profile", "tiny", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.promptFormat, "prompt-format", "auto", "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
+	fs.IntVar(&f.vocabSize, "vocab-size", 100256, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
 	fs.StringVar(&f.encoding, "encoding", tokenize.CL100kBase, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
@@ -129,6 +134,24 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	backend, err := replay.ParseBackend(f.backend)
 	if err != nil {
 		return usagef("replay: --backend: %v", err)
+	}
+	var tokenIDs bool
+	switch f.promptFormat {
+	case "text":
+	case "token-ids":
+		tokenIDs = true
+	case "auto":
+		// The in-process engine counts token ids by length: no tokenizer on its side of the
+		// process, so the replayer's CPU is not shared with prompt tokenization.
+		tokenIDs = f.endpoint == "" && api == replay.APICompletions
+	default:
+		return usagef("replay: --prompt-format %q: want auto, text or token-ids", f.promptFormat)
+	}
+	if tokenIDs && api != replay.APICompletions {
+		return usagef("replay: --prompt-format token-ids needs --api completions")
+	}
+	if _, _, err := tokenize.TokenIDRange(f.vocabSize); tokenIDs && err != nil {
+		return usagef("replay: --vocab-size: %v", err)
 	}
 	shard, err := trace.ParseShard(f.shard)
 	if err != nil {
@@ -183,7 +206,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	meta.Host, _ = os.Hostname()
 	speedup := f.speedup
 	if f.trace == "" {
-		meta.TraceFile = trace.SampleName
+		meta.TraceFile, meta.TraceSHA256 = trace.SampleName, trace.SampleSHA256()
 		if !fs.Changed("speedup") {
 			speedup = trace.SampleSpeedup
 		}
@@ -274,7 +297,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	client, err := replay.NewClient(replay.ClientOptions{
 		BaseURL: base, API: api, Backend: backend, Model: model, APIKey: apiKey, Header: header,
 		Timeout: f.timeout, MaxInflight: max(f.maxInflight, f.concurrency), Insecure: f.insecure,
-		CountTokens: enc.Count,
+		CountTokens: enc.Count, TokenIDPrompts: tokenIDs,
 	})
 	if err != nil {
 		return err
@@ -286,15 +309,34 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		source = trace.NewShardSource(src, shard)
 	}
 	blockTokens := src.Meta().BlockTokens
+	var ids []int32 // the prompter runs on the one goroutine that prepares requests
 	prompter := replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
-		if r.Prompt != "" {
+		if r.Prompt != "" && !tokenIDs {
 			return append(dst, r.Prompt...), nil
 		}
 		spec := tokenize.PromptSpec{RequestID: r.ID, Tokens: int(r.PromptTokens)}
 		if blockTokens > 0 {
 			spec.Blocks, spec.BlockTokens = r.PrefixBlocks, blockTokens
 		}
-		return builder.AppendPrompt(dst, spec)
+		if !tokenIDs {
+			return builder.AppendPrompt(dst, spec)
+		}
+		ids = ids[:0]
+		if r.Prompt != "" {
+			for _, id := range enc.Encode(r.Prompt) {
+				ids = append(ids, int32(id))
+			}
+		} else if ids, err = builder.AppendTokenIDs(ids, spec, f.vocabSize); err != nil {
+			return dst, err
+		}
+		dst = append(dst, '[')
+		for i, id := range ids {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(id), 10)
+		}
+		return append(dst, ']'), nil
 	})
 
 	// Signals: the first SIGINT/SIGTERM stops dispatching (main's handler cancels ctx;

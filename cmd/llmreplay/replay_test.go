@@ -114,9 +114,9 @@ func TestReplayBinary(t *testing.T) {
 // interrupted requests are canceled.
 func testInterrupt(t *testing.T, bin string) {
 	out := filepath.Join(t.TempDir(), "r.parquet")
-	// The sample at 8x needs ~3x the prefill the moe profile has: requests queue in the
+	// The sample at 16x needs ~14x the prefill the moe profile has: requests queue in the
 	// engine for seconds, so many are in flight when the signals come.
-	cmd := exec.Command(bin, "replay", "--sim-profile", "moe-230b-8gpu", "--grace", "1m", "-q", "-o", out)
+	cmd := exec.Command(bin, "replay", "--sim-profile", "moe-230b-8gpu", "--speedup", "16", "--grace", "1m", "-q", "-o", out)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
