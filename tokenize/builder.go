@@ -12,15 +12,18 @@ import (
 // Exactness is proven by test for 1..200,000 and holds by construction above that.
 const MaxPromptTokens = 1 << 24
 
-// fillerWords is the size of the filler vocabulary (the most common words of wordList):
-// a small, common vocabulary keeps other tokenizers (Llama, Qwen, Mistral) close to one
-// token a word.
-const fillerWords = 1024
+// fillerWords is the size of the filler vocabulary (the most common words of wordList). A
+// small, common vocabulary keeps other tokenizers (Llama, Qwen, Mistral) close to one token a
+// word, and bounds how far a window's mix of words can stray from the average: a tokenizer
+// that splits a fraction p of the words miscounts a window by about sqrt(fillerWords*p*(1-p)/4)
+// tokens at worst, whatever its length (3.4 tokens for p = 0.1), which calibration cannot
+// remove.
+const fillerWords = 512
 
 // fillerRounds is how many shuffled rounds of the filler vocabulary the filler table holds.
-// The table is fillerRounds*fillerWords = 65,536 words (about 440 KB of text plus 256 KB of
+// The table is fillerRounds*fillerWords = 65,536 words (about 370 KB of text plus 256 KB of
 // offsets), shared by every Builder; a longer run of filler wraps around.
-const fillerRounds = 64
+const fillerRounds = 128
 
 // Domain keys keep block text and request tails apart even when a block id equals a request
 // id; they only pick the filler window (the heads are kept apart by disjoint first words).
@@ -176,13 +179,15 @@ func NewBuilder(enc *Encoding, opts BuilderOptions) (*Builder, error) {
 func (b *Builder) Encoding() *Encoding { return b.enc }
 
 // HeadTokens is how many leading tokens of a block or tail are unique to its id: two distinct
-// ids never give the same first HeadTokens words (for the builder's vocabulary this is 6).
+// ids never give the same first HeadTokens words (7 for the builder's vocabulary: 912 first
+// words x 1,824^5 falls just short of 2^64, so a sixth further digit is needed).
 func (b *Builder) HeadTokens() int { return b.tab.headLen }
 
 // AppendPrompt appends the text of p to dst and returns the extended slice. The text is
 // exactly p.Tokens tokens in the builder's encoding: it is a run of words, each one token with
-// its leading space, so the text starts with a space. It makes one allocation at most (none
-// when dst has room) and never encodes anything.
+// its leading space, so the text starts with a space. It holds only a-z and spaces, so it goes
+// into a JSON string as it is, with no escaping. It makes one allocation at most (none when
+// dst has room) and never encodes anything. On error dst is returned unchanged.
 func (b *Builder) AppendPrompt(dst []byte, p PromptSpec) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return dst, err
@@ -193,20 +198,27 @@ func (b *Builder) AppendPrompt(dst []byte, p PromptSpec) ([]byte, error) {
 		dst = grown
 	}
 	left := p.Tokens
-	if len(p.Blocks) > 0 {
-		for _, id := range p.Blocks {
-			if left == 0 {
-				break
-			}
-			k := min(left, p.BlockTokens)
-			dst = b.appendRun(dst, uint64(id)+b.seed, b.tab.firstBlock, domainBlock, k)
-			left -= k
+	for _, id := range p.Blocks {
+		if left == 0 {
+			break
 		}
+		k := min(left, p.BlockTokens)
+		dst = b.appendRun(dst, uint64(id)+b.seed, b.tab.firstBlock, domainBlock, k)
+		left -= k
 	}
 	if left > 0 {
 		dst = b.appendRun(dst, uint64(p.RequestID)+b.seed, b.tab.firstTail, domainTail, left)
 	}
 	return dst, nil
+}
+
+// PromptLen returns the length in bytes of the text AppendPrompt appends for p (for a
+// Content-Length, or to size a buffer), without building it: O(blocks).
+func (b *Builder) PromptLen(p PromptSpec) (int, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	return b.promptBytes(p), nil
 }
 
 // promptBytes returns the exact length in bytes of p's text, so AppendPrompt grows dst once.

@@ -113,8 +113,8 @@ func (p *pipeline) emit(r row) error {
 		return nil
 	}
 	if p.first && r.ts < p.prev.ts {
-		return p.errorf(r.line, "arrival: %s is before the previous row's (%s %d); use --sort to sort the rows (ties keep source order)",
-			time.Duration(r.ts-p.prev.ts), p.what, p.prev.line)
+		return p.errorf(r.line, "arrival: %s earlier than the previous row (%s %d); rows must be in arrival order, or use --sort (ties keep source order)",
+			time.Duration(p.prev.ts-r.ts), p.what, p.prev.line)
 	}
 	if err := p.write(r); err != nil {
 		return err

@@ -138,6 +138,10 @@ func ParseFault(s string, f *Faults) error {
 	return nil
 }
 
+// MaxTimeScale bounds TimeScale; at 1e6 a 1 ms model step takes 1 ns of real time, which
+// is "as fast as the machine goes".
+const MaxTimeScale = 1e6
+
 // Profiles lists the names Profile accepts.
 func Profiles() []string {
 	names := make([]string, 0, len(profiles))
@@ -233,8 +237,8 @@ func (c Config) Validate() error {
 	if c.MaxModelLen < 2 {
 		bad("max_model_len", "%d < 2", c.MaxModelLen)
 	}
-	if c.TimeScale <= 0 || math.IsNaN(c.TimeScale) || math.IsInf(c.TimeScale, 0) {
-		bad("time_scale", "%v is not a positive finite number", c.TimeScale)
+	if !(c.TimeScale > 0 && c.TimeScale <= MaxTimeScale) {
+		bad("time_scale", "%v not in (0, %g]", c.TimeScale, float64(MaxTimeScale))
 	}
 	if c.DefaultMaxTokens < 1 {
 		bad("default_max_tokens", "%d < 1", c.DefaultMaxTokens)

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ type seq struct {
 	// before done is stored.
 	arrivalM, admitM, firstM, lastM time.Duration
 	waitingAhead                    int // waiting requests ahead of it on arrival
+	// The engine's generated-token counter at admission (step start) and at the end of
+	// the step that produced the last token: with admitM and lastM these are samples of
+	// the engine's aggregate progress in model time.
+	genAtAdmit, genAtLast int64
 
 	produced atomic.Int64 // tokens generated so far, as published to the handler
 	done     atomic.Bool  // all target tokens published (or engine stopped)
@@ -49,13 +54,14 @@ func (s *seq) wake() {
 // chunked prefill within a per-step token budget and one decode token per running
 // sequence per step. It has no clock: step advances model time by the step's duration.
 type core struct {
-	cfg     *Config
-	now     time.Duration
-	waiting []*seq // FIFO; waiting[head:] are live
-	head    int
-	running []*seq
-	kvUsed  int
-	touched []*seq // sequences that produced a token in the last step
+	cfg         *Config
+	now         time.Duration
+	lastArrival time.Duration // arrival time of the last enqueued request
+	waiting     []*seq        // FIFO; waiting[head:] are live
+	head        int
+	running     []*seq
+	kvUsed      int
+	touched     []*seq // sequences that produced a token in the last step
 
 	// counters for /metrics
 	steps, promptTokens, genTokens, finished int64
@@ -138,6 +144,7 @@ func (c *core) step() time.Duration {
 		c.head++
 		c.kvUsed += s.kv
 		s.admitM = c.now
+		s.genAtAdmit = c.genTokens
 		c.running = append(c.running, s)
 		n := min(s.prompt, budget)
 		s.stepTok = n
@@ -180,6 +187,11 @@ func (c *core) step() time.Duration {
 	clear(c.running[j:])
 	c.running = c.running[:j]
 	c.genTokens += int64(len(c.touched))
+	for _, s := range c.touched {
+		if s.generated == s.target {
+			s.genAtLast = c.genTokens
+		}
+	}
 	return d
 }
 
@@ -218,7 +230,17 @@ func newEngine(cfg *Config) *engine {
 }
 
 func (e *engine) realToModel(t time.Time) time.Duration {
-	return time.Duration(float64(t.Sub(e.epoch)) * e.scale)
+	return scaleDur(t.Sub(e.epoch), e.scale)
+}
+
+// scaleDur is d*scale, saturating instead of overflowing int64 nanoseconds (at the
+// largest time scale, 1e6, that takes 2.5 hours of real time).
+func scaleDur(d time.Duration, scale float64) time.Duration {
+	v := float64(d) * scale
+	if v >= 1<<62 {
+		return 1 << 62
+	}
+	return time.Duration(v)
 }
 
 func (e *engine) modelToReal(m time.Duration) time.Time {
@@ -260,8 +282,16 @@ func (e *engine) loop() {
 				}
 				c.now = max(c.now, first)
 			}
+			// Queue in order of receipt, and keep arrival times in queue order: a request
+			// stamped earlier but handed over later (its handler was descheduled) counts
+			// as arriving when the one ahead of it did, so FCFS by arrival time holds.
+			if len(in) > 1 {
+				slices.SortStableFunc(in, func(a, b *seq) int { return a.recv.Compare(b.recv) })
+			}
 			for _, s := range in {
-				c.enqueue(s, min(max(e.realToModel(s.recv), 0), c.now))
+				a := min(max(e.realToModel(s.recv), c.lastArrival), c.now)
+				c.lastArrival = a
+				c.enqueue(s, a)
 			}
 		}
 		clear(in)

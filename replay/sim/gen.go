@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,7 +31,11 @@ const (
 	TrailerFirst   = "X-Sim-First-Ns"
 	TrailerLast    = "X-Sim-Last-Ns"
 	TrailerAhead   = "X-Sim-Waiting-Ahead"
-	TimingHeader   = "X-Sim-Timing"
+	// The engine's total generated tokens at this request's admission and at its last
+	// token (engine profiles only): samples of aggregate progress in model time.
+	TrailerGenAtAdmit = "X-Sim-Gen-At-Admit"
+	TrailerGenAtLast  = "X-Sim-Gen-At-Last"
+	TimingHeader      = "X-Sim-Timing"
 )
 
 // chunker writes one request's SSE chunks into a byte slice with no per-token allocation:
@@ -120,12 +125,35 @@ func (c *chunker) text() string {
 	return sb.String()
 }
 
+// writeBatch bounds one write of a stream that has fallen behind; bufPool's buffers are
+// sized to hold it plus one chunk, so the hot path does not allocate.
+const writeBatch = 16 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, writeBatch+1024); return &b }}
+
+// latenessLog records, for the fixed profile, how late each write left the handler
+// relative to its due time (the sim's own share of a client's TTFT/ITL error).
+type latenessLog struct {
+	mu          sync.Mutex
+	first, rest []time.Duration
+}
+
+func (l *latenessLog) add(first bool, d time.Duration) {
+	l.mu.Lock()
+	if first {
+		l.first = append(l.first, d)
+	} else {
+		l.rest = append(l.rest, d)
+	}
+	l.mu.Unlock()
+}
+
 // tokenSource blocks until more than sent tokens exist and returns how many do.
 type tokenSource interface {
 	// next returns the number of tokens available (> sent) or ok=false when the request
 	// or the server ended first.
 	next(ctx context.Context, sent int) (n int, ok bool)
-	times() (arrival, admit, first, last time.Duration, ahead int)
+	times() timing
 	cancel()
 }
 
@@ -149,12 +177,19 @@ func (e *engineSource) next(ctx context.Context, sent int) (int, bool) {
 	}
 }
 
-func (e *engineSource) times() (time.Duration, time.Duration, time.Duration, time.Duration, int) {
+// timing is one request's model times (see the X-Sim-* trailers).
+type timing struct {
+	arrival, admit, first, last time.Duration
+	ahead                       int
+	genAtAdmit, genAtLast       int64
+}
+
+func (e *engineSource) times() timing {
 	s := e.s
 	if !s.done.Load() {
-		return 0, 0, 0, 0, 0
+		return timing{}
 	}
-	return s.arrivalM, s.admitM, s.firstM, s.lastM, s.waitingAhead
+	return timing{s.arrivalM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
@@ -195,11 +230,11 @@ func (f *fixedSource) next(ctx context.Context, sent int) (int, bool) {
 	return n, true
 }
 
-func (f *fixedSource) times() (time.Duration, time.Duration, time.Duration, time.Duration, int) {
+func (f *fixedSource) times() timing {
 	c := &f.srv.cfg
-	a := time.Duration(float64(f.recv.Sub(f.srv.epoch)) * c.TimeScale)
+	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
-	return a, a, first, first + time.Duration(f.target-1)*c.FixedITL, 0
+	return timing{arrival: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
 }
 
 func (f *fixedSource) cancel() {
@@ -210,6 +245,9 @@ func (f *fixedSource) cancel() {
 }
 
 func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
+	// Arrival is stamped before the body is read and parsed, so the server's own request
+	// handling is inside the modelled TTFT rather than added to it.
+	recv := time.Now()
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
@@ -255,8 +293,11 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	pl := s.makePlan(s.reqIndex.Add(1)-1, maxTokens, p.minTokens, p.ignoreEOS)
 	s.countFaults(&pl)
 	ctx := r.Context()
-	if pl.slowFirst > 0 && !s.sleep(ctx, pl.slowFirst) {
-		return
+	if pl.slowFirst > 0 {
+		if !s.sleep(ctx, pl.slowFirst) {
+			return
+		}
+		recv = recv.Add(pl.slowFirst)
 	}
 	switch pl.status {
 	case 429:
@@ -270,7 +311,6 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 
-	recv := time.Now()
 	var src tokenSource
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
@@ -290,8 +330,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		object, idPrefix = "chat.completion.chunk", "chatcmpl-"
 	}
 	id := idPrefix + strconv.FormatUint(pl.id, 16)
-	modelJSON, _ := json.Marshal(s.cfg.Model)
-	head := make([]byte, 0, 128)
+	head := make([]byte, 0, 96+len(s.modelJSON))
 	head = append(head, `data: {"id":"`...)
 	head = append(head, id...)
 	head = append(head, `","object":"`...)
@@ -299,24 +338,26 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	head = append(head, `","created":`...)
 	head = strconv.AppendInt(head, time.Now().Unix(), 10)
 	head = append(head, `,"model":`...)
-	head = append(head, modelJSON...)
+	head = append(head, s.modelJSON...)
 	ck.head = head
 
-	timing := r.Header.Get(TimingHeader) != ""
-	if timing {
-		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead}, ", "))
+	wantTiming := r.Header.Get(TimingHeader) != ""
+	if wantTiming {
+		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
 	}
 	setTrailers := func() {
-		if !timing {
+		if !wantTiming {
 			return
 		}
-		a, ad, f, l, ahead := src.times()
+		tm := src.times()
 		h := w.Header()
-		h.Set(TrailerArrival, strconv.FormatInt(int64(a), 10))
-		h.Set(TrailerAdmit, strconv.FormatInt(int64(ad), 10))
-		h.Set(TrailerFirst, strconv.FormatInt(int64(f), 10))
-		h.Set(TrailerLast, strconv.FormatInt(int64(l), 10))
-		h.Set(TrailerAhead, strconv.Itoa(ahead))
+		h.Set(TrailerArrival, strconv.FormatInt(int64(tm.arrival), 10))
+		h.Set(TrailerAdmit, strconv.FormatInt(int64(tm.admit), 10))
+		h.Set(TrailerFirst, strconv.FormatInt(int64(tm.first), 10))
+		h.Set(TrailerLast, strconv.FormatInt(int64(tm.last), 10))
+		h.Set(TrailerAhead, strconv.Itoa(tm.ahead))
+		h.Set(TrailerGenAtAdmit, strconv.FormatInt(tm.genAtAdmit, 10))
+		h.Set(TrailerGenAtLast, strconv.FormatInt(tm.genAtLast, 10))
 	}
 
 	if !p.stream {
@@ -332,7 +373,9 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if rc.Flush() != nil {
 		return
 	}
-	buf := make([]byte, 0, 4096)
+	bp := bufPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	defer func() { *bp = buf[:0]; bufPool.Put(bp) }()
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
@@ -346,6 +389,11 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		n, ok := src.next(ctx, sent)
 		if !ok {
 			return // client gone or server closing: the stream ends without [DONE]
+		}
+		if s.lateness != nil {
+			if f, ok := src.(*fixedSource); ok {
+				s.lateness.add(sent == 0, time.Since(f.due(sent)))
+			}
 		}
 		for ; sent < n; sent++ {
 			if sent == pl.stallAt {
@@ -364,6 +412,13 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 				buf = ck.appendRole(buf)
 			}
 			buf = ck.appendToken(buf, sent)
+			if len(buf) > writeBatch {
+				// A lagging stream catches up in bounded writes rather than growing buf.
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+				buf = buf[:0]
+			}
 		}
 		if sent < pl.target && !flush() {
 			return

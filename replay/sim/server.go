@@ -40,7 +40,9 @@ type Server struct {
 	badRequests                  atomic.Int64
 	faultCount                   [numFaults]atomic.Int64
 
+	modelJSON      []byte         // the model name as a JSON string, for chunk heads
 	chatRoleTokens map[string]int // tokens of "role\n" per role
+	lateness       *latenessLog   // set by benchmarks only
 	chatReply      int            // tokens of "<|im_start|>assistant\n"
 }
 
@@ -61,6 +63,7 @@ func New(cfg Config) (*Server, error) {
 		created:        time.Now().Unix(),
 		chatRoleTokens: map[string]int{},
 	}
+	s.modelJSON, _ = json.Marshal(cfg.Model)
 	for _, r := range []string{"system", "developer", "user", "assistant", "tool"} {
 		s.chatRoleTokens[r] = enc.Count(r + "\n")
 	}

@@ -306,7 +306,7 @@ func TestSingleStreamDecodeRate(t *testing.T) {
 }
 
 type metricsSample struct {
-	model, gen, running, waiting float64
+	model, gen, running, waiting, steps float64
 }
 
 func scrape(t testing.TB, url string) metricsSample {
@@ -336,22 +336,24 @@ func scrape(t testing.TB, url string) metricsSample {
 			m.running = v
 		case "vllm:num_requests_waiting":
 			m.waiting = v
+		case "llmreplay_sim_steps_total":
+			m.steps = v
 		}
 	}
 	return m
 }
 
-// TestSaturatedAggregateAndQueueing sends three batches' worth of requests at once. While
-// requests wait, the batch is full: the aggregate decode rate, read in model time from two
-// /metrics scrapes inside that window, must match /sim/info's max decode rate; and TTFT
-// must grow with the queue.
+// TestSaturatedAggregateAndQueueing sends five batches' worth of requests at once. While
+// requests wait, the batch is full: the aggregate decode rate over that time, in model
+// time, must match /sim/info's max decode rate; and TTFT must grow with the queue.
 func TestSaturatedAggregateAndQueueing(t *testing.T) {
 	cfg, _ := Profile("tiny")
-	cfg.TimeScale = 1 // real time, so that several scrapes fall inside the saturated window
-	r := startSim(t, cfg)
-	in := r.Info()
+	cfg.TimeScale = 2
+	// 28 + mean(1..n-1) = 128 = the context at which /sim/info's figures are computed.
 	const prompt, n = 28, 200
-	reqs := 3 * cfg.MaxBatch
+	r := startSim(t, cfg)
+	info := r.Info()
+	reqs := 5 * cfg.MaxBatch
 	results := make([]*result, reqs)
 	var wg sync.WaitGroup
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: reqs}}
@@ -361,43 +363,22 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 				"prompt": ids(prompt), "max_tokens": n, "ignore_eos": true, "stream": true})
 		})
 	}
-	metricsURL := strings.TrimSuffix(r.BaseURL(), "/v1") + "/metrics"
-	var full []metricsSample
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		m := scrape(t, metricsURL)
-		if m.waiting > 0 && m.running == float64(cfg.MaxBatch) {
-			full = append(full, m)
-		} else if len(full) > 0 && m.waiting == 0 {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 	wg.Wait()
-	if len(full) < 2 {
-		t.Fatalf("saw the saturated window in %d scrapes", len(full))
-	}
-	a, b := full[0], full[len(full)-1]
-	step := cfg.DecodeStepTime(cfg.MaxBatch, cfg.RefContextTokens).Seconds()
-	if b.model-a.model < 50*step {
-		t.Fatalf("saturated window only %.3fs of model time", b.model-a.model)
-	}
-	agg := (b.gen - a.gen) / (b.model - a.model)
-	if math.Abs(agg/in.MaxDecodeTokPerSec-1) > 0.05 {
-		t.Errorf("saturated aggregate %.0f tok/s (model time), /sim/info max decode %.0f", agg, in.MaxDecodeTokPerSec)
-	}
-	t.Logf("saturated aggregate %.0f tok/s over %.3fs model time, info %.0f", agg, b.model-a.model, in.MaxDecodeTokPerSec)
 
-	// TTFT grows with the queue: FCFS admission, and the last third (two batches ahead)
-	// waits about two batch lifetimes longer than the first.
-	type rt struct{ arrival, admit, ttft time.Duration }
-	var rts []rt
+	type rt struct {
+		arrival, admit, last, ttft time.Duration
+		ahead                      int
+		genAdmit, genLast          int64
+	}
+	rts := make([]rt, 0, reqs)
 	for _, res := range results {
-		if len(res.chunks) != n {
+		if len(res.chunks) != n || !res.done {
 			t.Fatalf("%d chunks", len(res.chunks))
 		}
 		a := res.modelNs(t, TrailerArrival)
-		rts = append(rts, rt{a, res.modelNs(t, TrailerAdmit), res.modelNs(t, TrailerFirst) - a})
+		ahead, _ := strconv.Atoi(res.trailer.Get(TrailerAhead))
+		rts = append(rts, rt{a, res.modelNs(t, TrailerAdmit), res.modelNs(t, TrailerLast), res.modelNs(t, TrailerFirst) - a,
+			ahead, int64(res.modelNs(t, TrailerGenAtAdmit)), int64(res.modelNs(t, TrailerGenAtLast))})
 	}
 	// Requests that arrived during the same step share an arrival time; their order is
 	// the engine's inbox order, so break ties by admission.
@@ -409,18 +390,78 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 			t.Fatalf("not FCFS: arrival %v admitted %v before arrival %v admitted %v", rts[i].arrival, rts[i].admit, rts[i-1].arrival, rts[i-1].admit)
 		}
 	}
-	mean := func(x []rt) float64 {
+
+	// The queue is non-empty exactly on the union of [arrival, admit) intervals; while it
+	// is, the batch is full. Every admission and every finish is a sample (model time,
+	// engine's generated-token counter), so the rate between the first and last samples
+	// inside the longest such stretch is the saturated aggregate, in model time whatever
+	// the machine's load.
+	var bestFrom, bestTo, from, to time.Duration
+	for i, x := range rts { // sorted by arrival
+		if i == 0 || x.arrival > to {
+			from, to = x.arrival, x.admit
+		} else {
+			to = max(to, x.admit)
+		}
+		if to-from > bestTo-bestFrom {
+			bestFrom, bestTo = from, to
+		}
+	}
+	type sample struct {
+		at  time.Duration
+		gen int64
+	}
+	var in []sample
+	for _, x := range rts {
+		for _, s := range []sample{{x.admit, x.genAdmit}, {x.last, x.genLast}} {
+			if s.at >= bestFrom && s.at <= bestTo {
+				in = append(in, s)
+			}
+		}
+	}
+	sort.Slice(in, func(i, j int) bool { return in[i].at < in[j].at })
+	step := cfg.DecodeStepTime(cfg.MaxBatch, cfg.RefContextTokens)
+	life := time.Duration(n) * step
+	if len(in) < 2 || in[len(in)-1].at-in[0].at < life {
+		t.Fatalf("saturated stretch [%v, %v] holds %d samples: the requests did not queue", bestFrom, bestTo, len(in))
+	}
+	a, b := in[0], in[len(in)-1]
+	agg := float64(b.gen-a.gen) / (b.at - a.at).Seconds()
+	if math.Abs(agg/info.MaxDecodeTokPerSec-1) > 0.05 {
+		t.Errorf("saturated aggregate %.0f tok/s (model time), /sim/info max decode %.0f", agg, info.MaxDecodeTokPerSec)
+	}
+	t.Logf("saturated aggregate %.0f tok/s over %v model time, info %.0f", agg, b.at-a.at, info.MaxDecodeTokPerSec)
+
+	// TTFT grows with the queue. A request with k requests waiting ahead of it needs k+1
+	// batch slots to free up, and a slot frees at most once per n steps, each at least
+	// StepBase long; and the requests that found the longest queues wait, on average, at
+	// least a batch lifetime longer than those that found none.
+	var none, long []float64
+	maxAhead := 0
+	for _, x := range rts {
+		maxAhead = max(maxAhead, x.ahead)
+	}
+	for _, x := range rts {
+		if lb := time.Duration(x.ahead/cfg.MaxBatch*n) * cfg.StepBase; x.ttft < lb {
+			t.Errorf("TTFT %v with %d waiting ahead, below the bound %v", x.ttft, x.ahead, lb)
+		}
+		switch {
+		case x.ahead == 0:
+			none = append(none, x.ttft.Seconds())
+		case x.ahead >= maxAhead-cfg.MaxBatch/2:
+			long = append(long, x.ttft.Seconds())
+		}
+	}
+	mean := func(x []float64) float64 {
 		s := 0.0
 		for _, v := range x {
-			s += v.ttft.Seconds()
+			s += v
 		}
 		return s / float64(len(x))
 	}
-	life := float64(n) * step
-	k := cfg.MaxBatch
-	m0, m2 := mean(rts[:k]), mean(rts[2*k:])
-	if !(m0 < 0.5*life && m2 > 1.5*life) {
-		t.Errorf("TTFT first third %.3fs, last third %.3fs; batch lifetime %.3fs", m0, m2, life)
+	if maxAhead < cfg.MaxBatch || len(none) == 0 || mean(long)-mean(none) < life.Seconds() {
+		t.Errorf("TTFT with no queue %.3fs (%d requests), with ~%d ahead %.3fs (%d): want a rise of at least a batch lifetime %v",
+			mean(none), len(none), maxAhead, mean(long), len(long), life)
 	}
 }
 
@@ -653,4 +694,38 @@ func FuzzParseGenRequest(f *testing.F) {
 			t.Fatalf("accepted empty prompt %+v", p.prompt)
 		}
 	})
+}
+
+func TestMetrics(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 100
+	cfg.Faults.Status503 = 1
+	r := startSim(t, cfg)
+	post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": "x"})
+	post(t, http.DefaultClient, r.BaseURL()+"/completions", `{"prompt":""}`)
+	resp, err := http.Get(strings.TrimSuffix(r.BaseURL(), "/v1") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	for _, want := range []string{
+		`vllm:num_requests_running{model_name="sim-tiny"} 0`,
+		`vllm:num_requests_waiting{model_name="sim-tiny"} 0`,
+		"# TYPE vllm:kv_cache_usage_perc gauge",
+		`llmreplay_sim_faults_total{model_name="sim-tiny",kind="503"} 1`,
+		`llmreplay_sim_bad_requests_total{model_name="sim-tiny"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, text)
+		}
+	}
+	cfg.Faults.Status503 = 0
+	r = startSim(t, cfg)
+	post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": ids(5), "max_tokens": 7})
+	m := scrape(t, strings.TrimSuffix(r.BaseURL(), "/v1")+"/metrics")
+	if m.gen != 7 || m.steps != 7 || m.model <= 0 {
+		t.Errorf("after one 7-token request: %+v, want 7 tokens in 7 steps", m)
+	}
 }

@@ -1,0 +1,97 @@
+package analysis
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// chromium finds a headless-capable Chromium: $LLMREPLAY_CHROMIUM, else chromium,
+// chromium-browser or google-chrome on PATH. Missing: skip locally, fail under CI
+// (scripts/test installs Debian's chromium there).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("LLMREPLAY_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("the HTML report test needs chromium (scripts/test installs it under CI)")
+	}
+	t.Skip("chromium not found: skipping the browser test")
+	return ""
+}
+
+func headless(t *testing.T, bin string, extra ...string) (stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--no-first-run", "--disable-component-update", "--disable-sync", "--user-data-dir=" + t.TempDir(),
+		"--enable-logging=stderr", "--v=0"}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", bin, args, err, errb.String())
+	}
+	return out.String(), errb.String()
+}
+
+// TestHTMLRendersInChromium opens the report in headless Chromium: the page's own check
+// (every plot laid out with marks drawn) must pass and the console must stay silent.
+// Set LLMREPLAY_SCREENSHOT=path.png to keep a screenshot to look at.
+func TestHTMLRendersInChromium(t *testing.T) {
+	bin := chromium(t)
+	r, _ := mixedReport(t)
+	page := filepath.Join(t.TempDir(), "report.html")
+	if err := r.WriteHTMLFile(page); err != nil {
+		t.Fatal(err)
+	}
+	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
+	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
+	}
+	if m[1] != m[2] || m[2] != "8" {
+		t.Errorf("render check: %s (want all 8 plots)", m[3])
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, ":CONSOLE") {
+			t.Errorf("console message: %s", line)
+		}
+	}
+	if shot := os.Getenv("LLMREPLAY_SCREENSHOT"); shot != "" {
+		abs, _ := filepath.Abs(shot)
+		headless(t, bin, "--window-size=1400,2400", "--screenshot="+abs, "file://"+page)
+	}
+}
+
+// The page's check must notice a plot with nothing drawn (so the test above can fail).
+func TestHTMLRenderCheckCatchesEmptyPlot(t *testing.T) {
+	bin := chromium(t)
+	r, _ := mixedReport(t)
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(b.String(), `<p id="render-check"`, `<svg class="plot" id="plot-empty" width="10" height="10"></svg><p id="render-check"`, 1)
+	page := filepath.Join(t.TempDir(), "broken.html")
+	if err := os.WriteFile(page, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dom, _ := headless(t, bin, "--dump-dom", "file://"+page)
+	if !strings.Contains(dom, "empty: plot-empty") {
+		t.Errorf("render check missed an empty plot:\n%s", regexp.MustCompile(`<p id="render-check"[^<]*`).FindString(dom))
+	}
+}

@@ -1,0 +1,236 @@
+package analysis
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"strconv"
+)
+
+// num is a float that marshals NaN and ±Inf (undefined figures) as JSON null.
+type num float64
+
+func (n num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// The JSON shapes. The top-level keys and the keys of requests, throughput, the latency
+// objects, goodput and flags are a contract (docs/metrics.md): never rename them silently.
+type jsonReport struct {
+	Requests   jsonRequests   `json:"requests"`
+	Throughput jsonThroughput `json:"throughput"`
+	TTFT       jsonQuantiles  `json:"ttft_ms"`
+	TPOT       jsonQuantiles  `json:"tpot_ms"`
+	ITL        jsonQuantiles  `json:"itl_ms"`
+	E2E        jsonQuantiles  `json:"e2e_ms"`
+	Lateness   jsonQuantiles  `json:"schedule_lateness_ms"`
+	Goodput    *jsonGoodput   `json:"goodput"`
+	Flags      jsonFlags      `json:"flags"`
+	Breakdown  jsonBreakdown  `json:"breakdown"`
+	Warnings   []string       `json:"warnings"`
+}
+
+type jsonRequests struct {
+	Total    int64 `json:"total"`
+	OK       int64 `json:"ok"`
+	Failed   int64 `json:"failed"`
+	Dropped  int64 `json:"dropped"`
+	Canceled int64 `json:"canceled"`
+}
+
+type jsonWindow struct {
+	StartS num `json:"start_s"`
+	EndS   num `json:"end_s"`
+}
+
+type jsonThroughput struct {
+	RequestsPerS              num        `json:"requests_per_s"`
+	OutputTokensPerS          num        `json:"output_tokens_per_s"`
+	TotalTokensPerS           num        `json:"total_tokens_per_s"`
+	SustainedOutputTokensPerS num        `json:"sustained_output_tokens_per_s"`
+	PeakOutputTokensPerS      num        `json:"peak_output_tokens_per_s"`
+	Window                    jsonWindow `json:"window"`
+}
+
+type jsonQuantiles struct {
+	Mean num `json:"mean"`
+	P50  num `json:"p50"`
+	P90  num `json:"p90"`
+	P95  num `json:"p95"`
+	P99  num `json:"p99"`
+	P999 num `json:"p99_9"`
+	Max  num `json:"max"`
+}
+
+type jsonGoodput struct {
+	RequestsPerS     num `json:"requests_per_s"`
+	OutputTokensPerS num `json:"output_tokens_per_s"`
+	Attainment       num `json:"attainment"`
+}
+
+type jsonFlags struct {
+	ClientLimited bool `json:"client_limited"`
+	Overloaded    bool `json:"overloaded"`
+}
+
+type jsonBreakdown struct {
+	PercentileMethod string           `json:"percentile_method"`
+	Samples          map[string]int64 `json:"samples"`
+	ByStatus         map[string]int64 `json:"by_status"`
+	ITLPerToken      *jsonQuantiles   `json:"itl_per_token_ms"`
+	Window           jsonWindowDetail `json:"window"`
+	Duration         jsonDuration     `json:"duration"`
+	SLO              jsonSLO          `json:"slo"`
+	Tokens           jsonTokens       `json:"tokens"`
+	Overload         jsonOverload     `json:"overload"`
+	ByPrompt         []jsonBucket     `json:"by_prompt_tokens"`
+	ByOutput         []jsonBucket     `json:"by_output_tokens"`
+}
+
+type jsonWindowDetail struct {
+	WarmupS        num  `json:"warmup_s"`
+	WarmupDetected bool `json:"warmup_detected"`
+	PeakStartS     num  `json:"peak_start_s"`
+}
+
+type jsonDuration struct {
+	FirstSentS num `json:"first_sent_s"`
+	LastEndS   num `json:"last_end_s"`
+	DurationS  num `json:"duration_s"`
+}
+
+type jsonSLO struct {
+	TTFTMS num   `json:"ttft_ms"`
+	TPOTMS num   `json:"tpot_ms"`
+	E2EMS  num   `json:"e2e_ms"`
+	Good   int64 `json:"good"`
+}
+
+type jsonTokens struct {
+	OutputTarget        int64 `json:"output_target"`
+	Output              int64 `json:"output"`
+	OutputFromUsage     int64 `json:"requests_output_from_usage"`
+	OutputFromTokenizer int64 `json:"requests_output_from_tokenizer"`
+	OutputUnknown       int64 `json:"requests_output_unknown"`
+	Shorter             int64 `json:"requests_shorter_than_target"`
+	Longer              int64 `json:"requests_longer_than_target"`
+	Chunks              int64 `json:"chunks"`
+	ChunkTokens         int64 `json:"chunk_tokens"`
+	WithChunkTokens     int64 `json:"requests_with_chunk_tokens"`
+	ChunkTokensMismatch int64 `json:"requests_chunk_tokens_mismatch"`
+	PromptTarget        int64 `json:"prompt_target"`
+	PromptServer        int64 `json:"prompt_server"`
+	PromptWithServer    int64 `json:"requests_with_prompt_server"`
+	PromptMismatch      int64 `json:"requests_prompt_mismatch"`
+}
+
+type jsonTrend struct {
+	Points int  `json:"points"`
+	Slope  num  `json:"slope_per_s"`
+	T      num  `json:"t"`
+	Rise   num  `json:"rise"`
+	Mean   num  `json:"mean"`
+	Up     bool `json:"up"`
+}
+
+type jsonOverload struct {
+	Inflight      jsonTrend `json:"inflight"`
+	TTFTP50       jsonTrend `json:"ttft_p50_ms"`
+	MaxLatenessMS num       `json:"max_lateness_ms"`
+}
+
+type jsonBucket struct {
+	Lo         int64         `json:"lo"`
+	Hi         *int64        `json:"hi"`
+	Requests   int64         `json:"requests"`
+	OK         int64         `json:"ok"`
+	TTFT       jsonQuantiles `json:"ttft_ms"`
+	TPOT       jsonQuantiles `json:"tpot_ms"`
+	E2E        jsonQuantiles `json:"e2e_ms"`
+	Attainment num           `json:"attainment"`
+}
+
+func jq(q Quantiles) jsonQuantiles {
+	if q.N == 0 {
+		n := num(math.NaN())
+		return jsonQuantiles{n, n, n, n, n, n, n}
+	}
+	return jsonQuantiles{num(q.Mean), num(q.P50), num(q.P90), num(q.P95), num(q.P99), num(q.P999), num(q.Max)}
+}
+
+func jt(t Trend) jsonTrend {
+	return jsonTrend{Points: t.Points, Slope: num(t.Slope), T: num(t.T), Rise: num(t.Rise), Mean: num(t.Mean), Up: t.Up}
+}
+
+func jb(bs []Bucket) []jsonBucket {
+	out := []jsonBucket{}
+	for _, b := range bs {
+		x := jsonBucket{Lo: b.Lo, Requests: b.Requests, OK: b.OK, TTFT: jq(b.TTFT), TPOT: jq(b.TPOT), E2E: jq(b.E2E), Attainment: num(b.Attainment)}
+		if b.Hi != 0 {
+			hi := b.Hi
+			x.Hi = &hi
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func ms(d float64) num {
+	if d <= 0 {
+		return num(math.NaN())
+	}
+	return num(d / 1e6)
+}
+
+func (r *Report) toJSON() jsonReport {
+	t := r.Throughput
+	j := jsonReport{
+		Requests: jsonRequests{r.Requests.Total, r.Requests.OK, r.Requests.Failed, r.Requests.Dropped, r.Requests.Canceled},
+		Throughput: jsonThroughput{
+			RequestsPerS: num(t.RequestsPerS), OutputTokensPerS: num(t.OutputTokensPerS), TotalTokensPerS: num(t.TotalTokensPerS),
+			SustainedOutputTokensPerS: num(t.SustainedOutputTokensPerS), PeakOutputTokensPerS: num(t.PeakOutputTokensPerS),
+			Window: jsonWindow{num(t.WindowStartS), num(t.WindowEndS)},
+		},
+		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
+		Flags:    jsonFlags{r.Flags.ClientLimited, r.Flags.Overloaded},
+		Warnings: append([]string{}, r.Warnings...),
+	}
+	if g := r.Goodput; g != nil {
+		j.Goodput = &jsonGoodput{num(g.RequestsPerS), num(g.OutputTokensPerS), num(g.Attainment)}
+	}
+	b := &j.Breakdown
+	b.PercentileMethod = PercentileMethod
+	b.Samples = map[string]int64{"ttft_ms": r.TTFT.N, "tpot_ms": r.TPOT.N, "itl_ms": r.ITL.N, "e2e_ms": r.E2E.N, "schedule_lateness_ms": r.Lateness.N, "itl_per_token_ms": r.ITLPerToken.N}
+	b.ByStatus = map[string]int64{}
+	for _, s := range statuses {
+		b.ByStatus[s] = r.Requests.ByStatus[s]
+	}
+	if r.ITLPerToken.N > 0 {
+		q := jq(r.ITLPerToken)
+		b.ITLPerToken = &q
+	}
+	b.Window = jsonWindowDetail{num(t.WarmupS), t.WarmupDetected, num(t.PeakAtS)}
+	b.Duration = jsonDuration{num(t.FirstSentS), num(t.LastEndS), num(t.DurationS)}
+	slo := r.Options.SLO
+	b.SLO = jsonSLO{TTFTMS: ms(float64(slo.TTFT)), TPOTMS: ms(float64(slo.TPOT)), E2EMS: ms(float64(slo.E2E))}
+	if r.Goodput != nil {
+		b.SLO.Good = r.Goodput.Good
+	}
+	k := r.Tokens
+	b.Tokens = jsonTokens{k.OutputTarget, k.Output, k.OutputUsage, k.OutputTokenizer, k.OutputUnknown, k.Shorter, k.Longer,
+		k.Chunks, k.ChunkTokens, k.WithChunkTokens, k.ChunkTokensMismatch, k.PromptTarget, k.PromptServer, k.PromptWithServerCount, k.PromptMismatch}
+	b.Overload = jsonOverload{jt(r.Flags.InflightTrend), jt(r.Flags.TTFTTrend), num(float64(r.Flags.MaxLateness) / 1e6)}
+	b.ByPrompt, b.ByOutput = jb(r.ByPrompt), jb(r.ByOutput)
+	return j
+}
+
+// WriteJSON writes the report as one indented JSON object (docs/metrics.md lists the keys).
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r.toJSON())
+}

@@ -1,0 +1,219 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/compress"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// Format values of the files WriteParquetDir writes (schema metadata llmreplay.format).
+const (
+	SummaryFormat    = "summary/v1"
+	TimeseriesFormat = "timeseries/v1"
+)
+
+// writeAtomic writes path through a temporary file in the same directory, renamed into
+// place only when write succeeded, so a failure never leaves a half-written file.
+func writeAtomic(path string, write func(w io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("analysis: write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	// Only Write is exposed: pqarrow's FileWriter closes a sink that is an io.Closer.
+	if err = write(struct{ io.Writer }{tmp}); err != nil {
+		return fmt.Errorf("analysis: write %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("analysis: write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("analysis: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// runID names a report's run (ids joined with "+" when runs were pooled).
+func (r *Report) runID() string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, m := range r.Runs {
+		if !seen[m.RunID] {
+			seen[m.RunID] = true
+			ids = append(ids, m.RunID)
+		}
+	}
+	return strings.Join(ids, "+")
+}
+
+// col is one summary column: a float64 (null when NaN), int64, bool or string value.
+type col struct {
+	name string
+	v    any
+}
+
+func quantileCols(prefix string, q Quantiles) []col {
+	nan := math.NaN()
+	if q.N == 0 {
+		q = Quantiles{Mean: nan, P50: nan, P90: nan, P95: nan, P99: nan, P999: nan, Max: nan}
+	}
+	return []col{{prefix + "_n", q.N}, {prefix + "_mean", q.Mean}, {prefix + "_p50", q.P50}, {prefix + "_p90", q.P90},
+		{prefix + "_p95", q.P95}, {prefix + "_p99", q.P99}, {prefix + "_p99_9", q.P999}, {prefix + "_max", q.Max}}
+}
+
+// summaryCols is the flat summary row: the JSON report's headline figures, with
+// underscore-joined names (docs/metrics.md).
+func (r *Report) summaryCols() []col {
+	t := r.Throughput
+	cs := []col{
+		{"run_id", r.runID()}, {"files", strings.Join(r.Files, ",")}, {"run_start_unix_ns", r.BaseUnixNS},
+		{"requests_total", r.Requests.Total}, {"requests_ok", r.Requests.OK}, {"requests_failed", r.Requests.Failed},
+		{"requests_dropped", r.Requests.Dropped}, {"requests_canceled", r.Requests.Canceled},
+		{"duration_s", t.DurationS}, {"requests_per_s", t.RequestsPerS}, {"output_tokens_per_s", t.OutputTokensPerS},
+		{"total_tokens_per_s", t.TotalTokensPerS}, {"sustained_output_tokens_per_s", t.SustainedOutputTokensPerS},
+		{"peak_output_tokens_per_s", t.PeakOutputTokensPerS}, {"window_start_s", t.WindowStartS}, {"window_end_s", t.WindowEndS},
+		{"warmup_s", t.WarmupS}, {"warmup_detected", t.WarmupDetected},
+	}
+	cs = append(cs, quantileCols("ttft_ms", r.TTFT)...)
+	cs = append(cs, quantileCols("tpot_ms", r.TPOT)...)
+	cs = append(cs, quantileCols("itl_ms", r.ITL)...)
+	cs = append(cs, quantileCols("itl_per_token_ms", r.ITLPerToken)...)
+	cs = append(cs, quantileCols("e2e_ms", r.E2E)...)
+	cs = append(cs, quantileCols("schedule_lateness_ms", r.Lateness)...)
+	nan := math.NaN()
+	g := Goodput{RequestsPerS: nan, OutputTokensPerS: nan, Attainment: nan}
+	if r.Goodput != nil {
+		g = *r.Goodput
+	}
+	cs = append(cs, col{"slo", r.Options.SLO.String()}, col{"goodput_requests_per_s", g.RequestsPerS},
+		col{"goodput_output_tokens_per_s", g.OutputTokensPerS}, col{"goodput_attainment", g.Attainment},
+		col{"client_limited", r.Flags.ClientLimited}, col{"overloaded", r.Flags.Overloaded},
+		col{"output_tokens_target", r.Tokens.OutputTarget}, col{"output_tokens", r.Tokens.Output},
+		col{"requests_shorter_than_target", r.Tokens.Shorter}, col{"requests_longer_than_target", r.Tokens.Longer},
+		col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})
+	return cs
+}
+
+// WriteParquetDir writes dir/summary.parquet (one row per report) and dir/timeseries.parquet
+// (one row per interval per report), creating dir if needed.
+func WriteParquetDir(dir string, reps ...*Report) error {
+	if len(reps) == 0 {
+		return errors.New("analysis: no reports to write")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("analysis: %w", err)
+	}
+	// Summary: the column set is the same for every report.
+	first := reps[0].summaryCols()
+	fields := make([]arrow.Field, len(first))
+	for i, c := range first {
+		switch c.v.(type) {
+		case float64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
+		case int64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Int64}
+		case bool:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.FixedWidthTypes.Boolean}
+		case string:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.BinaryTypes.String}
+		}
+	}
+	md := arrow.NewMetadata([]string{MetaFormat}, []string{SummaryFormat})
+	sc := arrow.NewSchema(fields, &md)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for _, r := range reps {
+		for i, c := range r.summaryCols() {
+			switch v := c.v.(type) {
+			case float64:
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					b.Field(i).AppendNull()
+				} else {
+					b.Field(i).(*array.Float64Builder).Append(v)
+				}
+			case int64:
+				b.Field(i).(*array.Int64Builder).Append(v)
+			case bool:
+				b.Field(i).(*array.BooleanBuilder).Append(v)
+			case string:
+				b.Field(i).(*array.StringBuilder).Append(v)
+			}
+		}
+	}
+	if err := writeRecord(filepath.Join(dir, "summary.parquet"), b.NewRecord()); err != nil {
+		return err
+	}
+
+	tmd := arrow.NewMetadata([]string{MetaFormat}, []string{TimeseriesFormat})
+	tsc := arrow.NewSchema([]arrow.Field{
+		{Name: "run_id", Type: arrow.BinaryTypes.String},
+		{Name: "start_s", Type: arrow.PrimitiveTypes.Float64},
+		{Name: "interval_s", Type: arrow.PrimitiveTypes.Float64},
+		{Name: "sent", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "completed", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "errors", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "dropped", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "inflight", Type: arrow.PrimitiveTypes.Float64},
+		{Name: "output_tokens_per_s", Type: arrow.PrimitiveTypes.Float64},
+		{Name: "ttft_p50_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "ttft_p99_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	}, &tmd)
+	tb := array.NewRecordBuilder(memory.DefaultAllocator, tsc)
+	defer tb.Release()
+	opt := func(k int, v float64) {
+		if math.IsNaN(v) {
+			tb.Field(k).AppendNull()
+		} else {
+			tb.Field(k).(*array.Float64Builder).Append(v)
+		}
+	}
+	for _, r := range reps {
+		id := r.runID()
+		for _, p := range r.Series {
+			tb.Field(0).(*array.StringBuilder).Append(id)
+			tb.Field(1).(*array.Float64Builder).Append(p.StartS)
+			tb.Field(2).(*array.Float64Builder).Append(r.Options.Interval.Seconds())
+			tb.Field(3).(*array.Int64Builder).Append(p.Sent)
+			tb.Field(4).(*array.Int64Builder).Append(p.Completed)
+			tb.Field(5).(*array.Int64Builder).Append(p.Errors)
+			tb.Field(6).(*array.Int64Builder).Append(p.Dropped)
+			tb.Field(7).(*array.Float64Builder).Append(p.Inflight)
+			tb.Field(8).(*array.Float64Builder).Append(p.OutputTokensPerS)
+			opt(9, p.TTFTP50)
+			opt(10, p.TTFTP99)
+		}
+	}
+	return writeRecord(filepath.Join(dir, "timeseries.parquet"), tb.NewRecord())
+}
+
+func writeRecord(path string, rec arrow.Record) error {
+	defer rec.Release()
+	return writeAtomic(path, func(w io.Writer) error {
+		fw, err := pqarrow.NewFileWriter(rec.Schema(), w, parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy)),
+			pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+		if err != nil {
+			return err
+		}
+		if err := fw.WriteBuffered(rec); err != nil {
+			fw.Close()
+			return err
+		}
+		return fw.Close()
+	})
+}

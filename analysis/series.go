@@ -1,0 +1,255 @@
+package analysis
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// MSER-5 parameters: the output-token series is read in 100 ms bins, averaged in batches of
+// 5 (0.5 s), and needs at least 10 batches (5 s of arrivals) to choose a truncation point.
+const (
+	msserBinNS      = int64(100e6)
+	msserBatch      = 5
+	msserMinBatches = 10
+)
+
+// detectWarmup chooses the warm-up by MSER-5 (White 1997; Franklin and White 2008): over
+// the batch means Z_1..Z_m of the ok-request output-token rate between the first send and the
+// last arrival, it picks the truncation d in [0, m/2] that minimises
+//
+//	MSER(d) = sum_{i>d} (Z_i - mean(Z_{d+1..m}))^2 / (m-d)^2,
+//
+// the squared standard error of the mean of what is kept: dropping the ramp at the start
+// lowers the variance faster than it shrinks the sample. It returns d batches as a duration.
+func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (time.Duration, bool) {
+	perBin := msserBinNS / binNS
+	b0 := firstNS / binNS
+	span := (lastNS - firstNS) / msserBinNS // whole 100 ms bins
+	m := int(span) / msserBatch
+	if m < msserMinBatches {
+		return 0, false
+	}
+	z := make([]float64, m)
+	for j := range z {
+		var s float64
+		for k := int64(0); k < int64(msserBatch)*perBin; k++ {
+			b := b0 + int64(j*msserBatch)*perBin + k
+			if b < int64(len(tokenBins)) {
+				s += tokenBins[b]
+			}
+		}
+		z[j] = s
+	}
+	// Suffix sums give each MSER(d) in O(1).
+	var sum, sq float64
+	sufSum := make([]float64, m+1)
+	sufSq := make([]float64, m+1)
+	for j := m - 1; j >= 0; j-- {
+		sum += z[j]
+		sq += z[j] * z[j]
+		sufSum[j], sufSq[j] = sum, sq
+	}
+	best, bestD := math.Inf(1), 0
+	for d := 0; d <= m/2; d++ {
+		k := float64(m - d)
+		mean := sufSum[d] / k
+		ss := sufSq[d] - k*mean*mean
+		if ss < 0 {
+			ss = 0
+		}
+		if v := ss / (k * k); v < best*(1-1e-12) {
+			best, bestD = v, d
+		}
+	}
+	return time.Duration(int64(bestD*msserBatch) * msserBinNS), true
+}
+
+// Trend is an ordinary least-squares line y = a + Slope*t fitted to a series over the
+// steady-state window, with a Newey-West (HAC) standard error because queue lengths and
+// latencies are autocorrelated and a plain OLS t-test would find trends in noise.
+type Trend struct {
+	Points int     // points in the fit; 0 when the window was too short to test
+	Slope  float64 // units per second
+	T      float64 // Slope / its HAC standard error
+	Mean   float64 // mean of y
+	Rise   float64 // Slope * window length: the fitted change across the window
+	Up     bool    // T > trendT and Rise > trendRise*Mean
+}
+
+// A trend is "up" when its t statistic exceeds 3 (one-sided p < 0.0014 under the normal
+// approximation) and the fitted rise across the window exceeds 25% of the series mean
+// (so a long run cannot flag a tiny, significant drift).
+const (
+	trendT         = 3.0
+	trendRise      = 0.25
+	trendMinPoints = 10
+)
+
+// fitTrend fits y on t (NaN y are skipped), lag L = floor(4 (n/100)^(2/9)) with Bartlett weights.
+func fitTrend(ts, ys []float64, length float64) Trend {
+	var x, y []float64
+	for i := range ys {
+		if !math.IsNaN(ys[i]) {
+			x, y = append(x, ts[i]), append(y, ys[i])
+		}
+	}
+	n := len(x)
+	tr := Trend{Points: n}
+	if n < trendMinPoints {
+		tr.Points = 0
+		return tr
+	}
+	var mx, my float64
+	for i := range x {
+		mx += x[i]
+		my += y[i]
+	}
+	mx /= float64(n)
+	my /= float64(n)
+	var sxx, sxy float64
+	for i := range x {
+		sxx += (x[i] - mx) * (x[i] - mx)
+		sxy += (x[i] - mx) * (y[i] - my)
+	}
+	tr.Mean = my
+	if sxx == 0 {
+		return tr
+	}
+	b := sxy / sxx
+	a := my - b*mx
+	tr.Slope = b
+	tr.Rise = b * length
+	g := make([]float64, n) // score terms (x - mean) * residual
+	for i := range x {
+		g[i] = (x[i] - mx) * (y[i] - a - b*x[i])
+	}
+	L := int(math.Floor(4 * math.Pow(float64(n)/100, 2.0/9)))
+	var s float64
+	for i := range g {
+		s += g[i] * g[i]
+	}
+	for l := 1; l <= L && l < n; l++ {
+		w := 1 - float64(l)/float64(L+1)
+		var c float64
+		for i := l; i < n; i++ {
+			c += g[i] * g[i-l]
+		}
+		s += 2 * w * c
+	}
+	switch se := math.Sqrt(math.Max(s, 0)) / sxx; {
+	case se > 0:
+		tr.T = b / se
+	case b > 0:
+		tr.T = math.Inf(1)
+	case b < 0:
+		tr.T = math.Inf(-1)
+	}
+	tr.Up = tr.T > trendT && tr.Rise > trendRise*math.Abs(tr.Mean)
+	return tr
+}
+
+// series builds the time series at Options.Interval from time zero (the run start).
+func (r *Report) series(d *Data) {
+	iv := int64(r.Options.Interval)
+	var maxT int64
+	for i := range d.status {
+		maxT = max(maxT, d.scheduled[i], d.sent[i], d.end[i])
+	}
+	if d.N() == 0 {
+		return
+	}
+	n := int(maxT/iv) + 1
+	s := make([]Interval, n)
+	partial := make([]float64, n) // in-flight ns inside the request's first and last interval
+	diff := make([]int64, n+1)    // requests in flight through whole intervals
+	ttfts := make([][]float64, n)
+	for i, st := range d.status {
+		at := d.sent[i]
+		if at == null64 {
+			at = d.scheduled[i]
+		}
+		k := int(max(at, 0) / iv)
+		switch st {
+		case stOK:
+			ttfts[k] = append(ttfts[k], d.ttftMS(i))
+			s[int(d.end[i]/iv)].Completed++
+		case stDropped:
+			s[int(max(d.scheduled[i], 0)/iv)].Dropped++
+		case stCanceled:
+		default:
+			s[k].Errors++
+		}
+		if d.sent[i] == null64 {
+			continue
+		}
+		s[k].Sent++
+		// In flight from sent to end (a failed request with no output leaves when sent:
+		// the results format has no time for its failure).
+		a, b := max(d.sent[i], 0), d.end[i]
+		if b == null64 || b < a {
+			continue
+		}
+		ka, kb := a/iv, b/iv
+		if ka == kb {
+			partial[ka] += float64(b - a)
+			continue
+		}
+		partial[ka] += float64((ka+1)*iv - a)
+		partial[kb] += float64(b - kb*iv)
+		diff[ka+1]++
+		diff[kb]--
+	}
+	var full int64
+	perBins := iv / binNS
+	for k := range s {
+		full += diff[k]
+		s[k].StartS = float64(int64(k)*iv) / 1e9
+		s[k].Inflight = (partial[k] + float64(full*iv)) / float64(iv)
+		var tok float64
+		for b := int64(k) * perBins; b < int64(k+1)*perBins && b < int64(len(d.tokenBins)); b++ {
+			tok += d.tokenBins[b]
+		}
+		s[k].OutputTokensPerS = tok / (float64(iv) / 1e9)
+		s[k].TTFTP50, s[k].TTFTP99 = math.NaN(), math.NaN()
+		if len(ttfts[k]) > 0 {
+			slices.Sort(ttfts[k])
+			s[k].TTFTP50, s[k].TTFTP99 = quantileSorted(ttfts[k], 0.5), quantileSorted(ttfts[k], 0.99)
+		}
+	}
+	r.Series = s
+}
+
+func (r *Report) flags(d *Data) {
+	f := &r.Flags
+	f.MaxLateness = r.Options.MaxLateness
+	if r.Lateness.N > 0 && r.Lateness.P99 > float64(f.MaxLateness)/1e6 {
+		f.ClientLimited = true
+		r.warnf("client-limited: schedule lateness p99 %.3f ms > %v: the replayer did not send on time, so the load applied was lower and burstier than the trace's", r.Lateness.P99, f.MaxLateness)
+	}
+	t := r.Throughput
+	if math.IsNaN(t.WindowStartS) {
+		return
+	}
+	ivS := r.Options.Interval.Seconds()
+	var ts, inflight, ttft []float64
+	for _, p := range r.Series {
+		if p.StartS >= t.WindowStartS-1e-9 && p.StartS+ivS <= t.WindowEndS+1e-9 {
+			ts = append(ts, p.StartS+ivS/2)
+			inflight = append(inflight, p.Inflight)
+			ttft = append(ttft, p.TTFTP50)
+		}
+	}
+	length := t.WindowEndS - t.WindowStartS
+	f.InflightTrend = fitTrend(ts, inflight, length)
+	f.TTFTTrend = fitTrend(ts, ttft, length)
+	if f.InflightTrend.Points == 0 || f.TTFTTrend.Points == 0 {
+		r.warnf("window holds fewer than %d intervals of %v: overload not tested", trendMinPoints, r.Options.Interval)
+		return
+	}
+	if f.InflightTrend.Up && f.TTFTTrend.Up {
+		f.Overloaded = true
+		r.warnf("overloaded: in-flight (+%.1f/s, t=%.1f) and TTFT p50 (+%.1f ms/s, t=%.1f) grow through the window: throughput is what the endpoint gave, not what it sustains",
+			f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T)
+	}
+}

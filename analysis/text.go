@@ -1,0 +1,185 @@
+package analysis
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strings"
+)
+
+func f3(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+func f2(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", v)
+}
+
+func yesno(b bool) string {
+	if b {
+		return "YES"
+	}
+	return "no"
+}
+
+// WriteText writes the human-readable report: what `llmreplay analyze` prints and what
+// `replay` prints at the end of a run.
+func (r *Report) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+	names := make([]string, len(r.Files))
+	for i, f := range r.Files {
+		names[i] = filepath.Base(f)
+	}
+	p("llmreplay analysis of %s\n", strings.Join(names, ", "))
+	if len(r.Runs) > 0 {
+		m := r.Runs[0]
+		mode := m.Mode
+		switch {
+		case m.Concurrency > 0:
+			mode += fmt.Sprintf(", concurrency %d", m.Concurrency)
+		case m.Rate > 0:
+			mode += fmt.Sprintf(", rate %g req/s", m.Rate)
+		case m.Speedup > 0:
+			mode += fmt.Sprintf(", speedup %gx", m.Speedup)
+		}
+		target := m.Endpoint
+		if m.Simulated {
+			target = "simulated engine"
+			if m.SimProfile != "" {
+				target += " (" + m.SimProfile + ")"
+			}
+		}
+		p("run %s: %s %s %s, model %s, trace %s, %s, %d shard(s) of %d\n",
+			orDash(m.RunID), orDash(m.Backend), orDash(m.API), target, orDash(m.Model), orDash(m.TraceFile), orDash(mode), len(r.Runs), m.ShardCount)
+	}
+	if r.Mixed {
+		p("MIXED: files of different runs pooled on absolute time\n")
+	}
+	q := r.Requests
+	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
+	if q.Failed > 0 {
+		var parts []string
+		for _, s := range statuses[1:5] {
+			if n := q.ByStatus[s]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", s, n))
+			}
+		}
+		p("  failed: %s\n", strings.Join(parts, ", "))
+	}
+	t := r.Throughput
+	p("\nThroughput (overall: ok requests over %s s, first sent %s s to last end %s s)\n", f3(t.DurationS), f3(t.FirstSentS), f3(t.LastEndS))
+	p("  %-30s %12s\n", "requests/s", f3(t.RequestsPerS))
+	p("  %-30s %12s\n", "output tok/s", f2(t.OutputTokensPerS))
+	p("  %-30s %12s\n", "total tok/s (prompt+output)", f2(t.TotalTokensPerS))
+	win := "no steady-state window"
+	if !math.IsNaN(t.WindowStartS) {
+		how := "given"
+		if t.WarmupDetected {
+			how = "detected by MSER-5"
+		}
+		win = fmt.Sprintf("window [%s s, %s s), warm-up %s s %s", f3(t.WindowStartS), f3(t.WindowEndS), f3(t.WarmupS), how)
+	}
+	p("  %-30s %12s   %s\n", "sustained output tok/s", f2(t.SustainedOutputTokensPerS), win)
+	peak := ""
+	if !math.IsNaN(t.PeakAtS) {
+		peak = fmt.Sprintf("[%s s, %s s)", f3(t.PeakAtS), f3(t.PeakAtS+1))
+	}
+	p("  %-30s %12s   %s\n", "peak 1 s output tok/s", f2(t.PeakOutputTokensPerS), peak)
+	if g := r.Goodput; g != nil {
+		p("\nGoodput (SLO %s; attainment over %d non-canceled requests)\n", g.SLO, q.Total-q.Canceled)
+		p("  %-30s %12s\n", "good requests/s", f3(g.RequestsPerS))
+		p("  %-30s %12s\n", "good output tok/s", f2(g.OutputTokensPerS))
+		p("  %-30s %12s   %d good\n", "SLO attainment", pct(g.Attainment), g.Good)
+	}
+	p("\nLatency, ms (%s)\n", PercentileMethod)
+	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
+	row := func(name string, x Quantiles) {
+		if x.N == 0 {
+			p("  %-22s %9d %10s\n", name, 0, "-")
+			return
+		}
+		p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
+	}
+	row("TTFT", r.TTFT)
+	row("TPOT", r.TPOT)
+	row("ITL (per chunk)", r.ITL)
+	if r.ITLPerToken.N > 0 {
+		row("ITL (per token)", r.ITLPerToken)
+	}
+	row("E2E", r.E2E)
+	row("schedule lateness", r.Lateness)
+
+	k := r.Tokens
+	p("\nTokens (ok requests)\n")
+	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
+		k.OutputTarget, k.Output, k.OutputUsage, k.OutputTokenizer, k.OutputUnknown, k.Shorter, k.Longer)
+	p("  chunks: %d", k.Chunks)
+	if k.WithChunkTokens > 0 {
+		p("; chunk_tokens on %d requests sum to %d (%d disagree with output_tokens)", k.WithChunkTokens, k.ChunkTokens, k.ChunkTokensMismatch)
+	}
+	p("\n")
+	if k.PromptWithServerCount > 0 {
+		p("  prompt: target %d, server %d over %d requests (%d differ)\n", k.PromptTarget, k.PromptServer, k.PromptWithServerCount, k.PromptMismatch)
+	}
+
+	f := r.Flags
+	p("\nFlags\n")
+	p("  client-limited: %s (schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), f3(r.Lateness.P99), f.MaxLateness)
+	if f.InflightTrend.Points == 0 {
+		p("  overloaded: not tested (window too short)\n")
+	} else {
+		p("  overloaded: %s (in-flight slope %+.3f/s t=%.2f; TTFT p50 slope %+.3f ms/s t=%.2f; HAC t > %g and rise > %g%% of mean for both)\n",
+			yesno(f.Overloaded), f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T, trendT, trendRise*100)
+	}
+
+	for _, bd := range []struct {
+		title string
+		bs    []Bucket
+	}{{"prompt tokens", r.ByPrompt}, {"output tokens (target)", r.ByOutput}} {
+		if len(bd.bs) == 0 {
+			continue
+		}
+		p("\nBy %s, ms\n", bd.title)
+		p("  %-18s %8s %8s %10s %10s %10s %10s %10s %10s\n", "bucket", "n", "ok", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "SLO att.")
+		for _, b := range bd.bs {
+			cell := func(x Quantiles, v float64) string {
+				if x.N == 0 {
+					return "-"
+				}
+				return f3(v)
+			}
+			p("  %-18s %8d %8d %10s %10s %10s %10s %10s %10s\n", b.Label(), b.Requests, b.OK,
+				cell(b.TTFT, b.TTFT.P50), cell(b.TTFT, b.TTFT.P99), cell(b.TPOT, b.TPOT.P50), cell(b.TPOT, b.TPOT.P99), cell(b.E2E, b.E2E.P99), pct(b.Attainment))
+		}
+	}
+	if len(r.Warnings) > 0 {
+		p("\nWarnings\n")
+		for _, w := range r.Warnings {
+			p("  - %s\n", w)
+		}
+	}
+	return bw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/tokenize"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+func init() {
+	register(&command{
+		name:    "replay",
+		summary: "replay a trace open-loop (or closed-loop) against an endpoint; write results.parquet",
+		run:     runReplay,
+	})
+}
+
+const replayExamples = `  # First run: the bundled sample trace against the built-in simulated engine (~30 s)
+  llmreplay replay
+
+  # Last Tuesday's traffic at 2x against a vLLM server
+  llmreplay replay --trace tuesday.parquet --endpoint http://10.0.0.5:8000/v1 --speedup 2 -o tue-2x.parquet
+
+  # Rescale the trace to a mean of 50 req/s, first 10 minutes only, chat API, OpenAI-style server
+  llmreplay replay --trace t.parquet --endpoint https://api.example.com/v1 --api chat --backend openai \
+    --rate 50 --duration 10m
+
+  # The classic closed-loop table entry: 64 concurrent users, first 2000 requests
+  llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --concurrency 64 --limit 2000
+
+  # Fail (exit 3) if the replayer itself could not keep to the schedule
+  llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
+
+type replayFlags struct {
+	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
+	headers                                                                                []string
+	speedup, rate                                                                          float64
+	concurrency, maxInflight                                                               int
+	limit, warmup                                                                          int64
+	timeout, duration, grace, maxLateness, progressEvery                                   time.Duration
+	insecure, strict, quiet, keepJournal                                                   bool
+	seed                                                                                   uint64
+}
+
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
+	var f replayFlags
+	fs.StringVarP(&f.trace, "trace", "t", "", "trace file (trace/v1 Parquet); default: the bundled sample ("+trace.SampleName+")")
+	fs.StringVarP(&f.endpoint, "endpoint", "e", "", "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (no path: /v1); default: start the simulated engine in-process")
+	fs.StringVar(&f.api, "api", "completions", "API: completions or chat")
+	fs.StringVar(&f.backend, "backend", "vllm", "server kind, chooses the length-forcing fields: vllm, sglang, tgi, llamacpp, openai")
+	fs.StringVar(&f.model, "model", "", "model name (default: the first of GET /v1/models)")
+	fs.StringArrayVarP(&f.headers, "header", "H", nil, "extra request header 'Name: value', repeatable (values are never stored)")
+	fs.StringVar(&f.apiKey, "api-key", "", "API key sent as a bearer token (default: $LLMREPLAY_API_KEY, else $OPENAI_API_KEY); never printed or stored")
+	fs.BoolVar(&f.insecure, "insecure", false, "skip TLS certificate verification")
+	fs.Float64Var(&f.speedup, "speedup", 0, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
+	fs.Float64Var(&f.rate, "rate", 0, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
+	fs.IntVar(&f.maxInflight, "max-inflight", replay.DefaultMaxInflight, "open loop: a request due while N are in flight is recorded as dropped")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "per-request timeout, from send to the end of the stream (0 = none)")
+	fs.DurationVar(&f.duration, "duration", 0, "replay only requests due within this time (closed loop: sent within it)")
+	fs.Int64Var(&f.limit, "limit", 0, "replay at most N requests (after warm-up)")
+	fs.Int64Var(&f.warmup, "warmup", 0, "send the first N requests on schedule without recording them")
+	fs.DurationVar(&f.grace, "grace", replay.DefaultGrace, "after Ctrl-C or SIGTERM, how long requests in flight may finish (a second Ctrl-C cancels them)")
+	fs.StringVar(&f.slo, "slo", "", "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms")
+	fs.DurationVar(&f.maxLateness, "max-lateness", replay.DefaultMaxLateness, "schedule lateness p99 above which the run is client-limited")
+	fs.BoolVar(&f.strict, "strict", false, "exit with status 3 when the run is client-limited")
+	fs.StringVarP(&f.output, "output", "o", "results.parquet", "results file (Parquet); its journal is written beside it while the run goes")
+	fs.BoolVar(&f.keepJournal, "keep-journal", false, "keep the journal (OUTPUT.journal) after the results file is written")
+	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id)")
+	fs.StringVar(&f.simProfile, "sim-profile", "moe-230b-8gpu", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.encoding, "encoding", tokenize.CL100kBase, "tokenizer for building prompts and counting output when the server reports no usage")
+	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
+	fs.DurationVar(&f.progressEvery, "progress-interval", 5*time.Second, "period of the plain progress lines when stderr is not a terminal")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("replay: unexpected argument %q", fs.Arg(0))
+	}
+	return doReplay(ctx, fs, &f, stdout, stderr)
+}
+
+func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, stderr io.Writer) error {
+	// Flag checks first: nothing is started for a bad command line.
+	modes := 0
+	for _, n := range []string{"speedup", "rate", "concurrency"} {
+		if fs.Changed(n) {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return usagef("replay: give at most one of --speedup, --rate and --concurrency")
+	}
+	if fs.Changed("speedup") && !(f.speedup > 0) {
+		return usagef("replay: --speedup %v: must be positive", f.speedup)
+	}
+	if fs.Changed("concurrency") && f.concurrency < 1 {
+		return usagef("replay: --concurrency %d: must be at least 1", f.concurrency)
+	}
+	if f.maxInflight < 1 {
+		return usagef("replay: --max-inflight %d: must be at least 1", f.maxInflight)
+	}
+	api, err := replay.ParseAPI(f.api)
+	if err != nil {
+		return usagef("replay: --api: %v", err)
+	}
+	backend, err := replay.ParseBackend(f.backend)
+	if err != nil {
+		return usagef("replay: --backend: %v", err)
+	}
+	shard, err := trace.ParseShard(f.shard)
+	if err != nil {
+		return usagef("replay: --shard: %v", err)
+	}
+	header := http.Header{}
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return usagef("replay: --header %q: want 'Name: value'", headerName(h))
+		}
+		header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	apiKey := f.apiKey
+	if apiKey == "" {
+		apiKey = os.Getenv("LLMREPLAY_API_KEY")
+	}
+	if apiKey == "" {
+		apiKey = os.Getenv("OPENAI_API_KEY")
+	}
+	enc, err := tokenize.Get(f.encoding)
+	if err != nil {
+		return usagef("replay: --encoding: %v", err)
+	}
+	builder, err := tokenize.NewBuilder(enc, tokenize.BuilderOptions{Seed: f.seed})
+	if err != nil {
+		return err
+	}
+	if f.output == "" {
+		return usagef("replay: --output is empty")
+	}
+
+	// The trace: a file, or the bundled sample.
+	openTrace := func() (*trace.Reader, error) {
+		if f.trace == "" {
+			return trace.OpenSample()
+		}
+		return trace.Open(f.trace)
+	}
+	src, err := openTrace()
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	meta := replay.RunMeta{ToolVersion: version, API: string(api), Backend: string(backend),
+		ShardIndex: shard.Index, ShardCount: shard.Count, SLO: f.slo, Concurrency: f.concurrency}
+	meta.Host, _ = os.Hostname()
+	speedup := f.speedup
+	if f.trace == "" {
+		meta.TraceFile = trace.SampleName
+		if !fs.Changed("speedup") {
+			speedup = trace.SampleSpeedup
+		}
+	} else {
+		meta.TraceFile = filepath.Base(f.trace)
+		if meta.TraceSHA256, err = fileSHA256(f.trace); err != nil {
+			return err
+		}
+	}
+	if speedup == 0 {
+		speedup = 1
+	}
+	if f.rate > 0 || fs.Changed("rate") {
+		// The rate is the whole trace's (every shard gets the same speedup).
+		scan, err := openTrace()
+		if err != nil {
+			return err
+		}
+		lim := int64(0)
+		if f.limit > 0 {
+			lim = f.limit + f.warmup
+		}
+		n, span, err := replay.ScanSpan(scan, lim)
+		scan.Close()
+		if err != nil {
+			return err
+		}
+		if speedup, err = replay.SpeedupForRate(n, span, f.rate); err != nil {
+			return usagef("replay: --%v", err)
+		}
+		meta.Rate = f.rate
+	}
+	if f.concurrency > 0 {
+		speedup = 0
+	}
+	meta.Speedup = speedup
+
+	// The endpoint: given, or the simulated engine in-process.
+	var base *url.URL
+	if f.endpoint == "" {
+		cfg, err := sim.Profile(f.simProfile)
+		if err != nil {
+			return usagef("replay: --sim-profile: %v", err)
+		}
+		running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
+		if err != nil {
+			return err
+		}
+		defer running.Close()
+		fmt.Fprintf(stderr, "llmreplay: no --endpoint: started the simulated engine (profile %s) at %s\n", f.simProfile, running.BaseURL())
+		meta.Simulated, meta.SimProfile = true, f.simProfile
+		base, _ = replay.BaseURL(running.BaseURL())
+	} else if base, err = replay.BaseURL(f.endpoint); err != nil {
+		return usagef("replay: --%v", err)
+	}
+	meta.Endpoint = replay.SafeEndpoint(base)
+	model := f.model
+	if model == "" {
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ids, err := replay.ListModels(lctx, base, apiKey, header, f.insecure)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("replay: no --model given and %w", err)
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("replay: no --model given and %s/models lists none", meta.Endpoint)
+		}
+		model = ids[0]
+	}
+	meta.Model = model
+	meta.Flags = behaviourFlags(fs)
+
+	client, err := replay.NewClient(replay.ClientOptions{
+		BaseURL: base, API: api, Backend: backend, Model: model, APIKey: apiKey, Header: header,
+		Timeout: f.timeout, MaxInflight: max(f.maxInflight, f.concurrency), Insecure: f.insecure,
+		CountTokens: enc.Count,
+	})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	var source trace.Source = src
+	if shard.Count > 1 {
+		source = trace.NewShardSource(src, shard)
+	}
+	blockTokens := src.Meta().BlockTokens
+	prompter := replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
+		if r.Prompt != "" {
+			return append(dst, r.Prompt...), nil
+		}
+		spec := tokenize.PromptSpec{RequestID: r.ID, Tokens: int(r.PromptTokens)}
+		if blockTokens > 0 {
+			spec.Blocks, spec.BlockTokens = r.PrefixBlocks, blockTokens
+		}
+		return builder.AppendPrompt(dst, spec)
+	})
+
+	// Signals: the first SIGINT/SIGTERM stops dispatching (main's handler cancels ctx;
+	// runCtx covers callers without one), the second cancels the requests in flight.
+	abort := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		for n := 1; ; n++ {
+			select {
+			case <-sigs:
+			case <-finished:
+				return
+			}
+			if n == 1 {
+				stopRun()
+				fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", f.grace)
+				continue
+			}
+			fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
+			close(abort)
+			return
+		}
+	}()
+
+	prog := new(replay.Progress)
+	progCtx, stopProg := context.WithCancel(context.Background())
+	progDone := make(chan struct{})
+	if !f.quiet {
+		total := src.NumRows()
+		if shard.Count > 1 {
+			total = 0
+		}
+		if f.limit > 0 && (total == 0 || f.limit+f.warmup < total) {
+			total = f.limit + f.warmup
+		}
+		tty := false
+		if fd, ok := stderr.(interface{ Fd() uintptr }); ok {
+			tty = term.IsTerminal(int(fd.Fd()))
+		}
+		go func() {
+			defer close(progDone)
+			replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: f.progressEvery, Total: total})
+		}()
+	} else {
+		close(progDone)
+	}
+
+	sum, err := replay.Run(runCtx, replay.Options{
+		Source: source, Client: client, Prompter: prompter,
+		Speedup: speedup, Concurrency: f.concurrency, MaxInflight: f.maxInflight,
+		Duration: f.duration, Limit: f.limit, Warmup: f.warmup, Grace: f.grace,
+		Shard: int32(shard.Index), Output: f.output, KeepJournal: f.keepJournal,
+		Meta: meta, MaxLateness: f.maxLateness, Abort: abort, Progress: prog,
+	})
+	stopProg()
+	<-progDone
+	if sum != nil {
+		fmt.Fprintf(stdout, "results: %s\n", f.output)
+		sum.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if f.strict && sum.ClientLimited() {
+		return &exitError{code: 3, err: fmt.Errorf("replay: client-limited: schedule lateness p99 %.3f ms > --max-lateness %v", sum.Lateness.P99, f.maxLateness)}
+	}
+	return nil
+}
+
+// behaviourFlags lists every flag that changes what the run does, as given or defaulted;
+// never the API key, and only the names of headers (their values may be credentials).
+func behaviourFlags(fs *pflag.FlagSet) map[string]string {
+	m := map[string]string{}
+	fs.VisitAll(func(fl *pflag.Flag) {
+		switch fl.Name {
+		case "api-key", "quiet", "progress-interval", "help", "keep-journal":
+			return
+		case "header":
+			hs, _ := fs.GetStringArray("header")
+			names := make([]string, 0, len(hs))
+			for _, h := range hs {
+				names = append(names, headerName(h))
+			}
+			sort.Strings(names)
+			m[fl.Name] = strings.Join(names, ",")
+			return
+		}
+		m[fl.Name] = fl.Value.String()
+	})
+	return m
+}
+
+// headerName returns the name part of a 'Name: value' header, for messages.
+func headerName(h string) string {
+	k, _, _ := strings.Cut(h, ":")
+	return strings.TrimSpace(k)
+}
+
+func fileSHA256(path string) (string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("replay: %w", err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return "", fmt.Errorf("replay: hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/spf13/pflag"
+)
+
+func TestSimHelpAndInfo(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"sim", "--help"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	out.Reset()
+	err := run(context.Background(), []string{"sim", "--profile", "tiny", "--max-batch", "8", "--step-base", "2ms",
+		"--fault", "503=0.25", "--fault", "stall=0.5:3s", "--print-info"}, &out, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in sim.Info
+	if err := json.Unmarshal(out.Bytes(), &in); err != nil {
+		t.Fatal(err)
+	}
+	c := in.Config
+	if c.Model != "sim-tiny" || c.MaxBatch != 8 || c.StepBase != 2*time.Millisecond || len(in.Steps) != 8 ||
+		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 {
+		t.Fatalf("overrides not applied: %+v", c)
+	}
+}
+
+func TestSimBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--profile", "huge"},
+		{"--fault", "404=0.1"},
+		{"--fault", "stall=2"},
+		{"--ttft", "1s"}, // not the fixed profile
+		{"--max-batch", "0"},
+		{"--time-scale", "-1"},
+		{"extra"},
+	} {
+		err := run(context.Background(), append([]string{"sim", "--print-info"}, args...), io.Discard, io.Discard)
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%v: got %v, want a usage error", args, err)
+		}
+	}
+}
+
+// syncBuffer lets the test read what the running command writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestSimServesAndStopsOnCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "fixed", "--ttft", "1ms", "--itl", "1ms"}, io.Discard, &errb)
+	}()
+	re := regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`)
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		base = re.FindString(errb.String())
+	}
+	if base == "" {
+		t.Fatalf("no base URL announced: %q", errb.String())
+	}
+	resp, err := http.Post(base+"/completions", "application/json", strings.NewReader(`{"prompt":"hi","max_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || body.Usage.CompletionTokens != 3 {
+		t.Fatalf("status %d usage %+v", resp.StatusCode, body.Usage)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sim did not stop on cancel")
+	}
+	if !strings.Contains(errb.String(), "stopping") {
+		t.Errorf("no stop message: %q", errb.String())
+	}
+}

@@ -1,0 +1,636 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// API is the OpenAI-compatible API a run uses.
+type API string
+
+// The APIs.
+const (
+	APICompletions API = "completions" // POST /completions with "prompt"
+	APIChat        API = "chat"        // POST /chat/completions with one user message
+)
+
+// Backend names the serving engine behind an endpoint; it chooses the request fields that
+// force the output length the trace asks for.
+type Backend string
+
+// The backends and the length-forcing fields each gets (docs/replay.md):
+//
+//	vllm      max_tokens, min_tokens, ignore_eos; stream_options.continuous_usage_stats
+//	sglang    max_tokens, min_tokens, ignore_eos
+//	tgi       max_tokens (its OpenAI routes have no ignore_eos: lengths are upper bounds)
+//	llamacpp  max_tokens, n_predict, ignore_eos
+//	openai    max_tokens (completions) or max_completion_tokens (chat): upper bounds only
+const (
+	BackendVLLM     Backend = "vllm"
+	BackendSGLang   Backend = "sglang"
+	BackendTGI      Backend = "tgi"
+	BackendLlamaCPP Backend = "llamacpp"
+	BackendOpenAI   Backend = "openai"
+)
+
+// ParseAPI checks an --api value.
+func ParseAPI(s string) (API, error) {
+	switch a := API(s); a {
+	case APICompletions, APIChat:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown API %q (want completions or chat)", s)
+}
+
+// ParseBackend checks a --backend value.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case BackendVLLM, BackendSGLang, BackendTGI, BackendLlamaCPP, BackendOpenAI:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown backend %q (want vllm, sglang, tgi, llamacpp or openai)", s)
+}
+
+// ForcesLength reports whether the backend's fields make the server generate exactly the
+// requested number of tokens (rather than at most that many).
+func (b Backend) ForcesLength() bool {
+	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
+}
+
+// BaseURL parses an --endpoint the way OpenAI clients take a base URL: a URL with no path
+// gets /v1. Only http and https are accepted.
+func BaseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("endpoint %q: scheme must be http or https", SafeEndpoint(u))
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("endpoint %q: no host", SafeEndpoint(u))
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1"
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	return u, nil
+}
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
+	API         API           // completions or chat
+	Backend     Backend       // chooses the length-forcing fields
+	Model       string        // model name sent in every request
+	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
+	Header      http.Header   // extra headers for every request
+	Timeout     time.Duration // per request, from send to the end of the stream; 0 = none
+	MaxInflight int           // sizes the connection pool
+	Insecure    bool          // skip TLS certificate verification
+	MaxLine     int           // SSE line cap; 0 = DefaultMaxLine
+	// CountTokens counts generated text when the server reports no usage; nil leaves
+	// output_tokens null in that case.
+	CountTokens func(string) int
+}
+
+// Validate checks the options.
+func (o *ClientOptions) Validate() error {
+	if o.BaseURL == nil {
+		return errors.New("client: no base URL")
+	}
+	if _, err := ParseAPI(string(o.API)); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if _, err := ParseBackend(string(o.Backend)); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if o.Model == "" {
+		return errors.New("client: no model")
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
+	}
+	return nil
+}
+
+// Client sends prepared requests and times their streams. It is safe for concurrent use.
+type Client struct {
+	opts   ClientOptions
+	url    string
+	header http.Header
+	hc     *http.Client
+	// bodyPrefix is the constant start of every body: {"model":"...","stream":true,...,
+	bodyPrefix []byte
+}
+
+// NewTransport returns the tuned transport every replay uses: one keep-alive pool sized
+// to the in-flight limit (so steady load never dials), no compression (it would delay
+// and batch chunks), and large read buffers (answers to 100k-token prompts exist).
+func NewTransport(maxInflight int, insecure bool) *http.Transport {
+	if maxInflight <= 0 {
+		maxInflight = 1024
+	}
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           d.DialContext,
+		MaxIdleConns:          maxInflight,
+		MaxIdleConnsPerHost:   maxInflight,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: 0,
+		DisableCompression:    true,
+		ReadBufferSize:        256 << 10,
+		WriteBufferSize:       256 << 10,
+		ForceAttemptHTTP2:     true,
+		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
+	}
+}
+
+// NewClient returns a client for o.
+func NewClient(o ClientOptions) (*Client, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.MaxLine <= 0 {
+		o.MaxLine = DefaultMaxLine
+	}
+	u := *o.BaseURL
+	h := http.Header{}
+	for k, v := range o.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	if u.User != nil {
+		pw, _ := u.User.Password()
+		req := http.Request{Header: h}
+		req.SetBasicAuth(u.User.Username(), pw)
+		u.User = nil
+	}
+	if o.APIKey != "" {
+		h.Set("Authorization", "Bearer "+o.APIKey)
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "text/event-stream")
+	if h.Get("User-Agent") == "" {
+		h.Set("User-Agent", "llmreplay")
+	}
+	switch o.API {
+	case APIChat:
+		u.Path += "/chat/completions"
+	default:
+		u.Path += "/completions"
+	}
+	c := &Client{
+		opts:   o,
+		url:    u.String(),
+		header: h,
+		hc: &http.Client{
+			Transport: NewTransport(o.MaxInflight, o.Insecure),
+			// Redirects would re-send the body: an inference endpoint never needs them.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+	c.bodyPrefix = c.appendBodyPrefix(nil)
+	return c, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+func (c *Client) appendBodyPrefix(b []byte) []byte {
+	b = append(b, `{"model":`...)
+	b = appendJSONString(b, c.opts.Model)
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true`...)
+	if c.opts.Backend == BackendVLLM {
+		b = append(b, `,"continuous_usage_stats":true`...)
+	}
+	b = append(b, `},"temperature":0`...)
+	switch c.opts.Backend {
+	case BackendVLLM, BackendSGLang:
+		b = append(b, `,"ignore_eos":true`...)
+	case BackendLlamaCPP:
+		b = append(b, `,"ignore_eos":true`...)
+	}
+	return b
+}
+
+// AppendBody appends the JSON body asking for outputTokens tokens after prompt.
+func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
+	b = append(b, c.bodyPrefix...)
+	n := strconv.AppendInt(nil, int64(outputTokens), 10)
+	switch {
+	case c.opts.Backend == BackendOpenAI && c.opts.API == APIChat:
+		b = append(b, `,"max_completion_tokens":`...)
+		b = append(b, n...)
+	default:
+		b = append(b, `,"max_tokens":`...)
+		b = append(b, n...)
+	}
+	switch c.opts.Backend {
+	case BackendVLLM, BackendSGLang:
+		b = append(b, `,"min_tokens":`...)
+		b = append(b, n...)
+	case BackendLlamaCPP:
+		b = append(b, `,"n_predict":`...)
+		b = append(b, n...)
+	}
+	if c.opts.API == APIChat {
+		b = append(b, `,"messages":[{"role":"user","content":`...)
+		b = appendJSONBytes(b, prompt)
+		b = append(b, `}]}`...)
+	} else {
+		b = append(b, `,"prompt":`...)
+		b = appendJSONBytes(b, prompt)
+		b = append(b, '}')
+	}
+	return b
+}
+
+func appendJSONString(b []byte, s string) []byte { return appendJSONBytes(b, []byte(s)) }
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONBytes appends s as a JSON string; invalid UTF-8 becomes U+FFFD, as
+// encoding/json does.
+func appendJSONBytes(b []byte, s []byte) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// streamChunk is the part of an OpenAI-compatible stream chunk the replayer reads.
+type streamChunk struct {
+	Object  string          `json:"object"`
+	Message string          `json:"message"` // vLLM's older top-level error object
+	Error   json.RawMessage `json:"error"`
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string          `json:"content"`
+			ReasoningContent string          `json:"reasoning_content"`
+			Reasoning        string          `json:"reasoning"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     *int32 `json:"prompt_tokens"`
+		CompletionTokens *int32 `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// errorMessage extracts a server's error message from an error field or object.
+func (c *streamChunk) errorMessage() (string, bool) {
+	if c.Object == "error" {
+		return c.Message, true
+	}
+	if len(c.Error) == 0 || string(c.Error) == "null" {
+		return "", false
+	}
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(c.Error, &e) == nil && e.Message != "" {
+		return e.Message, true
+	}
+	var s string
+	if json.Unmarshal(c.Error, &s) == nil {
+		return s, true
+	}
+	return string(c.Error), true
+}
+
+// request is one prepared request: everything needed to send it is computed.
+type request struct {
+	id           int64
+	dueNS        int64 // offset from the run start
+	promptTokens int32
+	outputTokens int32
+	body         []byte
+	warmup       bool // sent but not recorded
+}
+
+// clock reads nanoseconds since the run start from the monotonic clock.
+type clock struct{ start time.Time }
+
+func (c clock) now() int64 { return int64(time.Since(c.start)) }
+
+// do sends r and fills res from the response stream. ctx ends the request early
+// (a hard stop: the result is canceled); the per-request timeout is applied here.
+// do never returns an error: what happened is in res.
+func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
+	rctx := ctx
+	if c.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, c.opts.Timeout)
+		defer cancel()
+	}
+	var wrote atomic.Int64 // set by the transport's writer goroutine
+	wrote.Store(Null)
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+		wrote.CompareAndSwap(Null, clk.now())
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, bytes.NewReader(r.body))
+	if err != nil {
+		res.Status, res.Error = StatusTransportError, "build request: "+err.Error()
+		return
+	}
+	req.Header = c.header
+	before := clk.now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		res.Status, res.Error = classifyErr(ctx, rctx, err, c.opts.Timeout)
+		return
+	}
+	defer resp.Body.Close()
+	// A server may answer before the whole body is written (an early error): the send
+	// time is then the call's start, which is within the write.
+	sentNS := wrote.Load()
+	if sentNS == Null {
+		sentNS = before
+	}
+	res.SentNS = sentNS
+	res.HTTPStatus = int32(resp.StatusCode)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		res.Status = StatusHTTPError
+		res.Error = httpErrorMessage(resp)
+		return
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		res.Status = StatusStreamError
+		res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", ct)
+		return
+	}
+	sse.reset(resp.Body)
+	c.readStream(ctx, rctx, sse, res, onTokens)
+	if res.Status == StatusOK {
+		// Let the connection be reused: the server ends the body right after [DONE].
+		io.CopyN(io.Discard, resp.Body, 4096)
+	}
+}
+
+// readStream reads the SSE stream into res.
+func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int)) {
+	var (
+		text        []byte
+		done        bool
+		finished    bool
+		chunkTokens = make([]int32, 0, 16)
+		everyUsage  = true // every output chunk carried cumulative usage
+		prevCompl   int32
+		usageSeen   bool
+		nEvents     int
+	)
+	res.ChunkNS = res.ChunkNS[:0]
+	for sse.Next() {
+		stamp := sse.Stamp()
+		data := sse.Data()
+		nEvents++
+		if string(sse.Event()) == "error" {
+			res.Status, res.Error = StatusStreamError, "server error event: "+shortText(data)
+			return
+		}
+		if string(bytes.TrimSpace(data)) == "[DONE]" {
+			done = true
+			break
+		}
+		var ch streamChunk
+		if err := json.Unmarshal(data, &ch); err != nil {
+			res.Status = StatusStreamError
+			res.Error = fmt.Sprintf("event %d: malformed chunk: %v: %s", nEvents, err, shortText(data))
+			return
+		}
+		if msg, ok := ch.errorMessage(); ok {
+			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(msg))
+			return
+		}
+		output := false
+		for i := range ch.Choices {
+			cc := &ch.Choices[i]
+			d := &cc.Delta
+			if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
+				(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
+				output = true
+				text = append(text, cc.Text...)
+				text = append(text, d.Content...)
+				text = append(text, d.ReasoningContent...)
+				text = append(text, d.Reasoning...)
+			}
+			if cc.FinishReason != nil && *cc.FinishReason != "" {
+				finished = true
+			}
+		}
+		if output {
+			off := stamp - res.SentNS
+			if res.FirstTokenNS == Null {
+				res.FirstTokenNS = stamp
+			}
+			res.EndNS = stamp
+			res.ChunkNS = append(res.ChunkNS, off)
+			if ch.Usage != nil && ch.Usage.CompletionTokens != nil {
+				n := *ch.Usage.CompletionTokens - prevCompl
+				prevCompl = *ch.Usage.CompletionTokens
+				chunkTokens = append(chunkTokens, n)
+				if onTokens != nil {
+					onTokens(int(n))
+				}
+			} else {
+				everyUsage = false
+				if onTokens != nil {
+					onTokens(1)
+				}
+			}
+		} else if ch.Usage != nil && ch.Usage.CompletionTokens != nil && len(ch.Choices) > 0 {
+			prevCompl = *ch.Usage.CompletionTokens
+		}
+		if ch.Usage != nil && len(ch.Choices) == 0 {
+			usageSeen = true
+			if ch.Usage.PromptTokens != nil {
+				res.PromptTokensServer = *ch.Usage.PromptTokens
+			}
+			if ch.Usage.CompletionTokens != nil {
+				res.OutputTokens = *ch.Usage.CompletionTokens
+				res.OutputTokensSource = SourceUsage
+			}
+		}
+	}
+	if !done {
+		if err := sse.Err(); err != nil {
+			res.Status, res.Error = classifyStreamErr(ctx, rctx, err, c.opts.Timeout, len(res.ChunkNS))
+			return
+		}
+		if !finished {
+			res.Status = StatusStreamError
+			res.Error = fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS))
+			return
+		}
+	}
+	res.Status = StatusOK
+	if everyUsage && len(chunkTokens) > 0 && len(chunkTokens) == len(res.ChunkNS) {
+		res.ChunkTokens = chunkTokens
+	}
+	if !usageSeen && len(text) > 0 && c.opts.CountTokens != nil {
+		res.OutputTokens = int32(c.opts.CountTokens(string(text)))
+		res.OutputTokensSource = SourceTokenizer
+	} else if !usageSeen && len(res.ChunkNS) == 0 {
+		res.OutputTokens = 0
+		res.OutputTokensSource = SourceTokenizer
+	}
+}
+
+// classifyErr maps an error from sending a request to a status and message.
+func classifyErr(ctx, rctx context.Context, err error, timeout time.Duration) (Status, string) {
+	switch {
+	case ctx.Err() != nil:
+		return StatusCanceled, "canceled before a response: run interrupted"
+	case rctx.Err() == context.DeadlineExceeded:
+		return StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the URL is known; keep messages short
+	}
+	return StatusTransportError, err.Error()
+}
+
+// classifyStreamErr maps an error while reading a stream to a status and message.
+func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Duration, chunks int) (Status, string) {
+	switch {
+	case ctx.Err() != nil:
+		return StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
+	case rctx.Err() == context.DeadlineExceeded:
+		return StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
+	case errors.Is(err, ErrLineTooLong):
+		return StatusStreamError, err.Error()
+	}
+	return StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
+}
+
+// httpErrorMessage reads a little of an error response for its message.
+func httpErrorMessage(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	var e streamChunk
+	msg := ""
+	if json.Unmarshal(b, &e) == nil {
+		msg, _ = e.errorMessage()
+	}
+	if msg == "" {
+		msg = string(b)
+	}
+	return fmt.Sprintf("HTTP %d: %s", resp.StatusCode, shortText([]byte(msg)))
+}
+
+// shortText returns b on one line, at most 200 bytes, for error messages.
+func shortText(b []byte) string {
+	const max = 200
+	s := strings.Join(strings.Fields(string(bytes.ToValidUTF8(b, []byte("?")))), " ")
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return s
+}
+
+// ListModels returns the model ids of GET BASE/models, in the order served.
+func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.Header, insecure bool) ([]string, error) {
+	u := *base
+	u.User = nil
+	u.Path += "/models"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if base.User != nil {
+		pw, _ := base.User.Password()
+		req.SetBasicAuth(base.User.Username(), pw)
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	hc := &http.Client{Transport: NewTransport(1, insecure), Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(&u), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(&u), httpErrorMessage(resp))
+	}
+	var body struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(&u), err)
+	}
+	ids := make([]string, 0, len(body.Data))
+	for _, d := range body.Data {
+		ids = append(ids, d.ID)
+	}
+	return ids, nil
+}

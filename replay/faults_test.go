@@ -1,0 +1,182 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sseStart writes the event-stream header and returns a function that writes and flushes.
+// It reads the request body first: net/http notices a client hanging up (and cancels
+// r.Context()) only once the body has been read.
+func sseStart(w http.ResponseWriter, r *http.Request) func(string) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	f := w.(http.Flusher)
+	return func(s string) { fmt.Fprint(w, s); f.Flush() }
+}
+
+const okChunk = "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n"
+
+// TestFaults checks that each way an endpoint can fail gives every affected request a
+// precise status and message, that no run hangs, and that every due request is recorded.
+func TestFaults(t *testing.T) {
+	refused := func() *url.URL {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens there any more: connections are refused
+		u, _ := BaseURL("http://" + addr)
+		return u
+	}
+	cases := []struct {
+		name    string
+		handler http.HandlerFunc // nil: refused connection
+		timeout time.Duration
+		maxLine int
+		status  Status
+		http    int32
+		errHas  string
+		chunks  int // output chunks recorded
+	}{
+		{name: "refused", status: StatusTransportError, errHas: "connection refused"},
+		{name: "500", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, `{"error":{"message":"engine exploded","type":"InternalError"}}`, 500)
+		}, status: StatusHTTPError, http: 500, errHas: "HTTP 500: engine exploded"},
+		{name: "429 plain text", handler: func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "slow down", 429)
+		}, status: StatusHTTPError, http: 429, errHas: "HTTP 429: slow down"},
+		{name: "503 vllm object", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(503)
+			fmt.Fprint(w, `{"object":"error","message":"overloaded","type":"ServiceUnavailable","code":503}`)
+		}, status: StatusHTTPError, http: 503, errHas: "HTTP 503: overloaded"},
+		{name: "disconnect mid-stream", handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+			send(okChunk)
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		}, status: StatusStreamError, http: 200, errHas: "stream broken after 2 output chunks", chunks: 2},
+		{name: "clean close before DONE", handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+		}, status: StatusStreamError, http: 200, errHas: "ended before [DONE] after 1 output chunks", chunks: 1},
+		{name: "stall", timeout: 300 * time.Millisecond, handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+			<-r.Context().Done()
+		}, status: StatusTimeout, http: 200, errHas: "timeout (1 output chunks)", chunks: 1},
+		{name: "slow first byte", timeout: 300 * time.Millisecond, handler: func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+		}, status: StatusTimeout, errHas: "no response within the 300ms timeout"},
+		{name: "malformed chunk", handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+			send("data: {\"choices\":[{\"text\":\"x\"\n\n")
+			send("data: [DONE]\n\n")
+		}, status: StatusStreamError, http: 200, errHas: "event 2: malformed chunk", chunks: 1},
+		{name: "endless line", maxLine: 64 << 10, handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+			big := strings.Repeat("x", 16<<10)
+			for range 100 { // 1.6 MB without a newline
+				if r.Context().Err() != nil {
+					return
+				}
+				send(big)
+			}
+		}, status: StatusStreamError, http: 200, errHas: "SSE line too long: over 65536 bytes", chunks: 1},
+		{name: "error event mid-stream", handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send(okChunk)
+			send("data: {\"error\":{\"message\":\"KV cache exhausted\",\"code\":500}}\n\n")
+		}, status: StatusStreamError, http: 200, errHas: "server error mid-stream: KV cache exhausted", chunks: 1},
+		{name: "named error event", handler: func(w http.ResponseWriter, r *http.Request) {
+			send := sseStart(w, r)
+			send("event: error\ndata: upstream gone\n\n")
+		}, status: StatusStreamError, http: 200, errHas: "server error event: upstream gone"},
+		{name: "not an event stream", handler: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"choices":[{"text":"hello"}]}`)
+		}, status: StatusStreamError, http: 200, errHas: "not an event stream"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var base *url.URL
+			if tc.handler == nil {
+				base = refused()
+			} else {
+				base = startServer(t, tc.handler)
+			}
+			c := newTestClient(t, base, func(o *ClientOptions) {
+				if tc.timeout > 0 {
+					o.Timeout = tc.timeout
+				}
+				o.MaxLine = tc.maxLine
+			})
+			reqs := uniformTrace(4, 5*time.Millisecond, 3, 4)
+			t0 := time.Now()
+			_, res, _ := runTrace(t, context.Background(), c, reqs, nil)
+			if el := time.Since(t0); el > 5*time.Second {
+				t.Errorf("run took %v", el)
+			}
+			if len(res) != len(reqs) {
+				t.Fatalf("%d records, want %d", len(res), len(reqs))
+			}
+			for _, r := range res {
+				if r.Status != tc.status || r.HTTPStatus != tc.http || !strings.Contains(r.Error, tc.errHas) || len(r.ChunkNS) != tc.chunks {
+					t.Errorf("request %d: status %s http %d chunks %d error %q; want %s %d %d %q",
+						r.RequestID, r.Status, r.HTTPStatus, len(r.ChunkNS), r.Error, tc.status, tc.http, tc.chunks, tc.errHas)
+				}
+				if tc.status == StatusTransportError && r.SentNS != Null {
+					t.Errorf("refused request has sent_ns %d", r.SentNS)
+				}
+			}
+		})
+	}
+}
+
+// TestChatReasoningAndTokenizerFallback: chat deltas with reasoning count as output, the
+// role-only chunk does not, and with no usage the client counts the text.
+func TestChatReasoningAndTokenizerFallback(t *testing.T) {
+	base := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		send := sseStart(w, r)
+		send(`data:{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}` + "\n\n")
+		time.Sleep(20 * time.Millisecond)
+		send(`data: {"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}` + "\n\n")
+		send(`data: {"choices":[{"index":0,"delta":{"reasoning":"more"}}]}` + "\r\n\r\n")
+		send(": keep-alive comment\n\n")
+		send(`data: {"choices":[{"index":0,"delta":{"content":"answer"},"finish_reason":"stop"}]}` + "\n\n")
+		send("data: [DONE]\n\n")
+	}))
+	c := newTestClient(t, base, func(o *ClientOptions) {
+		o.API = APIChat
+		o.Backend = BackendOpenAI
+		o.CountTokens = func(s string) int { return len(s) }
+	})
+	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(1, 0, 3, 4), nil)
+	r := res[0]
+	if r.Status != StatusOK || len(r.ChunkNS) != 3 || r.ChunkTokens != nil {
+		t.Fatalf("record %+v", r)
+	}
+	if r.OutputTokens != int32(len("thinkmoreanswer")) || r.OutputTokensSource != SourceTokenizer || r.PromptTokensServer != Null {
+		t.Errorf("output %d (%s), prompt_server %d", r.OutputTokens, r.OutputTokensSource, r.PromptTokensServer)
+	}
+	if ttft, _ := r.TTFT(); ttft < 20 {
+		t.Errorf("TTFT %.1f ms counts the role-only chunk", ttft)
+	}
+}

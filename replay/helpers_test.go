@@ -1,0 +1,166 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// wordPrompter builds a prompt of "w " repeated PromptTokens times.
+var wordPrompter = PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
+	for range r.PromptTokens {
+		dst = append(dst, "w "...)
+	}
+	return dst, nil
+})
+
+// reqBody is what the fake servers read from a request.
+type reqBody struct {
+	Model     string `json:"model"`
+	Prompt    string `json:"prompt"`
+	MaxTokens int    `json:"max_tokens"`
+	MinTokens int    `json:"min_tokens"`
+	IgnoreEOS bool   `json:"ignore_eos"`
+	Messages  []struct {
+		Content string `json:"content"`
+	} `json:"messages"`
+	StreamOptions struct {
+		IncludeUsage         bool `json:"include_usage"`
+		ContinuousUsageStats bool `json:"continuous_usage_stats"`
+	} `json:"stream_options"`
+}
+
+// vllmServer streams like vLLM's /v1/completions: one chunk per token after ttft, one
+// every itl, cumulative usage in each chunk when asked, a usage chunk, [DONE].
+type vllmServer struct {
+	ttft, itl time.Duration
+	inflight  atomic.Int64
+	maxSeen   atomic.Int64
+	count     atomic.Int64
+}
+
+func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"model-a","object":"model"},{"id":"model-b"}]}`)
+		return
+	}
+	s.count.Add(1)
+	n := s.inflight.Add(1)
+	defer s.inflight.Add(-1)
+	for {
+		m := s.maxSeen.Load()
+		if n <= m || s.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	var b reqBody
+	raw, _ := io.ReadAll(r.Body) // read to EOF, so that a client hang-up cancels r.Context()
+	if err := json.Unmarshal(raw, &b); err != nil {
+		http.Error(w, `{"error":{"message":"bad json"}}`, 400)
+		return
+	}
+	prompt := b.Prompt
+	if len(b.Messages) > 0 {
+		prompt = b.Messages[0].Content
+	}
+	promptTokens := len(strings.Fields(prompt))
+	w.Header().Set("Content-Type", "text/event-stream")
+	f := w.(http.Flusher)
+	start := time.Now()
+	for i := 1; i <= b.MaxTokens; i++ {
+		due := start.Add(s.ttft + time.Duration(i-1)*s.itl)
+		select {
+		case <-time.After(time.Until(due)):
+		case <-r.Context().Done():
+			return
+		}
+		fin := "null"
+		if i == b.MaxTokens {
+			fin = `"length"`
+		}
+		usage := ""
+		if b.StreamOptions.ContinuousUsageStats {
+			usage = fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, promptTokens, i, promptTokens+i)
+		}
+		fmt.Fprintf(w, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"finish_reason\":%s}]%s}\n\n", fin, usage)
+		f.Flush()
+	}
+	if b.StreamOptions.IncludeUsage {
+		fmt.Fprintf(w, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\n", promptTokens, b.MaxTokens)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	f.Flush()
+}
+
+// startServer serves h on loopback for the test's lifetime.
+func startServer(t *testing.T, h http.Handler) *url.URL {
+	t.Helper()
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	u, err := BaseURL(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func newTestClient(t *testing.T, base *url.URL, mod func(*ClientOptions)) *Client {
+	t.Helper()
+	o := ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: "m", Timeout: 5 * time.Second, MaxInflight: 64}
+	if mod != nil {
+		mod(&o)
+	}
+	c, err := NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// uniformTrace returns n requests arriving every gap.
+func uniformTrace(n int, gap time.Duration, prompt, output int32) []trace.Request {
+	reqs := make([]trace.Request, n)
+	for i := range reqs {
+		reqs[i] = trace.Request{ID: int64(100 + i), Arrival: time.Duration(i) * gap, PromptTokens: prompt, OutputTokens: output}
+	}
+	return reqs
+}
+
+// runTrace replays reqs at speedup 1 against c and reads the results back.
+func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []Result, *RunMeta) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "results.parquet")
+	o := Options{Source: trace.NewSliceSource(reqs), Client: c, Prompter: wordPrompter, Speedup: 1, Output: out, Grace: time.Second}
+	if mod != nil {
+		mod(&o)
+	}
+	sum, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	res, meta, err := ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, res, meta
+}
+
+func byStatus(res []Result) map[Status]int {
+	m := map[Status]int{}
+	for _, r := range res {
+		m[r.Status]++
+	}
+	return m
+}

@@ -1,0 +1,311 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+	"github.com/apache/arrow/go/v15/parquet"
+	"github.com/apache/arrow/go/v15/parquet/compress"
+	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+)
+
+// JournalSuffix is appended to a results path to name its journal.
+const JournalSuffix = ".journal"
+
+// DefaultFlushInterval bounds how long a record may sit in memory before it reaches the
+// journal file: a killed run loses at most this much (plus the batch being written).
+const DefaultFlushInterval = 500 * time.Millisecond
+
+// journalBatchRows is the most records kept before a batch is written regardless of time.
+const journalBatchRows = 4096
+
+// Journal appends results to a crash-safe Arrow IPC stream: the schema (with the run
+// metadata) first, then one record batch per Flush. A reader recovers every whole batch
+// of a journal whose writer was killed. A Journal is not safe for concurrent use: one
+// goroutine (the run's writer) owns it.
+type Journal struct {
+	path    string
+	f       *os.File
+	w       *ipc.Writer
+	b       *array.RecordBuilder
+	pending int
+	rows    int64
+	cols    resultBuilders
+}
+
+// CreateJournal creates (truncating) the journal file at path and writes its schema with
+// the run metadata.
+func CreateJournal(path string, run *RunMeta) (*Journal, error) {
+	schema, err := schemaWithMeta(run)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("replay: create journal: %w", err)
+	}
+	w := ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	j := &Journal{path: path, f: f, w: w, b: b}
+	j.cols.bind(b)
+	// Write the schema now, so that even a run killed before its first record leaves a
+	// journal that recover turns into a valid, empty results file.
+	if err := j.writeBatch(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return j, nil
+}
+
+// Path returns the journal's file name.
+func (j *Journal) Path() string { return j.path }
+
+// Rows returns the number of records added so far.
+func (j *Journal) Rows() int64 { return j.rows }
+
+// Add appends r to the pending batch, writing the batch when it is full.
+func (j *Journal) Add(r *Result) error {
+	j.cols.append(r)
+	j.pending++
+	j.rows++
+	if j.pending >= journalBatchRows {
+		return j.Flush()
+	}
+	return nil
+}
+
+// Flush writes the pending records, if any, as one batch to the file (one write to the
+// operating system, so the batch survives the process being killed).
+func (j *Journal) Flush() error {
+	if j.pending == 0 {
+		return nil
+	}
+	return j.writeBatch()
+}
+
+func (j *Journal) writeBatch() error {
+	rec := j.b.NewRecord()
+	defer rec.Release()
+	j.pending = 0
+	if err := j.w.Write(rec); err != nil {
+		return fmt.Errorf("replay: write journal %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// Close flushes, ends the stream and closes the file.
+func (j *Journal) Close() error {
+	err := j.Flush()
+	if e := j.w.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close journal %s: %w", j.path, e)
+	}
+	j.b.Release()
+	if e := j.f.Sync(); err == nil && e != nil {
+		err = fmt.Errorf("replay: sync journal %s: %w", j.path, e)
+	}
+	if e := j.f.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close journal %s: %w", j.path, e)
+	}
+	return err
+}
+
+// resultBuilders holds the typed column builders of one RecordBuilder.
+type resultBuilders struct {
+	requestID, scheduled, sent, first, end *array.Int64Builder
+	shard, prompt, promptServer, target    *array.Int32Builder
+	output, httpStatus                     *array.Int32Builder
+	chunkNS, chunkTokens                   *array.ListBuilder
+	chunkNSv                               *array.Int64Builder
+	chunkTokensv                           *array.Int32Builder
+	source, status, errMsg                 *array.StringBuilder
+	ttft, tpot, e2e                        *array.Float64Builder
+}
+
+func (c *resultBuilders) bind(b *array.RecordBuilder) {
+	f := b.Fields()
+	c.requestID = f[0].(*array.Int64Builder)
+	c.shard = f[1].(*array.Int32Builder)
+	c.scheduled = f[2].(*array.Int64Builder)
+	c.sent = f[3].(*array.Int64Builder)
+	c.first = f[4].(*array.Int64Builder)
+	c.end = f[5].(*array.Int64Builder)
+	c.chunkNS = f[6].(*array.ListBuilder)
+	c.chunkNSv = c.chunkNS.ValueBuilder().(*array.Int64Builder)
+	c.chunkTokens = f[7].(*array.ListBuilder)
+	c.chunkTokensv = c.chunkTokens.ValueBuilder().(*array.Int32Builder)
+	c.prompt = f[8].(*array.Int32Builder)
+	c.promptServer = f[9].(*array.Int32Builder)
+	c.target = f[10].(*array.Int32Builder)
+	c.output = f[11].(*array.Int32Builder)
+	c.source = f[12].(*array.StringBuilder)
+	c.status = f[13].(*array.StringBuilder)
+	c.httpStatus = f[14].(*array.Int32Builder)
+	c.errMsg = f[15].(*array.StringBuilder)
+	c.ttft = f[16].(*array.Float64Builder)
+	c.tpot = f[17].(*array.Float64Builder)
+	c.e2e = f[18].(*array.Float64Builder)
+}
+
+func appendI64(b *array.Int64Builder, v int64) {
+	if v == Null {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
+}
+
+func appendI32(b *array.Int32Builder, v int32) {
+	if v == Null {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
+}
+
+func appendF64(b *array.Float64Builder, v float64, ok bool) {
+	if ok {
+		b.Append(v)
+	} else {
+		b.AppendNull()
+	}
+}
+
+func (c *resultBuilders) append(r *Result) {
+	c.requestID.Append(r.RequestID)
+	c.shard.Append(r.Shard)
+	c.scheduled.Append(r.ScheduledNS)
+	appendI64(c.sent, r.SentNS)
+	appendI64(c.first, r.FirstTokenNS)
+	appendI64(c.end, r.EndNS)
+	c.chunkNS.Append(true)
+	c.chunkNSv.AppendValues(r.ChunkNS, nil)
+	if r.ChunkTokens == nil {
+		c.chunkTokens.AppendNull()
+	} else {
+		c.chunkTokens.Append(true)
+		c.chunkTokensv.AppendValues(r.ChunkTokens, nil)
+	}
+	c.prompt.Append(r.PromptTokens)
+	appendI32(c.promptServer, r.PromptTokensServer)
+	c.target.Append(r.OutputTokensTarget)
+	appendI32(c.output, r.OutputTokens)
+	c.source.Append(r.OutputTokensSource)
+	c.status.Append(string(r.Status))
+	if r.HTTPStatus == 0 {
+		c.httpStatus.AppendNull()
+	} else {
+		c.httpStatus.Append(r.HTTPStatus)
+	}
+	if r.Error == "" {
+		c.errMsg.AppendNull()
+	} else {
+		c.errMsg.Append(r.Error)
+	}
+	v, ok := r.TTFT()
+	appendF64(c.ttft, v, ok)
+	v, ok = r.TPOT()
+	appendF64(c.tpot, v, ok)
+	v, ok = r.E2E()
+	appendF64(c.e2e, v, ok)
+}
+
+// ConvertInfo tells what ConvertJournal found.
+type ConvertInfo struct {
+	Rows int64    // records written to the results file
+	Run  *RunMeta // the run metadata of the journal
+	Tail error    // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
+}
+
+// parquetRowGroup bounds a row group: big enough for efficient scans, small enough that
+// converting a million-request journal stays within a few tens of MB.
+const parquetRowGroup = 32 * 1024
+
+// ConvertJournal turns the journal at journal into the Parquet results file out, through a
+// temporary file in out's directory renamed on success, so out is never half-written. It
+// keeps every whole batch; when the journal ends in a cut batch (a killed run), the
+// records before it are kept and info.Tail says what was cut.
+func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
+	f, err := os.Open(journal)
+	if err != nil {
+		return info, fmt.Errorf("replay: open journal: %w", err)
+	}
+	defer f.Close()
+	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return info, fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
+	}
+	defer rdr.Release()
+	schema := rdr.Schema()
+	if err := checkColumns(schema); err != nil {
+		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
+	}
+	if info.Run, err = ParseRunMeta(schema); err != nil {
+		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
+	}
+
+	dir, base := filepath.Split(out)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return info, fmt.Errorf("replay: create results file: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithMaxRowGroupLength(parquetRowGroup),
+		parquet.WithCreatedBy("llmreplay"),
+	)
+	fw, err := pqarrow.NewFileWriter(schema, tmp, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
+	}
+	for rdr.Next() {
+		rec := rdr.Record()
+		if rec.NumRows() == 0 {
+			continue
+		}
+		if err := fw.WriteBuffered(rec); err != nil {
+			fw.Close()
+			return info, fmt.Errorf("replay: write %s: %w", out, err)
+		}
+		info.Rows += rec.NumRows()
+	}
+	if e := rdr.Err(); e != nil && !errors.Is(e, io.EOF) {
+		info.Tail = fmt.Errorf("journal %s cut after %d records: %w", journal, info.Rows, e)
+	}
+	if err := fw.Close(); err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
+	}
+	// pqarrow's FileWriter.Close closes the sink too; reopen-free sync is not possible
+	// afterwards, so sync through the path.
+	if err := syncPath(tmp.Name()); err != nil {
+		return info, fmt.Errorf("replay: sync %s: %w", out, err)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return info, fmt.Errorf("replay: rename results file: %w", err)
+	}
+	return info, nil
+}
+
+func syncPath(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

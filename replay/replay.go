@@ -1,0 +1,511 @@
+// Package replay sends a trace's requests to an OpenAI-compatible endpoint when they are
+// due (open loop) or as fast as N workers allow (closed loop), times every streamed chunk,
+// and writes one record per due request to a crash-safe journal that becomes a Parquet
+// results file (docs/results-format.md, docs/replay.md).
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// Prompter appends the prompt text of a trace request to dst: PromptTokens tokens, with
+// the shared prefix its PrefixBlocks say. tokenize's prompt builder is the real one.
+type Prompter interface {
+	AppendPrompt(dst []byte, r *trace.Request) ([]byte, error)
+}
+
+// PrompterFunc adapts a function to Prompter.
+type PrompterFunc func(dst []byte, r *trace.Request) ([]byte, error)
+
+// AppendPrompt calls f.
+func (f PrompterFunc) AppendPrompt(dst []byte, r *trace.Request) ([]byte, error) { return f(dst, r) }
+
+// Defaults of Options.
+const (
+	DefaultMaxInflight = 4096
+	DefaultLookAhead   = 256
+	DefaultGrace       = 30 * time.Second
+	DefaultMaxLateness = 10 * time.Millisecond
+)
+
+// Options configure a run. Source, Client, Prompter and Output are required, and one of
+// Speedup (open loop) or Concurrency (closed loop).
+type Options struct {
+	Source   trace.Source
+	Client   *Client
+	Prompter Prompter
+
+	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
+	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored
+
+	MaxInflight int           // open loop: a request due while this many are in flight is dropped
+	Duration    time.Duration // 0 = whole trace; else only requests due within it (closed: sent within it)
+	Limit       int64         // 0 = no limit; else at most this many recorded requests
+	Warmup      int64         // leading requests sent on schedule but not recorded
+	Grace       time.Duration // after a stop, how long requests in flight may finish
+	LookAhead   int           // prepared requests buffered ahead of the dispatcher
+	Shard       int32
+
+	Output        string        // results file; the journal is Output + JournalSuffix
+	KeepJournal   bool          // keep the journal after a successful conversion
+	FlushInterval time.Duration // journal flush period; 0 = DefaultFlushInterval
+	Meta          RunMeta       // run metadata; Run fills RunStartUnixNS, RunID and Mode
+	Start         time.Time     // run start; zero = when Run starts dispatching
+	MaxLateness   time.Duration // schedule lateness above which the run is client-limited
+
+	// Abort, when closed, cancels requests in flight at once (a second Ctrl-C). Canceling
+	// the ctx given to Run is the graceful stop: no more dispatches, Grace to finish.
+	Abort <-chan struct{}
+	// Progress, when set, is updated live for a progress display.
+	Progress *Progress
+}
+
+// Validate checks the options and fills defaults.
+func (o *Options) Validate() error {
+	switch {
+	case o.Source == nil:
+		return errors.New("replay: no trace source")
+	case o.Client == nil:
+		return errors.New("replay: no client")
+	case o.Prompter == nil:
+		return errors.New("replay: no prompt builder")
+	case o.Output == "":
+		return errors.New("replay: no output file")
+	case o.Concurrency < 0:
+		return fmt.Errorf("replay: concurrency %d is negative", o.Concurrency)
+	case o.Concurrency == 0 && !(o.Speedup > 0):
+		return fmt.Errorf("replay: speedup %v must be positive", o.Speedup)
+	case o.MaxInflight < 0, o.Limit < 0, o.Warmup < 0, o.Duration < 0, o.Grace < 0, o.LookAhead < 0:
+		return errors.New("replay: max-inflight, limit, warmup, duration, grace and look-ahead must not be negative")
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.LookAhead == 0 {
+		o.LookAhead = DefaultLookAhead
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.MaxLateness <= 0 {
+		o.MaxLateness = DefaultMaxLateness
+	}
+	return nil
+}
+
+// Progress holds live counters of a run, safe to read from another goroutine.
+type Progress struct {
+	Planned      atomic.Int64 // requests handed to the dispatcher (warm-up included)
+	Sent         atomic.Int64
+	InFlight     atomic.Int64
+	Done         atomic.Int64 // recorded (every status)
+	Errors       atomic.Int64 // recorded with a status other than ok, dropped, canceled
+	Dropped      atomic.Int64
+	OutputTokens atomic.Int64 // streamed so far (per chunk; 1 per chunk when the server does not say)
+	Late         atomic.Int64 // dispatches later than MaxLateness
+	LastLateNS   atomic.Int64 // lateness of the latest late dispatch
+	StartUnixNS  atomic.Int64 // 0 until the run starts
+	Stopping     atomic.Bool
+}
+
+// Run replays o.Source and writes o.Output. Per-request failures are records, not errors;
+// Run returns an error only when the run itself cannot go on (the journal cannot be
+// written, the trace cannot be read, a prompt cannot be built). Even then, and after a
+// stop, the results file holds every request that was due, written through the journal.
+func Run(ctx context.Context, o Options) (*Summary, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	prog := o.Progress
+	if prog == nil {
+		prog = new(Progress)
+	}
+	mode := ModeOpen
+	if o.Concurrency > 0 {
+		mode = ModeClosed
+	}
+	start := o.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	clk := clock{start: start}
+	meta := o.Meta
+	meta.Mode = mode
+	meta.RunStartUnixNS = start.UnixNano()
+	if meta.ShardCount == 0 {
+		meta.ShardCount = 1
+	}
+	meta.RunID = RunID(meta.RunStartUnixNS, meta.TraceSHA256, meta.ShardCount)
+	if meta.MaxLatenessMS == 0 {
+		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
+	}
+	if meta.Flags == nil {
+		meta.Flags = map[string]string{}
+	}
+	journalPath := o.Output + JournalSuffix
+	journal, err := CreateJournal(journalPath, &meta)
+	if err != nil {
+		return nil, err
+	}
+	prog.StartUnixNS.Store(meta.RunStartUnixNS)
+
+	r := &runner{o: o, clk: clk, prog: prog, meta: &meta}
+	r.stop = make(chan struct{})
+	r.runCtx, r.cancelRun = context.WithCancel(context.Background())
+	defer r.cancelRun()
+	r.results = make(chan *Result, 8192)
+	r.prepared = make(chan *request, o.LookAhead)
+
+	// Writer: the only owner of the journal and the summary.
+	sum := newSummary(mode, o.MaxLateness)
+	var writeErr error
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		writeErr = r.write(journal, sum)
+	}()
+
+	// Stop watcher: ctx is the graceful stop; Abort the hard one.
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.requestStop()
+		case <-r.runCtx.Done():
+			return
+		}
+		select {
+		case <-o.Abort:
+			r.cancelRun()
+		case <-r.runCtx.Done():
+		}
+	}()
+	if o.Abort != nil {
+		go func() {
+			select {
+			case <-o.Abort:
+				r.requestStop()
+				r.cancelRun()
+			case <-r.runCtx.Done():
+			}
+		}()
+	}
+
+	go r.prepare()
+	if mode == ModeClosed {
+		r.closedLoop()
+	} else {
+		r.openLoop()
+	}
+	r.endDispatch() // the preparer may still be blocked on a full channel
+	r.drain(ctx)
+	close(r.results)
+	<-writerDone
+
+	closeErr := journal.Close()
+	var runErr error
+	if e := r.prepErr.Load(); e != nil {
+		runErr = *e
+	}
+	if err := errors.Join(writeErr, closeErr); err != nil {
+		return sum.finish(), errors.Join(runErr, err)
+	}
+	info, err := ConvertJournal(journalPath, o.Output)
+	if err != nil {
+		return sum.finish(), errors.Join(runErr, err)
+	}
+	if info.Tail != nil {
+		return sum.finish(), errors.Join(runErr, fmt.Errorf("replay: %w", info.Tail))
+	}
+	if !o.KeepJournal {
+		os.Remove(journalPath)
+	}
+	s := sum.finish()
+	s.Run = meta
+	return s, runErr
+}
+
+type runner struct {
+	o    Options
+	clk  clock
+	prog *Progress
+	meta *RunMeta
+
+	stop      chan struct{}
+	stopOnce  sync.Once
+	runCtx    context.Context // canceled to cancel every request in flight
+	cancelRun context.CancelFunc
+	prepared  chan *request
+	results   chan *Result
+	wg        sync.WaitGroup // requests in flight
+	inflight  atomic.Int64
+	prepErr   atomic.Pointer[error]
+	ssePool   sync.Pool
+}
+
+// requestStop stops dispatching early (a signal, an abort, a failure).
+func (r *runner) requestStop() {
+	r.prog.Stopping.Store(true)
+	r.endDispatch()
+}
+
+// endDispatch ends dispatching, early or at the natural end of the run.
+func (r *runner) endDispatch() {
+	r.stopOnce.Do(func() { close(r.stop) })
+}
+
+func (r *runner) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// prepare reads the trace, plans each request and builds its body ahead of time, so the
+// dispatcher only waits and writes. The channel's capacity bounds the look-ahead.
+func (r *runner) prepare() {
+	defer close(r.prepared)
+	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup}
+	if p.closed {
+		p.duration = 0 // closed loop: bounded by send time instead, in the workers
+	}
+	var prompt []byte
+	src := r.o.Source
+	for src.Next() {
+		tr := src.Request()
+		due, warm, ok := p.plan(tr.Arrival)
+		if !ok {
+			return
+		}
+		var err error
+		prompt, err = r.o.Prompter.AppendPrompt(prompt[:0], &tr)
+		if err != nil {
+			r.fail(fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err))
+			return
+		}
+		req := &request{
+			id: tr.ID, dueNS: int64(due), promptTokens: tr.PromptTokens, outputTokens: tr.OutputTokens,
+			warmup: warm,
+		}
+		req.body = r.o.Client.AppendBody(make([]byte, 0, len(prompt)+len(r.o.Client.bodyPrefix)+96), prompt, tr.OutputTokens)
+		select {
+		case r.prepared <- req:
+			r.prog.Planned.Add(1)
+		case <-r.stop:
+			return
+		}
+	}
+	if err := src.Err(); err != nil {
+		r.fail(fmt.Errorf("replay: read trace: %w", err))
+	}
+}
+
+func (r *runner) fail(err error) {
+	r.prepErr.CompareAndSwap(nil, &err)
+	r.requestStop()
+}
+
+// spinWindow is how long before a due time the dispatcher stops sleeping and yields in
+// a loop instead: nanosleep's wake-up error (tens of µs, more on a loaded machine).
+const spinWindow = 150 * time.Microsecond
+
+// maxSleep bounds one sleep so that a stop is noticed promptly.
+const maxSleep = 20 * time.Millisecond
+
+// waitUntil waits until the run clock reaches dueNS, on the absolute deadline (never a
+// relative sleep that would accumulate drift). It returns false if the run is stopped
+// first.
+func (r *runner) waitUntil(dueNS int64) bool {
+	for {
+		if r.stopped() {
+			return false
+		}
+		d := time.Duration(dueNS - r.clk.now())
+		if d <= 0 {
+			return true
+		}
+		if d > spinWindow {
+			s := d - spinWindow
+			if s > maxSleep {
+				s = maxSleep
+			}
+			sleepThread(s)
+			continue
+		}
+		runtime.Gosched()
+	}
+}
+
+// openLoop dispatches each prepared request at its due time.
+func (r *runner) openLoop() {
+	// The dispatcher owns its OS thread so that nanosleep blocks only it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	maxLate := int64(r.o.MaxLateness)
+	for {
+		var req *request
+		select {
+		case q, ok := <-r.prepared:
+			if !ok {
+				return
+			}
+			req = q
+		case <-r.stop:
+			return
+		}
+		if !r.waitUntil(req.dueNS) {
+			return
+		}
+		if late := r.clk.now() - req.dueNS; late > maxLate {
+			r.prog.Late.Add(1)
+			r.prog.LastLateNS.Store(late)
+		}
+		if r.inflight.Load() >= int64(r.o.MaxInflight) {
+			if !req.warmup {
+				res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+				res.Status = StatusDropped
+				res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
+				r.results <- res
+			}
+			continue
+		}
+		r.inflight.Add(1)
+		r.prog.InFlight.Add(1)
+		r.wg.Add(1)
+		go r.send(req)
+	}
+}
+
+// closedLoop runs Concurrency workers, each sending the next request when its last ends.
+func (r *runner) closedLoop() {
+	var wg sync.WaitGroup
+	for range r.o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				var req *request
+				select {
+				case q, ok := <-r.prepared:
+					if !ok {
+						return
+					}
+					req = q
+				case <-r.stop:
+					return
+				}
+				now := r.clk.now()
+				if r.o.Duration > 0 && now > int64(r.o.Duration) {
+					r.endDispatch()
+					return
+				}
+				req.dueNS = now // closed loop: due when a worker takes it
+				r.inflight.Add(1)
+				r.prog.InFlight.Add(1)
+				r.wg.Add(1)
+				r.send(req)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// send performs one request and hands its record to the writer.
+func (r *runner) send(req *request) {
+	defer r.wg.Done()
+	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+	sse, _ := r.ssePool.Get().(*sseReader)
+	if sse == nil {
+		sse = newSSEReader(nil, r.clk.now, 32<<10, r.o.Client.opts.MaxLine)
+	}
+	r.prog.Sent.Add(1)
+	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) })
+	sse.reset(nil)
+	r.ssePool.Put(sse)
+	req.body = nil
+	r.inflight.Add(-1)
+	r.prog.InFlight.Add(-1)
+	if !req.warmup {
+		r.results <- res
+	}
+}
+
+// drain waits for the requests in flight: without limit after a natural end (each is
+// bounded by its timeout), up to Grace after a stop, and not at all after an abort.
+func (r *runner) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	var grace <-chan time.Time
+	if ctx.Err() != nil || r.prepErr.Load() != nil {
+		t := time.NewTimer(r.o.Grace)
+		defer t.Stop()
+		grace = t.C
+	}
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctxDone:
+			ctxDone = nil
+			t := time.NewTimer(r.o.Grace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			r.cancelRun()
+			<-done
+			return
+		case <-r.runCtx.Done():
+			<-done
+			return
+		}
+	}
+}
+
+// write is the writer goroutine: it journals each record, flushing at least every
+// FlushInterval, and accumulates the summary.
+func (r *runner) write(j *Journal, sum *summary) error {
+	tick := time.NewTicker(r.o.FlushInterval)
+	defer tick.Stop()
+	var err error
+	for {
+		select {
+		case res, ok := <-r.results:
+			if !ok {
+				return err
+			}
+			sum.add(res)
+			r.prog.Done.Add(1)
+			switch res.Status {
+			case StatusOK, StatusCanceled:
+			case StatusDropped:
+				r.prog.Dropped.Add(1)
+			default:
+				r.prog.Errors.Add(1)
+			}
+			if err == nil {
+				if e := j.Add(res); e != nil {
+					err = e
+					r.fail(e)
+				}
+			}
+		case <-tick.C:
+			if err == nil {
+				if e := j.Flush(); e != nil {
+					err = e
+					r.fail(e)
+				}
+			}
+		}
+	}
+}

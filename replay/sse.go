@@ -1,0 +1,213 @@
+package replay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DefaultMaxLine caps one SSE line. A streamed chunk is a few hundred bytes (a few KB with
+// logprobs); a line that grows past the cap is a broken or hostile server, and the cap
+// keeps it from eating the replayer's memory.
+const DefaultMaxLine = 4 << 20
+
+// ErrLineTooLong is returned by the SSE reader when a line exceeds its cap.
+var ErrLineTooLong = errors.New("SSE line too long")
+
+// sseReader reads a text/event-stream (WHATWG HTML, "Server-sent events") in the shape of
+// bufio.Scanner: Next advances to the next event that has data, Data returns it, Stamp
+// the clock reading taken when the bytes that completed the event were read, and Err the
+// first error once Next returns false (nil at a clean end of stream).
+//
+// Each Read of the body is stamped at once, before any byte of it is parsed, so the
+// parse cost never shows in the timings. Lines end in LF, CRLF or CR; "data:" takes one
+// optional space; several data lines of one event are joined with LF; comments (":")
+// and unknown fields are skipped; the event field is kept (some servers name errors so).
+type sseReader struct {
+	r       io.Reader
+	clock   func() int64
+	buf     []byte
+	lo, hi  int   // unread bytes are buf[lo:hi]
+	scan    int   // buf[lo:scan] holds no line end
+	stamp   int64 // clock() at the read that delivered buf[lo:hi]'s newest bytes
+	maxLine int
+	skipLF  bool // a CR ended the previous line: a following LF belongs to it
+
+	data     []byte // data of the event being built
+	hasData  bool
+	event    []byte // event field of the event being built
+	outData  []byte
+	outEvent []byte
+	outStamp int64
+	err      error
+	rerr     error // the read error that ended the stream, reported once its bytes are parsed
+	eof      bool
+}
+
+func newSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *sseReader {
+	if bufSize <= 0 {
+		bufSize = 64 << 10
+	}
+	if maxLine <= 0 {
+		maxLine = DefaultMaxLine
+	}
+	if bufSize > maxLine+1 {
+		bufSize = maxLine + 1
+	}
+	return &sseReader{r: r, clock: clock, buf: make([]byte, bufSize), maxLine: maxLine}
+}
+
+// reset makes s read a new stream, keeping its buffers.
+func (s *sseReader) reset(r io.Reader) {
+	s.r = r
+	s.lo, s.hi, s.scan, s.stamp = 0, 0, 0, 0
+	s.skipLF = false
+	s.data, s.hasData, s.event = s.data[:0], false, s.event[:0]
+	s.outData, s.outEvent = s.outData[:0], s.outEvent[:0]
+	s.err, s.rerr, s.eof = nil, nil, false
+}
+
+// Data returns the current event's data; valid until the next call to Next.
+func (s *sseReader) Data() []byte { return s.outData }
+
+// Event returns the current event's event field ("" for the default "message").
+func (s *sseReader) Event() []byte { return s.outEvent }
+
+// Stamp returns the clock reading of the read that completed the current event.
+func (s *sseReader) Stamp() int64 { return s.outStamp }
+
+// Err returns the error that stopped Next; nil at a clean end of stream.
+func (s *sseReader) Err() error { return s.err }
+
+// Next advances to the next event carrying data. An event cut by the end of the stream is
+// discarded, as the specification says.
+func (s *sseReader) Next() bool {
+	for {
+		line, ok := s.line()
+		if !ok {
+			return false
+		}
+		if len(line) == 0 { // blank line: dispatch
+			if s.hasData {
+				s.outData = append(s.outData[:0], s.data...)
+				s.outEvent = append(s.outEvent[:0], s.event...)
+				s.outStamp = s.stamp
+				s.data, s.hasData, s.event = s.data[:0], false, s.event[:0]
+				return true
+			}
+			s.event = s.event[:0]
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		name, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			name, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(name) {
+		case "data":
+			if s.hasData {
+				s.data = append(s.data, '\n')
+			}
+			s.data = append(s.data, value...)
+			s.hasData = true
+		case "event":
+			s.event = append(s.event[:0], value...)
+		}
+	}
+}
+
+// line returns the next line without its terminator; valid until the next call.
+func (s *sseReader) line() ([]byte, bool) {
+	for {
+		if s.skipLF && s.lo < s.hi {
+			if s.buf[s.lo] == '\n' {
+				s.lo++
+				s.scan = max(s.scan, s.lo)
+			}
+			s.skipLF = false
+		}
+		if i := indexEOL(s.buf[s.scan:s.hi]); i >= 0 {
+			end := s.scan + i
+			line := s.buf[s.lo:end]
+			if s.buf[end] == '\r' {
+				s.skipLF = true
+			}
+			s.lo = end + 1
+			s.scan = s.lo
+			return line, true
+		}
+		s.scan = s.hi // no line end in what we have: never scan it again
+		if s.hi-s.lo > s.maxLine {
+			s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
+			return nil, false
+		}
+		if s.eof {
+			// A final line without a terminator cannot complete an event: drop it.
+			s.err = s.rerr
+			return nil, false
+		}
+		if !s.fill() {
+			return nil, false
+		}
+	}
+}
+
+// indexEOL returns the index of the first LF or CR in b, or -1 (two vectorised scans).
+func indexEOL(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return bytes.IndexByte(b, '\r')
+	}
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	return i
+}
+
+// fill reads more bytes, moving or growing the buffer as needed, and stamps the read.
+func (s *sseReader) fill() bool {
+	if s.lo > 0 {
+		n := copy(s.buf, s.buf[s.lo:s.hi])
+		s.scan -= s.lo
+		s.lo, s.hi = 0, n
+	}
+	if s.hi == len(s.buf) {
+		size := 2 * len(s.buf)
+		if size > s.maxLine+1 {
+			size = s.maxLine + 1
+		}
+		if size <= len(s.buf) { // cannot happen: line() checks the cap first
+			s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
+			return false
+		}
+		nb := make([]byte, size)
+		copy(nb, s.buf[:s.hi])
+		s.buf = nb
+	}
+	for range 100 {
+		n, err := s.r.Read(s.buf[s.hi:])
+		if n > 0 {
+			s.stamp = s.clock()
+			s.hi += n
+		}
+		if err != nil {
+			// Bytes read with the error are parsed first; the error ends the stream after.
+			s.eof = true
+			if err != io.EOF {
+				s.rerr = err
+			}
+			return true
+		}
+		if n > 0 {
+			return true
+		}
+	}
+	s.err = io.ErrNoProgress
+	return false
+}

@@ -1,0 +1,142 @@
+package replay
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/iotest"
+)
+
+type event struct{ name, data string }
+
+func readAll(r io.Reader, maxLine int) ([]event, error) {
+	s := newSSEReader(r, func() int64 { return 0 }, 16, maxLine)
+	var out []event
+	for s.Next() {
+		out = append(out, event{string(s.Event()), string(s.Data())})
+	}
+	return out, s.Err()
+}
+
+func TestSSEReader(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     []event
+	}{
+		{"with space", "data: {\"a\":1}\n\n", []event{{"", `{"a":1}`}}},
+		{"without space", "data:{\"a\":1}\n\n", []event{{"", `{"a":1}`}}},
+		{"two spaces keep one", "data:  x\n\n", []event{{"", " x"}}},
+		{"crlf", "data: a\r\n\r\ndata: b\r\n\r\n", []event{{"", "a"}, {"", "b"}}},
+		{"cr only", "data: a\r\rdata: b\r\r", []event{{"", "a"}, {"", "b"}}},
+		{"comments and unknown fields", ": ping\nid: 7\nretry: 10\ndata: x\n\n:\n\n", []event{{"", "x"}}},
+		{"multi-line", "data: line1\ndata: line2\ndata:\n\n", []event{{"", "line1\nline2\n"}}},
+		{"named event", "event: error\ndata: boom\n\ndata: next\n\n", []event{{"error", "boom"}, {"", "next"}}},
+		{"no data: no event", "event: ping\n\n\n\ndata: x\n\n", []event{{"", "x"}}},
+		{"done", "data: [DONE]\n\n", []event{{"", "[DONE]"}}},
+		{"cut event dropped", "data: a\n\ndata: b\n", []event{{"", "a"}}},
+		{"field without colon", "data\n\n", []event{{"", ""}}},
+		{"long line grows buffer", "data: " + strings.Repeat("y", 1000) + "\n\n", []event{{"", strings.Repeat("y", 1000)}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, r := range []io.Reader{strings.NewReader(tc.in), iotest.OneByteReader(strings.NewReader(tc.in))} {
+				got, err := readAll(r, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(tc.want) {
+					t.Fatalf("got %q, want %q", got, tc.want)
+				}
+				for i := range got {
+					if got[i] != tc.want[i] {
+						t.Errorf("event %d: got %q, want %q", i, got[i], tc.want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSSEReaderLineCap(t *testing.T) {
+	in := "data: ok\n\ndata: " + strings.Repeat("z", 5000)
+	got, err := readAll(strings.NewReader(in), 1024)
+	if !errors.Is(err, ErrLineTooLong) || len(got) != 1 {
+		t.Fatalf("got %q, %v; want one event then ErrLineTooLong", got, err)
+	}
+	// A line of exactly the cap is fine.
+	got, err = readAll(strings.NewReader("data: "+strings.Repeat("z", 1024-6)+"\n\n"), 1024)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("line at the cap: %v", err)
+	}
+}
+
+func TestSSEReaderErrorAfterData(t *testing.T) {
+	r := io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(io.ErrUnexpectedEOF))
+	got, err := readAll(r, 0)
+	if len(got) != 1 || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
+
+// TestSSEReaderStampsAtRead: an event is stamped with the clock of the read that
+// delivered it, not of a later parse.
+func TestSSEReaderStamps(t *testing.T) {
+	var now atomic.Int64
+	pr, pw := io.Pipe()
+	s := newSSEReader(pr, now.Load, 64, 0)
+	go func() {
+		now.Store(10)
+		pw.Write([]byte("data: a\n\ndata: b\n\n"))
+		now.Store(20)
+		pw.Write([]byte("data: c\n\n"))
+		pw.Close()
+	}()
+	var stamps []int64
+	for s.Next() {
+		stamps = append(stamps, s.Stamp())
+	}
+	if len(stamps) != 3 || stamps[0] != 10 || stamps[1] != 10 || stamps[2] != 20 {
+		t.Errorf("stamps %v, want [10 10 20]", stamps)
+	}
+}
+
+// FuzzSSEReader: any input, split anywhere, parses the same as whole, within the cap,
+// without panicking.
+func FuzzSSEReader(f *testing.F) {
+	f.Add([]byte("data: {\"a\":1}\n\n"), uint8(3))
+	f.Add([]byte("event: error\r\ndata:x\r\ndata: y\r\r: c\n\n"), uint8(1))
+	f.Add([]byte("data: [DONE]\n\ndata"), uint8(7))
+	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
+		whole, err1 := readAll(bytes.NewReader(in), 256)
+		parts, err2 := readAll(&chunkReader{b: in, n: int(split%17) + 1}, 256)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("errors differ: %v vs %v", err1, err2)
+		}
+		if err1 == nil && len(whole) != len(parts) {
+			t.Fatalf("%d events whole, %d split", len(whole), len(parts))
+		}
+		for i := range min(len(whole), len(parts)) {
+			if whole[i] != parts[i] {
+				t.Fatalf("event %d differs: %q vs %q", i, whole[i], parts[i])
+			}
+		}
+	})
+}
+
+type chunkReader struct {
+	b []byte
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := min(c.n, len(p), len(c.b))
+	copy(p, c.b[:n])
+	c.b = c.b[n:]
+	return n, nil
+}

@@ -1,0 +1,131 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+)
+
+// Summary is a short account of a run, computed while it goes (the analysis package
+// gives the full report from the results file).
+type Summary struct {
+	Mode        string
+	Requests    int64            // recorded requests
+	ByStatus    map[Status]int64 // recorded requests by status
+	OutputTok   int64            // output tokens of ok requests
+	FirstSentNS int64            // Null when nothing was sent
+	LastEndNS   int64            // Null when no output arrived
+	TTFT        Percentiles      // ms, ok requests
+	Lateness    Percentiles      // ms, sent_ns - scheduled_ns of every sent request
+	MaxLateness time.Duration    // the client-limited bound
+	Run         RunMeta          // the run metadata written to the results file
+}
+
+// Percentiles are nearest-rank percentiles of a sample: the p-th is the value at rank
+// ceil(p/100 * n) of the sorted sample.
+type Percentiles struct {
+	N                  int
+	P50, P90, P99, Max float64
+}
+
+func percentiles(x []float64) Percentiles {
+	if len(x) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(x)
+	rank := func(p float64) float64 {
+		k := int(math.Ceil(p / 100 * float64(len(x))))
+		if k < 1 {
+			k = 1
+		}
+		return x[k-1]
+	}
+	return Percentiles{N: len(x), P50: rank(50), P90: rank(90), P99: rank(99), Max: x[len(x)-1]}
+}
+
+// OutputTokensPerSecond is output tokens of ok requests / (last end - first sent), the
+// overall throughput as vLLM's benchmark reports it.
+func (s *Summary) OutputTokensPerSecond() float64 {
+	if s.FirstSentNS == Null || s.LastEndNS == Null || s.LastEndNS <= s.FirstSentNS {
+		return 0
+	}
+	return float64(s.OutputTok) / (float64(s.LastEndNS-s.FirstSentNS) / 1e9)
+}
+
+// ClientLimited reports whether the replayer's own lateness p99 exceeded MaxLateness:
+// the endpoint was not offered the load the schedule asked for.
+func (s *Summary) ClientLimited() bool {
+	return s.Mode == ModeOpen && s.Lateness.N > 0 && s.Lateness.P99 > float64(s.MaxLateness)/1e6
+}
+
+// WriteText prints the summary in a few lines.
+func (s *Summary) WriteText(w io.Writer) error {
+	var err error
+	p := func(format string, a ...any) {
+		if err == nil {
+			_, err = fmt.Fprintf(w, format, a...)
+		}
+	}
+	p("requests: %d (%s loop)", s.Requests, s.Mode)
+	for _, st := range []Status{StatusOK, StatusHTTPError, StatusTimeout, StatusTransportError, StatusStreamError, StatusDropped, StatusCanceled} {
+		if n := s.ByStatus[st]; n > 0 {
+			p(", %s %d", st, n)
+		}
+	}
+	p("\n")
+	p("output: %d tokens, %.1f tok/s overall (ok requests; last end - first send)\n", s.OutputTok, s.OutputTokensPerSecond())
+	if s.TTFT.N > 0 {
+		p("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  (n=%d, nearest rank)\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Max, s.TTFT.N)
+	}
+	if s.Lateness.N > 0 {
+		p("schedule lateness ms: p50 %.3f  p99 %.3f  max %.3f\n", s.Lateness.P50, s.Lateness.P99, s.Lateness.Max)
+	}
+	if s.ClientLimited() {
+		p("WARNING: client-limited: schedule lateness p99 %.3f ms > %v: the endpoint got less load than asked\n", s.Lateness.P99, s.MaxLateness)
+	}
+	return err
+}
+
+// summary accumulates a Summary; owned by the writer goroutine.
+type summary struct {
+	s        Summary
+	ttft     []float64
+	lateness []float64
+}
+
+func newSummary(mode string, maxLate time.Duration) *summary {
+	return &summary{s: Summary{Mode: mode, ByStatus: map[Status]int64{}, FirstSentNS: Null, LastEndNS: Null, MaxLateness: maxLate}}
+}
+
+func (a *summary) add(r *Result) {
+	s := &a.s
+	s.Requests++
+	s.ByStatus[r.Status]++
+	if r.SentNS != Null {
+		if s.FirstSentNS == Null || r.SentNS < s.FirstSentNS {
+			s.FirstSentNS = r.SentNS
+		}
+		a.lateness = append(a.lateness, float64(r.SentNS-r.ScheduledNS)/1e6)
+	}
+	if r.Status != StatusOK {
+		return
+	}
+	if r.OutputTokens != Null {
+		s.OutputTok += int64(r.OutputTokens)
+	}
+	if r.EndNS != Null && r.EndNS > s.LastEndNS {
+		s.LastEndNS = r.EndNS
+	}
+	if v, ok := r.TTFT(); ok {
+		a.ttft = append(a.ttft, v)
+	}
+}
+
+func (a *summary) finish() *Summary {
+	a.s.TTFT = percentiles(a.ttft)
+	a.s.Lateness = percentiles(a.lateness)
+	s := a.s
+	return &s
+}

@@ -1,0 +1,124 @@
+package trace
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
+// root) and returns its rows. Missing node or the npm package: skip locally, fail in CI.
+func duckdb(t *testing.T, sql string) []map[string]any {
+	t.Helper()
+	root, _ := filepath.Abs("..")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
+		}
+		t.Skipf("DuckDB not available: %v", err)
+	}
+	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		msg := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = string(ee.Stderr)
+		}
+		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("duckdb output %q: %v", out, err)
+	}
+	return rows
+}
+
+// num reads a DuckDB JSON value: BIGINT and HUGEINT come back as strings.
+func duckNum(t *testing.T, v any) int64 {
+	t.Helper()
+	switch x := v.(type) {
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			t.Fatalf("duckdb value %q", x)
+		}
+		return n
+	case float64:
+		return int64(x)
+	}
+	t.Fatalf("duckdb value %v (%T)", v, v)
+	return 0
+}
+
+func TestDuckDBReadsAzure(t *testing.T) {
+	path, _ := importShared(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
+	// Sums straight from the CSV, with the standard library's reader.
+	f, err := os.Open(filepath.Join(sharedDir(t), "AzureLLMInferenceTrace_code.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctx, gen int64
+	for _, r := range recs[1:] {
+		a, _ := strconv.ParseInt(r[1], 10, 64)
+		b, _ := strconv.ParseInt(r[2], 10, 64)
+		ctx += a
+		gen += b
+	}
+	q := "SELECT count(*) AS n, sum(prompt_tokens) AS p, sum(output_tokens) AS o, max(arrival_ns) AS span, " +
+		"count(DISTINCT request_id) AS ids, count(session_id) AS sess, count(prefix_blocks) AS blocks " +
+		"FROM read_parquet('" + path + "')"
+	row := duckdb(t, q)[0]
+	if n := duckNum(t, row["n"]); n != int64(len(recs)-1) {
+		t.Errorf("duckdb count %d, CSV has %d rows", n, len(recs)-1)
+	}
+	if p, o := duckNum(t, row["p"]), duckNum(t, row["o"]); p != ctx || o != gen {
+		t.Errorf("duckdb sums %d, %d; CSV %d, %d", p, o, ctx, gen)
+	}
+	if span := duckNum(t, row["span"]); span != 3435948056000 {
+		t.Errorf("duckdb max(arrival_ns) %d, want 3435948056000 (19:14:19.9280160 - 18:17:03.9799600)", span)
+	}
+	if duckNum(t, row["ids"]) != 8819 || duckNum(t, row["sess"]) != 0 || duckNum(t, row["blocks"]) != 0 {
+		t.Errorf("duckdb ids/sessions/blocks %v", row)
+	}
+	types := duckdb(t, "SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM read_parquet('"+path+"'))")
+	want := map[string]string{"request_id": "BIGINT", "arrival_ns": "BIGINT", "prompt_tokens": "INTEGER", "output_tokens": "INTEGER",
+		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR"}
+	if len(types) != len(want) {
+		t.Errorf("duckdb sees %d columns: %v", len(types), types)
+	}
+	for _, r := range types {
+		if want[r["c"].(string)] != r["t"].(string) {
+			t.Errorf("column %v: duckdb type %v, want %v", r["c"], r["t"], want[r["c"].(string)])
+		}
+	}
+	md := duckdb(t, "SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('"+path+"') WHERE decode(key) LIKE 'llmreplay.%'")
+	got := map[string]string{}
+	for _, r := range md {
+		got[r["k"].(string)] = r["v"].(string)
+	}
+	if got[MetaFormat] != Format || got[MetaSource] != "azure-2023" || got[MetaStartUnixNS] != "1700158623979960000" {
+		t.Errorf("duckdb sees metadata %v", got)
+	}
+}
+
+func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
+	path, _ := importShared(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
+	row := duckdb(t, "SELECT count(*) AS n, sum(len(prefix_blocks)) AS refs, (SELECT count(DISTINCT b) FROM (SELECT unnest(prefix_blocks) AS b FROM read_parquet('"+path+"'))) AS uniq FROM read_parquet('"+path+"')")[0]
+	if duckNum(t, row["n"]) != 12031 || duckNum(t, row["refs"]) != 288500 || duckNum(t, row["uniq"]) != 182790 {
+		t.Errorf("duckdb: %v, want 12031 rows, 288500 block refs, 182790 unique", row)
+	}
+}
