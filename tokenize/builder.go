@@ -250,7 +250,7 @@ func (b *Builder) appendRun(dst []byte, x uint64, first []uint16, domain uint64,
 	x /= uint64(len(first))
 	nw := uint64(len(t.words))
 	for i := 1; i < h; i++ {
-		dst = append(dst, t.words[digitWord(x%nw, i, d0, nw)]...)
+		dst = append(dst, t.words[digitWord(x%nw, i, d0^domain, nw)]...)
 		x /= nw
 	}
 	k -= h
@@ -277,7 +277,7 @@ func (b *Builder) runBytes(x uint64, first []uint16, domain uint64, k int) int {
 	x /= uint64(len(first))
 	nw := uint64(len(t.words))
 	for i := 1; i < h; i++ {
-		n += len(t.words[digitWord(x%nw, i, d0, nw)])
+		n += len(t.words[digitWord(x%nw, i, d0^domain, nw)])
 		x /= nw
 	}
 	k -= h
@@ -297,11 +297,12 @@ func (b *Builder) runBytes(x uint64, first []uint16, domain uint64, k int) int {
 }
 
 // digitWord maps head digit d at position i >= 1 to a word index: d shifted by a hash of the
-// position and of the first digit d0, modulo n. For a fixed d0 and i the shift is a bijection,
-// so the head still spells the id uniquely; without it small ids would read "the the the",
-// since their higher digits are all zero.
-func digitWord(d uint64, i int, d0, n uint64) uint64 {
-	return (d + mix64(uint64(i)<<48^d0)%n) % n
+// position and of key (the first digit xor the domain), modulo n. For a fixed key and i the
+// shift is a bijection, so the head still spells the id uniquely; without it small ids would
+// read "the the the", since their higher digits are all zero, and block 7 would read like
+// request 7 after the first word.
+func digitWord(d uint64, i int, key, n uint64) uint64 {
+	return (d + mix64(uint64(i)<<48^key)%n) % n
 }
 
 // fillerStart picks where in the filler table a run's filler begins: a hash of the seeded id
@@ -381,7 +382,7 @@ func (b *Builder) appendIDRun(dst []int32, r idRadix, x uint64, parity uint64, d
 	dst = append(dst, int32(r.lo+2*d0+parity))
 	x /= r.half
 	for i := 1; i < h; i++ {
-		dst = append(dst, int32(r.lo+digitWord(x%r.n, i, d0, r.n)))
+		dst = append(dst, int32(r.lo+digitWord(x%r.n, i, d0^domain, r.n)))
 		x /= r.n
 	}
 	k -= h

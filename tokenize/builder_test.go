@@ -3,6 +3,7 @@ package tokenize
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -646,5 +647,44 @@ func TestDumpPrompts(t *testing.T) {
 	}
 	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBuilderConcurrent: one Builder shared by goroutines gives each the same text as a
+// sequential build (run under -race by scripts/test).
+func TestBuilderConcurrent(t *testing.T) {
+	b := testBuilder(t, CL100kBase, BuilderOptions{Seed: 8})
+	specs := make([]PromptSpec, 64)
+	want := make([]string, len(specs))
+	for i := range specs {
+		specs[i] = PromptSpec{RequestID: int64(i), Tokens: 100 + 37*i, Blocks: []int64{int64(i % 3), 9}, BlockTokens: 16}
+		want[i] = mustPrompt(t, b, specs[i])
+	}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			var buf []byte
+			var ids []int32
+			for k := range 200 {
+				i := (g*31 + k) % len(specs)
+				var err error
+				if buf, err = b.AppendPrompt(buf[:0], specs[i]); err == nil && string(buf) != want[i] {
+					err = fmt.Errorf("goroutine %d: spec %d differs", g, i)
+				}
+				if err == nil {
+					ids, err = b.AppendTokenIDs(ids[:0], specs[i], 32000)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -197,8 +197,11 @@ func TestCalibrate(t *testing.T) {
 // TestCalibrateLongHeldOut: on long prompts the word mix averages out and a word-splitting
 // tokenizer is within 0.5% too.
 func TestCalibrateLongHeldOut(t *testing.T) {
-	for _, api := range []string{APICompletions, APIChat} {
-		f := &fakeServer{shape: "none", template: 12, bos: 1}
+	for _, tc := range []struct{ api, shape string }{
+		{APICompletions, "none"}, {APIChat, "none"}, {APICompletions, "vllm"}, {APIChat, "vllm"},
+	} {
+		api := tc.api
+		f := &fakeServer{shape: tc.shape, template: 12, bos: 1}
 		srv := httptest.NewServer(f)
 		h := http.Header{"Authorization": {"Bearer " + secretKey}}
 		cal, err := Calibrate(context.Background(), CalibrateOptions{

@@ -144,6 +144,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if cfg.TimeScale != 1 {
 		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)
 	}
+	for _, w := range in.Warnings {
+		fmt.Fprintf(stderr, "  warning: %s\n", w)
+	}
 	if cfg.Faults.Any() {
 		b, _ := json.Marshal(cfg.Faults)
 		fmt.Fprintf(stderr, "  faults: %s\n", b)

@@ -175,13 +175,14 @@ var profiles = map[string]func() Config{
 	},
 	// moe-230b-8gpu: an 8-GPU deployment of a 230B-total / 10B-active MoE model (256
 	// experts, top-8). Calibrated in docs/sim.md: 84 tok/s single-stream, ~366 tok/s at
-	// batch 8, ~4,000 tok/s at batch 256 (= max_num_seqs, hence the plateau).
+	// batch 8, ~4,000 tok/s at batch 256 (= max_num_seqs, hence the plateau), decode only
+	// at 1,024 tokens of context; prefill (8 us/token) is an estimate.
 	"moe-230b-8gpu": func() Config {
 		return Config{
 			Model:                "sim-moe-230b",
 			MaxModelLen:          196608,
 			StepBase:             10300 * time.Microsecond,
-			PrefillPerToken:      20 * time.Microsecond,
+			PrefillPerToken:      8 * time.Microsecond,
 			DecodePerSeq:         5 * time.Microsecond,
 			ContextPerToken:      5 * time.Nanosecond,
 			PerExpert:            200 * time.Microsecond,

@@ -25,8 +25,8 @@ type seq struct {
 
 	// Model times (durations since the engine's model epoch). Written by the engine
 	// before done is stored.
-	arrivalM, admitM, firstM, lastM time.Duration
-	waitingAhead                    int // waiting requests ahead of it on arrival
+	arrivalM, queuedM, admitM, firstM, lastM time.Duration // queuedM: step start at which the engine took it in
+	waitingAhead                             int           // waiting requests ahead of it on arrival
 	// The engine's generated-token counter at admission (step start) and at the end of
 	// the step that produced the last token: with admitM and lastM these are samples of
 	// the engine's aggregate progress in model time.
@@ -75,7 +75,7 @@ func (c *core) idle() bool { return len(c.running) == 0 && c.waitingLen() == 0 }
 
 // enqueue adds s to the waiting queue at model time arrival.
 func (c *core) enqueue(s *seq, arrival time.Duration) {
-	s.arrivalM = arrival
+	s.arrivalM, s.queuedM = arrival, c.now
 	s.waitingAhead = c.waitingLen()
 	if c.head > 0 && c.head == len(c.waiting) {
 		c.waiting, c.head = c.waiting[:0], 0

@@ -27,6 +27,7 @@ var words = [...]string{
 // noise.
 const (
 	TrailerArrival = "X-Sim-Arrival-Ns"
+	TrailerQueued  = "X-Sim-Queued-Ns" // the step start at which the engine took it in
 	TrailerAdmit   = "X-Sim-Admit-Ns"
 	TrailerFirst   = "X-Sim-First-Ns"
 	TrailerLast    = "X-Sim-Last-Ns"
@@ -97,8 +98,13 @@ func (c *chunker) appendToken(b []byte, i int) []byte {
 	} else {
 		b = append(b, `,"stop_reason":null}]`...)
 	}
-	if c.continuous {
+	switch {
+	case c.continuous:
 		b = c.appendUsage(b, i+1)
+	case !c.chat:
+		// vLLM dumps completion chunks with exclude_unset=False, so usage is there as null;
+		// chat chunks omit it.
+		b = append(b, `,"usage":null`...)
 	}
 	return append(b, "}\n\n"...)
 }
@@ -179,9 +185,9 @@ func (e *engineSource) next(ctx context.Context, sent int) (int, bool) {
 
 // timing is one request's model times (see the X-Sim-* trailers).
 type timing struct {
-	arrival, admit, first, last time.Duration
-	ahead                       int
-	genAtAdmit, genAtLast       int64
+	arrival, queued, admit, first, last time.Duration
+	ahead                               int
+	genAtAdmit, genAtLast               int64
 }
 
 func (e *engineSource) times() timing {
@@ -189,7 +195,7 @@ func (e *engineSource) times() timing {
 	if !s.done.Load() {
 		return timing{}
 	}
-	return timing{s.arrivalM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
+	return timing{s.arrivalM, s.queuedM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
@@ -234,7 +240,7 @@ func (f *fixedSource) times() timing {
 	c := &f.srv.cfg
 	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
-	return timing{arrival: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
+	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
 }
 
 func (f *fixedSource) cancel() {
@@ -343,7 +349,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 
 	wantTiming := r.Header.Get(TimingHeader) != ""
 	if wantTiming {
-		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
+		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
 	}
 	setTrailers := func() {
 		if !wantTiming {
@@ -352,6 +358,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		tm := src.times()
 		h := w.Header()
 		h.Set(TrailerArrival, strconv.FormatInt(int64(tm.arrival), 10))
+		h.Set(TrailerQueued, strconv.FormatInt(int64(tm.queued), 10))
 		h.Set(TrailerAdmit, strconv.FormatInt(int64(tm.admit), 10))
 		h.Set(TrailerFirst, strconv.FormatInt(int64(tm.first), 10))
 		h.Set(TrailerLast, strconv.FormatInt(int64(tm.last), 10))

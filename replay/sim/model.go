@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -69,6 +70,9 @@ type Info struct {
 	MaxConcurrentAtRef int `json:"max_concurrent_at_ref"`
 	// Steps is the decode step at every batch size 1..MaxBatch.
 	Steps []StepPoint `json:"steps"`
+	// Warnings name settings under which the figures above will not be reached in
+	// practice (they stay right in model time).
+	Warnings []string `json:"warnings,omitempty"`
 	// Fixed profile: exact TTFT and ITL in milliseconds (model time).
 	FixedTTFTMs float64 `json:"fixed_ttft_ms,omitempty"`
 	FixedITLMs  float64 `json:"fixed_itl_ms,omitempty"`
@@ -106,6 +110,16 @@ func Analyze(c Config) Info {
 		in.MaxConcurrentAtRef = min(c.KVCacheTokens/ref, c.MaxBatch)
 	} else {
 		in.MaxConcurrentAtRef = c.MaxBatch
+	}
+	if in.MaxConcurrentAtRef < c.MaxBatch {
+		in.Warnings = append(in.Warnings, fmt.Sprintf(
+			"the KV cache (%d tokens) holds only %d sequences of %d tokens: the batch cannot reach max_batch %d at that context, so max_decode_tok_per_sec is not reachable",
+			c.KVCacheTokens, in.MaxConcurrentAtRef, ref, c.MaxBatch))
+	}
+	if real := time.Duration(float64(c.DecodeStepTime(1, 0)) / c.TimeScale); real < 50*time.Microsecond {
+		in.Warnings = append(in.Warnings, fmt.Sprintf(
+			"at time scale %g a single-stream step lasts %v of real time, below what timers resolve: real-time rates will fall short of model rates x %g (model-time figures hold)",
+			c.TimeScale, real, c.TimeScale))
 	}
 	return in
 }

@@ -185,6 +185,13 @@ func TestStreamShapes(t *testing.T) {
 	if enc.Count(res.text) != 3 {
 		t.Fatalf("chat text %q", res.text)
 	}
+	if _, has := res.chunks[1]["usage"]; has {
+		t.Errorf("chat chunk has usage without stream_options: %v", res.chunks[1])
+	}
+	res = post(t, c, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 2, "stream": true})
+	if u, has := res.chunks[0]["usage"]; !has || u != nil || len(res.chunks) != 2 {
+		t.Errorf("completion chunk: want \"usage\":null as vLLM sends, got %v", res.chunks[0])
+	}
 
 	// chat prompt count = /tokenize count
 	msgs := []map[string]any{{"role": "user", "content": []map[string]any{{"type": "text", "text": "What is 2+2?"}}}}
@@ -344,31 +351,55 @@ func scrape(t testing.TB, url string) metricsSample {
 }
 
 // TestSaturatedAggregateAndQueueing sends five batches' worth of requests at once. While
-// requests wait, the batch is full: the aggregate decode rate over that time, in model
-// time, must match /sim/info's max decode rate; and TTFT must grow with the queue.
+// requests are refused admission the batch is full: the aggregate decode rate over that
+// time, in model time, must match /sim/info's max decode rate; and TTFT must grow with
+// the queue. A machine too busy to send a burst (no queue forms) gets another try; a
+// wrong engine fails every try.
 func TestSaturatedAggregateAndQueueing(t *testing.T) {
+	var errs []string
+	for try := range 3 {
+		errs = saturatedTry(t)
+		if len(errs) == 0 {
+			return
+		}
+		t.Logf("try %d: %s", try+1, strings.Join(errs, "; "))
+	}
+	t.Error(strings.Join(errs, "\n"))
+}
+
+func saturatedTry(t *testing.T) (errs []string) {
+	failf := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
 	cfg, _ := Profile("tiny")
 	cfg.TimeScale = 2
 	// 28 + mean(1..n-1) = 128 = the context at which /sim/info's figures are computed.
 	const prompt, n = 28, 200
 	r := startSim(t, cfg)
+	defer r.Close()
 	info := r.Info()
 	reqs := 5 * cfg.MaxBatch
 	results := make([]*result, reqs)
-	var wg sync.WaitGroup
+	var ready, wg sync.WaitGroup
+	start := make(chan struct{})
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: reqs}}
+	ready.Add(reqs)
 	for i := range reqs {
 		wg.Go(func() {
+			// Warm a keep-alive connection, then fire with the others.
+			post(t, c, r.BaseURL()+"/completions", map[string]any{"prompt": ids(1), "max_tokens": 1})
+			ready.Done()
+			<-start
 			results[i] = post(t, c, r.BaseURL()+"/completions", map[string]any{
 				"prompt": ids(prompt), "max_tokens": n, "ignore_eos": true, "stream": true})
 		})
 	}
+	ready.Wait()
+	close(start)
 	wg.Wait()
 
 	type rt struct {
-		arrival, admit, last, ttft time.Duration
-		ahead                      int
-		genAdmit, genLast          int64
+		arrival, queued, admit, last, ttft time.Duration
+		ahead                              int
+		genAdmit, genLast                  int64
 	}
 	rts := make([]rt, 0, reqs)
 	for _, res := range results {
@@ -377,7 +408,7 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 		}
 		a := res.modelNs(t, TrailerArrival)
 		ahead, _ := strconv.Atoi(res.trailer.Get(TrailerAhead))
-		rts = append(rts, rt{a, res.modelNs(t, TrailerAdmit), res.modelNs(t, TrailerLast), res.modelNs(t, TrailerFirst) - a,
+		rts = append(rts, rt{a, res.modelNs(t, TrailerQueued), res.modelNs(t, TrailerAdmit), res.modelNs(t, TrailerLast), res.modelNs(t, TrailerFirst) - a,
 			ahead, int64(res.modelNs(t, TrailerGenAtAdmit)), int64(res.modelNs(t, TrailerGenAtLast))})
 	}
 	// Requests that arrived during the same step share an arrival time; their order is
@@ -390,16 +421,29 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 			t.Fatalf("not FCFS: arrival %v admitted %v before arrival %v admitted %v", rts[i].arrival, rts[i].admit, rts[i-1].arrival, rts[i-1].admit)
 		}
 	}
+	maxAhead := 0
+	for _, x := range rts {
+		maxAhead = max(maxAhead, x.ahead)
+	}
+	if maxAhead < 2*cfg.MaxBatch {
+		failf("the burst queued at most %d requests: the machine did not send it at once", maxAhead)
+		return errs
+	}
 
-	// The queue is non-empty exactly on the union of [arrival, admit) intervals; while it
-	// is, the batch is full. Every admission and every finish is a sample (model time,
-	// engine's generated-token counter), so the rate between the first and last samples
-	// inside the longest such stretch is the saturated aggregate, in model time whatever
-	// the machine's load.
+	// A request taken in at step start `queued` and admitted later was refused at every
+	// step start in [queued, admit): the batch was full. On the union of those intervals,
+	// every admission and every finish is a sample (model time, engine's generated-token
+	// counter); the rate between the first and last samples inside the longest stretch is
+	// the saturated aggregate, in model time whatever the machine's load.
+	sort.Slice(rts, func(i, j int) bool { return rts[i].queued < rts[j].queued })
 	var bestFrom, bestTo, from, to time.Duration
-	for i, x := range rts { // sorted by arrival
-		if i == 0 || x.arrival > to {
-			from, to = x.arrival, x.admit
+	first := true
+	for _, x := range rts {
+		if x.queued >= x.admit {
+			continue
+		}
+		if first || x.queued > to {
+			from, to, first = x.queued, x.admit, false
 		} else {
 			to = max(to, x.admit)
 		}
@@ -423,12 +467,13 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 	step := cfg.DecodeStepTime(cfg.MaxBatch, cfg.RefContextTokens)
 	life := time.Duration(n) * step
 	if len(in) < 2 || in[len(in)-1].at-in[0].at < life {
-		t.Fatalf("saturated stretch [%v, %v] holds %d samples: the requests did not queue", bestFrom, bestTo, len(in))
+		failf("saturated stretch [%v, %v] holds %d samples, under a batch lifetime", bestFrom, bestTo, len(in))
+		return errs
 	}
 	a, b := in[0], in[len(in)-1]
 	agg := float64(b.gen-a.gen) / (b.at - a.at).Seconds()
 	if math.Abs(agg/info.MaxDecodeTokPerSec-1) > 0.05 {
-		t.Errorf("saturated aggregate %.0f tok/s (model time), /sim/info max decode %.0f", agg, info.MaxDecodeTokPerSec)
+		failf("saturated aggregate %.0f tok/s (model time) over %v, /sim/info max decode %.0f", agg, b.at-a.at, info.MaxDecodeTokPerSec)
 	}
 	t.Logf("saturated aggregate %.0f tok/s over %v model time, info %.0f", agg, b.at-a.at, info.MaxDecodeTokPerSec)
 
@@ -437,13 +482,9 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 	// StepBase long; and the requests that found the longest queues wait, on average, at
 	// least a batch lifetime longer than those that found none.
 	var none, long []float64
-	maxAhead := 0
-	for _, x := range rts {
-		maxAhead = max(maxAhead, x.ahead)
-	}
 	for _, x := range rts {
 		if lb := time.Duration(x.ahead/cfg.MaxBatch*n) * cfg.StepBase; x.ttft < lb {
-			t.Errorf("TTFT %v with %d waiting ahead, below the bound %v", x.ttft, x.ahead, lb)
+			failf("TTFT %v with %d waiting ahead, below the bound %v", x.ttft, x.ahead, lb)
 		}
 		switch {
 		case x.ahead == 0:
@@ -459,10 +500,11 @@ func TestSaturatedAggregateAndQueueing(t *testing.T) {
 		}
 		return s / float64(len(x))
 	}
-	if maxAhead < cfg.MaxBatch || len(none) == 0 || mean(long)-mean(none) < life.Seconds() {
-		t.Errorf("TTFT with no queue %.3fs (%d requests), with ~%d ahead %.3fs (%d): want a rise of at least a batch lifetime %v",
+	if len(none) == 0 || mean(long)-mean(none) < life.Seconds() {
+		failf("TTFT with no queue %.3fs (%d requests), with ~%d ahead %.3fs (%d): want a rise of at least a batch lifetime %v",
 			mean(none), len(none), maxAhead, mean(long), len(long), life)
 	}
+	return errs
 }
 
 func TestFixedProfileModelTimes(t *testing.T) {
@@ -641,21 +683,31 @@ func TestStallAndSlowFirstByteReal(t *testing.T) {
 
 func TestCloseEndsStreams(t *testing.T) {
 	cfg, _ := Profile("fixed")
-	cfg.FixedITL = time.Second
+	cfg.FixedTTFT, cfg.FixedITL = 0, time.Second
 	r := startSim(t, cfg)
-	got := make(chan *result)
-	go func() {
-		got <- post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": "x", "max_tokens": 100, "stream": true})
-	}()
-	time.Sleep(200 * time.Millisecond)
-	r.Close()
+	resp, err := http.Post(r.BaseURL()+"/completions", "application/json",
+		strings.NewReader(`{"prompt":"x","max_tokens":100,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	rest, _ := io.ReadAll(br) // ends when the server ends the stream
+	if strings.Contains(string(rest), "[DONE]") {
+		t.Fatal("stream finished with [DONE] after Close")
+	}
 	select {
-	case res := <-got:
-		if res.done {
-			t.Fatal("stream finished with [DONE] after Close")
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("stream still open after Close")
+		t.Fatal("Close did not return")
 	}
 }
 
