@@ -67,6 +67,19 @@ type replayFlags struct {
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
 	var f replayFlags
+	addReplayFlags(fs, &f)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("replay: unexpected argument %q", fs.Arg(0))
+	}
+	return doReplay(ctx, fs, &f, stdout, stderr)
+}
+
+// addReplayFlags defines replay's flags on fs; sweep defines the same ones, so that every
+// point of a sweep is a replay with exactly replay's options.
+func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.StringVarP(&f.trace, "trace", "t", "", "trace file (trace/v1 Parquet); default: the bundled sample ("+trace.SampleName+")")
 	fs.StringVarP(&f.endpoint, "endpoint", "e", "", "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (no path: /v1); default: start the simulated engine in-process")
 	fs.StringVar(&f.api, "api", "completions", "API: completions or chat")
@@ -98,13 +111,6 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
 	fs.DurationVar(&f.progressEvery, "progress-interval", 5*time.Second, "period of the plain progress lines when stderr is not a terminal")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("replay: unexpected argument %q", fs.Arg(0))
-	}
-	return doReplay(ctx, fs, &f, stdout, stderr)
 }
 
 func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, stderr io.Writer) error {
