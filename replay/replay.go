@@ -61,7 +61,12 @@ type Options struct {
 	FlushInterval time.Duration // journal flush period; 0 = DefaultFlushInterval
 	Meta          RunMeta       // run metadata; Run fills RunStartUnixNS, RunID and Mode
 	Start         time.Time     // run start; zero = when Run starts dispatching
-	MaxLateness   time.Duration // schedule lateness above which the run is client-limited
+	// Origin is the trace arrival that is due at the run start when HasOrigin is set; else
+	// the first request's. Shards set it to the whole trace's first arrival, so that each
+	// request is due at the same instant as in a single-process run.
+	Origin      time.Duration
+	HasOrigin   bool
+	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
 	// Abort, when closed, cancels requests in flight at once (a second Ctrl-C). Canceling
 	// the ctx given to Run is the graceful stop: no more dispatches, Grace to finish.
@@ -287,7 +292,8 @@ func (r *runner) stopped() bool {
 func (r *runner) prepare() {
 	defer close(r.preparerDone)
 	defer close(r.prepared)
-	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup}
+	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup,
+		origin: r.o.Origin, hasOrigin: r.o.HasOrigin}
 	if p.closed {
 		p.duration = 0 // closed loop: bounded by send time instead, in the workers
 	}

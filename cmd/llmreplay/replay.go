@@ -53,7 +53,7 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
 
 type replayFlags struct {
 	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
-	promptFormat                                                                           string
+	promptFormat, startAt                                                                  string
 	vocabSize                                                                              int
 	headers                                                                                []string
 	speedup, rate                                                                          float64
@@ -103,7 +103,8 @@ func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.BoolVar(&f.strict, "strict", false, "exit with status 3 when the run is client-limited")
 	fs.StringVarP(&f.output, "output", "o", "results.parquet", "results file (Parquet); its journal is written beside it while the run goes")
 	fs.BoolVar(&f.keepJournal, "keep-journal", false, "keep the journal (OUTPUT.journal) after the results file is written")
-	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id)")
+	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id); see docs/scaling-out.md")
+	fs.StringVar(&f.startAt, "start-at", "", "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
 	fs.StringVar(&f.simProfile, "sim-profile", "tiny", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
 	fs.StringVar(&f.promptFormat, "prompt-format", "auto", "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
 	fs.IntVar(&f.vocabSize, "vocab-size", 100256, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
@@ -162,6 +163,15 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	shard, err := trace.ParseShard(f.shard)
 	if err != nil {
 		return usagef("replay: --shard: %v", err)
+	}
+	var startAt time.Time
+	if f.startAt != "" {
+		if startAt, err = parseStartAt(f.startAt); err != nil {
+			return usagef("replay: --start-at: %v", err)
+		}
+		if late := time.Since(startAt); late > time.Second {
+			return fmt.Errorf("replay: --start-at %s was %v ago: a late shard would send its share at other times than the others; choose a later instant", f.startAt, late.Round(time.Millisecond))
+		}
 	}
 	header := http.Header{}
 	for _, h := range f.headers {
@@ -311,7 +321,22 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	defer client.Close()
 
 	var source trace.Source = src
+	var origin time.Duration
 	if shard.Count > 1 {
+		// Due times count from the whole trace's first arrival, not this shard's, so every
+		// request is due at the same instant as in a single-process run.
+		first, err := openTrace()
+		if err != nil {
+			return err
+		}
+		if first.Next() {
+			origin = first.Request().Arrival
+		}
+		err = first.Err()
+		first.Close()
+		if err != nil {
+			return err
+		}
 		source = trace.NewShardSource(src, shard)
 	}
 	blockTokens := src.Meta().BlockTokens
@@ -402,6 +427,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		Duration: f.duration, Limit: f.limit, Warmup: f.warmup, Grace: f.grace,
 		Shard: int32(shard.Index), Prewarm: min(max(f.prewarm, 0), max(f.maxInflight, f.concurrency)), Output: f.output, KeepJournal: f.keepJournal,
 		Meta: meta, MaxLateness: f.maxLateness, Abort: abort, Progress: prog,
+		Start: startAt, Origin: origin, HasOrigin: shard.Count > 1,
 	})
 	stopProg()
 	<-progDone
@@ -477,4 +503,25 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("replay: hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// parseStartAt reads an instant as RFC 3339 (2026-12-02T15:00:00Z) or unix seconds
+// (1796223600, with up to nine fraction digits, read exactly).
+func parseStartAt(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	bad := fmt.Errorf("%q: want RFC 3339 (2026-12-02T15:00:00Z) or unix seconds", s)
+	whole, frac, _ := strings.Cut(s, ".")
+	secs, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || secs <= 0 || secs > 1e11 || len(frac) > 9 {
+		return time.Time{}, bad
+	}
+	var ns int64
+	if frac != "" {
+		if ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil || frac[0] == '-' || frac[0] == '+' {
+			return time.Time{}, bad
+		}
+	}
+	return time.Unix(secs, ns), nil
 }
