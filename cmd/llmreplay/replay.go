@@ -60,7 +60,7 @@ type replayFlags struct {
 	concurrency, maxInflight, prewarm                                                      int
 	limit, warmup                                                                          int64
 	timeout, duration, grace, maxLateness, progressEvery                                   time.Duration
-	insecure, strict, quiet, keepJournal                                                   bool
+	insecure, strict, quiet, keepJournal, calibrate                                        bool
 	seed                                                                                   uint64
 }
 
@@ -108,6 +108,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.StringVar(&f.simProfile, "sim-profile", "tiny", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
 	fs.StringVar(&f.promptFormat, "prompt-format", "auto", "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
 	fs.IntVar(&f.vocabSize, "vocab-size", 100256, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
+	fs.BoolVar(&f.calibrate, "calibrate", false, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's; text prompts only")
 	fs.StringVar(&f.encoding, "encoding", tokenize.CL100kBase, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
@@ -340,6 +341,23 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		source = trace.NewShardSource(src, shard)
 	}
 	blockTokens := src.Meta().BlockTokens
+	var cal *tokenize.Calibration
+	if f.calibrate && tokenIDs {
+		fmt.Fprintln(stderr, "llmreplay: --calibrate: token-id prompts are counted exactly; nothing to calibrate")
+	} else if f.calibrate {
+		h := header.Clone()
+		if apiKey != "" {
+			h.Set("Authorization", "Bearer "+apiKey)
+		}
+		c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{BaseURL: base.String(), API: string(api), Model: model,
+			HTTPClient: &http.Client{Transport: replay.NewTransport(8, f.insecure), Timeout: time.Minute}, Header: h, Builder: builder})
+		if err != nil {
+			return fmt.Errorf("replay: --calibrate: %w", err)
+		}
+		cal = &c
+		fmt.Fprintf(stderr, "llmreplay: calibrated: %s\n", c)
+		meta.Flags["calibration"] = c.String()
+	}
 	var ids []int32 // the prompter runs on the one goroutine that prepares requests
 	prompter := replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
 		if r.Prompt != "" && !tokenIDs {
@@ -348,6 +366,11 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		spec := tokenize.PromptSpec{RequestID: r.ID, Tokens: int(r.PromptTokens)}
 		if blockTokens > 0 {
 			spec.Blocks, spec.BlockTokens = r.PrefixBlocks, blockTokens
+		}
+		if cal != nil {
+			// The whole prompt is corrected; shared blocks keep their builder length, so
+			// sharing stays exact and the tail absorbs the correction.
+			spec.Tokens = cal.Target(spec.Tokens)
 		}
 		if !tokenIDs {
 			return builder.AppendPrompt(dst, spec)
