@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -106,6 +107,9 @@ type ClientOptions struct {
 	// CountTokens counts generated text when the server reports no usage; nil leaves
 	// output_tokens null in that case.
 	CountTokens func(string) int
+	// TokenIDPrompts: the prompts the Prompter appends are JSON arrays of token ids, sent
+	// as they are ("prompt":[...], completions API only; vLLM and SGLang accept them).
+	TokenIDPrompts bool
 }
 
 // Validate checks the options.
@@ -125,6 +129,9 @@ func (o *ClientOptions) Validate() error {
 	if o.Timeout < 0 {
 		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
 	}
+	if o.TokenIDPrompts && o.API != APICompletions {
+		return errors.New("client: token-id prompts need the completions API")
+	}
 	return nil
 }
 
@@ -140,7 +147,10 @@ type Client struct {
 
 // NewTransport returns the tuned transport every replay uses: one keep-alive pool sized
 // to the in-flight limit (so steady load never dials), no compression (it would delay
-// and batch chunks), and large read buffers (answers to 100k-token prompts exist).
+// and batch chunks), and 16 KiB read and write buffers per connection, four times
+// net/http's default: a 100k-token prompt goes out in few writes, and a long SSE line
+// grows the stream reader's own buffer (up to its cap) instead. Bigger fixed buffers
+// cost too much at thousands of connections (64 KiB each way x 4096 = 512 MiB).
 func NewTransport(maxInflight int, insecure bool) *http.Transport {
 	if maxInflight <= 0 {
 		maxInflight = 1024
@@ -155,8 +165,8 @@ func NewTransport(maxInflight int, insecure bool) *http.Transport {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: 0,
 		DisableCompression:    true,
-		ReadBufferSize:        256 << 10,
-		WriteBufferSize:       256 << 10,
+		ReadBufferSize:        16 << 10,
+		WriteBufferSize:       16 << 10,
 		ForceAttemptHTTP2:     true,
 		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
 	}
@@ -209,6 +219,43 @@ func NewClient(o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
+// Prewarm opens up to n keep-alive connections before a run, with n concurrent
+// GET BASE/models requests, so that the run's first requests (and its bursts up to n in
+// flight) do not pay TCP and TLS set-up inside their lateness and TTFT. It returns how
+// many requests succeeded; failures are not errors (the run will report the endpoint's
+// state itself).
+func (c *Client) Prewarm(ctx context.Context, n int) int {
+	u := *c.opts.BaseURL
+	u.User = nil
+	u.Path += "/models"
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+			if err != nil {
+				return
+			}
+			req.Header = c.header
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(ok.Load())
+}
+
 // Close releases idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
@@ -253,6 +300,10 @@ func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte 
 		b = append(b, `,"messages":[{"role":"user","content":`...)
 		b = appendJSONBytes(b, prompt)
 		b = append(b, `}]}`...)
+	} else if c.opts.TokenIDPrompts {
+		b = append(b, `,"prompt":`...)
+		b = append(b, prompt...) // already a JSON array of ids
+		b = append(b, '}')
 	} else {
 		b = append(b, `,"prompt":`...)
 		b = appendJSONBytes(b, prompt)
@@ -437,6 +488,7 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 		prevCompl   int32
 		usageSeen   bool
 		nEvents     int
+		ci          chunkInfo
 	)
 	res.ChunkNS = res.ChunkNS[:0]
 	for sse.Next() {
@@ -451,32 +503,20 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 			done = true
 			break
 		}
-		var ch streamChunk
-		if err := json.Unmarshal(data, &ch); err != nil {
+		if err := parseChunk(data, &ci); err != nil {
 			res.Status = StatusStreamError
 			res.Error = fmt.Sprintf("event %d: malformed chunk: %v: %s", nEvents, err, shortText(data))
 			return
 		}
-		if msg, ok := ch.errorMessage(); ok {
-			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(msg))
+		if ci.isErr {
+			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg))
 			return
 		}
-		output := false
-		for i := range ch.Choices {
-			cc := &ch.Choices[i]
-			d := &cc.Delta
-			if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
-				(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
-				output = true
-				text = append(text, cc.Text...)
-				text = append(text, d.Content...)
-				text = append(text, d.ReasoningContent...)
-				text = append(text, d.Reasoning...)
-			}
-			if cc.FinishReason != nil && *cc.FinishReason != "" {
-				finished = true
-			}
+		output := ci.output
+		if output && c.opts.CountTokens != nil {
+			text = append(text, ci.text...)
 		}
+		finished = finished || ci.finished
 		if output {
 			off := stamp - res.SentNS
 			if res.FirstTokenNS == Null {
@@ -484,9 +524,9 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 			}
 			res.EndNS = stamp
 			res.ChunkNS = append(res.ChunkNS, off)
-			if ch.Usage != nil && ch.Usage.CompletionTokens != nil {
-				n := *ch.Usage.CompletionTokens - prevCompl
-				prevCompl = *ch.Usage.CompletionTokens
+			if ci.usage && ci.hasCompl {
+				n := ci.compl - prevCompl
+				prevCompl = ci.compl
 				chunkTokens = append(chunkTokens, n)
 				if onTokens != nil {
 					onTokens(int(n))
@@ -497,16 +537,16 @@ func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Resu
 					onTokens(1)
 				}
 			}
-		} else if ch.Usage != nil && ch.Usage.CompletionTokens != nil && len(ch.Choices) > 0 {
-			prevCompl = *ch.Usage.CompletionTokens
+		} else if ci.usage && ci.hasCompl && ci.choices > 0 {
+			prevCompl = ci.compl
 		}
-		if ch.Usage != nil && len(ch.Choices) == 0 {
+		if ci.usage && ci.choices == 0 {
 			usageSeen = true
-			if ch.Usage.PromptTokens != nil {
-				res.PromptTokensServer = *ch.Usage.PromptTokens
+			if ci.hasPrompt {
+				res.PromptTokensServer = ci.prompt
 			}
-			if ch.Usage.CompletionTokens != nil {
-				res.OutputTokens = *ch.Usage.CompletionTokens
+			if ci.hasCompl {
+				res.OutputTokens = ci.compl
 				res.OutputTokensSource = SourceUsage
 			}
 		}

@@ -150,7 +150,7 @@ func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	res, meta, err := ReadFile(out)
+	res, meta, err := ReadFile(o.Output)
 	if err != nil {
 		t.Fatal(err)
 	}

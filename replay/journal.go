@@ -265,7 +265,7 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 		}
 	}()
 	props := parquet.NewWriterProperties(
-		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(parquet.DataPageV2),
 		parquet.WithMaxRowGroupLength(parquetRowGroup),
 		parquet.WithCreatedBy("llmreplay"),
 	)

@@ -70,7 +70,7 @@ func RenderProgress(ctx context.Context, w io.Writer, p *Progress, o ProgressOpt
 			elapsed := time.Duration(time.Now().UnixNano() - start).Truncate(100 * time.Millisecond)
 			sched := ""
 			if o.Span > 0 {
-				sched = "/" + o.Span.Truncate(100*time.Millisecond).String()
+				sched = " of " + o.Span.Truncate(100*time.Millisecond).String() + " schedule"
 			}
 			late := p.Late.Load()
 			warn := ""
@@ -84,7 +84,7 @@ func RenderProgress(ctx context.Context, w io.Writer, p *Progress, o ProgressOpt
 			}
 			if bar != nil {
 				bar.Describe(msg)
-				bar.Set64(p.Planned.Load())
+				bar.Set64(p.Sent.Load() + p.Dropped.Load())
 				continue
 			}
 			if now.Sub(lastLine) >= o.Interval || (late > lastLate && lastLate == 0) {

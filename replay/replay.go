@@ -54,13 +54,19 @@ type Options struct {
 	Grace       time.Duration // after a stop, how long requests in flight may finish
 	LookAhead   int           // prepared requests buffered ahead of the dispatcher
 	Shard       int32
+	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
 
 	Output        string        // results file; the journal is Output + JournalSuffix
 	KeepJournal   bool          // keep the journal after a successful conversion
 	FlushInterval time.Duration // journal flush period; 0 = DefaultFlushInterval
 	Meta          RunMeta       // run metadata; Run fills RunStartUnixNS, RunID and Mode
 	Start         time.Time     // run start; zero = when Run starts dispatching
-	MaxLateness   time.Duration // schedule lateness above which the run is client-limited
+	// Origin is the trace arrival that is due at the run start when HasOrigin is set; else
+	// the first request's. Shards set it to the whole trace's first arrival, so that each
+	// request is due at the same instant as in a single-process run.
+	Origin      time.Duration
+	HasOrigin   bool
+	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
 	// Abort, when closed, cancels requests in flight at once (a second Ctrl-C). Canceling
 	// the ctx given to Run is the graceful stop: no more dispatches, Grace to finish.
@@ -133,11 +139,23 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Concurrency > 0 {
 		mode = ModeClosed
 	}
+	if o.Prewarm > 0 {
+		o.Client.Prewarm(ctx, o.Prewarm)
+	}
+	r := &runner{o: o, prog: prog}
+	r.stop = make(chan struct{})
+	r.prepared = make(chan *request, o.LookAhead)
+	r.preparerDone = make(chan struct{})
+	go r.prepare()
 	start := o.Start
 	if start.IsZero() {
+		// The clock starts once the look-ahead is full (or the trace is short), so the
+		// first requests are not late by the time it takes to build their bodies.
+		r.waitPrepared(ctx, 5*time.Second)
 		start = time.Now()
 	}
 	clk := clock{start: start}
+	r.clk = clk
 	meta := o.Meta
 	meta.Mode = mode
 	meta.RunStartUnixNS = start.UnixNano()
@@ -158,12 +176,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
-	r := &runner{o: o, clk: clk, prog: prog, meta: &meta}
-	r.stop = make(chan struct{})
+	r.meta = &meta
 	r.runCtx, r.cancelRun = context.WithCancel(context.Background())
 	defer r.cancelRun()
 	r.results = make(chan *Result, 8192)
-	r.prepared = make(chan *request, o.LookAhead)
 
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
@@ -199,7 +215,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}()
 	}
 
-	go r.prepare()
 	if mode == ModeClosed {
 		r.closedLoop()
 	} else {
@@ -239,16 +254,17 @@ type runner struct {
 	prog *Progress
 	meta *RunMeta
 
-	stop      chan struct{}
-	stopOnce  sync.Once
-	runCtx    context.Context // canceled to cancel every request in flight
-	cancelRun context.CancelFunc
-	prepared  chan *request
-	results   chan *Result
-	wg        sync.WaitGroup // requests in flight
-	inflight  atomic.Int64
-	prepErr   atomic.Pointer[error]
-	ssePool   sync.Pool
+	stop         chan struct{}
+	stopOnce     sync.Once
+	runCtx       context.Context // canceled to cancel every request in flight
+	cancelRun    context.CancelFunc
+	prepared     chan *request
+	preparerDone chan struct{} // closed when prepare returns
+	results      chan *Result
+	wg           sync.WaitGroup // requests in flight
+	inflight     atomic.Int64
+	prepErr      atomic.Pointer[error]
+	ssePool      sync.Pool
 }
 
 // requestStop stops dispatching early (a signal, an abort, a failure).
@@ -274,8 +290,10 @@ func (r *runner) stopped() bool {
 // prepare reads the trace, plans each request and builds its body ahead of time, so the
 // dispatcher only waits and writes. The channel's capacity bounds the look-ahead.
 func (r *runner) prepare() {
+	defer close(r.preparerDone)
 	defer close(r.prepared)
-	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup}
+	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup,
+		origin: r.o.Origin, hasOrigin: r.o.HasOrigin}
 	if p.closed {
 		p.duration = 0 // closed loop: bounded by send time instead, in the workers
 	}
@@ -310,37 +328,86 @@ func (r *runner) prepare() {
 	}
 }
 
+// waitPrepared waits until the look-ahead channel is full or the preparer has finished,
+// at most max or until ctx ends.
+func (r *runner) waitPrepared(ctx context.Context, max time.Duration) {
+	deadline := time.After(max)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for len(r.prepared) < cap(r.prepared) {
+		select {
+		case <-r.preparerDone:
+			return
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func (r *runner) fail(err error) {
 	r.prepErr.CompareAndSwap(nil, &err)
 	r.requestStop()
 }
 
-// spinWindow is how long before a due time the dispatcher stops sleeping and yields in
-// a loop instead: nanosleep's wake-up error (tens of µs, more on a loaded machine).
-const spinWindow = 150 * time.Microsecond
+// waiter waits for absolute deadlines on the run clock. It sleeps on a Go timer until
+// shortly before the deadline, then yields in a loop until it passes. The runtime's
+// timers wake late by up to a millisecond when the process is idle (netpoll waits in
+// whole milliseconds) and by tens of microseconds when it is busy, so the margin left
+// for the yield loop adapts: it tracks a decaying maximum of the observed overshoot,
+// capped at 0.5 ms (yielding longer burns CPU against lateness that is then the
+// operating system's preemption of the whole process, which no waiting scheme beats).
+// (A blocking nanosleep on a locked thread was tried: it holds the goroutine's P in a
+// syscall until sysmon retakes it, up to 10 ms, which starved the senders.)
+type waiter struct {
+	clk    clock
+	stop   <-chan struct{}
+	timer  *time.Timer
+	margin time.Duration // current yield window before a deadline
+}
 
-// maxSleep bounds one sleep so that a stop is noticed promptly.
-const maxSleep = 20 * time.Millisecond
+const (
+	minMargin = 30 * time.Microsecond
+	maxMargin = 500 * time.Microsecond // past this, lateness is the OS's preemption, which yielding cannot beat
+	maxSleep  = 50 * time.Millisecond  // a stop is noticed at least this often
+)
 
-// waitUntil waits until the run clock reaches dueNS, on the absolute deadline (never a
-// relative sleep that would accumulate drift). It returns false if the run is stopped
-// first.
-func (r *runner) waitUntil(dueNS int64) bool {
+func newWaiter(clk clock, stop <-chan struct{}) *waiter {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin}
+}
+
+// until waits until the run clock reaches dueNS, on the absolute deadline (never a
+// relative sleep that would accumulate drift). It returns false if stop closes first.
+func (w *waiter) until(dueNS int64) bool {
 	for {
-		if r.stopped() {
-			return false
-		}
-		d := time.Duration(dueNS - r.clk.now())
+		d := time.Duration(dueNS - w.clk.now())
 		if d <= 0 {
 			return true
 		}
-		if d > spinWindow {
-			s := d - spinWindow
-			if s > maxSleep {
-				s = maxSleep
+		if d > w.margin {
+			s := min(d-w.margin, maxSleep)
+			target := w.clk.now() + int64(s)
+			w.timer.Reset(s)
+			select {
+			case <-w.timer.C:
+			case <-w.stop:
+				w.timer.Stop()
+				return false
 			}
-			sleepThread(s)
+			// Adapt: grow at once to a larger overshoot, decay slowly towards the floor.
+			over := time.Duration(w.clk.now()-target) + minMargin
+			w.margin = max(over, w.margin-w.margin/64, minMargin)
+			w.margin = min(w.margin, maxMargin)
 			continue
+		}
+		select {
+		case <-w.stop:
+			return false
+		default:
 		}
 		runtime.Gosched()
 	}
@@ -348,9 +415,7 @@ func (r *runner) waitUntil(dueNS int64) bool {
 
 // openLoop dispatches each prepared request at its due time.
 func (r *runner) openLoop() {
-	// The dispatcher owns its OS thread so that nanosleep blocks only it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	w := newWaiter(r.clk, r.stop)
 	maxLate := int64(r.o.MaxLateness)
 	for {
 		var req *request
@@ -363,7 +428,7 @@ func (r *runner) openLoop() {
 		case <-r.stop:
 			return
 		}
-		if !r.waitUntil(req.dueNS) {
+		if !w.until(req.dueNS) {
 			return
 		}
 		if late := r.clk.now() - req.dueNS; late > maxLate {
@@ -426,7 +491,7 @@ func (r *runner) send(req *request) {
 	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	sse, _ := r.ssePool.Get().(*sseReader)
 	if sse == nil {
-		sse = newSSEReader(nil, r.clk.now, 32<<10, r.o.Client.opts.MaxLine)
+		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
 	}
 	r.prog.Sent.Add(1)
 	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) })
@@ -446,12 +511,13 @@ func (r *runner) drain(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	var grace <-chan time.Time
+	ctxDone := ctx.Done()
 	if ctx.Err() != nil || r.prepErr.Load() != nil {
 		t := time.NewTimer(r.o.Grace)
 		defer t.Stop()
 		grace = t.C
+		ctxDone = nil
 	}
-	ctxDone := ctx.Done()
 	for {
 		select {
 		case <-done:

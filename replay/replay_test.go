@@ -3,7 +3,9 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -172,5 +174,21 @@ func TestRunAbortCancelsAtOnce(t *testing.T) {
 	}
 	if st := byStatus(res); len(res) == 0 || st[StatusCanceled] != len(res) {
 		t.Errorf("statuses %v", st)
+	}
+}
+
+func TestPrewarmOpensConnections(t *testing.T) {
+	var models atomic.Int64
+	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			models.Add(1)
+			time.Sleep(20 * time.Millisecond) // hold each connection so all n are opened
+		}
+		srv.ServeHTTP(w, r)
+	})
+	c := newTestClient(t, startServer(t, h), nil)
+	if got := c.Prewarm(context.Background(), 8); got != 8 || models.Load() != 8 {
+		t.Fatalf("Prewarm: %d ok, %d GETs; want 8, 8", got, models.Load())
 	}
 }

@@ -65,15 +65,16 @@ type planner struct {
 	limit    int64         // 0 = unbounded; recorded requests
 	warmup   int64         // leading requests sent but not recorded
 
-	n        int64 // requests planned so far, warm-up included
-	origin   time.Duration
-	recorded int64
+	n         int64 // requests planned so far, warm-up included
+	origin    time.Duration
+	hasOrigin bool // origin given (a shard: the whole trace's first arrival), not the first seen
+	recorded  int64
 }
 
 // plan returns the due offset of the next request (0 in closed loop), whether it is a
 // warm-up request, and ok=false when the run has no more requests.
 func (p *planner) plan(arrival time.Duration) (due time.Duration, warmup, ok bool) {
-	if p.n == 0 {
+	if p.n == 0 && !p.hasOrigin {
 		p.origin = arrival
 	}
 	if arrival < p.origin { // unsorted input: never schedule into the past

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -139,4 +140,30 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	copy(p, c.b[:n])
 	c.b = c.b[n:]
 	return n, nil
+}
+
+// FuzzReadStream: whatever a server streams, the client ends with a status and never
+// panics; chunk times never exceed the events read.
+func FuzzReadStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1}}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n"))
+	f.Add([]byte("data: {\"error\":\"boom\"}\n\n"))
+	f.Add([]byte("event: error\ndata: {}\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		c := &Client{opts: ClientOptions{CountTokens: func(s string) int { return len(s) }}}
+		res := newResult(1, 0, 0, 1, 1)
+		res.SentNS = 0
+		s := newSSEReader(bytes.NewReader(body), func() int64 { return 5 }, 64, 1024)
+		ctx := context.Background()
+		c.readStream(ctx, ctx, s, res, nil)
+		if res.Status == "" {
+			t.Fatal("no status")
+		}
+		if res.ChunkTokens != nil && len(res.ChunkTokens) != len(res.ChunkNS) {
+			t.Fatalf("%d chunk token counts for %d chunks", len(res.ChunkTokens), len(res.ChunkNS))
+		}
+		if (res.Status == StatusOK) != (res.Error == "") {
+			t.Fatalf("status %s with error %q", res.Status, res.Error)
+		}
+	})
 }

@@ -122,3 +122,28 @@ func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
 		t.Errorf("duckdb: %v, want 12031 rows, 288500 block refs, 182790 unique", row)
 	}
 }
+
+// TestReadDuckDBWritten reads a trace DuckDB wrote (columns in another order, its own
+// list element naming, the metadata key set by KV_METADATA), the other way round.
+func TestReadDuckDBWritten(t *testing.T) {
+	src, _ := importShared(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake, Limit: 500})
+	out := filepath.Join(t.TempDir(), "duck.parquet")
+	duckdb(t, "COPY (SELECT prefix_blocks, output_tokens, prompt_tokens, arrival_ns, request_id FROM read_parquet('"+src+"') ORDER BY arrival_ns, request_id) TO '"+out+
+		"' (FORMAT parquet, KV_METADATA {'llmreplay.format': 'trace/v1', 'llmreplay.block_tokens': '512'})")
+	want, _ := readAll(t, src)
+	got, meta := readAll(t, out)
+	if meta.BlockTokens != 512 || len(got) != len(want) || len(got) != 500 {
+		t.Fatalf("read %d rows (want %d), meta %+v", len(got), len(want), meta)
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		if g.ID != w.ID || g.Arrival != w.Arrival || g.PromptTokens != w.PromptTokens || g.OutputTokens != w.OutputTokens || len(g.PrefixBlocks) != len(w.PrefixBlocks) || g.HasSession {
+			t.Fatalf("row %d: %+v, want %+v", i, g, w)
+		}
+		for j := range w.PrefixBlocks {
+			if g.PrefixBlocks[j] != w.PrefixBlocks[j] {
+				t.Fatalf("row %d block %d differs", i, j)
+			}
+		}
+	}
+}

@@ -104,8 +104,28 @@ type pipeline struct {
 var errStop = errors.New("limit reached")
 
 func (p *pipeline) errorf(line int64, format string, a ...any) error {
-	return fmt.Errorf("trace: import %s %s %d: %s", p.name, p.what, line, fmt.Sprintf(format, a...))
+	return &SyntaxError{File: p.name, Unit: p.what, Line: line, Field: FieldArrival, Err: fmt.Errorf(format, a...)}
 }
+
+// SyntaxError is a bad row in an import's input: the file, the line (or the record, for
+// formats without lines), the field, and what is wrong with it. Its message reads
+// "trace: import FILE line N: FIELD: problem".
+type SyntaxError struct {
+	File  string
+	Unit  string // "line", or "conversation" for ShareGPT
+	Line  int64  // 1-based line; 0-based record index when Unit is not "line"
+	Field string // column or key; "" for the row as a whole
+	Err   error
+}
+
+func (e *SyntaxError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("trace: import %s %s %d: %v", e.File, e.Unit, e.Line, e.Err)
+	}
+	return fmt.Sprintf("trace: import %s %s %d: %s: %v", e.File, e.Unit, e.Line, e.Field, e.Err)
+}
+
+func (e *SyntaxError) Unwrap() error { return e.Err }
 
 func (p *pipeline) emit(r row) error {
 	if p.opts.Sort {
@@ -113,7 +133,7 @@ func (p *pipeline) emit(r row) error {
 		return nil
 	}
 	if p.first && r.ts < p.prev.ts {
-		return p.errorf(r.line, "arrival: %s earlier than the previous row (%s %d); rows must be in arrival order, or use --sort (ties keep source order)",
+		return p.errorf(r.line, "%s earlier than the previous row (%s %d); rows must be in arrival order, or use --sort (ties keep source order)",
 			time.Duration(p.prev.ts-r.ts), p.what, p.prev.line)
 	}
 	if err := p.write(r); err != nil {
@@ -144,7 +164,7 @@ func (p *pipeline) write(r row) error {
 	}
 	d := r.ts - p.t0
 	if d < 0 {
-		return p.errorf(r.line, "arrival: before the first row") // unreachable: ordered above
+		return p.errorf(r.line, "before the first row") // unreachable: ordered above
 	}
 	r.req.Arrival = time.Duration(d)
 	if err := p.w.Write(r.req); err != nil {

@@ -59,7 +59,7 @@ func openCSV(in io.Reader, p *pipeline) (*csvSource, error) {
 		return nil, fmt.Errorf("trace: import %s: empty file, no CSV header", p.name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("trace: import %s line %d: %w", p.name, c.r.line, err)
+		return nil, &SyntaxError{File: p.name, Unit: "line", Line: c.r.line, Err: err}
 	}
 	c.head = newHeader(f)
 	return c, nil
@@ -83,7 +83,7 @@ func (c *csvSource) next() ([][]byte, bool, error) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("trace: import %s line %d: %w", c.p.name, c.r.line, err)
+		return nil, false, &SyntaxError{File: c.p.name, Unit: "line", Line: c.r.line, Err: err}
 	}
 	c.row++
 	c.p.rep.RowsRead++
@@ -94,11 +94,7 @@ func (c *csvSource) next() ([][]byte, bool, error) {
 }
 
 func (c *csvSource) errorf(col string, format string, a ...any) error {
-	msg := fmt.Sprintf(format, a...)
-	if col != "" {
-		msg = col + ": " + msg
-	}
-	return fmt.Errorf("trace: import %s line %d: %s", c.p.name, c.r.line, msg)
+	return &SyntaxError{File: c.p.name, Unit: "line", Line: c.r.line, Field: col, Err: fmt.Errorf(format, a...)}
 }
 
 // importAzure reads Azure LLM inference traces: TIMESTAMP,ContextTokens,GeneratedTokens

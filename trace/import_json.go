@@ -29,7 +29,7 @@ func (s *jsonlSource) next(v any) (bool, error) {
 			return false, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("trace: import %s line %d: %w", s.p.name, s.r.line, err)
+			return false, &SyntaxError{File: s.p.name, Unit: "line", Line: s.r.line, Err: err}
 		}
 		l = bytes.TrimSpace(l)
 		if len(l) == 0 {
@@ -45,11 +45,7 @@ func (s *jsonlSource) next(v any) (bool, error) {
 }
 
 func (s *jsonlSource) errorf(field, format string, a ...any) error {
-	msg := fmt.Sprintf(format, a...)
-	if field != "" {
-		msg = field + ": " + msg
-	}
-	return fmt.Errorf("trace: import %s line %d: %s", s.p.name, s.r.line, msg)
+	return &SyntaxError{File: s.p.name, Unit: "line", Line: s.r.line, Field: field, Err: fmt.Errorf(format, a...)}
 }
 
 // num returns a JSON number's (or numeric string's) text, or an error for a missing field.

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -116,6 +117,10 @@ func TestImportErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "in.txt") {
 				t.Errorf("error %q does not name the input", err)
+			}
+			var se *SyntaxError
+			if !c.noRows && (!errors.As(err, &se) || se.File != "in.txt" || se.Line < 2) {
+				t.Errorf("error %q is not a *SyntaxError naming a data line", err)
 			}
 		})
 	}

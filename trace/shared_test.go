@@ -245,8 +245,8 @@ func TestSampleReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Count < 1000 || info.Count > 2000 {
-		t.Errorf("sample has %d requests, want 1,000..2,000", info.Count)
+	if info.Count < 400 || info.Count > 2000 {
+		t.Errorf("sample has %d requests, want 400..2,000", info.Count)
 	}
 	replay := info.Span.Seconds() / SampleSpeedup
 	if replay < 25 || replay > 35 {

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
@@ -33,7 +35,7 @@ func init() {
 	})
 }
 
-const replayExamples = `  # First run: the bundled sample trace against the built-in simulated engine (~30 s)
+const replayExamples = `  # First run: the bundled sample trace (29 s of schedule) against the built-in simulated engine
   llmreplay replay
 
   # Last Tuesday's traffic at 2x against a vLLM server
@@ -51,18 +53,33 @@ const replayExamples = `  # First run: the bundled sample trace against the buil
 
 type replayFlags struct {
 	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
+	promptFormat, startAt                                                                  string
+	vocabSize                                                                              int
 	headers                                                                                []string
 	speedup, rate                                                                          float64
-	concurrency, maxInflight                                                               int
+	concurrency, maxInflight, prewarm                                                      int
 	limit, warmup                                                                          int64
 	timeout, duration, grace, maxLateness, progressEvery                                   time.Duration
-	insecure, strict, quiet, keepJournal                                                   bool
+	insecure, strict, quiet, keepJournal, calibrate                                        bool
 	seed                                                                                   uint64
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
 	var f replayFlags
+	addReplayFlags(fs, &f)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("replay: unexpected argument %q", fs.Arg(0))
+	}
+	return doReplay(ctx, fs, &f, stdout, stderr)
+}
+
+// addReplayFlags defines replay's flags on fs; sweep defines the same ones, so that every
+// point of a sweep is a replay with exactly replay's options.
+func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.StringVarP(&f.trace, "trace", "t", "", "trace file (trace/v1 Parquet); default: the bundled sample ("+trace.SampleName+")")
 	fs.StringVarP(&f.endpoint, "endpoint", "e", "", "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (no path: /v1); default: start the simulated engine in-process")
 	fs.StringVar(&f.api, "api", "completions", "API: completions or chat")
@@ -74,6 +91,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&f.speedup, "speedup", 0, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
 	fs.Float64Var(&f.rate, "rate", 0, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
+	fs.IntVar(&f.prewarm, "prewarm", 64, "open N keep-alive connections (GET /v1/models) before the run, so early requests do not pay connection set-up in their lateness and TTFT")
 	fs.IntVar(&f.maxInflight, "max-inflight", replay.DefaultMaxInflight, "open loop: a request due while N are in flight is recorded as dropped")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "per-request timeout, from send to the end of the stream (0 = none)")
 	fs.DurationVar(&f.duration, "duration", 0, "replay only requests due within this time (closed loop: sent within it)")
@@ -85,19 +103,16 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&f.strict, "strict", false, "exit with status 3 when the run is client-limited")
 	fs.StringVarP(&f.output, "output", "o", "results.parquet", "results file (Parquet); its journal is written beside it while the run goes")
 	fs.BoolVar(&f.keepJournal, "keep-journal", false, "keep the journal (OUTPUT.journal) after the results file is written")
-	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id)")
-	fs.StringVar(&f.simProfile, "sim-profile", "moe-230b-8gpu", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.shard, "shard", "0/1", "send only shard i of N of the trace (by session, else request id); see docs/scaling-out.md")
+	fs.StringVar(&f.startAt, "start-at", "", "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
+	fs.StringVar(&f.simProfile, "sim-profile", "tiny", "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.promptFormat, "prompt-format", "auto", "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
+	fs.IntVar(&f.vocabSize, "vocab-size", 100256, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
+	fs.BoolVar(&f.calibrate, "calibrate", false, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's; text prompts only")
 	fs.StringVar(&f.encoding, "encoding", tokenize.CL100kBase, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.seed, "seed", 0, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress on stderr")
 	fs.DurationVar(&f.progressEvery, "progress-interval", 5*time.Second, "period of the plain progress lines when stderr is not a terminal")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("replay: unexpected argument %q", fs.Arg(0))
-	}
-	return doReplay(ctx, fs, &f, stdout, stderr)
 }
 
 func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, stderr io.Writer) error {
@@ -128,9 +143,36 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if err != nil {
 		return usagef("replay: --backend: %v", err)
 	}
+	var tokenIDs bool
+	switch f.promptFormat {
+	case "text":
+	case "token-ids":
+		tokenIDs = true
+	case "auto":
+		// The in-process engine counts token ids by length: no tokenizer on its side of the
+		// process, so the replayer's CPU is not shared with prompt tokenization.
+		tokenIDs = f.endpoint == "" && api == replay.APICompletions
+	default:
+		return usagef("replay: --prompt-format %q: want auto, text or token-ids", f.promptFormat)
+	}
+	if tokenIDs && api != replay.APICompletions {
+		return usagef("replay: --prompt-format token-ids needs --api completions")
+	}
+	if _, _, err := tokenize.TokenIDRange(f.vocabSize); tokenIDs && err != nil {
+		return usagef("replay: --vocab-size: %v", err)
+	}
 	shard, err := trace.ParseShard(f.shard)
 	if err != nil {
 		return usagef("replay: --shard: %v", err)
+	}
+	var startAt time.Time
+	if f.startAt != "" {
+		if startAt, err = parseStartAt(f.startAt); err != nil {
+			return usagef("replay: --start-at: %v", err)
+		}
+		if late := time.Since(startAt); late > time.Second {
+			return fmt.Errorf("replay: --start-at %s was %v ago: a late shard would send its share at other times than the others; choose a later instant", f.startAt, late.Round(time.Millisecond))
+		}
 	}
 	header := http.Header{}
 	for _, h := range f.headers {
@@ -158,6 +200,11 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if f.output == "" {
 		return usagef("replay: --output is empty")
 	}
+	if f.slo != "" {
+		if _, err := analysis.ParseSLO(f.slo); err != nil {
+			return usagef("replay: --slo: %v", err)
+		}
+	}
 
 	// The trace: a file, or the bundled sample.
 	openTrace := func() (*trace.Reader, error) {
@@ -176,7 +223,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	meta.Host, _ = os.Hostname()
 	speedup := f.speedup
 	if f.trace == "" {
-		meta.TraceFile = trace.SampleName
+		meta.TraceFile, meta.TraceSHA256 = trace.SampleName, trace.SampleSHA256()
 		if !fs.Changed("speedup") {
 			speedup = trace.SampleSpeedup
 		}
@@ -189,7 +236,12 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if speedup == 0 {
 		speedup = 1
 	}
-	if f.rate > 0 || fs.Changed("rate") {
+	// The trace's span: needed for --rate, and shown by the progress display (elapsed vs
+	// schedule); a first pass over arrivals, skipped for big traces when only progress
+	// wants it.
+	var traceSpan time.Duration
+	const progressScanRows = 200_000
+	if fs.Changed("rate") || (!f.quiet && f.concurrency == 0 && src.NumRows() <= progressScanRows) {
 		// The rate is the whole trace's (every shard gets the same speedup).
 		scan, err := openTrace()
 		if err != nil {
@@ -204,15 +256,25 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		if err != nil {
 			return err
 		}
-		if speedup, err = replay.SpeedupForRate(n, span, f.rate); err != nil {
-			return usagef("replay: --%v", err)
+		traceSpan = span
+		if fs.Changed("rate") {
+			if speedup, err = replay.SpeedupForRate(n, span, f.rate); err != nil {
+				return usagef("replay: --%v", err)
+			}
+			meta.Rate = f.rate
 		}
-		meta.Rate = f.rate
 	}
 	if f.concurrency > 0 {
 		speedup = 0
 	}
 	meta.Speedup = speedup
+	var schedule time.Duration // the run's schedule length, for progress
+	if speedup > 0 && traceSpan > 0 {
+		schedule = time.Duration(float64(traceSpan) / speedup)
+		if f.duration > 0 && f.duration < schedule {
+			schedule = f.duration
+		}
+	}
 
 	// The endpoint: given, or the simulated engine in-process.
 	var base *url.URL
@@ -252,7 +314,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	client, err := replay.NewClient(replay.ClientOptions{
 		BaseURL: base, API: api, Backend: backend, Model: model, APIKey: apiKey, Header: header,
 		Timeout: f.timeout, MaxInflight: max(f.maxInflight, f.concurrency), Insecure: f.insecure,
-		CountTokens: enc.Count,
+		CountTokens: enc.Count, TokenIDPrompts: tokenIDs,
 	})
 	if err != nil {
 		return err
@@ -260,19 +322,75 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	defer client.Close()
 
 	var source trace.Source = src
+	var origin time.Duration
 	if shard.Count > 1 {
+		// Due times count from the whole trace's first arrival, not this shard's, so every
+		// request is due at the same instant as in a single-process run.
+		first, err := openTrace()
+		if err != nil {
+			return err
+		}
+		if first.Next() {
+			origin = first.Request().Arrival
+		}
+		err = first.Err()
+		first.Close()
+		if err != nil {
+			return err
+		}
 		source = trace.NewShardSource(src, shard)
 	}
 	blockTokens := src.Meta().BlockTokens
+	var cal *tokenize.Calibration
+	if f.calibrate && tokenIDs {
+		fmt.Fprintln(stderr, "llmreplay: --calibrate: token-id prompts are counted exactly; nothing to calibrate")
+	} else if f.calibrate {
+		h := header.Clone()
+		if apiKey != "" {
+			h.Set("Authorization", "Bearer "+apiKey)
+		}
+		c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{BaseURL: base.String(), API: string(api), Model: model,
+			HTTPClient: &http.Client{Transport: replay.NewTransport(8, f.insecure), Timeout: time.Minute}, Header: h, Builder: builder})
+		if err != nil {
+			return fmt.Errorf("replay: --calibrate: %w", err)
+		}
+		cal = &c
+		fmt.Fprintf(stderr, "llmreplay: calibrated: %s\n", c)
+		meta.Flags["calibration"] = c.String()
+	}
+	var ids []int32 // the prompter runs on the one goroutine that prepares requests
 	prompter := replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
-		if r.Prompt != "" {
+		if r.Prompt != "" && !tokenIDs {
 			return append(dst, r.Prompt...), nil
 		}
 		spec := tokenize.PromptSpec{RequestID: r.ID, Tokens: int(r.PromptTokens)}
 		if blockTokens > 0 {
 			spec.Blocks, spec.BlockTokens = r.PrefixBlocks, blockTokens
 		}
-		return builder.AppendPrompt(dst, spec)
+		if cal != nil {
+			// The whole prompt is corrected; shared blocks keep their builder length, so
+			// sharing stays exact and the tail absorbs the correction.
+			spec.Tokens = cal.Target(spec.Tokens)
+		}
+		if !tokenIDs {
+			return builder.AppendPrompt(dst, spec)
+		}
+		ids = ids[:0]
+		if r.Prompt != "" {
+			for _, id := range enc.Encode(r.Prompt) {
+				ids = append(ids, int32(id))
+			}
+		} else if ids, err = builder.AppendTokenIDs(ids, spec, f.vocabSize); err != nil {
+			return dst, err
+		}
+		dst = append(dst, '[')
+		for i, id := range ids {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, int64(id), 10)
+		}
+		return append(dst, ']'), nil
 	})
 
 	// Signals: the first SIGINT/SIGTERM stops dispatching (main's handler cancels ctx;
@@ -320,7 +438,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		}
 		go func() {
 			defer close(progDone)
-			replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: f.progressEvery, Total: total})
+			replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: f.progressEvery, Total: total, Span: schedule})
 		}()
 	} else {
 		close(progDone)
@@ -330,22 +448,42 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		Source: source, Client: client, Prompter: prompter,
 		Speedup: speedup, Concurrency: f.concurrency, MaxInflight: f.maxInflight,
 		Duration: f.duration, Limit: f.limit, Warmup: f.warmup, Grace: f.grace,
-		Shard: int32(shard.Index), Output: f.output, KeepJournal: f.keepJournal,
+		Shard: int32(shard.Index), Prewarm: min(max(f.prewarm, 0), max(f.maxInflight, f.concurrency)), Output: f.output, KeepJournal: f.keepJournal,
 		Meta: meta, MaxLateness: f.maxLateness, Abort: abort, Progress: prog,
+		Start: startAt, Origin: origin, HasOrigin: shard.Count > 1,
 	})
 	stopProg()
 	<-progDone
-	if sum != nil {
-		fmt.Fprintf(stdout, "results: %s\n", f.output)
-		sum.WriteText(stdout)
-	}
 	if err != nil {
+		if sum != nil {
+			sum.WriteText(stderr)
+		}
 		return err
+	}
+	fmt.Fprintf(stdout, "results: %s\n", f.output)
+	if aerr := writeReport(ctx, f.output, stdout); aerr != nil {
+		// The results file is written; only the report failed: say why, print the short summary.
+		fmt.Fprintf(stderr, "llmreplay: replay: the full report failed (%v); short summary:\n", aerr)
+		sum.WriteText(stdout)
 	}
 	if f.strict && sum.ClientLimited() {
 		return &exitError{code: 3, err: fmt.Errorf("replay: client-limited: schedule lateness p99 %.3f ms > --max-lateness %v", sum.Lateness.P99, f.maxLateness)}
 	}
 	return nil
+}
+
+// writeReport prints the analysis text report of a results file (the run's own --slo and
+// max-lateness come from its metadata).
+func writeReport(ctx context.Context, path string, w io.Writer) error {
+	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{}, path)
+	if err != nil {
+		return err
+	}
+	rep, err := analysis.Analyze(d, analysis.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	return rep.WriteText(w)
 }
 
 // behaviourFlags lists every flag that changes what the run does, as given or defaulted;
@@ -388,4 +526,25 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("replay: hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// parseStartAt reads an instant as RFC 3339 (2026-12-02T15:00:00Z) or unix seconds
+// (1796223600, with up to nine fraction digits, read exactly).
+func parseStartAt(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	bad := fmt.Errorf("%q: want RFC 3339 (2026-12-02T15:00:00Z) or unix seconds", s)
+	whole, frac, _ := strings.Cut(s, ".")
+	secs, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || secs <= 0 || secs > 1e11 || len(frac) > 9 {
+		return time.Time{}, bad
+	}
+	var ns int64
+	if frac != "" {
+		if ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil || frac[0] == '-' || frac[0] == '+' {
+			return time.Time{}, bad
+		}
+	}
+	return time.Unix(secs, ns), nil
 }

@@ -1,0 +1,433 @@
+package analysis
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+)
+
+// SweepFormat is the llmreplay.format of sweep.parquet.
+const SweepFormat = "sweep/v1"
+
+// SweepRow is one load point of a sweep: its results file analysed, and the load it offered.
+type SweepRow struct {
+	Axis    string // "speedup", "rate" (mean requests/s) or "concurrency"
+	Load    float64
+	File    string
+	Report  *Report
+	Offered Offered
+}
+
+// NewSweepRow analyses one point's loaded results.
+func NewSweepRow(axis string, load float64, file string, d *Data, opts Options) (SweepRow, error) {
+	rep, err := Analyze(d, opts)
+	if err != nil {
+		return SweepRow{}, err
+	}
+	return SweepRow{Axis: axis, Load: load, File: file, Report: rep,
+		Offered: d.Offered(rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
+}
+
+// Point is the row as the knee search sees it. Offered and sustained throughput are both
+// taken over the steady-state window; attainment is a fraction (NaN without an SLO).
+func (r SweepRow) Point() SweepPoint {
+	p := SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
+		SustainedTokensPerSecond: r.Report.Throughput.SustainedOutputTokensPerS,
+		Overloaded:               r.Report.Flags.Overloaded, ClientLimited: r.Report.Flags.ClientLimited,
+		Attainment: math.NaN()}
+	if math.IsNaN(p.SustainedTokensPerSecond) {
+		p.SustainedTokensPerSecond = 0
+	}
+	if g := r.Report.Goodput; g != nil {
+		p.Attainment = g.Attainment / 100
+	}
+	return p
+}
+
+// ErrorRate is the share of due requests that failed or were dropped.
+func (r SweepRow) ErrorRate() float64 {
+	q := r.Report.Requests
+	if q.Total == 0 {
+		return math.NaN()
+	}
+	return float64(q.Failed+q.Dropped) / float64(q.Total)
+}
+
+// SweepReport is a whole sweep: its points in load order and the knee found among them.
+type SweepReport struct {
+	Axis    string
+	Auto    bool // the points came from SearchKnee, not a given list
+	Rows    []SweepRow
+	Options KneeOptions
+	SLO     SLO
+	// Saturation and SLOLimit bound the knee. For a list sweep they come from BoundsOf over
+	// the listed points; for --auto from SearchKnee.
+	Saturation, SLOLimit Bound
+}
+
+// NewSweepReport orders rows by load and, unless auto bounds are given, finds the bounds
+// among the listed points. o's defaults are applied.
+func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResult) *SweepReport {
+	o.setDefaults()
+	s := &SweepReport{Axis: axis, Rows: append([]SweepRow(nil), rows...), Options: o}
+	sort.Slice(s.Rows, func(i, j int) bool { return s.Rows[i].Load < s.Rows[j].Load })
+	if len(s.Rows) > 0 {
+		s.SLO = s.Rows[0].Report.Options.SLO
+	}
+	if auto != nil {
+		s.Auto = true
+		s.Saturation, s.SLOLimit = auto.Saturation, auto.SLO
+		return s
+	}
+	pts := make([]SweepPoint, len(s.Rows))
+	for i, r := range s.Rows {
+		pts[i] = r.Point()
+	}
+	s.Saturation = BoundsOf(pts, func(p SweepPoint) bool { return p.Tracks(o.MinRatio) })
+	if !s.SLO.IsZero() {
+		s.SLOLimit = BoundsOf(pts, func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) })
+	}
+	return s
+}
+
+// BoundsOf finds, among points in load order, the highest load below which every point
+// passes and the first failing load above it. A client-limited point ends the scan with
+// LimitedBy "client": what failed there was the replayer, not the endpoint.
+func BoundsOf(points []SweepPoint, pass func(SweepPoint) bool) Bound {
+	var b Bound
+	for _, p := range points {
+		if p.ClientLimited {
+			b.LimitedBy = "client"
+			break
+		}
+		if !pass(p) {
+			b.Fail, b.Bracketed, b.LimitedBy = p.Load, true, "endpoint"
+			break
+		}
+		b.Pass, b.Found = p.Load, true
+	}
+	if b.LimitedBy == "" {
+		b.LimitedBy = "max"
+	}
+	b.NonMonotonic = nonMonotonic(b, points, pass)
+	return b
+}
+
+// describe says in words what a bound means on this sweep's axis.
+func (s *SweepReport) describe(b Bound, what string) string {
+	ax := s.Axis
+	switch {
+	case !b.Found && b.LimitedBy == "client":
+		return fmt.Sprintf("%s: unknown: the first point was client-limited (the replayer could not keep its schedule), so it says nothing about the endpoint", what)
+	case !b.Found:
+		return fmt.Sprintf("%s: not reached even at the lowest %s, %s", what, ax, fmtLoad(b.Fail))
+	case b.LimitedBy == "client":
+		return fmt.Sprintf("%s: at least %s %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, ax, fmtLoad(b.Pass))
+	case b.LimitedBy == "max" || !b.Bracketed:
+		return fmt.Sprintf("%s: at least %s %s, the highest probed: raise the load to find the limit", what, ax, fmtLoad(b.Pass))
+	case b.LimitedBy == "points":
+		return fmt.Sprintf("%s: between %s %s and %s (the probe budget ran out before the resolution)", what, ax, fmtLoad(b.Pass), fmtLoad(b.Fail))
+	}
+	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, ax, fmtLoad(b.Pass), fmtLoad(b.Fail))
+	if b.NonMonotonic {
+		out += "; WARNING: some points above passed or below failed: noisy or non-monotonic, repeat the sweep"
+	}
+	return out
+}
+
+func fmtLoad(v float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", v), "0"), ".")
+}
+
+// rowAt returns the row at load l, or nil.
+func (s *SweepReport) rowAt(l float64) *SweepRow {
+	for i := range s.Rows {
+		if s.Rows[i].Load == l {
+			return &s.Rows[i]
+		}
+	}
+	return nil
+}
+
+// WriteText writes the sweep table and its knee.
+func (s *SweepReport) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+	how := "listed points"
+	if s.Auto {
+		how = fmt.Sprintf("search to %.0f%% resolution", s.Options.Resolution*100)
+	}
+	p("sweep over %s: %d points (%s)", s.Axis, len(s.Rows), how)
+	if !s.SLO.IsZero() {
+		p(", SLO %s at %s attainment", s.SLO.String(), pct(s.Options.Attainment*100))
+	}
+	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
+		s.Axis, "offer r/s", "offer tok/s", "sustain t/s", "ratio", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
+	for _, r := range s.Rows {
+		pt := r.Point()
+		rep := r.Report
+		ratio := math.NaN()
+		if pt.OfferedTokensPerSecond > 0 {
+			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
+		}
+		good, att := math.NaN(), math.NaN()
+		if g := rep.Goodput; g != nil {
+			good, att = g.RequestsPerS, g.Attainment
+		}
+		var flags []string
+		if rep.Flags.ClientLimited {
+			flags = append(flags, "client-limited")
+		}
+		if rep.Flags.Overloaded {
+			flags = append(flags, "overloaded")
+		}
+		p("%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
+			fmtLoad(r.Load), f2(r.Offered.WindowRequestsPerS), f1(pt.OfferedTokensPerSecond), f1(pt.SustainedTokensPerSecond),
+			f2(ratio), f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
+			f2(good), pct(att), pct(100*r.ErrorRate()), strings.Join(flags, ","))
+	}
+	p("\nLatencies in ms; offered and sustained over each point's steady-state window; goodput in req/s.\n")
+	if s.Axis != "concurrency" {
+		p("%s\n", s.describe(s.Saturation, fmt.Sprintf("saturation (sustained >= %.0f%% of offered, not overloaded)", s.Options.MinRatio*100)))
+		if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found {
+			p("  sustained there: %s output tok/s\n", f1(r.Point().SustainedTokensPerSecond))
+		}
+	}
+	if !s.SLO.IsZero() {
+		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest load meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
+	}
+	return bw.Flush()
+}
+
+func f1(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// sweepJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
+type sweepJSON struct {
+	Axis       string         `json:"axis"`
+	Auto       bool           `json:"auto"`
+	SLO        string         `json:"slo"`
+	Attainment float64        `json:"attainment_target"`
+	MinRatio   float64        `json:"min_ratio"`
+	Saturation boundJSON      `json:"saturation"`
+	SLOLimit   *boundJSON     `json:"slo_limit"`
+	Points     []sweepRowJSON `json:"points"`
+	Notes      []string       `json:"notes"`
+}
+
+type boundJSON struct {
+	Found        bool   `json:"found"`
+	Bracketed    bool   `json:"bracketed"`
+	PassLoad     num    `json:"pass_load"`
+	FailLoad     num    `json:"fail_load"`
+	LimitedBy    string `json:"limited_by"`
+	NonMonotonic bool   `json:"non_monotonic"`
+	Summary      string `json:"summary"`
+}
+
+type sweepRowJSON struct {
+	Load                      float64 `json:"load"`
+	File                      string  `json:"file"`
+	OfferedRequestsPerS       num     `json:"offered_requests_per_s"`
+	OfferedOutputTokensPerS   num     `json:"offered_output_tokens_per_s"`
+	RequestsPerS              num     `json:"requests_per_s"`
+	OutputTokensPerS          num     `json:"output_tokens_per_s"`
+	SustainedOutputTokensPerS num     `json:"sustained_output_tokens_per_s"`
+	TTFT                      latJSON `json:"ttft_ms"`
+	TPOT                      latJSON `json:"tpot_ms"`
+	E2E                       latJSON `json:"e2e_ms"`
+	GoodputRequestsPerS       num     `json:"goodput_requests_per_s"`
+	Attainment                num     `json:"attainment"`
+	ErrorRate                 num     `json:"error_rate"`
+	ClientLimited             bool    `json:"client_limited"`
+	Overloaded                bool    `json:"overloaded"`
+}
+
+type latJSON struct {
+	P50 num `json:"p50"`
+	P99 num `json:"p99"`
+}
+
+func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
+	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
+		Summary: s.describe(b, what), PassLoad: num(math.NaN()), FailLoad: num(math.NaN())}
+	if b.Found {
+		j.PassLoad = num(b.Pass)
+	}
+	if b.Bracketed {
+		j.FailLoad = num(b.Fail)
+	}
+	return j
+}
+
+// WriteJSON writes the sweep as one JSON object.
+func (s *SweepReport) WriteJSON(w io.Writer) error {
+	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment, MinRatio: s.Options.MinRatio,
+		Saturation: s.boundJSON(s.Saturation, "saturation"), Points: []sweepRowJSON{}, Notes: []string{}}
+	if !s.SLO.IsZero() {
+		b := s.boundJSON(s.SLOLimit, "SLO limit")
+		out.SLOLimit = &b
+	}
+	for _, r := range s.Rows {
+		pt := r.Point()
+		rep := r.Report
+		j := sweepRowJSON{Load: r.Load, File: r.File,
+			OfferedRequestsPerS: num(r.Offered.WindowRequestsPerS), OfferedOutputTokensPerS: num(pt.OfferedTokensPerSecond),
+			RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
+			SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
+			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
+			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
+			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded}
+		if rep.Flags.ClientLimited {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
+		}
+		if g := rep.Goodput; g != nil {
+			j.GoodputRequestsPerS, j.Attainment = num(g.RequestsPerS), num(g.Attainment/100)
+		}
+		out.Points = append(out.Points, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// WriteParquet writes sweep.parquet: one row per point, the axis and offered load followed
+// by the point's summary columns (the same names as summary.parquet).
+func (s *SweepReport) WriteParquet(path string) error {
+	if len(s.Rows) == 0 {
+		return errors.New("analysis: sweep has no points")
+	}
+	rows := make([][]col, len(s.Rows))
+	for i, r := range s.Rows {
+		cs := []col{{"axis", s.Axis}, {"load", r.Load}, {"results_file", r.File},
+			{"offered_requests_per_s", r.Offered.WindowRequestsPerS}, {"offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS},
+			{"error_rate", r.ErrorRate()}}
+		rows[i] = append(cs, r.Report.summaryCols()...)
+	}
+	return writeColRows(path, SweepFormat, rows)
+}
+
+// writeColRows writes rows of cols (every row with the same names and kinds) as one
+// Parquet file; NaN floats become nulls.
+func writeColRows(path, format string, rows [][]col) error {
+	first := rows[0]
+	fields := make([]arrow.Field, len(first))
+	for i, c := range first {
+		switch c.v.(type) {
+		case float64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
+		case int64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Int64}
+		case bool:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.FixedWidthTypes.Boolean}
+		case string:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.BinaryTypes.String}
+		default:
+			return fmt.Errorf("analysis: column %s: unsupported kind %T", c.name, c.v)
+		}
+	}
+	md := arrow.NewMetadata([]string{MetaFormat}, []string{format})
+	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, &md))
+	defer b.Release()
+	for _, row := range rows {
+		for i, c := range row {
+			switch v := c.v.(type) {
+			case float64:
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					b.Field(i).AppendNull()
+				} else {
+					b.Field(i).(*array.Float64Builder).Append(v)
+				}
+			case int64:
+				b.Field(i).(*array.Int64Builder).Append(v)
+			case bool:
+				b.Field(i).(*array.BooleanBuilder).Append(v)
+			case string:
+				b.Field(i).(*array.StringBuilder).Append(v)
+			}
+		}
+	}
+	return writeRecord(path, b.NewRecord())
+}
+
+// WriteHTML writes a self-contained page: throughput against offered load and latency
+// against load, the knee marked, and the table.
+func (s *SweepReport) WriteHTML(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+	e := html.EscapeString
+	var text strings.Builder
+	s.WriteText(&text)
+	p("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>llmreplay sweep</title>\n")
+	p("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
+	p("<style>%s</style></head><body>\n<h1>llmreplay sweep over %s</h1>\n", htmlStyle, e(s.Axis))
+	var off, sus, ttft50, ttft99, tpot99 [][2]float64
+	maxX, maxY, maxLat := 0.0, 0.0, 0.0
+	for _, r := range s.Rows {
+		pt := r.Point()
+		x := pt.OfferedTokensPerSecond
+		if s.Axis == "concurrency" {
+			x = r.Load
+		}
+		off = append(off, [2]float64{x, pt.OfferedTokensPerSecond})
+		sus = append(sus, [2]float64{x, pt.SustainedTokensPerSecond})
+		ttft50 = append(ttft50, [2]float64{r.Load, r.Report.TTFT.P50})
+		ttft99 = append(ttft99, [2]float64{r.Load, r.Report.TTFT.P99})
+		tpot99 = append(tpot99, [2]float64{r.Load, r.Report.TPOT.P99})
+		maxX = math.Max(maxX, x)
+		maxY = math.Max(maxY, math.Max(pt.OfferedTokensPerSecond, pt.SustainedTokensPerSecond))
+		for _, v := range []float64{r.Report.TTFT.P99, r.Report.TPOT.P99} {
+			if !math.IsNaN(v) {
+				maxLat = math.Max(maxLat, v)
+			}
+		}
+	}
+	xlabel := "offered output tok/s"
+	if s.Axis == "concurrency" {
+		xlabel = "concurrency"
+	}
+	tp := newPlot("plot-sweep-throughput", "Sustained vs offered output throughput", xlabel, "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
+	if s.Axis != "concurrency" {
+		tp.line(off, "ref")
+	}
+	tp.line(sus, "s1")
+	tp.dots(sus, "dot")
+	if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found && s.Axis != "concurrency" {
+		tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
+	}
+	tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
+	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
+	lp := newPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
+	lp.line(ttft50, "s1")
+	lp.line(ttft99, "s3")
+	lp.line(tpot99, "s2")
+	lp.dots(ttft99, "dot")
+	if s.Saturation.Found && s.Axis != "concurrency" {
+		lp.vline(s.Saturation.Pass, "ref", "saturation")
+	}
+	if !s.SLO.IsZero() && s.SLOLimit.Found {
+		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
+	}
+	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
+	p("<div class=\"grid-2\">\n%s\n%s\n</div>\n", tp.String(), lp.String())
+	p("<h2>Points</h2><pre>%s</pre>\n", e(text.String()))
+	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
+	return bw.Flush()
+}
+
+// WriteHTMLFile writes the sweep page to path through a temporary file.
+func (s *SweepReport) WriteHTMLFile(path string) error { return writeAtomic(path, s.WriteHTML) }

@@ -1,0 +1,350 @@
+// Command replaybench measures the replayer's own error and cost (docs/replay.md,
+// "Fidelity"). It starts `llmreplay sim` in a separate process and replays a synthetic
+// Poisson trace against it with package replay, in this process, so getrusage(RUSAGE_SELF)
+// is the replayer's alone.
+//
+//	go build -o /tmp/llmreplay ./cmd/llmreplay
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay fidelity   # 300 req/s vs fixed: lateness, TTFT error, CPU/token
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay sweep      # highest rate with lateness p99 < 5 ms
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay memory     # 1,000,000 requests vs tiny: peak RSS
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+var (
+	bin      = flag.String("llmreplay", "llmreplay", "llmreplay binary that serves the simulated engine")
+	rate     = flag.Float64("rate", 300, "fidelity: offered rate, requests/s")
+	dur      = flag.Duration("duration", 20*time.Second, "fidelity/sweep: schedule length per run")
+	rates    = flag.String("rates", "300,600,1000,1500,2000,3000", "sweep: offered rates, requests/s")
+	outTok   = flag.Int("output-tokens", 100, "output tokens per request")
+	promptTk = flag.Int("prompt-tokens", 100, "prompt tokens per request")
+	ttft     = flag.Duration("ttft", 50*time.Millisecond, "fixed profile TTFT")
+	itl      = flag.Duration("itl", 10*time.Millisecond, "fixed profile ITL")
+	memN     = flag.Int64("n", 1_000_000, "memory: requests in the trace")
+	memRate  = flag.Float64("memory-rate", 5000, "memory: offered rate, requests/s")
+	seed     = flag.Uint64("seed", 1, "arrival seed")
+	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the replayer to this file")
+	warmup   = flag.Duration("warmup", 0, "send this much of the schedule first without recording it")
+	procs    = flag.Int("procs", 0, "GOMAXPROCS of the replayer (0: the runtime's default); the sim keeps its own")
+	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
+)
+
+func main() {
+	flag.Parse()
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	var err error
+	switch flag.Arg(0) {
+	case "fidelity":
+		err = fidelity()
+	case "sweep":
+		err = sweep()
+	case "memory":
+		err = memory()
+	default:
+		err = fmt.Errorf("usage: replaybench [flags] fidelity|sweep|memory")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "replaybench:", err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
+	}
+}
+
+// startSim runs `llmreplay sim` on a free loopback port and waits until it answers.
+func startSim(args ...string) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(*bin, append([]string{"sim", "--addr", addr}, args...)...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr + "/v1", stop, nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	stop()
+	return "", nil, fmt.Errorf("sim did not start on %s", addr)
+}
+
+// poisson is a Source of n requests with exponential gaps of mean 1/rate, generated on
+// the fly (no trace held in memory).
+type poisson struct {
+	rng            *rand.Rand
+	rate           float64
+	n, i           int64
+	t              time.Duration
+	prompt, output int32
+	cur            trace.Request
+}
+
+func newPoisson(n int64, ratePerSec float64, prompt, output int) *poisson {
+	return &poisson{rng: rand.New(rand.NewPCG(*seed, 7)), rate: ratePerSec, n: n, prompt: int32(prompt), output: int32(output)}
+}
+
+func (p *poisson) Next() bool {
+	if p.i >= p.n {
+		return false
+	}
+	if p.i > 0 {
+		p.t += time.Duration(p.rng.ExpFloat64() / p.rate * 1e9)
+	}
+	p.cur = trace.Request{ID: p.i, Arrival: p.t, PromptTokens: p.prompt, OutputTokens: p.output}
+	p.i++
+	return true
+}
+func (p *poisson) Request() trace.Request { return p.cur }
+func (p *poisson) Err() error             { return nil }
+
+var words = replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
+	for range r.PromptTokens {
+		dst = append(dst, " the"...)
+	}
+	return dst, nil
+})
+
+// hiccups measures how late a goroutine sleeping 1 ms wakes (every 10 ms, so that its own
+// wake-ups cost the replayer little CPU), while a run goes: the
+// floor under any schedule lateness this process can reach on this machine (a loaded
+// machine preempts the whole process for milliseconds at a time).
+type hiccups struct {
+	stop chan struct{}
+	done chan []float64
+}
+
+func startHiccups() *hiccups {
+	h := &hiccups{stop: make(chan struct{}), done: make(chan []float64, 1)}
+	go func() {
+		var over []float64
+		for {
+			select {
+			case <-h.stop:
+				h.done <- over
+				return
+			default:
+			}
+			t := time.Now()
+			time.Sleep(time.Millisecond)
+			over = append(over, float64(time.Since(t)-time.Millisecond)/1e6)
+			time.Sleep(9 * time.Millisecond)
+		}
+	}()
+	return h
+}
+
+// end returns the p50 and p99 wake-up overshoot, ms.
+func (h *hiccups) end() (p50, p99 float64) {
+	close(h.stop)
+	x := <-h.done
+	slices.Sort(x)
+	if len(x) == 0 {
+		return 0, 0
+	}
+	return x[rank(len(x), 50)], x[rank(len(x), 99)]
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func maxRSSMB() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Maxrss) / 1024 // KiB on Linux
+}
+
+type outcome struct {
+	rate                      float64
+	n, ok, sent               int
+	lateP50, lateP99, lateMax float64 // ms
+	ttftErrP50, ttftErrP99    float64 // ms, measured TTFT - true TTFT
+	tokens                    int64
+	cpu, wall                 time.Duration
+	results                   string
+	hicP50, hicP99            float64 // ms
+}
+
+func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight int, model string) (*outcome, error) {
+	u, err := replay.BaseURL(base)
+	if err != nil {
+		return nil, err
+	}
+	c, err := replay.NewClient(replay.ClientOptions{BaseURL: u, API: replay.APICompletions, Backend: replay.BackendVLLM,
+		Model: model, Timeout: time.Minute, MaxInflight: maxInflight})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	dir, err := os.MkdirTemp("", "replaybench")
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "results.parquet")
+	hic := startHiccups()
+	cpu0, t0 := cpuTime(), time.Now()
+	sum, err := replay.Run(context.Background(), replay.Options{Source: src, Client: c, Prompter: words, Speedup: 1,
+		MaxInflight: maxInflight, Output: out, Grace: time.Second, Warmup: int64(warmup.Seconds() * ratePerSec), Prewarm: *prewarm})
+	if err != nil {
+		return nil, err
+	}
+	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out}
+	o.hicP50, o.hicP99 = hic.end()
+	o.n = int(sum.Requests)
+	o.ok = int(sum.ByStatus[replay.StatusOK])
+	o.tokens = sum.OutputTok
+	o.lateP50, o.lateP99, o.lateMax = sum.Lateness.P50, sum.Lateness.P99, sum.Lateness.Max
+	o.sent = sum.Lateness.N
+	return o, nil
+}
+
+// ttftError reads the results and returns percentiles of measured TTFT - true TTFT.
+func ttftError(o *outcome, truth time.Duration) error {
+	res, _, err := replay.ReadFile(o.results)
+	if err != nil {
+		return err
+	}
+	var errs []float64
+	for _, r := range res {
+		if v, ok := r.TTFT(); ok {
+			errs = append(errs, v-float64(truth)/1e6)
+		}
+	}
+	slices.Sort(errs)
+	if len(errs) > 0 {
+		o.ttftErrP50 = errs[rank(len(errs), 50)]
+		o.ttftErrP99 = errs[rank(len(errs), 99)]
+	}
+	return nil
+}
+
+func rank(n int, p float64) int { return max(0, int(math.Ceil(p/100*float64(n)))-1) }
+
+func fixedArgs() []string {
+	return []string{"--profile", "fixed", "--ttft", ttft.String(), "--itl", itl.String()}
+}
+
+func fidelity() error {
+	base, stop, err := startSim(fixedArgs()...)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	n := int64(*rate * (dur.Seconds() + warmup.Seconds()))
+	o, err := replayOnce(base, newPoisson(n, *rate, *promptTk, *outTok), *rate, 4096, "sim-fixed")
+	if err != nil {
+		return err
+	}
+	if err := ttftError(o, *ttft); err != nil {
+		return err
+	}
+	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process\n", *rate, n, *outTok, *ttft, *itl)
+	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
+	fmt.Printf("  schedule lateness ms: p50 %.3f p99 %.3f max %.3f   (target p99 <= 1)\n", o.lateP50, o.lateP99, o.lateMax)
+	fmt.Printf("  TTFT - %v ms: p50 %.3f p99 %.3f   (target p99 <= 3)\n", *ttft, o.ttftErrP50, o.ttftErrP99)
+	fmt.Printf("  machine floor: a goroutine sleeping 1 ms wakes late by p50 %.3f p99 %.3f ms; load average %s\n", o.hicP50, o.hicP99, loadavg())
+	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 10); wall %v\n",
+		o.cpu.Round(time.Millisecond), o.tokens, float64(o.cpu)/1e3/float64(o.tokens), o.wall.Round(time.Millisecond))
+	return nil
+}
+
+func sweep() error {
+	base, stop, err := startSim(fixedArgs()...)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	best := 0.0
+	for _, s := range strings.Split(*rates, ",") {
+		var r float64
+		if _, err := fmt.Sscan(s, &r); err != nil {
+			return fmt.Errorf("rate %q: %v", s, err)
+		}
+		n := int64(r * (dur.Seconds() + warmup.Seconds()))
+		o, err := replayOnce(base, newPoisson(n, r, *promptTk, *outTok), r, 1<<16, "sim-fixed")
+		if err != nil {
+			return err
+		}
+		ttftError(o, *ttft)
+		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT err p99 %.3f ms, %.2f µs CPU/token; 1 ms sleeper late p99 %.3f ms; load %s\n",
+			r, o.n, o.sent, o.ok, o.lateP50, o.lateP99, o.lateMax, o.ttftErrP99, float64(o.cpu)/1e3/float64(max(o.tokens, 1)), o.hicP99, loadavg())
+		if o.lateP99 < 5 && o.ok == o.n && r > best {
+			best = r
+		}
+		os.RemoveAll(filepath.Dir(o.results))
+	}
+	fmt.Printf("sweep: highest offered rate with lateness p99 < 5 ms and every request ok: %.0f req/s\n", best)
+	return nil
+}
+
+func memory() error {
+	base, stop, err := startSim("--profile", "tiny", "--time-scale", "100")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	go func() { // print RSS as it goes
+		for range time.Tick(10 * time.Second) {
+			fmt.Fprintf(os.Stderr, "memory: peak RSS so far %.1f MB\n", maxRSSMB())
+		}
+	}()
+	o, err := replayOnce(base, newPoisson(*memN, *memRate, 16, 4), *memRate, 4096, "sim-tiny")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("memory: %d requests at %.0f req/s vs tiny (separate process): %d recorded, %d ok, wall %v\n",
+		*memN, *memRate, o.n, o.ok, o.wall.Round(time.Second))
+	fmt.Printf("memory: replayer peak RSS %.1f MB (target < 500 MB), including the journal -> Parquet conversion\n", maxRSSMB())
+	w := bufio.NewWriter(os.Stdout)
+	w.Flush()
+	os.RemoveAll(filepath.Dir(o.results))
+	return nil
+}

@@ -1,0 +1,91 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
+// root) and returns its rows. Missing node or the npm package: skip locally, fail in CI.
+func duckdb(t *testing.T, sql string) []map[string]any {
+	t.Helper()
+	root, _ := filepath.Abs("..")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
+		}
+		t.Skipf("DuckDB not available: %v", err)
+	}
+	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		msg := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = string(ee.Stderr)
+		}
+		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("duckdb output %q: %v", out, err)
+	}
+	return rows
+}
+
+// TestResultsReadByDuckDB: an independent engine reads the results file's columns, types,
+// nulls, lists and metadata as the contract says.
+func TestResultsReadByDuckDB(t *testing.T) {
+	dir := t.TempDir()
+	jp := filepath.Join(dir, "r.parquet.journal")
+	j, err := CreateJournal(jp, &RunMeta{RunID: "feed", Mode: ModeOpen, Flags: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range testRecords(30) {
+		j.Add(r)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "r.parquet")
+	if _, err := ConvertJournal(jp, out); err != nil {
+		t.Fatal(err)
+	}
+	rows := duckdb(t, fmt.Sprintf(`SELECT count(*)::INT AS n,
+		count(sent_ns)::INT AS sent, sum(len(chunk_ns))::INT AS chunks, count(chunk_tokens)::INT AS with_tokens,
+		sum(list_sum(chunk_tokens))::INT AS tokens, count(*) FILTER (status = 'dropped')::INT AS dropped,
+		count(http_status)::INT AS http, round(avg(ttft_ms), 6) AS ttft, round(avg(tpot_ms), 6) AS tpot
+		FROM '%s'`, out))
+	want := map[string]any{"n": 30.0, "sent": 20.0, "chunks": 60.0, "with_tokens": 20.0, "tokens": 100.0,
+		"dropped": 10.0, "http": 20.0, "ttft": 0.0001, "tpot": 0.00005}
+	for k, w := range want {
+		if rows[0][k] != w {
+			t.Errorf("%s = %v, want %v", k, rows[0][k], w)
+		}
+	}
+	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
+	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
+		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE"}
+	for i, f := range Schema.Fields() {
+		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
+			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
+		}
+	}
+	md := duckdb(t, fmt.Sprintf(`SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) LIKE 'llmreplay.%%'`, out))
+	got := map[string]string{}
+	for _, r := range md {
+		got[r["k"].(string)] = r["v"].(string)
+	}
+	if got[MetaFormat] != ResultsFormat || got[MetaRun] == "" {
+		t.Errorf("metadata seen by DuckDB: %v", got)
+	}
+}
