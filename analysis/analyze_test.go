@@ -372,10 +372,15 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 		t.Errorf("merged shards: %+v mixed=%v", r.Requests, r.Mixed)
 	}
 	near(t, "merged duration", r.Throughput.DurationS, 0.15)
-	if _, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet"); err != nil {
+	if _, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet"); !errors.Is(err, ErrPartialRun) || !strings.Contains(err.Error(), "1/2") {
+		t.Errorf("shard 0/2 alone: got %v, want ErrPartialRun naming shard 1/2", err)
+	}
+	if d, err := Load(context.Background(), LoadOptions{AllowPartial: true}, dir+"/s0.parquet"); err != nil {
 		t.Fatal(err)
-	} else if d, _ := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet"); len(d.missingShards()) != 1 {
+	} else if len(d.missingShards()) != 1 {
 		t.Error("missing shard 1/2 not noticed")
+	} else if r, err := Analyze(d, DefaultOptions()); err != nil || !strings.Contains(strings.Join(r.Warnings, "\n"), "shards missing: 1/2") {
+		t.Errorf("partial analysis: %v, warnings %q", err, r.Warnings)
 	}
 	if _, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet", dir+"/s0.parquet"); err == nil {
 		t.Error("same file twice accepted")
@@ -389,7 +394,7 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 	if !errors.Is(err, ErrMixedRuns) {
 		t.Fatalf("mixed runs: err = %v", err)
 	}
-	d, err = Load(context.Background(), LoadOptions{AllowMixed: true}, dir+"/s0.parquet", dir+"/other.parquet")
+	d, err = Load(context.Background(), LoadOptions{AllowMixed: true, AllowPartial: true}, dir+"/s0.parquet", dir+"/other.parquet")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -202,3 +202,25 @@ func TestSearchKneeEdges(t *testing.T) {
 		}
 	})
 }
+
+func TestBoundsOfSkipsClientLimitedPoints(t *testing.T) {
+	tracks := func(p SweepPoint) bool { return p.Tracks(0.95) }
+	pt := func(load, offered, sustained float64, client bool) SweepPoint {
+		return SweepPoint{Load: load, OfferedTokensPerSecond: offered, SustainedTokensPerSecond: sustained, ClientLimited: client}
+	}
+	// A client-limited point in the middle says nothing of the endpoint: the scan goes on.
+	b := BoundsOf([]SweepPoint{pt(5, 500, 500, false), pt(10, 1000, 800, true), pt(20, 2000, 2000, false), pt(30, 3000, 2000, false)}, tracks)
+	if !b.Found || !b.Bracketed || b.Pass != 20 || b.Fail != 30 || b.LimitedBy != "endpoint" {
+		t.Errorf("bound %+v, want [20, 30) by the endpoint", b)
+	}
+	// Every trustworthy point passes and the ones above are client-limited.
+	b = BoundsOf([]SweepPoint{pt(5, 500, 500, false), pt(10, 1000, 700, true)}, tracks)
+	if !b.Found || b.Bracketed || b.Pass != 5 || b.LimitedBy != "client" {
+		t.Errorf("bound %+v, want at least 5, limited by the client", b)
+	}
+	// Everything passes.
+	b = BoundsOf([]SweepPoint{pt(5, 500, 500, false), pt(10, 1000, 1000, false)}, tracks)
+	if b.Pass != 10 || b.LimitedBy != "max" {
+		t.Errorf("bound %+v, want at least 10, limited by the list", b)
+	}
+}

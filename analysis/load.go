@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,9 @@ type LoadOptions struct {
 	// AllowMixed pools files of different runs (different run_id) on absolute time instead
 	// of refusing them.
 	AllowMixed bool
+	// AllowPartial analyses the shards given even when some shards of their run are
+	// missing (the report then warns); otherwise Load refuses an incomplete run.
+	AllowPartial bool
 	// BatchSize is the number of rows decoded per Arrow record; 0 means 16Ki.
 	BatchSize int64
 	// Workers is how many row groups are decoded at once; 0 means GOMAXPROCS, at most 4.
@@ -154,6 +158,10 @@ func (e *FieldError) Error() string {
 }
 func (e *FieldError) Unwrap() error { return e.Err }
 
+// ErrPartialRun is returned by Load when shards of a run are missing and
+// LoadOptions.AllowPartial is false.
+var ErrPartialRun = errors.New("incomplete run")
+
 // ErrMixedRuns is returned by Load when files belong to different runs and
 // LoadOptions.AllowMixed is false.
 var ErrMixedRuns = errors.New("results files belong to different runs (use --allow-mixed to pool them)")
@@ -199,6 +207,10 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	}
 	if err := d.checkRuns(opts.AllowMixed); err != nil {
 		return nil, err
+	}
+	if miss := d.missingShards(); len(miss) > 0 && !opts.AllowPartial {
+		return nil, fmt.Errorf("analysis: %s: shards %s of the run are missing: give every shard's file, or --allow-partial to analyse these alone: %w",
+			strings.Join(paths, ", "), strings.Join(miss, ", "), ErrPartialRun)
 	}
 	// Reserve the per-request columns up front from the Parquet metadata.
 	var rows int64

@@ -101,22 +101,30 @@ func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResul
 }
 
 // BoundsOf finds, among points in load order, the highest load below which every point
-// passes and the first failing load above it. A client-limited point ends the scan with
-// LimitedBy "client": what failed there was the replayer, not the endpoint.
+// passes and the first failing load above it. Client-limited points are skipped: the
+// replayer, not the endpoint, limited them, so they neither pass nor fail it. When the scan
+// ends with every trustworthy point passing and client-limited points above them,
+// LimitedBy is "client".
 func BoundsOf(points []SweepPoint, pass func(SweepPoint) bool) Bound {
 	var b Bound
+	clientAbove := false
 	for _, p := range points {
 		if p.ClientLimited {
-			b.LimitedBy = "client"
-			break
+			clientAbove = true
+			continue
 		}
 		if !pass(p) {
 			b.Fail, b.Bracketed, b.LimitedBy = p.Load, true, "endpoint"
 			break
 		}
 		b.Pass, b.Found = p.Load, true
+		clientAbove = false
 	}
-	if b.LimitedBy == "" {
+	switch {
+	case b.LimitedBy != "":
+	case clientAbove:
+		b.LimitedBy = "client"
+	default:
 		b.LimitedBy = "max"
 	}
 	b.NonMonotonic = nonMonotonic(b, points, pass)

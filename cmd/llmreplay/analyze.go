@@ -42,6 +42,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	htmlOut := fs.String("html", "", "also write a self-contained HTML report to this file")
 	pqOut := fs.String("parquet", "", "also write summary.parquet and timeseries.parquet into this directory")
 	allowMixed := fs.Bool("allow-mixed", false, "pool files of different runs on absolute time instead of refusing them")
+	allowPartial := fs.Bool("allow-partial", false, "analyse the shards given even when others of their run are missing (the report warns)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := opts.Validate(); err != nil {
 		return usagef("analyze: %v", err)
 	}
-	d, err := analysis.Load(ctx, analysis.LoadOptions{AllowMixed: *allowMixed}, fs.Args()...)
+	d, err := analysis.Load(ctx, analysis.LoadOptions{AllowMixed: *allowMixed, AllowPartial: *allowPartial}, fs.Args()...)
 	if err != nil {
 		return err
 	}

@@ -475,7 +475,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 // writeReport prints the analysis text report of a results file (the run's own --slo and
 // max-lateness come from its metadata).
 func writeReport(ctx context.Context, path string, w io.Writer) error {
-	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{}, path)
+	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{AllowPartial: true}, path)
 	if err != nil {
 		return err
 	}

@@ -358,7 +358,7 @@ func flagsNote(r *analysis.Report) string {
 
 func (sw *sweeper) analyse(load float64, file string) (analysis.SweepRow, error) {
 	path := filepath.Join(sw.dir, file)
-	d, err := analysis.Load(sw.ctx, analysis.LoadOptions{}, path)
+	d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, path)
 	if err != nil {
 		return analysis.SweepRow{}, err
 	}
