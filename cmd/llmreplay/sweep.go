@@ -86,10 +86,21 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if len(args) != 1 && len(args) != 2 {
-			return usagef("sweep: --resume takes no other flags: the sweep continues with its own (%s)", strings.Join(st.Args, " "))
+		// The sweep continues with the options it was started with; only --json (how the
+		// result is printed) may be added.
+		var extra []string
+		for i := 0; i < len(args); i++ {
+			switch a := args[i]; {
+			case a == "--resume":
+				i++
+			case strings.HasPrefix(a, "--resume="):
+			case a == "--json":
+				extra = append(extra, a)
+			default:
+				return usagef("sweep: --resume takes no other flags than --json: the sweep continues with its own (%s)", strings.Join(st.Args, " "))
+			}
 		}
-		state, args = st, st.Args
+		state, args = st, append(append([]string(nil), st.Args...), extra...)
 	}
 
 	fs := newFlagSet("sweep", "llmreplay sweep (--speedups a,b,c | --rates a,b,c | --concurrencies a,b,c | --auto) -o DIR [replay flags]", sweepExamples, stdout)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,5 +53,54 @@ func TestSweepUsageErrors(t *testing.T) {
 	if err := runSweep(context.Background(), []string{"--resume", t.TempDir()}, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "sweep-state.json") {
 		t.Errorf("resume of an empty dir: got %v, want an error naming the state file", err)
+	}
+}
+
+// TestSweepResume: a sweep whose state lists one finished point of two continues with only
+// the missing one, keeping the finished point's results file, and reports both.
+func TestSweepResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two short replays")
+	}
+	dir := filepath.Join(t.TempDir(), "sw")
+	common := []string{"--limit", "15", "--cooldown", "0s", "--prewarm", "2", "-o", dir}
+	var errb bytes.Buffer
+	if err := runSweep(context.Background(), append([]string{"--speedups", "40"}, common...), io.Discard, &errb); err != nil {
+		t.Fatalf("first sweep: %v\n%s", err, errb.String())
+	}
+	// As if the sweep had been started over two loads and interrupted after the first.
+	st, err := readSweepState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Args = append([]string{"--speedups", "40,80"}, common...)
+	if err := writeSweepState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := runSweep(context.Background(), []string{"--speedups", "40"}, io.Discard, io.Discard); err == nil {
+		t.Error("a second sweep into the same directory without --resume was accepted")
+	}
+	errb.Reset()
+	var out bytes.Buffer
+	if err := runSweep(context.Background(), []string{"--resume", dir, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("resume: %v\n%s", err, errb.String())
+	}
+	log := errb.String()
+	if !strings.Contains(log, "kept speedup 40") || strings.Contains(log, "point 2: speedup 40") || !strings.Contains(log, "point 2: speedup 80") {
+		t.Errorf("resume did not keep 40 and run only 80:\n%s", log)
+	}
+	var got struct {
+		Points []struct {
+			Load float64 `json:"load"`
+			File string  `json:"file"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got.Points) != 2 || got.Points[0].Load != 40 || got.Points[1].Load != 80 {
+		t.Fatalf("resumed sweep points %+v (%v)\n%s", got.Points, err, out.String())
+	}
+	for _, p := range got.Points {
+		if _, err := os.Stat(filepath.Join(dir, p.File)); err != nil {
+			t.Errorf("point file: %v", err)
+		}
 	}
 }

@@ -1,0 +1,87 @@
+package analysis
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// sweepOf builds a sweep report from the same analysed run at several loads, with made-up
+// offered rates around it so that one point saturates.
+func sweepOf(t *testing.T) *SweepReport {
+	t.Helper()
+	r, _ := mixedReport(t)
+	sus := r.Throughput.SustainedOutputTokensPerS
+	var rows []SweepRow
+	for i, ratio := range []float64{2, 1, 0.6} { // sustained / offered
+		rows = append(rows, SweepRow{Axis: "speedup", Load: float64(i + 1), File: "p.parquet", Report: r,
+			Offered: Offered{WindowOutputTokensPerS: sus / ratio, WindowRequestsPerS: 1}})
+	}
+	// Loads 1 and 2 track (ratio >= 0.95); load 3 delivers 60% of what it is offered.
+	return NewSweepReport("speedup", rows, KneeOptions{}, nil)
+}
+
+func TestSweepReportOutputs(t *testing.T) {
+	s := sweepOf(t)
+	if s.Rows[0].Report.Flags.Overloaded || s.Rows[0].Report.Flags.ClientLimited {
+		t.Skip("fixture run is flagged; the bounds below assume a clean run")
+	}
+	if b := s.Saturation; !b.Found || b.Pass != 2 || b.Fail != 3 || b.LimitedBy != "endpoint" {
+		t.Errorf("saturation %+v, want [2, 3) by the endpoint", b)
+	}
+	var txt bytes.Buffer
+	if err := s.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), "saturation (sustained >= 95% of offered, not overloaded): speedup 2 (fails at 3)") {
+		t.Errorf("text report lacks the knee:\n%s", txt.String())
+	}
+	var js bytes.Buffer
+	if err := s.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Axis       string
+		Saturation struct {
+			PassLoad float64 `json:"pass_load"`
+			FailLoad float64 `json:"fail_load"`
+		}
+		Points []map[string]any
+	}
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil || got.Axis != "speedup" || got.Saturation.PassLoad != 2 || got.Saturation.FailLoad != 3 || len(got.Points) != 3 {
+		t.Errorf("JSON %v: %+v\n%s", err, got, js.String())
+	}
+	path := filepath.Join(t.TempDir(), "sweep.parquet")
+	if err := s.WriteParquet(path); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Rows[2].Point(); math.Abs(p.SustainedTokensPerSecond/p.OfferedTokensPerSecond-0.6) > 1e-9 {
+		t.Errorf("point ratio %v, want 0.6", p.SustainedTokensPerSecond/p.OfferedTokensPerSecond)
+	}
+}
+
+// TestSweepHTMLRendersInChromium: the sweep page's two plots render, with a silent console.
+func TestSweepHTMLRendersInChromium(t *testing.T) {
+	bin := chromium(t)
+	page := filepath.Join(t.TempDir(), "sweep.html")
+	if err := sweepOf(t).WriteHTMLFile(page); err != nil {
+		t.Fatal(err)
+	}
+	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
+	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
+	}
+	if m[1] != m[2] || m[2] != "2" {
+		t.Errorf("render check: %s (want both plots)", m[3])
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, ":CONSOLE") {
+			t.Errorf("console message: %s", line)
+		}
+	}
+}
