@@ -120,43 +120,11 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 		return fmt.Errorf("analysis: %w", err)
 	}
 	// Summary: the column set is the same for every report.
-	first := reps[0].summaryCols()
-	fields := make([]arrow.Field, len(first))
-	for i, c := range first {
-		switch c.v.(type) {
-		case float64:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
-		case int64:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Int64}
-		case bool:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.FixedWidthTypes.Boolean}
-		case string:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.BinaryTypes.String}
-		}
+	rows := make([][]col, len(reps))
+	for i, r := range reps {
+		rows[i] = r.summaryCols()
 	}
-	md := arrow.NewMetadata([]string{MetaFormat}, []string{SummaryFormat})
-	sc := arrow.NewSchema(fields, &md)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	defer b.Release()
-	for _, r := range reps {
-		for i, c := range r.summaryCols() {
-			switch v := c.v.(type) {
-			case float64:
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					b.Field(i).AppendNull()
-				} else {
-					b.Field(i).(*array.Float64Builder).Append(v)
-				}
-			case int64:
-				b.Field(i).(*array.Int64Builder).Append(v)
-			case bool:
-				b.Field(i).(*array.BooleanBuilder).Append(v)
-			case string:
-				b.Field(i).(*array.StringBuilder).Append(v)
-			}
-		}
-	}
-	if err := writeRecord(filepath.Join(dir, "summary.parquet"), b.NewRecord()); err != nil {
+	if err := writeColRows(filepath.Join(dir, "summary.parquet"), SummaryFormat, rows); err != nil {
 		return err
 	}
 
