@@ -413,19 +413,23 @@ func (w *waiter) until(dueNS int64) bool {
 	}
 }
 
+// next returns the next prepared request; false when there are no more or the run stops.
+func (r *runner) next() (*request, bool) {
+	select {
+	case q, ok := <-r.prepared:
+		return q, ok
+	case <-r.stop:
+		return nil, false
+	}
+}
+
 // openLoop dispatches each prepared request at its due time.
 func (r *runner) openLoop() {
 	w := newWaiter(r.clk, r.stop)
 	maxLate := int64(r.o.MaxLateness)
 	for {
-		var req *request
-		select {
-		case q, ok := <-r.prepared:
-			if !ok {
-				return
-			}
-			req = q
-		case <-r.stop:
+		req, ok := r.next()
+		if !ok {
 			return
 		}
 		if !w.until(req.dueNS) {
@@ -459,14 +463,8 @@ func (r *runner) closedLoop() {
 		go func() {
 			defer wg.Done()
 			for {
-				var req *request
-				select {
-				case q, ok := <-r.prepared:
-					if !ok {
-						return
-					}
-					req = q
-				case <-r.stop:
+				req, ok := r.next()
+				if !ok {
 					return
 				}
 				now := r.clk.now()

@@ -380,8 +380,13 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 			for _, id := range enc.Encode(r.Prompt) {
 				ids = append(ids, int32(id))
 			}
-		} else if ids, err = builder.AppendTokenIDs(ids, spec, f.vocabSize); err != nil {
-			return dst, err
+		} else {
+			// A local error: the prompter runs on the preparer goroutine, so it must not
+			// write doReplay's err while Run is under way.
+			var perr error
+			if ids, perr = builder.AppendTokenIDs(ids, spec, f.vocabSize); perr != nil {
+				return dst, perr
+			}
 		}
 		dst = append(dst, '[')
 		for i, id := range ids {

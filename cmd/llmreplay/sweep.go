@@ -317,8 +317,8 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	}
 	file := fmt.Sprintf("point-%02d-%s-%s.parquet", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load))
 	path := filepath.Join(sw.dir, file)
-	flagName := map[string]string{"speedup": "speedup", "rate": "rate", "concurrency": "concurrency"}[sw.axis]
-	if err := sw.fs.Set(flagName, fmtLoadFlag(load)); err != nil {
+	// The axes are named after replay's flags: --speedup, --rate, --concurrency.
+	if err := sw.fs.Set(sw.axis, fmtLoadFlag(load)); err != nil {
 		return analysis.SweepRow{}, err
 	}
 	if err := sw.fs.Set("output", path); err != nil {
