@@ -477,99 +477,142 @@ func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse
 	}
 }
 
-// readStream reads the SSE stream into res.
+// readStream reads the SSE stream into res (the pull side, over net/http's body).
 func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int)) {
-	var (
-		text        []byte
-		done        bool
-		finished    bool
-		chunkTokens = make([]int32, 0, 16)
-		everyUsage  = true // every output chunk carried cumulative usage
-		prevCompl   int32
-		usageSeen   bool
-		nEvents     int
-		ci          chunkInfo
-	)
-	res.ChunkNS = res.ChunkNS[:0]
+	var st streamState
+	st.begin(c, res, onTokens)
 	for sse.Next() {
-		stamp := sse.Stamp()
-		data := sse.Data()
-		nEvents++
-		if string(sse.Event()) == "error" {
-			res.Status, res.Error = StatusStreamError, "server error event: "+shortText(data)
-			return
-		}
-		if string(bytes.TrimSpace(data)) == "[DONE]" {
-			done = true
+		if st.event(sse.Stamp(), sse.Event(), sse.Data()) {
 			break
 		}
-		if err := parseChunk(data, &ci); err != nil {
-			res.Status = StatusStreamError
-			res.Error = fmt.Sprintf("event %d: malformed chunk: %v: %s", nEvents, err, shortText(data))
-			return
+	}
+	if st.over() {
+		st.end()
+		return
+	}
+	if err := sse.Err(); err != nil {
+		res.Status, res.Error = classifyStreamErr(ctx, rctx, err, c.opts.Timeout, len(res.ChunkNS))
+		return
+	}
+	st.end()
+}
+
+// streamState turns a stream's events into its record. Both clients feed it: the pull
+// loop above and the raw client's push parser, so a stream means the same to either.
+type streamState struct {
+	c           *Client
+	res         *Result
+	onTokens    func(int)
+	text        []byte
+	done        bool // [DONE] seen
+	failed      bool // res.Status and res.Error are set
+	finished    bool // a finish_reason was seen
+	chunkTokens []int32
+	everyUsage  bool // every output chunk carried cumulative usage
+	prevCompl   int32
+	usageSeen   bool
+	nEvents     int
+	ci          chunkInfo
+}
+
+func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
+	text, ct, ci := st.text[:0], st.chunkTokens[:0], st.ci
+	*st = streamState{c: c, res: res, onTokens: onTokens, text: text, chunkTokens: ct, everyUsage: true, ci: ci}
+	if st.chunkTokens == nil {
+		st.chunkTokens = make([]int32, 0, 16)
+	}
+	res.ChunkNS = res.ChunkNS[:0]
+}
+
+// over reports whether the stream needs no more events: [DONE] came or it failed.
+func (st *streamState) over() bool { return st.done || st.failed }
+
+func (st *streamState) fail(s Status, msg string) {
+	st.res.Status, st.res.Error, st.failed = s, msg, true
+}
+
+// event takes one event, stamped when its last byte was read; it returns true when the
+// stream is over ([DONE], or a failure recorded in the result).
+func (st *streamState) event(stamp int64, name, data []byte) bool {
+	res := st.res
+	st.nEvents++
+	if string(name) == "error" {
+		st.fail(StatusStreamError, "server error event: "+shortText(data))
+		return true
+	}
+	if string(bytes.TrimSpace(data)) == "[DONE]" {
+		st.done = true
+		return true
+	}
+	ci := &st.ci
+	if err := parseChunk(data, ci); err != nil {
+		st.fail(StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
+		return true
+	}
+	if ci.isErr {
+		st.fail(StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg)))
+		return true
+	}
+	output := ci.output
+	if output && st.c.opts.CountTokens != nil {
+		st.text = append(st.text, ci.text...)
+	}
+	st.finished = st.finished || ci.finished
+	if output {
+		off := stamp - res.SentNS
+		if res.FirstTokenNS == Null {
+			res.FirstTokenNS = stamp
 		}
-		if ci.isErr {
-			res.Status, res.Error = StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg))
-			return
+		res.EndNS = stamp
+		res.ChunkNS = append(res.ChunkNS, off)
+		if ci.usage && ci.hasCompl {
+			n := ci.compl - st.prevCompl
+			st.prevCompl = ci.compl
+			st.chunkTokens = append(st.chunkTokens, n)
+			if st.onTokens != nil {
+				st.onTokens(int(n))
+			}
+		} else {
+			st.everyUsage = false
+			if st.onTokens != nil {
+				st.onTokens(1)
+			}
 		}
-		output := ci.output
-		if output && c.opts.CountTokens != nil {
-			text = append(text, ci.text...)
+	} else if ci.usage && ci.hasCompl && ci.choices > 0 {
+		st.prevCompl = ci.compl
+	}
+	if ci.usage && ci.choices == 0 {
+		st.usageSeen = true
+		if ci.hasPrompt {
+			res.PromptTokensServer = ci.prompt
 		}
-		finished = finished || ci.finished
-		if output {
-			off := stamp - res.SentNS
-			if res.FirstTokenNS == Null {
-				res.FirstTokenNS = stamp
-			}
-			res.EndNS = stamp
-			res.ChunkNS = append(res.ChunkNS, off)
-			if ci.usage && ci.hasCompl {
-				n := ci.compl - prevCompl
-				prevCompl = ci.compl
-				chunkTokens = append(chunkTokens, n)
-				if onTokens != nil {
-					onTokens(int(n))
-				}
-			} else {
-				everyUsage = false
-				if onTokens != nil {
-					onTokens(1)
-				}
-			}
-		} else if ci.usage && ci.hasCompl && ci.choices > 0 {
-			prevCompl = ci.compl
-		}
-		if ci.usage && ci.choices == 0 {
-			usageSeen = true
-			if ci.hasPrompt {
-				res.PromptTokensServer = ci.prompt
-			}
-			if ci.hasCompl {
-				res.OutputTokens = ci.compl
-				res.OutputTokensSource = SourceUsage
-			}
+		if ci.hasCompl {
+			res.OutputTokens = ci.compl
+			res.OutputTokensSource = SourceUsage
 		}
 	}
-	if !done {
-		if err := sse.Err(); err != nil {
-			res.Status, res.Error = classifyStreamErr(ctx, rctx, err, c.opts.Timeout, len(res.ChunkNS))
-			return
-		}
-		if !finished {
-			res.Status = StatusStreamError
-			res.Error = fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS))
-			return
-		}
+	return false
+}
+
+// end completes the record after the last event at a clean end of the stream ([DONE],
+// a failure already recorded, or the body's end).
+func (st *streamState) end() {
+	res := st.res
+	if st.failed {
+		return
+	}
+	if !st.done && !st.finished {
+		st.fail(StatusStreamError, fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS)))
+		return
 	}
 	res.Status = StatusOK
-	if everyUsage && len(chunkTokens) > 0 && len(chunkTokens) == len(res.ChunkNS) {
-		res.ChunkTokens = chunkTokens
+	if st.everyUsage && len(st.chunkTokens) > 0 && len(st.chunkTokens) == len(res.ChunkNS) {
+		res.ChunkTokens = append([]int32(nil), st.chunkTokens...)
 	}
-	if !usageSeen && len(text) > 0 && c.opts.CountTokens != nil {
-		res.OutputTokens = int32(c.opts.CountTokens(string(text)))
+	if !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil {
+		res.OutputTokens = int32(st.c.opts.CountTokens(string(st.text)))
 		res.OutputTokensSource = SourceTokenizer
-	} else if !usageSeen && len(res.ChunkNS) == 0 {
+	} else if !st.usageSeen && len(res.ChunkNS) == 0 {
 		res.OutputTokens = 0
 		res.OutputTokensSource = SourceTokenizer
 	}

@@ -80,9 +80,31 @@ func (s *sseReader) Stamp() int64 { return s.outStamp }
 // Err returns the error that stopped Next; nil at a clean end of stream.
 func (s *sseReader) Err() error { return s.err }
 
-// Next advances to the next event carrying data. An event cut by the end of the stream is
-// discarded, as the specification says.
+// Next advances to the next event carrying data, reading as needed. An event cut by the
+// end of the stream is discarded, as the specification says.
 func (s *sseReader) Next() bool {
+	for {
+		if s.nextBuffered() {
+			return true
+		}
+		if s.err != nil {
+			return false
+		}
+		if s.eof {
+			// A final line without a terminator cannot complete an event: drop it.
+			s.err = s.rerr
+			return false
+		}
+		if !s.fill() {
+			return false
+		}
+	}
+}
+
+// nextBuffered advances to the next event carrying data using only the bytes already in
+// the buffer. It returns false when it needs more bytes, or with Err set on a line over
+// the cap. The push side (write) and the pull side (Next) share it.
+func (s *sseReader) nextBuffered() bool {
 	for {
 		line, ok := s.line()
 		if !ok {
@@ -122,40 +144,68 @@ func (s *sseReader) Next() bool {
 	}
 }
 
-// line returns the next line without its terminator; valid until the next call.
+// line returns the next complete line in the buffer without its terminator, valid until
+// the next call; false when there is none yet (or, with Err set, when the line under way
+// is over the cap).
 func (s *sseReader) line() ([]byte, bool) {
-	for {
-		if s.skipLF && s.lo < s.hi {
-			if s.buf[s.lo] == '\n' {
-				s.lo++
-				s.scan = max(s.scan, s.lo)
-			}
-			s.skipLF = false
+	if s.skipLF && s.lo < s.hi {
+		if s.buf[s.lo] == '\n' {
+			s.lo++
+			s.scan = max(s.scan, s.lo)
 		}
-		if i := indexEOL(s.buf[s.scan:s.hi]); i >= 0 {
-			end := s.scan + i
-			line := s.buf[s.lo:end]
-			if s.buf[end] == '\r' {
-				s.skipLF = true
-			}
-			s.lo = end + 1
-			s.scan = s.lo
-			return line, true
-		}
-		s.scan = s.hi // no line end in what we have: never scan it again
-		if s.hi-s.lo > s.maxLine {
-			s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
-			return nil, false
-		}
-		if s.eof {
-			// A final line without a terminator cannot complete an event: drop it.
-			s.err = s.rerr
-			return nil, false
-		}
-		if !s.fill() {
-			return nil, false
-		}
+		s.skipLF = false
 	}
+	if i := indexEOL(s.buf[s.scan:s.hi]); i >= 0 {
+		end := s.scan + i
+		line := s.buf[s.lo:end]
+		if s.buf[end] == '\r' {
+			s.skipLF = true
+		}
+		s.lo = end + 1
+		s.scan = s.lo
+		return line, true
+	}
+	s.scan = s.hi // no line end in what we have: never scan it again
+	if s.hi-s.lo > s.maxLine {
+		s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
+	}
+	return nil, false
+}
+
+// write is the push side: it copies as much of p as the buffer takes (moving unread
+// bytes down and growing it up to the line cap), stamps it, and returns how much it took.
+// The caller then takes events with nextBuffered until it returns false, and writes the
+// rest. Zero means the buffer is full of one unfinished line: nextBuffered reports the cap.
+func (s *sseReader) write(p []byte, stamp int64) int {
+	if !s.makeRoom() {
+		return 0
+	}
+	n := copy(s.buf[s.hi:], p)
+	s.hi += n
+	if n > 0 {
+		s.stamp = stamp
+	}
+	return n
+}
+
+// makeRoom moves the unread bytes to the front and, if the buffer is still full, grows
+// it (at most to the line cap + 1). It returns false if no room can be made.
+func (s *sseReader) makeRoom() bool {
+	if s.lo > 0 {
+		n := copy(s.buf, s.buf[s.lo:s.hi])
+		s.scan -= s.lo
+		s.lo, s.hi = 0, n
+	}
+	if s.hi == len(s.buf) {
+		size := min(2*len(s.buf), s.maxLine+1)
+		if size <= len(s.buf) {
+			return false
+		}
+		nb := make([]byte, size)
+		copy(nb, s.buf[:s.hi])
+		s.buf = nb
+	}
+	return true
 }
 
 // indexEOL returns the index of the first LF or CR in b, or -1 (two vectorised scans).
@@ -172,23 +222,9 @@ func indexEOL(b []byte) int {
 
 // fill reads more bytes, moving or growing the buffer as needed, and stamps the read.
 func (s *sseReader) fill() bool {
-	if s.lo > 0 {
-		n := copy(s.buf, s.buf[s.lo:s.hi])
-		s.scan -= s.lo
-		s.lo, s.hi = 0, n
-	}
-	if s.hi == len(s.buf) {
-		size := 2 * len(s.buf)
-		if size > s.maxLine+1 {
-			size = s.maxLine + 1
-		}
-		if size <= len(s.buf) { // cannot happen: line() checks the cap first
-			s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
-			return false
-		}
-		nb := make([]byte, size)
-		copy(nb, s.buf[:s.hi])
-		s.buf = nb
+	if !s.makeRoom() { // cannot happen: line() checks the cap first
+		s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
+		return false
 	}
 	for range 100 {
 		n, err := s.r.Read(s.buf[s.hi:])
