@@ -110,6 +110,9 @@ type ClientOptions struct {
 	// TokenIDPrompts: the prompts the Prompter appends are JSON arrays of token ids, sent
 	// as they are ("prompt":[...], completions API only; vLLM and SGLang accept them).
 	TokenIDPrompts bool
+	// HTTPClient chooses the HTTP client: HTTPClientAuto (""), HTTPClientRaw or
+	// HTTPClientNetHTTP (rawhttp.go says why there are two).
+	HTTPClient string
 }
 
 // Validate checks the options.
@@ -132,6 +135,20 @@ func (o *ClientOptions) Validate() error {
 	if o.TokenIDPrompts && o.API != APICompletions {
 		return errors.New("client: token-id prompts need the completions API")
 	}
+	if _, err := ParseHTTPClient(o.HTTPClient); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	for k, vs := range o.Header {
+		if !validHeaderName(k) {
+			return fmt.Errorf("client: header name %q is not a valid HTTP token", k)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				// The value may be a secret: never print it.
+				return fmt.Errorf("client: header %s: the value holds a control character", k)
+			}
+		}
+	}
 	return nil
 }
 
@@ -141,6 +158,7 @@ type Client struct {
 	url    string
 	header http.Header
 	hc     *http.Client
+	raw    *rawTransport // the raw HTTP/1.1 client, when it serves the endpoint
 	// bodyPrefix is the constant start of every body: {"model":"...","stream":true,...,
 	bodyPrefix []byte
 }
@@ -216,7 +234,55 @@ func NewClient(o ClientOptions) (*Client, error) {
 		},
 	}
 	c.bodyPrefix = c.appendBodyPrefix(nil)
+	choice, _ := ParseHTTPClient(o.HTTPClient)
+	raw, err := useRaw(choice, &u)
+	if err != nil {
+		return nil, err
+	}
+	if raw {
+		mu := *o.BaseURL
+		mu.User = nil
+		mu.Path += "/models"
+		if c.raw, err = newRawTransport(&u, &mu, h, o.MaxInflight); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// HTTPClientName says which HTTP client serves the endpoint: "raw" or "net/http".
+func (c *Client) HTTPClientName() string {
+	if c.raw != nil {
+		return HTTPClientRaw
+	}
+	return HTTPClientNetHTTP
+}
+
+// validHeaderName reports whether k is an HTTP token (RFC 9110, section 5.6.2).
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v has no control character but tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Prewarm opens up to n keep-alive connections before a run, with n concurrent
@@ -225,6 +291,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 // many requests succeeded; failures are not errors (the run will report the endpoint's
 // state itself).
 func (c *Client) Prewarm(ctx context.Context, n int) int {
+	if c.raw != nil {
+		return c.raw.prewarm(ctx, n)
+	}
 	u := *c.opts.BaseURL
 	u.User = nil
 	u.Path += "/models"
@@ -257,7 +326,12 @@ func (c *Client) Prewarm(ctx context.Context, n int) int {
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.hc.CloseIdleConnections()
+	if c.raw != nil {
+		c.raw.closeIdle(false)
+	}
+}
 
 func (c *Client) appendBodyPrefix(b []byte) []byte {
 	b = append(b, `{"model":`...)
@@ -427,6 +501,10 @@ func (c clock) now() int64 { return int64(time.Since(c.start)) }
 // (a hard stop: the result is canceled); the per-request timeout is applied here.
 // do never returns an error: what happened is in res.
 func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
+	if c.raw != nil {
+		c.doRaw(ctx, clk, r, res, sse, onTokens)
+		return
+	}
 	rctx := ctx
 	if c.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -648,7 +726,12 @@ func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Durati
 
 // httpErrorMessage reads a little of an error response for its message.
 func httpErrorMessage(resp *http.Response) string {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, rawErrBody))
+	return httpErrorText(resp.StatusCode, b)
+}
+
+// httpErrorText words an error response from its status and first bytes.
+func httpErrorText(status int, b []byte) string {
 	var e streamChunk
 	msg := ""
 	if json.Unmarshal(b, &e) == nil {
@@ -657,7 +740,7 @@ func httpErrorMessage(resp *http.Response) string {
 	if msg == "" {
 		msg = string(b)
 	}
-	return fmt.Sprintf("HTTP %d: %s", resp.StatusCode, shortText([]byte(msg)))
+	return fmt.Sprintf("HTTP %d: %s", status, shortText([]byte(msg)))
 }
 
 // shortText returns b on one line, at most 200 bytes, for error messages.
