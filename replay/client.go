@@ -489,7 +489,8 @@ type request struct {
 	promptTokens int32
 	outputTokens int32
 	body         []byte
-	warmup       bool // sent but not recorded
+	warmup       bool   // sent but not recorded
+	head         []byte // the raw client's request head, built with the body
 }
 
 // clock reads nanoseconds since the run start from the monotonic clock.
@@ -500,9 +501,9 @@ func (c clock) now() int64 { return int64(time.Since(c.start)) }
 // do sends r and fills res from the response stream. ctx ends the request early
 // (a hard stop: the result is canceled); the per-request timeout is applied here.
 // do never returns an error: what happened is in res.
-func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
+func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	if c.raw != nil {
-		c.doRaw(ctx, clk, r, res, sse, onTokens)
+		c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
 		return
 	}
 	rctx := ctx

@@ -269,10 +269,76 @@ func (t *rawTransport) appendHead(b []byte, n int) []byte {
 	return append(b, "\r\n\r\n"...)
 }
 
-// doRaw is Client.do over the raw client. A request that a reused connection loses
-// before any byte of a response (the server closed it while idle) is sent once more on
-// a new connection, as net/http does; its send time is then the second send's.
-func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
+// rawStart is a request the dispatcher has begun sending itself, on a pooled
+// connection, when it was due: written bytes of the message went out at once.
+type rawStart struct {
+	cn      *rawConn
+	written int
+	sentNS  int64 // when the whole message was written; meaningful when it was
+	err     error
+}
+
+// tryGetRaw returns a pooled connection, or nil (no dialing: the dispatcher must not wait).
+func (c *Client) tryGetRaw() *rawConn {
+	if c.raw == nil {
+		return nil
+	}
+	t := c.raw
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.idle)
+	if n == 0 {
+		return nil
+	}
+	cn := t.idle[n-1]
+	t.idle = t.idle[:n-1]
+	cn.reused = true
+	return cn
+}
+
+// writeNow writes what cn's socket takes of r's message at once, never waiting: one
+// writev(2) from the dispatcher, so that the send is the write and nothing else.
+func (c *Client) writeNow(cn *rawConn, r *request) *rawStart {
+	st := &rawStart{cn: cn}
+	head := r.head
+	if head == nil {
+		head = c.raw.appendHead(nil, len(r.body))
+		r.head = head
+	}
+	cerr := cn.rc.Write(func(fd uintptr) bool {
+		iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
+		iov[0].SetLen(len(head))
+		cnt := 1
+		if len(r.body) > 0 {
+			iov[1].Base = &r.body[0]
+			iov[1].SetLen(len(r.body))
+			cnt = 2
+		}
+		for {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
+			switch e {
+			case 0:
+				st.written = int(n)
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+			default:
+				st.err = os.NewSyscallError("writev", e)
+			}
+			return true
+		}
+	})
+	if cerr != nil && st.err == nil {
+		st.err = cerr
+	}
+	return st
+}
+
+// doRaw is Client.do over the raw client; pre, when set, is the send the dispatcher
+// began. A request that a reused connection loses before any byte of a response (the
+// server closed it while idle) is sent once more on a new connection, as net/http does;
+// its send time is then the second send's.
+func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	var deadline time.Time
 	if c.opts.Timeout > 0 {
 		deadline = time.Now().Add(c.opts.Timeout)
@@ -280,28 +346,46 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 	bp := c.raw.bufs.Get().(*[]byte)
 	defer c.raw.bufs.Put(bp)
 	for attempt := 0; ; attempt++ {
-		cn, err := c.raw.get(ctx, deadline)
-		if err != nil {
-			res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
-			return
+		st := pre
+		pre = nil
+		if st == nil {
+			cn, err := c.raw.get(ctx, deadline)
+			if err != nil {
+				res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
+				return
+			}
+			st = &rawStart{cn: cn}
 		}
-		if !c.exchange(ctx, clk, cn, r, res, sse, onTokens, deadline, *bp, attempt == 0 && cn.reused) {
+		if !c.exchange(ctx, clk, st, r, res, sse, onTokens, deadline, *bp, attempt == 0 && st.cn.reused) {
 			return
 		}
 		res.SentNS = Null
 	}
 }
 
-// exchange sends r on cn and reads the response into res. It returns true when the
-// request should be sent again on another connection (cn is closed then).
-func (c *Client) exchange(ctx context.Context, clk clock, cn *rawConn, r *request, res *Result, sse *sseReader,
+// exchange finishes sending r on st.cn and reads the response into res. It returns true
+// when the request should be sent again on another connection (st.cn is closed then).
+func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
 	onTokens func(int), deadline time.Time, buf []byte, mayRetry bool) (retry bool) {
+	cn := st.cn
 	cn.c.SetDeadline(deadline)
 	stopCancel := context.AfterFunc(ctx, func() { cn.c.SetDeadline(aLongTimeAgo) })
-	var hb [256]byte
-	head := c.raw.appendHead(hb[:0], len(r.body))
-	bufs := net.Buffers{head, r.body}
-	_, err := bufs.WriteTo(cn.c)
+	head := r.head
+	if head == nil {
+		head = c.raw.appendHead(nil, len(r.body))
+	}
+	err := st.err
+	sent := st.sentNS
+	if err == nil && st.written < len(head)+len(r.body) {
+		var bufs net.Buffers
+		if w := st.written; w < len(head) {
+			bufs = net.Buffers{head[w:], r.body}
+		} else {
+			bufs = net.Buffers{r.body[w-len(head):]}
+		}
+		_, err = bufs.WriteTo(cn.c)
+		sent = clk.now()
+	}
 	if err != nil {
 		stopCancel()
 		cn.c.Close()
@@ -311,7 +395,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, cn *rawConn, r *reques
 		res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
 		return false
 	}
-	res.SentNS = clk.now()
+	res.SentNS = sent
 
 	p := &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: cn, deadline: deadline}
 	p.st.begin(c, res, onTokens)

@@ -316,6 +316,9 @@ func (r *runner) prepare() {
 			warmup: warm,
 		}
 		req.body = r.o.Client.AppendBody(make([]byte, 0, len(prompt)+len(r.o.Client.bodyPrefix)+96), prompt, tr.OutputTokens)
+		if raw := r.o.Client.raw; raw != nil {
+			req.head = raw.appendHead(make([]byte, 0, len(raw.head)+24), len(req.body))
+		}
 		select {
 		case r.prepared <- req:
 			r.prog.Planned.Add(1)
@@ -448,10 +451,19 @@ func (r *runner) openLoop() {
 			}
 			continue
 		}
+		// With the raw client and a pooled connection, the dispatcher writes the request
+		// itself, now: no goroutine hand-off or connection set-up stands between the due
+		// time and the write. The response is read by a new goroutine. Otherwise (no idle
+		// connection, or net/http) the goroutine does it all.
+		var pre *rawStart
+		if cn := r.o.Client.tryGetRaw(); cn != nil {
+			pre = r.o.Client.writeNow(cn, req)
+			pre.sentNS = r.clk.now()
+		}
 		r.inflight.Add(1)
 		r.prog.InFlight.Add(1)
 		r.wg.Add(1)
-		go r.send(req)
+		go r.send(req, pre)
 	}
 }
 
@@ -476,7 +488,7 @@ func (r *runner) closedLoop() {
 				r.inflight.Add(1)
 				r.prog.InFlight.Add(1)
 				r.wg.Add(1)
-				r.send(req)
+				r.send(req, nil)
 			}
 		}()
 	}
@@ -484,7 +496,7 @@ func (r *runner) closedLoop() {
 }
 
 // send performs one request and hands its record to the writer.
-func (r *runner) send(req *request) {
+func (r *runner) send(req *request, pre *rawStart) {
 	defer r.wg.Done()
 	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	sse, _ := r.ssePool.Get().(*sseReader)
@@ -492,10 +504,10 @@ func (r *runner) send(req *request) {
 		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
 	}
 	r.prog.Sent.Add(1)
-	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) })
+	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) }, pre)
 	sse.reset(nil)
 	r.ssePool.Put(sse)
-	req.body = nil
+	req.body, req.head = nil, nil
 	r.inflight.Add(-1)
 	r.prog.InFlight.Add(-1)
 	if !req.warmup {
