@@ -43,16 +43,7 @@ func TestFaults(t *testing.T) {
 		u, _ := BaseURL("http://" + addr)
 		return u
 	}
-	cases := []struct {
-		name    string
-		handler http.HandlerFunc // nil: refused connection
-		timeout time.Duration
-		maxLine int
-		status  Status
-		http    int32
-		errHas  string
-		chunks  int // output chunks recorded
-	}{
+	cases := []faultCase{
 		{name: "refused", status: StatusTransportError, errHas: "connection refused"},
 		{name: "500", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"error":{"message":"engine exploded","type":"InternalError"}}`, 500)
@@ -115,39 +106,62 @@ func TestFaults(t *testing.T) {
 			fmt.Fprint(w, `{"choices":[{"text":"hello"}]}`)
 		}, status: StatusStreamError, http: 200, errHas: "not an event stream"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var base *url.URL
-			if tc.handler == nil {
-				base = refused()
-			} else {
-				base = startServer(t, tc.handler)
-			}
-			c := newTestClient(t, base, func(o *ClientOptions) {
-				if tc.timeout > 0 {
-					o.Timeout = tc.timeout
-				}
-				o.MaxLine = tc.maxLine
+	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+		for _, tc := range cases {
+			t.Run(hc+"/"+tc.name, func(t *testing.T) {
+				testFault(t, hc, tc, refused)
 			})
-			reqs := uniformTrace(4, 5*time.Millisecond, 3, 4)
-			t0 := time.Now()
-			_, res, _ := runTrace(t, context.Background(), c, reqs, nil)
-			if el := time.Since(t0); el > 15*time.Second { // generous: the point is that no fault hangs a run
-				t.Errorf("run took %v", el)
-			}
-			if len(res) != len(reqs) {
-				t.Fatalf("%d records, want %d", len(res), len(reqs))
-			}
-			for _, r := range res {
-				if r.Status != tc.status || r.HTTPStatus != tc.http || !strings.Contains(r.Error, tc.errHas) || len(r.ChunkNS) != tc.chunks {
-					t.Errorf("request %d: status %s http %d chunks %d error %q; want %s %d %d %q",
-						r.RequestID, r.Status, r.HTTPStatus, len(r.ChunkNS), r.Error, tc.status, tc.http, tc.chunks, tc.errHas)
-				}
-				if tc.status == StatusTransportError && r.SentNS != Null {
-					t.Errorf("refused request has sent_ns %d", r.SentNS)
-				}
-			}
-		})
+		}
+	}
+}
+
+type faultCase struct {
+	name    string
+	handler http.HandlerFunc // nil: refused connection
+	timeout time.Duration
+	maxLine int
+	status  Status
+	http    int32
+	errHas  string
+	chunks  int // output chunks recorded
+}
+
+// testFault replays four requests against tc's handler with the HTTP client hc and
+// checks each record.
+func testFault(t *testing.T, hc string, tc faultCase, refused func() *url.URL) {
+	var base *url.URL
+	if tc.handler == nil {
+		base = refused()
+	} else {
+		base = startServer(t, tc.handler)
+	}
+	c := newTestClient(t, base, func(o *ClientOptions) {
+		if tc.timeout > 0 {
+			o.Timeout = tc.timeout
+		}
+		o.MaxLine = tc.maxLine
+		o.HTTPClient = hc
+	})
+	if got := c.HTTPClientName(); got != hc {
+		t.Fatalf("client %s, want %s", got, hc)
+	}
+	reqs := uniformTrace(4, 5*time.Millisecond, 3, 4)
+	t0 := time.Now()
+	_, res, _ := runTrace(t, context.Background(), c, reqs, nil)
+	if el := time.Since(t0); el > 15*time.Second { // generous: the point is that no fault hangs a run
+		t.Errorf("run took %v", el)
+	}
+	if len(res) != len(reqs) {
+		t.Fatalf("%d records, want %d", len(res), len(reqs))
+	}
+	for _, r := range res {
+		if r.Status != tc.status || r.HTTPStatus != tc.http || !strings.Contains(r.Error, tc.errHas) || len(r.ChunkNS) != tc.chunks {
+			t.Errorf("request %d: status %s http %d chunks %d error %q; want %s %d %d %q",
+				r.RequestID, r.Status, r.HTTPStatus, len(r.ChunkNS), r.Error, tc.status, tc.http, tc.chunks, tc.errHas)
+		}
+		if tc.status == StatusTransportError && r.SentNS != Null {
+			t.Errorf("refused request has sent_ns %d", r.SentNS)
+		}
 	}
 }
 

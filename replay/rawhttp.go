@@ -633,6 +633,10 @@ func (p *rawResp) process(stamp int64) bool {
 				return true
 			}
 		case rsChunkSize, rsChunkEnd, rsTrailer:
+			if p.state == rsChunkEnd && p.lo < p.hi && p.buf[p.lo] != '\r' && p.buf[p.lo] != '\n' {
+				p.err = errors.New("malformed chunked encoding: no CRLF after chunk data")
+				return true
+			}
 			l, ok := p.line()
 			if !ok {
 				if p.hi-p.lo > 4096 {

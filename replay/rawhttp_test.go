@@ -1,0 +1,309 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// feedResponse runs the raw client's response parser over resp as if it arrived in
+// reads of split bytes (0: all at once), then, if eof, as if the server closed.
+func feedResponse(t *testing.T, resp string, split int, eof bool) (*rawResp, *Result) {
+	t.Helper()
+	c := &Client{opts: ClientOptions{MaxLine: DefaultMaxLine}}
+	res := newResult(1, 0, 0, 3, 4)
+	res.SentNS = 0
+	p := &rawResp{buf: make([]byte, 64), res: res, sse: newSSEReader(nil, nil, 16, DefaultMaxLine)}
+	p.st.begin(c, res, nil)
+	stamp := int64(0)
+	stopped := false
+	for len(resp) > 0 && !stopped {
+		n := len(resp)
+		if split > 0 {
+			n = min(n, split)
+		}
+		if !p.makeRoom() {
+			p.err = errRawHeadTooLarge
+			break
+		}
+		n = min(n, len(p.buf)-p.hi)
+		copy(p.buf[p.hi:], resp[:n])
+		p.hi += n
+		resp = resp[n:]
+		stamp++
+		stopped = p.process(stamp)
+	}
+	if eof && !stopped {
+		p.eof = true
+		p.process(stamp + 1)
+	}
+	switch {
+	case p.mode == modeSSE && (p.st.over() || p.state == rsDone):
+		p.st.end()
+	case p.mode == modeErrBody:
+		res.Status, res.Error = StatusHTTPError, httpErrorText(p.status, p.errBody)
+	}
+	return p, res
+}
+
+const rawSSEBody = "data: {\"choices\":[{\"text\":\" a\"}]}\n\n" +
+	"data: {\"choices\":[{\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\n" +
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n" +
+	"data: [DONE]\n\n"
+
+// chunked frames body in chunked encoding, one chunk per SSE event, with a trailer.
+func chunked(body string) string {
+	var b strings.Builder
+	for _, ev := range strings.SplitAfter(body, "\n\n") {
+		if ev != "" {
+			fmt.Fprintf(&b, "%x;ext=1\r\n%s\r\n", len(ev), ev)
+		}
+	}
+	b.WriteString("0\r\nX-Sim-Timing: 1\r\n\r\n")
+	return b.String()
+}
+
+func TestRawResponseFraming(t *testing.T) {
+	sseHead := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+	cases := []struct {
+		name      string
+		resp      string
+		eof       bool
+		status    Status
+		errHas    string
+		chunks    int
+		done      bool // the response was read to its end
+		closeConn bool
+	}{
+		{name: "chunked with trailer", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
+			status: StatusOK, chunks: 2, done: true},
+		{name: "content-length", resp: sseHead + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(rawSSEBody)) + rawSSEBody,
+			status: StatusOK, chunks: 2, done: true},
+		{name: "close-delimited", resp: sseHead + "\r\n" + rawSSEBody, eof: true,
+			status: StatusOK, chunks: 2, done: true, closeConn: true},
+		{name: "interim 100 then 200", resp: "HTTP/1.1 100 Continue\r\n\r\n" + sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
+			status: StatusOK, chunks: 2, done: true},
+		{name: "bare LF head", resp: strings.ReplaceAll(sseHead, "\r\n", "\n") + "Content-Length: " + fmt.Sprint(len(rawSSEBody)) + "\n\n" + rawSSEBody,
+			status: StatusOK, chunks: 2, done: true},
+		{name: "connection close", resp: sseHead + "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
+			status: StatusOK, chunks: 2, done: true, closeConn: true},
+		{name: "HTTP/1.0", resp: strings.Replace(sseHead, "HTTP/1.1", "HTTP/1.0", 1) + "\r\n" + rawSSEBody, eof: true,
+			status: StatusOK, chunks: 2, done: true, closeConn: true},
+		{name: "HTTP/1.0 keep-alive", resp: strings.Replace(sseHead, "HTTP/1.1", "HTTP/1.0", 1) + "Connection: keep-alive\r\nContent-Length: " + fmt.Sprint(len(rawSSEBody)) + "\r\n\r\n" + rawSSEBody,
+			status: StatusOK, chunks: 2, done: true},
+		{name: "error JSON", resp: "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"2a\r\n{\"object\":\"error\",\"message\":\"overloaded\"}\r\n0\r\n\r\n",
+			status: StatusHTTPError, errHas: "HTTP 503: overloaded", done: true},
+		{name: "not a stream", resp: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+			status: StatusStreamError, errHas: "not an event stream"},
+		{name: "cut mid-chunk", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody)[:60], eof: true,
+			errHas: "unexpected EOF", chunks: 1},
+		{name: "bad chunk size", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", errHas: "chunk size"},
+		{name: "no CRLF after chunk", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\n2\r\nabXY\r\n", errHas: "no CRLF"},
+		{name: "not HTTP", resp: "SSH-2.0-OpenSSH\r\n\r\n", errHas: "malformed HTTP response"},
+	}
+	for _, tc := range cases {
+		for _, split := range []int{0, 1, 7} {
+			t.Run(fmt.Sprintf("%s/split%d", tc.name, split), func(t *testing.T) {
+				p, res := feedResponse(t, tc.resp, split, tc.eof)
+				if p.err != nil && tc.errHas == "" {
+					t.Fatalf("parse error %v", p.err)
+				}
+				if p.err != nil {
+					if !strings.Contains(p.err.Error(), tc.errHas) {
+						t.Errorf("error %v, want %q", p.err, tc.errHas)
+					}
+				} else if res.Status != tc.status || !strings.Contains(res.Error, tc.errHas) {
+					t.Errorf("status %s error %q, want %s %q", res.Status, res.Error, tc.status, tc.errHas)
+				}
+				if len(res.ChunkNS) != tc.chunks {
+					t.Errorf("%d chunks, want %d", len(res.ChunkNS), tc.chunks)
+				}
+				if (p.state == rsDone) != tc.done || (tc.done && p.closeConn != tc.closeConn) {
+					t.Errorf("state %d close %v, want done %v close %v", p.state, p.closeConn, tc.done, tc.closeConn)
+				}
+				if tc.status == StatusOK && (res.OutputTokens != 2 || res.PromptTokensServer != 3) {
+					t.Errorf("usage: output %d prompt %d", res.OutputTokens, res.PromptTokensServer)
+				}
+			})
+		}
+	}
+}
+
+func TestRawHeadTooLarge(t *testing.T) {
+	resp := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", rawMaxHead) + "\r\n\r\n"
+	p, _ := feedResponse(t, resp, 4096, false)
+	if p.err != errRawHeadTooLarge {
+		t.Fatalf("error %v, want %v", p.err, errRawHeadTooLarge)
+	}
+}
+
+// TestRawKeepAlive: sequential requests share one connection.
+func TestRawKeepAlive(t *testing.T) {
+	var conns atomic.Int64
+	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	base, _ := BaseURL(ts.URL)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(20, 30*time.Millisecond, 5, 4), nil)
+	if st := byStatus(res); st[StatusOK] != 20 {
+		t.Fatalf("statuses %v", st)
+	}
+	if n := conns.Load(); n > 2 {
+		t.Errorf("%d connections for 20 sequential requests; keep-alive should reuse one", n)
+	}
+}
+
+// TestRawStaleConnection: a server that closes idle connections after 20 ms; every
+// request but the first finds its pooled connection closed and is sent again on a new
+// one, transparently.
+func TestRawStaleConnection(t *testing.T) {
+	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
+	ts.Config.IdleTimeout = 20 * time.Millisecond
+	ts.Start()
+	t.Cleanup(ts.Close)
+	base, _ := BaseURL(ts.URL)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(6, 150*time.Millisecond, 5, 4), nil)
+	if st := byStatus(res); st[StatusOK] != 6 {
+		for _, r := range res {
+			t.Logf("request %d: %s %q", r.RequestID, r.Status, r.Error)
+		}
+		t.Fatalf("statuses %v", st)
+	}
+}
+
+// TestRawServerClosesBeforeAnswer: a fresh connection closed without a response is an
+// error (not retried: it was not a kept-alive connection).
+func TestRawServerClosesBeforeAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int64
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				br := bufio.NewReader(cn)
+				http.ReadRequest(br) // read the head, then hang up
+				cn.Close()
+			}()
+		}
+	}()
+	base, _ := BaseURL("http://" + ln.Addr().String())
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(3, 10*time.Millisecond, 5, 4), nil)
+	for _, r := range res {
+		if r.Status != StatusTransportError || !strings.Contains(r.Error, "closed the connection before responding") {
+			t.Errorf("request %d: %s %q", r.RequestID, r.Status, r.Error)
+		}
+	}
+	if n := accepted.Load(); n != 3 {
+		t.Errorf("%d connections for 3 requests, want 3 (no retry on a fresh connection)", n)
+	}
+}
+
+// TestRawRequestBytes: the request the raw client writes is what net/http's server
+// parses as the same POST with the same headers and body as net/http's client sends.
+func TestRawRequestBytes(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		mu.Lock()
+		key := r.Header.Get("X-Client")
+		seen[key] = []string{r.Method, r.URL.String(), r.Host, r.Header.Get("Authorization"), r.Header.Get("Content-Type"),
+			r.Header.Get("Accept"), r.Header.Get("X-Extra"), fmt.Sprint(r.ContentLength), string(body), r.Header.Get("Accept-Encoding")}
+		mu.Unlock()
+		srv.ServeHTTP(w, r)
+	})
+	base := startServer(t, h)
+	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+		c := newTestClient(t, base, func(o *ClientOptions) {
+			o.HTTPClient = hc
+			o.APIKey = "sk-test"
+			o.Header = http.Header{"X-Extra": {"v1"}, "X-Client": {"x"}}
+		})
+		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(1, 0, 5, 4), nil)
+		if res[0].Status != StatusOK {
+			t.Fatalf("%s: %s %q", hc, res[0].Status, res[0].Error)
+		}
+		mu.Lock()
+		seen[hc] = seen["x"]
+		delete(seen, "x")
+		mu.Unlock()
+	}
+	raw, std := seen[HTTPClientRaw], seen[HTTPClientNetHTTP]
+	for i := range raw {
+		if i == len(raw)-1 { // Accept-Encoding: net/http adds gzip unless compression is off; both send none
+			if raw[i] != "" || std[i] != "" {
+				t.Errorf("Accept-Encoding raw %q net/http %q, want none", raw[i], std[i])
+			}
+			continue
+		}
+		if raw[i] != std[i] {
+			t.Errorf("field %d: raw %q, net/http %q", i, raw[i], std[i])
+		}
+	}
+}
+
+func TestHTTPClientChoice(t *testing.T) {
+	mustURL := func(s string) *url.URL { u, _ := BaseURL(s); return u }
+	cases := []struct {
+		choice, endpoint, want, errHas string
+	}{
+		{"", "http://127.0.0.1:8000", HTTPClientRaw, ""},
+		{"auto", "https://127.0.0.1:8000", HTTPClientNetHTTP, ""},
+		{"raw", "https://127.0.0.1:8000", "", "plain http only"},
+		{"net/http", "http://127.0.0.1:8000", HTTPClientNetHTTP, ""},
+		{"curl", "http://127.0.0.1:8000", "", "unknown HTTP client"},
+	}
+	for _, tc := range cases {
+		c, err := NewClient(ClientOptions{BaseURL: mustURL(tc.endpoint), API: APICompletions, Backend: BackendVLLM, Model: "m", HTTPClient: tc.choice})
+		switch {
+		case tc.errHas != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("%s %s: error %v, want %q", tc.choice, tc.endpoint, err, tc.errHas)
+			}
+		case err != nil:
+			t.Errorf("%s %s: %v", tc.choice, tc.endpoint, err)
+		case c.HTTPClientName() != tc.want:
+			t.Errorf("%s %s: %s, want %s", tc.choice, tc.endpoint, c.HTTPClientName(), tc.want)
+		}
+	}
+	// A header that would split the request is refused, and its value is not repeated.
+	_, err := NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: APICompletions, Backend: BackendVLLM, Model: "m",
+		Header: http.Header{"X-Token": {"secret\r\nX-Injected: 1"}}})
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("header with CRLF: %v", err)
+	}
+	_, err = NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: APICompletions, Backend: BackendVLLM, Model: "m",
+		Header: http.Header{"Bad Name": {"v"}}})
+	if err == nil {
+		t.Error("header name with a space accepted")
+	}
+}
