@@ -11,6 +11,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,8 +72,10 @@ func main() {
 		err = sweep()
 	case "memory":
 		err = memory()
+	case "floor":
+		err = floor()
 	default:
-		err = fmt.Errorf("usage: replaybench [flags] fidelity|sweep|memory")
+		err = fmt.Errorf("usage: replaybench [flags] fidelity|sweep|memory|floor")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replaybench:", err)
@@ -346,5 +350,92 @@ func memory() error {
 	w := bufio.NewWriter(os.Stdout)
 	w.Flush()
 	os.RemoveAll(filepath.Dir(o.results))
+	return nil
+}
+
+// floor measures the least CPU any client pays per streamed chunk on this machine: a
+// minimal client on one locked thread, an epoll loop that reads each ready socket once
+// (the kernel's read, and the ACK it sends, are in it), counts "data:" lines and parses
+// nothing, against the same sim and load as fidelity. Its thread's CPU per chunk is the
+// floor under the replayer's figure.
+func floor() error {
+	base, stop, err := startSim(fixedArgs()...)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	tcp, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return err
+	}
+	body := fmt.Sprintf(`{"model":"sim-fixed","stream":true,"max_tokens":%d,"min_tokens":%d,"ignore_eos":true,"prompt":%q}`,
+		*outTok, *outTok, strings.Repeat(" the", *promptTk))
+	msg := []byte(fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body))
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(epfd)
+	n := int64(*rate * dur.Seconds())
+	var opened atomic.Int64
+	go func() { // dispatcher: not measured
+		src := newPoisson(n, *rate, *promptTk, *outTok)
+		t0 := time.Now()
+		for src.Next() {
+			time.Sleep(time.Until(t0.Add(src.Request().Arrival)))
+			fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			sa := &syscall.SockaddrInet4{Port: tcp.Port}
+			copy(sa.Addr[:], tcp.IP.To4())
+			if syscall.Connect(fd, sa) != nil {
+				syscall.Close(fd)
+				continue
+			}
+			syscall.Write(fd, msg)
+			syscall.SetNonblock(fd, true)
+			ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
+			syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, fd, &ev)
+			opened.Add(1)
+		}
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ru0, ru1 syscall.Rusage
+	const rusageThread = 1
+	syscall.Getrusage(rusageThread, &ru0)
+	events := make([]syscall.EpollEvent, 256)
+	buf := make([]byte, 64<<10)
+	var chunks, reads, closed, wakes int64
+	deadline := time.Now().Add(*dur + 30*time.Second)
+	for closed < n && time.Now().Before(deadline) {
+		k, err := syscall.EpollWait(epfd, events, 50)
+		if err != nil && err != syscall.EINTR {
+			return err
+		}
+		wakes++
+		for _, ev := range events[:max(k, 0)] {
+			fd := int(ev.Fd)
+			m, err := syscall.Read(fd, buf)
+			reads++
+			if m > 0 {
+				chunks += int64(bytes.Count(buf[:m], []byte("data: {")))
+				continue
+			}
+			if err == syscall.EAGAIN {
+				continue
+			}
+			syscall.EpollCtl(epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+			syscall.Close(fd)
+			closed++
+		}
+	}
+	syscall.Getrusage(rusageThread, &ru1)
+	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) + syscall.TimevalToNsec(ru1.Stime) -
+		syscall.TimevalToNsec(ru0.Utime) - syscall.TimevalToNsec(ru0.Stime))
+	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads, %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing)\n",
+		*rate, closed, chunks, reads, wakes, cpu.Round(time.Millisecond), float64(cpu)/1e3/float64(max(chunks, 1)))
 	return nil
 }

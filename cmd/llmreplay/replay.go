@@ -53,7 +53,7 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
 
 type replayFlags struct {
 	trace, endpoint, api, backend, model, apiKey, output, simProfile, encoding, slo, shard string
-	promptFormat, startAt                                                                  string
+	promptFormat, startAt, httpClient                                                      string
 	vocabSize                                                                              int
 	headers                                                                                []string
 	speedup, rate                                                                          float64
@@ -88,6 +88,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.StringArrayVarP(&f.headers, "header", "H", nil, "extra request header 'Name: value', repeatable (values are never stored)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key sent as a bearer token (default: $LLMREPLAY_API_KEY, else $OPENAI_API_KEY); never printed or stored")
 	fs.BoolVar(&f.insecure, "insecure", false, "skip TLS certificate verification")
+	fs.StringVar(&f.httpClient, "http-client", "auto", "HTTP client: raw (llmreplay's own HTTP/1.1 client, one read per streamed chunk; http:// only), net/http (Go's; https, proxies, HTTP/2); auto: raw for http:// without a proxy, else net/http")
 	fs.Float64Var(&f.speedup, "speedup", 0, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
 	fs.Float64Var(&f.rate, "rate", 0, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
@@ -125,6 +126,9 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	}
 	if modes > 1 {
 		return usagef("replay: give at most one of --speedup, --rate and --concurrency")
+	}
+	if _, err := replay.ParseHTTPClient(f.httpClient); err != nil {
+		return usagef("replay: --http-client: %v", err)
 	}
 	if fs.Changed("speedup") && !(f.speedup > 0) {
 		return usagef("replay: --speedup %v: must be positive", f.speedup)
@@ -314,12 +318,13 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	client, err := replay.NewClient(replay.ClientOptions{
 		BaseURL: base, API: api, Backend: backend, Model: model, APIKey: apiKey, Header: header,
 		Timeout: f.timeout, MaxInflight: max(f.maxInflight, f.concurrency), Insecure: f.insecure,
-		CountTokens: enc.Count, TokenIDPrompts: tokenIDs,
+		CountTokens: enc.Count, TokenIDPrompts: tokenIDs, HTTPClient: f.httpClient,
 	})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	meta.Flags["http-client"] = client.HTTPClientName() // what auto chose
 
 	var source trace.Source = src
 	var origin time.Duration

@@ -55,6 +55,9 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if meta.Flags["header"] != "X-Tenant" {
 		t.Errorf("flags.header = %q, want the header name only", meta.Flags["header"])
 	}
+	if meta.Flags["http-client"] != replay.HTTPClientRaw {
+		t.Errorf("flags.http-client = %q, want what auto chose (raw)", meta.Flags["http-client"])
+	}
 	if _, err := os.Stat(out + replay.JournalSuffix); !os.IsNotExist(err) {
 		t.Errorf("journal left behind after a clean run")
 	}
@@ -81,6 +84,7 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"--shard", "3/2"},
 		{"--header", "novalue"},
 		{"--speedup", "-1"},
+		{"--http-client", "curl"},
 	} {
 		err := run(context.Background(), append([]string{"replay"}, args...), new(bytes.Buffer), new(bytes.Buffer))
 		var ue *usageError
