@@ -19,12 +19,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -270,6 +272,54 @@ func ttftError(o *outcome, truth time.Duration) error {
 	return nil
 }
 
+// simLateness reads the fixed sim's write-lateness histogram from /metrics and returns
+// the upper bounds of the buckets holding the p50 and p99 of its first writes.
+func simLateness(base string) ([2]string, error) {
+	var out [2]string
+	resp, err := http.Get(strings.TrimSuffix(base, "/v1") + "/metrics")
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return out, err
+	}
+	type bucket struct {
+		le  string
+		cum float64
+	}
+	var bs []bucket
+	const prefix = `llmreplay_sim_fixed_write_lateness_seconds_bucket{model_name="sim-fixed",token="first",le="`
+	for _, l := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, prefix)
+		if !ok {
+			continue
+		}
+		le, v, _ := strings.Cut(rest, `"} `)
+		var n float64
+		fmt.Sscan(v, &n)
+		bs = append(bs, bucket{le, n})
+	}
+	if len(bs) == 0 || bs[len(bs)-1].cum == 0 {
+		return out, fmt.Errorf("no write-lateness histogram in the sim's /metrics")
+	}
+	total := bs[len(bs)-1].cum
+	for i, q := range []float64{0.50, 0.99} {
+		for _, x := range bs {
+			if x.cum >= q*total {
+				if sec, err := strconv.ParseFloat(x.le, 64); err == nil {
+					out[i] = fmt.Sprintf("%.3g ms", sec*1e3)
+				} else {
+					out[i] = x.le
+				}
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 func rank(n int, p float64) int { return max(0, int(math.Ceil(p/100*float64(n)))-1) }
 
 func fixedArgs() []string {
@@ -290,10 +340,16 @@ func fidelity() error {
 	if err := ttftError(o, *ttft); err != nil {
 		return err
 	}
+	late, lerr := simLateness(base)
 	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process\n", *rate, n, *outTok, *ttft, *itl)
 	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
 	fmt.Printf("  schedule lateness ms: p50 %.3f p99 %.3f max %.3f   (target p99 <= 1)\n", o.lateP50, o.lateP99, o.lateMax)
 	fmt.Printf("  TTFT - %v ms: p50 %.3f p99 %.3f   (target p99 <= 3)\n", *ttft, o.ttftErrP50, o.ttftErrP99)
+	if lerr == nil {
+		fmt.Printf("  of which the sim's own lateness: its first writes left the handler late by p50 <= %s, p99 <= %s (bucket bounds from its /metrics)\n", late[0], late[1])
+	} else {
+		fmt.Printf("  sim lateness unknown: %v\n", lerr)
+	}
 	fmt.Printf("  machine floor: a goroutine sleeping 1 ms wakes late by p50 %.3f p99 %.3f ms; load average %s\n", o.hicP50, o.hicP99, loadavg())
 	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 10); wall %v\n",
 		o.cpu.Round(time.Millisecond), o.tokens, float64(o.cpu)/1e3/float64(o.tokens), o.wall.Round(time.Millisecond))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -152,6 +153,28 @@ func (l *latenessLog) add(first bool, d time.Duration) {
 		l.rest = append(l.rest, d)
 	}
 	l.mu.Unlock()
+}
+
+// lateBounds are the upper bounds, in seconds, of the fixed profile's write-lateness
+// histogram buckets.
+var lateBounds = []float64{50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 750e-6, 1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3, 7.5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 1}
+
+// lateHist counts how late the fixed profile's writes leave the handler, relative to
+// the exact schedule (the sim's own share of a client's TTFT and ITL error), in
+// constant memory: /metrics serves it as a Prometheus histogram.
+type lateHist struct {
+	counts [18]atomic.Int64 // len(lateBounds) + the +Inf bucket
+	sumNS  atomic.Int64
+}
+
+func (h *lateHist) observe(d time.Duration) {
+	d = max(d, 0)
+	i := 0
+	for i < len(lateBounds) && d.Seconds() > lateBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumNS.Add(int64(d))
 }
 
 // tokenSource blocks until more than sent tokens exist and returns how many do.
@@ -397,9 +420,15 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		if !ok {
 			return // client gone or server closing: the stream ends without [DONE]
 		}
-		if s.lateness != nil {
-			if f, ok := src.(*fixedSource); ok {
-				s.lateness.add(sent == 0, time.Since(f.due(sent)))
+		if f, ok := src.(*fixedSource); ok {
+			late := time.Since(f.due(sent))
+			if sent == 0 {
+				s.fixedLate[0].observe(late)
+			} else {
+				s.fixedLate[1].observe(late)
+			}
+			if s.lateness != nil {
+				s.lateness.add(sent == 0, late)
 			}
 		}
 		for ; sent < n; sent++ {

@@ -63,6 +63,31 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		b = strconv.AppendInt(b, s.faultCount[i].Load(), 10)
 		b = append(b, '\n')
 	}
+	if s.cfg.Fixed {
+		const name = "llmreplay_sim_fixed_write_lateness_seconds"
+		b = append(b, "# HELP "+name+" How late the fixed profile's writes left the handler, by token (first or later): the sim's own share of a client's TTFT and ITL error.\n# TYPE "+name+" histogram\n"...)
+		for i, tok := range []string{"first", "later"} {
+			h := &s.fixedLate[i]
+			lbls := `model_name="` + s.cfg.Model + `",token="` + tok + `"`
+			var cum int64
+			for j := range h.counts {
+				cum += h.counts[j].Load()
+				le := "+Inf"
+				if j < len(lateBounds) {
+					le = strconv.FormatFloat(lateBounds[j], 'g', -1, 64)
+				}
+				b = append(b, name+"_bucket{"+lbls+`,le="`+le+`"} `...)
+				b = strconv.AppendInt(b, cum, 10)
+				b = append(b, '\n')
+			}
+			b = append(b, name+"_sum{"+lbls+"} "...)
+			b = strconv.AppendFloat(b, float64(h.sumNS.Load())/1e9, 'g', -1, 64)
+			b = append(b, '\n')
+			b = append(b, name+"_count{"+lbls+"} "...)
+			b = strconv.AppendInt(b, cum, 10)
+			b = append(b, '\n')
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write(b)
 }

@@ -45,6 +45,7 @@ type Server struct {
 	counts         countCache
 	chatRoleTokens map[string]int // tokens of "role\n" per role
 	lateness       *latenessLog   // set by benchmarks only
+	fixedLate      [2]lateHist    // fixed profile: lateness of first and later writes
 	chatReply      int            // tokens of "<|im_start|>assistant\n"
 }
 

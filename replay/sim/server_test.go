@@ -520,6 +520,27 @@ func TestFixedProfileModelTimes(t *testing.T) {
 	if f-a != cfg.FixedTTFT || l-f != 9*cfg.FixedITL {
 		t.Fatalf("ttft %v decode %v", f-a, l-f)
 	}
+	// /metrics counts each write's lateness: one first write, and later ones (several
+	// tokens may share a write when the handler wakes late, so at most 9).
+	resp, err := http.Get(strings.TrimSuffix(r.BaseURL(), "/v1") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var first, later int
+	for _, l := range strings.Split(string(b), "\n") {
+		const p = `llmreplay_sim_fixed_write_lateness_seconds_count{model_name="sim-fixed",token=`
+		if v, ok := strings.CutPrefix(l, p+`"first"} `); ok {
+			first, _ = strconv.Atoi(v)
+		}
+		if v, ok := strings.CutPrefix(l, p+`"later"} `); ok {
+			later, _ = strconv.Atoi(v)
+		}
+	}
+	if first != 1 || later < 1 || later > 9 || !strings.Contains(string(b), `le="+Inf"`) {
+		t.Errorf("write-lateness histogram: %d first, %d later writes, want 1 and 1..9:\n%s", first, later, b)
+	}
 }
 
 func TestBadRequests(t *testing.T) {
