@@ -51,6 +51,8 @@ var (
 	cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the replayer to this file")
 	warmup   = flag.Duration("warmup", 0, "send this much of the schedule first without recording it")
 	procs    = flag.Int("procs", 0, "GOMAXPROCS of the replayer (0: the runtime's default); the sim keeps its own")
+	simCPUs  = flag.String("sim-cpus", "", "run the sim under taskset -c LIST (e.g. 1, with the replayer under taskset -c 0 and -procs 1: as if on separate machines)")
+	hclient  = flag.String("http-client", "auto", "replayer's HTTP client: auto, raw or net/http (replay --http-client)")
 	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
 )
 
@@ -95,6 +97,9 @@ func startSim(args ...string) (base string, stop func(), err error) {
 	addr := ln.Addr().String()
 	ln.Close()
 	cmd := exec.Command(*bin, append([]string{"sim", "--addr", addr}, args...)...)
+	if *simCPUs != "" {
+		cmd = exec.Command("taskset", append([]string{"-c", *simCPUs, *bin, "sim", "--addr", addr}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
@@ -217,6 +222,7 @@ type outcome struct {
 	cpu, wall                 time.Duration
 	results                   string
 	hicP50, hicP99            float64 // ms
+	client                    string
 }
 
 func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight int, model string) (*outcome, error) {
@@ -225,7 +231,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 		return nil, err
 	}
 	c, err := replay.NewClient(replay.ClientOptions{BaseURL: u, API: replay.APICompletions, Backend: replay.BackendVLLM,
-		Model: model, Timeout: time.Minute, MaxInflight: maxInflight})
+		Model: model, Timeout: time.Minute, MaxInflight: maxInflight, HTTPClient: *hclient})
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +248,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	if err != nil {
 		return nil, err
 	}
-	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out}
+	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out, client: c.HTTPClientName()}
 	o.hicP50, o.hicP99 = hic.end()
 	o.n = int(sum.Requests)
 	o.ok = int(sum.ByStatus[replay.StatusOK])
@@ -341,7 +347,7 @@ func fidelity() error {
 		return err
 	}
 	late, lerr := simLateness(base)
-	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process\n", *rate, n, *outTok, *ttft, *itl)
+	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
 	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
 	fmt.Printf("  schedule lateness ms: p50 %.3f p99 %.3f max %.3f   (target p99 <= 1)\n", o.lateP50, o.lateP99, o.lateMax)
 	fmt.Printf("  TTFT - %v ms: p50 %.3f p99 %.3f   (target p99 <= 3)\n", *ttft, o.ttftErrP50, o.ttftErrP99)
