@@ -307,3 +307,37 @@ func TestHTTPClientChoice(t *testing.T) {
 		t.Error("header name with a space accepted")
 	}
 }
+
+// FuzzRawResponse: the response parser never panics or hangs, and what it makes of a
+// response does not depend on how the bytes were split into reads.
+func FuzzRawResponse(f *testing.F) {
+	sseHead := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+	f.Add(sseHead+"Transfer-Encoding: chunked\r\n\r\n"+chunked(rawSSEBody), uint8(3), false)
+	f.Add(sseHead+"\r\n"+rawSSEBody, uint8(1), true)
+	f.Add("HTTP/1.1 500 x\r\nContent-Length: 5\r\n\r\nboom!", uint8(2), false)
+	f.Add("HTTP/1.1 100 Continue\r\n\r\n"+sseHead+"Content-Length: 10\r\n\r\ndata: x\n\n", uint8(4), true)
+	f.Fuzz(func(t *testing.T, resp string, split uint8, eof bool) {
+		if len(resp) > 1<<16 {
+			return
+		}
+		summary := func(p *rawResp, res *Result) string {
+			errText := ""
+			if p.err != nil {
+				errText = p.err.Error()
+			}
+			state := p.state
+			if p.err != nil || p.st.failed {
+				state = -1 // where the framing stopped after a failure depends on the reads, harmlessly
+			}
+			return fmt.Sprintf("state %d mode %d status %s %q http %d chunks %d out %d err %q close %v",
+				state, p.mode, res.Status, res.Error, res.HTTPStatus, len(res.ChunkNS), res.OutputTokens, errText, p.closeConn)
+		}
+		whole := summary(feedResponse(t, resp, 0, eof))
+		if split == 0 {
+			return
+		}
+		if got := summary(feedResponse(t, resp, int(split), eof)); got != whole {
+			t.Errorf("split %d: %s\nwhole: %s", split, got, whole)
+		}
+	})
+}
