@@ -88,6 +88,26 @@ func main() {
 	}
 }
 
+// simPID is the running sim's process (taskset execs it, so the pid stays the sim's).
+var simPID int
+
+// simCPU returns the sim process's CPU time so far, from /proc.
+func simCPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", simPID))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ = 100 on Linux
+}
+
 // startSim runs `llmreplay sim` on a free loopback port and waits until it answers.
 func startSim(args ...string) (base string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,6 +124,7 @@ func startSim(args ...string) (base string, stop func(), err error) {
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
+	simPID = cmd.Process.Pid
 	stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
 	for i := 0; i < 200; i++ {
 		if c, err := net.Dial("tcp", addr); err == nil {
@@ -339,10 +360,12 @@ func fidelity() error {
 	}
 	defer stop()
 	n := int64(*rate * (dur.Seconds() + warmup.Seconds()))
+	sim0 := simCPU()
 	o, err := replayOnce(base, newPoisson(n, *rate, *promptTk, *outTok), *rate, 4096, "sim-fixed")
 	if err != nil {
 		return err
 	}
+	simUsed := simCPU() - sim0
 	if err := ttftError(o, *ttft); err != nil {
 		return err
 	}
@@ -359,6 +382,7 @@ func fidelity() error {
 	fmt.Printf("  machine floor: a goroutine sleeping 1 ms wakes late by p50 %.3f p99 %.3f ms; load average %s\n", o.hicP50, o.hicP99, loadavg())
 	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 10); wall %v\n",
 		o.cpu.Round(time.Millisecond), o.tokens, float64(o.cpu)/1e3/float64(o.tokens), o.wall.Round(time.Millisecond))
+	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, float64(simUsed)/1e3/float64(max(o.tokens, 1)))
 	return nil
 }
 
