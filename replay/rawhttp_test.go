@@ -148,20 +148,30 @@ func TestRawHeadTooLarge(t *testing.T) {
 	}
 }
 
-// TestRawKeepAlive: sequential requests share one connection.
-func TestRawKeepAlive(t *testing.T) {
-	var conns atomic.Int64
+// replayRaw replays n requests every gap with the raw client against a vllmServer whose
+// http.Server configure adjusts, and returns the records.
+func replayRaw(t *testing.T, n int, gap time.Duration, configure func(*http.Server)) []Result {
+	t.Helper()
 	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
-	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
+	configure(ts.Config)
 	ts.Start()
 	t.Cleanup(ts.Close)
 	base, _ := BaseURL(ts.URL)
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
-	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(20, 30*time.Millisecond, 5, 4), nil)
+	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, gap, 5, 4), nil)
+	return res
+}
+
+// TestRawKeepAlive: sequential requests share one connection.
+func TestRawKeepAlive(t *testing.T) {
+	var conns atomic.Int64
+	res := replayRaw(t, 20, 30*time.Millisecond, func(srv *http.Server) {
+		srv.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+	})
 	if st := byStatus(res); st[StatusOK] != 20 {
 		t.Fatalf("statuses %v", st)
 	}
@@ -174,13 +184,7 @@ func TestRawKeepAlive(t *testing.T) {
 // request but the first finds its pooled connection closed and is sent again on a new
 // one, transparently.
 func TestRawStaleConnection(t *testing.T) {
-	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
-	ts.Config.IdleTimeout = 20 * time.Millisecond
-	ts.Start()
-	t.Cleanup(ts.Close)
-	base, _ := BaseURL(ts.URL)
-	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
-	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(6, 150*time.Millisecond, 5, 4), nil)
+	res := replayRaw(t, 6, 150*time.Millisecond, func(srv *http.Server) { srv.IdleTimeout = 20 * time.Millisecond })
 	if st := byStatus(res); st[StatusOK] != 6 {
 		for _, r := range res {
 			t.Logf("request %d: %s %q", r.RequestID, r.Status, r.Error)
