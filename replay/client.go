@@ -243,9 +243,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		mu := *o.BaseURL
 		mu.User = nil
 		mu.Path += "/models"
-		if c.raw, err = newRawTransport(&u, &mu, h, o.MaxInflight); err != nil {
-			return nil, err
-		}
+		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight)
 	}
 	return c, nil
 }
@@ -329,7 +327,7 @@ func (c *Client) Prewarm(ctx context.Context, n int) int {
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
 	if c.raw != nil {
-		c.raw.closeIdle(false)
+		c.raw.closeIdle()
 	}
 }
 
@@ -595,11 +593,7 @@ type streamState struct {
 }
 
 func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
-	text, ct, ci := st.text[:0], st.chunkTokens[:0], st.ci
-	*st = streamState{c: c, res: res, onTokens: onTokens, text: text, chunkTokens: ct, everyUsage: true, ci: ci}
-	if st.chunkTokens == nil {
-		st.chunkTokens = make([]int32, 0, 16)
-	}
+	*st = streamState{c: c, res: res, onTokens: onTokens, chunkTokens: make([]int32, 0, 16), everyUsage: true}
 	res.ChunkNS = res.ChunkNS[:0]
 }
 
@@ -686,7 +680,7 @@ func (st *streamState) end() {
 	}
 	res.Status = StatusOK
 	if st.everyUsage && len(st.chunkTokens) > 0 && len(st.chunkTokens) == len(res.ChunkNS) {
-		res.ChunkTokens = append([]int32(nil), st.chunkTokens...)
+		res.ChunkTokens = st.chunkTokens
 	}
 	if !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil {
 		res.OutputTokens = int32(st.c.opts.CountTokens(string(st.text)))
@@ -699,28 +693,42 @@ func (st *streamState) end() {
 
 // classifyErr maps an error from sending a request to a status and message.
 func classifyErr(ctx, rctx context.Context, err error, timeout time.Duration) (Status, string) {
-	switch {
-	case ctx.Err() != nil:
-		return StatusCanceled, "canceled before a response: run interrupted"
-	case rctx.Err() == context.DeadlineExceeded:
-		return StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
-	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // the URL is known; keep messages short
 	}
-	return StatusTransportError, err.Error()
+	return beforeResponse(ctx.Err() != nil, rctx.Err() == context.DeadlineExceeded, timeout, err)
 }
 
 // classifyStreamErr maps an error while reading a stream to a status and message.
 func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Duration, chunks int) (Status, string) {
-	switch {
-	case ctx.Err() != nil:
-		return StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
-	case rctx.Err() == context.DeadlineExceeded:
-		return StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
-	case errors.Is(err, ErrLineTooLong):
+	canceled, timedOut := ctx.Err() != nil, rctx.Err() == context.DeadlineExceeded
+	if !canceled && !timedOut && errors.Is(err, ErrLineTooLong) {
 		return StatusStreamError, err.Error()
+	}
+	return midStream(canceled, timedOut, timeout, chunks, err)
+}
+
+// beforeResponse words a request that ended before a response: a stop of the run comes
+// first, then the request's timeout, then err. Both HTTP clients word errors with it
+// and midStream.
+func beforeResponse(canceled, timedOut bool, timeout time.Duration, err error) (Status, string) {
+	switch {
+	case canceled:
+		return StatusCanceled, "canceled before a response: run interrupted"
+	case timedOut:
+		return StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
+	}
+	return StatusTransportError, err.Error()
+}
+
+// midStream words a stream that ended early after chunks output chunks.
+func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err error) (Status, string) {
+	switch {
+	case canceled:
+		return StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
+	case timedOut:
+		return StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
 	}
 	return StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
 }

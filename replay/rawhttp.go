@@ -26,8 +26,8 @@ import (
 //     every chunk costs it a read that returns EAGAIN, a park, a wake-up and the read
 //     that gets the bytes; with read(2) at ~1.7 µs on a virtual machine that was most
 //     of the replayer's CPU per token (docs/replay.md, "Fidelity and cost").
-//   - the request goes out in one writev from the goroutine that sends it, with no hand-off
-//     to a connection's writer goroutine and back.
+//   - a due request goes out in one writev from the dispatcher itself, on a pooled
+//     connection, with no hand-off to a connection's writer goroutine and back.
 //
 // It speaks exactly what a streaming completion needs: POST with Content-Length, a
 // response framed by chunked encoding, Content-Length or the connection's end, 1xx
@@ -102,9 +102,8 @@ type rawTransport struct {
 	dialer  net.Dialer
 	maxIdle int
 
-	mu     sync.Mutex
-	idle   []*rawConn // LIFO: the most recently used connection is the warmest
-	closed bool
+	mu   sync.Mutex
+	idle []*rawConn // LIFO: the most recently used connection is the warmest
 
 	bufs sync.Pool // *[]byte read buffers
 }
@@ -116,7 +115,7 @@ type rawConn struct {
 }
 
 // newRawTransport serves POSTs to u; modelsURL is GET BASE/models, for prewarm.
-func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) (*rawTransport, error) {
+func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) *rawTransport {
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
@@ -130,7 +129,7 @@ func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) (*r
 		dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 	t.models = append(appendRawHead(nil, "GET", modelsURL, header), "\r\n"...)
 	t.bufs.New = func() any { b := make([]byte, rawReadBuf); return &b }
-	return t, nil
+	return t
 }
 
 // appendRawHead appends a request line and the headers, each line ended by CRLF.
@@ -163,16 +162,24 @@ func appendRawHead(h []byte, method string, u *url.URL, header http.Header) []by
 
 // get returns an idle connection or dials a new one.
 func (t *rawTransport) get(ctx context.Context, deadline time.Time) (*rawConn, error) {
-	t.mu.Lock()
-	if n := len(t.idle); n > 0 {
-		cn := t.idle[n-1]
-		t.idle = t.idle[:n-1]
-		t.mu.Unlock()
-		cn.reused = true
+	if cn := t.takeIdle(); cn != nil {
 		return cn, nil
 	}
-	t.mu.Unlock()
 	return t.dial(ctx, deadline)
+}
+
+// takeIdle returns the most recently pooled connection, or nil; it never dials.
+func (t *rawTransport) takeIdle() *rawConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.idle)
+	if n == 0 {
+		return nil
+	}
+	cn := t.idle[n-1]
+	t.idle = t.idle[:n-1]
+	cn.reused = true
+	return cn
 }
 
 func (t *rawTransport) dial(ctx context.Context, deadline time.Time) (*rawConn, error) {
@@ -198,7 +205,7 @@ func (t *rawTransport) dial(ctx context.Context, deadline time.Time) (*rawConn, 
 func (t *rawTransport) put(cn *rawConn) {
 	cn.c.SetDeadline(time.Time{})
 	t.mu.Lock()
-	if t.closed || len(t.idle) >= t.maxIdle {
+	if len(t.idle) >= t.maxIdle {
 		t.mu.Unlock()
 		cn.c.Close()
 		return
@@ -207,14 +214,11 @@ func (t *rawTransport) put(cn *rawConn) {
 	t.mu.Unlock()
 }
 
-// closeIdle closes the idle connections; with final, later puts close theirs too.
-func (t *rawTransport) closeIdle(final bool) {
+// closeIdle closes the idle connections.
+func (t *rawTransport) closeIdle() {
 	t.mu.Lock()
 	idle := t.idle
 	t.idle = nil
-	if final {
-		t.closed = true
-	}
 	t.mu.Unlock()
 	for _, cn := range idle {
 		cn.c.Close()
@@ -269,6 +273,14 @@ func (t *rawTransport) appendHead(b []byte, n int) []byte {
 	return append(b, "\r\n\r\n"...)
 }
 
+// headOf returns r's request head, building it if the preparer did not.
+func (t *rawTransport) headOf(r *request) []byte {
+	if r.head == nil {
+		r.head = t.appendHead(nil, len(r.body))
+	}
+	return r.head
+}
+
 // rawStart is a request the dispatcher has begun sending itself, on a pooled
 // connection, when it was due: written bytes of the message went out at once.
 type rawStart struct {
@@ -278,33 +290,19 @@ type rawStart struct {
 	err     error
 }
 
-// tryGetRaw returns a pooled connection, or nil (no dialing: the dispatcher must not wait).
-func (c *Client) tryGetRaw() *rawConn {
+// startNow begins sending r from the dispatcher, if the raw client has a pooled
+// connection (it never dials: the dispatcher must not wait): one writev(2) of what the
+// socket takes at once, stamped when it returns. It returns nil when it sent nothing.
+func (c *Client) startNow(clk clock, r *request) *rawStart {
 	if c.raw == nil {
 		return nil
 	}
-	t := c.raw
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(t.idle)
-	if n == 0 {
+	cn := c.raw.takeIdle()
+	if cn == nil {
 		return nil
 	}
-	cn := t.idle[n-1]
-	t.idle = t.idle[:n-1]
-	cn.reused = true
-	return cn
-}
-
-// writeNow writes what cn's socket takes of r's message at once, never waiting: one
-// writev(2) from the dispatcher, so that the send is the write and nothing else.
-func (c *Client) writeNow(cn *rawConn, r *request) *rawStart {
 	st := &rawStart{cn: cn}
-	head := r.head
-	if head == nil {
-		head = c.raw.appendHead(nil, len(r.body))
-		r.head = head
-	}
+	head := c.raw.headOf(r)
 	cerr := cn.rc.Write(func(fd uintptr) bool {
 		iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
 		iov[0].SetLen(len(head))
@@ -331,6 +329,7 @@ func (c *Client) writeNow(cn *rawConn, r *request) *rawStart {
 	if cerr != nil && st.err == nil {
 		st.err = cerr
 	}
+	st.sentNS = clk.now()
 	return st
 }
 
@@ -351,7 +350,7 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 		if st == nil {
 			cn, err := c.raw.get(ctx, deadline)
 			if err != nil {
-				res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
+				res.Status, res.Error = c.rawBeforeResponse(ctx, err)
 				return
 			}
 			st = &rawStart{cn: cn}
@@ -370,10 +369,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 	cn := st.cn
 	cn.c.SetDeadline(deadline)
 	stopCancel := context.AfterFunc(ctx, func() { cn.c.SetDeadline(aLongTimeAgo) })
-	head := r.head
-	if head == nil {
-		head = c.raw.appendHead(nil, len(r.body))
-	}
+	head := c.raw.headOf(r)
 	err := st.err
 	sent := st.sentNS
 	if err == nil && st.written < len(head)+len(r.body) {
@@ -392,7 +388,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		if mayRetry && ctx.Err() == nil && connLost(err) {
 			return true
 		}
-		res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
+		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
 		return false
 	}
 	res.SentNS = sent
@@ -411,7 +407,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		case p.st.over() || p.state == rsDone:
 			p.st.end()
 		default:
-			res.Status, res.Error = c.classifyRaw(ctx, err, rsChunkData, len(res.ChunkNS))
+			res.Status, res.Error = midStream(ctx.Err() != nil, isTimeout(err), c.opts.Timeout, len(res.ChunkNS), err)
 		}
 	case p.mode == modeErrBody:
 		res.Status = StatusHTTPError
@@ -424,7 +420,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 			res.HTTPStatus = 0
 			return true
 		}
-		res.Status, res.Error = c.classifyRaw(ctx, err, rsHead, 0)
+		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
 	}
 	if reusable {
 		c.raw.put(cn)
@@ -441,29 +437,20 @@ func connLost(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// classifyRaw maps a raw-client error to a status and message worded as the net/http
-// path words them; state says whether the response head had arrived.
-func (c *Client) classifyRaw(ctx context.Context, err error, state int, chunks int) (Status, string) {
-	timeout := c.opts.Timeout
-	timedOut := errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
-	if state == rsHead {
-		switch {
-		case ctx.Err() != nil:
-			return StatusCanceled, "canceled before a response: run interrupted"
-		case timedOut:
-			return StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			return StatusTransportError, "server closed the connection before responding"
-		}
-		return StatusTransportError, err.Error()
+// rawBeforeResponse words an error of the raw client before a response head arrived,
+// as the net/http path words it, and names a connection the server closed unanswered.
+func (c *Client) rawBeforeResponse(ctx context.Context, err error) (Status, string) {
+	canceled, timedOut := ctx.Err() != nil, isTimeout(err)
+	if !canceled && !timedOut && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return StatusTransportError, "server closed the connection before responding"
 	}
-	switch {
-	case ctx.Err() != nil:
-		return StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
-	case timedOut:
-		return StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
-	}
-	return StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
+	return beforeResponse(canceled, timedOut, c.opts.Timeout, err)
+}
+
+// isTimeout reports a deadline error: a connection's (the raw client's timeout) or a
+// context's (a dial's).
+func isTimeout(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Response parser states.
@@ -484,6 +471,7 @@ const (
 	modeSSE              // a 2xx event stream: into sse and st
 	modeErrBody          // a non-2xx answer: its first bytes make the message
 	modeNotStream        // 2xx but not an event stream: recorded, body not read
+	modeDiscard          // read only to find the body's end (prewarm's GET)
 )
 
 // rawResp reads one response from a connection, pushing an event stream's bytes through
@@ -504,7 +492,6 @@ type rawResp struct {
 	mode      int
 	status    int
 	remaining int64
-	chunked   bool
 	closeConn bool
 	drainSet  bool // a short deadline for the body's end is set after [DONE]
 	errBody   []byte
@@ -714,9 +701,6 @@ func (p *rawResp) process(stamp int64) bool {
 
 // deliver hands body bytes on; true means stop reading.
 func (p *rawResp) deliver(b []byte, stamp int64) bool {
-	if p.discard {
-		return false
-	}
 	switch p.mode {
 	case modeErrBody:
 		p.errBody = append(p.errBody, b[:min(len(b), rawErrBody-len(p.errBody))]...)
@@ -789,6 +773,7 @@ func (p *rawResp) parseHead(h []byte) error {
 	p.closeConn = http10
 	var contentType []byte
 	contentLength := int64(-1)
+	chunked := false
 	for len(rest) > 0 {
 		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
 		l = bytes.TrimSuffix(l, []byte{'\r'})
@@ -801,7 +786,7 @@ func (p *rawResp) parseHead(h []byte) error {
 		case bytes.EqualFold(name, []byte("Content-Type")):
 			contentType = value
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			p.chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 {
@@ -820,7 +805,7 @@ func (p *rawResp) parseHead(h []byte) error {
 	switch {
 	case code == 204 || code == 304:
 		p.state = rsDone
-	case p.chunked:
+	case chunked:
 		p.state = rsChunkSize
 	case contentLength >= 0:
 		p.state, p.remaining = rsBodyLen, contentLength
@@ -832,7 +817,7 @@ func (p *rawResp) parseHead(h []byte) error {
 	}
 	switch {
 	case p.discard:
-		p.mode = modeErrBody
+		p.mode = modeDiscard
 	case code > 299:
 		p.mode = modeErrBody
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):

@@ -455,11 +455,7 @@ func (r *runner) openLoop() {
 		// itself, now: no goroutine hand-off or connection set-up stands between the due
 		// time and the write. The response is read by a new goroutine. Otherwise (no idle
 		// connection, or net/http) the goroutine does it all.
-		var pre *rawStart
-		if cn := r.o.Client.tryGetRaw(); cn != nil {
-			pre = r.o.Client.writeNow(cn, req)
-			pre.sentNS = r.clk.now()
-		}
+		pre := r.o.Client.startNow(r.clk, req)
 		r.inflight.Add(1)
 		r.prog.InFlight.Add(1)
 		r.wg.Add(1)
