@@ -87,15 +87,17 @@ var columns = []Column{
 // Columns returns the contract's columns in the order the writer writes them.
 func Columns() []Column { return append([]Column(nil), columns...) }
 
-// byName maps a column name to its position in columns.
-// (TestColumnTable checks that no name is listed twice.)
-var byName = func() map[string]int {
-	m := make(map[string]int, len(columns))
-	for i, c := range columns {
+// byName maps a column name to its position in columns (TestColumnTable checks that no
+// name is listed twice).
+var byName = indexColumns(columns)
+
+func indexColumns(cs []Column) map[string]int {
+	m := make(map[string]int, len(cs))
+	for i, c := range cs {
 		m[c.Name] = i
 	}
 	return m
-}()
+}
 
 // Lookup returns the contract's column of that name.
 func Lookup(name string) (Column, bool) {
@@ -108,13 +110,15 @@ func Lookup(name string) (Column, bool) {
 
 // Schema is the Arrow schema of a results file without metadata: the contract's columns,
 // their types and nullability, in the writer's order.
-var Schema = func() *arrow.Schema {
-	fs := make([]arrow.Field, len(columns))
-	for i, c := range columns {
+var Schema = schemaOf(columns)
+
+func schemaOf(cs []Column) *arrow.Schema {
+	fs := make([]arrow.Field, len(cs))
+	for i, c := range cs {
 		fs[i] = arrow.Field{Name: c.Name, Type: c.Type, Nullable: c.Nullable}
 	}
 	return arrow.NewSchema(fs, nil)
-}()
+}
 
 // Null is the value a nullable integer field of a Go record (replay.Result's *NS, token and
 // http_status fields) holds when its column is null: no offset, token count or HTTP status
