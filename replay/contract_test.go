@@ -114,19 +114,7 @@ func TestWriterSchemaIsTheContract(t *testing.T) {
 		t.Errorf("journal schema differs from the contract: %s", d)
 	}
 
-	pr, err := file.OpenParquetFile(out, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 64}, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := fr.ReadTable(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tbl, _ := readTable(t, out)
 	defer tbl.Release()
 	if d := sameFields(tbl.Schema()); d != "" {
 		t.Errorf("results file schema differs from the contract: %s", d)
@@ -170,11 +158,10 @@ func TestEveryColumnReadBack(t *testing.T) {
 	}
 }
 
-// rewrite writes the records of the results file at in to a new file with the columns
-// edit returns (by name), keeping the metadata.
-func rewrite(t *testing.T, in string, edit func([]arrow.Field) []arrow.Field) string {
+// readTable reads a whole Parquet file and its schema metadata.
+func readTable(t *testing.T, path string) (arrow.Table, arrow.Metadata) {
 	t.Helper()
-	pr, err := file.OpenParquetFile(in, false)
+	pr, err := file.OpenParquetFile(path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,17 +170,24 @@ func rewrite(t *testing.T, in string, edit func([]arrow.Field) []arrow.Field) st
 	if err != nil {
 		t.Fatal(err)
 	}
+	sc, err := fr.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tbl, err := fr.ReadTable(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tbl, sc.Metadata()
+}
+
+// rewrite writes the records of the results file at in to a new file with the columns
+// edit returns (by name), keeping the metadata.
+func rewrite(t *testing.T, in string, edit func([]arrow.Field) []arrow.Field) string {
+	t.Helper()
+	tbl, md := readTable(t, in)
 	defer tbl.Release()
 	fields := edit(append([]arrow.Field(nil), tbl.Schema().Fields()...))
-	fsc, err := fr.Schema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := fsc.Metadata()
 	sc := arrow.NewSchema(fields, &md)
 	var cols []arrow.Column
 	for _, f := range fields {
