@@ -78,3 +78,20 @@ func BenchmarkReadStream(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/chunk")
 }
+
+// BenchmarkJournalAdd: the per-request cost of appending a record to the journal (100
+// chunks a record), flushes included, without the conversion to Parquet.
+func BenchmarkJournalAdd(b *testing.B) {
+	recs := benchRecords(4096)
+	j, err := CreateJournal(filepath.Join(b.TempDir(), "r.journal"), &results.RunMeta{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := j.Add(recs[i%len(recs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
