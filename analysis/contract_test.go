@@ -8,12 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet/file"
@@ -316,5 +318,83 @@ func TestStatusIndexes(t *testing.T) {
 	}
 	if len(statuses) != 7 {
 		t.Errorf("%d statuses, want 7", len(statuses))
+	}
+}
+
+// TestLoadFindsColumnsByName: a file whose columns come in another order (a notebook's
+// rewrite) analyses exactly as the writer's order does; a file without a required column
+// is refused, naming the column and the file.
+func TestLoadFindsColumnsByName(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	rows := []row{okRow(1, 0, 100*ms, 120*ms, 150*ms), okRow(2, 50*ms, 90*ms, 95*ms),
+		{id: 3, scheduled: 60 * ms, prompt: 10, outTarget: 4, status: string(results.StatusDropped), err: new(string)}}
+	*rows[2].err = "max-inflight"
+	report := func(sc *arrow.Schema) (string, error) {
+		p := filepath.Join(t.TempDir(), "r.parquet")
+		writeResultsSchema(t, p, sc, rows)
+		d, err := Load(context.Background(), LoadOptions{}, p)
+		if err != nil {
+			return "", err
+		}
+		r, err := Analyze(d, DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var js strings.Builder
+		if err := r.WriteJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		return js.String(), nil
+	}
+	sc := resultsSchema(t, testRun())
+	md := sc.Metadata()
+	fs := sc.Fields()
+	slices.Reverse(fs)
+	want, err := report(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := report(arrow.NewSchema(fs, &md))
+	if err != nil {
+		t.Fatalf("reversed columns: %v", err)
+	}
+	if got != want {
+		t.Errorf("reversed columns analyse differently:\n got %s\nwant %s", got, want)
+	}
+
+	// Drop end_ns from a good file, keeping the metadata.
+	good := filepath.Join(t.TempDir(), "good.parquet")
+	writeResults(t, good, testRun(), rows)
+	f, err := os.Open(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tbl, err := pqarrow.ReadTable(context.Background(), f, nil, pqarrow.ArrowReadProperties{BatchSize: 64}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	var keep []arrow.Field
+	var cols []arrow.Column
+	for i, fd := range tbl.Schema().Fields() {
+		if fd.Name != results.ColEndNS {
+			keep, cols = append(keep, fd), append(cols, *tbl.Column(i))
+		}
+	}
+	nt := array.NewTable(arrow.NewSchema(keep, &md), cols, tbl.NumRows())
+	defer nt.Release()
+	bad := filepath.Join(t.TempDir(), "no-end.parquet")
+	out, err := os.Create(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pqarrow.WriteTable(nt, out, 64, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(context.Background(), LoadOptions{}, bad)
+	var ce *results.Error
+	if !errors.As(err, &ce) || ce.Column != results.ColEndNS || !strings.Contains(err.Error(), bad) {
+		t.Errorf("without end_ns: %v; want an error naming the column and the file", err)
 	}
 }

@@ -70,7 +70,12 @@ func resultsSchema(tb testing.TB, meta results.RunMeta) *arrow.Schema {
 // writeResults writes rows as a results/v1 file, with the contract's schema.
 func writeResults(tb testing.TB, path string, meta results.RunMeta, rows []row) {
 	tb.Helper()
-	sc := resultsSchema(tb, meta)
+	writeResultsSchema(tb, path, resultsSchema(tb, meta), rows)
+}
+
+// writeResultsSchema writes rows as a file of schema sc, whose columns are bound by name.
+func writeResultsSchema(tb testing.TB, path string, sc *arrow.Schema, rows []row) {
+	tb.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		tb.Fatal(err)
