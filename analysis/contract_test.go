@@ -113,11 +113,6 @@ func readContractRows(t *testing.T, path string) []contractRow {
 	}
 	defer rr.Release()
 	var out []contractRow
-	must := func(err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	f64 := func(a *array.Float64, i int) *float64 {
 		if a.IsNull(i) {
 			return nil
@@ -127,24 +122,19 @@ func readContractRows(t *testing.T, path string) []contractRow {
 	}
 	for rr.Next() {
 		rec := rr.Record()
-		id, err := results.Array[*array.Int64](rec, l, results.ColRequestID)
-		must(err)
-		shard, err := results.Array[*array.Int32](rec, l, results.ColShard)
-		must(err)
-		hs, err := results.Array[*array.Int32](rec, l, results.ColHTTPStatus)
-		must(err)
-		em, err := results.Array[*array.String](rec, l, results.ColError)
-		must(err)
-		cns, err := results.Array[*array.List](rec, l, results.ColChunkNS)
-		must(err)
-		ctk, err := results.Array[*array.List](rec, l, results.ColChunkTokens)
-		must(err)
-		ttft, err := results.Array[*array.Float64](rec, l, results.ColTTFTMS)
-		must(err)
-		tpot, err := results.Array[*array.Float64](rec, l, results.ColTPOTMS)
-		must(err)
-		e2e, err := results.Array[*array.Float64](rec, l, results.ColE2EMS)
-		must(err)
+		x := results.NewArrays(rec, l)
+		id := results.Array[*array.Int64](x, results.ColRequestID)
+		shard := results.Array[*array.Int32](x, results.ColShard)
+		hs := results.Array[*array.Int32](x, results.ColHTTPStatus)
+		em := results.Array[*array.String](x, results.ColError)
+		cns := results.Array[*array.List](x, results.ColChunkNS)
+		ctk := results.Array[*array.List](x, results.ColChunkTokens)
+		ttft := results.Array[*array.Float64](x, results.ColTTFTMS)
+		tpot := results.Array[*array.Float64](x, results.ColTPOTMS)
+		e2e := results.Array[*array.Float64](x, results.ColE2EMS)
+		if err := x.Err(); err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			r := contractRow{id: id.Value(i), shard: shard.Value(i), httpStatus: results.Int32At(hs, i),
 				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i)}

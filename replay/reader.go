@@ -72,47 +72,25 @@ type resultArrays struct {
 }
 
 func (c *resultArrays) locate(rec arrow.Record, l *results.Layout) error {
-	var errs []error
-	get := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	var err error
-	c.requestID, err = results.Array[*array.Int64](rec, l, results.ColRequestID)
-	get(err)
-	c.shard, err = results.Array[*array.Int32](rec, l, results.ColShard)
-	get(err)
-	c.scheduled, err = results.Array[*array.Int64](rec, l, results.ColScheduledNS)
-	get(err)
-	c.sent, err = results.Array[*array.Int64](rec, l, results.ColSentNS)
-	get(err)
-	c.first, err = results.Array[*array.Int64](rec, l, results.ColFirstTokenNS)
-	get(err)
-	c.end, err = results.Array[*array.Int64](rec, l, results.ColEndNS)
-	get(err)
-	c.chunkNS, err = results.Array[*array.List](rec, l, results.ColChunkNS)
-	get(err)
-	c.chunkTokens, err = results.Array[*array.List](rec, l, results.ColChunkTokens)
-	get(err)
-	c.prompt, err = results.Array[*array.Int32](rec, l, results.ColPromptTokens)
-	get(err)
-	c.promptServer, err = results.Array[*array.Int32](rec, l, results.ColPromptTokensServer)
-	get(err)
-	c.target, err = results.Array[*array.Int32](rec, l, results.ColOutputTokensTarget)
-	get(err)
-	c.output, err = results.Array[*array.Int32](rec, l, results.ColOutputTokens)
-	get(err)
-	c.source, err = results.Array[*array.String](rec, l, results.ColOutputTokensSource)
-	get(err)
-	c.status, err = results.Array[*array.String](rec, l, results.ColStatus)
-	get(err)
-	c.httpStatus, err = results.Array[*array.Int32](rec, l, results.ColHTTPStatus)
-	get(err)
-	c.errMsg, err = results.Array[*array.String](rec, l, results.ColError)
-	get(err)
+	x := results.NewArrays(rec, l)
+	c.requestID = results.Array[*array.Int64](x, results.ColRequestID)
+	c.shard = results.Array[*array.Int32](x, results.ColShard)
+	c.scheduled = results.Array[*array.Int64](x, results.ColScheduledNS)
+	c.sent = results.Array[*array.Int64](x, results.ColSentNS)
+	c.first = results.Array[*array.Int64](x, results.ColFirstTokenNS)
+	c.end = results.Array[*array.Int64](x, results.ColEndNS)
+	c.chunkNS = results.Array[*array.List](x, results.ColChunkNS)
+	c.chunkTokens = results.Array[*array.List](x, results.ColChunkTokens)
+	c.prompt = results.Array[*array.Int32](x, results.ColPromptTokens)
+	c.promptServer = results.Array[*array.Int32](x, results.ColPromptTokensServer)
+	c.target = results.Array[*array.Int32](x, results.ColOutputTokensTarget)
+	c.output = results.Array[*array.Int32](x, results.ColOutputTokens)
+	c.source = results.Array[*array.String](x, results.ColOutputTokensSource)
+	c.status = results.Array[*array.String](x, results.ColStatus)
+	c.httpStatus = results.Array[*array.Int32](x, results.ColHTTPStatus)
+	c.errMsg = results.Array[*array.String](x, results.ColError)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
-	return errors.Join(errs...)
+	return x.Err()
 }
 
 func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, error) {

@@ -64,24 +64,43 @@ func (b *Builders) Done() error {
 	return nil
 }
 
-// Array returns the named column of rec as an A (*array.Int64, *array.List, ...), rec
-// having the schema l was checked from. An optional column the file lacks gives the zero A
-// (a nil array, which Int64At and Int32At read as Null) and no error.
-func Array[A arrow.Array](rec arrow.Record, l *Layout, name string) (A, error) {
-	var zero A
-	i := l.Index(name)
-	if i < 0 {
-		if c, ok := Lookup(name); ok && !c.Required() {
-			return zero, nil
-		}
-		return zero, &Error{name, "missing"}
-	}
-	a, ok := rec.Column(i).(A)
-	if !ok {
-		return zero, &Error{name, fmt.Sprintf("array is %T, want %T", rec.Column(i), zero)}
-	}
-	return a, nil
+// Arrays locates the columns of records by contract column name, records having the
+// schema a Layout was checked from.
+type Arrays struct {
+	rec arrow.Record
+	l   *Layout
+	err error
 }
+
+// NewArrays returns a locator of rec's columns; l is the Layout of rec's schema.
+func NewArrays(rec arrow.Record, l *Layout) *Arrays { return &Arrays{rec: rec, l: l} }
+
+// Array returns the named column as an A (*array.Int64, *array.List, ...). An optional
+// column the file lacks gives the zero A: a nil array, which Int64At, Int32At and StringAt
+// read as null. A required column missing, a name the contract lacks or an array of
+// another type gives the zero A and records the error for Err.
+func Array[A arrow.Array](x *Arrays, name string) A {
+	var zero A
+	if x.err != nil {
+		return zero
+	}
+	i := x.l.Index(name)
+	if i < 0 {
+		if c, ok := Lookup(name); !ok || c.Required() {
+			x.err = &Error{name, "missing"}
+		}
+		return zero
+	}
+	a, ok := x.rec.Column(i).(A)
+	if !ok {
+		x.err = &Error{name, fmt.Sprintf("array is %T, want %T", x.rec.Column(i), zero)}
+		return zero
+	}
+	return a
+}
+
+// Err returns the first error of Array.
+func (x *Arrays) Err() error { return x.err }
 
 // AppendInt64 appends v, or a null when v is Null.
 func AppendInt64(b *array.Int64Builder, v int64) {

@@ -199,15 +199,20 @@ func TestLaterOptionalColumnReadsAsNull(t *testing.T) {
 	defer b.Release()
 	rec := b.NewRecord()
 	defer rec.Release()
-	a, err := Array[*array.Int64](rec, l, "session_id")
-	if err != nil || a != nil {
-		t.Fatalf("absent optional column: %v, %v; want a nil array and no error", a, err)
+	x := NewArrays(rec, l)
+	a := Array[*array.Int64](x, "session_id")
+	if x.Err() != nil || a != nil {
+		t.Fatalf("absent optional column: %v, %v; want a nil array and no error", a, x.Err())
 	}
 	if v := Int64At(a, 0); v != Null {
 		t.Errorf("absent column reads %d, want Null", v)
 	}
-	if _, err := Array[*array.Int64](rec, l, "no_such_column"); err == nil {
+	if Array[*array.Int64](x, "no_such_column"); x.Err() == nil {
 		t.Error("a name the contract does not have gave no error")
+	}
+	x = NewArrays(rec, l)
+	if Array[*array.String](x, ColSentNS); x.Err() == nil || !strings.Contains(x.Err().Error(), "column "+ColSentNS) {
+		t.Errorf("an array of the wrong type: %v", x.Err())
 	}
 
 	// A newer file has the column: it is located and read.
@@ -233,9 +238,9 @@ func TestLaterOptionalColumnReadsAsNull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := Array[*array.Int64](rec2, l2, "session_id")
-	if err != nil || Int64At(a2, 0) != 42 {
-		t.Errorf("present column reads %v (%v), want 42", a2, err)
+	x2 := NewArrays(rec2, l2)
+	if a2 := Array[*array.Int64](x2, "session_id"); x2.Err() != nil || Int64At(a2, 0) != 42 {
+		t.Errorf("present column reads %v (%v), want 42", a2, x2.Err())
 	}
 
 	// A later column is never required: a file of the later revision without it is an
