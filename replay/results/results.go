@@ -2,8 +2,8 @@
 // names, the Arrow schema with its nullability, the request statuses, the run metadata and
 // its JSON, the metadata keys, the null convention of Go records, and a check of a file's
 // schema by column name. It imports Arrow and the standard library only, so that the
-// writer (package replay) and the readers (package analysis, notebooks' tests) share one
-// definition. A column added in a later revision is added to the columns table below, and
+// writer (the journal in package replay) and the readers (replay.ReadFile, package analysis)
+// share one definition. A column added in a later revision is added to the columns table below, and
 // nowhere else in this package.
 package results
 
