@@ -24,7 +24,7 @@ type Result struct {
 	PromptTokensServer int32   // usage.prompt_tokens; results.Null if the server did not say
 	OutputTokensTarget int32   // from the trace
 	OutputTokens       int32   // generated tokens; results.Null if unknown
-	OutputTokensSource string  // SourceUsage or SourceTokenizer; "" when OutputTokens is results.Null
+	OutputTokensSource string  // results.SourceUsage or results.SourceTokenizer; "" when OutputTokens is results.Null
 	Status             results.Status
 	HTTPStatus         int32  // results.Null when no response
 	Error              string // short message, "" when none; never a credential
