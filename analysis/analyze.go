@@ -8,13 +8,15 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // Report is the analysis of one run (or of several pooled with AllowMixed). Durations and
 // times are in seconds from the run start (the earliest run_start_unix_ns), latencies in ms.
 type Report struct {
 	Files      []string
-	Runs       []RunMeta
+	Runs       []results.RunMeta
 	Mixed      bool
 	BaseUnixNS int64
 	Options    Options // as used, defaults filled in (SLO from the run when not given)
@@ -183,18 +185,18 @@ func (r *Report) warnf(format string, a ...any) {
 func (r *Report) requests(d *Data) {
 	r.Requests.ByStatus = map[string]int64{}
 	for _, s := range d.status {
-		r.Requests.ByStatus[statuses[s]]++
+		r.Requests.ByStatus[string(statuses[s])]++
 	}
 	q := &r.Requests
 	q.Total = int64(d.N())
-	q.OK = q.ByStatus[StatusOK]
-	q.Dropped = q.ByStatus[StatusDropped]
-	q.Canceled = q.ByStatus[StatusCanceled]
+	q.OK = q.ByStatus[string(results.StatusOK)]
+	q.Dropped = q.ByStatus[string(results.StatusDropped)]
+	q.Canceled = q.ByStatus[string(results.StatusCanceled)]
 	q.Failed = q.Total - q.OK - q.Dropped - q.Canceled
 	if q.Failed > 0 {
 		var parts []string
 		for _, s := range statuses[1:5] {
-			if n := q.ByStatus[s]; n > 0 {
+			if n := q.ByStatus[string(s)]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%d %s", n, s))
 			}
 		}

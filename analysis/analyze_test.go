@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 const ms_ = int64(time.Millisecond)
@@ -23,7 +25,7 @@ func near(t *testing.T, name string, got, want float64) {
 	}
 }
 
-func load(t *testing.T, rows []row, metas ...RunMeta) *Data {
+func load(t *testing.T, rows []row, metas ...results.RunMeta) *Data {
 	t.Helper()
 	m := testRun()
 	if len(metas) > 0 {

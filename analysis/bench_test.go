@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,12 +9,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // writeBenchResults writes a synthetic n-request results file shaped like a busy chat
@@ -31,9 +31,7 @@ func writeBenchResults(tb testing.TB, path string, n int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mj, _ := json.Marshal(meta)
-	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{ResultsFormat, string(mj)})
-	sc := arrow.NewSchema(resultsSchemaFields, &md)
+	sc := resultsSchema(tb, meta)
 	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithMaxRowGroupLength(32*1024)),
 		pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 	if err != nil {
@@ -41,6 +39,7 @@ func writeBenchResults(tb testing.TB, path string, n int) {
 	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
 	defer b.Release()
+	col := bindFixture(tb, b)
 	t := int64(0)
 	var chunks []int64
 	for i := 0; i < n; i++ {
@@ -49,49 +48,49 @@ func writeBenchResults(tb testing.TB, path string, n int) {
 		prompt := int32(math.Exp(math.Log(16) + rng.Float64()*math.Log(512)))
 		out := int32(min(2048, math.Exp(math.Log(100)+0.8*rng.NormFloat64()))) + 1
 		ok := rng.IntN(100) != 0
-		b.Field(0).(*array.Int64Builder).Append(int64(i))
-		b.Field(1).(*array.Int32Builder).Append(0)
-		b.Field(2).(*array.Int64Builder).Append(t)
-		b.Field(3).(*array.Int64Builder).Append(sent)
-		lb := b.Field(6).(*array.ListBuilder)
+		col.id.Append(int64(i))
+		col.shard.Append(0)
+		col.scheduled.Append(t)
+		col.sent.Append(sent)
+		lb := col.chunks
 		vb := lb.ValueBuilder().(*array.Int64Builder)
 		lb.Append(true)
 		if ok {
-			c := int64(40e6 + float64(prompt)*0.02e6 + rng.ExpFloat64()*20e6)
-			first := c
+			at := int64(40e6 + float64(prompt)*0.02e6 + rng.ExpFloat64()*20e6)
+			first := at
 			chunks = chunks[:0]
 			for k := int32(0); k < out; k++ {
-				chunks = append(chunks, c)
-				c += int64(20e6 + rng.ExpFloat64()*5e6)
+				chunks = append(chunks, at)
+				at += int64(20e6 + rng.ExpFloat64()*5e6)
 			}
 			vb.AppendValues(chunks, nil)
-			b.Field(4).(*array.Int64Builder).Append(sent + first)
+			col.first.Append(sent + first)
 			end := vb.Value(vb.Len() - 1)
-			b.Field(5).(*array.Int64Builder).Append(sent + end)
-			b.Field(11).(*array.Int32Builder).Append(out)
-			b.Field(12).(*array.StringBuilder).Append("usage")
-			b.Field(13).(*array.StringBuilder).Append("ok")
-			b.Field(14).(*array.Int32Builder).Append(200)
-			b.Field(15).AppendNull()
-			b.Field(16).(*array.Float64Builder).Append(float64(first) / 1e6)
-			b.Field(17).(*array.Float64Builder).Append(float64(end-first) / 1e6 / float64(max(out-1, 1)))
-			b.Field(18).(*array.Float64Builder).Append(float64(end) / 1e6)
+			col.end.Append(sent + end)
+			col.out.Append(out)
+			col.source.Append(results.SourceUsage)
+			col.status.Append(string(results.StatusOK))
+			col.httpStatus.Append(200)
+			col.err.AppendNull()
+			col.ttft.Append(float64(first) / 1e6)
+			col.tpot.Append(float64(end-first) / 1e6 / float64(max(out-1, 1)))
+			col.e2e.Append(float64(end) / 1e6)
 		} else {
-			b.Field(4).AppendNull()
-			b.Field(5).AppendNull()
-			b.Field(11).AppendNull()
-			b.Field(12).(*array.StringBuilder).Append("")
-			b.Field(13).(*array.StringBuilder).Append("http_error")
-			b.Field(14).(*array.Int32Builder).Append(503)
-			b.Field(15).(*array.StringBuilder).Append("503 Service Unavailable")
-			for k := 16; k <= 18; k++ {
-				b.Field(k).AppendNull()
-			}
+			col.first.AppendNull()
+			col.end.AppendNull()
+			col.out.AppendNull()
+			col.source.Append("")
+			col.status.Append(string(results.StatusHTTPError))
+			col.httpStatus.Append(503)
+			col.err.Append("503 Service Unavailable")
+			col.ttft.AppendNull()
+			col.tpot.AppendNull()
+			col.e2e.AppendNull()
 		}
-		b.Field(7).AppendNull()
-		b.Field(8).(*array.Int32Builder).Append(prompt)
-		b.Field(9).(*array.Int32Builder).Append(prompt)
-		b.Field(10).(*array.Int32Builder).Append(out)
+		col.chunkTokens.AppendNull()
+		col.prompt.Append(prompt)
+		col.promptServer.Append(prompt)
+		col.outTarget.Append(out)
 		if (i+1)%(1<<14) == 0 || i == n-1 {
 			rec := b.NewRecord()
 			if err := w.WriteBuffered(rec); err != nil {

@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // row is one hand-built results row; nil pointers are nulls.
@@ -46,30 +47,8 @@ func okRow(id, sentNS int64, chunks ...int64) row {
 	return r
 }
 
-var resultsSchemaFields = []arrow.Field{
-	{Name: "request_id", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "shard", Type: arrow.PrimitiveTypes.Int32},
-	{Name: "scheduled_ns", Type: arrow.PrimitiveTypes.Int64},
-	{Name: "sent_ns", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
-	{Name: "first_token_ns", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
-	{Name: "end_ns", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
-	{Name: "chunk_ns", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64)},
-	{Name: "chunk_tokens", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
-	{Name: "prompt_tokens", Type: arrow.PrimitiveTypes.Int32},
-	{Name: "prompt_tokens_server", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
-	{Name: "output_tokens_target", Type: arrow.PrimitiveTypes.Int32},
-	{Name: "output_tokens", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
-	{Name: "output_tokens_source", Type: arrow.BinaryTypes.String},
-	{Name: "status", Type: arrow.BinaryTypes.String},
-	{Name: "http_status", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
-	{Name: "error", Type: arrow.BinaryTypes.String, Nullable: true},
-	{Name: "ttft_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	{Name: "tpot_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-	{Name: "e2e_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
-}
-
-func testRun() RunMeta {
-	return RunMeta{ToolVersion: "dev", RunID: "run1", Mode: "open", Endpoint: "http://127.0.0.1:8000/v1", API: "completions",
+func testRun() results.RunMeta {
+	return results.RunMeta{ToolVersion: "dev", RunID: "run1", Mode: "open", Endpoint: "http://127.0.0.1:8000/v1", API: "completions",
 		Backend: "vllm", Model: "m", TraceFile: "t.parquet", Speedup: 1, ShardCount: 1, RunStartUnixNS: 1_700_000_000_000_000_000,
 		MaxLatenessMS: 10, Host: "h", Flags: map[string]string{}}
 }
@@ -77,15 +56,26 @@ func testRun() RunMeta {
 // fixtureRowGroup is the row-group length of the files writeResults writes.
 var fixtureRowGroup int64 = 1 << 16
 
-// writeResults writes rows as a results/v1 file following RESULTS-CONTRACT.md.
-func writeResults(tb testing.TB, path string, meta RunMeta, rows []row) {
+// resultsSchema returns the contract's schema carrying meta: the schema of the fixture's
+// files, as replay writes it.
+func resultsSchema(tb testing.TB, meta results.RunMeta) *arrow.Schema {
 	tb.Helper()
-	mj, err := json.Marshal(meta)
+	sc, err := results.SchemaWithRun(&meta)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{ResultsFormat, string(mj)})
-	sc := arrow.NewSchema(resultsSchemaFields, &md)
+	return sc
+}
+
+// writeResults writes rows as a results/v1 file, with the contract's schema.
+func writeResults(tb testing.TB, path string, meta results.RunMeta, rows []row) {
+	tb.Helper()
+	writeResultsSchema(tb, path, resultsSchema(tb, meta), rows)
+}
+
+// writeResultsSchema writes rows as a file of schema sc, whose columns are bound by name.
+func writeResultsSchema(tb testing.TB, path string, sc *arrow.Schema, rows []row) {
+	tb.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		tb.Fatal(err)
@@ -97,7 +87,7 @@ func writeResults(tb testing.TB, path string, meta RunMeta, rows []row) {
 	}
 	const batch = 1 << 14
 	for lo := 0; lo < len(rows) || lo == 0; lo += batch {
-		rec := buildRecord(sc, rows[lo:min(lo+batch, len(rows))])
+		rec := buildRecord(tb, sc, rows[lo:min(lo+batch, len(rows))])
 		if err := w.WriteBuffered(rec); err != nil {
 			tb.Fatal(err)
 		}
@@ -111,62 +101,100 @@ func writeResults(tb testing.TB, path string, meta RunMeta, rows []row) {
 	}
 }
 
-func buildRecord(sc *arrow.Schema, rows []row) arrow.Record {
+// fixtureBuilders are the column builders of a results record, bound by name.
+type fixtureBuilders struct {
+	id, scheduled, sent, first, end *array.Int64Builder
+	shard, prompt, promptServer     *array.Int32Builder
+	outTarget, out, httpStatus      *array.Int32Builder
+	chunks, chunkTokens             *array.ListBuilder
+	source, status, err             *array.StringBuilder
+	ttft, tpot, e2e                 *array.Float64Builder
+}
+
+func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
+	tb.Helper()
+	bs, err := results.NewBuilders(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &fixtureBuilders{
+		id:           results.Builder[*array.Int64Builder](bs, results.ColRequestID),
+		shard:        results.Builder[*array.Int32Builder](bs, results.ColShard),
+		scheduled:    results.Builder[*array.Int64Builder](bs, results.ColScheduledNS),
+		sent:         results.Builder[*array.Int64Builder](bs, results.ColSentNS),
+		first:        results.Builder[*array.Int64Builder](bs, results.ColFirstTokenNS),
+		end:          results.Builder[*array.Int64Builder](bs, results.ColEndNS),
+		chunks:       results.Builder[*array.ListBuilder](bs, results.ColChunkNS),
+		chunkTokens:  results.Builder[*array.ListBuilder](bs, results.ColChunkTokens),
+		prompt:       results.Builder[*array.Int32Builder](bs, results.ColPromptTokens),
+		promptServer: results.Builder[*array.Int32Builder](bs, results.ColPromptTokensServer),
+		outTarget:    results.Builder[*array.Int32Builder](bs, results.ColOutputTokensTarget),
+		out:          results.Builder[*array.Int32Builder](bs, results.ColOutputTokens),
+		source:       results.Builder[*array.StringBuilder](bs, results.ColOutputTokensSource),
+		status:       results.Builder[*array.StringBuilder](bs, results.ColStatus),
+		httpStatus:   results.Builder[*array.Int32Builder](bs, results.ColHTTPStatus),
+		err:          results.Builder[*array.StringBuilder](bs, results.ColError),
+		ttft:         results.Builder[*array.Float64Builder](bs, results.ColTTFTMS),
+		tpot:         results.Builder[*array.Float64Builder](bs, results.ColTPOTMS),
+		e2e:          results.Builder[*array.Float64Builder](bs, results.ColE2EMS),
+	}
+	if err := bs.Done(); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
 	defer b.Release()
-	i64 := func(k int, v *int64) {
+	c := bindFixture(tb, b)
+	i64 := func(b *array.Int64Builder, v *int64) {
 		if v == nil {
-			b.Field(k).AppendNull()
+			b.AppendNull()
 		} else {
-			b.Field(k).(*array.Int64Builder).Append(*v)
+			b.Append(*v)
 		}
 	}
-	i32 := func(k int, v *int32) {
+	i32 := func(b *array.Int32Builder, v *int32) {
 		if v == nil {
-			b.Field(k).AppendNull()
+			b.AppendNull()
 		} else {
-			b.Field(k).(*array.Int32Builder).Append(*v)
+			b.Append(*v)
 		}
 	}
-	f64 := func(k int, v *float64) {
+	f64 := func(b *array.Float64Builder, v *float64) {
 		if v == nil {
-			b.Field(k).AppendNull()
+			b.AppendNull()
 		} else {
-			b.Field(k).(*array.Float64Builder).Append(*v)
+			b.Append(*v)
 		}
 	}
 	for _, r := range rows {
-		b.Field(0).(*array.Int64Builder).Append(r.id)
-		b.Field(1).(*array.Int32Builder).Append(r.shard)
-		b.Field(2).(*array.Int64Builder).Append(r.scheduled)
-		i64(3, r.sent)
-		i64(4, r.first)
-		i64(5, r.end)
-		lb := b.Field(6).(*array.ListBuilder)
-		lb.Append(true)
-		for _, c := range r.chunks {
-			lb.ValueBuilder().(*array.Int64Builder).Append(c)
-		}
-		tb := b.Field(7).(*array.ListBuilder)
+		c.id.Append(r.id)
+		c.shard.Append(r.shard)
+		c.scheduled.Append(r.scheduled)
+		i64(c.sent, r.sent)
+		i64(c.first, r.first)
+		i64(c.end, r.end)
+		c.chunks.Append(true)
+		c.chunks.ValueBuilder().(*array.Int64Builder).AppendValues(r.chunks, nil)
 		if r.chunkTokens == nil {
-			tb.AppendNull()
+			c.chunkTokens.AppendNull()
 		} else {
-			tb.Append(true)
-			for _, c := range r.chunkTokens {
-				tb.ValueBuilder().(*array.Int32Builder).Append(c)
-			}
+			c.chunkTokens.Append(true)
+			c.chunkTokens.ValueBuilder().(*array.Int32Builder).AppendValues(r.chunkTokens, nil)
 		}
-		b.Field(8).(*array.Int32Builder).Append(r.prompt)
-		i32(9, r.promptServer)
-		b.Field(10).(*array.Int32Builder).Append(r.outTarget)
-		i32(11, r.out)
-		b.Field(12).(*array.StringBuilder).Append(r.source)
-		b.Field(13).(*array.StringBuilder).Append(r.status)
-		i32(14, r.httpStatus)
+		c.prompt.Append(r.prompt)
+		i32(c.promptServer, r.promptServer)
+		c.outTarget.Append(r.outTarget)
+		i32(c.out, r.out)
+		c.source.Append(r.source)
+		c.status.Append(r.status)
+		i32(c.httpStatus, r.httpStatus)
 		if r.err == nil {
-			b.Field(15).AppendNull()
+			c.err.AppendNull()
 		} else {
-			b.Field(15).(*array.StringBuilder).Append(*r.err)
+			c.err.Append(*r.err)
 		}
 		// Derived columns as the contract defines them.
 		ttft, tpot, e2e := r.ttft, r.tpot, r.e2e
@@ -177,14 +205,14 @@ func buildRecord(sc *arrow.Schema, rows []row) arrow.Record {
 				tpot = pf(float64(*r.end-*r.first) / 1e6 / float64(*r.out-1))
 			}
 		}
-		f64(16, ttft)
-		f64(17, tpot)
-		f64(18, e2e)
+		f64(c.ttft, ttft)
+		f64(c.tpot, tpot)
+		f64(c.e2e, e2e)
 	}
 	return b.NewRecord()
 }
 
-func tempResults(tb testing.TB, meta RunMeta, rows []row) string {
+func tempResults(tb testing.TB, meta results.RunMeta, rows []row) string {
 	tb.Helper()
 	p := filepath.Join(tb.TempDir(), "results.parquet")
 	writeResults(tb, p, meta, rows)

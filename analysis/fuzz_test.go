@@ -59,7 +59,7 @@ func FuzzLoadRows(f *testing.F) {
 			scale := []int64{1, 1e3, 1e6, 1e9, 1e12, 1 << 62}[int(b[1])%6]
 			v := func(k int) int64 { return int64(int8(b[k])) * scale }
 			r := row{id: int64(len(rows)), scheduled: v(2), prompt: int32(int8(b[3])), outTarget: int32(int8(b[4])),
-				status: append(statuses, "bogus")[int(b[0])%8], source: []string{"usage", "tokenizer", "", "x"}[b[5]%4]}
+				status: string(append(statuses, "bogus")[int(b[0])%8]), source: []string{"usage", "tokenizer", "", "x"}[b[5]%4]}
 			if b[6]&1 != 0 {
 				r.sent = p64(v(7))
 			}

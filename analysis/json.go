@@ -207,7 +207,7 @@ func (r *Report) toJSON() jsonReport {
 	b.Samples = map[string]int64{"ttft_ms": r.TTFT.N, "tpot_ms": r.TPOT.N, "itl_ms": r.ITL.N, "e2e_ms": r.E2E.N, "schedule_lateness_ms": r.Lateness.N, "itl_per_token_ms": r.ITLPerToken.N}
 	b.ByStatus = map[string]int64{}
 	for _, s := range statuses {
-		b.ByStatus[s] = r.Requests.ByStatus[s]
+		b.ByStatus[string(s)] = r.Requests.ByStatus[string(s)]
 	}
 	if r.ITLPerToken.N > 0 {
 		q := jq(r.ITLPerToken)

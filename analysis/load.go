@@ -22,28 +22,13 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
-// Results file metadata keys and format (docs/results-format.md).
-const (
-	MetaFormat    = "llmreplay.format"
-	MetaRun       = "llmreplay.run"
-	ResultsFormat = "results/v1"
-)
-
-// Request statuses, as the results file spells them.
-const (
-	StatusOK             = "ok"
-	StatusHTTPError      = "http_error"
-	StatusTimeout        = "timeout"
-	StatusTransportError = "transport_error"
-	StatusStreamError    = "stream_error"
-	StatusDropped        = "dropped"
-	StatusCanceled       = "canceled"
-)
-
-// statuses in code order; a request's status is stored as its index.
-var statuses = []string{StatusOK, StatusHTTPError, StatusTimeout, StatusTransportError, StatusStreamError, StatusDropped, StatusCanceled}
+// statuses are the contract's statuses in its order; a request's status is stored as its
+// index, named by the st* constants.
+var statuses = results.Statuses()
 
 const (
 	stOK uint8 = iota
@@ -65,36 +50,13 @@ const binNS = int64(10e6)
 // error instead of an allocation of the size it claims.
 const MaxSpan = 48 * time.Hour
 
-// null marks a missing int64 (sent_ns, first_token_ns, end_ns) or int32 value.
+// null marks a missing int64 (sent_ns, first_token_ns, end_ns) or int32 value in Data's
+// columns. Not results.Null (-1): analysis validates what it reads, and -1 in a file is a
+// bad value to report, not a null.
 const (
 	null64 = math.MinInt64
 	null32 = math.MinInt32
 )
-
-// RunMeta is the llmreplay.run metadata of one results file (RESULTS-CONTRACT / DESIGN.md).
-type RunMeta struct {
-	ToolVersion    string            `json:"tool_version"`
-	RunID          string            `json:"run_id"`
-	Mode           string            `json:"mode"`
-	Endpoint       string            `json:"endpoint"`
-	API            string            `json:"api"`
-	Backend        string            `json:"backend"`
-	Model          string            `json:"model"`
-	Simulated      bool              `json:"simulated"`
-	SimProfile     string            `json:"sim_profile"`
-	TraceFile      string            `json:"trace_file"`
-	TraceSHA256    string            `json:"trace_sha256"`
-	Speedup        float64           `json:"speedup"`
-	Rate           float64           `json:"rate"`
-	Concurrency    int               `json:"concurrency"`
-	ShardIndex     int               `json:"shard_index"`
-	ShardCount     int               `json:"shard_count"`
-	RunStartUnixNS int64             `json:"run_start_unix_ns"`
-	MaxLatenessMS  float64           `json:"max_lateness_ms"`
-	SLO            string            `json:"slo"`
-	Host           string            `json:"host"`
-	Flags          map[string]string `json:"flags"`
-}
 
 // LoadOptions control Load.
 type LoadOptions struct {
@@ -115,8 +77,8 @@ type LoadOptions struct {
 // and the output tokens of ok requests binned at 10 ms by arrival. Chunk lists themselves are
 // read batch by batch and never kept.
 type Data struct {
-	Files []string  // as given to Load
-	Runs  []RunMeta // one per file, in Files order
+	Files []string          // as given to Load
+	Runs  []results.RunMeta // one per file, in Files order
 	// Mixed is set when files of different runs were pooled (LoadOptions.AllowMixed).
 	Mixed bool
 	// ShiftNS is, per file, the offset added to its *_ns columns to put every file on one
@@ -278,55 +240,55 @@ func (d *Data) mergeWorker(w *worker) {
 	}
 }
 
-func readMeta(path string, pr *file.Reader) (RunMeta, error) {
-	var m RunMeta
+func readMeta(path string, pr *file.Reader) (results.RunMeta, error) {
+	var m results.RunMeta
 	kv := pr.MetaData().KeyValueMetadata()
 	// pqarrow stores the Arrow schema (and its metadata) under ARROW:schema; the
 	// llmreplay keys are copied into the Parquet key-value metadata as well.
-	format := kv.FindValue(MetaFormat)
+	format := kv.FindValue(results.MetaFormat)
 	if format == nil {
 		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 1}, memory.DefaultAllocator)
 		if err == nil {
 			if sc, err := fr.Schema(); err == nil {
 				md := sc.Metadata()
-				if i := md.FindKey(MetaFormat); i >= 0 {
+				if i := md.FindKey(results.MetaFormat); i >= 0 {
 					v := md.Values()[i]
 					format = &v
 				}
-				if i := md.FindKey(MetaRun); i >= 0 {
+				if i := md.FindKey(results.MetaRun); i >= 0 {
 					v := md.Values()[i]
 					return parseRun(path, format, &v)
 				}
 			}
 		}
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s missing: not an llmreplay results file", path, MetaFormat)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s missing: not an llmreplay results file", path, results.MetaFormat)
 	}
-	return parseRun(path, format, kv.FindValue(MetaRun))
+	return parseRun(path, format, kv.FindValue(results.MetaRun))
 }
 
-func parseRun(path string, format, run *string) (RunMeta, error) {
-	var m RunMeta
-	if format == nil || *format != ResultsFormat {
+func parseRun(path string, format, run *string) (results.RunMeta, error) {
+	var m results.RunMeta
+	if format == nil || *format != results.Format {
 		got := "none"
 		if format != nil {
 			got = *format
 		}
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s = %q, want %q", path, MetaFormat, got, ResultsFormat)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s = %q, want %q", path, results.MetaFormat, got, results.Format)
 	}
 	if run == nil {
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s missing", path, MetaRun)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s missing", path, results.MetaRun)
 	}
 	if err := json.Unmarshal([]byte(*run), &m); err != nil {
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s: %w", path, MetaRun, err)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s: %w", path, results.MetaRun, err)
 	}
 	if m.ShardCount <= 0 {
 		m.ShardCount = 1
 	}
 	if m.ShardCount > 1<<16 {
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_count %d is implausible", path, MetaRun, m.ShardCount)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_count %d is implausible", path, results.MetaRun, m.ShardCount)
 	}
 	if m.ShardIndex < 0 || m.ShardIndex >= m.ShardCount {
-		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_index %d outside [0, %d)", path, MetaRun, m.ShardIndex, m.ShardCount)
+		return m, fmt.Errorf("analysis: read %s: schema metadata %s: shard_index %d outside [0, %d)", path, results.MetaRun, m.ShardIndex, m.ShardCount)
 	}
 	return m, nil
 }
@@ -393,9 +355,9 @@ func (d *Data) missingShards() []string {
 
 // resultColumns are the columns analysis reads, by name (the contract fixes names, not order).
 var resultColumns = []string{
-	"scheduled_ns", "sent_ns", "first_token_ns", "end_ns", "chunk_ns", "chunk_tokens",
-	"prompt_tokens", "prompt_tokens_server", "output_tokens_target", "output_tokens",
-	"output_tokens_source", "status",
+	results.ColScheduledNS, results.ColSentNS, results.ColFirstTokenNS, results.ColEndNS, results.ColChunkNS, results.ColChunkTokens,
+	results.ColPromptTokens, results.ColPromptTokensServer, results.ColOutputTokensTarget, results.ColOutputTokens,
+	results.ColOutputTokensSource, results.ColStatus,
 }
 
 const (
@@ -418,6 +380,11 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
 	}
+	// The contract's check by name: required columns present, types and nullability as
+	// the contract says; order free.
+	if _, err := results.Check(sc); err != nil {
+		return fmt.Errorf("analysis: read %s: %w", path, err)
+	}
 	// Parquet leaf column indices of the wanted fields (a list field has one leaf).
 	leaf := 0
 	leafOf := map[string]int{}
@@ -436,12 +403,9 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 	// chunk_ns and chunk_tokens are read from their column chunks' levels (listCursor);
 	// pqarrow decodes the scalar columns.
 	lists := [2]listSpec{}
-	for k, name := range []string{"chunk_ns", "chunk_tokens"} {
+	for k, name := range []string{results.ColChunkNS, results.ColChunkTokens} {
 		f, _ := sc.FieldsByName(name)
-		lt, ok := f[0].Type.(*arrow.ListType)
-		if !ok {
-			return fmt.Errorf("analysis: read %s: column %s is %s, want a list", path, name, f[0].Type)
-		}
+		lt := f[0].Type.(*arrow.ListType) // Check made sure
 		lists[k] = listSpec{leaf: leafOf[name], nullable: f[0].Nullable, elemNullable: lt.ElemField().Nullable,
 			maxDef: pr.MetaData().Schema.Column(leafOf[name]).MaxDefinitionLevel()}
 	}
@@ -548,7 +512,7 @@ func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, f
 	}
 	nsRd, ok := nsCol.(*file.Int64ColumnChunkReader)
 	if !ok {
-		return fmt.Errorf("analysis: read %s: chunk_ns: %w", path, colErr{"chunk_ns", "list<int64>"})
+		return fmt.Errorf("analysis: read %s: chunk_ns: %w", path, colErr{results.ColChunkNS, "list<int64>"})
 	}
 	tokCol, err := rg.Column(lists[1].leaf)
 	if err != nil {
@@ -556,7 +520,7 @@ func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, f
 	}
 	tokRd, ok := tokCol.(*file.Int32ColumnChunkReader)
 	if !ok {
-		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, colErr{"chunk_tokens", "list<int32>"})
+		return fmt.Errorf("analysis: read %s: chunk_tokens: %w", path, colErr{results.ColChunkTokens, "list<int32>"})
 	}
 	nsCur, err := newListCursor(nsRd.ReadBatch, lists[0].nullable, lists[0].elemNullable, lists[0].maxDef)
 	if err != nil {
@@ -650,45 +614,45 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 	if p.at+int(rec.NumRows()) > p.end {
 		return fmt.Errorf("analysis: read %s: row group holds more rows than the footer says", path)
 	}
-	sched, err := int64Col(rec, pos[cScheduled], "scheduled_ns")
+	sched, err := int64Col(rec, pos[cScheduled], results.ColScheduledNS)
 	if err != nil {
 		return wrap(err)
 	}
-	sent, err := int64Col(rec, pos[cSent], "sent_ns")
+	sent, err := int64Col(rec, pos[cSent], results.ColSentNS)
 	if err != nil {
 		return wrap(err)
 	}
-	first, err := int64Col(rec, pos[cFirst], "first_token_ns")
+	first, err := int64Col(rec, pos[cFirst], results.ColFirstTokenNS)
 	if err != nil {
 		return wrap(err)
 	}
-	end, err := int64Col(rec, pos[cEnd], "end_ns")
+	end, err := int64Col(rec, pos[cEnd], results.ColEndNS)
 	if err != nil {
 		return wrap(err)
 	}
-	prompt, err := int32Col(rec, pos[cPrompt], "prompt_tokens")
+	prompt, err := int32Col(rec, pos[cPrompt], results.ColPromptTokens)
 	if err != nil {
 		return wrap(err)
 	}
-	promptSrv, err := int32Col(rec, pos[cPromptServer], "prompt_tokens_server")
+	promptSrv, err := int32Col(rec, pos[cPromptServer], results.ColPromptTokensServer)
 	if err != nil {
 		return wrap(err)
 	}
-	outTarget, err := int32Col(rec, pos[cOutTarget], "output_tokens_target")
+	outTarget, err := int32Col(rec, pos[cOutTarget], results.ColOutputTokensTarget)
 	if err != nil {
 		return wrap(err)
 	}
-	outTok, err := int32Col(rec, pos[cOutTokens], "output_tokens")
+	outTok, err := int32Col(rec, pos[cOutTokens], results.ColOutputTokens)
 	if err != nil {
 		return wrap(err)
 	}
 	outSrc, ok := rec.Column(pos[cOutSource]).(*array.String)
 	if !ok {
-		return wrap(colErr{"output_tokens_source", "string"})
+		return wrap(colErr{results.ColOutputTokensSource, "string"})
 	}
 	status, ok := rec.Column(pos[cStatus]).(*array.String)
 	if !ok {
-		return wrap(colErr{"status", "string"})
+		return wrap(colErr{results.ColStatus, "string"})
 	}
 
 	n := int(rec.NumRows())
@@ -701,19 +665,19 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 		if status.IsValid(i) {
 			s := status.Value(i)
 			for k, name := range statuses {
-				if s == name {
+				if results.Status(s) == name {
 					st = k
 					break
 				}
 			}
 			if st < 0 {
-				return bad("status", "unknown status %q", s)
+				return bad(results.ColStatus, "unknown status %q", s)
 			}
 		} else {
-			return bad("status", "null")
+			return bad(results.ColStatus, "null")
 		}
 		if !sched.IsValid(i) {
-			return bad("scheduled_ns", "null")
+			return bad(results.ColScheduledNS, "null")
 		}
 		opt64 := func(a *array.Int64) int64 {
 			if a.IsValid(i) {
@@ -731,7 +695,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 		for _, c := range []struct {
 			name string
 			v    int64
-		}{{"scheduled_ns", sched.Value(i) + shift}, {"sent_ns", s}, {"first_token_ns", f}, {"end_ns", e}} {
+		}{{results.ColScheduledNS, sched.Value(i) + shift}, {results.ColSentNS, s}, {results.ColFirstTokenNS, f}, {results.ColEndNS, e}} {
 			if c.v != null64 && (c.v < 0 || c.v >= int64(MaxSpan)) {
 				return bad(c.name, "%d ns is outside [0, %v) from the run start", c.v-shift, MaxSpan)
 			}
@@ -739,66 +703,66 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 		if st == int(stOK) {
 			switch {
 			case s == null64:
-				return bad("sent_ns", "null in an ok request")
+				return bad(results.ColSentNS, "null in an ok request")
 			case f == null64:
-				return bad("first_token_ns", "null in an ok request")
+				return bad(results.ColFirstTokenNS, "null in an ok request")
 			case e == null64:
-				return bad("end_ns", "null in an ok request")
+				return bad(results.ColEndNS, "null in an ok request")
 			}
 		}
 		if f != null64 && (s == null64 || f < s) {
-			return bad("first_token_ns", "%d before sent_ns", f-shift)
+			return bad(results.ColFirstTokenNS, "%d before sent_ns", f-shift)
 		}
 		if e != null64 && (f == null64 || e < f) {
-			return bad("end_ns", "%d before first_token_ns", e-shift)
+			return bad(results.ColEndNS, "%d before first_token_ns", e-shift)
 		}
 		if !prompt.IsValid(i) {
-			return bad("prompt_tokens", "null")
+			return bad(results.ColPromptTokens, "null")
 		}
 		if !outTarget.IsValid(i) {
-			return bad("output_tokens_target", "null")
+			return bad(results.ColOutputTokensTarget, "null")
 		}
 		ot := opt32(outTok)
 		if ot != null32 && ot < 0 {
-			return bad("output_tokens", "%d is negative", ot)
+			return bad(results.ColOutputTokens, "%d is negative", ot)
 		}
 		var src uint8
 		if outSrc.IsValid(i) {
 			switch outSrc.Value(i) {
-			case "usage":
+			case results.SourceUsage:
 				src = 1
-			case "tokenizer":
+			case results.SourceTokenizer:
 				src = 2
 			case "":
 			default:
-				return bad("output_tokens_source", "unknown source %q", outSrc.Value(i))
+				return bad(results.ColOutputTokensSource, "unknown source %q", outSrc.Value(i))
 			}
 		}
 
 		// Chunks: validate, record ITL and attribute tokens to time.
 		cns, _, err := nsCur.next()
 		if err != nil {
-			return bad("chunk_ns", "%v", err)
+			return bad(results.ColChunkNS, "%v", err)
 		}
 		ctk, tokNull, err := tokCur.next()
 		if err != nil {
-			return bad("chunk_tokens", "%v", err)
+			return bad(results.ColChunkTokens, "%v", err)
 		}
 		nc := len(cns)
 		if nc > 0 && s == null64 {
-			return bad("chunk_ns", "chunks in a request never sent")
+			return bad(results.ColChunkNS, "chunks in a request never sent")
 		}
 		hasTok := !tokNull
 		tokSum := int64(-1)
 		if hasTok {
 			if len(ctk) != nc {
-				return bad("chunk_tokens", "%d entries for %d chunks", len(ctk), nc)
+				return bad(results.ColChunkTokens, "%d entries for %d chunks", len(ctk), nc)
 			}
 			w.hasChunkT++
 			tokSum = 0
 			for k, v := range ctk {
 				if v < 0 {
-					return bad("chunk_tokens", "entry %d is %d", k, v)
+					return bad(results.ColChunkTokens, "entry %d is %d", k, v)
 				}
 				if v > 1 {
 					w.multiTokenChunks = true
@@ -813,12 +777,12 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			if cns[0] >= 0 {
 				k = nc - 1
 			}
-			return bad("chunk_ns", "entry %d (%d) is outside [0, %v) from the run start", k, cns[k], MaxSpan)
+			return bad(results.ColChunkNS, "entry %d (%d) is outside [0, %v) from the run start", k, cns[k], MaxSpan)
 		}
 		if st != int(stOK) || (nc > 0 && cns[0] > cns[nc-1]) {
 			for k := 1; k < nc; k++ {
 				if cns[k] < cns[k-1] {
-					return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k, cns[k], k-1, cns[k-1])
+					return bad(results.ColChunkNS, "entry %d (%d) before entry %d (%d)", k, cns[k], k-1, cns[k-1])
 				}
 			}
 		}
@@ -855,7 +819,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				v := cns[k]
 				g := v - prev
 				if g < 0 {
-					return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k, v, k-1, prev)
+					return bad(results.ColChunkNS, "entry %d (%d) before entry %d (%d)", k, v, k-1, prev)
 				}
 				prev = v
 				sum += g
@@ -878,7 +842,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 					// Past the last chunk's bin: a later chunk must come earlier than this one.
 					for k2 := k + 1; k2 < nc; k2++ {
 						if cns[k2] < cns[k2-1] {
-							return bad("chunk_ns", "entry %d (%d) before entry %d (%d)", k2, cns[k2], k2-1, cns[k2-1])
+							return bad(results.ColChunkNS, "entry %d (%d) before entry %d (%d)", k2, cns[k2], k2-1, cns[k2-1])
 						}
 					}
 				}

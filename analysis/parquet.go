@@ -15,6 +15,8 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // Format values of the files WriteParquetDir writes (schema metadata llmreplay.format).
@@ -128,7 +130,7 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 		return err
 	}
 
-	tmd := arrow.NewMetadata([]string{MetaFormat}, []string{TimeseriesFormat})
+	tmd := arrow.NewMetadata([]string{results.MetaFormat}, []string{TimeseriesFormat})
 	tsc := arrow.NewSchema([]arrow.Field{
 		{Name: "run_id", Type: arrow.BinaryTypes.String},
 		{Name: "start_s", Type: arrow.PrimitiveTypes.Float64},

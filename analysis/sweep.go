@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // SweepFormat is the llmreplay.format of sweep.parquet.
@@ -348,7 +350,7 @@ func writeColRows(path, format string, rows [][]col) error {
 			return fmt.Errorf("analysis: column %s: unsupported kind %T", c.name, c.v)
 		}
 	}
-	md := arrow.NewMetadata([]string{MetaFormat}, []string{format})
+	md := arrow.NewMetadata([]string{results.MetaFormat}, []string{format})
 	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, &md))
 	defer b.Release()
 	for _, row := range rows {

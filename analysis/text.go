@@ -76,7 +76,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if q.Failed > 0 {
 		var parts []string
 		for _, s := range statuses[1:5] {
-			if n := q.ByStatus[s]; n > 0 {
+			if n := q.ByStatus[string(s)]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%s %d", s, n))
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // benchRecords returns n ok records of 100 one-token chunks each.
@@ -13,14 +15,14 @@ func benchRecords(n int) []*Result {
 	out := make([]*Result, n)
 	for i := range out {
 		r := newResult(int64(i), 0, int64(i)*3_000_000, 100, 100)
-		r.Status, r.HTTPStatus = StatusOK, 200
+		r.Status, r.HTTPStatus = results.StatusOK, 200
 		r.SentNS = r.ScheduledNS + 20_000
 		for k := range 100 {
 			r.ChunkNS = append(r.ChunkNS, 50_000_000+int64(k)*10_000_000+int64(i%977))
 			r.ChunkTokens = append(r.ChunkTokens, 1)
 		}
 		r.FirstTokenNS, r.EndNS = r.SentNS+r.ChunkNS[0], r.SentNS+r.ChunkNS[99]
-		r.OutputTokens, r.OutputTokensSource, r.PromptTokensServer = 100, SourceUsage, 100
+		r.OutputTokens, r.OutputTokensSource, r.PromptTokensServer = 100, results.SourceUsage, 100
 		out[i] = r
 	}
 	return out
@@ -35,7 +37,7 @@ func BenchmarkJournalAndConvert(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		jp := filepath.Join(dir, "r.journal")
-		j, err := CreateJournal(jp, &RunMeta{})
+		j, err := CreateJournal(jp, &results.RunMeta{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -68,11 +70,28 @@ func BenchmarkReadStream(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s.reset(bytes.NewReader(raw))
-		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS = res.ChunkNS[:0], nil, Null
+		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS = res.ChunkNS[:0], nil, results.Null
 		c.readStream(ctx, ctx, s, res, nil)
-		if res.Status != StatusOK || len(res.ChunkNS) != 100 {
+		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 {
 			b.Fatalf("%s %s %d", res.Status, res.Error, len(res.ChunkNS))
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/chunk")
+}
+
+// BenchmarkJournalAdd: the per-request cost of appending a record to the journal (100
+// chunks a record), flushes included, without the conversion to Parquet.
+func BenchmarkJournalAdd(b *testing.B) {
+	recs := benchRecords(4096)
+	j, err := CreateJournal(filepath.Join(b.TempDir(), "r.journal"), &results.RunMeta{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := j.Add(recs[i%len(recs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // API is the OpenAI-compatible API a run uses.
@@ -511,13 +513,13 @@ func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse
 		defer cancel()
 	}
 	var wrote atomic.Int64 // set by the transport's writer goroutine
-	wrote.Store(Null)
+	wrote.Store(results.Null)
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
-		wrote.CompareAndSwap(Null, clk.now())
+		wrote.CompareAndSwap(results.Null, clk.now())
 	}}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, bytes.NewReader(r.body))
 	if err != nil {
-		res.Status, res.Error = StatusTransportError, "build request: "+err.Error()
+		res.Status, res.Error = results.StatusTransportError, "build request: "+err.Error()
 		return
 	}
 	req.Header = c.header
@@ -531,24 +533,24 @@ func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse
 	// A server may answer before the whole body is written (an early error): the send
 	// time is then the call's start, which is within the write.
 	sentNS := wrote.Load()
-	if sentNS == Null {
+	if sentNS == results.Null {
 		sentNS = before
 	}
 	res.SentNS = sentNS
 	res.HTTPStatus = int32(resp.StatusCode)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		res.Status = StatusHTTPError
+		res.Status = results.StatusHTTPError
 		res.Error = httpErrorMessage(resp)
 		return
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		res.Status = StatusStreamError
+		res.Status = results.StatusStreamError
 		res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", ct)
 		return
 	}
 	sse.reset(resp.Body)
 	c.readStream(ctx, rctx, sse, res, onTokens)
-	if res.Status == StatusOK {
+	if res.Status == results.StatusOK {
 		// Let the connection be reused: the server ends the body right after [DONE].
 		io.CopyN(io.Discard, resp.Body, 4096)
 	}
@@ -600,7 +602,7 @@ func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
 // over reports whether the stream needs no more events: [DONE] came or it failed.
 func (st *streamState) over() bool { return st.done || st.failed }
 
-func (st *streamState) fail(s Status, msg string) {
+func (st *streamState) fail(s results.Status, msg string) {
 	st.res.Status, st.res.Error, st.failed = s, msg, true
 }
 
@@ -610,7 +612,7 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	res := st.res
 	st.nEvents++
 	if string(name) == "error" {
-		st.fail(StatusStreamError, "server error event: "+shortText(data))
+		st.fail(results.StatusStreamError, "server error event: "+shortText(data))
 		return true
 	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
@@ -619,11 +621,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	}
 	ci := &st.ci
 	if err := parseChunk(data, ci); err != nil {
-		st.fail(StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
+		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
 		return true
 	}
 	if ci.isErr {
-		st.fail(StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg)))
+		st.fail(results.StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg)))
 		return true
 	}
 	output := ci.output
@@ -633,7 +635,7 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	st.finished = st.finished || ci.finished
 	if output {
 		off := stamp - res.SentNS
-		if res.FirstTokenNS == Null {
+		if res.FirstTokenNS == results.Null {
 			res.FirstTokenNS = stamp
 		}
 		res.EndNS = stamp
@@ -661,7 +663,7 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		}
 		if ci.hasCompl {
 			res.OutputTokens = ci.compl
-			res.OutputTokensSource = SourceUsage
+			res.OutputTokensSource = results.SourceUsage
 		}
 	}
 	return false
@@ -675,24 +677,24 @@ func (st *streamState) end() {
 		return
 	}
 	if !st.done && !st.finished {
-		st.fail(StatusStreamError, fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS)))
+		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS)))
 		return
 	}
-	res.Status = StatusOK
+	res.Status = results.StatusOK
 	if st.everyUsage && len(st.chunkTokens) > 0 && len(st.chunkTokens) == len(res.ChunkNS) {
 		res.ChunkTokens = st.chunkTokens
 	}
 	if !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil {
 		res.OutputTokens = int32(st.c.opts.CountTokens(string(st.text)))
-		res.OutputTokensSource = SourceTokenizer
+		res.OutputTokensSource = results.SourceTokenizer
 	} else if !st.usageSeen && len(res.ChunkNS) == 0 {
 		res.OutputTokens = 0
-		res.OutputTokensSource = SourceTokenizer
+		res.OutputTokensSource = results.SourceTokenizer
 	}
 }
 
 // classifyErr maps an error from sending a request to a status and message.
-func classifyErr(ctx, rctx context.Context, err error, timeout time.Duration) (Status, string) {
+func classifyErr(ctx, rctx context.Context, err error, timeout time.Duration) (results.Status, string) {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err // the URL is known; keep messages short
@@ -701,10 +703,10 @@ func classifyErr(ctx, rctx context.Context, err error, timeout time.Duration) (S
 }
 
 // classifyStreamErr maps an error while reading a stream to a status and message.
-func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Duration, chunks int) (Status, string) {
+func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Duration, chunks int) (results.Status, string) {
 	canceled, timedOut := ctx.Err() != nil, rctx.Err() == context.DeadlineExceeded
 	if !canceled && !timedOut && errors.Is(err, ErrLineTooLong) {
-		return StatusStreamError, err.Error()
+		return results.StatusStreamError, err.Error()
 	}
 	return midStream(canceled, timedOut, timeout, chunks, err)
 }
@@ -712,25 +714,25 @@ func classifyStreamErr(ctx, rctx context.Context, err error, timeout time.Durati
 // beforeResponse words a request that ended before a response: a stop of the run comes
 // first, then the request's timeout, then err. Both HTTP clients word errors with it
 // and midStream.
-func beforeResponse(canceled, timedOut bool, timeout time.Duration, err error) (Status, string) {
+func beforeResponse(canceled, timedOut bool, timeout time.Duration, err error) (results.Status, string) {
 	switch {
 	case canceled:
-		return StatusCanceled, "canceled before a response: run interrupted"
+		return results.StatusCanceled, "canceled before a response: run interrupted"
 	case timedOut:
-		return StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
+		return results.StatusTimeout, fmt.Sprintf("no response within the %v timeout", timeout)
 	}
-	return StatusTransportError, err.Error()
+	return results.StatusTransportError, err.Error()
 }
 
 // midStream words a stream that ended early after chunks output chunks.
-func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err error) (Status, string) {
+func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err error) (results.Status, string) {
 	switch {
 	case canceled:
-		return StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
+		return results.StatusCanceled, fmt.Sprintf("canceled mid-stream after %d output chunks: run interrupted", chunks)
 	case timedOut:
-		return StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
+		return results.StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
 	}
-	return StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
+	return results.StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
 }
 
 // httpErrorMessage reads a little of an error response for its message.

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
@@ -46,7 +48,7 @@ func duckdb(t *testing.T, sql string) []map[string]any {
 func TestResultsReadByDuckDB(t *testing.T) {
 	dir := t.TempDir()
 	jp := filepath.Join(dir, "r.parquet.journal")
-	j, err := CreateJournal(jp, &RunMeta{RunID: "feed", Mode: ModeOpen, Flags: map[string]string{}})
+	j, err := CreateJournal(jp, &results.RunMeta{RunID: "feed", Mode: results.ModeOpen, Flags: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
 	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
 		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE"}
-	for i, f := range Schema.Fields() {
+	for i, f := range results.Schema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
 		}
@@ -85,7 +87,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	for _, r := range md {
 		got[r["k"].(string)] = r["v"].(string)
 	}
-	if got[MetaFormat] != ResultsFormat || got[MetaRun] == "" {
+	if got[results.MetaFormat] != results.Format || got[results.MetaRun] == "" {
 		t.Errorf("metadata seen by DuckDB: %v", got)
 	}
 }

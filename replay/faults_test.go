@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // sseStart writes the event-stream header and returns a function that writes and flushes.
@@ -44,43 +46,43 @@ func TestFaults(t *testing.T) {
 		return u
 	}
 	cases := []faultCase{
-		{name: "refused", status: StatusTransportError, errHas: "connection refused"},
+		{name: "refused", status: results.StatusTransportError, http: results.Null, errHas: "connection refused"},
 		{name: "500", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"error":{"message":"engine exploded","type":"InternalError"}}`, 500)
-		}, status: StatusHTTPError, http: 500, errHas: "HTTP 500: engine exploded"},
+		}, status: results.StatusHTTPError, http: 500, errHas: "HTTP 500: engine exploded"},
 		{name: "429 plain text", handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "slow down", 429)
-		}, status: StatusHTTPError, http: 429, errHas: "HTTP 429: slow down"},
+		}, status: results.StatusHTTPError, http: 429, errHas: "HTTP 429: slow down"},
 		{name: "503 vllm object", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(503)
 			fmt.Fprint(w, `{"object":"error","message":"overloaded","type":"ServiceUnavailable","code":503}`)
-		}, status: StatusHTTPError, http: 503, errHas: "HTTP 503: overloaded"},
+		}, status: results.StatusHTTPError, http: 503, errHas: "HTTP 503: overloaded"},
 		{name: "disconnect mid-stream", handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
 			send(okChunk)
 			conn, _, _ := w.(http.Hijacker).Hijack()
 			conn.Close()
-		}, status: StatusStreamError, http: 200, errHas: "stream broken after 2 output chunks", chunks: 2},
+		}, status: results.StatusStreamError, http: 200, errHas: "stream broken after 2 output chunks", chunks: 2},
 		{name: "clean close before DONE", handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
-		}, status: StatusStreamError, http: 200, errHas: "ended before [DONE] after 1 output chunks", chunks: 1},
+		}, status: results.StatusStreamError, http: 200, errHas: "ended before [DONE] after 1 output chunks", chunks: 1},
 		{name: "stall", timeout: 300 * time.Millisecond, handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
 			<-r.Context().Done()
-		}, status: StatusTimeout, http: 200, errHas: "timeout (1 output chunks)", chunks: 1},
+		}, status: results.StatusTimeout, http: 200, errHas: "timeout (1 output chunks)", chunks: 1},
 		{name: "slow first byte", timeout: 300 * time.Millisecond, handler: func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			<-r.Context().Done()
-		}, status: StatusTimeout, errHas: "no response within the 300ms timeout"},
+		}, status: results.StatusTimeout, http: results.Null, errHas: "no response within the 300ms timeout"},
 		{name: "malformed chunk", handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
 			send("data: {\"choices\":[{\"text\":\"x\"\n\n")
 			send("data: [DONE]\n\n")
-		}, status: StatusStreamError, http: 200, errHas: "event 2: malformed chunk", chunks: 1},
+		}, status: results.StatusStreamError, http: 200, errHas: "event 2: malformed chunk", chunks: 1},
 		{name: "endless line", maxLine: 64 << 10, handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
@@ -91,20 +93,20 @@ func TestFaults(t *testing.T) {
 				}
 				send(big)
 			}
-		}, status: StatusStreamError, http: 200, errHas: "SSE line too long: over 65536 bytes", chunks: 1},
+		}, status: results.StatusStreamError, http: 200, errHas: "SSE line too long: over 65536 bytes", chunks: 1},
 		{name: "error event mid-stream", handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send(okChunk)
 			send("data: {\"error\":{\"message\":\"KV cache exhausted\",\"code\":500}}\n\n")
-		}, status: StatusStreamError, http: 200, errHas: "server error mid-stream: KV cache exhausted", chunks: 1},
+		}, status: results.StatusStreamError, http: 200, errHas: "server error mid-stream: KV cache exhausted", chunks: 1},
 		{name: "named error event", handler: func(w http.ResponseWriter, r *http.Request) {
 			send := sseStart(w, r)
 			send("event: error\ndata: upstream gone\n\n")
-		}, status: StatusStreamError, http: 200, errHas: "server error event: upstream gone"},
+		}, status: results.StatusStreamError, http: 200, errHas: "server error event: upstream gone"},
 		{name: "not an event stream", handler: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprint(w, `{"choices":[{"text":"hello"}]}`)
-		}, status: StatusStreamError, http: 200, errHas: "not an event stream"},
+		}, status: results.StatusStreamError, http: 200, errHas: "not an event stream"},
 	}
 	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
 		for _, tc := range cases {
@@ -120,7 +122,7 @@ type faultCase struct {
 	handler http.HandlerFunc // nil: refused connection
 	timeout time.Duration
 	maxLine int
-	status  Status
+	status  results.Status
 	http    int32
 	errHas  string
 	chunks  int // output chunks recorded
@@ -159,7 +161,7 @@ func testFault(t *testing.T, hc string, tc faultCase, refused func() *url.URL) {
 			t.Errorf("request %d: status %s http %d chunks %d error %q; want %s %d %d %q",
 				r.RequestID, r.Status, r.HTTPStatus, len(r.ChunkNS), r.Error, tc.status, tc.http, tc.chunks, tc.errHas)
 		}
-		if tc.status == StatusTransportError && r.SentNS != Null {
+		if tc.status == results.StatusTransportError && r.SentNS != results.Null {
 			t.Errorf("refused request has sent_ns %d", r.SentNS)
 		}
 	}
@@ -189,10 +191,10 @@ func TestChatReasoningAndTokenizerFallback(t *testing.T) {
 	})
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(1, 0, 3, 4), nil)
 	r := res[0]
-	if r.Status != StatusOK || len(r.ChunkNS) != 3 || r.ChunkTokens != nil {
+	if r.Status != results.StatusOK || len(r.ChunkNS) != 3 || r.ChunkTokens != nil {
 		t.Fatalf("record %+v", r)
 	}
-	if r.OutputTokens != int32(len("thinkmoreanswer")) || r.OutputTokensSource != SourceTokenizer || r.PromptTokensServer != Null {
+	if r.OutputTokens != int32(len("thinkmoreanswer")) || r.OutputTokensSource != results.SourceTokenizer || r.PromptTokensServer != results.Null {
 		t.Errorf("output %d (%s), prompt_server %d", r.OutputTokens, r.OutputTokensSource, r.PromptTokensServer)
 	}
 	if ttft, _ := r.TTFT(); ttft < 20 {
@@ -216,13 +218,13 @@ func TestTLSAndHeaders(t *testing.T) {
 	hdr := http.Header{"X-Tenant": {"t1"}}
 	strict := newTestClient(t, base, func(o *ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr })
 	_, res, _ := runTrace(t, context.Background(), strict, uniformTrace(1, 0, 2, 1), nil)
-	if res[0].Status != StatusTransportError || !strings.Contains(res[0].Error, "certificate") {
+	if res[0].Status != results.StatusTransportError || !strings.Contains(res[0].Error, "certificate") {
 		t.Errorf("self-signed certificate accepted: %s %q", res[0].Status, res[0].Error)
 	}
 	loose := newTestClient(t, base, func(o *ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr; o.Insecure = true })
 	out := filepath.Join(t.TempDir(), "r.parquet")
 	_, res, _ = runTrace(t, context.Background(), loose, uniformTrace(1, 0, 2, 1), func(o *Options) { o.Output = out })
-	if res[0].Status != StatusOK {
+	if res[0].Status != results.StatusOK {
 		t.Fatalf("--insecure: %s %q", res[0].Status, res[0].Error)
 	}
 	if gotAuth.Load() != "Bearer sk-secret" || gotTenant.Load() != "t1" {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -139,7 +140,7 @@ func uniformTrace(n int, gap time.Duration, prompt, output int32) []trace.Reques
 }
 
 // runTrace replays reqs at speedup 1 against c and reads the results back.
-func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []Result, *RunMeta) {
+func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []Result, *results.RunMeta) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.parquet")
 	o := Options{Source: trace.NewSliceSource(reqs), Client: c, Prompter: wordPrompter, Speedup: 1, Output: out, Grace: time.Second}
@@ -157,8 +158,8 @@ func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request
 	return sum, res, meta
 }
 
-func byStatus(res []Result) map[Status]int {
-	m := map[Status]int{}
+func byStatus(res []Result) map[results.Status]int {
+	m := map[results.Status]int{}
 	for _, r := range res {
 		m[r.Status]++
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // JournalSuffix is appended to a results path to name its journal.
@@ -42,19 +44,26 @@ type Journal struct {
 
 // CreateJournal creates (truncating) the journal file at path and writes its schema with
 // the run metadata.
-func CreateJournal(path string, run *RunMeta) (*Journal, error) {
-	schema, err := schemaWithMeta(run)
+func CreateJournal(path string, run *results.RunMeta) (*Journal, error) {
+	schema, err := results.SchemaWithRun(run)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("replay: create journal %s: %w", path, err)
+	}
+	// Columns are bound by name before the file exists: a writer out of step with the
+	// contract fails here, leaving nothing behind.
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	var cols resultBuilders
+	if err := cols.bind(b); err != nil {
+		b.Release()
+		return nil, fmt.Errorf("replay: create journal %s: %w", path, err)
 	}
 	f, err := os.Create(path)
 	if err != nil {
+		b.Release()
 		return nil, fmt.Errorf("replay: create journal: %w", err)
 	}
 	w := ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
-	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	j := &Journal{path: path, f: f, w: w, b: b}
-	j.cols.bind(b)
+	j := &Journal{path: path, f: f, w: w, b: b, cols: cols}
 	// Write the schema now, so that even a run killed before its first record leaves a
 	// journal that recover turns into a valid, empty results file.
 	if err := j.writeBatch(); err != nil {
@@ -116,7 +125,8 @@ func (j *Journal) Close() error {
 	return err
 }
 
-// resultBuilders holds the typed column builders of one RecordBuilder.
+// resultBuilders holds the typed column builders of one RecordBuilder, bound by column
+// name through the results contract once, when the journal is created.
 type resultBuilders struct {
 	requestID, scheduled, sent, first, end *array.Int64Builder
 	shard, prompt, promptServer, target    *array.Int32Builder
@@ -128,45 +138,42 @@ type resultBuilders struct {
 	ttft, tpot, e2e                        *array.Float64Builder
 }
 
-func (c *resultBuilders) bind(b *array.RecordBuilder) {
-	f := b.Fields()
-	c.requestID = f[0].(*array.Int64Builder)
-	c.shard = f[1].(*array.Int32Builder)
-	c.scheduled = f[2].(*array.Int64Builder)
-	c.sent = f[3].(*array.Int64Builder)
-	c.first = f[4].(*array.Int64Builder)
-	c.end = f[5].(*array.Int64Builder)
-	c.chunkNS = f[6].(*array.ListBuilder)
-	c.chunkNSv = c.chunkNS.ValueBuilder().(*array.Int64Builder)
-	c.chunkTokens = f[7].(*array.ListBuilder)
-	c.chunkTokensv = c.chunkTokens.ValueBuilder().(*array.Int32Builder)
-	c.prompt = f[8].(*array.Int32Builder)
-	c.promptServer = f[9].(*array.Int32Builder)
-	c.target = f[10].(*array.Int32Builder)
-	c.output = f[11].(*array.Int32Builder)
-	c.source = f[12].(*array.StringBuilder)
-	c.status = f[13].(*array.StringBuilder)
-	c.httpStatus = f[14].(*array.Int32Builder)
-	c.errMsg = f[15].(*array.StringBuilder)
-	c.ttft = f[16].(*array.Float64Builder)
-	c.tpot = f[17].(*array.Float64Builder)
-	c.e2e = f[18].(*array.Float64Builder)
-}
-
-func appendI64(b *array.Int64Builder, v int64) {
-	if v == Null {
-		b.AppendNull()
-	} else {
-		b.Append(v)
+// bind binds every column of b's schema; it fails on a column of the schema that Result
+// does not fill, so the writer cannot fall behind the contract.
+func (c *resultBuilders) bind(b *array.RecordBuilder) error {
+	bs, err := results.NewBuilders(b)
+	if err != nil {
+		return err
 	}
-}
-
-func appendI32(b *array.Int32Builder, v int32) {
-	if v == Null {
-		b.AppendNull()
-	} else {
-		b.Append(v)
+	c.requestID = results.Builder[*array.Int64Builder](bs, results.ColRequestID)
+	c.shard = results.Builder[*array.Int32Builder](bs, results.ColShard)
+	c.scheduled = results.Builder[*array.Int64Builder](bs, results.ColScheduledNS)
+	c.sent = results.Builder[*array.Int64Builder](bs, results.ColSentNS)
+	c.first = results.Builder[*array.Int64Builder](bs, results.ColFirstTokenNS)
+	c.end = results.Builder[*array.Int64Builder](bs, results.ColEndNS)
+	c.chunkNS = results.Builder[*array.ListBuilder](bs, results.ColChunkNS)
+	c.chunkTokens = results.Builder[*array.ListBuilder](bs, results.ColChunkTokens)
+	c.prompt = results.Builder[*array.Int32Builder](bs, results.ColPromptTokens)
+	c.promptServer = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensServer)
+	c.target = results.Builder[*array.Int32Builder](bs, results.ColOutputTokensTarget)
+	c.output = results.Builder[*array.Int32Builder](bs, results.ColOutputTokens)
+	c.source = results.Builder[*array.StringBuilder](bs, results.ColOutputTokensSource)
+	c.status = results.Builder[*array.StringBuilder](bs, results.ColStatus)
+	c.httpStatus = results.Builder[*array.Int32Builder](bs, results.ColHTTPStatus)
+	c.errMsg = results.Builder[*array.StringBuilder](bs, results.ColError)
+	c.ttft = results.Builder[*array.Float64Builder](bs, results.ColTTFTMS)
+	c.tpot = results.Builder[*array.Float64Builder](bs, results.ColTPOTMS)
+	c.e2e = results.Builder[*array.Float64Builder](bs, results.ColE2EMS)
+	if err := bs.Done(); err != nil {
+		return err
 	}
+	var ok1, ok2 bool
+	c.chunkNSv, ok1 = c.chunkNS.ValueBuilder().(*array.Int64Builder)
+	c.chunkTokensv, ok2 = c.chunkTokens.ValueBuilder().(*array.Int32Builder)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("list builders of %s or %s hold the wrong type", results.ColChunkNS, results.ColChunkTokens)
+	}
+	return nil
 }
 
 func appendF64(b *array.Float64Builder, v float64, ok bool) {
@@ -181,9 +188,9 @@ func (c *resultBuilders) append(r *Result) {
 	c.requestID.Append(r.RequestID)
 	c.shard.Append(r.Shard)
 	c.scheduled.Append(r.ScheduledNS)
-	appendI64(c.sent, r.SentNS)
-	appendI64(c.first, r.FirstTokenNS)
-	appendI64(c.end, r.EndNS)
+	results.AppendInt64(c.sent, r.SentNS)
+	results.AppendInt64(c.first, r.FirstTokenNS)
+	results.AppendInt64(c.end, r.EndNS)
 	c.chunkNS.Append(true)
 	c.chunkNSv.AppendValues(r.ChunkNS, nil)
 	if r.ChunkTokens == nil {
@@ -193,16 +200,12 @@ func (c *resultBuilders) append(r *Result) {
 		c.chunkTokensv.AppendValues(r.ChunkTokens, nil)
 	}
 	c.prompt.Append(r.PromptTokens)
-	appendI32(c.promptServer, r.PromptTokensServer)
+	results.AppendInt32(c.promptServer, r.PromptTokensServer)
 	c.target.Append(r.OutputTokensTarget)
-	appendI32(c.output, r.OutputTokens)
+	results.AppendInt32(c.output, r.OutputTokens)
 	c.source.Append(r.OutputTokensSource)
 	c.status.Append(string(r.Status))
-	if r.HTTPStatus == 0 {
-		c.httpStatus.AppendNull()
-	} else {
-		c.httpStatus.Append(r.HTTPStatus)
-	}
+	results.AppendInt32(c.httpStatus, r.HTTPStatus)
 	if r.Error == "" {
 		c.errMsg.AppendNull()
 	} else {
@@ -218,9 +221,9 @@ func (c *resultBuilders) append(r *Result) {
 
 // ConvertInfo tells what ConvertJournal found.
 type ConvertInfo struct {
-	Rows int64    // records written to the results file
-	Run  *RunMeta // the run metadata of the journal
-	Tail error    // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
+	Rows int64            // records written to the results file
+	Run  *results.RunMeta // the run metadata of the journal
+	Tail error            // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
 }
 
 // parquetRowGroup bounds a row group: big enough for efficient scans, small enough that
@@ -243,10 +246,10 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 	}
 	defer rdr.Release()
 	schema := rdr.Schema()
-	if err := checkColumns(schema); err != nil {
+	if _, err := results.Check(schema); err != nil {
 		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
 	}
-	if info.Run, err = ParseRunMeta(schema); err != nil {
+	if info.Run, err = results.ParseRunMeta(schema); err != nil {
 		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
 	}
 

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // The raw client is the replayer's own HTTP/1.1 client for plain-http endpoints, the
@@ -370,7 +372,7 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 		if !c.exchange(ctx, clk, st, r, res, sse, onTokens, deadline, *bp, attempt == 0 && st.cn.reused) {
 			return
 		}
-		res.SentNS = Null
+		res.SentNS = results.Null
 	}
 }
 
@@ -422,14 +424,14 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 			res.Status, res.Error = midStream(ctx.Err() != nil, isTimeout(err), c.opts.Timeout, len(res.ChunkNS), err)
 		}
 	case p.mode == modeErrBody:
-		res.Status = StatusHTTPError
+		res.Status = results.StatusHTTPError
 		res.Error = httpErrorText(p.status, p.errBody)
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
 		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) {
 			cn.c.Close()
-			res.HTTPStatus = 0
+			res.HTTPStatus = results.Null
 			return true
 		}
 		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
@@ -451,10 +453,10 @@ func connLost(err error) bool {
 
 // rawBeforeResponse words an error of the raw client before a response head arrived,
 // as the net/http path words it, and names a connection the server closed unanswered.
-func (c *Client) rawBeforeResponse(ctx context.Context, err error) (Status, string) {
+func (c *Client) rawBeforeResponse(ctx context.Context, err error) (results.Status, string) {
 	canceled, timedOut := ctx.Err() != nil, isTimeout(err)
 	if !canceled && !timedOut && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-		return StatusTransportError, "server closed the connection before responding"
+		return results.StatusTransportError, "server closed the connection before responding"
 	}
 	return beforeResponse(canceled, timedOut, c.opts.Timeout, err)
 }
@@ -727,10 +729,10 @@ func (p *rawResp) deliver(b []byte, stamp int64) bool {
 				}
 			}
 			if err := p.sse.Err(); err != nil && !p.st.over() {
-				p.st.fail(StatusStreamError, err.Error())
+				p.st.fail(results.StatusStreamError, err.Error())
 			}
 			if n == 0 && !p.st.over() {
-				p.st.fail(StatusStreamError, io.ErrNoProgress.Error())
+				p.st.fail(results.StatusStreamError, io.ErrNoProgress.Error())
 			}
 		}
 		if p.st.failed {
@@ -834,7 +836,7 @@ func (p *rawResp) parseHead(h []byte) error {
 		p.mode = modeErrBody
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
 		p.mode = modeNotStream
-		p.res.Status = StatusStreamError
+		p.res.Status = results.StatusStreamError
 		p.res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", contentType)
 	default:
 		p.mode = modeSSE

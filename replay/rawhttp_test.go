@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // feedResponse runs the raw client's response parser over resp as if it arrived in
@@ -51,7 +53,7 @@ func feedResponse(t *testing.T, resp string, split int, eof bool) (*rawResp, *Re
 	case p.mode == modeSSE && (p.st.over() || p.state == rsDone):
 		p.st.end()
 	case p.mode == modeErrBody:
-		res.Status, res.Error = StatusHTTPError, httpErrorText(p.status, p.errBody)
+		res.Status, res.Error = results.StatusHTTPError, httpErrorText(p.status, p.errBody)
 	}
 	return p, res
 }
@@ -79,33 +81,33 @@ func TestRawResponseFraming(t *testing.T) {
 		name      string
 		resp      string
 		eof       bool
-		status    Status
+		status    results.Status
 		errHas    string
 		chunks    int
 		done      bool // the response was read to its end
 		closeConn bool
 	}{
 		{name: "chunked with trailer", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
-			status: StatusOK, chunks: 2, done: true},
+			status: results.StatusOK, chunks: 2, done: true},
 		{name: "content-length", resp: sseHead + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(rawSSEBody)) + rawSSEBody,
-			status: StatusOK, chunks: 2, done: true},
+			status: results.StatusOK, chunks: 2, done: true},
 		{name: "close-delimited", resp: sseHead + "\r\n" + rawSSEBody, eof: true,
-			status: StatusOK, chunks: 2, done: true, closeConn: true},
+			status: results.StatusOK, chunks: 2, done: true, closeConn: true},
 		{name: "interim 100 then 200", resp: "HTTP/1.1 100 Continue\r\n\r\n" + sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
-			status: StatusOK, chunks: 2, done: true},
+			status: results.StatusOK, chunks: 2, done: true},
 		{name: "bare LF head", resp: strings.ReplaceAll(sseHead, "\r\n", "\n") + "Content-Length: " + fmt.Sprint(len(rawSSEBody)) + "\n\n" + rawSSEBody,
-			status: StatusOK, chunks: 2, done: true},
+			status: results.StatusOK, chunks: 2, done: true},
 		{name: "connection close", resp: sseHead + "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody),
-			status: StatusOK, chunks: 2, done: true, closeConn: true},
+			status: results.StatusOK, chunks: 2, done: true, closeConn: true},
 		{name: "HTTP/1.0", resp: strings.Replace(sseHead, "HTTP/1.1", "HTTP/1.0", 1) + "\r\n" + rawSSEBody, eof: true,
-			status: StatusOK, chunks: 2, done: true, closeConn: true},
+			status: results.StatusOK, chunks: 2, done: true, closeConn: true},
 		{name: "HTTP/1.0 keep-alive", resp: strings.Replace(sseHead, "HTTP/1.1", "HTTP/1.0", 1) + "Connection: keep-alive\r\nContent-Length: " + fmt.Sprint(len(rawSSEBody)) + "\r\n\r\n" + rawSSEBody,
-			status: StatusOK, chunks: 2, done: true},
+			status: results.StatusOK, chunks: 2, done: true},
 		{name: "error JSON", resp: "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
 			"2a\r\n{\"object\":\"error\",\"message\":\"overloaded\"}\r\n0\r\n\r\n",
-			status: StatusHTTPError, errHas: "HTTP 503: overloaded", done: true},
+			status: results.StatusHTTPError, errHas: "HTTP 503: overloaded", done: true},
 		{name: "not a stream", resp: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-			status: StatusStreamError, errHas: "not an event stream"},
+			status: results.StatusStreamError, errHas: "not an event stream"},
 		{name: "cut mid-chunk", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\n" + chunked(rawSSEBody)[:60], eof: true,
 			errHas: "unexpected EOF", chunks: 1},
 		{name: "bad chunk size", resp: sseHead + "Transfer-Encoding: chunked\r\n\r\nzz\r\n", errHas: "chunk size"},
@@ -132,7 +134,7 @@ func TestRawResponseFraming(t *testing.T) {
 				if (p.state == rsDone) != tc.done || (tc.done && p.closeConn != tc.closeConn) {
 					t.Errorf("state %d close %v, want done %v close %v", p.state, p.closeConn, tc.done, tc.closeConn)
 				}
-				if tc.status == StatusOK && (res.OutputTokens != 2 || res.PromptTokensServer != 3) {
+				if tc.status == results.StatusOK && (res.OutputTokens != 2 || res.PromptTokensServer != 3) {
 					t.Errorf("usage: output %d prompt %d", res.OutputTokens, res.PromptTokensServer)
 				}
 			})
@@ -172,7 +174,7 @@ func TestRawKeepAlive(t *testing.T) {
 			}
 		}
 	})
-	if st := byStatus(res); st[StatusOK] != 20 {
+	if st := byStatus(res); st[results.StatusOK] != 20 {
 		t.Fatalf("statuses %v", st)
 	}
 	if n := conns.Load(); n > 2 {
@@ -185,7 +187,7 @@ func TestRawKeepAlive(t *testing.T) {
 // one, transparently.
 func TestRawStaleConnection(t *testing.T) {
 	res := replayRaw(t, 6, 150*time.Millisecond, func(srv *http.Server) { srv.IdleTimeout = 20 * time.Millisecond })
-	if st := byStatus(res); st[StatusOK] != 6 {
+	if st := byStatus(res); st[results.StatusOK] != 6 {
 		for _, r := range res {
 			t.Logf("request %d: %s %q", r.RequestID, r.Status, r.Error)
 		}
@@ -220,7 +222,7 @@ func TestRawServerClosesBeforeAnswer(t *testing.T) {
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(3, 10*time.Millisecond, 5, 4), nil)
 	for _, r := range res {
-		if r.Status != StatusTransportError || !strings.Contains(r.Error, "closed the connection before responding") {
+		if r.Status != results.StatusTransportError || !strings.Contains(r.Error, "closed the connection before responding") {
 			t.Errorf("request %d: %s %q", r.RequestID, r.Status, r.Error)
 		}
 	}
@@ -253,7 +255,7 @@ func TestRawRequestBytes(t *testing.T) {
 			o.Header = http.Header{"X-Extra": {"v1"}, "X-Client": {"x"}}
 		})
 		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(1, 0, 5, 4), nil)
-		if res[0].Status != StatusOK {
+		if res[0].Status != results.StatusOK {
 			t.Fatalf("%s: %s %q", hc, res[0].Status, res[0].Error)
 		}
 		mu.Lock()

@@ -12,11 +12,13 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // ReadFile reads a whole results file into memory: for tests, benchmarks and small runs
 // (the analysis package streams).
-func ReadFile(path string) ([]Result, *RunMeta, error) {
+func ReadFile(path string) ([]Result, *results.RunMeta, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
@@ -35,11 +37,12 @@ func ReadFile(path string) ([]Result, *RunMeta, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: schema: %w", path, err)
 	}
-	meta, err := ParseRunMeta(schema)
+	meta, err := results.ParseRunMeta(schema)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
 	}
-	if err := checkColumns(schema); err != nil {
+	layout, err := results.Check(schema)
+	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
 	}
 	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
@@ -49,7 +52,9 @@ func ReadFile(path string) ([]Result, *RunMeta, error) {
 	defer rr.Release()
 	var out []Result
 	for rr.Next() {
-		out = appendRecord(out, rr.Record())
+		if out, err = appendRecord(out, rr.Record(), layout); err != nil {
+			return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
+		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
@@ -57,74 +62,63 @@ func ReadFile(path string) ([]Result, *RunMeta, error) {
 	return out, meta, nil
 }
 
-func appendRecord(out []Result, rec arrow.Record) []Result {
-	c := rec.Columns()
-	i64 := func(j, i int) int64 {
-		a := c[j].(*array.Int64)
-		if a.IsNull(i) {
-			return Null
-		}
-		return a.Value(i)
+// resultArrays are the columns of one record, located by name.
+type resultArrays struct {
+	requestID, scheduled, sent, first, end *array.Int64
+	shard, prompt, promptServer, target    *array.Int32
+	output, httpStatus                     *array.Int32
+	chunkNS, chunkTokens                   *array.List
+	source, status, errMsg                 *array.String
+}
+
+func (c *resultArrays) locate(rec arrow.Record, l *results.Layout) error {
+	x := results.NewArrays(rec, l)
+	c.requestID = results.Array[*array.Int64](x, results.ColRequestID)
+	c.shard = results.Array[*array.Int32](x, results.ColShard)
+	c.scheduled = results.Array[*array.Int64](x, results.ColScheduledNS)
+	c.sent = results.Array[*array.Int64](x, results.ColSentNS)
+	c.first = results.Array[*array.Int64](x, results.ColFirstTokenNS)
+	c.end = results.Array[*array.Int64](x, results.ColEndNS)
+	c.chunkNS = results.Array[*array.List](x, results.ColChunkNS)
+	c.chunkTokens = results.Array[*array.List](x, results.ColChunkTokens)
+	c.prompt = results.Array[*array.Int32](x, results.ColPromptTokens)
+	c.promptServer = results.Array[*array.Int32](x, results.ColPromptTokensServer)
+	c.target = results.Array[*array.Int32](x, results.ColOutputTokensTarget)
+	c.output = results.Array[*array.Int32](x, results.ColOutputTokens)
+	c.source = results.Array[*array.String](x, results.ColOutputTokensSource)
+	c.status = results.Array[*array.String](x, results.ColStatus)
+	c.httpStatus = results.Array[*array.Int32](x, results.ColHTTPStatus)
+	c.errMsg = results.Array[*array.String](x, results.ColError)
+	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
+	return x.Err()
+}
+
+func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, error) {
+	var c resultArrays
+	if err := c.locate(rec, l); err != nil {
+		return out, err
 	}
-	i32 := func(j, i int) int32 {
-		a := c[j].(*array.Int32)
-		if a.IsNull(i) {
-			return Null
-		}
-		return a.Value(i)
+	chunkNSv, ok1 := c.chunkNS.ListValues().(*array.Int64)
+	chunkTokv, ok2 := c.chunkTokens.ListValues().(*array.Int32)
+	if !ok1 || !ok2 {
+		return out, fmt.Errorf("%s or %s holds the wrong element type", results.ColChunkNS, results.ColChunkTokens)
 	}
-	str := func(j, i int) string {
-		a := c[j].(*array.String)
-		if a.IsNull(i) {
-			return ""
-		}
-		return a.Value(i)
-	}
-	chunkNS := c[6].(*array.List)
-	chunkNSv := chunkNS.ListValues().(*array.Int64)
-	chunkTok := c[7].(*array.List)
-	chunkTokv := chunkTok.ListValues().(*array.Int32)
 	for i := 0; i < int(rec.NumRows()); i++ {
 		r := Result{
-			RequestID: i64(0, i), Shard: i32(1, i), ScheduledNS: i64(2, i),
-			SentNS: i64(3, i), FirstTokenNS: i64(4, i), EndNS: i64(5, i),
-			PromptTokens: i32(8, i), PromptTokensServer: i32(9, i), OutputTokensTarget: i32(10, i),
-			OutputTokens: i32(11, i), OutputTokensSource: str(12, i), Status: Status(str(13, i)),
-			Error: str(15, i),
+			RequestID: c.requestID.Value(i), Shard: c.shard.Value(i), ScheduledNS: c.scheduled.Value(i),
+			SentNS: results.Int64At(c.sent, i), FirstTokenNS: results.Int64At(c.first, i), EndNS: results.Int64At(c.end, i),
+			PromptTokens: c.prompt.Value(i), PromptTokensServer: results.Int32At(c.promptServer, i),
+			OutputTokensTarget: c.target.Value(i), OutputTokens: results.Int32At(c.output, i),
+			OutputTokensSource: results.StringAt(c.source, i), Status: results.Status(results.StringAt(c.status, i)),
+			HTTPStatus: results.Int32At(c.httpStatus, i), Error: results.StringAt(c.errMsg, i),
 		}
-		if h := i32(14, i); h != Null {
-			r.HTTPStatus = h
-		}
-		lo, hi := chunkNS.ValueOffsets(i)
+		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)
-		if !chunkTok.IsNull(i) {
-			lo, hi := chunkTok.ValueOffsets(i)
+		if !c.chunkTokens.IsNull(i) {
+			lo, hi := c.chunkTokens.ValueOffsets(i)
 			r.ChunkTokens = append([]int32{}, chunkTokv.Int32Values()[lo:hi]...)
 		}
 		out = append(out, r)
 	}
-	return out
-}
-
-// checkColumns checks that s has results format v1's columns, in order, with their types
-// and nullability. List element names and nullability are not compared: Parquet round
-// trips rename them.
-func checkColumns(s *arrow.Schema) error {
-	want := Schema.Fields()
-	got := s.Fields()
-	if len(got) != len(want) {
-		return fmt.Errorf("%d columns, want %d (results format v1)", len(got), len(want))
-	}
-	for i, w := range want {
-		g := got[i]
-		if g.Name != w.Name || g.Nullable != w.Nullable || g.Type.ID() != w.Type.ID() {
-			return fmt.Errorf("column %d is %s %s (nullable %v), want %s %s (nullable %v)", i, g.Name, g.Type, g.Nullable, w.Name, w.Type, w.Nullable)
-		}
-		if wl, ok := w.Type.(*arrow.ListType); ok {
-			if gl := g.Type.(*arrow.ListType); gl.Elem().ID() != wl.Elem().ID() {
-				return fmt.Errorf("column %s holds %s, want %s", g.Name, gl.Elem(), wl.Elem())
-			}
-		}
-	}
-	return nil
+	return out, nil
 }

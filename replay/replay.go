@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -56,11 +57,11 @@ type Options struct {
 	Shard       int32
 	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
 
-	Output        string        // results file; the journal is Output + JournalSuffix
-	KeepJournal   bool          // keep the journal after a successful conversion
-	FlushInterval time.Duration // journal flush period; 0 = DefaultFlushInterval
-	Meta          RunMeta       // run metadata; Run fills RunStartUnixNS, RunID and Mode
-	Start         time.Time     // run start; zero = when Run starts dispatching
+	Output        string          // results file; the journal is Output + JournalSuffix
+	KeepJournal   bool            // keep the journal after a successful conversion
+	FlushInterval time.Duration   // journal flush period; 0 = DefaultFlushInterval
+	Meta          results.RunMeta // run metadata; Run fills RunStartUnixNS, RunID and Mode
+	Start         time.Time       // run start; zero = when Run starts dispatching
 	// Origin is the trace arrival that is due at the run start when HasOrigin is set; else
 	// the first request's. Shards set it to the whole trace's first arrival, so that each
 	// request is due at the same instant as in a single-process run.
@@ -135,9 +136,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if prog == nil {
 		prog = new(Progress)
 	}
-	mode := ModeOpen
+	mode := results.ModeOpen
 	if o.Concurrency > 0 {
-		mode = ModeClosed
+		mode = results.ModeClosed
 	}
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
@@ -162,7 +163,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if meta.ShardCount == 0 {
 		meta.ShardCount = 1
 	}
-	meta.RunID = RunID(meta.RunStartUnixNS, meta.TraceSHA256, meta.ShardCount)
+	meta.RunID = results.RunID(meta.RunStartUnixNS, meta.TraceSHA256, meta.ShardCount)
 	if meta.MaxLatenessMS == 0 {
 		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
 	}
@@ -215,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}()
 	}
 
-	if mode == ModeClosed {
+	if mode == results.ModeClosed {
 		r.closedLoop()
 	} else {
 		r.openLoop()
@@ -252,7 +253,7 @@ type runner struct {
 	o    Options
 	clk  clock
 	prog *Progress
-	meta *RunMeta
+	meta *results.RunMeta
 
 	stop         chan struct{}
 	stopOnce     sync.Once
@@ -445,7 +446,7 @@ func (r *runner) openLoop() {
 		if r.inflight.Load() >= int64(r.o.MaxInflight) {
 			if !req.warmup {
 				res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
-				res.Status = StatusDropped
+				res.Status = results.StatusDropped
 				res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
 				r.results <- res
 			}
@@ -559,8 +560,8 @@ func (r *runner) write(j *Journal, sum *summary) error {
 			sum.add(res)
 			r.prog.Done.Add(1)
 			switch res.Status {
-			case StatusOK, StatusCanceled:
-			case StatusDropped:
+			case results.StatusOK, results.StatusCanceled:
+			case results.StatusDropped:
 				r.prog.Dropped.Add(1)
 			default:
 				r.prog.Errors.Add(1)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
@@ -25,7 +27,7 @@ func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
 	seen := map[int64]bool{}
 	for _, r := range res {
 		seen[r.RequestID] = true
-		if r.Status != StatusOK {
+		if r.Status != results.StatusOK {
 			t.Errorf("request %d: status %s (%s)", r.RequestID, r.Status, r.Error)
 			continue
 		}
@@ -44,7 +46,7 @@ func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
 				t.Errorf("request %d: chunk %d has %d tokens, want 1", r.RequestID, i, n)
 			}
 		}
-		if r.OutputTokens != 5 || r.OutputTokensSource != SourceUsage || r.PromptTokensServer != 7 {
+		if r.OutputTokens != 5 || r.OutputTokensSource != results.SourceUsage || r.PromptTokensServer != 7 {
 			t.Errorf("request %d: output %d (%s), prompt_server %d; want 5 (usage), 7", r.RequestID, r.OutputTokens, r.OutputTokensSource, r.PromptTokensServer)
 		}
 		ttft, _ := r.TTFT()
@@ -58,16 +60,16 @@ func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
 	if len(seen) != 20 {
 		t.Errorf("%d distinct request ids, want 20", len(seen))
 	}
-	if sum.ByStatus[StatusOK] != 20 || sum.OutputTok != 100 {
+	if sum.ByStatus[results.StatusOK] != 20 || sum.OutputTok != 100 {
 		t.Errorf("summary: %+v", sum)
 	}
-	if meta.Mode != ModeOpen || meta.RunStartUnixNS == 0 || meta.RunID == "" || meta.ShardCount != 1 || meta.Endpoint != base.String() {
+	if meta.Mode != results.ModeOpen || meta.RunStartUnixNS == 0 || meta.RunID == "" || meta.ShardCount != 1 || meta.Endpoint != base.String() {
 		t.Errorf("metadata: %+v", meta)
 	}
 }
 
 func TestRunMetaHasEveryContractKey(t *testing.T) {
-	js, err := json.Marshal(RunMeta{})
+	js, err := json.Marshal(results.RunMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +93,13 @@ func TestRunClosedLoopKeepsConcurrency(t *testing.T) {
 	// Arrivals an hour apart: a closed loop ignores them.
 	reqs := uniformTrace(12, time.Hour, 3, 3)
 	_, res, meta := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.Concurrency = 3; o.Speedup = 0 })
-	if len(res) != 12 || byStatus(res)[StatusOK] != 12 {
+	if len(res) != 12 || byStatus(res)[results.StatusOK] != 12 {
 		t.Fatalf("records %d, statuses %v", len(res), byStatus(res))
 	}
 	if got := srv.maxSeen.Load(); got > 3 || got < 2 {
 		t.Errorf("server saw %d concurrent requests, want up to 3", got)
 	}
-	if meta.Mode != ModeClosed {
+	if meta.Mode != results.ModeClosed {
 		t.Errorf("mode %q, want closed", meta.Mode)
 	}
 }
@@ -108,12 +110,12 @@ func TestRunDropsWhenMaxInflightReached(t *testing.T) {
 	reqs := uniformTrace(6, 10*time.Millisecond, 3, 2)
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.MaxInflight = 2 })
 	st := byStatus(res)
-	if len(res) != 6 || st[StatusOK] != 2 || st[StatusDropped] != 4 {
+	if len(res) != 6 || st[results.StatusOK] != 2 || st[results.StatusDropped] != 4 {
 		t.Fatalf("records %d, statuses %v; want 2 ok, 4 dropped", len(res), st)
 	}
 	for _, r := range res {
-		if r.Status == StatusDropped {
-			if r.SentNS != Null || r.ScheduledNS != (r.RequestID-100)*int64(10*time.Millisecond) || !strings.Contains(r.Error, "max-inflight") {
+		if r.Status == results.StatusDropped {
+			if r.SentNS != results.Null || r.ScheduledNS != (r.RequestID-100)*int64(10*time.Millisecond) || !strings.Contains(r.Error, "max-inflight") {
 				t.Errorf("dropped record %+v", r)
 			}
 		}
@@ -149,11 +151,11 @@ func TestRunGracefulStopCancelsAfterGrace(t *testing.T) {
 		t.Errorf("stop took %v", el)
 	}
 	st := byStatus(res)
-	if len(res) == 0 || len(res) > 20 || st[StatusCanceled] != len(res) {
+	if len(res) == 0 || len(res) > 20 || st[results.StatusCanceled] != len(res) {
 		t.Fatalf("records %d, statuses %v: want only canceled", len(res), st)
 	}
 	for _, r := range res {
-		if r.SentNS == Null || len(r.ChunkNS) == 0 || !strings.Contains(r.Error, "interrupted") {
+		if r.SentNS == results.Null || len(r.ChunkNS) == 0 || !strings.Contains(r.Error, "interrupted") {
 			t.Errorf("canceled record lacks its partial stream: %+v", r)
 		}
 	}
@@ -172,7 +174,7 @@ func TestRunAbortCancelsAtOnce(t *testing.T) {
 	if el := time.Since(t0); el > 5*time.Second {
 		t.Errorf("abort took %v", el)
 	}
-	if st := byStatus(res); len(res) == 0 || st[StatusCanceled] != len(res) {
+	if st := byStatus(res); len(res) == 0 || st[results.StatusCanceled] != len(res) {
 		t.Errorf("statuses %v", st)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
@@ -55,10 +56,10 @@ func TestSimFaults(t *testing.T) {
 	byHTTP := map[int32]int{}
 	st := byStatus(res)
 	for _, r := range res {
-		if r.Status == StatusHTTPError {
+		if r.Status == results.StatusHTTPError {
 			byHTTP[r.HTTPStatus]++
 		}
-		if r.Status != StatusOK && r.Error == "" {
+		if r.Status != results.StatusOK && r.Error == "" {
 			t.Errorf("request %d: status %s without a message", r.RequestID, r.Status)
 		}
 	}
@@ -66,15 +67,15 @@ func TestSimFaults(t *testing.T) {
 	if byHTTP[503] != faults["503"] || byHTTP[429] != faults["429"] {
 		t.Errorf("HTTP errors %v, sim injected 503 x%d, 429 x%d", byHTTP, faults["503"], faults["429"])
 	}
-	broken := st[StatusStreamError] + st[StatusTimeout]
+	broken := st[results.StatusStreamError] + st[results.StatusTimeout]
 	injected := faults["disconnect"] + faults["malformed"] + faults["stall"]
 	if broken == 0 || broken > injected {
 		t.Errorf("%d stream errors + timeouts for %d injected stream faults", broken, injected)
 	}
-	if st[StatusTimeout] > faults["stall"] || (faults["stall"] > 0 && st[StatusTimeout] == 0) {
-		t.Errorf("%d timeouts for %d stalls", st[StatusTimeout], faults["stall"])
+	if st[results.StatusTimeout] > faults["stall"] || (faults["stall"] > 0 && st[results.StatusTimeout] == 0) {
+		t.Errorf("%d timeouts for %d stalls", st[results.StatusTimeout], faults["stall"])
 	}
-	if st[StatusOK]+st[StatusHTTPError]+broken != 60 {
+	if st[results.StatusOK]+st[results.StatusHTTPError]+broken != 60 {
 		t.Errorf("unexpected statuses: %v", st)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/iotest"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 type event struct{ name, data string }
@@ -162,7 +164,7 @@ func FuzzReadStream(f *testing.F) {
 		if res.ChunkTokens != nil && len(res.ChunkTokens) != len(res.ChunkNS) {
 			t.Fatalf("%d chunk token counts for %d chunks", len(res.ChunkTokens), len(res.ChunkNS))
 		}
-		if (res.Status == StatusOK) != (res.Error == "") {
+		if (res.Status == results.StatusOK) != (res.Error == "") {
 			t.Fatalf("status %s with error %q", res.Status, res.Error)
 		}
 	})

@@ -6,21 +6,23 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // Summary is a short account of a run, computed while it goes (the analysis package
 // gives the full report from the results file).
 type Summary struct {
 	Mode        string
-	Requests    int64            // recorded requests
-	ByStatus    map[Status]int64 // recorded requests by status
-	OutputTok   int64            // output tokens of ok requests
-	FirstSentNS int64            // Null when nothing was sent
-	LastEndNS   int64            // Null when no output arrived
-	TTFT        Percentiles      // ms, ok requests
-	Lateness    Percentiles      // ms, sent_ns - scheduled_ns of every sent request
-	MaxLateness time.Duration    // the client-limited bound
-	Run         RunMeta          // the run metadata written to the results file
+	Requests    int64                    // recorded requests
+	ByStatus    map[results.Status]int64 // recorded requests by status
+	OutputTok   int64                    // output tokens of ok requests
+	FirstSentNS int64                    // results.Null when nothing was sent
+	LastEndNS   int64                    // results.Null when no output arrived
+	TTFT        Percentiles              // ms, ok requests
+	Lateness    Percentiles              // ms, sent_ns - scheduled_ns of every sent request
+	MaxLateness time.Duration            // the client-limited bound
+	Run         results.RunMeta          // the run metadata written to the results file
 }
 
 // Percentiles are nearest-rank percentiles of a sample: the p-th is the value at rank
@@ -48,7 +50,7 @@ func percentiles(x []float64) Percentiles {
 // OutputTokensPerSecond is output tokens of ok requests / (last end - first sent), the
 // overall throughput as vLLM's benchmark reports it.
 func (s *Summary) OutputTokensPerSecond() float64 {
-	if s.FirstSentNS == Null || s.LastEndNS == Null || s.LastEndNS <= s.FirstSentNS {
+	if s.FirstSentNS == results.Null || s.LastEndNS == results.Null || s.LastEndNS <= s.FirstSentNS {
 		return 0
 	}
 	return float64(s.OutputTok) / (float64(s.LastEndNS-s.FirstSentNS) / 1e9)
@@ -57,7 +59,7 @@ func (s *Summary) OutputTokensPerSecond() float64 {
 // ClientLimited reports whether the replayer's own lateness p99 exceeded MaxLateness:
 // the endpoint was not offered the load the schedule asked for.
 func (s *Summary) ClientLimited() bool {
-	return s.Mode == ModeOpen && s.Lateness.N > 0 && s.Lateness.P99 > float64(s.MaxLateness)/1e6
+	return s.Mode == results.ModeOpen && s.Lateness.N > 0 && s.Lateness.P99 > float64(s.MaxLateness)/1e6
 }
 
 // WriteText prints the summary in a few lines.
@@ -69,7 +71,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 	}
 	p("requests: %d (%s loop)", s.Requests, s.Mode)
-	for _, st := range []Status{StatusOK, StatusHTTPError, StatusTimeout, StatusTransportError, StatusStreamError, StatusDropped, StatusCanceled} {
+	for _, st := range []results.Status{results.StatusOK, results.StatusHTTPError, results.StatusTimeout, results.StatusTransportError, results.StatusStreamError, results.StatusDropped, results.StatusCanceled} {
 		if n := s.ByStatus[st]; n > 0 {
 			p(", %s %d", st, n)
 		}
@@ -96,26 +98,26 @@ type summary struct {
 }
 
 func newSummary(mode string, maxLate time.Duration) *summary {
-	return &summary{s: Summary{Mode: mode, ByStatus: map[Status]int64{}, FirstSentNS: Null, LastEndNS: Null, MaxLateness: maxLate}}
+	return &summary{s: Summary{Mode: mode, ByStatus: map[results.Status]int64{}, FirstSentNS: results.Null, LastEndNS: results.Null, MaxLateness: maxLate}}
 }
 
 func (a *summary) add(r *Result) {
 	s := &a.s
 	s.Requests++
 	s.ByStatus[r.Status]++
-	if r.SentNS != Null {
-		if s.FirstSentNS == Null || r.SentNS < s.FirstSentNS {
+	if r.SentNS != results.Null {
+		if s.FirstSentNS == results.Null || r.SentNS < s.FirstSentNS {
 			s.FirstSentNS = r.SentNS
 		}
 		a.lateness = append(a.lateness, float64(r.SentNS-r.ScheduledNS)/1e6)
 	}
-	if r.Status != StatusOK {
+	if r.Status != results.StatusOK {
 		return
 	}
-	if r.OutputTokens != Null {
+	if r.OutputTokens != results.Null {
 		s.OutputTok += int64(r.OutputTokens)
 	}
-	if r.EndNS != Null && r.EndNS > s.LastEndNS {
+	if r.EndNS != results.Null && r.EndNS > s.LastEndNS {
 		s.LastEndNS = r.EndNS
 	}
 	if v, ok := r.TTFT(); ok {

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -272,7 +273,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out, client: c.HTTPClientName()}
 	o.hicP50, o.hicP99 = hic.end()
 	o.n = int(sum.Requests)
-	o.ok = int(sum.ByStatus[replay.StatusOK])
+	o.ok = int(sum.ByStatus[results.StatusOK])
 	o.tokens = sum.OutputTok
 	o.lateP50, o.lateP99, o.lateMax = sum.Lateness.P50, sum.Lateness.P99, sum.Lateness.Max
 	o.sent = sum.Lateness.N

@@ -22,6 +22,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -222,7 +223,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		return err
 	}
 	defer src.Close()
-	meta := replay.RunMeta{ToolVersion: version, API: string(api), Backend: string(backend),
+	meta := results.RunMeta{ToolVersion: version, API: string(api), Backend: string(backend),
 		ShardIndex: shard.Index, ShardCount: shard.Count, SLO: f.slo, Concurrency: f.concurrency}
 	meta.Host, _ = os.Hostname()
 	speedup := f.speedup

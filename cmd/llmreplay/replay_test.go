@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func TestReplayDefaultsToSampleAndSim(t *testing.T) {
@@ -39,7 +40,7 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 		t.Fatalf("%d records, want 30", len(res))
 	}
 	for _, r := range res {
-		if r.Status != replay.StatusOK || r.OutputTokens != r.OutputTokensTarget {
+		if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget {
 			t.Errorf("request %d: %s %q, output %d of %d", r.RequestID, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget)
 		}
 	}
@@ -145,11 +146,11 @@ func testInterrupt(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatalf("results file after interrupt: %v\n%s", err, stderr.String())
 	}
-	st := map[replay.Status]int{}
+	st := map[results.Status]int{}
 	for _, r := range res {
 		st[r.Status]++
 	}
-	if len(res) == 0 || st[replay.StatusCanceled] == 0 || !strings.Contains(stderr.String(), "canceling the requests in flight") {
+	if len(res) == 0 || st[results.StatusCanceled] == 0 || !strings.Contains(stderr.String(), "canceling the requests in flight") {
 		t.Errorf("records %d, statuses %v\n%s", len(res), st, stderr.String())
 	}
 }

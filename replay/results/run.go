@@ -1,0 +1,88 @@
+package results
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/apache/arrow/go/v15/arrow"
+)
+
+// RunMeta is the run description stored as JSON under MetaRun in every results file and
+// journal. Every key is always present (zero values when not applicable); it never holds a
+// credential: Endpoint is stripped of userinfo and query, and Flags leaves out the API key
+// and header values.
+type RunMeta struct {
+	ToolVersion    string            `json:"tool_version"`
+	RunID          string            `json:"run_id"`
+	Mode           string            `json:"mode"` // ModeOpen or ModeClosed
+	Endpoint       string            `json:"endpoint"`
+	API            string            `json:"api"`
+	Backend        string            `json:"backend"`
+	Model          string            `json:"model"`
+	Simulated      bool              `json:"simulated"`
+	SimProfile     string            `json:"sim_profile"`
+	TraceFile      string            `json:"trace_file"`
+	TraceSHA256    string            `json:"trace_sha256"`
+	Speedup        float64           `json:"speedup"`
+	Rate           float64           `json:"rate"`
+	Concurrency    int               `json:"concurrency"`
+	ShardIndex     int               `json:"shard_index"`
+	ShardCount     int               `json:"shard_count"`
+	RunStartUnixNS int64             `json:"run_start_unix_ns"`
+	MaxLatenessMS  float64           `json:"max_lateness_ms"`
+	SLO            string            `json:"slo"`
+	Host           string            `json:"host"`
+	Flags          map[string]string `json:"flags"`
+}
+
+// Modes of a run (RunMeta.Mode).
+const (
+	ModeOpen   = "open"
+	ModeClosed = "closed"
+)
+
+// RunID derives the run id shared by every shard of one run: the first 8 bytes, in hex,
+// of sha256(run_start_unix_ns as 8 big-endian bytes || trace_sha256 || shard_count as 4
+// big-endian bytes).
+func RunID(runStartUnixNS int64, traceSHA256 string, shardCount int) string {
+	h := sha256.New()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(runStartUnixNS))
+	h.Write(b[:])
+	h.Write([]byte(traceSHA256))
+	binary.BigEndian.PutUint32(b[:4], uint32(shardCount))
+	h.Write(b[:4])
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// SchemaWithRun returns Schema carrying the format and run metadata: the schema of a
+// results file and of its journal.
+func SchemaWithRun(run *RunMeta) (*arrow.Schema, error) {
+	js, err := json.Marshal(run)
+	if err != nil {
+		return nil, fmt.Errorf("results: encode run metadata: %w", err)
+	}
+	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{Format, string(js)})
+	return arrow.NewSchema(Schema.Fields(), &md), nil
+}
+
+// ParseRunMeta decodes the run metadata of a results file or journal schema, after checking
+// its format.
+func ParseRunMeta(s *arrow.Schema) (*RunMeta, error) {
+	md := s.Metadata()
+	if f := md.FindKey(MetaFormat); f < 0 || md.Values()[f] != Format {
+		return nil, fmt.Errorf("schema metadata %s is not %q", MetaFormat, Format)
+	}
+	i := md.FindKey(MetaRun)
+	if i < 0 {
+		return nil, fmt.Errorf("schema metadata lacks %s", MetaRun)
+	}
+	var m RunMeta
+	if err := json.Unmarshal([]byte(md.Values()[i]), &m); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", MetaRun, err)
+	}
+	return &m, nil
+}
