@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -14,6 +13,8 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
 )
 
 // JournalSuffix is appended to a results path to name its journal.
@@ -47,7 +48,9 @@ func CreateJournal(path string, run *RunMeta) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Create(path)
+	// 0644 under the umask, like the results file it becomes (os.Create's 0666 would
+	// make it group-writable under umask 002).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
 	if err != nil {
 		return nil, fmt.Errorf("replay: create journal: %w", err)
 	}
@@ -250,20 +253,11 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
 	}
 
-	dir, base := filepath.Split(out)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := atomicfile.Create(out)
 	if err != nil {
 		return info, fmt.Errorf("replay: create results file: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Abort() // after Commit, a no-op
 	props := parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(parquet.DataPageV2),
 		parquet.WithMaxRowGroupLength(parquetRowGroup),
@@ -290,22 +284,10 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 	if err := fw.Close(); err != nil {
 		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
-	// pqarrow's FileWriter.Close closes the sink too; reopen-free sync is not possible
-	// afterwards, so sync through the path.
-	if err := syncPath(tmp.Name()); err != nil {
-		return info, fmt.Errorf("replay: sync %s: %w", out, err)
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return info, fmt.Errorf("replay: rename results file: %w", err)
+	// tmp has no Close for pqarrow to call: Commit syncs it, renames it over out and
+	// syncs the folder.
+	if err := tmp.Commit(); err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
 	return info, nil
-}
-
-func syncPath(name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
