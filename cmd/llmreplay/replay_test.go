@@ -55,8 +55,8 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if meta.Flags["header"] != "X-Tenant" {
 		t.Errorf("flags.header = %q, want the header name only", meta.Flags["header"])
 	}
-	if meta.Flags["http-client"] != replay.HTTPClientRaw {
-		t.Errorf("flags.http-client = %q, want what auto chose (raw)", meta.Flags["http-client"])
+	if want := autoClient(); meta.Flags["http-client"] != want {
+		t.Errorf("flags.http-client = %q, want what auto chose (%s)", meta.Flags["http-client"], want)
 	}
 	if _, err := os.Stat(out + replay.JournalSuffix); !os.IsNotExist(err) {
 		t.Errorf("journal left behind after a clean run")
