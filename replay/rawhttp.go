@@ -1,58 +1,825 @@
+//go:build linux
+
 package replay
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
 )
 
-// HTTP client choices (ClientOptions.HTTPClient, --http-client). The raw client is built
-// for linux only (rawhttp_linux.go); elsewhere auto chooses net/http and raw is an error.
+// The raw client is the replayer's own HTTP/1.1 client for plain-http endpoints, the
+// usual case of an engine on the same host or network. It exists for cost and timing:
+//
+//   - a stream is read inside one syscall.RawConn.Read call, one read(2) per readiness
+//     event, each stamped at once. net/http's body reader cannot wait before it reads, so
+//     every chunk costs it a read that returns EAGAIN, a park, a wake-up and the read
+//     that gets the bytes; with read(2) at ~1.7 µs on a virtual machine that was most
+//     of the replayer's CPU per token (docs/replay.md, "Fidelity and cost").
+//   - a due request goes out in one writev from the dispatcher itself, on a pooled
+//     connection, with no hand-off to a connection's writer goroutine and back.
+//
+// It speaks exactly what a streaming completion needs: POST with Content-Length, a
+// response framed by chunked encoding, Content-Length or the connection's end, 1xx
+// interim responses skipped, trailers read and dropped, keep-alive unless the server
+// says close. HTTPS, proxies and HTTP/2 go through net/http (ClientOptions.HTTPClient).
+
+// rawBuilt says the raw client is in this build: it reads and writes its sockets with
+// Linux's read(2) and writev(2) through RawSyscall, inside the runtime's netpoller, and is
+// proven on Linux only (rawhttp_other.go stands in elsewhere).
+const rawBuilt = true
+
 const (
-	HTTPClientAuto    = "auto"     // raw for http:// without a proxy (on linux), else net/http
-	HTTPClientRaw     = "raw"      // the replayer's own HTTP/1.1 client; http:// only, linux only
-	HTTPClientNetHTTP = "net/http" // Go's net/http Transport
+	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
+	rawMaxHead    = 64 << 10 // response status line and headers, at most
+	rawDrainAfter = 2 * time.Second
+	// rawProbe bounds how long a stream waits for a readiness event before it reads once
+	// anyway. A read that empties the socket is followed by a wait, not by a second read
+	// that would return EAGAIN; but a FIN that arrives with the last data shares its
+	// readiness event, so an end of stream can only be seen by reading again. Probing
+	// every 200 ms costs a stream one read per 200 ms (a 10 ms ITL stream reads 20 times
+	// in that span) and delays noticing a dropped connection by at most that: the timings
+	// of data are unaffected, each chunk being stamped when read.
+	rawProbe = 200 * time.Millisecond
 )
 
-// rawErrBody is how many bytes of an error response either client keeps for its message.
-const rawErrBody = 1 << 10
+var (
+	errRawHeadTooLarge = fmt.Errorf("response headers over %d bytes", rawMaxHead)
+	aLongTimeAgo       = time.Unix(1, 0)
+)
 
-// errRawNotBuilt is useRaw's error for --http-client raw where the raw client is not built.
-var errRawNotBuilt = errors.New("client: the raw client is only built for linux; use --http-client net/http")
+// rawTransport is the connection pool and request head of the raw client.
+type rawTransport struct {
+	addr    string // host:port
+	head    []byte // request line and headers, up to and including "Content-Length: "
+	models  []byte // a whole GET request for BASE/models (prewarm)
+	dialer  net.Dialer
+	maxIdle int
 
-// ParseHTTPClient checks an --http-client value.
-func ParseHTTPClient(s string) (string, error) {
-	switch s {
-	case "", HTTPClientAuto:
-		return HTTPClientAuto, nil
-	case HTTPClientRaw, HTTPClientNetHTTP:
-		return s, nil
-	}
-	return "", fmt.Errorf("unknown HTTP client %q (want auto, raw or net/http)", s)
+	mu   sync.Mutex
+	idle []*rawConn // LIFO: the most recently used connection is the warmest
+
+	bufs sync.Pool // *[]byte read buffers
 }
 
-// useRaw decides which client serves u.
-func useRaw(choice string, u *url.URL) (bool, error) {
-	proxied := false
-	if u.Scheme == "http" {
-		p, err := http.ProxyFromEnvironment(&http.Request{URL: u})
-		proxied = err != nil || p != nil
+type rawConn struct {
+	c      *net.TCPConn
+	rc     syscall.RawConn
+	reused bool
+}
+
+// newRawTransport serves POSTs to u; modelsURL is GET BASE/models, for prewarm.
+func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) *rawTransport {
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	switch choice {
-	case HTTPClientRaw:
-		if !rawBuilt {
-			return false, errRawNotBuilt
-		}
-		if u.Scheme != "http" {
-			return false, errors.New("client: the raw HTTP client speaks plain http only (use --http-client auto or net/http for https)")
-		}
-		if proxied {
-			return false, errors.New("client: the raw HTTP client does not use proxies, and the environment sets one for this endpoint")
-		}
-		return true, nil
-	case HTTPClientNetHTTP:
-		return false, nil
+	h := appendRawHead(nil, "POST", u, header)
+	h = append(h, "Content-Length: "...)
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxInflight
 	}
-	return rawBuilt && u.Scheme == "http" && !proxied, nil
+	t := &rawTransport{addr: addr, head: h, maxIdle: maxIdle,
+		dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
+	t.models = append(appendRawHead(nil, "GET", modelsURL, header), "\r\n"...)
+	t.bufs.New = func() any { b := make([]byte, rawReadBuf); return &b }
+	return t
+}
+
+// appendRawHead appends a request line and the headers, each line ended by CRLF.
+func appendRawHead(h []byte, method string, u *url.URL, header http.Header) []byte {
+	h = append(h, method...)
+	h = append(h, ' ')
+	h = append(h, u.RequestURI()...)
+	h = append(h, " HTTP/1.1\r\nHost: "...)
+	h = append(h, u.Host...)
+	h = append(h, "\r\n"...)
+	keys := make([]string, 0, len(header))
+	for k := range header {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		switch http.CanonicalHeaderKey(k) {
+		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+			continue // the client's own
+		}
+		for _, v := range header[k] {
+			h = append(h, k...)
+			h = append(h, ": "...)
+			h = append(h, v...)
+			h = append(h, "\r\n"...)
+		}
+	}
+	return h
+}
+
+// get returns an idle connection or dials a new one.
+func (t *rawTransport) get(ctx context.Context, deadline time.Time) (*rawConn, error) {
+	if cn := t.takeIdle(); cn != nil {
+		return cn, nil
+	}
+	return t.dial(ctx, deadline)
+}
+
+// takeIdle returns the most recently pooled connection, or nil; it never dials.
+func (t *rawTransport) takeIdle() *rawConn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.idle)
+	if n == 0 {
+		return nil
+	}
+	cn := t.idle[n-1]
+	t.idle = t.idle[:n-1]
+	cn.reused = true
+	return cn
+}
+
+func (t *rawTransport) dial(ctx context.Context, deadline time.Time) (*rawConn, error) {
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	c, err := t.dialer.DialContext(ctx, "tcp", t.addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &rawConn{c: tc, rc: rc}, nil
+}
+
+// put returns a connection whose last response ended cleanly to the pool.
+func (t *rawTransport) put(cn *rawConn) {
+	cn.c.SetDeadline(time.Time{})
+	t.mu.Lock()
+	if len(t.idle) >= t.maxIdle {
+		t.mu.Unlock()
+		cn.c.Close()
+		return
+	}
+	t.idle = append(t.idle, cn)
+	t.mu.Unlock()
+}
+
+// closeIdle closes the idle connections.
+func (t *rawTransport) closeIdle() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = nil
+	t.mu.Unlock()
+	for _, cn := range idle {
+		cn.c.Close()
+	}
+}
+
+// prewarm opens up to n connections at once, each with a GET BASE/models, and pools
+// those that answer 200; it returns how many did.
+func (t *rawTransport) prewarm(ctx context.Context, n int) int {
+	n = min(n, t.maxIdle)
+	conns := make(chan *rawConn, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(10 * time.Second)
+			cn, err := t.dial(ctx, deadline)
+			if err != nil {
+				return
+			}
+			cn.c.SetDeadline(deadline)
+			if _, err := cn.c.Write(t.models); err != nil {
+				cn.c.Close()
+				return
+			}
+			bp := t.bufs.Get().(*[]byte)
+			defer t.bufs.Put(bp)
+			p := &rawResp{buf: *bp, res: &Result{}, conn: cn, deadline: deadline, discard: true}
+			err = p.run(ctx)
+			if err != nil || p.state != rsDone || p.closeConn || p.status != http.StatusOK {
+				cn.c.Close()
+				return
+			}
+			conns <- cn
+		}()
+	}
+	wg.Wait()
+	close(conns)
+	got := 0
+	for cn := range conns {
+		t.put(cn)
+		got++
+	}
+	return got
+}
+
+// appendHead appends the request head for a body of n bytes.
+func (t *rawTransport) appendHead(b []byte, n int) []byte {
+	b = append(b, t.head...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, "\r\n\r\n"...)
+}
+
+// headOf returns r's request head, building it if the preparer did not.
+func (t *rawTransport) headOf(r *request) []byte {
+	if r.head == nil {
+		r.head = t.appendHead(nil, len(r.body))
+	}
+	return r.head
+}
+
+// rawStart is a request the dispatcher has begun sending itself, on a pooled
+// connection, when it was due: written bytes of the message went out at once.
+type rawStart struct {
+	cn      *rawConn
+	written int
+	sentNS  int64 // just before the writev, which wrote the whole message if written says so
+	err     error
+}
+
+// startNow begins sending r from the dispatcher if the raw client has a pooled
+// connection (it never dials: the dispatcher must not wait); nil when it has none.
+func (c *Client) startNow(clk clock, r *request) *rawStart {
+	if c.raw == nil {
+		return nil
+	}
+	cn := c.raw.takeIdle()
+	if cn == nil {
+		return nil
+	}
+	return c.writeNow(clk, cn, r)
+}
+
+// writeNow writes what cn's socket takes of r's message at once, never waiting: one
+// writev(2). exchange writes any rest.
+//
+// The send is stamped just before the writev, not after. On one host the writev wakes
+// the server's thread, and the kernel may switch to it as the call returns; and a
+// goroutine returning from a syscall may wait for a P. A stamp taken after could fall
+// after the server had read the request: TestRunOpenLoopRecordsEveryChunk measured TTFTs
+// 0.15 to 3 ms under the server's own with both CPUs busy. Stamped before, a measured
+// TTFT is never shorter than the server's.
+func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
+	st := &rawStart{cn: cn}
+	head := c.raw.headOf(r)
+	st.sentNS = clk.now()
+	cerr := cn.rc.Write(func(fd uintptr) bool {
+		iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
+		iov[0].SetLen(len(head))
+		cnt := 1
+		if len(r.body) > 0 {
+			iov[1].Base = &r.body[0]
+			iov[1].SetLen(len(r.body))
+			cnt = 2
+		}
+		for {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
+			switch e {
+			case 0:
+				st.written = int(n)
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+			default:
+				st.err = os.NewSyscallError("writev", e)
+			}
+			return true
+		}
+	})
+	if cerr != nil && st.err == nil {
+		st.err = cerr
+	}
+	return st
+}
+
+// doRaw is Client.do over the raw client; pre, when set, is the send the dispatcher
+// began. A request that a reused connection loses before any byte of a response (the
+// server closed it while idle) is sent once more on a new connection, as net/http does;
+// its send time is then the second send's.
+func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+	var deadline time.Time
+	if c.opts.Timeout > 0 {
+		deadline = time.Now().Add(c.opts.Timeout)
+	}
+	bp := c.raw.bufs.Get().(*[]byte)
+	defer c.raw.bufs.Put(bp)
+	for attempt := 0; ; attempt++ {
+		st := pre
+		pre = nil
+		if st == nil {
+			cn, err := c.raw.get(ctx, deadline)
+			if err != nil {
+				res.Status, res.Error = c.rawBeforeResponse(ctx, err)
+				return
+			}
+			st = c.writeNow(clk, cn, r)
+		}
+		if !c.exchange(ctx, clk, st, r, res, sse, onTokens, deadline, *bp, attempt == 0 && st.cn.reused) {
+			return
+		}
+		res.SentNS = Null
+	}
+}
+
+// exchange finishes sending r on st.cn and reads the response into res. It returns true
+// when the request should be sent again on another connection (st.cn is closed then).
+func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
+	onTokens func(int), deadline time.Time, buf []byte, mayRetry bool) (retry bool) {
+	cn := st.cn
+	cn.c.SetDeadline(deadline)
+	stopCancel := context.AfterFunc(ctx, func() { cn.c.SetDeadline(aLongTimeAgo) })
+	head := c.raw.headOf(r)
+	err := st.err
+	sent := st.sentNS
+	if err == nil && st.written < len(head)+len(r.body) {
+		var bufs net.Buffers
+		if w := st.written; w < len(head) {
+			bufs = net.Buffers{head[w:], r.body}
+		} else {
+			bufs = net.Buffers{r.body[w-len(head):]}
+		}
+		_, err = bufs.WriteTo(cn.c)
+		sent = clk.now()
+	}
+	if err != nil {
+		stopCancel()
+		cn.c.Close()
+		if mayRetry && ctx.Err() == nil && connLost(err) {
+			return true
+		}
+		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
+		return false
+	}
+	res.SentNS = sent
+
+	p := &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: cn, deadline: deadline}
+	p.st.begin(c, res, onTokens)
+	sse.reset(nil)
+	err = p.run(ctx)
+	reusable := p.state == rsDone && !p.closeConn && err == nil && p.lo == p.hi
+	if !stopCancel() {
+		reusable = false // the run was canceled while this response was read
+	}
+	switch {
+	case p.mode == modeSSE:
+		switch {
+		case p.st.over() || p.state == rsDone:
+			p.st.end()
+		default:
+			res.Status, res.Error = midStream(ctx.Err() != nil, isTimeout(err), c.opts.Timeout, len(res.ChunkNS), err)
+		}
+	case p.mode == modeErrBody:
+		res.Status = StatusHTTPError
+		res.Error = httpErrorText(p.status, p.errBody)
+	case p.mode == modeNotStream:
+		// res was filled when the head arrived
+	default: // no complete head
+		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) {
+			cn.c.Close()
+			res.HTTPStatus = 0
+			return true
+		}
+		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
+	}
+	if reusable {
+		c.raw.put(cn)
+	} else {
+		cn.c.Close()
+	}
+	return false
+}
+
+// connLost reports an error by which a reused keep-alive connection shows that the
+// server had closed it: the request never reached a handler.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// rawBeforeResponse words an error of the raw client before a response head arrived,
+// as the net/http path words it, and names a connection the server closed unanswered.
+func (c *Client) rawBeforeResponse(ctx context.Context, err error) (Status, string) {
+	canceled, timedOut := ctx.Err() != nil, isTimeout(err)
+	if !canceled && !timedOut && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+		return StatusTransportError, "server closed the connection before responding"
+	}
+	return beforeResponse(canceled, timedOut, c.opts.Timeout, err)
+}
+
+// isTimeout reports a deadline error: a connection's (the raw client's timeout) or a
+// context's (a dial's).
+func isTimeout(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Response parser states.
+const (
+	rsHead      = iota // status line and headers
+	rsChunkSize        // a chunk-size line
+	rsChunkData        // chunk data
+	rsChunkEnd         // the CRLF after chunk data
+	rsTrailer          // trailer lines up to the blank one
+	rsBodyLen          // a Content-Length body
+	rsBodyEOF          // a body that ends with the connection
+	rsDone             // the response is complete
+)
+
+// What the body is for.
+const (
+	modeNone      = iota // no head yet
+	modeSSE              // a 2xx event stream: into sse and st
+	modeErrBody          // a non-2xx answer: its first bytes make the message
+	modeNotStream        // 2xx but not an event stream: recorded, body not read
+	modeDiscard          // read only to find the body's end (prewarm's GET)
+)
+
+// rawResp reads one response from a connection, pushing an event stream's bytes through
+// the SSE reader into the stream state as they arrive.
+type rawResp struct {
+	conn *rawConn
+	clk  clock
+	res  *Result
+	sse  *sseReader
+	st   streamState
+
+	buf       []byte // raw bytes; unconsumed are buf[lo:hi]
+	lo, hi    int
+	eof       bool
+	gotBytes  bool
+	err       error // a protocol error that ended the read
+	state     int
+	mode      int
+	status    int
+	remaining int64
+	closeConn bool
+	drainSet  bool // a short deadline for the body's end is set after [DONE]
+	errBody   []byte
+	deadline  time.Time // the request's (zero: none)
+	discard   bool      // read the body only to its end (prewarm's GET)
+}
+
+// run reads until the response is complete, fails, or the deadline passes. Inside one
+// RawConn.Read, each callback reads once per readiness event and returns to wait as soon
+// as a read leaves the socket empty (it returned less than the room given), so a
+// streamed chunk costs one read(2), stamped before any byte is parsed. The wait is cut
+// every rawProbe to read once regardless (see rawProbe).
+func (p *rawResp) run(ctx context.Context) error {
+	var opErr error
+	read := func(fd uintptr) bool {
+		for {
+			if !p.makeRoom() {
+				p.err = errRawHeadTooLarge
+				return true
+			}
+			room := len(p.buf) - p.hi
+			n, err := rawRead(int(fd), p.buf[p.hi:])
+			if err == syscall.EINTR {
+				continue
+			}
+			if err == syscall.EAGAIN {
+				return false
+			}
+			if err != nil {
+				opErr = os.NewSyscallError("read", err)
+				return true
+			}
+			stamp := p.clk.now()
+			if n == 0 {
+				p.eof = true
+			} else {
+				p.hi += n
+				p.gotBytes = true
+			}
+			if p.process(stamp) || p.eof {
+				return true
+			}
+			if n < room {
+				return false
+			}
+		}
+	}
+	for {
+		probe := time.Now().Add(rawProbe)
+		if !p.deadline.IsZero() && p.deadline.Before(probe) {
+			probe = p.deadline
+		}
+		p.conn.c.SetReadDeadline(probe)
+		if ctx.Err() != nil { // canceled: the hook's deadline may just have been overwritten
+			p.conn.c.SetReadDeadline(aLongTimeAgo)
+		}
+		err := p.conn.rc.Read(read)
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil &&
+			(p.deadline.IsZero() || time.Now().Before(p.deadline)) {
+			continue // a probe, not the request's deadline
+		}
+		switch {
+		case p.err != nil:
+			return p.err
+		case opErr != nil:
+			return opErr
+		case err != nil:
+			return err
+		}
+		return nil
+	}
+}
+
+// makeRoom moves unconsumed bytes to the front and grows the buffer for a long head.
+func (p *rawResp) makeRoom() bool {
+	if p.hi < len(p.buf) {
+		return true
+	}
+	if p.lo > 0 {
+		p.hi = copy(p.buf, p.buf[p.lo:p.hi])
+		p.lo = 0
+		return true
+	}
+	if len(p.buf) >= rawMaxHead {
+		return false
+	}
+	nb := make([]byte, min(2*len(p.buf), rawMaxHead))
+	copy(nb, p.buf[:p.hi])
+	p.buf = nb
+	return true
+}
+
+// line returns the next LF-terminated line in the buffer, without CRLF or LF.
+func (p *rawResp) line() ([]byte, bool) {
+	i := bytes.IndexByte(p.buf[p.lo:p.hi], '\n')
+	if i < 0 {
+		return nil, false
+	}
+	l := p.buf[p.lo : p.lo+i]
+	p.lo += i + 1
+	return bytes.TrimSuffix(l, []byte{'\r'}), true
+}
+
+// process consumes what the buffer holds; true means stop reading (done or failed).
+func (p *rawResp) process(stamp int64) bool {
+	for {
+		switch p.state {
+		case rsHead:
+			end := headEnd(p.buf[p.lo:p.hi])
+			if end < 0 {
+				if p.eof {
+					p.err = io.ErrUnexpectedEOF
+					return true
+				}
+				return false
+			}
+			if err := p.parseHead(p.buf[p.lo : p.lo+end]); err != nil {
+				p.err = err
+				return true
+			}
+			p.lo += end
+			if p.state == rsHead { // a 1xx interim response
+				continue
+			}
+			if p.mode == modeNotStream || p.state == rsDone {
+				return true
+			}
+		case rsChunkSize, rsChunkEnd, rsTrailer:
+			if p.state == rsChunkEnd && p.lo < p.hi && p.buf[p.lo] != '\r' && p.buf[p.lo] != '\n' {
+				p.err = errors.New("malformed chunked encoding: no CRLF after chunk data")
+				return true
+			}
+			l, ok := p.line()
+			if !ok {
+				if p.hi-p.lo > 4096 {
+					p.err = errors.New("malformed chunked encoding: line too long")
+					return true
+				}
+				if p.eof {
+					p.err = io.ErrUnexpectedEOF
+					return true
+				}
+				return false
+			}
+			switch p.state {
+			case rsChunkSize:
+				if i := bytes.IndexByte(l, ';'); i >= 0 {
+					l = l[:i]
+				}
+				size, err := strconv.ParseUint(string(bytes.TrimSpace(l)), 16, 63)
+				if err != nil {
+					p.err = fmt.Errorf("malformed chunked encoding: chunk size %q", shortText(l))
+					return true
+				}
+				if size == 0 {
+					p.state = rsTrailer
+				} else {
+					p.remaining, p.state = int64(size), rsChunkData
+				}
+			case rsChunkEnd:
+				if len(l) != 0 {
+					p.err = errors.New("malformed chunked encoding: no CRLF after chunk data")
+					return true
+				}
+				p.state = rsChunkSize
+			case rsTrailer:
+				if len(l) == 0 {
+					p.state = rsDone
+				}
+			}
+		case rsChunkData, rsBodyLen:
+			if p.lo == p.hi {
+				if p.eof {
+					p.err = io.ErrUnexpectedEOF
+					return true
+				}
+				return false
+			}
+			n := int(min(int64(p.hi-p.lo), p.remaining))
+			stop := p.deliver(p.buf[p.lo:p.lo+n], stamp)
+			p.lo += n
+			p.remaining -= int64(n)
+			if p.remaining == 0 {
+				if p.state == rsChunkData {
+					p.state = rsChunkEnd
+				} else {
+					p.state = rsDone
+				}
+			}
+			if stop {
+				return true
+			}
+		case rsBodyEOF:
+			stop := p.deliver(p.buf[p.lo:p.hi], stamp)
+			p.lo = p.hi
+			if p.eof {
+				p.state = rsDone
+			}
+			if stop || !p.eof {
+				return stop
+			}
+		case rsDone:
+			return true
+		}
+	}
+}
+
+// deliver hands body bytes on; true means stop reading.
+func (p *rawResp) deliver(b []byte, stamp int64) bool {
+	switch p.mode {
+	case modeErrBody:
+		p.errBody = append(p.errBody, b[:min(len(b), rawErrBody-len(p.errBody))]...)
+		return len(p.errBody) >= rawErrBody
+	case modeSSE:
+		for len(b) > 0 && !p.st.over() {
+			n := p.sse.write(b, stamp)
+			b = b[n:]
+			for p.sse.nextBuffered() {
+				if p.st.event(p.sse.Stamp(), p.sse.Event(), p.sse.Data()) {
+					break
+				}
+			}
+			if err := p.sse.Err(); err != nil && !p.st.over() {
+				p.st.fail(StatusStreamError, err.Error())
+			}
+			if n == 0 && !p.st.over() {
+				p.st.fail(StatusStreamError, io.ErrNoProgress.Error())
+			}
+		}
+		if p.st.failed {
+			return true
+		}
+		if p.st.done && !p.drainSet {
+			// The record is complete; the body's end is awaited only to reuse the
+			// connection, and not for long.
+			p.drainSet = true
+			if d := time.Now().Add(rawDrainAfter); p.deadline.IsZero() || d.Before(p.deadline) {
+				p.deadline = d
+			}
+		}
+	}
+	return false
+}
+
+// headEnd returns the length of the head through its blank line, or -1.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		e := i + j + 1
+		if k := i + j; k > 0 && (b[k-1] == '\n' || (b[k-1] == '\r' && k > 1 && b[k-2] == '\n')) {
+			return e
+		}
+		i = e
+	}
+}
+
+// parseHead reads the status line and the headers that matter, and chooses the body's
+// framing and purpose.
+func (p *rawResp) parseHead(h []byte) error {
+	l, rest, _ := bytes.Cut(h, []byte{'\n'})
+	l = bytes.TrimSuffix(l, []byte{'\r'})
+	proto, status, ok := bytes.Cut(l, []byte{' '})
+	if !ok || !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(status) < 3 {
+		return fmt.Errorf("malformed HTTP response %q", shortText(l))
+	}
+	code, err := strconv.Atoi(string(status[:3]))
+	if err != nil || code < 100 || code > 999 {
+		return fmt.Errorf("malformed HTTP status line %q", shortText(l))
+	}
+	if code < 200 { // interim (100 Continue, 103 Early Hints): the real head follows
+		return nil
+	}
+	p.status = code
+	p.res.HTTPStatus = int32(code)
+	http10 := string(proto) == "HTTP/1.0"
+	p.closeConn = http10
+	var contentType []byte
+	contentLength := int64(-1)
+	chunked := false
+	for len(rest) > 0 {
+		l, rest, _ = bytes.Cut(rest, []byte{'\n'})
+		l = bytes.TrimSuffix(l, []byte{'\r'})
+		name, value, ok := bytes.Cut(l, []byte{':'})
+		if !ok {
+			continue
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			contentType = value
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			n, err := strconv.ParseInt(string(value), 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("malformed Content-Length %q", shortText(value))
+			}
+			contentLength = n
+		case bytes.EqualFold(name, []byte("Connection")):
+			v := bytes.ToLower(value)
+			if bytes.Contains(v, []byte("close")) {
+				p.closeConn = true
+			} else if http10 && bytes.Contains(v, []byte("keep-alive")) {
+				p.closeConn = false
+			}
+		}
+	}
+	switch {
+	case code == 204 || code == 304:
+		p.state = rsDone
+	case chunked:
+		p.state = rsChunkSize
+	case contentLength >= 0:
+		p.state, p.remaining = rsBodyLen, contentLength
+		if contentLength == 0 {
+			p.state = rsDone
+		}
+	default:
+		p.state, p.closeConn = rsBodyEOF, true
+	}
+	switch {
+	case p.discard:
+		p.mode = modeDiscard
+	case code > 299:
+		p.mode = modeErrBody
+	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
+		p.mode = modeNotStream
+		p.res.Status = StatusStreamError
+		p.res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", contentType)
+	default:
+		p.mode = modeSSE
+	}
+	return nil
+}
+
+// rawRead is read(2) without the runtime's syscall bookkeeping: the socket is
+// non-blocking, so the call never blocks, and leaving the P in the running state keeps
+// sysmon from waking every 20 µs to look at Ps in syscalls (each of its wake-ups is a
+// context switch, which a virtual machine makes expensive: 14% of the replayer's CPU
+// went to sysmon with syscall.Read).
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }

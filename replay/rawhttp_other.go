@@ -8,7 +8,7 @@ import (
 	"net/url"
 )
 
-// The raw client (rawhttp_linux.go) is built for linux only; here rawBuilt is false, so
+// The raw client (rawhttp.go) is built for linux only; here rawBuilt is false, so
 // useRaw never chooses it, Client.raw stays nil and these stand-ins are never called.
 const rawBuilt = false
 
