@@ -48,6 +48,10 @@ type vllmServer struct {
 	inflight  atomic.Int64
 	maxSeen   atomic.Int64
 	count     atomic.Int64
+	// holdFor, when set, holds each request before it answers until holdFor requests
+	// have been in flight at once (or 10 s have passed), so a test sees the concurrency
+	// the client allows rather than what the machine's timing happened to give.
+	holdFor int64
 }
 
 func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -63,6 +67,9 @@ func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if n <= m || s.maxSeen.CompareAndSwap(m, n) {
 			break
 		}
+	}
+	for t0 := time.Now(); s.maxSeen.Load() < s.holdFor && time.Since(t0) < 10*time.Second; {
+		time.Sleep(time.Millisecond)
 	}
 	var b reqBody
 	raw, _ := io.ReadAll(r.Body) // read to EOF, so that a client hang-up cancels r.Context()
