@@ -52,6 +52,8 @@ type vllmServer struct {
 	// have been in flight at once (or 10 s have passed), so a test sees the concurrency
 	// the client allows rather than what the machine's timing happened to give.
 	holdFor int64
+	// release, when set, holds every request before it answers until it is closed.
+	release chan struct{}
 }
 
 func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +72,13 @@ func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	for t0 := time.Now(); s.maxSeen.Load() < s.holdFor && time.Since(t0) < 10*time.Second; {
 		time.Sleep(time.Millisecond)
+	}
+	if s.release != nil {
+		select {
+		case <-s.release:
+		case <-r.Context().Done():
+			return
+		}
 	}
 	var b reqBody
 	raw, _ := io.ReadAll(r.Body) // read to EOF, so that a client hang-up cancels r.Context()

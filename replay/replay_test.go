@@ -104,11 +104,22 @@ func TestRunClosedLoopKeepsConcurrency(t *testing.T) {
 	}
 }
 
+// TestRunDropsWhenMaxInflightReached: with two requests held in flight, the four others
+// are dropped at their due times. The server holds its answers until every request has
+// been sent or dropped (a 300 ms TTFT did the holding before, which a dispatcher running
+// late on a loaded machine could outlast, sending instead of dropping).
 func TestRunDropsWhenMaxInflightReached(t *testing.T) {
-	srv := &vllmServer{ttft: 300 * time.Millisecond, itl: time.Millisecond}
+	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond, release: make(chan struct{})}
 	c := newTestClient(t, startServer(t, srv), nil)
 	reqs := uniformTrace(6, 10*time.Millisecond, 3, 2)
-	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.MaxInflight = 2 })
+	prog := new(Progress)
+	go func() {
+		for t0 := time.Now(); prog.Sent.Load()+prog.Dropped.Load() < 6 && time.Since(t0) < 30*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		close(srv.release)
+	}()
+	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.MaxInflight = 2; o.Progress = prog })
 	st := byStatus(res)
 	if len(res) != 6 || st[StatusOK] != 2 || st[StatusDropped] != 4 {
 		t.Fatalf("records %d, statuses %v; want 2 ok, 4 dropped", len(res), st)
