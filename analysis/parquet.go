@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -25,27 +26,11 @@ const (
 	TimeseriesFormat = "timeseries/v1"
 )
 
-// writeAtomic writes path through a temporary file in the same directory, renamed into
-// place only when write succeeded, so a failure never leaves a half-written file.
-func writeAtomic(path string, write func(w io.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("analysis: write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	// Only Write is exposed: pqarrow's FileWriter closes a sink that is an io.Closer.
-	if err = write(struct{ io.Writer }{tmp}); err != nil {
-		return fmt.Errorf("analysis: write %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("analysis: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+// writeAtomic writes path through internal/atomicfile (a synced temporary file renamed
+// into place, 0644 under the umask), so a failure never leaves a half-written file. The
+// writer has no Close, so pqarrow's FileWriter cannot close it.
+func writeAtomic(path string, write func(w io.Writer) error) error {
+	if err := atomicfile.Write(path, write); err != nil {
 		return fmt.Errorf("analysis: write %s: %w", path, err)
 	}
 	return nil

@@ -49,6 +49,12 @@ type vllmServer struct {
 	inflight  atomic.Int64
 	maxSeen   atomic.Int64
 	count     atomic.Int64
+	// holdFor, when set, holds each request before it answers until holdFor requests
+	// have been in flight at once (or 10 s have passed), so a test sees the concurrency
+	// the client allows rather than what the machine's timing happened to give.
+	holdFor int64
+	// release, when set, holds every request before it answers until it is closed.
+	release chan struct{}
 }
 
 func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -63,6 +69,16 @@ func (s *vllmServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m := s.maxSeen.Load()
 		if n <= m || s.maxSeen.CompareAndSwap(m, n) {
 			break
+		}
+	}
+	for t0 := time.Now(); s.maxSeen.Load() < s.holdFor && time.Since(t0) < 10*time.Second; {
+		time.Sleep(time.Millisecond)
+	}
+	if s.release != nil {
+		select {
+		case <-s.release:
+		case <-r.Context().Done():
+			return
 		}
 	}
 	var b reqBody

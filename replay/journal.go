@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -15,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -57,7 +57,9 @@ func CreateJournal(path string, run *results.RunMeta) (*Journal, error) {
 		b.Release()
 		return nil, fmt.Errorf("replay: create journal %s: %w", path, err)
 	}
-	f, err := os.Create(path)
+	// 0644 under the umask, like the results file it becomes (os.Create's 0666 would
+	// make it group-writable under umask 002).
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
 	if err != nil {
 		b.Release()
 		return nil, fmt.Errorf("replay: create journal: %w", err)
@@ -253,20 +255,11 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
 	}
 
-	dir, base := filepath.Split(out)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	tmp, err := atomicfile.Create(out)
 	if err != nil {
 		return info, fmt.Errorf("replay: create results file: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Abort() // after Commit, a no-op
 	props := parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(parquet.DataPageV2),
 		parquet.WithMaxRowGroupLength(parquetRowGroup),
@@ -293,22 +286,10 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 	if err := fw.Close(); err != nil {
 		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
-	// pqarrow's FileWriter.Close closes the sink too; reopen-free sync is not possible
-	// afterwards, so sync through the path.
-	if err := syncPath(tmp.Name()); err != nil {
-		return info, fmt.Errorf("replay: sync %s: %w", out, err)
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
-		return info, fmt.Errorf("replay: rename results file: %w", err)
+	// tmp has no Close for pqarrow to call: Commit syncs it, renames it over out and
+	// syncs the folder.
+	if err := tmp.Commit(); err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
 	return info, nil
-}
-
-func syncPath(name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package replay
 
 import (
@@ -36,50 +38,14 @@ import (
 // interim responses skipped, trailers read and dropped, keep-alive unless the server
 // says close. HTTPS, proxies and HTTP/2 go through net/http (ClientOptions.HTTPClient).
 
-// HTTP client choices (ClientOptions.HTTPClient, --http-client).
-const (
-	HTTPClientAuto    = "auto"     // raw for http:// without a proxy, else net/http
-	HTTPClientRaw     = "raw"      // the replayer's own HTTP/1.1 client; http:// only
-	HTTPClientNetHTTP = "net/http" // Go's net/http Transport
-)
-
-// ParseHTTPClient checks an --http-client value.
-func ParseHTTPClient(s string) (string, error) {
-	switch s {
-	case "", HTTPClientAuto:
-		return HTTPClientAuto, nil
-	case HTTPClientRaw, HTTPClientNetHTTP:
-		return s, nil
-	}
-	return "", fmt.Errorf("unknown HTTP client %q (want auto, raw or net/http)", s)
-}
-
-// useRaw decides which client serves u.
-func useRaw(choice string, u *url.URL) (bool, error) {
-	proxied := false
-	if u.Scheme == "http" {
-		p, err := http.ProxyFromEnvironment(&http.Request{URL: u})
-		proxied = err != nil || p != nil
-	}
-	switch choice {
-	case HTTPClientRaw:
-		if u.Scheme != "http" {
-			return false, errors.New("client: the raw HTTP client speaks plain http only (use --http-client auto or net/http for https)")
-		}
-		if proxied {
-			return false, errors.New("client: the raw HTTP client does not use proxies, and the environment sets one for this endpoint")
-		}
-		return true, nil
-	case HTTPClientNetHTTP:
-		return false, nil
-	}
-	return u.Scheme == "http" && !proxied, nil
-}
+// rawBuilt says the raw client is in this build: it reads and writes its sockets with
+// Linux's read(2) and writev(2) through RawSyscall, inside the runtime's netpoller, and is
+// proven on Linux only (rawhttp_other.go stands in elsewhere).
+const rawBuilt = true
 
 const (
 	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
 	rawMaxHead    = 64 << 10 // response status line and headers, at most
-	rawErrBody    = 1 << 10  // bytes of an error response kept for its message
 	rawDrainAfter = 2 * time.Second
 	// rawProbe bounds how long a stream waits for a readiness event before it reads once
 	// anyway. A read that empties the socket is followed by a wait, not by a second read

@@ -433,17 +433,12 @@ func TestSharedBlocksExact(t *testing.T) {
 	mooncakeSharing(t)
 }
 
-func sharedTraces(t *testing.T) string {
-	dir := os.Getenv("LLMREPLAY_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared")
-	}
-	dir = filepath.Join(dir, "traces")
-	if _, err := os.Stat(dir); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared traces missing: %v", err)
-		}
-		t.Skipf("shared traces missing: %v", err)
+// tracesDir is the repository's copy of the real sample traces (testdata/traces).
+func tracesDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join("..", "testdata", "traces")
+	if _, err := os.Stat(filepath.Join(dir, "SOURCES.md")); err != nil {
+		t.Fatalf("sample traces missing from the repository: %v", err)
 	}
 	return dir
 }
@@ -451,7 +446,7 @@ func sharedTraces(t *testing.T) string {
 // mooncakeSharing builds the first 400 requests of the Mooncake conversation trace with its
 // hash_ids as 512-token blocks and checks every pair's common word prefix.
 func mooncakeSharing(t *testing.T) {
-	f, err := os.Open(filepath.Join(sharedTraces(t), "mooncake_conversation_trace.jsonl"))
+	f, err := os.Open(filepath.Join(tracesDir(t), "mooncake_conversation_trace.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

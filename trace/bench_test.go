@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -21,13 +20,6 @@ func azureCSV(n int) []byte {
 		fmt.Fprintf(&b, "%s%07d,%d,%d\r\n", t.Format("2006-01-02 15:04:05."), t.Nanosecond()/100, 1+(i*31)%7437, 1+(i*17)%1899)
 	}
 	return b.Bytes()
-}
-
-// cpuTime returns the process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkImportAzure measures the whole import: CSV parsing, timestamp parsing,

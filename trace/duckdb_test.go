@@ -60,9 +60,9 @@ func duckNum(t *testing.T, v any) int64 {
 }
 
 func TestDuckDBReadsAzure(t *testing.T) {
-	path, _ := importShared(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
+	path, _ := importTrace(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
 	// Sums straight from the CSV, with the standard library's reader.
-	f, err := os.Open(filepath.Join(sharedDir(t), "AzureLLMInferenceTrace_code.csv"))
+	f, err := os.Open(filepath.Join(tracesDir(t), "AzureLLMInferenceTrace_code.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 }
 
 func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
-	path, _ := importShared(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
+	path, _ := importTrace(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
 	row := duckdb(t, "SELECT count(*) AS n, sum(len(prefix_blocks)) AS refs, (SELECT count(DISTINCT b) FROM (SELECT unnest(prefix_blocks) AS b FROM read_parquet('"+path+"'))) AS uniq FROM read_parquet('"+path+"')")[0]
 	if duckNum(t, row["n"]) != 12031 || duckNum(t, row["refs"]) != 288500 || duckNum(t, row["uniq"]) != 182790 {
 		t.Errorf("duckdb: %v, want 12031 rows, 288500 block refs, 182790 unique", row)
@@ -126,7 +126,7 @@ func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
 // TestReadDuckDBWritten reads a trace DuckDB wrote (columns in another order, its own
 // list element naming, the metadata key set by KV_METADATA), the other way round.
 func TestReadDuckDBWritten(t *testing.T) {
-	src, _ := importShared(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake, Limit: 500})
+	src, _ := importTrace(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake, Limit: 500})
 	out := filepath.Join(t.TempDir(), "duck.parquet")
 	duckdb(t, "COPY (SELECT prefix_blocks, output_tokens, prompt_tokens, arrival_ns, request_id FROM read_parquet('"+src+"') ORDER BY arrival_ns, request_id) TO '"+out+
 		"' (FORMAT parquet, KV_METADATA {'llmreplay.format': 'trace/v1', 'llmreplay.block_tokens': '512'})")

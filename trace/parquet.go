@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,8 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
+
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
 )
 
 // Column names of trace format v1 (docs/trace-format.md).
@@ -130,30 +131,20 @@ type Writer struct {
 	label string // file name for errors; "" for an io.Writer
 
 	// Set by Create only.
-	f              *os.File
-	tmpPath, final string
+	f *atomicfile.File
 }
 
-// Create starts a trace file at path. The data goes to a temporary file in the same
-// directory, renamed to path by Close; Abort (or a failed Close) removes it, so a failed
-// import never leaves a partial file behind.
+// Create starts a trace file at path (mode 0644 under the umask). The data goes to a
+// temporary file in the same directory, synced and renamed to path by Close
+// (internal/atomicfile); Abort (or a failed Close) removes it, so a failed import never
+// leaves a partial file behind.
 func Create(path string, meta Meta) (*Writer, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: create %s: %w", path, err)
 	}
-	// CreateTemp makes the file 0600; a trace is data to share, like os.Create's files.
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, fmt.Errorf("trace: create %s: %w", path, err)
-	}
 	w := NewWriter(f, meta)
-	w.f, w.tmpPath, w.final, w.label = f, f.Name(), path, path
+	w.f, w.label = f, path
 	return w, nil
 }
 
@@ -262,7 +253,7 @@ func (w *Writer) flush() error {
 			parquet.WithDictionaryDefault(false),
 			parquet.WithDictionaryFor(ColModel, true),
 		)
-		// Hide dst's Close from pqarrow, which closes a Closer: Close syncs and renames first.
+		// Hide dst's Close from pqarrow, which closes a Closer: the caller owns dst.
 		fw, err := pqarrow.NewFileWriter(schemaFor(w.meta), struct{ io.Writer }{w.dst}, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 		if err != nil {
 			return w.errorf("%v", err)
@@ -304,21 +295,10 @@ func (w *Writer) Close() error {
 		w.bld = nil
 	}
 	if w.f != nil {
-		if err == nil {
-			if err = w.f.Sync(); err != nil {
-				err = w.errorf("%v", err)
-			}
-		}
-		if cerr := w.f.Close(); err == nil && cerr != nil {
-			err = w.errorf("%v", cerr)
-		}
-		if err == nil {
-			if rerr := os.Rename(w.tmpPath, w.final); rerr != nil {
-				err = w.errorf("%v", rerr)
-			}
-		}
 		if err != nil {
-			os.Remove(w.tmpPath)
+			w.f.Abort()
+		} else if cerr := w.f.Commit(); cerr != nil {
+			err = w.errorf("%v", cerr)
 		}
 	}
 	w.err = err
@@ -341,8 +321,7 @@ func (w *Writer) Abort() {
 	// footer we do not want.
 	w.fw = nil
 	if w.f != nil {
-		w.f.Close()
-		os.Remove(w.tmpPath)
+		w.f.Abort()
 	}
 }
 

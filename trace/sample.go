@@ -18,7 +18,7 @@ import (
 // At SampleSpeedup it replays in about 30 s. (At 2x its mean prompt load, about 36k
 // prompt tokens/s, stays well within the in-process tiny engine's prefill rate, so the
 // first run shows an endpoint that keeps up; a larger speedup shows one that does not.)
-// TestSampleReproducible rebuilds it from the shared CSV and checks every byte.
+// TestSampleReproducible rebuilds it from the Azure CSV in testdata/traces and checks every byte.
 const SampleName = "azure-code-busy.parquet"
 
 // SampleSpeedup is the speedup at which the sample replays in about 30 s (61.4 s / 2).

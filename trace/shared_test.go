@@ -11,29 +11,23 @@ import (
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/"+SampleName+" from the shared Azure CSV")
+var update = flag.Bool("update", false, "rewrite testdata/"+SampleName+" from the Azure CSV in testdata/traces")
 
-// sharedDir locates ../shared/traces (LLMREPLAY_SHARED overrides). Missing: skip locally,
-// fail under CI, which always has them.
-func sharedDir(t testing.TB) string {
+// tracesDir is the repository's copy of the real sample traces (testdata/traces, with
+// SOURCES.md). The repository carries them, so a missing file fails the test.
+func tracesDir(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("LLMREPLAY_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "traces")
-	}
+	dir := filepath.Join("..", "testdata", "traces")
 	if _, err := os.Stat(filepath.Join(dir, "SOURCES.md")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared traces missing under CI: %v", err)
-		}
-		t.Skipf("shared traces not found at %s (set LLMREPLAY_SHARED)", dir)
+		t.Fatalf("sample traces missing from the repository: %v", err)
 	}
 	return dir
 }
 
-func importShared(t testing.TB, file string, opts ImportOptions) (string, ImportReport) {
+func importTrace(t testing.TB, file string, opts ImportOptions) (string, ImportReport) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out.parquet")
-	rep, err := ImportFile(context.Background(), filepath.Join(sharedDir(t), file), out, opts)
+	rep, err := ImportFile(context.Background(), filepath.Join(tracesDir(t), file), out, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +57,7 @@ func near(t *testing.T, what string, got, want, tol float64) {
 }
 
 func TestSharedAzure(t *testing.T) {
-	path, rep := importShared(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
+	path, rep := importTrace(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
 	if rep.RowsRead != 8819 || rep.RowsWritten != 8819 || len(rep.Dropped) != 0 {
 		t.Errorf("report %+v, want 8819 rows read and written", rep)
 	}
@@ -116,7 +110,7 @@ func TestSharedAzure(t *testing.T) {
 }
 
 func TestSharedMooncake(t *testing.T) {
-	path, rep := importShared(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
+	path, rep := importTrace(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
 	if rep.RowsRead != 12031 || rep.RowsWritten != 12031 {
 		t.Errorf("report %+v", rep)
 	}
@@ -187,7 +181,7 @@ func TestSharedMooncake(t *testing.T) {
 
 func TestSharedBurstGPT(t *testing.T) {
 	const file = "BurstGPT_1.head42.transcribed-from-hf-viewer.csv"
-	path, rep := importShared(t, file, ImportOptions{Format: FormatBurstGPT})
+	path, rep := importTrace(t, file, ImportOptions{Format: FormatBurstGPT})
 	if rep.RowsRead != 42 || rep.RowsWritten != 38 || rep.Dropped["failed request (0 response tokens)"] != 4 {
 		t.Errorf("report %+v, want 42 read, 38 written, 4 failed dropped", rep)
 	}
@@ -202,7 +196,7 @@ func TestSharedBurstGPT(t *testing.T) {
 		t.Errorf("first row %+v, want 5,ChatGPT,472,18", q)
 	}
 
-	path, rep = importShared(t, file, ImportOptions{Format: FormatBurstGPT, KeepFailed: true})
+	path, rep = importTrace(t, file, ImportOptions{Format: FormatBurstGPT, KeepFailed: true})
 	if rep.RowsWritten != 42 || len(rep.Dropped) != 0 || rep.Adjusted["failed request kept, zero lengths raised to 1"] != 4 {
 		t.Errorf("--keep-failed report %+v", rep)
 	}
@@ -212,11 +206,11 @@ func TestSharedBurstGPT(t *testing.T) {
 	}
 }
 
-// TestSampleReproducible rebuilds the embedded sample from the shared Azure CSV with the
+// TestSampleReproducible rebuilds the embedded sample from the Azure CSV in testdata/traces with the
 // importer and the slice, and checks it byte for byte. go test -run TestSample -update
 // rewrites it.
 func TestSampleReproducible(t *testing.T) {
-	full, _ := importShared(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
+	full, _ := importTrace(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
 	out := filepath.Join(t.TempDir(), SampleName)
 	n, err := SliceFile(context.Background(), full, out, SampleSlice)
 	if err != nil {

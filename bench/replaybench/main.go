@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command replaybench measures the replayer's own error and cost (docs/replay.md,
 // "Fidelity"). It starts `llmreplay sim` in a separate process and replays a synthetic
 // Poisson trace against it with package replay, in this process, so getrusage(RUSAGE_SELF)

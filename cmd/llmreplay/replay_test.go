@@ -56,8 +56,8 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if meta.Flags["header"] != "X-Tenant" {
 		t.Errorf("flags.header = %q, want the header name only", meta.Flags["header"])
 	}
-	if meta.Flags["http-client"] != replay.HTTPClientRaw {
-		t.Errorf("flags.http-client = %q, want what auto chose (raw)", meta.Flags["http-client"])
+	if want := autoClient(); meta.Flags["http-client"] != want {
+		t.Errorf("flags.http-client = %q, want what auto chose (%s)", meta.Flags["http-client"], want)
 	}
 	if _, err := os.Stat(out + replay.JournalSuffix); !os.IsNotExist(err) {
 		t.Errorf("journal left behind after a clean run")
@@ -117,41 +117,85 @@ func TestReplayBinary(t *testing.T) {
 // testInterrupt: the first SIGINT stops dispatching and waits for the requests in flight,
 // the second cancels them; the process exits with a complete results file in which the
 // interrupted requests are canceled.
+//
+// The signals follow what the process says, not a clock: the first once its progress
+// shows a request in flight, the second once it has said it is stopping. (Sent 2 s and
+// 2.5 s after the start, on a loaded machine they came before any request was sent, and
+// the run rightly ended with nothing to cancel.)
 func testInterrupt(t *testing.T, bin string) {
 	out := filepath.Join(t.TempDir(), "r.parquet")
 	// The sample at 16x needs ~14x the prefill the moe profile has: requests queue in the
 	// engine for seconds, so many are in flight when the signals come.
-	cmd := exec.Command(bin, "replay", "--sim-profile", "moe-230b-8gpu", "--speedup", "16", "--grace", "1m", "-q", "-o", out)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd := exec.Command(bin, "replay", "--sim-profile", "moe-230b-8gpu", "--speedup", "16", "--grace", "1m", "--progress-interval", "50ms", "-o", out)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	var (
+		mu     sync.Mutex
+		stderr strings.Builder
+	)
+	text := func() string { mu.Lock(); defer mu.Unlock(); return stderr.String() }
+	inflight, stopping, eof := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	inflightRE := regexp.MustCompile(`in flight [1-9]`)
+	go func() {
+		defer close(eof)
+		sawInflight, sawStopping := false, false
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			stderr.WriteString(line + "\n")
+			mu.Unlock()
+			if !sawInflight && inflightRE.MatchString(line) {
+				sawInflight = true
+				close(inflight)
+			}
+			if !sawStopping && strings.Contains(line, "stopping:") {
+				sawStopping = true
+				close(stopping)
+			}
+		}
+	}()
+	waitFor := func(ch chan struct{}, what string) {
+		select {
+		case <-ch:
+		case <-eof:
+			cmd.Wait()
+			t.Fatalf("exited before %s\n%s", what, text())
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("no %s within 60 s\n%s", what, text())
+		}
+	}
+	waitFor(inflight, "a request was in flight")
 	cmd.Process.Signal(os.Interrupt)
-	time.Sleep(500 * time.Millisecond)
+	waitFor(stopping, "it said it was stopping")
 	cmd.Process.Signal(os.Interrupt)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { <-eof; done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("exit: %v\n%s", err, stderr.String())
+			t.Fatalf("exit: %v\n%s", err, text())
 		}
 	case <-time.After(20 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("did not exit after two SIGINTs\n%s", stderr.String())
+		t.Fatalf("did not exit after two SIGINTs\n%s", text())
 	}
 	res, _, err := replay.ReadFile(out)
 	if err != nil {
-		t.Fatalf("results file after interrupt: %v\n%s", err, stderr.String())
+		t.Fatalf("results file after interrupt: %v\n%s", err, text())
 	}
 	st := map[results.Status]int{}
 	for _, r := range res {
 		st[r.Status]++
 	}
-	if len(res) == 0 || st[results.StatusCanceled] == 0 || !strings.Contains(stderr.String(), "canceling the requests in flight") {
-		t.Errorf("records %d, statuses %v\n%s", len(res), st, stderr.String())
+	if len(res) == 0 || st[results.StatusCanceled] == 0 || !strings.Contains(text(), "canceling the requests in flight") {
+		t.Errorf("records %d, statuses %v\n%s", len(res), st, text())
 	}
 }
 

@@ -21,16 +21,12 @@ func runArgs(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func sharedTraces(t *testing.T) string {
-	dir := os.Getenv("LLMREPLAY_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "traces")
-	}
+// tracesDir is the repository's copy of the real sample traces (testdata/traces).
+func tracesDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join("..", "..", "testdata", "traces")
 	if _, err := os.Stat(filepath.Join(dir, "SOURCES.md")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("shared traces missing under CI: %v", err)
-		}
-		t.Skipf("shared traces not found at %s", dir)
+		t.Fatalf("sample traces missing from the repository: %v", err)
 	}
 	return dir
 }
@@ -58,7 +54,7 @@ func TestTraceHelp(t *testing.T) {
 func TestTraceImportInfoSlice(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "azure.parquet")
-	msg, err := runArgs(t, "trace", "import", "--from", "azure", filepath.Join(sharedTraces(t), "AzureLLMInferenceTrace_code.csv"), "-o", out)
+	msg, err := runArgs(t, "trace", "import", "--from", "azure", filepath.Join(tracesDir(t), "AzureLLMInferenceTrace_code.csv"), "-o", out)
 	if err != nil || !strings.Contains(msg, "8819 written") {
 		t.Fatalf("import: %v\n%s", err, msg)
 	}

@@ -1,0 +1,16 @@
+package main
+
+import (
+	"runtime"
+
+	"github.com/llmreplay/llmreplay/replay"
+)
+
+// autoClient is what --http-client auto chooses for a plain-http endpoint: the raw client,
+// which is built for linux only.
+func autoClient() string {
+	if runtime.GOOS == "linux" {
+		return replay.HTTPClientRaw
+	}
+	return replay.HTTPClientNetHTTP
+}

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package replay
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// The raw client (rawhttp.go) is built for linux only; here rawBuilt is false, so
+// useRaw never chooses it, Client.raw stays nil and these stand-ins are never called.
+const rawBuilt = false
+
+type rawTransport struct{ head []byte }
+
+type rawStart struct{}
+
+func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) *rawTransport {
+	return &rawTransport{}
+}
+
+func (t *rawTransport) appendHead(b []byte, n int) []byte      { return b }
+func (t *rawTransport) prewarm(ctx context.Context, n int) int { return 0 }
+func (t *rawTransport) closeIdle()                             {}
+func (c *Client) startNow(clk clock, r *request) *rawStart     { return nil }
+
+func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+	res.Status, res.Error = results.StatusTransportError, errRawNotBuilt.Error()
+}

@@ -1,0 +1,19 @@
+//go:build windows
+
+package trace
+
+import (
+	"syscall"
+	"time"
+)
+
+// cpuTime is this process's user+system CPU time (GetProcessTimes, in 100 ns units).
+func cpuTime() time.Duration {
+	var creation, exit, kernel, user syscall.Filetime
+	h, err := syscall.GetCurrentProcess()
+	if err != nil || syscall.GetProcessTimes(h, &creation, &exit, &kernel, &user) != nil {
+		return 0
+	}
+	ticks := func(f syscall.Filetime) int64 { return int64(f.HighDateTime)<<32 | int64(f.LowDateTime) }
+	return time.Duration((ticks(kernel) + ticks(user)) * 100)
+}
