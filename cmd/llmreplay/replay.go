@@ -467,6 +467,7 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if err != nil {
 		if sum != nil {
 			sum.WriteText(stderr)
+			strictCheck(stderr, nil, sum, false) // the client-limited warning, by the report's rule
 		}
 		return err
 	}
