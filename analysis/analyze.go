@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -273,10 +274,10 @@ func quantileCurve(sorted []float64) [][2]float64 {
 		}
 		if p == 1 {
 			for _, tp := range []float64{0.995, 0.999, 0.9999} {
-				out = append(out, [2]float64{quantileSorted(sorted, tp), tp})
+				out = append(out, [2]float64{quantile.Type7(sorted, tp), tp})
 			}
 		}
-		out = append(out, [2]float64{quantileSorted(sorted, p), p})
+		out = append(out, [2]float64{quantile.Type7(sorted, p), p})
 	}
 	return out
 }

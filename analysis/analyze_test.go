@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -100,6 +101,13 @@ func TestUSHistMatchesSort(t *testing.T) {
 			}{{"p50", got.P50, want.P50}, {"p90", got.P90, want.P90}, {"p95", got.P95, want.P95}, {"p99", got.P99, want.P99}, {"p999", got.P999, want.P999}, {"max", got.Max, ex.Max}, {"mean", got.Mean, ex.Mean}} {
 				if math.Abs(f.g-f.w) > 1e-9*math.Max(1, math.Abs(f.w)) {
 					t.Errorf("n=%d weighted=%v %s = %v, want %v", n, weighted, f.name, f.g, f.w)
+				}
+			}
+			// Held against internal/quantile directly too (summarize sorted rounded in place).
+			gotPs := [...]float64{got.P50, got.P90, got.P95, got.P99, got.P999}
+			for i, p := range reportedPs {
+				if w := quantile.Type7(rounded, p); math.Abs(gotPs[i]-w) > 1e-9*math.Max(1, math.Abs(w)) {
+					t.Errorf("n=%d weighted=%v p%v = %v, quantile.Type7 of the µs-rounded samples %v", n, weighted, 100*p, gotPs[i], w)
 				}
 			}
 			if math.Abs(got.P99-ex.P99) > 0.0005 {

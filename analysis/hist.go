@@ -3,6 +3,8 @@ package analysis
 import (
 	"math"
 	"slices"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 // usDense is the range of the dense part of a usHist: gaps under 2^20 µs (1.05 s).
@@ -10,7 +12,7 @@ const usDense = 1 << 20
 
 // usHist holds chunk-level samples (ITL) without keeping them: a count per microsecond
 // (each sample rounded to the nearest µs) below 1.05 s, and the rare longer gaps exactly.
-// Percentiles are type-7 interpolations between order statistics of the rounded samples,
+// Percentiles are type-7 interpolations (quantile.Rank7) between order statistics of the rounded samples,
 // so they are exact to ±0.5 µs; the mean and max use the unrounded values. A million
 // requests of 150 tokens give 1.5e8 gaps, which as float32s alone would be 600 MB.
 type usHist struct {
@@ -98,7 +100,7 @@ func (h *usHist) summary() Quantiles {
 	q := Quantiles{N: h.n, Mean: h.sumNS / float64(h.n) / 1e6, Max: h.maxNS / 1e6}
 	var ps [len(reportedPs)]float64
 	for i, p := range reportedPs {
-		lo, frac := rankOf(h.n, p)
+		lo, frac := quantile.Rank7(h.n, p)
 		a := valueAt(lo)
 		if frac > 0 {
 			a += frac * (valueAt(lo+1) - a)

@@ -4,11 +4,13 @@ import (
 	"math"
 	"slices"
 	"unsafe"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 // PercentileMethod names how every percentile in a report is computed. It is printed in the
 // text report and documented in docs/metrics.md.
-const PercentileMethod = "linear interpolation between closest ranks (numpy default, Hyndman-Fan type 7); ITL over gaps rounded to 1 us"
+const PercentileMethod = quantile.Type7Name + "; ITL over gaps rounded to 1 us"
 
 // Quantiles are the figures reported for every latency: mean, p50, p90, p95, p99, p99.9 and
 // max, over N samples. N == 0 means there were no samples and every figure is undefined.
@@ -30,29 +32,11 @@ func (q *Quantiles) set(ps []float64) {
 	q.P50, q.P90, q.P95, q.P99, q.P999 = ps[0], ps[1], ps[2], ps[3], ps[4]
 }
 
-// rankOf returns, for the p-quantile of n samples, the 0-based rank lo and the weight
-// frac of the rank above it: Q(p) = x[lo] + frac*(x[lo+1]-x[lo]), with h = (n-1)p
-// (Hyndman and Fan's type 7, numpy's "linear", DuckDB's quantile_cont).
-func rankOf(n int64, p float64) (lo int64, frac float64) {
-	h := float64(n-1) * p
-	lo = int64(math.Floor(h))
-	if lo >= n-1 {
-		return n - 1, 0
-	}
-	return lo, h - float64(lo)
-}
+// Summarize returns the reported figures of xs (percentiles by quantile.Type7), sorting xs
+// in place: the figures a report gives for every latency. The mean is summed in float64
+// with Neumaier compensation so that 10^6 samples lose no visible digits.
+func Summarize(xs []float64) Quantiles { return summarize(xs) }
 
-// quantileSorted returns the p-quantile of sorted xs by type-7 linear interpolation.
-func quantileSorted(xs []float64, p float64) float64 {
-	lo, frac := rankOf(int64(len(xs)), p)
-	if frac == 0 {
-		return xs[lo]
-	}
-	return xs[lo] + frac*(xs[lo+1]-xs[lo])
-}
-
-// summarize returns the reported figures of xs, sorting xs in place. The mean is summed in
-// float64 with Neumaier compensation so that 10^6 samples lose no visible digits.
 func summarize(xs []float64) Quantiles {
 	if len(xs) == 0 {
 		return Quantiles{}
@@ -72,7 +56,7 @@ func summarize(xs []float64) Quantiles {
 	q.Mean = (sum + c) / float64(len(xs))
 	var ps [len(reportedPs)]float64
 	for i, p := range reportedPs {
-		ps[i] = quantileSorted(xs, p)
+		ps[i] = quantile.Type7(xs, p)
 	}
 	q.set(ps[:])
 	return q

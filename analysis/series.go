@@ -4,6 +4,9 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/montanaflynn/stats"
 )
 
 // MSER-5 parameters: the output-token series is read in 100 ms bins, averaged in batches of
@@ -103,13 +106,12 @@ func fitTrend(ts, ys []float64, length float64) Trend {
 		tr.Points = 0
 		return tr
 	}
-	var mx, my float64
-	for i := range x {
-		mx += x[i]
-		my += y[i]
-	}
-	mx /= float64(n)
-	my /= float64(n)
+	// The means from montanaflynn/stats; the OLS slope and its Newey-West (HAC) standard
+	// error by hand: the library's LinearRegression returns fitted points, not the slope,
+	// and it has no autocorrelation-robust variance, which a time series of overlapping
+	// in-flight counts needs (plain OLS errors would flag noise as a trend).
+	mx, _ := stats.Mean(x)
+	my, _ := stats.Mean(y)
 	var sxx, sxy float64
 	for i := range x {
 		sxx += (x[i] - mx) * (x[i] - mx)
@@ -217,16 +219,24 @@ func (r *Report) series(d *Data) {
 		s[k].TTFTP50, s[k].TTFTP99 = math.NaN(), math.NaN()
 		if len(ttfts[k]) > 0 {
 			slices.Sort(ttfts[k])
-			s[k].TTFTP50, s[k].TTFTP99 = quantileSorted(ttfts[k], 0.5), quantileSorted(ttfts[k], 0.99)
+			s[k].TTFTP50, s[k].TTFTP99 = quantile.Type7(ttfts[k], 0.5), quantile.Type7(ttfts[k], 0.99)
 		}
 	}
 	r.Series = s
 }
 
+// ClientLimited is the one client-limited decision, the report's flag and `replay
+// --strict`'s exit status alike: the run's schedule lateness (sent_ns − scheduled_ns of
+// every sent request, ms, as Summarize gives it) has a type-7 p99 above bound, so the
+// endpoint was not offered the load the schedule asked for.
+func ClientLimited(lateness Quantiles, bound time.Duration) bool {
+	return lateness.N > 0 && lateness.P99 > float64(bound)/1e6
+}
+
 func (r *Report) flags(d *Data) {
 	f := &r.Flags
 	f.MaxLateness = r.Options.MaxLateness
-	if r.Lateness.N > 0 && r.Lateness.P99 > float64(f.MaxLateness)/1e6 {
+	if ClientLimited(r.Lateness, f.MaxLateness) {
 		f.ClientLimited = true
 		r.warnf("client-limited: schedule lateness p99 %.3f ms > %v: the replayer did not send on time, so the load applied was lower and burstier than the trace's", r.Lateness.P99, f.MaxLateness)
 	}

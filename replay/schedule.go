@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -20,18 +19,10 @@ func Due(arrival, origin time.Duration, speedup float64) time.Duration {
 }
 
 // SpeedupForRate returns the speedup at which n requests whose arrivals span span come at
-// a mean rate of rate requests per second: the trace's own mean rate is (n-1)/span (the
-// n-1 gaps between n arrivals), so speedup = rate * span / (n-1).
+// a mean rate of rate requests per second: trace.SpeedupForRate, the rate being
+// trace.MeanRate's (n−1)/span.
 func SpeedupForRate(n int64, span time.Duration, ratePerSecond float64) (float64, error) {
-	switch {
-	case !(ratePerSecond > 0) || math.IsInf(ratePerSecond, 0):
-		return 0, fmt.Errorf("rate %v: must be a positive number of requests per second", ratePerSecond)
-	case n < 2:
-		return 0, fmt.Errorf("rate: the trace has %d request(s): a rate needs at least 2", n)
-	case span <= 0:
-		return 0, fmt.Errorf("rate: all %d requests arrive at the same time: there is no rate to rescale", n)
-	}
-	return ratePerSecond * span.Seconds() / float64(n-1), nil
+	return trace.SpeedupForRate(n, span, ratePerSecond)
 }
 
 // ScanSpan reads src to its end (or its first limit requests when limit > 0) and returns

@@ -3,15 +3,17 @@ package replay
 import (
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
-// Summary is a short account of a run, computed while it goes (the analysis package
-// gives the full report from the results file).
+// Summary is a short account of a run, computed while it goes: what `replay` prints when
+// the full report (analysis, from the results file) cannot be produced, and what
+// replaybench reads. It makes no client-limited verdict: that is analysis.ClientLimited's,
+// over the report's lateness or, without a report, over LatenessMS.
 type Summary struct {
 	Mode        string
 	Requests    int64                    // recorded requests
@@ -21,30 +23,25 @@ type Summary struct {
 	LastEndNS   int64                    // results.Null when no output arrived
 	TTFT        Percentiles              // ms, ok requests
 	Lateness    Percentiles              // ms, sent_ns - scheduled_ns of every sent request
+	LatenessMS  []float64                // those lateness values, sorted ascending
 	MaxLateness time.Duration            // the client-limited bound
 	Run         results.RunMeta          // the run metadata written to the results file
 }
 
-// Percentiles are nearest-rank percentiles of a sample: the p-th is the value at rank
-// ceil(p/100 * n) of the sorted sample.
+// Percentiles of a sample by quantile.Type7 (linear interpolation between closest ranks,
+// the method every report names).
 type Percentiles struct {
 	N                  int
 	P50, P90, P99, Max float64
 }
 
+// percentiles sorts x in place and returns its percentiles.
 func percentiles(x []float64) Percentiles {
 	if len(x) == 0 {
 		return Percentiles{}
 	}
 	slices.Sort(x)
-	rank := func(p float64) float64 {
-		k := int(math.Ceil(p / 100 * float64(len(x))))
-		if k < 1 {
-			k = 1
-		}
-		return x[k-1]
-	}
-	return Percentiles{N: len(x), P50: rank(50), P90: rank(90), P99: rank(99), Max: x[len(x)-1]}
+	return Percentiles{N: len(x), P50: quantile.Type7(x, 0.5), P90: quantile.Type7(x, 0.9), P99: quantile.Type7(x, 0.99), Max: x[len(x)-1]}
 }
 
 // OutputTokensPerSecond is output tokens of ok requests / (last end - first sent), the
@@ -54,12 +51,6 @@ func (s *Summary) OutputTokensPerSecond() float64 {
 		return 0
 	}
 	return float64(s.OutputTok) / (float64(s.LastEndNS-s.FirstSentNS) / 1e9)
-}
-
-// ClientLimited reports whether the replayer's own lateness p99 exceeded MaxLateness:
-// the endpoint was not offered the load the schedule asked for.
-func (s *Summary) ClientLimited() bool {
-	return s.Mode == results.ModeOpen && s.Lateness.N > 0 && s.Lateness.P99 > float64(s.MaxLateness)/1e6
 }
 
 // WriteText prints the summary in a few lines.
@@ -79,13 +70,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	p("\n")
 	p("output: %d tokens, %.1f tok/s overall (ok requests; last end - first send)\n", s.OutputTok, s.OutputTokensPerSecond())
 	if s.TTFT.N > 0 {
-		p("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  (n=%d, nearest rank)\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Max, s.TTFT.N)
+		p("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  (n=%d, linear interpolation)\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Max, s.TTFT.N)
 	}
 	if s.Lateness.N > 0 {
 		p("schedule lateness ms: p50 %.3f  p99 %.3f  max %.3f\n", s.Lateness.P50, s.Lateness.P99, s.Lateness.Max)
-	}
-	if s.ClientLimited() {
-		p("WARNING: client-limited: schedule lateness p99 %.3f ms > %v: the endpoint got less load than asked\n", s.Lateness.P99, s.MaxLateness)
 	}
 	return err
 }
@@ -128,6 +116,7 @@ func (a *summary) add(r *Result) {
 func (a *summary) finish() *Summary {
 	a.s.TTFT = percentiles(a.ttft)
 	a.s.Lateness = percentiles(a.lateness)
+	a.s.LatenessMS = a.lateness
 	s := a.s
 	return &s
 }

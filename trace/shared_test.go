@@ -71,7 +71,7 @@ func TestSharedAzure(t *testing.T) {
 		t.Errorf("count %d", info.Count)
 	}
 	near(t, "span s", info.Span.Seconds(), 3435.9, 0.05)
-	near(t, "mean rate", info.MeanRatePerSecond, 2.567, 0.0005)
+	near(t, "mean rate", info.MeanRatePerSecond, 2.5664, 0.0005) // 8818 gaps / 3435.9 s
 	near(t, "inter-arrival CV", info.InterArrivalCV, 13.15, 0.005)
 	near(t, "dispersion 1s", info.Dispersion1s, 13.2, 0.05)
 	p, o := info.Prompt, info.Output

@@ -13,8 +13,8 @@ import (
 // their original arrival: Start <= arrival < Start+Duration (Duration 0: to the end),
 // at most Limit of them (0: all). The kept requests are rebased so the first arrives
 // at 0; then every gap longer than MaxIdle is cut to MaxIdle (0: no cap); then times are
-// divided by Speedup, or, with Rate, by the speedup that makes the window's mean rate
-// (count / span, as Info reports) equal Rate. request_id and everything else is kept.
+// divided by Speedup, or, with Rate, by the speedup that makes the window's MeanRate
+// ((count−1) / span, as Info reports) equal Rate. request_id and everything else is kept.
 type SliceSpec struct {
 	Start    time.Duration `json:"start_ns,omitempty"`
 	Duration time.Duration `json:"duration_ns,omitempty"`
@@ -109,7 +109,9 @@ func SliceFile(ctx context.Context, in, out string, spec SliceSpec) (int64, erro
 		if s.n < 2 || last <= 0 {
 			return 0, fmt.Errorf("slice %s: the window holds %d requests over %s: no rate to rescale", in, s.n, last)
 		}
-		speedup = spec.Rate / (float64(s.n) / last.Seconds())
+		if speedup, err = SpeedupForRate(s.n, last, spec.Rate); err != nil {
+			return 0, fmt.Errorf("slice %s: %w", in, err)
+		}
 	}
 	r, err := Open(in)
 	if err != nil {

@@ -41,8 +41,9 @@ func TestSlice(t *testing.T) {
 		{"limit", SliceSpec{Start: 8 * time.Second, Limit: 3}, []int64{108, 109, 110}, []time.Duration{0, time.Second, 102 * time.Second}, 8e9},
 		{"max idle", SliceSpec{Start: 8 * time.Second, Limit: 3, MaxIdle: 5 * time.Second}, []int64{108, 109, 110}, []time.Duration{0, time.Second, 6 * time.Second}, 8e9},
 		{"speedup", SliceSpec{Start: 8 * time.Second, Limit: 3, MaxIdle: 5 * time.Second, Speedup: 4}, []int64{108, 109, 110}, []time.Duration{0, 250 * time.Millisecond, 1500 * time.Millisecond}, 8e9},
-		// 3 requests over 6 s (after the cap) is 0.5 req/s; rate 2 needs speedup 4.
-		{"rate", SliceSpec{Start: 8 * time.Second, Limit: 3, MaxIdle: 5 * time.Second, Rate: 2}, []int64{108, 109, 110}, []time.Duration{0, 250 * time.Millisecond, 1500 * time.Millisecond}, 8e9},
+		// 3 requests over 6 s (after the cap): 2 gaps, MeanRate 1/3 req/s; rate 2 needs
+		// speedup 6, and the mean gap becomes 0.5 s = 1/rate.
+		{"rate", SliceSpec{Start: 8 * time.Second, Limit: 3, MaxIdle: 5 * time.Second, Rate: 2}, []int64{108, 109, 110}, []time.Duration{0, 166666667, time.Second}, 8e9},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,11 +8,15 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/montanaflynn/stats"
 )
 
-// Lengths summarises a length column. Percentiles interpolate linearly between order
-// statistics (the "type 7" definition, numpy's and pandas' default): the q-quantile of n
-// sorted values x₀..xₙ₋₁ is x_⌊h⌋ + (h−⌊h⌋)(x_⌊h⌋₊₁ − x_⌊h⌋) with h = (n−1)q.
+// Lengths summarises a length column: mean and population standard deviation by
+// montanaflynn/stats; percentiles by quantile.Type7, which interpolates linearly between
+// order statistics (numpy's and pandas' default): the q-quantile of n sorted values
+// x₀..xₙ₋₁ is x_⌊h⌋ + (h−⌊h⌋)(x_⌊h⌋₊₁ − x_⌊h⌋) with h = (n−1)q.
 type Lengths struct {
 	Mean float64 `json:"mean"`
 	SD   float64 `json:"sd"` // population standard deviation
@@ -30,10 +34,12 @@ type Info struct {
 	Count int64 `json:"count"`
 	// Span is the last arrival minus the first.
 	Span time.Duration `json:"span_ns"`
-	// MeanRatePerSecond = Count / Span.
+	// MeanRatePerSecond = MeanRate(Count, Span) = (Count − 1) / Span, the reciprocal of the
+	// mean inter-arrival gap (0 when Count < 2 or Span is 0).
 	MeanRatePerSecond float64 `json:"mean_rate_per_s"`
 	// InterArrivalCV is the population SD of the gaps between consecutive arrivals over
-	// their mean: 1 for a Poisson process, 0 for a constant rate, > 1 bursty.
+	// their mean (both by montanaflynn/stats): 1 for a Poisson process, 0 for a constant
+	// rate, > 1 bursty.
 	InterArrivalCV float64 `json:"interarrival_cv"`
 	// Dispersion1s and Dispersion60s are indexes of dispersion, Var/Mean of the request
 	// counts in consecutive bins of 1 s and 60 s from the first arrival (every bin up to
@@ -52,7 +58,11 @@ type Info struct {
 	Warnings           []string `json:"warnings,omitempty"`
 }
 
-// binCounter accumulates the sum and sum of squares of per-bin counts.
+// binCounter accumulates the sum and sum of squares of per-bin counts. The index of
+// dispersion is computed here, not by montanaflynn/stats: the library needs every bin's
+// count in memory, and the number of bins is span/width, bounded by no row count (a week
+// at 1 s is 604,800 bins; one stray arrival years out would be billions), while this
+// needs three numbers.
 type binCounter struct {
 	width      int64
 	bin        int64
@@ -80,15 +90,15 @@ func (b *binCounter) dispersion(span int64) float64 {
 	return (sumSq/nb - mean*mean) / mean
 }
 
-// ComputeInfo reads src to its end and summarises it. Memory: 8 bytes per row for the
-// length percentiles, plus a set of distinct session ids and prefix block ids.
+// ComputeInfo reads src to its end and summarises it. Memory: 16 bytes per row (the two
+// length columns and the inter-arrival gaps, then one length column as float64 at a time),
+// plus a set of distinct session ids and prefix block ids.
 func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info := Info{Meta: meta}
 	var (
 		prompts, outputs []int32
 		first, last      int64
-		gapMean, gapM2   float64 // Welford
-		gaps             int64
+		gaps             []float64
 		b1               = binCounter{width: int64(time.Second)}
 		b60              = binCounter{width: int64(time.Minute)}
 		sessions         = map[int64]struct{}{}
@@ -100,11 +110,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		if info.Count == 0 {
 			first = a
 		} else {
-			g := float64(a - last)
-			gaps++
-			d := g - gapMean
-			gapMean += d / float64(gaps)
-			gapM2 += d * (g - gapMean)
+			gaps = append(gaps, float64(a-last))
 		}
 		last = a
 		b1.add(a - first)
@@ -134,12 +140,12 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	}
 	span := last - first
 	info.Span = time.Duration(span)
-	if span > 0 {
-		info.MeanRatePerSecond = float64(info.Count) / info.Span.Seconds()
+	info.MeanRatePerSecond, _ = MeanRate(info.Count, info.Span)
+	if gapMean, err := stats.Mean(gaps); err == nil && gapMean > 0 {
+		gapSD, _ := stats.StandardDeviationPopulation(gaps)
+		info.InterArrivalCV = gapSD / gapMean
 	}
-	if gaps > 0 && gapMean > 0 {
-		info.InterArrivalCV = math.Sqrt(gapM2/float64(gaps)) / gapMean
-	}
+	gaps = nil
 	info.Dispersion1s = b1.dispersion(span)
 	info.Dispersion60s = b60.dispersion(span)
 	info.Prompt = summarise(prompts)
@@ -158,31 +164,20 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	return info, nil
 }
 
+// summarise returns the Lengths of non-empty v.
 func summarise(v []int32) Lengths {
-	slices.Sort(v)
-	var l Lengths
-	var sum, sumSq float64
-	for _, x := range v {
-		l.Sum += int64(x)
-		sum += float64(x)
-		sumSq += float64(x) * float64(x)
+	l := Lengths{Min: v[0], Max: v[0]}
+	x := make([]float64, len(v))
+	for i, n := range v {
+		l.Sum += int64(n)
+		l.Min, l.Max = min(l.Min, n), max(l.Max, n)
+		x[i] = float64(n)
 	}
-	n := float64(len(v))
-	l.Mean = sum / n
-	l.SD = math.Sqrt(math.Max(0, sumSq/n-l.Mean*l.Mean))
-	l.Min, l.Max = v[0], v[len(v)-1]
-	l.P50, l.P90, l.P99 = quantile(v, 0.5), quantile(v, 0.9), quantile(v, 0.99)
+	l.Mean, _ = stats.Mean(x)
+	l.SD, _ = stats.StandardDeviationPopulation(x)
+	slices.Sort(x)
+	l.P50, l.P90, l.P99 = quantile.Type7(x, 0.5), quantile.Type7(x, 0.9), quantile.Type7(x, 0.99)
 	return l
-}
-
-// quantile is the type-7 quantile of sorted v.
-func quantile(v []int32, q float64) float64 {
-	h := float64(len(v)-1) * q
-	lo := int(math.Floor(h))
-	if lo+1 >= len(v) {
-		return float64(v[len(v)-1])
-	}
-	return float64(v[lo]) + (h-float64(lo))*float64(v[lo+1]-v[lo])
 }
 
 // WriteText renders info for people.

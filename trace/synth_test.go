@@ -35,7 +35,7 @@ func (s *genSource) Err() error       { return nil }
 //
 // Tolerances are six standard errors, so a correct generator fails with probability
 // below 10⁻⁸ per check. With gaps of mean 1/R and CV c (gamma shape k = 1/c²):
-//   - the measured rate is n/Tₙ with Tₙ a sum of n−1 gaps: relative SE c/√n;
+//   - the measured rate is (n−1)/Tₙ with Tₙ a sum of n−1 gaps: relative SE c/√n;
 //   - the sample SD s of gaps has Var(s²) ≈ (μ₄ − σ⁴)/n = σ⁴(2 + 6/k)/n (gamma's excess
 //     kurtosis is 6/k), so s has relative SE √((1 + 3c²)/(2n)); the mean has c/√n; the
 //     CV's relative SE is at most their sum.
@@ -58,9 +58,9 @@ func TestArrivalRateAndCV(t *testing.T) {
 		}
 		seRate := c.cv / math.Sqrt(n)
 		seCV := math.Sqrt((1+3*c.cv*c.cv)/(2*n)) + c.cv/math.Sqrt(n)
-		// Count/span over n arrivals measures R·n/(n−1); the constant process is exact
-		// up to 1 ns rounding per arrival.
-		wantRate := c.spec.Rate * n / (n - 1)
+		// MeanRate, (n−1)/span, measures R itself (count/span measured R·n/(n−1)); the
+		// constant process is exact up to 1 ns rounding per arrival.
+		wantRate := c.spec.Rate
 		if rel := math.Abs(info.MeanRatePerSecond/wantRate - 1); rel > 6*seRate+1e-6 {
 			t.Errorf("%s rate %v: measured %.4f (%.3f %% off, tolerance %.3f %%)", c.spec.Process, c.spec.Rate, info.MeanRatePerSecond, 100*rel, 100*(6*seRate+1e-6))
 		}

@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -34,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -213,7 +213,7 @@ func (h *hiccups) end() (p50, p99 float64) {
 	if len(x) == 0 {
 		return 0, 0
 	}
-	return x[rank(len(x), 50)], x[rank(len(x), 99)]
+	return quantile.Type7(x, 0.5), quantile.Type7(x, 0.99)
 }
 
 func cpuTime() time.Duration {
@@ -282,7 +282,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	return o, nil
 }
 
-// ttftError reads the results and returns percentiles of measured TTFT - true TTFT.
+// ttftError reads the results and returns type-7 percentiles of measured TTFT - true TTFT.
 func ttftError(o *outcome, truth time.Duration) error {
 	res, _, err := replay.ReadFile(o.results)
 	if err != nil {
@@ -296,8 +296,7 @@ func ttftError(o *outcome, truth time.Duration) error {
 	}
 	slices.Sort(errs)
 	if len(errs) > 0 {
-		o.ttftErrP50 = errs[rank(len(errs), 50)]
-		o.ttftErrP99 = errs[rank(len(errs), 99)]
+		o.ttftErrP50, o.ttftErrP99 = quantile.Type7(errs, 0.5), quantile.Type7(errs, 0.99)
 	}
 	return nil
 }
@@ -349,8 +348,6 @@ func simLateness(base string) ([2]string, error) {
 	}
 	return out, nil
 }
-
-func rank(n int, p float64) int { return max(0, int(math.Ceil(p/100*float64(n)))-1) }
 
 func fixedArgs() []string {
 	return []string{"--profile", "fixed", "--ttft", ttft.String(), "--itl", itl.String()}

@@ -468,33 +468,32 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 	if err != nil {
 		if sum != nil {
 			sum.WriteText(stderr)
+			strictCheck(stderr, nil, sum, false) // the client-limited warning, by the report's rule
 		}
 		return err
 	}
 	fmt.Fprintf(stdout, "results: %s\n", f.output)
-	if aerr := writeReport(ctx, f.output, stdout); aerr != nil {
+	rep, aerr := writeReport(ctx, f.output, stdout)
+	if aerr != nil {
 		// The results file is written; only the report failed: say why, print the short summary.
 		fmt.Fprintf(stderr, "llmreplay: replay: the full report failed (%v); short summary:\n", aerr)
 		sum.WriteText(stdout)
 	}
-	if f.strict && sum.ClientLimited() {
-		return &exitError{code: 3, err: fmt.Errorf("replay: client-limited: schedule lateness p99 %.3f ms > --max-lateness %v", sum.Lateness.P99, f.maxLateness)}
-	}
-	return nil
+	return strictCheck(stdout, rep, sum, f.strict)
 }
 
 // writeReport prints the analysis text report of a results file (the run's own --slo and
-// max-lateness come from its metadata).
-func writeReport(ctx context.Context, path string, w io.Writer) error {
+// max-lateness come from its metadata) and returns it.
+func writeReport(ctx context.Context, path string, w io.Writer) (*analysis.Report, error) {
 	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{AllowPartial: true}, path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rep, err := analysis.Analyze(d, analysis.DefaultOptions())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return rep.WriteText(w)
+	return rep, rep.WriteText(w)
 }
 
 // behaviourFlags lists every flag that changes what the run does, as given or defaulted;
