@@ -72,26 +72,6 @@ func (b Backend) ForcesLength() bool {
 	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
 }
 
-// BaseURL parses an --endpoint the way OpenAI clients take a base URL: a URL with no path
-// gets /v1. Only http and https are accepted.
-func BaseURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("endpoint: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("endpoint %q: scheme must be http or https", SafeEndpoint(u))
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("endpoint %q: no host", SafeEndpoint(u))
-	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1"
-	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	return u, nil
-}
-
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 
 	"github.com/apache/arrow/go/v15/arrow"
 )
@@ -174,17 +173,6 @@ func RunID(runStartUnixNS int64, traceSHA256 string, shardCount int) string {
 	binary.BigEndian.PutUint32(b[:4], uint32(shardCount))
 	h.Write(b[:4])
 	return hex.EncodeToString(h.Sum(nil)[:8])
-}
-
-// SafeEndpoint returns u without userinfo, query or fragment, for metadata and messages.
-func SafeEndpoint(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	c.ForceQuery = false
-	c.Fragment = ""
-	c.RawFragment = ""
-	return c.String()
 }
 
 // schemaWithMeta returns Schema carrying the format and run metadata.
