@@ -7,8 +7,10 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -111,4 +113,43 @@ func TestCalibrateErrorsCarryNoSecrets(t *testing.T) {
 			t.Errorf("calibration error does not name the endpoint and what happened: %s", msg)
 		}
 	}
+}
+
+// TestErrorsScrubSecrets: a gateway that echoes the request's credentials in its error
+// reply; neither the records' error text (both HTTP clients) nor ListModels' error holds
+// the API key, a header value, the URL's password or the basic-auth token.
+func TestErrorsScrubSecrets(t *testing.T) {
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"error":{"message":"bad credentials %s %s"}}`, r.Header.Get("Authorization"), r.Header.Get("X-Secret"))
+	})
+	u := startServer(t, echo)
+	u.User = url.UserPassword("user", "pw-Secret1")
+	header := http.Header{"X-Secret": {"hv-Secret2"}}
+	secrets := []string{"pw-Secret1", "hv-Secret2", "sk-Secret3", base64.StdEncoding.EncodeToString([]byte("user:pw-Secret1"))}
+	check := func(what, msg string) {
+		t.Helper()
+		if !strings.Contains(msg, "HTTP 401") {
+			t.Errorf("%s: %q does not say what happened", what, msg)
+		}
+		for _, s := range secrets {
+			if strings.Contains(msg, s) {
+				t.Errorf("%s holds %q: %s", what, s, msg)
+			}
+		}
+	}
+	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+		for _, key := range []string{"", "sk-Secret3"} {
+			c := newTestClient(t, u, func(o *ClientOptions) { o.APIKey, o.Header, o.HTTPClient = key, header, hc })
+			_, res, _ := runTrace(t, context.Background(), c, uniformTrace(2, time.Millisecond, 8, 4), nil)
+			for _, r := range res {
+				check(hc+" record", r.Error)
+			}
+		}
+	}
+	_, err := ListModels(context.Background(), u, "sk-Secret3", header, false)
+	if err == nil {
+		t.Fatal("ListModels against a refusing server succeeded")
+	}
+	check("ListModels", err.Error())
 }
