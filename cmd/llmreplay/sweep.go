@@ -113,7 +113,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if _, err := os.Stat(filepath.Join(dir, sweepStateFile)); err == nil {
 			return fmt.Errorf("sweep: %s already holds a sweep: continue it with --resume %s, or choose another -o", dir, dir)
 		}
-		if state, err = newSweepState(args, &sp.cfg); err != nil {
+		if state, err = newSweepState(args, &sp.cfg, sp.fs); err != nil {
 			return err
 		}
 		if err := writeSweepState(dir, state); err != nil {
@@ -206,7 +206,7 @@ func secretFlagName(a string) (string, bool) {
 }
 
 // newSweepState starts the state of a new sweep, its command line without secrets.
-func newSweepState(args []string, cfg *replay.Config) (*sweepState, error) {
+func newSweepState(args []string, cfg *replay.Config, fs *pflag.FlagSet) (*sweepState, error) {
 	st := &sweepState{Version: 1, Started: time.Now().UTC()}
 	withheld := map[string]bool{}
 	for i := 0; i < len(args); i++ {
@@ -233,35 +233,31 @@ func newSweepState(args []string, cfg *replay.Config) (*sweepState, error) {
 	}
 	// Whatever form a secret took (-qeURL, say), it must not be stored.
 	for _, a := range st.Args {
-		for _, s := range configSecrets(cfg) {
-			if strings.Contains(a, s) {
-				return nil, usagef("sweep: cannot store the command line without its secrets: give --endpoint, --api-key and --header as separate flags")
-			}
+		if holdsSecret(a, cfg, fs.Changed("api-key")) {
+			return nil, usagef("sweep: cannot store the command line without its secrets: give --endpoint, --api-key and --header as separate flags")
 		}
 	}
 	return st, nil
 }
 
-// configSecrets lists cfg's secret values: the API key, header values, the endpoint's
-// userinfo and query.
-func configSecrets(cfg *replay.Config) []string {
-	var s []string
-	if cfg.APIKey != "" {
-		s = append(s, cfg.APIKey)
+// holdsSecret reports whether a command-line token holds one of cfg's secrets: the
+// endpoint's userinfo or query, a whole --header, the API key when a flag gave it.
+func holdsSecret(a string, cfg *replay.Config, keyFromFlag bool) bool {
+	if keyFromFlag && cfg.APIKey != "" && strings.Contains(a, cfg.APIKey) {
+		return true
 	}
 	for _, h := range cfg.Headers {
-		if _, v, _ := strings.Cut(h, ":"); strings.TrimSpace(v) != "" {
-			s = append(s, strings.TrimSpace(v))
+		if h != "" && strings.HasSuffix(a, h) {
+			return true
 		}
 	}
-	if replay.HasSecret(cfg.Endpoint) {
-		if u, err := url.Parse(cfg.Endpoint); err == nil && u.User != nil {
-			s = append(s, u.User.String())
-		} else {
-			s = append(s, cfg.Endpoint)
-		}
+	if replay.HasSecret(cfg.Endpoint) && strings.Contains(a, cfg.Endpoint) {
+		return true
 	}
-	return s
+	if u, err := url.Parse(cfg.Endpoint); err == nil && u.User != nil {
+		return strings.Contains(a, u.User.String())
+	}
+	return false
 }
 
 // checkWithheld makes a resume give again the secret flags the state left out.
