@@ -74,26 +74,6 @@ func (b Backend) ForcesLength() bool {
 	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
 }
 
-// BaseURL parses an --endpoint the way OpenAI clients take a base URL: a URL with no path
-// gets /v1. Only http and https are accepted.
-func BaseURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("endpoint: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("endpoint %q: scheme must be http or https", SafeEndpoint(u))
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("endpoint %q: no host", SafeEndpoint(u))
-	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1"
-	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	return u, nil
-}
-
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
@@ -163,6 +143,7 @@ type Client struct {
 	raw    *rawTransport // the raw HTTP/1.1 client, when it serves the endpoint
 	// bodyPrefix is the constant start of every body: {"model":"...","stream":true,...,
 	bodyPrefix []byte
+	secrets    []string // scrubbed from every record's error text (Scrub)
 }
 
 // NewTransport returns the tuned transport every replay uses: one keep-alive pool sized
@@ -226,9 +207,10 @@ func NewClient(o ClientOptions) (*Client, error) {
 		u.Path += "/completions"
 	}
 	c := &Client{
-		opts:   o,
-		url:    u.String(),
-		header: h,
+		opts:    o,
+		url:     u.String(),
+		header:  h,
+		secrets: Secrets(o.BaseURL, o.APIKey, o.Header),
 		hc: &http.Client{
 			Transport: NewTransport(o.MaxInflight, o.Insecure),
 			// Redirects would re-send the body: an inference endpoint never needs them.
@@ -500,12 +482,21 @@ func (c clock) now() int64 { return int64(time.Since(c.start)) }
 
 // do sends r and fills res from the response stream. ctx ends the request early
 // (a hard stop: the result is canceled); the per-request timeout is applied here.
-// do never returns an error: what happened is in res.
+// do never returns an error: what happened is in res, whose error text never holds one
+// of the client's secrets (a server may echo them).
 func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	if c.raw != nil {
 		c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
-		return
+	} else {
+		c.doHTTP(ctx, clk, r, res, sse, onTokens)
 	}
+	if res.Error != "" && len(c.secrets) > 0 {
+		res.Error = Scrub(res.Error, c.secrets)
+	}
+}
+
+// doHTTP is Client.do over net/http.
+func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
 	rctx := ctx
 	if c.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -795,7 +786,7 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(&u), httpErrorMessage(resp))
+		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(&u), Scrub(httpErrorMessage(resp), Secrets(base, apiKey, header)))
 	}
 	var body struct {
 		Data []struct {

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"net/url"
-
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -65,15 +63,4 @@ func (r *Result) TPOT() (ms float64, ok bool) {
 		return 0, false
 	}
 	return (e2e - ttft) / float64(r.OutputTokens-1), true
-}
-
-// SafeEndpoint returns u without userinfo, query or fragment, for metadata and messages.
-func SafeEndpoint(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	c.ForceQuery = false
-	c.Fragment = ""
-	c.RawFragment = ""
-	return c.String()
 }

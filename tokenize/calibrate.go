@@ -45,9 +45,10 @@ const probeRequestID = -1 << 40
 
 // CalibrateOptions says which endpoint to calibrate against and how.
 type CalibrateOptions struct {
-	// BaseURL is the API base as OpenAI clients take it, e.g. http://127.0.0.1:8000/v1. A URL
-	// with no path gets /v1. /tokenize is looked for at the server root: the base with a
-	// trailing /v1 removed.
+	// BaseURL is the API base as OpenAI clients take it, e.g. http://127.0.0.1:8000/v1,
+	// already normalised by the caller (replay.BaseURL; a URL with no path still gets /v1
+	// here). /tokenize is looked for at the server root: the base with a trailing /v1
+	// removed. Errors never quote the URL: the caller wraps them with the endpoint it may show.
 	BaseURL string
 	API     string // "completions" or "chat"
 	Model   string
@@ -316,14 +317,14 @@ func endpointURLs(base string) (apiBase, root string, err error) {
 	return apiBase, root, nil
 }
 
-// redactURL drops user info and query from a URL for error messages.
-func redactURL(s string) string {
+// urlPath is the path of a probe's target, for error messages: tokenize's errors carry no
+// URL (its host part and any userinfo or query are the caller's to show, redacted).
+func urlPath(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "(url)"
 	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
+	return u.Path
 }
 
 type prober struct {
@@ -454,7 +455,7 @@ func (p *prober) post(ctx context.Context, target string, body any) ([]byte, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(buf))
 	if err != nil {
-		return nil, fmt.Errorf("POST %s: bad request", redactURL(target))
+		return nil, fmt.Errorf("POST %s: bad request", urlPath(target))
 	}
 	for k, vs := range p.opts.Header {
 		for _, v := range vs {
@@ -469,22 +470,22 @@ func (p *prober) post(ctx context.Context, target string, body any) ([]byte, err
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("POST %s: %w", redactURL(target), err)
+		return nil, fmt.Errorf("POST %s: %w", urlPath(target), err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("POST %s: read response: %w", redactURL(target), err)
+		return nil, fmt.Errorf("POST %s: read response: %w", urlPath(target), err)
 	}
 	if len(data) > maxResponseBytes {
-		return nil, fmt.Errorf("POST %s: response larger than %d bytes", redactURL(target), maxResponseBytes)
+		return nil, fmt.Errorf("POST %s: response larger than %d bytes", urlPath(target), maxResponseBytes)
 	}
 	if resp.StatusCode/100 != 2 {
 		hint := ""
 		if resp.StatusCode == http.StatusBadRequest && p.method == MethodUsage {
 			hint = " (a probe longer than the model's context? set shorter FitLengths and CheckLengths)"
 		}
-		return nil, fmt.Errorf("POST %s: HTTP %d: %s%s", redactURL(target), resp.StatusCode, snippet(data), hint)
+		return nil, fmt.Errorf("POST %s: HTTP %d: %s%s", urlPath(target), resp.StatusCode, snippet(data), hint)
 	}
 	return data, nil
 }

@@ -241,6 +241,11 @@ func TestCalibrateErrorsKeepSecrets(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), secretKey) {
 		t.Fatalf("err = %v", err)
 	}
+	// tokenize's errors carry no URL at all: the caller wraps them with the endpoint it
+	// may show.
+	if strings.Contains(err.Error(), "://") || strings.Contains(err.Error(), "user") {
+		t.Fatalf("error quotes the URL: %v", err)
+	}
 }
 
 func TestCalibrateCanceled(t *testing.T) {

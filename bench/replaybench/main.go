@@ -169,12 +169,25 @@ func (p *poisson) Next() bool {
 func (p *poisson) Request() trace.Request { return p.cur }
 func (p *poisson) Err() error             { return nil }
 
-var words = replay.PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error) {
-	for range r.PromptTokens {
-		dst = append(dst, " the"...)
+// writeTrace writes src to a trace file, so that a run replays it the way
+// `llmreplay replay --trace` does.
+func writeTrace(path string, src trace.Source) error {
+	w, err := trace.Create(path, trace.Meta{Source: "synth"})
+	if err != nil {
+		return err
 	}
-	return dst, nil
-})
+	for src.Next() {
+		if err := w.Write(src.Request()); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	if err := src.Err(); err != nil {
+		w.Abort()
+		return err
+	}
+	return w.Close()
+}
 
 // hiccups measures how late a goroutine sleeping 1 ms wakes (every 10 ms, so that its own
 // wake-ups cost the replayer little CPU), while a run goes: the
@@ -249,30 +262,38 @@ type outcome struct {
 	client                    string
 }
 
+// replayOnce replays src at its own times against base with the code `llmreplay replay`
+// runs (replay.Prepare, then replay.Run): the trace file, the production prompter (text
+// prompts, as for any --endpoint), the client. Only Run is inside the CPU measurement.
 func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight int, model string) (*outcome, error) {
-	u, err := replay.BaseURL(base)
-	if err != nil {
-		return nil, err
-	}
-	c, err := replay.NewClient(replay.ClientOptions{BaseURL: u, API: replay.APICompletions, Backend: replay.BackendVLLM,
-		Model: model, Timeout: time.Minute, MaxInflight: maxInflight, HTTPClient: *hclient})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	dir, err := os.MkdirTemp("", "replaybench")
 	if err != nil {
 		return nil, err
 	}
-	out := filepath.Join(dir, "results.parquet")
-	hic := startHiccups()
-	cpu0, t0 := cpuTime(), time.Now()
-	sum, err := replay.Run(context.Background(), replay.Options{Source: src, Client: c, Prompter: words, Speedup: 1,
-		MaxInflight: maxInflight, Output: out, Grace: time.Second, Warmup: int64(warmup.Seconds() * ratePerSec), Prewarm: *prewarm})
+	cfg := replay.DefaultConfig()
+	cfg.Trace = filepath.Join(dir, "trace.parquet")
+	if err := writeTrace(cfg.Trace, src); err != nil {
+		return nil, err
+	}
+	cfg.Endpoint, cfg.Model, cfg.HTTPClient = base, model, *hclient
+	cfg.Speedup, cfg.SpeedupSet = 1, true
+	cfg.Timeout, cfg.MaxInflight, cfg.Grace, cfg.Prewarm = time.Minute, maxInflight, time.Second, *prewarm
+	cfg.Warmup = int64(warmup.Seconds() * ratePerSec)
+	cfg.Output = filepath.Join(dir, "results.parquet")
+	cfg.Quiet = true
+	ctx := context.Background()
+	sess, err := replay.Prepare(ctx, cfg, replay.Env{ToolVersion: "replaybench"})
 	if err != nil {
 		return nil, err
 	}
-	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: out, client: c.HTTPClientName()}
+	defer sess.Close()
+	hic := startHiccups()
+	cpu0, t0 := cpuTime(), time.Now()
+	sum, err := replay.Run(ctx, sess.Options)
+	if err != nil {
+		return nil, err
+	}
+	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName()}
 	o.hicP50, o.hicP99 = hic.end()
 	o.n = int(sum.Requests)
 	o.ok = int(sum.ByStatus[results.StatusOK])

@@ -203,15 +203,15 @@ func TestParseStartAt(t *testing.T) {
 		{"soon", 0},
 		{"1796223600.-5", 0},
 	} {
-		got, err := parseStartAt(tc.in)
+		got, err := replay.ParseStartAt(tc.in)
 		if tc.want == 0 {
 			if err == nil {
-				t.Errorf("parseStartAt(%q) = %v, want an error", tc.in, got)
+				t.Errorf("replay.ParseStartAt(%q) = %v, want an error", tc.in, got)
 			}
 			continue
 		}
 		if err != nil || got.UnixNano() != tc.want {
-			t.Errorf("parseStartAt(%q) = %v (%d), %v; want %d", tc.in, got, got.UnixNano(), err, tc.want)
+			t.Errorf("replay.ParseStartAt(%q) = %v (%d), %v; want %d", tc.in, got, got.UnixNano(), err, tc.want)
 		}
 	}
 }

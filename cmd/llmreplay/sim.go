@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
@@ -45,6 +47,47 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// Every model parameter; applied over the profile only when given.
 	var o sim.Config
+	addSimModelFlags(fs, &o)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("sim: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := sim.Profile(*profile)
+	if err != nil {
+		return usagef("sim: --profile: %v", err)
+	}
+	applySimFlags(fs, &cfg, &o)
+	if (fs.Changed("ttft") || fs.Changed("itl")) && !cfg.Fixed {
+		return usagef("sim: --ttft and --itl apply to --profile fixed only")
+	}
+	for _, f := range *faults {
+		if err := sim.ParseFault(f, &cfg.Faults); err != nil {
+			return usagef("sim: --fault: %v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if *printInfo {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sim.Analyze(cfg))
+	}
+
+	r, err := sim.Start(ctx, *addr, cfg)
+	if err != nil {
+		return err
+	}
+	printSimBanner(stderr, r, cfg, *profile)
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "llmreplay sim: stopping")
+	return r.Close()
+}
+
+// addSimModelFlags defines sim's model parameter flags on fs, into o.
+func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.StringVar(&o.Model, "model", "", "served model name (default: the profile's)")
 	fs.Float64Var(&o.TimeScale, "time-scale", 1, "run model time this many times faster than real time (10 = 10x faster)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed for faults and natural output lengths")
@@ -65,16 +108,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&o.EOSMeanTokens, "eos-mean", 0, "mean natural output length for requests without ignore_eos (0 = always max_tokens)")
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", 0, "max_tokens for completions that give none")
 	fs.IntVar(&o.DefaultChatMaxTokens, "default-chat-max-tokens", 0, "max_tokens cap for chat requests that give none")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("sim: unexpected argument %q", fs.Arg(0))
-	}
-	cfg, err := sim.Profile(*profile)
-	if err != nil {
-		return usagef("sim: --profile: %v", err)
-	}
+}
+
+// applySimFlags sets over cfg (a profile) the model parameters the command line gave.
+func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set := func(name string, dst, src any) {
 		if !fs.Changed(name) {
 			return
@@ -112,29 +149,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	set("eos-mean", &cfg.EOSMeanTokens, &o.EOSMeanTokens)
 	set("default-max-tokens", &cfg.DefaultMaxTokens, &o.DefaultMaxTokens)
 	set("default-chat-max-tokens", &cfg.DefaultChatMaxTokens, &o.DefaultChatMaxTokens)
-	if (fs.Changed("ttft") || fs.Changed("itl")) && !cfg.Fixed {
-		return usagef("sim: --ttft and --itl apply to --profile fixed only")
-	}
-	for _, f := range *faults {
-		if err := sim.ParseFault(f, &cfg.Faults); err != nil {
-			return usagef("sim: --fault: %v", err)
-		}
-	}
-	if err := cfg.Validate(); err != nil {
-		return usagef("%v", err)
-	}
-	if *printInfo {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sim.Analyze(cfg))
-	}
+}
 
-	r, err := sim.Start(ctx, *addr, cfg)
-	if err != nil {
-		return err
-	}
+// printSimBanner says on stderr what the running engine serves and models.
+func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile string) {
 	in := r.Info()
-	fmt.Fprintf(stderr, "llmreplay sim: serving %s (profile %s) at %s\n", cfg.Model, *profile, r.BaseURL())
+	fmt.Fprintf(stderr, "llmreplay sim: serving %s (profile %s) at %s\n", cfg.Model, profile, r.BaseURL())
 	if cfg.Fixed {
 		fmt.Fprintf(stderr, "  fixed timing: TTFT %v, ITL %v (model time), no batching\n", cfg.FixedTTFT, cfg.FixedITL)
 	} else {
@@ -153,7 +173,4 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	host := strings.TrimSuffix(r.BaseURL(), "/v1")
 	fmt.Fprintf(stderr, "  try GET %s/models, %s/sim/info, %s/metrics; Ctrl-C stops\n", r.BaseURL(), host, host)
-	<-ctx.Done()
-	fmt.Fprintln(stderr, "llmreplay sim: stopping")
-	return r.Close()
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,12 +47,17 @@ const sweepExamples = `  # The built-in simulated engine at five speedups of the
   llmreplay sweep --resume sweep-auto/`
 
 // sweepState is DIR/sweep-state.json: the sweep's command line and its finished points, so
-// that --resume continues with the same options and skips what is done.
+// that --resume continues with the same options and skips what is done. The command line
+// is stored without its secrets: flags that may carry one (--api-key, --header, an
+// --endpoint with userinfo or a query) are left out and named in Withheld, and --resume
+// asks for them again (the API key may come from the environment instead).
 type sweepState struct {
-	Version int         `json:"version"`
-	Args    []string    `json:"args"`
-	Points  []sweepDone `json:"points"`
-	Started time.Time   `json:"started"`
+	Version  int         `json:"version"`
+	Args     []string    `json:"args"`
+	Points   []sweepDone `json:"points"`
+	Started  time.Time   `json:"started"`
+	Withheld []string    `json:"withheld,omitempty"` // flag names, e.g. "endpoint"
+	Endpoint string      `json:"endpoint,omitempty"` // a withheld --endpoint's safe form
 }
 
 type sweepDone struct {
@@ -72,7 +79,66 @@ type sweepFlags struct {
 	resume                                          string
 }
 
+// sweepPlan is a parsed, checked sweep command line.
+type sweepPlan struct {
+	fs    *pflag.FlagSet
+	cfg   replay.Config     // the replay options every point shares
+	flags map[string]string // their run-metadata flag map
+	sf    sweepFlags
+	axis  string
+	loads []float64
+	dir   string
+	ko    analysis.KneeOptions
+	aopts analysis.Options
+}
+
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	state, args, err := sweepResumeArgs(args)
+	if err != nil {
+		return err
+	}
+	sp, err := parseSweep(args, stdout)
+	if err != nil {
+		return err
+	}
+	if state != nil {
+		if err := state.checkWithheld(sp); err != nil {
+			return err
+		}
+	}
+	dir := sp.dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	if state == nil {
+		if _, err := os.Stat(filepath.Join(dir, sweepStateFile)); err == nil {
+			return fmt.Errorf("sweep: %s already holds a sweep: continue it with --resume %s, or choose another -o", dir, dir)
+		}
+		if state, err = newSweepState(args, &sp.cfg, sp.fs); err != nil {
+			return err
+		}
+		if err := writeSweepState(dir, state); err != nil {
+			return err
+		}
+	}
+
+	sw := &sweeper{ctx: ctx, cfg: sp.cfg, flags: sp.flags, sf: &sp.sf, axis: sp.axis, dir: dir, state: state, aopts: sp.aopts,
+		stdout: stdout, stderr: stderr, rows: map[float64]analysis.SweepRow{}}
+	for _, p := range state.Points {
+		row, err := sw.analyse(p.Load, p.File)
+		if err != nil {
+			return fmt.Errorf("sweep: resume: %w", err)
+		}
+		sw.rows[p.Load] = row
+		fmt.Fprintf(stderr, "llmreplay: sweep: kept %s %s from %s\n", sp.axis, fmtLoadFlag(p.Load), p.File)
+	}
+	knee, runErr := sw.runPoints(sp)
+	return sw.finish(sp, knee, runErr)
+}
+
+// sweepResumeArgs reads the state of a --resume DIR and returns the command line to parse:
+// the stored one, plus --json and the withheld secret flags when the resume gives them.
+func sweepResumeArgs(args []string) (*sweepState, []string, error) {
 	var resumeDir string
 	for i, a := range args {
 		if a == "--resume" && i+1 < len(args) {
@@ -81,38 +147,195 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			resumeDir = v
 		}
 	}
-	var state *sweepState
-	if resumeDir != "" {
-		st, err := readSweepState(resumeDir)
-		if err != nil {
-			return err
-		}
-		// The sweep continues with the options it was started with; only --json (how the
-		// result is printed) may be added.
-		var extra []string
-		for i := 0; i < len(args); i++ {
-			switch a := args[i]; {
-			case a == "--resume":
-				i++
-			case strings.HasPrefix(a, "--resume="):
-			case a == "--json":
-				extra = append(extra, a)
-			default:
-				return usagef("sweep: --resume takes no other flags than --json: the sweep continues with its own (%s)", strings.Join(st.Args, " "))
-			}
-		}
-		state, args = st, append(append([]string(nil), st.Args...), extra...)
+	if resumeDir == "" {
+		return nil, args, nil
 	}
+	st, err := readSweepState(resumeDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The sweep continues with the options it was started with; only --json (how the
+	// result is printed) and the flags it withheld may be added.
+	var extra []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--resume":
+			i++
+		case strings.HasPrefix(a, "--resume="):
+		case a == "--json":
+			extra = append(extra, a)
+		default:
+			n := secretFlagTokens(args, i)
+			if n == 0 || len(st.Withheld) == 0 {
+				return nil, nil, usagef("sweep: --resume takes no other flags than --json: the sweep continues with its own (%s)", strings.Join(st.Args, " "))
+			}
+			extra = append(extra, args[i:i+n]...)
+			i += n - 1
+		}
+	}
+	return st, append(append([]string(nil), st.Args...), extra...), nil
+}
 
+// secretFlags are the flags whose values may be secrets: stored in sweep-state.json only
+// when the value is not one (an --endpoint without userinfo or query).
+var secretFlags = map[string]string{"--endpoint": "endpoint", "-e": "endpoint", "--api-key": "api-key", "--header": "header", "-H": "header"}
+
+// secretFlagTokens returns how many tokens of args, from i, are one secret flag with its
+// value (--endpoint URL, --endpoint=URL, -eURL, -H 'N: v'...), or 0 when args[i] is not one.
+func secretFlagTokens(args []string, i int) int {
+	if _, ok := secretFlagName(args[i]); !ok {
+		return 0
+	}
+	if _, bare := secretFlags[args[i]]; bare && i+1 < len(args) {
+		return 2 // the flag, then its value
+	}
+	return 1
+}
+
+// secretFlagName returns the name of the secret flag token a starts (in any form).
+func secretFlagName(a string) (string, bool) {
+	if n, ok := secretFlags[a]; ok {
+		return n, true
+	}
+	for form, n := range secretFlags {
+		long := strings.HasPrefix(form, "--")
+		if (long && strings.HasPrefix(a, form+"=")) || (!long && len(a) > 2 && strings.HasPrefix(a, form)) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// newSweepState starts the state of a new sweep, its command line without secrets.
+func newSweepState(args []string, cfg *replay.Config, fs *pflag.FlagSet) (*sweepState, error) {
+	st := &sweepState{Version: 1, Started: time.Now().UTC()}
+	withheld := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		n := secretFlagTokens(args, i)
+		if n == 0 {
+			st.Args = append(st.Args, args[i])
+			continue
+		}
+		name, _ := secretFlagName(args[i])
+		if name == "endpoint" && !replay.HasSecret(cfg.Endpoint) {
+			st.Args = append(st.Args, args[i:i+n]...)
+		} else {
+			withheld[name] = true
+		}
+		i += n - 1
+	}
+	for _, n := range []string{"endpoint", "api-key", "header"} {
+		if withheld[n] {
+			st.Withheld = append(st.Withheld, n)
+		}
+	}
+	if withheld["endpoint"] {
+		st.Endpoint = replay.SafeURL(cfg.Endpoint)
+	}
+	// Whatever form a secret took (-qeURL, say), it must not be stored.
+	for _, a := range st.Args {
+		if holdsSecret(a, cfg, fs.Changed("api-key")) {
+			return nil, usagef("sweep: cannot store the command line without its secrets: give --endpoint, --api-key and --header as separate flags")
+		}
+	}
+	return st, nil
+}
+
+// holdsSecret reports whether a command-line token holds one of cfg's secrets: the
+// endpoint's userinfo or query, a whole --header, the API key when a flag gave it.
+func holdsSecret(a string, cfg *replay.Config, keyFromFlag bool) bool {
+	if keyFromFlag && cfg.APIKey != "" && strings.Contains(a, cfg.APIKey) {
+		return true
+	}
+	for _, h := range cfg.Headers {
+		if h != "" && strings.HasSuffix(a, h) {
+			return true
+		}
+	}
+	if replay.HasSecret(cfg.Endpoint) && strings.Contains(a, cfg.Endpoint) {
+		return true
+	}
+	if u, err := url.Parse(cfg.Endpoint); err == nil && u.User != nil {
+		return strings.Contains(a, u.User.String())
+	}
+	return false
+}
+
+// checkWithheld makes a resume give again the secret flags the state left out.
+func (st *sweepState) checkWithheld(sp *sweepPlan) error {
+	for _, n := range st.Withheld {
+		given := sp.fs.Changed(n)
+		if n == "api-key" {
+			given = sp.cfg.APIKey != "" // the flag, or $LLMREPLAY_API_KEY / $OPENAI_API_KEY
+		}
+		if given {
+			continue
+		}
+		what := "--" + n
+		if n == "endpoint" {
+			what = fmt.Sprintf("--endpoint (%s, with its credentials)", st.Endpoint)
+		}
+		return usagef("sweep: --resume: this sweep's %s is not stored (it may hold a secret): give it again with --resume", what)
+	}
+	return nil
+}
+
+// parseSweep parses and checks sweep's command line.
+func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 	fs := newFlagSet("sweep", "llmreplay sweep (--speedups a,b,c | --rates a,b,c | --concurrencies a,b,c | --auto) -o DIR [replay flags]", sweepExamples, stdout)
-	var rf replayFlags
-	addReplayFlags(fs, &rf)
+	sp := &sweepPlan{fs: fs, cfg: replay.DefaultConfig()}
+	addReplayFlags(fs, &sp.cfg)
 	for _, n := range []string{"speedup", "rate", "concurrency", "keep-journal", "strict"} {
 		fs.MarkHidden(n) // set per point by the sweep
 	}
 	out := fs.Lookup("output")
 	out.Usage, out.DefValue = "directory for the points' results files and the sweep's reports (required)", ""
-	var sf sweepFlags
+	addSweepFlags(fs, &sp.sf)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("sweep: unexpected argument %q", fs.Arg(0))
+	}
+	setGiven(fs, &sp.cfg)
+	for n, list := range map[string]string{"speedup": "speedups", "rate": "rates", "concurrency": "concurrencies"} {
+		if fs.Changed(n) {
+			return nil, usagef("sweep: --%s is set per point: give --%s (or --auto) instead", n, list)
+		}
+	}
+	sp.dir = sp.cfg.Output
+	if !fs.Changed("output") || sp.dir == "" {
+		return nil, usagef("sweep: -o DIR is required")
+	}
+	var err error
+	if sp.axis, sp.loads, err = sp.sf.axis(); err != nil {
+		return nil, err
+	}
+	sf := &sp.sf
+	if sf.auto && sp.cfg.Concurrency > 0 {
+		return nil, usagef("sweep: --auto searches open-loop loads only")
+	}
+	if !(sf.attainmentPct > 0 && sf.attainmentPct <= 100) {
+		return nil, usagef("sweep: --attainment %v: want a percentage in (0, 100]", sf.attainmentPct)
+	}
+	sp.ko = analysis.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio,
+		Attainment: sf.attainmentPct / 100, HasSLO: sp.cfg.SLO != "", MaxPoints: sf.maxPoints}
+	if sf.auto {
+		if err := sp.ko.Validate(); err != nil {
+			return nil, usagef("sweep: %v", err)
+		}
+	}
+	sp.aopts = analysis.DefaultOptions()
+	if sp.cfg.SLO != "" {
+		if sp.aopts.SLO, err = analysis.ParseSLO(sp.cfg.SLO); err != nil {
+			return nil, usagef("sweep: --slo: %v", err)
+		}
+	}
+	sp.flags = behaviourFlags(fs)
+	return sp, nil
+}
+
+func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 	fs.Float64SliceVar(&sf.speedups, "speedups", nil, "open-loop points at these speedups of the trace")
 	fs.Float64SliceVar(&sf.rates, "rates", nil, "open-loop points at these mean request rates (req/s), the trace's shape kept")
 	fs.IntSliceVar(&sf.concurrencies, "concurrencies", nil, "closed-loop points with these numbers of concurrent workers")
@@ -129,86 +352,29 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&sf.idleTimeout, "idle-timeout", 2*time.Minute, "how long the idle check waits before going on with a warning")
 	fs.BoolVar(&sf.jsonOut, "json", false, "print the sweep as JSON instead of the text table")
 	fs.StringVar(&sf.resume, "resume", "", "continue the interrupted sweep in DIR, with the options it was started with")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("sweep: unexpected argument %q", fs.Arg(0))
-	}
-	for n, list := range map[string]string{"speedup": "speedups", "rate": "rates", "concurrency": "concurrencies"} {
-		if fs.Changed(n) {
-			return usagef("sweep: --%s is set per point: give --%s (or --auto) instead", n, list)
-		}
-	}
-	dir := rf.output
-	if !fs.Changed("output") || dir == "" {
-		return usagef("sweep: -o DIR is required")
-	}
-	axis, loads, err := sf.axis()
-	if err != nil {
-		return err
-	}
-	if sf.auto && rf.concurrency > 0 {
-		return usagef("sweep: --auto searches open-loop loads only")
-	}
-	if !(sf.attainmentPct > 0 && sf.attainmentPct <= 100) {
-		return usagef("sweep: --attainment %v: want a percentage in (0, 100]", sf.attainmentPct)
-	}
-	ko := analysis.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio,
-		Attainment: sf.attainmentPct / 100, HasSLO: rf.slo != "", MaxPoints: sf.maxPoints}
-	if sf.auto {
-		if err := ko.Validate(); err != nil {
-			return usagef("sweep: %v", err)
-		}
-	}
-	aopts := analysis.DefaultOptions()
-	if rf.slo != "" {
-		if aopts.SLO, err = analysis.ParseSLO(rf.slo); err != nil {
-			return usagef("sweep: --slo: %v", err)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("sweep: %w", err)
-	}
-	if state == nil {
-		if _, err := os.Stat(filepath.Join(dir, sweepStateFile)); err == nil {
-			return fmt.Errorf("sweep: %s already holds a sweep: continue it with --resume %s, or choose another -o", dir, dir)
-		}
-		state = &sweepState{Version: 1, Args: args, Started: time.Now().UTC()}
-		if err := writeSweepState(dir, state); err != nil {
-			return err
-		}
-	}
+}
 
-	sw := &sweeper{ctx: ctx, fs: fs, rf: &rf, sf: &sf, axis: axis, dir: dir, state: state, aopts: aopts,
-		stdout: stdout, stderr: stderr, rows: map[float64]analysis.SweepRow{}}
-	for _, p := range state.Points {
-		row, err := sw.analyse(p.Load, p.File)
-		if err != nil {
-			return fmt.Errorf("sweep: resume: %w", err)
-		}
-		sw.rows[p.Load] = row
-		fmt.Fprintf(stderr, "llmreplay: sweep: kept %s %s from %s\n", axis, fmtLoadFlag(p.Load), p.File)
-	}
-
-	var knee *analysis.KneeResult
-	var runErr error
-	if sf.auto {
-		knee, runErr = analysis.SearchKnee(ctx, func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
+// runPoints runs the sweep's points: the list, or the --auto search.
+func (sw *sweeper) runPoints(sp *sweepPlan) (*analysis.KneeResult, error) {
+	if sp.sf.auto {
+		return analysis.SearchKnee(sw.ctx, func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
 			row, err := sw.point(load)
 			if err != nil {
 				return analysis.SweepPoint{}, err
 			}
 			return row.Point(), nil
-		}, ko)
-	} else {
-		for _, l := range loads {
-			if _, err := sw.point(l); err != nil {
-				runErr = err
-				break
-			}
+		}, sp.ko)
+	}
+	for _, l := range sp.loads {
+		if _, err := sw.point(l); err != nil {
+			return nil, err
 		}
 	}
+	return nil, nil
+}
+
+// finish writes and prints the sweep's report from the finished points.
+func (sw *sweeper) finish(sp *sweepPlan, knee *analysis.KneeResult, runErr error) error {
 	if len(sw.rows) == 0 {
 		if runErr != nil {
 			return runErr
@@ -222,21 +388,22 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if runErr != nil {
 		knee = nil // an interrupted search's bounds are partial: judge the finished points alone
 	}
-	rep := analysis.NewSweepReport(axis, rows, ko, knee)
+	rep := analysis.NewSweepReport(sp.axis, rows, sp.ko, knee)
 	if err := sw.writeReports(rep); err != nil {
 		return err
 	}
-	if sf.jsonOut {
-		err = rep.WriteJSON(stdout)
+	var err error
+	if sp.sf.jsonOut {
+		err = rep.WriteJSON(sw.stdout)
 	} else {
-		err = rep.WriteText(stdout)
+		err = rep.WriteText(sw.stdout)
 	}
 	if err != nil {
 		return err
 	}
 	if runErr != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("sweep: interrupted after %d points; they are kept in %s: continue with llmreplay sweep --resume %s", len(sw.rows), dir, dir)
+		if sw.ctx.Err() != nil {
+			return fmt.Errorf("sweep: interrupted after %d points; they are kept in %s: continue with llmreplay sweep --resume %s", len(sw.rows), sp.dir, sp.dir)
 		}
 		return runErr
 	}
@@ -286,8 +453,8 @@ func (sf *sweepFlags) axis() (string, []float64, error) {
 
 type sweeper struct {
 	ctx            context.Context
-	fs             *pflag.FlagSet
-	rf             *replayFlags
+	cfg            replay.Config     // the options every point shares
+	flags          map[string]string // their run-metadata flag map
 	sf             *sweepFlags
 	axis, dir      string
 	state          *sweepState
@@ -313,23 +480,15 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 		}
 	}
 	sw.ran++
-	if sw.sf.idleCheck && sw.rf.endpoint != "" {
+	if sw.sf.idleCheck && sw.cfg.Endpoint != "" {
 		sw.waitIdle()
 	}
 	file := fmt.Sprintf("point-%02d-%s-%s.parquet", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load))
 	path := filepath.Join(sw.dir, file)
-	// The axes are named after replay's flags: --speedup, --rate, --concurrency.
-	if err := sw.fs.Set(sw.axis, fmtLoadFlag(load)); err != nil {
-		return analysis.SweepRow{}, err
-	}
-	if err := sw.fs.Set("output", path); err != nil {
-		return analysis.SweepRow{}, err
-	}
-	rf := *sw.rf // the flag values, with the per-point ones just set
-	rf.quiet = true
+	cfg, flags := sw.pointConfig(load, path)
 	fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), path)
 	started := time.Now()
-	err := doReplay(sw.ctx, sw.fs, &rf, io.Discard, sw.stderr)
+	err := doReplay(sw.ctx, cfg, flags, io.Discard, sw.stderr)
 	if sw.ctx.Err() != nil {
 		// An interrupted point is not a measurement of this load: drop it, resume reruns it.
 		os.Remove(path)
@@ -352,6 +511,27 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 		len(sw.state.Points), time.Since(started).Round(time.Second), pt.OfferedTokensPerSecond, pt.SustainedTokensPerSecond,
 		row.Report.TTFT.P99, flagsNote(row.Report))
 	return row, nil
+}
+
+// pointConfig returns the replay of one point: a copy of the sweep's options with the load
+// set on the axis (named after replay's flags: --speedup, --rate, --concurrency) and the
+// output, and its flag map with the same two flags as the command line would give them.
+func (sw *sweeper) pointConfig(load float64, path string) (replay.Config, map[string]string) {
+	cfg := sw.cfg
+	cfg.Output, cfg.Quiet = path, true
+	value := fmtLoadFlag(load)
+	switch sw.axis {
+	case "speedup":
+		cfg.Speedup, cfg.SpeedupSet = load, true
+	case "rate":
+		cfg.Rate, cfg.RateSet = load, true
+	case "concurrency":
+		cfg.Concurrency, cfg.ConcurrencySet = int(load), true
+		value = strconv.Itoa(cfg.Concurrency)
+	}
+	flags := maps.Clone(sw.flags)
+	flags[sw.axis], flags["output"] = value, path
+	return cfg, flags
 }
 
 func flagsNote(r *analysis.Report) string {
@@ -382,7 +562,7 @@ func (sw *sweeper) analyse(load float64, file string) (analysis.SweepRow, error)
 // start while the previous one's requests still occupy the engine. An endpoint without
 // /metrics is taken as idle.
 func (sw *sweeper) waitIdle() {
-	base, err := replay.BaseURL(sw.rf.endpoint)
+	base, err := replay.BaseURL(sw.cfg.Endpoint)
 	if err != nil {
 		return
 	}

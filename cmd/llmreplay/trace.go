@@ -173,9 +173,7 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("trace synth", "llmreplay trace synth --rate R (--duration D | --count N) [flags] -o OUT.parquet",
-		`  # 10 minutes of Poisson arrivals at 20 req/s, lognormal prompts, clamped to 8k
+const traceSynthExamples = `  # 10 minutes of Poisson arrivals at 20 req/s, lognormal prompts, clamped to 8k
   llmreplay trace synth --rate 20 --duration 10m --prompt-tokens lognormal:1500,1200 --max 8192 -o poisson.parquet
   # Bursty: gamma arrivals with inter-arrival CV 3
   llmreplay trace synth --arrival gamma --cv 3 --rate 20 --count 20000 -o bursty.parquet
@@ -184,7 +182,11 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
   # Multi-turn chat: 2..8 turns per conversation, 64 open conversations, shared prefixes
   llmreplay trace synth --rate 5 --duration 30m --turns uniform:2,8 --sessions 64 -o chat.parquet
   # Lengths drawn from a real trace's columns
-  llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet`, stdout)
+  llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet`
+
+func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("trace synth", "llmreplay trace synth --rate R (--duration D | --count N) [flags] -o OUT.parquet",
+		traceSynthExamples, stdout)
 	var af arrivalFlags
 	fs.StringVar(&af.process, "arrival", trace.ArrivalPoisson, "arrival process: poisson, gamma or constant")
 	fs.StringVar(&af.rate, "rate", "", "requests per second, or a linear ramp R0:R1 over --duration")

@@ -1,0 +1,205 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmreplay/llmreplay/tokenize"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// Config is what a user asks of one replay: the flags of `llmreplay replay`, typed. cmd
+// parses the command line into it, sweep copies it per point with the load set, and
+// bench/replaybench builds one; Prepare turns it into a ready run. Each field names its
+// flag; zero values that mean "not given" say so.
+type Config struct {
+	Trace      string // --trace: trace/v1 Parquet file; "" = the bundled sample
+	Endpoint   string // --endpoint: base URL as typed; "" = the simulated engine in-process
+	SimProfile string // --sim-profile: the in-process engine's profile
+	API        string // --api: completions or chat
+	Backend    string // --backend
+	Model      string // --model; "" = the first of GET /v1/models
+	Headers    []string
+	// APIKey is sent as a bearer token. It is never serialised, stored or printed.
+	APIKey     string `json:"-"`
+	Insecure   bool
+	HTTPClient string // --http-client: auto, raw or net/http
+
+	// The load: at most one of Speedup, Rate and Concurrency is given (the *Set fields say
+	// which; a given zero is an error, an absent one a default).
+	Speedup        float64 // --speedup; default 1 (the bundled sample: its own)
+	SpeedupSet     bool
+	Rate           float64 // --rate, requests/s
+	RateSet        bool
+	Concurrency    int // --concurrency: closed loop
+	ConcurrencySet bool
+
+	MaxInflight int
+	Prewarm     int
+	Timeout     time.Duration // per request; 0 = none
+	Duration    time.Duration // 0 = the whole trace
+	Limit       int64
+	Warmup      int64
+	Grace       time.Duration
+	SLO         string // --slo, stored with the results (checked by cmd: analysis parses it)
+	MaxLateness time.Duration
+	Strict      bool
+
+	Output      string
+	KeepJournal bool
+	Shard       string // --shard i/N
+	StartAt     string // --start-at: RFC 3339 or unix seconds; "" = now
+
+	PromptFormat string // auto, text or token-ids
+	VocabSize    int
+	Calibrate    bool
+	Encoding     string
+	Seed         uint64
+
+	Quiet            bool
+	ProgressInterval time.Duration
+}
+
+// DefaultConfig returns the flag defaults of `llmreplay replay`.
+func DefaultConfig() Config {
+	return Config{
+		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto",
+		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
+		MaxLateness: DefaultMaxLateness, Output: "results.parquet", Shard: "0/1",
+		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase,
+		ProgressInterval: 5 * time.Second,
+	}
+}
+
+// ConfigError is a Config that cannot run: a bad flag value or combination. Its text names
+// the flag (`--speedup 0: must be positive`); the CLI reports it as a usage error.
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+func configErrorf(format string, a ...any) error {
+	return &ConfigError{fmt.Sprintf(format, a...)}
+}
+
+// Validate checks the configuration without touching a file, the network or the clock.
+func (c *Config) Validate() error {
+	modes := 0
+	for _, set := range []bool{c.SpeedupSet, c.RateSet, c.ConcurrencySet} {
+		if set {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return configErrorf("give at most one of --speedup, --rate and --concurrency")
+	}
+	if _, err := ParseHTTPClient(c.HTTPClient); err != nil {
+		return configErrorf("--http-client: %v", err)
+	}
+	if c.SpeedupSet && !(c.Speedup > 0) {
+		return configErrorf("--speedup %v: must be positive", c.Speedup)
+	}
+	if c.RateSet && (!(c.Rate > 0) || math.IsInf(c.Rate, 0)) {
+		return configErrorf("--rate %v: must be a positive number of requests per second", c.Rate)
+	}
+	if c.ConcurrencySet && c.Concurrency < 1 {
+		return configErrorf("--concurrency %d: must be at least 1", c.Concurrency)
+	}
+	if c.MaxInflight < 1 {
+		return configErrorf("--max-inflight %d: must be at least 1", c.MaxInflight)
+	}
+	api, err := ParseAPI(c.API)
+	if err != nil {
+		return configErrorf("--api: %v", err)
+	}
+	if _, err := ParseBackend(c.Backend); err != nil {
+		return configErrorf("--backend: %v", err)
+	}
+	tokenIDs, err := c.tokenIDPrompts(api)
+	if err != nil {
+		return err
+	}
+	if _, _, err := tokenize.TokenIDRange(c.VocabSize); tokenIDs && err != nil {
+		return configErrorf("--vocab-size: %v", err)
+	}
+	if _, err := trace.ParseShard(c.Shard); err != nil {
+		return configErrorf("--shard: %v", err)
+	}
+	if c.StartAt != "" {
+		if _, err := ParseStartAt(c.StartAt); err != nil {
+			return configErrorf("--start-at: %v", err)
+		}
+	}
+	if _, err := ParseHeaders(c.Headers); err != nil {
+		return err
+	}
+	if c.Output == "" {
+		return configErrorf("--output is empty")
+	}
+	return nil
+}
+
+// tokenIDPrompts decides --prompt-format.
+func (c *Config) tokenIDPrompts(api API) (bool, error) {
+	var tokenIDs bool
+	switch c.PromptFormat {
+	case "text":
+	case "token-ids":
+		tokenIDs = true
+	case "auto":
+		// The in-process engine counts token ids by length: no tokenizer on its side of the
+		// process, so the replayer's CPU is not shared with prompt tokenization.
+		tokenIDs = c.Endpoint == "" && api == APICompletions
+	default:
+		return false, configErrorf("--prompt-format %q: want auto, text or token-ids", c.PromptFormat)
+	}
+	if tokenIDs && api != APICompletions {
+		return false, configErrorf("--prompt-format token-ids needs --api completions")
+	}
+	return tokenIDs, nil
+}
+
+// ParseHeaders reads --header values ('Name: value'). Its errors name the header, never
+// its value.
+func ParseHeaders(hs []string) (http.Header, error) {
+	header := http.Header{}
+	for _, h := range hs {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, configErrorf("--header %q: want 'Name: value'", HeaderName(h))
+		}
+		header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	return header, nil
+}
+
+// ParseStartAt reads an instant as RFC 3339 (2026-12-02T15:00:00Z) or unix seconds
+// (1796223600, with up to nine fraction digits, read exactly).
+func ParseStartAt(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	bad := fmt.Errorf("%q: want RFC 3339 (2026-12-02T15:00:00Z) or unix seconds", s)
+	whole, frac, _ := strings.Cut(s, ".")
+	secs, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || secs <= 0 || secs > 1e11 || len(frac) > 9 {
+		return time.Time{}, bad
+	}
+	var ns int64
+	if frac != "" {
+		if ns, err = strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64); err != nil || frac[0] == '-' || frac[0] == '+' {
+			return time.Time{}, bad
+		}
+	}
+	return time.Unix(secs, ns), nil
+}
+
+// IsConfigError reports whether err is (or wraps) a ConfigError.
+func IsConfigError(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce)
+}

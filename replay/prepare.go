@@ -1,0 +1,402 @@
+package replay
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/tokenize"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// Env is what Prepare needs from its caller beside the Config: the things replay does not
+// own (the tool version, the command line's flag map, the simulated engine, a log).
+type Env struct {
+	Log         io.Writer // notices: the in-process engine started, calibration; nil = none
+	ToolVersion string
+	// Flags is the run metadata's map of behaviour flags, as given or defaulted (cmd builds
+	// it from the command line). Prepare stores it through SafeFlags and adds http-client
+	// and calibration.
+	Flags map[string]string
+	// StartSim starts the simulated engine with the named profile on a loopback port and
+	// returns its base URL and how to stop it; called when Config.Endpoint is empty (replay
+	// does not import replay/sim: cmd glues).
+	StartSim func(ctx context.Context, profile string) (baseURL string, stop func(), err error)
+}
+
+// Session is a replay ready to run: the trace open, the endpoint known, the client and the
+// prompter built. Run it with Run(ctx, s.Options) (set Options.Abort and Options.Progress
+// first), then Close it.
+type Session struct {
+	Options Options
+	// ProgressTotal is the number of requests the run will see (0: unknown); Schedule its
+	// schedule length (0: unknown). Both are for progress displays.
+	ProgressTotal int64
+	Schedule      time.Duration
+	closers       []func()
+}
+
+// Close releases the trace, the client and the in-process engine, last opened first.
+func (s *Session) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Prepare does what lies between a Config and Run: it validates cfg, opens the trace (or
+// the bundled sample) and hashes it, turns --speedup/--rate into a speedup, starts the
+// in-process engine when there is no endpoint, finds the model, builds the client, the
+// shard origin, the calibration and the prompter, and fills the run metadata. Its errors
+// are *ConfigError for a bad configuration; none carries a secret.
+func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if env.Log == nil {
+		env.Log = io.Discard
+	}
+	s := &Session{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	p := &preparer{cfg: &cfg, env: env, s: s}
+	p.api, _ = ParseAPI(cfg.API)
+	p.backend, _ = ParseBackend(cfg.Backend)
+	p.tokenIDs, _ = cfg.tokenIDPrompts(p.api)
+	p.shard, _ = trace.ParseShard(cfg.Shard)
+	p.header, _ = ParseHeaders(cfg.Headers)
+	if cfg.StartAt != "" {
+		p.startAt, _ = ParseStartAt(cfg.StartAt)
+		if late := time.Since(p.startAt); late > time.Second {
+			return nil, fmt.Errorf("replay: --start-at %s was %v ago: a late shard would send its share at other times than the others; choose a later instant", cfg.StartAt, late.Round(time.Millisecond))
+		}
+	}
+	if p.enc, err = tokenize.Get(cfg.Encoding); err != nil {
+		return nil, configErrorf("--encoding: %v", err)
+	}
+	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
+		return nil, err
+	}
+	steps := []func(context.Context) error{p.openTrace, p.speed, p.endpoint, p.model, p.client, p.origin, p.calibrate}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.Options = Options{
+		Source: p.source, Client: p.cl, Prompter: p.prompter(),
+		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
+		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
+		Shard: int32(p.shard.Index), Prewarm: min(max(cfg.Prewarm, 0), max(cfg.MaxInflight, cfg.Concurrency)),
+		Output: cfg.Output, KeepJournal: cfg.KeepJournal,
+		Meta: p.meta, MaxLateness: cfg.MaxLateness,
+		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
+	}
+	s.ProgressTotal = p.progressTotal()
+	return s, nil
+}
+
+// preparer holds Prepare's state between its steps.
+type preparer struct {
+	cfg      *Config
+	env      Env
+	s        *Session
+	api      API
+	backend  Backend
+	tokenIDs bool
+	shard    trace.Shard
+	header   http.Header
+	startAt  time.Time
+	enc      *tokenize.Encoding
+	builder  *tokenize.Builder
+
+	src      *trace.Reader
+	source   trace.Source
+	meta     results.RunMeta
+	speedup  float64
+	base     *url.URL
+	modelID  string
+	cl       *Client
+	originAt time.Duration
+	cal      *tokenize.Calibration
+}
+
+func (p *preparer) open() (*trace.Reader, error) {
+	if p.cfg.Trace == "" {
+		return trace.OpenSample()
+	}
+	return trace.Open(p.cfg.Trace)
+}
+
+// openTrace opens the trace and starts the run metadata with its name and hash.
+func (p *preparer) openTrace(context.Context) error {
+	cfg := p.cfg
+	src, err := p.open()
+	if err != nil {
+		return err
+	}
+	p.src, p.source = src, src
+	p.s.closers = append(p.s.closers, func() { src.Close() })
+	p.meta = results.RunMeta{ToolVersion: p.env.ToolVersion, API: string(p.api), Backend: string(p.backend),
+		ShardIndex: p.shard.Index, ShardCount: p.shard.Count, SLO: cfg.SLO, Concurrency: cfg.Concurrency}
+	p.meta.Host, _ = os.Hostname()
+	if cfg.Trace == "" {
+		p.meta.TraceFile, p.meta.TraceSHA256 = trace.SampleName, trace.SampleSHA256()
+		return nil
+	}
+	p.meta.TraceFile = filepath.Base(cfg.Trace)
+	p.meta.TraceSHA256, err = fileSHA256(cfg.Trace)
+	return err
+}
+
+// progressScanRows: above this many rows, the trace's span is not scanned for progress alone.
+const progressScanRows = 200_000
+
+// speed decides the speedup (--speedup, the sample's own, or --rate's) and the schedule
+// length shown by progress.
+func (p *preparer) speed(context.Context) error {
+	cfg := p.cfg
+	speedup := cfg.Speedup
+	if cfg.Trace == "" && !cfg.SpeedupSet {
+		speedup = trace.SampleSpeedup
+	}
+	if speedup == 0 {
+		speedup = 1
+	}
+	// The trace's span: needed for --rate, and shown by the progress display (elapsed vs
+	// schedule); a first pass over arrivals, skipped for big traces when only progress
+	// wants it.
+	var traceSpan time.Duration
+	if cfg.RateSet || (!cfg.Quiet && cfg.Concurrency == 0 && p.src.NumRows() <= progressScanRows) {
+		// The rate is the whole trace's (every shard gets the same speedup).
+		scan, err := p.open()
+		if err != nil {
+			return err
+		}
+		lim := int64(0)
+		if cfg.Limit > 0 {
+			lim = cfg.Limit + cfg.Warmup
+		}
+		n, span, err := ScanSpan(scan, lim)
+		scan.Close()
+		if err != nil {
+			return err
+		}
+		traceSpan = span
+		if cfg.RateSet {
+			if speedup, err = SpeedupForRate(n, span, cfg.Rate); err != nil {
+				return configErrorf("--%v", err)
+			}
+			p.meta.Rate = cfg.Rate
+		}
+	}
+	if cfg.Concurrency > 0 {
+		speedup = 0
+	}
+	p.speedup, p.meta.Speedup = speedup, speedup
+	if speedup > 0 && traceSpan > 0 {
+		p.s.Schedule = time.Duration(float64(traceSpan) / speedup)
+		if cfg.Duration > 0 && cfg.Duration < p.s.Schedule {
+			p.s.Schedule = cfg.Duration
+		}
+	}
+	return nil
+}
+
+// endpoint parses --endpoint, or starts the simulated engine in-process.
+func (p *preparer) endpoint(ctx context.Context) error {
+	cfg := p.cfg
+	if cfg.Endpoint != "" {
+		base, err := BaseURL(cfg.Endpoint)
+		if err != nil {
+			return configErrorf("--%v", err)
+		}
+		p.base = base
+		p.meta.Endpoint = SafeEndpoint(base)
+		return nil
+	}
+	if p.env.StartSim == nil {
+		return configErrorf("--endpoint is empty")
+	}
+	running, stop, err := p.env.StartSim(ctx, cfg.SimProfile)
+	if err != nil {
+		return err
+	}
+	p.s.closers = append(p.s.closers, stop)
+	fmt.Fprintf(p.env.Log, "llmreplay: no --endpoint: started the simulated engine (profile %s) at %s\n", cfg.SimProfile, running)
+	p.meta.Simulated, p.meta.SimProfile = true, cfg.SimProfile
+	if p.base, err = BaseURL(running); err != nil {
+		return err
+	}
+	p.meta.Endpoint = SafeEndpoint(p.base)
+	return nil
+}
+
+// model takes --model, or the first model the endpoint lists.
+func (p *preparer) model(ctx context.Context) error {
+	id, err := DiscoverModel(ctx, p.cfg.Model, p.base, p.cfg.APIKey, p.header, p.cfg.Insecure)
+	if err != nil {
+		return err
+	}
+	p.modelID, p.meta.Model = id, id
+	p.meta.Flags = SafeFlags(p.env.Flags)
+	return nil
+}
+
+// DiscoverModel returns model when given, else the first model id of GET BASE/models
+// (waiting at most 30 s). Its errors name the endpoint in its safe form.
+func DiscoverModel(ctx context.Context, model string, base *url.URL, apiKey string, header http.Header, insecure bool) (string, error) {
+	if model != "" {
+		return model, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ids, err := ListModels(lctx, base, apiKey, header, insecure)
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("replay: no --model given and %w", err)
+	}
+	if len(ids) == 0 {
+		return "", fmt.Errorf("replay: no --model given and %s/models lists none", SafeEndpoint(base))
+	}
+	return ids[0], nil
+}
+
+func (p *preparer) client(context.Context) error {
+	cfg := p.cfg
+	cl, err := NewClient(ClientOptions{
+		BaseURL: p.base, API: p.api, Backend: p.backend, Model: p.modelID, APIKey: cfg.APIKey, Header: p.header,
+		Timeout: cfg.Timeout, MaxInflight: max(cfg.MaxInflight, cfg.Concurrency), Insecure: cfg.Insecure,
+		CountTokens: p.enc.Count, TokenIDPrompts: p.tokenIDs, HTTPClient: cfg.HTTPClient,
+	})
+	if err != nil {
+		return err
+	}
+	p.cl = cl
+	p.s.closers = append(p.s.closers, func() { cl.Close() })
+	p.meta.Flags["http-client"] = cl.HTTPClientName() // what auto chose
+	return nil
+}
+
+// origin makes a shard's due times count from the whole trace's first arrival, not the
+// shard's, so every request is due at the same instant as in a single-process run.
+func (p *preparer) origin(context.Context) error {
+	if p.shard.Count <= 1 {
+		return nil
+	}
+	first, err := p.open()
+	if err != nil {
+		return err
+	}
+	if first.Next() {
+		p.originAt = first.Request().Arrival
+	}
+	err = first.Err()
+	first.Close()
+	if err != nil {
+		return err
+	}
+	p.source = trace.NewShardSource(p.src, p.shard)
+	return nil
+}
+
+// calibrate runs --calibrate: it learns how the server counts the builder's text.
+func (p *preparer) calibrate(ctx context.Context) error {
+	cfg := p.cfg
+	if !cfg.Calibrate {
+		return nil
+	}
+	if p.tokenIDs {
+		fmt.Fprintln(p.env.Log, "llmreplay: --calibrate: token-id prompts are counted exactly; nothing to calibrate")
+		return nil
+	}
+	c, err := Calibrate(ctx, p.base, p.api, p.modelID, cfg.APIKey, p.header, cfg.Insecure, p.builder)
+	if err != nil {
+		return fmt.Errorf("replay: --calibrate: %w", err)
+	}
+	p.cal = &c
+	fmt.Fprintf(p.env.Log, "llmreplay: calibrated: %s\n", c)
+	p.meta.Flags["calibration"] = c.String()
+	return nil
+}
+
+// Calibrate runs tokenize.Calibrate against base with the client's credentials. tokenize
+// sees the base URL without userinfo (its password goes as a basic Authorization header,
+// whose value tokenize scrubs from its errors); the errors it returns are wrapped with the
+// endpoint's safe form.
+func Calibrate(ctx context.Context, base *url.URL, api API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (tokenize.Calibration, error) {
+	h := header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	if auth := BasicAuth(base); auth != "" {
+		h.Set("Authorization", auth)
+	}
+	if apiKey != "" {
+		h.Set("Authorization", "Bearer "+apiKey)
+	}
+	clean := *base
+	clean.User = nil
+	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{BaseURL: clean.String(), API: string(api), Model: model,
+		HTTPClient: &http.Client{Transport: NewTransport(8, insecure), Timeout: time.Minute}, Header: h, Builder: b})
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", SafeEndpoint(base), err)
+	}
+	return c, nil
+}
+
+func (p *preparer) prompter() Prompter {
+	return NewPrompter(PrompterOptions{Builder: p.builder, Encoding: p.enc, TokenIDs: p.tokenIDs,
+		VocabSize: p.cfg.VocabSize, BlockTokens: p.src.Meta().BlockTokens, Calibration: p.cal})
+}
+
+// progressTotal is the number of requests a progress display counts to (0: unknown).
+func (p *preparer) progressTotal() int64 {
+	total := p.src.NumRows()
+	if p.shard.Count > 1 {
+		total = 0
+	}
+	if l := p.cfg.Limit; l > 0 && (total == 0 || l+p.cfg.Warmup < total) {
+		total = l + p.cfg.Warmup
+	}
+	return total
+}
+
+// SafeFlags returns a copy of a run's flag map fit to store: the endpoint without its
+// userinfo or query; the API key and header values are never in it (cmd lists header names
+// only).
+func SafeFlags(flags map[string]string) map[string]string {
+	m := maps.Clone(flags)
+	if m == nil {
+		m = map[string]string{}
+	}
+	delete(m, "api-key")
+	if e, ok := m["endpoint"]; ok {
+		m["endpoint"] = SafeURL(e)
+	}
+	return m
+}
+
+func fileSHA256(path string) (string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("replay: %w", err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return "", fmt.Errorf("replay: hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

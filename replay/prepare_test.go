@@ -1,0 +1,61 @@
+package replay
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// TestPrepare: the bundled sample at a rate against a loopback server with a password in
+// its URL: the speedup comes from the rate, the model is the first listed, the metadata
+// holds the endpoint and flags in their safe forms, and the session runs.
+func TestPrepare(t *testing.T) {
+	u := startServer(t, &vllmServer{})
+	cfg := DefaultConfig()
+	cfg.Endpoint = strings.Replace(u.String(), "http://", "http://user:pw-Secret1@", 1)
+	cfg.Rate, cfg.RateSet = 400, true
+	cfg.Limit, cfg.Prewarm, cfg.Quiet = 5, 1, true
+	cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
+	flags := map[string]string{"endpoint": cfg.Endpoint, "rate": "400"}
+	sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test", Flags: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	o := sess.Options
+	m := o.Meta
+	if m.Model != "model-a" || m.Endpoint != u.String() || m.Flags["endpoint"] != u.String() || m.Rate != 400 ||
+		m.TraceFile != trace.SampleName || m.Flags["http-client"] != HTTPClientRaw || m.Flags["rate"] != "400" {
+		t.Errorf("metadata %+v", m)
+	}
+	if flags["endpoint"] != cfg.Endpoint {
+		t.Error("Prepare changed the caller's flag map")
+	}
+	if !(o.Speedup > 0) || o.Speedup == trace.SampleSpeedup || o.Limit != 5 || o.Prewarm != 1 {
+		t.Errorf("options: speedup %v limit %d prewarm %d", o.Speedup, o.Limit, o.Prewarm)
+	}
+	sum, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.ByStatus[results.StatusOK] != 5 {
+		t.Errorf("ran %v, want 5 ok", sum.ByStatus)
+	}
+
+	// A bad configuration is a *ConfigError naming the flag; the endpoint's password is
+	// never in an error.
+	cfg.RateSet = false
+	cfg.Endpoint = "ftp://user:pw-Secret1@h/v1"
+	if _, err := Prepare(context.Background(), cfg, Env{}); !IsConfigError(err) || strings.Contains(err.Error(), "pw-Secret1") ||
+		!strings.HasPrefix(err.Error(), "--endpoint") {
+		t.Errorf("Prepare with an ftp endpoint: %v", err)
+	}
+	cfg.Endpoint = ""
+	if _, err := Prepare(context.Background(), cfg, Env{}); !IsConfigError(err) {
+		t.Errorf("Prepare with no endpoint and no StartSim: %v", err)
+	}
+}
