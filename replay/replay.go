@@ -167,6 +167,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r.prepared = make(chan *request, o.LookAhead)
 	r.preparerDone = make(chan struct{})
 	go r.prepare()
+	// The caller may close the Source once Run returns: the preparer must be out of it.
+	defer func() { r.cancelGraceful(errRunOver); <-r.preparerDone }()
 	start := o.Start
 	if start.IsZero() {
 		// The clock starts once the look-ahead is full (or the trace is short), so the
@@ -340,7 +342,7 @@ func (r *runner) prepare() {
 	}
 	var prompt []byte
 	src := r.o.Source
-	for src.Next() {
+	for r.graceful.Err() == nil && src.Next() { // after a stop, not one more read
 		tr := src.Request()
 		due, warm, ok := p.plan(tr.Arrival)
 		if !ok {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -443,5 +444,39 @@ func TestSynctestProgressPlainLines(t *testing.T) {
 		if strings.Count(buf.String(), "\n") != 2 {
 			t.Errorf("lines after 12 s: %q", buf.String())
 		}
+	})
+}
+
+// slowSource takes d of virtual time to read its one request.
+type slowSource struct {
+	d      time.Duration
+	n      int
+	inNext atomic.Bool
+}
+
+func (s *slowSource) Next() bool {
+	s.inNext.Store(true)
+	defer s.inNext.Store(false)
+	time.Sleep(s.d)
+	s.n++
+	return s.n == 1
+}
+func (s *slowSource) Request() trace.Request {
+	return trace.Request{ID: 1, PromptTokens: 3, OutputTokens: 1}
+}
+func (s *slowSource) Err() error { return nil }
+
+// Run returns only once the preparer is out of the Source, which its caller then closes.
+func TestSynctestRunLeavesSourceBeforeReturning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop, abort := WithStop(context.Background())
+		defer abort()
+		time.AfterFunc(time.Second, stop)
+		src := &slowSource{d: 5 * time.Second}
+		sr := runSynctest(t, ctx, src, &fakeEndpoint{d: ten}, nil)
+		if src.inNext.Load() {
+			t.Fatal("Run returned while the preparer was reading the source")
+		}
+		sr.check(t, 5*time.Second, nil, nil, nil)
 	})
 }

@@ -9,12 +9,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -403,33 +401,14 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		return append(dst, ']'), nil
 	})
 
-	// Signals: the first SIGINT/SIGTERM stops dispatching (main's handler cancels ctx;
-	// runCtx covers callers without one), the second cancels the requests in flight.
-	abort := make(chan struct{})
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		for n := 1; ; n++ {
-			select {
-			case <-sigs:
-			case <-finished:
-				return
-			}
-			if n == 1 {
-				stopRun()
-				fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", f.grace)
-				continue
-			}
-			fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
-			close(abort)
-			return
-		}
-	}()
+	// Stopping: main's signal handler cancels ctx at the first SIGINT/SIGTERM (the graceful
+	// stop) and its hard context at the second; Run acts on both, this says so.
+	defer context.AfterFunc(ctx, func() {
+		fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", f.grace)
+	})()
+	defer context.AfterFunc(replay.HardContext(ctx), func() {
+		fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
+	})()
 
 	prog := new(replay.Progress)
 	progCtx, stopProg := context.WithCancel(context.Background())
@@ -454,12 +433,12 @@ func doReplay(ctx context.Context, fs *pflag.FlagSet, f *replayFlags, stdout, st
 		close(progDone)
 	}
 
-	sum, err := replay.Run(runCtx, replay.Options{
+	sum, err := replay.Run(ctx, replay.Options{
 		Source: source, Client: client, Prompter: prompter,
 		Speedup: speedup, Concurrency: f.concurrency, MaxInflight: f.maxInflight,
 		Duration: f.duration, Limit: f.limit, Warmup: f.warmup, Grace: f.grace,
 		Shard: int32(shard.Index), Prewarm: min(max(f.prewarm, 0), max(f.maxInflight, f.concurrency)), Output: f.output, KeepJournal: f.keepJournal,
-		Meta: meta, MaxLateness: f.maxLateness, Abort: abort, Progress: prog,
+		Meta: meta, MaxLateness: f.maxLateness, Progress: prog,
 		Start: startAt, Origin: origin, HasOrigin: shard.Count > 1,
 	})
 	stopProg()
