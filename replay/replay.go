@@ -51,7 +51,7 @@ type Options struct {
 	Duration    time.Duration // 0 = whole trace; else only requests due within it (closed: sent within it)
 	Limit       int64         // 0 = no limit; else at most this many recorded requests
 	Warmup      int64         // leading requests sent on schedule but not recorded
-	Grace       time.Duration // after a stop, how long requests in flight may finish
+	Grace       time.Duration // after an early stop (the caller's, a fatal error), how long requests in flight may finish
 	LookAhead   int           // prepared requests buffered ahead of the dispatcher
 	Shard       int32
 	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
@@ -289,9 +289,8 @@ type runner struct {
 	hard, graceful             context.Context
 	cancelHard, cancelGraceful context.CancelCauseFunc
 	stopped                    <-chan struct{}
-	graceMu                    sync.Mutex
+	graceOnce                  sync.Once
 	graceTimer                 *time.Timer // armed by the first early stop
-	graceArmed                 bool
 
 	prepared     chan *request
 	preparerDone chan struct{} // closed when prepare returns
@@ -313,18 +312,13 @@ func (r *runner) stop(cause error) {
 		return
 	}
 	r.prog.Stopping.Store(true)
-	r.graceMu.Lock()
-	defer r.graceMu.Unlock()
-	if !r.graceArmed {
-		r.graceArmed = true
-		r.graceTimer = time.AfterFunc(r.o.Grace, func() { r.cancelHard(errGraceOver) })
-	}
+	r.graceOnce.Do(func() { r.graceTimer = time.AfterFunc(r.o.Grace, func() { r.cancelHard(errGraceOver) }) })
 }
 
+// stopGraceTimer stops the grace timer, if a stop armed it, and keeps any later stop from
+// arming it.
 func (r *runner) stopGraceTimer() {
-	r.graceMu.Lock()
-	defer r.graceMu.Unlock()
-	r.graceArmed = true // no stop arms it after Run returns
+	r.graceOnce.Do(func() {})
 	if r.graceTimer != nil {
 		r.graceTimer.Stop()
 	}

@@ -96,7 +96,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replayFlags) {
 	fs.DurationVar(&f.duration, "duration", 0, "replay only requests due within this time (closed loop: sent within it)")
 	fs.Int64Var(&f.limit, "limit", 0, "replay at most N requests (after warm-up)")
 	fs.Int64Var(&f.warmup, "warmup", 0, "send the first N requests on schedule without recording them")
-	fs.DurationVar(&f.grace, "grace", replay.DefaultGrace, "after Ctrl-C or SIGTERM, how long requests in flight may finish (a second Ctrl-C cancels them)")
+	fs.DurationVar(&f.grace, "grace", replay.DefaultGrace, "after Ctrl-C, SIGTERM or a fatal error, how long requests in flight may finish before they are canceled (a second Ctrl-C cancels them at once)")
 	fs.StringVar(&f.slo, "slo", "", "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms")
 	fs.DurationVar(&f.maxLateness, "max-lateness", replay.DefaultMaxLateness, "schedule lateness p99 above which the run is client-limited")
 	fs.BoolVar(&f.strict, "strict", false, "exit with status 3 when the run is client-limited")
