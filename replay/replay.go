@@ -52,7 +52,7 @@ type Options struct {
 	Duration    time.Duration // 0 = whole trace; else only requests due within it (closed: sent within it)
 	Limit       int64         // 0 = no limit; else at most this many recorded requests
 	Warmup      int64         // leading requests sent on schedule but not recorded
-	Grace       time.Duration // after a stop, how long requests in flight may finish
+	Grace       time.Duration // after an early stop (the caller's, a fatal error), how long requests in flight may finish
 	LookAhead   int           // prepared requests buffered ahead of the dispatcher
 	Shard       int32
 	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
@@ -69,11 +69,20 @@ type Options struct {
 	HasOrigin   bool
 	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
-	// Abort, when closed, cancels requests in flight at once (a second Ctrl-C). Canceling
-	// the ctx given to Run is the graceful stop: no more dispatches, Grace to finish.
-	Abort <-chan struct{}
 	// Progress, when set, is updated live for a progress display.
 	Progress *Progress
+
+	seams seams // tests only; zero in production
+}
+
+// seams let tests run the runner's timing under testing/synctest, whose virtual clock
+// advances only while every goroutine is durably blocked: no real sockets, no yield loop.
+type seams struct {
+	// do, when set, performs each request instead of the Client (after the dispatcher's
+	// Client.startNow, which does nothing for a net/http Client).
+	do func(ctx context.Context, clk clock, req *request, res *Result)
+	// noSpin makes the waiter sleep on its timer up to each deadline, with no yield loop.
+	noSpin bool
 }
 
 // Validate checks the options and fills defaults.
@@ -128,6 +137,8 @@ type Progress struct {
 // Run returns an error only when the run itself cannot go on (the journal cannot be
 // written, the trace cannot be read, a prompt cannot be built). Even then, and after a
 // stop, the results file holds every request that was due, written through the journal.
+//
+// Canceling ctx is the graceful stop; a ctx made by WithStop also carries the hard abort.
 func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -140,19 +151,30 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Concurrency > 0 {
 		mode = results.ModeClosed
 	}
+	r := &runner{o: o, prog: prog}
+	// The stop model (see WithStop): the hard context cancels the requests in flight, the
+	// graceful one, derived from it, ends dispatching. Everything that ends a run cancels
+	// one of the two: ctx or its hard context (a signal), the end of the schedule, a fatal
+	// error, the grace after an early stop, and Run's return.
+	r.hard, r.cancelHard = context.WithCancelCause(HardContext(ctx))
+	defer r.cancelHard(errRunOver)
+	r.graceful, r.cancelGraceful = context.WithCancelCause(r.hard)
+	r.stopped = r.graceful.Done()
+	defer context.AfterFunc(ctx, func() { r.stop(errStopped) })()
+	defer r.stopGraceTimer()
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
 	}
-	r := &runner{o: o, prog: prog}
-	r.stop = make(chan struct{})
 	r.prepared = make(chan *request, o.LookAhead)
 	r.preparerDone = make(chan struct{})
 	go r.prepare()
+	// The caller may close the Source once Run returns: the preparer must be out of it.
+	defer func() { r.cancelGraceful(errRunOver); <-r.preparerDone }()
 	start := o.Start
 	if start.IsZero() {
 		// The clock starts once the look-ahead is full (or the trace is short), so the
 		// first requests are not late by the time it takes to build their bodies.
-		r.waitPrepared(ctx, 5*time.Second)
+		r.waitPrepared(5 * time.Second)
 		start = time.Now()
 	}
 	clk := clock{start: start}
@@ -178,8 +200,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
 	r.meta = &meta
-	r.runCtx, r.cancelRun = context.WithCancel(context.Background())
-	defer r.cancelRun()
 	r.results = make(chan *Result, 8192)
 
 	// Writer: the only owner of the journal and the summary.
@@ -191,38 +211,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		writeErr = r.write(journal, sum)
 	}()
 
-	// Stop watcher: ctx is the graceful stop; Abort the hard one.
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.requestStop()
-		case <-r.runCtx.Done():
-			return
-		}
-		select {
-		case <-o.Abort:
-			r.cancelRun()
-		case <-r.runCtx.Done():
-		}
-	}()
-	if o.Abort != nil {
-		go func() {
-			select {
-			case <-o.Abort:
-				r.requestStop()
-				r.cancelRun()
-			case <-r.runCtx.Done():
-			}
-		}()
-	}
-
 	if mode == results.ModeClosed {
 		r.closedLoop()
 	} else {
 		r.openLoop()
 	}
-	r.endDispatch() // the preparer may still be blocked on a full channel
-	r.drain(ctx)
+	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
+	r.wg.Wait()            // the requests in flight end by themselves, or by the hard context
 	close(r.results)
 	<-writerDone
 
@@ -249,16 +244,55 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	return s, runErr
 }
 
+// WithStop returns the two stop contexts of a run, nested as k6's executors nest theirs:
+// a hard context derived from parent, and ctx, the graceful one, derived from the hard one
+// (so an abort is a stop as well). Run takes ctx and finds the hard context in it:
+//
+//   - stop cancels ctx, the graceful stop: no more requests are dispatched, and those in
+//     flight get Options.Grace to finish; then they are canceled (recorded canceled).
+//   - abort cancels the hard context: every request in flight is canceled at once.
+//
+// cmd/llmreplay's main makes one pair for the whole process: the first SIGINT or SIGTERM
+// calls stop, the second abort.
+func WithStop(parent context.Context) (ctx context.Context, stop, abort context.CancelFunc) {
+	hard, abort := context.WithCancel(parent)
+	ctx, stop = context.WithCancel(context.WithValue(hard, hardKey{}, hard))
+	return ctx, stop, abort
+}
+
+type hardKey struct{}
+
+// HardContext returns the hard context of a graceful ctx made by WithStop (or derived from
+// one); for any other ctx, a context that is never canceled (only ctx's values).
+func HardContext(ctx context.Context) context.Context {
+	if h, ok := ctx.Value(hardKey{}).(context.Context); ok {
+		return h
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// Causes of a run's stop contexts.
+var (
+	errScheduleEnd = errors.New("replay: end of the schedule") // natural end, --duration, --limit
+	errStopped     = errors.New("replay: stopped")             // the caller's graceful stop
+	errGraceOver   = errors.New("replay: grace period over")
+	errRunOver     = errors.New("replay: run over")
+)
+
 type runner struct {
 	o    Options
 	clk  clock
 	prog *Progress
 	meta *results.RunMeta
 
-	stop         chan struct{}
-	stopOnce     sync.Once
-	runCtx       context.Context // canceled to cancel every request in flight
-	cancelRun    context.CancelFunc
+	// hard, when canceled, cancels every request in flight; graceful, derived from it,
+	// ends dispatching. stopped is graceful.Done(), fetched once for the hot loops.
+	hard, graceful             context.Context
+	cancelHard, cancelGraceful context.CancelCauseFunc
+	stopped                    <-chan struct{}
+	graceOnce                  sync.Once
+	graceTimer                 *time.Timer // armed by the first early stop
+
 	prepared     chan *request
 	preparerDone chan struct{} // closed when prepare returns
 	results      chan *Result
@@ -268,23 +302,26 @@ type runner struct {
 	ssePool      sync.Pool
 }
 
-// requestStop stops dispatching early (a signal, an abort, a failure).
-func (r *runner) requestStop() {
+// stop ends dispatching (cancels the graceful context) with cause. The end of the schedule
+// leaves the requests in flight to finish (each is bounded by its timeout); any other stop
+// (the caller's, a fatal error) is early: the progress says stopping, and Grace later the
+// hard context cancels the requests still in flight. An early stop after the end of the
+// schedule, while requests are still in flight, arms the grace all the same.
+func (r *runner) stop(cause error) {
+	r.cancelGraceful(cause) // the first cause stays
+	if cause == errScheduleEnd {
+		return
+	}
 	r.prog.Stopping.Store(true)
-	r.endDispatch()
+	r.graceOnce.Do(func() { r.graceTimer = time.AfterFunc(r.o.Grace, func() { r.cancelHard(errGraceOver) }) })
 }
 
-// endDispatch ends dispatching, early or at the natural end of the run.
-func (r *runner) endDispatch() {
-	r.stopOnce.Do(func() { close(r.stop) })
-}
-
-func (r *runner) stopped() bool {
-	select {
-	case <-r.stop:
-		return true
-	default:
-		return false
+// stopGraceTimer stops the grace timer, if a stop armed it, and keeps any later stop from
+// arming it.
+func (r *runner) stopGraceTimer() {
+	r.graceOnce.Do(func() {})
+	if r.graceTimer != nil {
+		r.graceTimer.Stop()
 	}
 }
 
@@ -300,7 +337,7 @@ func (r *runner) prepare() {
 	}
 	var prompt []byte
 	src := r.o.Source
-	for src.Next() {
+	for r.graceful.Err() == nil && src.Next() { // after a stop, not one more read
 		tr := src.Request()
 		due, warm, ok := p.plan(tr.Arrival)
 		if !ok {
@@ -323,7 +360,7 @@ func (r *runner) prepare() {
 		select {
 		case r.prepared <- req:
 			r.prog.Planned.Add(1)
-		case <-r.stop:
+		case <-r.stopped:
 			return
 		}
 	}
@@ -333,8 +370,8 @@ func (r *runner) prepare() {
 }
 
 // waitPrepared waits until the look-ahead channel is full or the preparer has finished,
-// at most max or until ctx ends.
-func (r *runner) waitPrepared(ctx context.Context, max time.Duration) {
+// at most max or until the run stops.
+func (r *runner) waitPrepared(max time.Duration) {
 	deadline := time.After(max)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -342,7 +379,7 @@ func (r *runner) waitPrepared(ctx context.Context, max time.Duration) {
 		select {
 		case <-r.preparerDone:
 			return
-		case <-ctx.Done():
+		case <-r.stopped:
 			return
 		case <-deadline:
 			return
@@ -353,7 +390,7 @@ func (r *runner) waitPrepared(ctx context.Context, max time.Duration) {
 
 func (r *runner) fail(err error) {
 	r.prepErr.CompareAndSwap(nil, &err)
-	r.requestStop()
+	r.stop(err)
 }
 
 // waiter waits for absolute deadlines on the run clock. It sleeps on a Go timer until
@@ -370,6 +407,9 @@ type waiter struct {
 	stop   <-chan struct{}
 	timer  *time.Timer
 	margin time.Duration // current yield window before a deadline
+	// The bounds of margin: minMargin and maxMargin, or 0 and 0 for tests under
+	// testing/synctest, where a yield loop never blocks and the virtual clock stands still.
+	minMargin, maxMargin time.Duration
 }
 
 const (
@@ -381,8 +421,11 @@ const (
 func newWaiter(clk clock, stop <-chan struct{}) *waiter {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin}
+	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin, minMargin: minMargin, maxMargin: maxMargin}
 }
+
+// noSpin makes w sleep on its timer up to each deadline, with no yield loop.
+func (w *waiter) noSpin() { w.margin, w.minMargin, w.maxMargin = 0, 0, 0 }
 
 // until waits until the run clock reaches dueNS, on the absolute deadline (never a
 // relative sleep that would accumulate drift). It returns false if stop closes first.
@@ -402,10 +445,7 @@ func (w *waiter) until(dueNS int64) bool {
 				w.timer.Stop()
 				return false
 			}
-			// Adapt: grow at once to a larger overshoot, decay slowly towards the floor.
-			over := time.Duration(w.clk.now()-target) + minMargin
-			w.margin = max(over, w.margin-w.margin/64, minMargin)
-			w.margin = min(w.margin, maxMargin)
+			w.adapt(time.Duration(w.clk.now() - target))
 			continue
 		}
 		select {
@@ -417,19 +457,30 @@ func (w *waiter) until(dueNS int64) bool {
 	}
 }
 
+// adapt sets the yield window after a timer that woke overshoot past its target: it
+// grows at once to a larger overshoot (plus the floor), and decays slowly (1/64 a wake)
+// towards the floor; within [minMargin, maxMargin].
+func (w *waiter) adapt(overshoot time.Duration) {
+	w.margin = max(overshoot+w.minMargin, w.margin-w.margin/64, w.minMargin)
+	w.margin = min(w.margin, w.maxMargin)
+}
+
 // next returns the next prepared request; false when there are no more or the run stops.
 func (r *runner) next() (*request, bool) {
 	select {
 	case q, ok := <-r.prepared:
 		return q, ok
-	case <-r.stop:
+	case <-r.stopped:
 		return nil, false
 	}
 }
 
 // openLoop dispatches each prepared request at its due time.
 func (r *runner) openLoop() {
-	w := newWaiter(r.clk, r.stop)
+	w := newWaiter(r.clk, r.stopped)
+	if r.o.seams.noSpin {
+		w.noSpin()
+	}
 	maxLate := int64(r.o.MaxLateness)
 	for {
 		req, ok := r.next()
@@ -476,9 +527,14 @@ func (r *runner) closedLoop() {
 				if !ok {
 					return
 				}
+				select {
+				case <-r.stopped: // next picks at random when a request is ready too
+					return
+				default:
+				}
 				now := r.clk.now()
 				if r.o.Duration > 0 && now > int64(r.o.Duration) {
-					r.endDispatch()
+					r.stop(errScheduleEnd)
 					return
 				}
 				req.dueNS = now // closed loop: due when a worker takes it
@@ -501,7 +557,11 @@ func (r *runner) send(req *request, pre *rawStart) {
 		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
 	}
 	r.prog.Sent.Add(1)
-	r.o.Client.do(r.runCtx, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) }, pre)
+	if do := r.o.seams.do; do != nil {
+		do(r.hard, r.clk, req, res)
+	} else {
+		r.o.Client.do(r.hard, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) }, pre)
+	}
 	sse.reset(nil)
 	r.ssePool.Put(sse)
 	req.body, req.head = nil, nil
@@ -509,39 +569,6 @@ func (r *runner) send(req *request, pre *rawStart) {
 	r.prog.InFlight.Add(-1)
 	if !req.warmup {
 		r.results <- res
-	}
-}
-
-// drain waits for the requests in flight: without limit after a natural end (each is
-// bounded by its timeout), up to Grace after a stop, and not at all after an abort.
-func (r *runner) drain(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	var grace <-chan time.Time
-	ctxDone := ctx.Done()
-	if ctx.Err() != nil || r.prepErr.Load() != nil {
-		t := time.NewTimer(r.o.Grace)
-		defer t.Stop()
-		grace = t.C
-		ctxDone = nil
-	}
-	for {
-		select {
-		case <-done:
-			return
-		case <-ctxDone:
-			ctxDone = nil
-			t := time.NewTimer(r.o.Grace)
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
-			r.cancelRun()
-			<-done
-			return
-		case <-r.runCtx.Done():
-			<-done
-			return
-		}
 	}
 }
 

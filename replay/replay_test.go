@@ -178,12 +178,12 @@ func TestRunAbortCancelsAtOnce(t *testing.T) {
 	srv := &vllmServer{ttft: 10 * time.Millisecond, itl: 50 * time.Millisecond}
 	c := newTestClient(t, startServer(t, srv), nil)
 	reqs := uniformTrace(100, 20*time.Millisecond, 3, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	abort := make(chan struct{})
-	time.AfterFunc(100*time.Millisecond, cancel)
-	time.AfterFunc(200*time.Millisecond, func() { close(abort) })
+	ctx, stop, abort := WithStop(context.Background())
+	defer abort()
+	time.AfterFunc(100*time.Millisecond, stop)
+	time.AfterFunc(200*time.Millisecond, abort)
 	t0 := time.Now()
-	_, res, _ := runTrace(t, ctx, c, reqs, func(o *Options) { o.Grace = time.Minute; o.Abort = abort })
+	_, res, _ := runTrace(t, ctx, c, reqs, func(o *Options) { o.Grace = time.Minute })
 	if el := time.Since(t0); el > 5*time.Second {
 		t.Errorf("abort took %v", el)
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+
+	"github.com/llmreplay/llmreplay/replay"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."
@@ -57,12 +59,26 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
-	// The first SIGINT/SIGTERM cancels ctx; commands that need a second-signal escalation
-	// (replay) install their own handling on top.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The process's one signal handler. Every subcommand gets the graceful context of the
+	// stop model (replay.WithStop), which carries the hard one.
+	ctx, stop, abort := replay.WithStop(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go stopOnSignals(sigs, stop, abort)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	signal.Stop(sigs)
+	abort()
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// stopOnSignals calls stop at the first signal on sigs (the graceful stop: a replay sends
+// no more requests and gives those in flight --grace) and abort at the second (they are
+// canceled at once). Later signals are ignored, so that a run still writes its results.
+func stopOnSignals(sigs <-chan os.Signal, stop, abort func()) {
+	<-sigs
+	stop()
+	<-sigs
+	abort()
 }
 
 // exitCode prints err (if any) and maps it to the process exit status:

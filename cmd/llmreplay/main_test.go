@@ -5,10 +5,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"testing/synctest"
 
 	"github.com/spf13/pflag"
+
+	"github.com/llmreplay/llmreplay/replay"
 )
 
 func TestRunDispatch(t *testing.T) {
@@ -51,4 +56,32 @@ func TestFlagSetHelpPrintsExamplesOnce(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("unknown flag: got %v, want a usage error naming it", err)
 	}
+}
+
+// The one signal handler: the first signal cancels the graceful context only, the second
+// the hard one, later ones are ignored.
+func TestStopOnSignals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop, abort := replay.WithStop(context.Background())
+		defer abort()
+		hard := replay.HardContext(ctx)
+		sigs := make(chan os.Signal, 2)
+		done := make(chan struct{})
+		go func() { defer close(done); stopOnSignals(sigs, stop, abort) }()
+		synctest.Wait()
+		if ctx.Err() != nil || hard.Err() != nil {
+			t.Fatal("stopped before any signal")
+		}
+		sigs <- os.Interrupt
+		synctest.Wait()
+		if ctx.Err() == nil || hard.Err() != nil {
+			t.Fatalf("after one signal: graceful %v, hard %v; want canceled, not", ctx.Err(), hard.Err())
+		}
+		sigs <- syscall.SIGTERM
+		<-done
+		if hard.Err() == nil {
+			t.Fatal("after two signals the hard context is not canceled")
+		}
+		sigs <- os.Interrupt // ignored, and does not block
+	})
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
@@ -67,7 +65,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringArrayVarP(&f.Headers, "header", "H", f.Headers, "extra request header 'Name: value', repeatable (values are never stored)")
 	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a bearer token (default: $LLMREPLAY_API_KEY, else $OPENAI_API_KEY); never printed or stored")
 	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "skip TLS certificate verification")
-	fs.StringVar(&f.HTTPClient, "http-client", f.HTTPClient, "HTTP client: raw (llmreplay's own HTTP/1.1 client, one read per streamed chunk; http:// only), net/http (Go's; https, proxies, HTTP/2); auto: raw for http:// without a proxy, else net/http")
+	fs.StringVar(&f.HTTPClient, "http-client", f.HTTPClient, "HTTP client: raw (llmreplay's own HTTP/1.1 client, one read per streamed chunk; http:// on linux), net/http (Go's; https, proxies, HTTP/2); auto: raw for http:// without a proxy, else net/http")
 	fs.Float64Var(&f.Speedup, "speedup", f.Speedup, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
 	fs.Float64Var(&f.Rate, "rate", f.Rate, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.Concurrency, "concurrency", f.Concurrency, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
@@ -77,7 +75,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.DurationVar(&f.Duration, "duration", f.Duration, "replay only requests due within this time (closed loop: sent within it)")
 	fs.Int64Var(&f.Limit, "limit", f.Limit, "replay at most N requests (after warm-up)")
 	fs.Int64Var(&f.Warmup, "warmup", f.Warmup, "send the first N requests on schedule without recording them")
-	fs.DurationVar(&f.Grace, "grace", f.Grace, "after Ctrl-C or SIGTERM, how long requests in flight may finish (a second Ctrl-C cancels them)")
+	fs.DurationVar(&f.Grace, "grace", f.Grace, "after Ctrl-C, SIGTERM or a fatal error, how long requests in flight may finish before they are canceled (a second Ctrl-C cancels them at once)")
 	fs.StringVar(&f.SLO, "slo", f.SLO, "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms")
 	fs.DurationVar(&f.MaxLateness, "max-lateness", f.MaxLateness, "schedule lateness p99 above which the run is client-limited")
 	fs.BoolVar(&f.Strict, "strict", f.Strict, "exit with status 3 when the run is client-limited")
@@ -172,41 +170,22 @@ func startInProcessSim(ctx context.Context, profile string) (string, func(), err
 	return running.BaseURL(), func() { running.Close() }, nil
 }
 
-// runSession runs a prepared replay with the signal handling and the progress display.
+// runSession runs a prepared replay with the progress display. Stopping: main's signal
+// handler cancels ctx at the first SIGINT/SIGTERM (the graceful stop) and its hard context
+// at the second; Run acts on both, and this says so.
 func runSession(ctx context.Context, sess *replay.Session, cfg *replay.Config, stderr io.Writer) (*replay.Summary, error) {
-	// Signals: the first SIGINT/SIGTERM stops dispatching (main's handler cancels ctx;
-	// runCtx covers callers without one), the second cancels the requests in flight.
-	abort := make(chan struct{})
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		for n := 1; ; n++ {
-			select {
-			case <-sigs:
-			case <-finished:
-				return
-			}
-			if n == 1 {
-				stopRun()
-				fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", cfg.Grace)
-				continue
-			}
-			fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
-			close(abort)
-			return
-		}
-	}()
+	defer context.AfterFunc(ctx, func() {
+		fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", cfg.Grace)
+	})()
+	defer context.AfterFunc(replay.HardContext(ctx), func() {
+		fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
+	})()
 
 	prog := new(replay.Progress)
 	stopProg := startProgress(sess, cfg, prog, stderr)
 	opts := sess.Options
-	opts.Abort, opts.Progress = abort, prog
-	sum, err := replay.Run(runCtx, opts)
+	opts.Progress = prog
+	sum, err := replay.Run(ctx, opts)
 	stopProg()
 	return sum, err
 }

@@ -194,7 +194,8 @@ func testInterrupt(t *testing.T, bin string) {
 	for _, r := range res {
 		st[r.Status]++
 	}
-	if len(res) == 0 || st[results.StatusCanceled] == 0 || !strings.Contains(text(), "canceling the requests in flight") {
+	if len(res) == 0 || st[results.StatusCanceled] == 0 || !strings.Contains(text(), "canceling the requests in flight") ||
+		!strings.Contains(text(), "llmreplay: stopping: no more requests; waiting up to 1m0s for those in flight (Ctrl-C again to cancel them)") {
 		t.Errorf("records %d, statuses %v\n%s", len(res), st, text())
 	}
 }

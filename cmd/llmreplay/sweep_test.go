@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/replay"
 )
 
 func TestParseBusy(t *testing.T) {
@@ -102,5 +104,47 @@ func TestSweepResume(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, p.File)); err != nil {
 			t.Errorf("point file: %v", err)
 		}
+	}
+}
+
+// stopOnWrite is a stderr that calls stop once it has been written want.
+type stopOnWrite struct {
+	bytes.Buffer
+	want string
+	stop func()
+}
+
+func (w *stopOnWrite) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.String(), w.want) {
+		w.stop()
+	}
+	return n, err
+}
+
+// TestSweepGracefulStop: a graceful stop (main's first signal) during a sweep's second
+// point ends that point, drops its file, keeps the finished point and says how to resume.
+func TestSweepGracefulStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a short replay")
+	}
+	dir := filepath.Join(t.TempDir(), "sw")
+	ctx, stop, abort := replay.WithStop(context.Background())
+	defer abort()
+	errb := &stopOnWrite{want: "point 2: speedup 80", stop: stop}
+	err := runSweep(ctx, []string{"--speedups", "40,80", "--limit", "15", "--cooldown", "0s", "--prewarm", "2", "--model", "sim-tiny", "-o", dir}, io.Discard, errb)
+	if err == nil || !strings.Contains(err.Error(), "sweep: interrupted after 1 points") {
+		t.Fatalf("sweep: %v, want interrupted after 1 point\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "llmreplay: stopping: no more requests") {
+		t.Errorf("no stop message:\n%s", errb.String())
+	}
+	st, err := readSweepState(dir)
+	if err != nil || len(st.Points) != 1 || st.Points[0].Load != 40 {
+		t.Fatalf("state after the stop: %+v, %v", st, err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "point-*"))
+	if len(files) != 1 || filepath.Base(files[0]) != st.Points[0].File {
+		t.Errorf("point files %v, want only %s", files, st.Points[0].File)
 	}
 }
