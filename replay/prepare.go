@@ -34,7 +34,7 @@ type Env struct {
 }
 
 // Session is a replay ready to run: the trace open, the endpoint known, the client and the
-// prompter built. Run it with Run(ctx, s.Options) (set Options.Abort and Options.Progress
+// prompter built. Run it with Run(ctx, s.Options) (ctx from WithStop; set Options.Progress
 // first), then Close it.
 type Session struct {
 	Options Options
