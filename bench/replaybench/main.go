@@ -57,6 +57,7 @@ var (
 	simCPUs  = flag.String("sim-cpus", "", "run the sim under taskset -c LIST (e.g. 1, with the replayer under taskset -c 0 and -procs 1: as if on separate machines)")
 	hclient  = flag.String("http-client", "auto", "replayer's HTTP client: auto, raw or net/http (replay --http-client)")
 	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
+	pformat  = flag.String("prompt-format", "text", "replay --prompt-format: text (what any --endpoint gets by default; the sim tokenizes every prompt, ~2.5 µs a token of its CPU on the same cores) or token-ids (the sim counts them by length)")
 )
 
 func main() {
@@ -275,7 +276,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	if err := writeTrace(cfg.Trace, src); err != nil {
 		return nil, err
 	}
-	cfg.Endpoint, cfg.Model, cfg.HTTPClient = base, model, *hclient
+	cfg.Endpoint, cfg.Model, cfg.HTTPClient, cfg.PromptFormat = base, model, *hclient, *pformat
 	cfg.Speedup, cfg.SpeedupSet = 1, true
 	cfg.Timeout, cfg.MaxInflight, cfg.Grace, cfg.Prewarm = time.Minute, maxInflight, time.Second, *prewarm
 	cfg.Warmup = int64(warmup.Seconds() * ratePerSec)

@@ -332,6 +332,18 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 		}
 	}
 	sp.flags = behaviourFlags(fs)
+	// Every point's replay options are checked now, before a folder is made or a request sent.
+	probe := &sweeper{cfg: sp.cfg, flags: sp.flags, axis: sp.axis}
+	loads := sp.loads
+	if sf.auto {
+		loads = []float64{sf.start}
+	}
+	for _, load := range loads {
+		cfg, _ := probe.pointConfig(load, filepath.Join(sp.dir, "check.parquet"))
+		if err := checkReplayConfig(&cfg); err != nil {
+			return nil, usagef("sweep: at %s %s: %v", sp.axis, fmtLoadFlag(load), strings.TrimPrefix(err.Error(), "replay: "))
+		}
+	}
 	return sp, nil
 }
 

@@ -52,6 +52,26 @@ func TestSweepUsageErrors(t *testing.T) {
 			t.Errorf("sweep %q: got %v, want a usage error containing %q", tc.args, err, tc.want)
 		}
 	}
+	// A bad replay option is refused before the sweep makes its folder or sends a request.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rates", "1,2", "--max-inflight", "0"}, "--max-inflight 0"},
+		{[]string{"--auto", "--sim-profile", "nope"}, "--sim-profile"},
+		{[]string{"--concurrencies", "1", "--prompt-format", "token-ids", "--api", "chat"}, "token-ids"},
+		{[]string{"--speedups", "1", "--slo", "ttft=fast"}, "--slo"},
+	} {
+		out := filepath.Join(dir, "never-made-"+tc.want)
+		err := runSweep(context.Background(), append(tc.args, "-o", out), io.Discard, io.Discard)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("sweep %q: got %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+		if _, serr := os.Stat(out); !os.IsNotExist(serr) {
+			t.Errorf("sweep %q: made %s before refusing its options", tc.args, out)
+		}
+	}
 	if err := runSweep(context.Background(), []string{"--resume", t.TempDir()}, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "sweep-state.json") {
 		t.Errorf("resume of an empty dir: got %v, want an error naming the state file", err)
