@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/iotest"
 
@@ -85,18 +84,14 @@ func TestSSEReaderErrorAfterData(t *testing.T) {
 }
 
 // TestSSEReaderStampsAtRead: an event is stamped with the clock of the read that
-// delivered it, not of a later parse.
+// delivered it, not of a later parse. The clock advances by 10 at every reading of it, so a
+// reader that read the clock per event (or per parse) would stamp 10, 20, 30; the reads are
+// scripted (no goroutine, no timing), so the test decides the same on any machine.
 func TestSSEReaderStamps(t *testing.T) {
-	var now atomic.Int64
-	pr, pw := io.Pipe()
-	s := newSSEReader(pr, now.Load, 64, 0)
-	go func() {
-		now.Store(10)
-		pw.Write([]byte("data: a\n\ndata: b\n\n"))
-		now.Store(20)
-		pw.Write([]byte("data: c\n\n"))
-		pw.Close()
-	}()
+	var now int64
+	clock := func() int64 { now += 10; return now }
+	r := &scriptReader{chunks: []string{"data: a\n\ndata: b\n\n", "data: c\n\n"}}
+	s := newSSEReader(r, clock, 64, 0)
 	var stamps []int64
 	for s.Next() {
 		stamps = append(stamps, s.Stamp())
@@ -104,6 +99,20 @@ func TestSSEReaderStamps(t *testing.T) {
 	if len(stamps) != 3 || stamps[0] != 10 || stamps[1] != 10 || stamps[2] != 20 {
 		t.Errorf("stamps %v, want [10 10 20]", stamps)
 	}
+}
+
+// scriptReader returns its chunks one Read each, then io.EOF.
+type scriptReader struct{ chunks []string }
+
+func (r *scriptReader) Read(p []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.chunks[0])
+	if r.chunks[0] = r.chunks[0][n:]; r.chunks[0] == "" {
+		r.chunks = r.chunks[1:]
+	}
+	return n, nil
 }
 
 // FuzzSSEReader: any input, split anywhere, parses the same as whole, within the cap,
