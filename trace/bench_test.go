@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/internal/cputime"
 )
 
 // azureCSV makes an Azure 2023-form CSV of n rows (CRLF, 7 fractional digits), as the
@@ -33,7 +35,7 @@ func BenchmarkImportAzure(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for i := 0; i < b.N; i++ {
 		w := NewWriter(io.Discard, Meta{})
 		rep, err := Import(context.Background(), bytes.NewReader(data), ImportOptions{Format: FormatAzure}, w)
@@ -47,7 +49,7 @@ func BenchmarkImportAzure(b *testing.B) {
 			b.Fatalf("%d rows", rep.RowsWritten)
 		}
 	}
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds(), "rows/cpu-s")
 }

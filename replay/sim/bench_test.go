@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/internal/cputime"
 )
 
 // streamBody is a completions request for n tokens with a 16-token token-id prompt.
@@ -110,7 +112,7 @@ func benchStreamsOn(b *testing.B, r *Running, streams, perReq int, raw bool) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	start := time.Now()
 	for range streams {
 		wg.Go(func() {
@@ -170,7 +172,7 @@ func benchStreamsOn(b *testing.B, r *Running, streams, perReq int, raw bool) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.StopTimer()
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)

@@ -1,14 +1,14 @@
 //go:build windows
 
-package sim
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is this process's user+system CPU time (GetProcessTimes, in 100 ns units).
-func cpuTime() time.Duration {
+// Process is this process's user+system CPU time (GetProcessTimes, in 100 ns units).
+func Process() time.Duration {
 	var creation, exit, kernel, user syscall.Filetime
 	h, err := syscall.GetCurrentProcess()
 	if err != nil || syscall.GetProcessTimes(h, &creation, &exit, &kernel, &user) != nil {
