@@ -29,7 +29,9 @@ type Report struct {
 	// ITLPerToken is the per-token ITL when chunk_tokens says some chunks carry several
 	// tokens; N == 0 otherwise (it would repeat ITL).
 	ITLPerToken Quantiles
-	Goodput     *Goodput // nil when no SLO
+	Goodput     *Goodput    // nil when no SLO
+	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
+	Closed      *ClosedLoop // nil for open-loop runs
 	Flags       Flags
 	Tokens      Tokens
 	ByPrompt    []Bucket
@@ -75,6 +77,20 @@ type Goodput struct {
 	OutputTokensPerS float64 // their output tokens / Throughput.DurationS
 	// Attainment = 100 * Good / (Total - Canceled): a failed or dropped request misses.
 	Attainment float64
+}
+
+// ClosedLoop is what a closed-loop run (--concurrency) adds to its report.
+type ClosedLoop struct {
+	Concurrency int     // workers (summed over the shards of the run)
+	RampUpS     float64 // --ramp-up: worker i started at i*RampUpS/Concurrency
+	// The first wave is each worker's first request: those scheduled no later than the
+	// last worker's start. FirstWaveSendS runs from the run start to the last of them sent.
+	FirstWaveRequests int64
+	FirstWaveSendS    float64
+	FirstWaveLateness Quantiles
+	// SteadyLateness is the schedule lateness of the requests after the first wave; a
+	// closed-loop run's client-limited decision judges it (docs/metrics.md).
+	SteadyLateness Quantiles
 }
 
 // Flags are the run-level verdicts.
@@ -168,6 +184,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	}
 	r.requests(d)
 	r.latencies(d)
+	r.perUser(d)
 	r.throughput(d)
 	r.goodput(d)
 	r.tokens(d)
