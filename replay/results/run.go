@@ -36,6 +36,9 @@ type RunMeta struct {
 	SLO            string            `json:"slo"`
 	Host           string            `json:"host"`
 	Flags          map[string]string `json:"flags"`
+	// RampUpNS is a closed-loop run's --ramp-up: worker i started at i*RampUpNS/Concurrency
+	// on the run clock. Added in revision 1.1; absent (0) when there was no ramp-up.
+	RampUpNS int64 `json:"ramp_up_ns,omitempty"`
 }
 
 // Modes of a run (RunMeta.Mode).
