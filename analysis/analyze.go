@@ -189,6 +189,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	r.goodput(d)
 	r.tokens(d)
 	r.series(d)
+	r.closedLoop(d)
 	r.flags(d)
 	r.ByPrompt = r.breakdown(d, d.prompt, opts.PromptBuckets)
 	r.ByOutput = r.breakdown(d, d.outTarget, opts.OutputBuckets)
@@ -221,7 +222,11 @@ func (r *Report) requests(d *Data) {
 		r.warnf("%d of %d requests failed (%s); latencies cover ok requests only", q.Failed, q.Total, strings.Join(parts, ", "))
 	}
 	if q.Dropped > 0 {
-		r.warnf("%d requests dropped by the replayer (never sent): the offered load was not fully applied", q.Dropped)
+		if closed := len(d.Runs) > 0 && d.Runs[0].Mode == results.ModeClosed; closed {
+			r.warnf("%d requests dropped by the replayer (never sent)", q.Dropped)
+		} else {
+			r.warnf("%d requests dropped by the replayer (never sent): the offered load was not fully applied", q.Dropped)
+		}
 	}
 	if q.Canceled > 0 {
 		r.warnf("%d requests canceled at the end of the run", q.Canceled)

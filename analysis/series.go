@@ -226,8 +226,9 @@ func (r *Report) series(d *Data) {
 }
 
 // ClientLimited is the one client-limited decision, the report's flag and `replay
-// --strict`'s exit status alike: the run's schedule lateness (sent_ns − scheduled_ns of
-// every sent request, ms, as Summarize gives it) has a type-7 p99 above bound, so the
+// --strict`'s exit status alike: the schedule lateness judged (sent_ns − scheduled_ns, ms,
+// as Summarize gives it: of every sent request in open loop, of the steady state after the
+// first wave in closed loop, ClosedLoop.SteadyLateness) has a type-7 p99 above bound, so the
 // endpoint was not offered the load the schedule asked for.
 func ClientLimited(lateness Quantiles, bound time.Duration) bool {
 	return lateness.N > 0 && lateness.P99 > float64(bound)/1e6
@@ -236,7 +237,17 @@ func ClientLimited(lateness Quantiles, bound time.Duration) bool {
 func (r *Report) flags(d *Data) {
 	f := &r.Flags
 	f.MaxLateness = r.Options.MaxLateness
-	if ClientLimited(r.Lateness, f.MaxLateness) {
+	if c := r.Closed; c != nil {
+		// A closed loop's first wave is due at once (or over the ramp-up): its lateness is
+		// the time to put C requests on the wire, not a client that cannot keep up.
+		if ClientLimited(c.SteadyLateness, f.MaxLateness) {
+			f.ClientLimited = true
+			r.warnf("client-limited (%s): schedule lateness p99 %.3f ms > %v: the replayer did not keep its %d workers busy, so the endpoint saw less concurrency than asked",
+				r.basis(), c.SteadyLateness.P99, f.MaxLateness, c.Concurrency)
+		} else if c.SteadyLateness.N == 0 {
+			r.warnf("closed loop: no request after the first wave of %d: client-limited not judged", c.FirstWaveRequests)
+		}
+	} else if ClientLimited(r.Lateness, f.MaxLateness) {
 		f.ClientLimited = true
 		r.warnf("client-limited: schedule lateness p99 %.3f ms > %v: the replayer did not send on time, so the load applied was lower and burstier than the trace's", r.Lateness.P99, f.MaxLateness)
 	}

@@ -1,0 +1,84 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// ClosedBasis is the JSON path of the figure a closed-loop run's client-limited decision
+// judges (closed_loop.client_limited_basis); an open-loop run's is schedule_lateness_ms.
+const ClosedBasis = "closed_loop.steady_state.schedule_lateness_ms"
+
+// lastWorkerStartNS is when a closed loop's last worker starts: worker i (0-based) of c
+// starts at i·ramp/c on the run clock, in integer nanoseconds rounded down, so the last one
+// at ramp·(c−1)/c (0 without ramp-up).
+func lastWorkerStartNS(rampNS int64, c int) int64 {
+	if c <= 1 || rampNS <= 0 {
+		return 0
+	}
+	return rampNS * int64(c-1) / int64(c)
+}
+
+// closedLoop fills r.Closed when every run pooled in d is closed-loop (--concurrency):
+// the first wave (requests scheduled no later than the last worker's start), its send
+// duration and lateness, and the lateness of the steady state after it. Shards of one run
+// sum their workers; the largest ramp-up is taken.
+func (r *Report) closedLoop(d *Data) {
+	if len(d.Runs) == 0 {
+		return
+	}
+	c := &ClosedLoop{}
+	var rampNS int64
+	closed := 0
+	for _, m := range d.Runs {
+		if m.Mode == results.ModeClosed {
+			closed++
+			c.Concurrency += m.Concurrency
+			rampNS = max(rampNS, m.RampUpNS)
+		}
+	}
+	switch closed {
+	case 0:
+		return
+	case len(d.Runs):
+	default:
+		r.warnf("open-loop and closed-loop runs pooled (--allow-mixed): reported as open loop, with no first wave")
+		return
+	}
+	c.RampUpS = float64(rampNS) / 1e9
+	last := lastWorkerStartNS(rampNS, c.Concurrency)
+	var first, steady []float64
+	sentMax := int64(math.MinInt64)
+	for i, s := range d.scheduled {
+		sent := d.sent[i]
+		if s <= last {
+			c.FirstWaveRequests++
+			if sent != null64 {
+				first = append(first, float64(sent-s)/1e6)
+				sentMax = max(sentMax, sent)
+			}
+			continue
+		}
+		if sent != null64 {
+			steady = append(steady, float64(sent-s)/1e6)
+		}
+	}
+	c.FirstWaveSendS = math.NaN()
+	if sentMax != math.MinInt64 {
+		c.FirstWaveSendS = float64(sentMax) / 1e9
+	}
+	c.FirstWaveLateness, c.SteadyLateness = summarize(first), summarize(steady)
+	r.Closed = c
+}
+
+// basis says what a client-limited decision judged, for the text line and the warning:
+// empty for an open-loop run (every sent request's lateness).
+func (r *Report) basis() string {
+	c := r.Closed
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("closed loop: steady state after the first wave of %d requests, sent in %s ms", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3))
+}
