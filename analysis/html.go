@@ -356,7 +356,12 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if g := r.Goodput; g != nil {
 		p("<tr><th>goodput (%s)</th><td>%s req/s, %s tok/s, attainment %s</td></tr>\n", e(g.SLO.String()), f3(g.RequestsPerS), f2(g.OutputTokensPerS), pct(g.Attainment))
 	}
-	p("<tr><th>client-limited</th><td class=\"flag\">%s</td></tr><tr><th>overloaded</th><td class=\"flag\">%s</td></tr></table>\n", yesno(r.Flags.ClientLimited), yesno(r.Flags.Overloaded))
+	if r.Closed != nil {
+		p("<tr><th>client-limited</th><td class=\"flag\">%s</td><td>judged on the %s</td></tr>", yesno(r.Flags.ClientLimited), e(r.basis()))
+	} else {
+		p("<tr><th>client-limited</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.ClientLimited))
+	}
+	p("<tr><th>overloaded</th><td class=\"flag\">%s</td></tr></table>\n", yesno(r.Flags.Overloaded))
 	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 	for _, m := range []struct {
 		n string
@@ -369,6 +374,36 @@ func (r *Report) WriteHTML(w io.Writer) error {
 			m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
 	}
 	p("</table><p>Percentiles: %s.</p>\n", e(PercentileMethod))
+	p("<h2>Per-user speed, tok/s</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p10</th><th>p1</th><th>min</th></tr>\n")
+	for _, m := range []struct {
+		n string
+		s Speeds
+	}{{"output tokens / (E2E − TTFT)", r.PerUser.TokensPerS}, {"1 / TPOT", r.PerUser.InvTPOT}} {
+		p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			m.n, m.s.N, f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min))
+	}
+	p("</table><p>Each ok request with more than one output token; the slow tail (p10, p1, min) is the one that matters for a speed.</p>\n")
+	if c := r.Closed; c != nil {
+		u := r.PerUser
+		p("<h2>Closed loop</h2><table><tr><th>concurrency</th><td>%d</td></tr><tr><th>ramp-up</th><td>%s s</td></tr>\n", c.Concurrency, f3(c.RampUpS))
+		p("<tr><th>requests/s</th><td>%s</td></tr><tr><th>output tok/s</th><td>%s overall, %s sustained</td></tr>\n",
+			f3(t.RequestsPerS), f2(t.OutputTokensPerS), f2(t.SustainedOutputTokensPerS))
+		p("<tr><th>per-user tok/s</th><td>%s mean, %s p50 (1/TPOT %s mean, %s p50)</td></tr>\n", f2(u.TokensPerS.Mean), f2(u.TokensPerS.P50), f2(u.InvTPOT.Mean), f2(u.InvTPOT.P50))
+		p("<tr><th>first wave</th><td>%d requests, sent in %s ms</td></tr></table>\n", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3))
+		p("<table><tr><th>schedule lateness, ms</th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
+		for _, m := range []struct {
+			n string
+			q Quantiles
+		}{{"first wave", c.FirstWaveLateness}, {"steady state (judged for client-limited)", c.SteadyLateness}} {
+			if m.q.N == 0 {
+				p("<tr><td>%s</td><td>0</td><td>-</td></tr>\n", m.n)
+				continue
+			}
+			p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+				m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
+		}
+		p("</table>\n")
+	}
 	if len(r.Warnings) > 0 {
 		p("<h2>Warnings</h2><ul>")
 		for _, w := range r.Warnings {

@@ -29,6 +29,8 @@ type jsonReport struct {
 	E2E        jsonQuantiles  `json:"e2e_ms"`
 	Lateness   jsonQuantiles  `json:"schedule_lateness_ms"`
 	Goodput    *jsonGoodput   `json:"goodput"`
+	PerUser    jsonPerUser    `json:"per_user"`
+	Closed     *jsonClosed    `json:"closed_loop"`
 	Flags      jsonFlags      `json:"flags"`
 	Breakdown  jsonBreakdown  `json:"breakdown"`
 	Warnings   []string       `json:"warnings"`
@@ -70,6 +72,45 @@ type jsonGoodput struct {
 	RequestsPerS     num `json:"requests_per_s"`
 	OutputTokensPerS num `json:"output_tokens_per_s"`
 	Attainment       num `json:"attainment"`
+}
+
+// jsonSpeeds is a Speeds: n, mean, p50 and the slow tail, tokens per second.
+type jsonSpeeds struct {
+	N    int64 `json:"n"`
+	Mean num   `json:"mean"`
+	P50  num   `json:"p50"`
+	P10  num   `json:"p10"`
+	P1   num   `json:"p1"`
+	Min  num   `json:"min"`
+}
+
+type jsonPerUser struct {
+	TokensPerS jsonSpeeds `json:"tokens_per_s"`
+	InvTPOT    jsonSpeeds `json:"inv_tpot_per_s"`
+}
+
+type jsonFirstWave struct {
+	Requests int64         `json:"requests"`
+	Sent     int64         `json:"sent"`
+	SendS    num           `json:"send_s"`
+	Lateness jsonQuantiles `json:"schedule_lateness_ms"`
+}
+
+type jsonSteady struct {
+	Sent     int64         `json:"sent"`
+	Lateness jsonQuantiles `json:"schedule_lateness_ms"`
+}
+
+type jsonClosed struct {
+	Concurrency  int           `json:"concurrency"`
+	RampUpS      num           `json:"ramp_up_s"`
+	FirstWave    jsonFirstWave `json:"first_wave"`
+	SteadyState  jsonSteady    `json:"steady_state"`
+	LimitedBasis string        `json:"client_limited_basis"`
+}
+
+func js(s Speeds) jsonSpeeds {
+	return jsonSpeeds{s.N, num(s.Mean), num(s.P50), num(s.P10), num(s.P1), num(s.Min)}
 }
 
 type jsonFlags struct {
@@ -201,6 +242,13 @@ func (r *Report) toJSON() jsonReport {
 	}
 	if g := r.Goodput; g != nil {
 		j.Goodput = &jsonGoodput{num(g.RequestsPerS), num(g.OutputTokensPerS), num(g.Attainment)}
+	}
+	j.PerUser = jsonPerUser{js(r.PerUser.TokensPerS), js(r.PerUser.InvTPOT)}
+	if c := r.Closed; c != nil {
+		j.Closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: num(c.RampUpS),
+			FirstWave:    jsonFirstWave{c.FirstWaveRequests, c.FirstWaveLateness.N, num(c.FirstWaveSendS), jq(c.FirstWaveLateness)},
+			SteadyState:  jsonSteady{c.SteadyLateness.N, jq(c.SteadyLateness)},
+			LimitedBasis: ClosedBasis}
 	}
 	b := &j.Breakdown
 	b.PercentileMethod = PercentileMethod

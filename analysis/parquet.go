@@ -94,7 +94,25 @@ func (r *Report) summaryCols() []col {
 		col{"output_tokens_target", r.Tokens.OutputTarget}, col{"output_tokens", r.Tokens.Output},
 		col{"requests_shorter_than_target", r.Tokens.Shorter}, col{"requests_longer_than_target", r.Tokens.Longer},
 		col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})
+	cs = append(cs, speedCols("per_user_tokens_per_s", r.PerUser.TokensPerS)...)
+	cs = append(cs, speedCols("per_user_inv_tpot_per_s", r.PerUser.InvTPOT)...)
+	// Closed loop: the same columns on every row (an open-loop row has closed_loop false,
+	// zero counts and null figures), so open- and closed-loop summaries stack.
+	c := r.Closed
+	if c == nil {
+		c = &ClosedLoop{RampUpS: nan, FirstWaveSendS: nan}
+	}
+	cs = append(cs, col{"closed_loop", r.Closed != nil}, col{"closed_loop_concurrency", int64(c.Concurrency)},
+		col{"closed_loop_ramp_up_s", c.RampUpS}, col{"closed_loop_first_wave_requests", c.FirstWaveRequests},
+		col{"closed_loop_first_wave_send_s", c.FirstWaveSendS})
+	cs = append(cs, quantileCols("closed_loop_first_wave_schedule_lateness_ms", c.FirstWaveLateness)...)
+	cs = append(cs, quantileCols("closed_loop_steady_state_schedule_lateness_ms", c.SteadyLateness)...)
 	return cs
+}
+
+func speedCols(prefix string, s Speeds) []col {
+	return []col{{prefix + "_n", s.N}, {prefix + "_mean", s.Mean}, {prefix + "_p50", s.P50}, {prefix + "_p10", s.P10},
+		{prefix + "_p1", s.P1}, {prefix + "_min", s.Min}}
 }
 
 // WriteParquetDir writes dir/summary.parquet (one row per report) and dir/timeseries.parquet

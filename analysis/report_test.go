@@ -134,7 +134,8 @@ func TestJSONKeys(t *testing.T) {
 		return ks
 	}
 	want := map[string][]string{
-		"":                     {"breakdown", "e2e_ms", "flags", "goodput", "itl_ms", "requests", "schedule_lateness_ms", "throughput", "tpot_ms", "ttft_ms", "warnings"},
+		"":                     {"breakdown", "closed_loop", "e2e_ms", "flags", "goodput", "itl_ms", "per_user", "requests", "schedule_lateness_ms", "throughput", "tpot_ms", "ttft_ms", "warnings"},
+		"per_user":             {"inv_tpot_per_s", "tokens_per_s"},
 		"requests":             {"canceled", "dropped", "failed", "ok", "total"},
 		"throughput":           {"output_tokens_per_s", "peak_output_tokens_per_s", "requests_per_s", "sustained_output_tokens_per_s", "total_tokens_per_s", "window"},
 		"goodput":              {"attainment", "output_tokens_per_s", "requests_per_s"},
@@ -156,6 +157,14 @@ func TestJSONKeys(t *testing.T) {
 	}
 	if got := keys(m["throughput"].(map[string]any)["window"]); !slices.Equal(got, []string{"end_s", "start_s"}) {
 		t.Errorf("window keys = %v", got)
+	}
+	for _, k := range []string{"tokens_per_s", "inv_tpot_per_s"} {
+		if got := keys(m["per_user"].(map[string]any)[k]); !slices.Equal(got, []string{"mean", "min", "n", "p1", "p10", "p50"}) {
+			t.Errorf("per_user.%s keys = %v", k, got)
+		}
+	}
+	if m["closed_loop"] != nil {
+		t.Errorf("closed_loop of an open-loop run = %v, want null", m["closed_loop"])
 	}
 	golden(t, "mixed.json", b.Bytes())
 }

@@ -125,6 +125,32 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("E2E", r.E2E)
 	row("schedule lateness", r.Lateness)
 
+	u := r.PerUser
+	p("\nPer-user speed, tok/s (ok requests with output_tokens > 1; slow tail p10, p1, min)\n")
+	p("  %-30s %9s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p10", "p1", "min")
+	for _, m := range []struct {
+		name string
+		s    Speeds
+	}{{"output tokens / (E2E - TTFT)", u.TokensPerS}, {"1 / TPOT", u.InvTPOT}} {
+		if m.s.N == 0 {
+			p("  %-30s %9d %10s\n", m.name, 0, "-")
+			continue
+		}
+		p("  %-30s %9d %10s %10s %10s %10s %10s\n", m.name, m.s.N, f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min))
+	}
+
+	if c := r.Closed; c != nil {
+		p("\nClosed loop: concurrency %d, ramp-up %s s\n", c.Concurrency, f3(c.RampUpS))
+		p("  %-30s %s req/s; output %s tok/s overall, %s sustained; per user %s tok/s mean, %s p50 (1/TPOT %s mean, %s p50)\n",
+			fmt.Sprintf("at concurrency %d:", c.Concurrency), f3(t.RequestsPerS), f2(t.OutputTokensPerS), f2(t.SustainedOutputTokensPerS),
+			f2(u.TokensPerS.Mean), f2(u.TokensPerS.P50), f2(u.InvTPOT.Mean), f2(u.InvTPOT.P50))
+		p("  %-30s %d requests (scheduled by the last worker's start, %s s), last sent at %s ms\n", "first wave:",
+			c.FirstWaveRequests, f3(float64(lastWorkerStartNS(int64(math.Round(c.RampUpS*1e9)), c.Concurrency))/1e9), f1(c.FirstWaveSendS*1e3))
+		p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "schedule lateness, ms", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
+		row("first wave", c.FirstWaveLateness)
+		row("steady state", c.SteadyLateness)
+	}
+
 	k := r.Tokens
 	p("\nTokens (ok requests)\n")
 	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
@@ -140,7 +166,11 @@ func (r *Report) WriteText(w io.Writer) error {
 
 	f := r.Flags
 	p("\nFlags\n")
-	p("  client-limited: %s (schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), f3(r.Lateness.P99), f.MaxLateness)
+	if c := r.Closed; c != nil {
+		p("  client-limited: %s (%s; its schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), r.basis(), f3(c.SteadyLateness.P99), f.MaxLateness)
+	} else {
+		p("  client-limited: %s (schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), f3(r.Lateness.P99), f.MaxLateness)
+	}
 	if f.InflightTrend.Points == 0 {
 		p("  overloaded: not tested (window too short)\n")
 	} else {
