@@ -28,9 +28,10 @@ func closedMeta(c int, ramp time.Duration) results.RunMeta {
 }
 
 // closedSpec shapes a closed-loop fixture built by the results contract's closed-loop rules:
-// worker w starts at w·ramp/c; each request is scheduled when its worker became free (its
-// start, then the end of its previous request) and sent late by firstLate(w) for the
-// worker's first request, steadyLate(k) for the k-th request after the first wave.
+// c workers share one queue of c·perWorker requests; worker w starts at w·ramp/c and takes
+// the next request whenever it is free, so each request is scheduled when its worker
+// became free (its start, then the end of its previous request). A worker's first request
+// is sent firstLate(w) late, the k-th request after the first wave steadyLate(k) late.
 type closedSpec struct {
 	c, perWorker int
 	ramp         time.Duration
@@ -45,32 +46,38 @@ func closedRun(s closedSpec) []row {
 	rng := rand.New(rand.NewPCG(s.seed, 3))
 	var rows []row
 	free := make([]int64, s.c)
+	started := make([]bool, s.c)
 	for w := range free {
 		free[w] = int64(w) * int64(s.ramp) / int64(s.c)
 	}
 	k := 0
-	for n := 0; n < s.perWorker; n++ {
-		for w := range free {
-			sched := free[w]
-			late := s.firstLate(w)
-			if n > 0 {
-				late = s.steadyLate(k)
-				k++
+	for range s.c * s.perWorker {
+		w := 0
+		for v := range free {
+			if free[v] < free[w] {
+				w = v
 			}
-			sent := sched + late
-			out := s.out(rng)
-			var chunks []int64
-			c := s.ttft(rng)
-			for range out {
-				chunks = append(chunks, c)
-				c += s.gap(rng)
-			}
-			r := row{id: int64(len(rows)), scheduled: sched, sent: p64(sent), chunks: chunks, prompt: 256, promptServer: p32(256),
-				outTarget: out, out: p32(out), source: "usage", status: "ok"}
-			r.first, r.end = p64(sent+chunks[0]), p64(sent+chunks[len(chunks)-1])
-			free[w] = *r.end
-			rows = append(rows, r)
 		}
+		sched := free[w]
+		late := s.firstLate(w)
+		if started[w] {
+			late = s.steadyLate(k)
+			k++
+		}
+		started[w] = true
+		sent := sched + late
+		out := s.out(rng)
+		var chunks []int64
+		c := s.ttft(rng)
+		for range out {
+			chunks = append(chunks, c)
+			c += s.gap(rng)
+		}
+		r := row{id: int64(len(rows)), scheduled: sched, sent: p64(sent), chunks: chunks, prompt: 256, promptServer: p32(256),
+			outTarget: out, out: p32(out), source: "usage", status: "ok"}
+		r.first, r.end = p64(sent+chunks[0]), p64(sent+chunks[len(chunks)-1])
+		free[w] = *r.end
+		rows = append(rows, r)
 	}
 	return rows
 }
@@ -177,14 +184,15 @@ func TestClosedLoopRampUp(t *testing.T) {
 	rows := closedRun(closedSpec{c: 4, perWorker: 3, ramp: 4 * time.Second, firstLate: func(int) int64 { return 0 },
 		steadyLate: func(int) int64 { return 0 },
 		ttft:       fixedNS(500 * ms_), gap: fixedNS(100 * ms_), out: func(*rand.Rand) int32 { return 11 }, seed: 3})
-	// Requests take 1.5 s: worker w's are due at w s, w+1.5 s, w+3 s; the last worker starts at 3 s.
+	// Requests take 1.5 s; workers start at 0, 1, 2 and 3 s, the last one's start: by then
+	// worker 0 has taken two more requests (due 1.5 and 3 s) and worker 1 one (2.5 s).
 	var first int64
 	for _, r := range rows {
 		if r.scheduled <= 3e9 {
 			first++
 		}
 	}
-	if first != 7 { // 0, 1.5, 3 | 1, 2.5 | 2 | 3
+	if first != 7 {
 		t.Fatalf("fixture: %d requests due by 3 s, want 7", first)
 	}
 	r, err := Analyze(load(t, rows, closedMeta(4, 4*time.Second)), DefaultOptions())

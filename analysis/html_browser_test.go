@@ -53,7 +53,12 @@ func headless(t *testing.T, bin string, extra ...string) (stdout, stderr string)
 // Set LLMREPLAY_SCREENSHOT=path.png to keep a screenshot to look at.
 func TestHTMLRendersInChromium(t *testing.T) {
 	bin := chromium(t)
-	r, _ := mixedReport(t)
+	mixed, _ := mixedReport(t)
+	t.Run("open loop", func(t *testing.T) { renderCheck(t, bin, mixed) })
+	t.Run("closed loop", func(t *testing.T) { renderCheck(t, bin, closedReport(t)) })
+}
+
+func renderCheck(t *testing.T, bin string, r *Report) {
 	page := filepath.Join(t.TempDir(), "report.html")
 	if err := r.WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
