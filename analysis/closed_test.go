@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -479,4 +480,51 @@ func sortedKeys(m map[string]any) []string {
 	ks := slices.Collect(maps.Keys(m))
 	slices.Sort(ks)
 	return ks
+}
+
+// Every key of per_user and closed_loop, and every summary column they add, is documented
+// in docs/metrics.md (in backticks, or as a {…} suffix list of its prefix).
+func TestPerUserAndClosedKeysDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := closedReport(t)
+	var b bytes.Buffer
+	r.WriteJSON(&b)
+	var m map[string]any
+	json.Unmarshal(b.Bytes(), &m)
+	var walk func(top, path string, v any)
+	walk = func(top, path string, v any) {
+		// In backticks, alone or under its object's name (an object by its members' names).
+		if path != "" && !bytes.Contains(doc, []byte("`"+path)) && !bytes.Contains(doc, []byte("`"+top+"."+path)) {
+			t.Errorf("JSON key %s.%s is not in docs/metrics.md", top, path)
+		}
+		o, ok := v.(map[string]any)
+		if !ok || strings.HasSuffix(path, "_ms") || top == "per_user" && path != "" {
+			return // the seven latency figures and the six speeds are documented as sets
+		}
+		for k, x := range o {
+			if path != "" {
+				k = path + "." + k
+			}
+			walk(top, k, x)
+		}
+	}
+	walk("per_user", "", m["per_user"])
+	walk("closed_loop", "", m["closed_loop"])
+	for _, c := range r.summaryCols() {
+		if !strings.HasPrefix(c.name, "per_user") && !strings.HasPrefix(c.name, "closed_loop") {
+			continue
+		}
+		name := c.name
+		if i := strings.LastIndex(name, "_ms_"); i > 0 {
+			name = name[:i+3] + "_{"
+		} else if i := strings.LastIndex(name, "_per_s_"); i > 0 {
+			name = name[:i+6] + "_{"
+		}
+		if !bytes.Contains(doc, []byte("`"+name)) {
+			t.Errorf("summary column %s is not in docs/metrics.md (looked for `%s)", c.name, name)
+		}
+	}
 }
