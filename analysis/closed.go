@@ -70,6 +70,9 @@ func (r *Report) closedLoop(d *Data) {
 		c.FirstWaveSendS = float64(sentMax) / 1e9
 	}
 	c.FirstWaveLateness, c.SteadyLateness = summarize(first), summarize(steady)
+	if c.FirstWaveRequests == 0 && len(d.scheduled) > 0 {
+		r.warnf("closed loop: no request scheduled by the last worker's start (%.3f s), so no first wave: the file does not follow the closed loop's schedule contract (a replayer older than it?), and every request's lateness is judged", float64(last)/1e9)
+	}
 	r.Closed = c
 }
 
@@ -79,6 +82,9 @@ func (r *Report) basis() string {
 	c := r.Closed
 	if c == nil {
 		return ""
+	}
+	if c.FirstWaveRequests == 0 {
+		return "closed loop: every request, no first wave found"
 	}
 	return fmt.Sprintf("closed loop: steady state after the first wave of %d requests, sent in %s ms", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3))
 }

@@ -528,3 +528,23 @@ func TestPerUserAndClosedKeysDocumented(t *testing.T) {
 		}
 	}
 }
+
+// A closed-loop file whose first requests were stamped after the last worker's start (a
+// replayer that read the clock for them) has no first wave: every request is judged, and
+// the report says why.
+func TestClosedLoopNoFirstWave(t *testing.T) {
+	rows := burstRun(200_000)
+	for i := range rows {
+		rows[i].scheduled += 50_000 // 50 µs after each worker became free
+	}
+	r, err := Analyze(load(t, rows, closedMeta(64, 0)), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Closed; c.FirstWaveRequests != 0 || c.SteadyLateness.N != int64(len(rows)) || !r.Flags.ClientLimited {
+		t.Errorf("closed %+v, client-limited %v", *c, r.Flags.ClientLimited)
+	}
+	if w := strings.Join(r.Warnings, "\n"); !strings.Contains(w, "no first wave") || !strings.Contains(w, "client-limited (closed loop: every request, no first wave found)") {
+		t.Errorf("warnings = %q", r.Warnings)
+	}
+}
