@@ -510,10 +510,18 @@ func (r *Report) tokens(d *Data) {
 
 // sampleWarnings says when a tail percentile rests on too few samples to have any above it.
 func (r *Report) sampleWarnings() {
-	for _, m := range []struct {
+	ms := []struct {
 		name string
 		q    Quantiles
-	}{{"ttft", r.TTFT}, {"tpot", r.TPOT}, {"itl", r.ITL}, {"e2e", r.E2E}, {"schedule lateness", r.Lateness}} {
+	}{{"ttft", r.TTFT}, {"tpot", r.TPOT}, {"itl", r.ITL}, {"e2e", r.E2E}, {"schedule lateness", r.Lateness}}
+	if c := r.Closed; c != nil {
+		// The closed loop's client-limited decision rests on this p99.
+		ms = append(ms, struct {
+			name string
+			q    Quantiles
+		}{"steady-state schedule lateness", c.SteadyLateness})
+	}
+	for _, m := range ms {
 		if w := tailWarning(m.q.N); w != "" {
 			r.warnf("%s %s", m.name, w)
 		}
