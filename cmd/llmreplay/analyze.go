@@ -34,7 +34,7 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("analyze", "llmreplay analyze results.parquet... [flags]", analyzeExamples, stdout)
 	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, e.g. ttft=2s,tpot=100ms,e2e=30s (default: the run's own --slo)")
 	warmup := fs.String("warmup", "auto", "warm-up excluded from the steady-state window, from the first send: a duration, or auto to detect it (MSER-5)")
-	maxLate := fs.Duration("max-lateness", 0, "schedule-lateness p99 above which the run is flagged client-limited (default: the run's, else 10ms)")
+	maxLate := fs.Duration("max-lateness", 0, "schedule-lateness p99 above which the run is flagged client-limited; closed loop: of the steady state after the first wave (default: the run's, else 10ms)")
 	interval := fs.Duration("interval", time.Second, "time-series interval (a multiple of 10ms)")
 	var buckets []string
 	fs.StringArrayVar(&buckets, "buckets", nil, "length-bucket edges: EDGES for both breakdowns, or prompt=EDGES / output=EDGES (repeatable); default log-spaced")
