@@ -551,3 +551,24 @@ func TestClosedLoopNoFirstWave(t *testing.T) {
 		t.Errorf("warnings = %q", r.Warnings)
 	}
 }
+
+// A closed loop with no request after its first wave (fewer requests than workers) is not
+// judged, says so, and prints no lateness figure it does not have.
+func TestClosedLoopOnlyFirstWave(t *testing.T) {
+	rows := burstRun(200_000)[:64]
+	r, err := Analyze(load(t, rows, closedMeta(64, 0)), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Closed; c.FirstWaveRequests != 64 || c.SteadyLateness.N != 0 || r.Flags.ClientLimited {
+		t.Errorf("closed %+v, client-limited %v", *c, r.Flags.ClientLimited)
+	}
+	if w := strings.Join(r.Warnings, "\n"); !strings.Contains(w, "closed loop: no request after the first wave of 64: client-limited not judged") {
+		t.Errorf("warnings = %q", r.Warnings)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "its schedule lateness p99 - ms") {
+		t.Errorf("text:\n%s", text.String())
+	}
+}

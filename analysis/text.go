@@ -167,7 +167,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	f := r.Flags
 	p("\nFlags\n")
 	if c := r.Closed; c != nil {
-		p("  client-limited: %s (%s; its schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), r.basis(), f3(c.SteadyLateness.P99), f.MaxLateness)
+		p99 := math.NaN()
+		if c.SteadyLateness.N > 0 {
+			p99 = c.SteadyLateness.P99
+		}
+		p("  client-limited: %s (%s; its schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), r.basis(), f3(p99), f.MaxLateness)
 	} else {
 		p("  client-limited: %s (schedule lateness p99 %s ms, bound %v)\n", yesno(f.ClientLimited), f3(r.Lateness.P99), f.MaxLateness)
 	}
