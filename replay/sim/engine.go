@@ -435,10 +435,12 @@ func (e *engine) loop() {
 			e.mu.Unlock()
 		}
 		for _, s := range c.touched {
-			s.produced.Store(int64(s.generated))
+			// done before produced: a handler that has seen the last token also sees the
+			// request's timing as final (trailers, request log).
 			if s.generated == s.target {
 				s.done.Store(true)
 			}
+			s.produced.Store(int64(s.generated))
 			s.wake()
 		}
 		select {

@@ -340,6 +340,12 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	var hasher *blockHasher
 	if s.prefix {
 		hasher = newBlockHasher(s.cfg.PrefixBlockTokens)
+		// Room for the prompt's and the output's blocks, so the hashes grow at most once.
+		est := max(p.maxTokens, 0) + len(p.prompt.ids) + len(p.prompt.text)/3
+		for _, m := range p.prompt.messages {
+			est += 6 + len(m.content)/3
+		}
+		hasher.hashes = make([]uint64, 0, est/hasher.size+1)
 	}
 	prompt := s.promptTokens(&p.prompt, hasher)
 	if prompt < 1 {
@@ -403,6 +409,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 				hasher.add(s.wordIDs[(i+pl.wordOff)%len(words)])
 			}
 			sq.hashes, sq.promptBlocks = hasher.hashes, prompt/hasher.size
+			sq.blocks = make([]int32, 0, sq.promptBlocks)
 		}
 		s.eng.submit(sq)
 		src = &engineSource{s: sq, srv: s}

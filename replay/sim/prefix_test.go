@@ -455,3 +455,51 @@ func TestRequestLog(t *testing.T) {
 		t.Errorf("stream line %+v", c)
 	}
 }
+
+// BenchmarkBlockHash: hashing a 4,096-token prompt into blocks of 16 (handler side).
+func BenchmarkBlockHash(b *testing.B) {
+	p := ids(4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		h := newBlockHasher(16)
+		h.hashes = make([]uint64, 0, 4096/16)
+		h.addInts(p)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/4096, "ns/token")
+}
+
+// BenchmarkCorePrefix: the engine's serial cost per request, with the prefix cache and
+// without, on a stream of requests that share a 1,024-token prefix (8 running, 64
+// output tokens, the cache churning through a 64k-token KV cache). One op is one request.
+func BenchmarkCorePrefix(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			cfg := linear()
+			cfg.PrefixCache, cfg.KVCacheTokens, cfg.MaxBatch, cfg.MaxBatchedTokens = on, 65536, 8, 4096
+			c := newCore(&cfg)
+			pre := ids(1024)
+			var seqs []*seq
+			for i := range 512 {
+				p := append(append([]int(nil), pre...), 7, 8, 9, i)
+				seqs = append(seqs, idsSeq(&cfg, p, 64))
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				src := seqs[i%len(seqs)]
+				s := newSeq(src.prompt, src.target)
+				s.hashes, s.promptBlocks = src.hashes, src.promptBlocks
+				s.blocks = make([]int32, 0, s.promptBlocks)
+				c.enqueue(s, c.now)
+				for c.waitingLen() > 0 || len(c.running) >= cfg.MaxBatch {
+					c.step()
+				}
+				i++
+			}
+		})
+	}
+}
