@@ -235,15 +235,17 @@ func (c *core) admit(s *seq) bool {
 	}
 	p := c.pc
 	size := p.size
-	hit, free := p.match(s.hashes, min(s.promptBlocks, (s.prompt-1)/size))
+	var free int
+	s.blocks, free = p.match(s.blocks[:0], s.hashes, min(s.promptBlocks, (s.prompt-1)/size))
+	hit := len(s.blocks)
 	kv -= hit * size
 	// Held blocks taken from the free list move into the used KV; the rest is new.
 	if c.kvUsed+free*size+kv > c.cfg.KVCacheTokens {
+		s.blocks = s.blocks[:0]
 		return false
 	}
-	s.blocks = s.blocks[:0]
-	for _, h := range s.hashes[:hit] {
-		s.blocks = append(s.blocks, p.acquire(h))
+	for _, i := range s.blocks {
+		p.acquire(i)
 	}
 	c.kvUsed += free*size + kv
 	s.kv = kv

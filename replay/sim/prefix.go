@@ -89,32 +89,31 @@ func newPrefixCache(size int) *prefixCache {
 	return &prefixCache{size: size, m: make(map[uint64]int32), head: nilBlock, tail: nilBlock}
 }
 
-// match returns how many of hashes (at most max) are cached, counting from the first, and
-// how many of those no running request holds (they move from the free space to the used
-// space when the request takes them).
-func (p *prefixCache) match(hashes []uint64, max int) (n, free int) {
-	for n < max && n < len(hashes) {
-		i, ok := p.m[hashes[n]]
+// match appends to dst the slots of the cached blocks that start hashes (at most max of
+// them), and returns how many of those no running request holds (they move from the
+// free space to the used space when the request takes them).
+func (p *prefixCache) match(dst []int32, hashes []uint64, max int) ([]int32, int) {
+	free := 0
+	for _, h := range hashes[:min(max, len(hashes))] {
+		i, ok := p.m[h]
 		if !ok {
 			break
 		}
 		if p.blocks[i].ref == 0 {
 			free++
 		}
-		n++
+		dst = append(dst, i)
 	}
-	return n, free
+	return dst, free
 }
 
-// acquire references the cached block of hash (which must be cached) and returns its slot.
-func (p *prefixCache) acquire(hash uint64) int32 {
-	i := p.m[hash]
+// acquire references the cached block in slot i.
+func (p *prefixCache) acquire(i int32) {
 	b := &p.blocks[i]
 	if b.ref == 0 {
 		p.unlink(i)
 	}
 	b.ref++
-	return i
 }
 
 // insert caches a block computed by a request. held: the request keeps a reference (a
