@@ -218,10 +218,10 @@ func sharedPrefixPrompts(t *testing.T, n, k, prefix, tail int) [][]int32 {
 // With the cache ample, every request after the first of its prefix reads the whole
 // prefix: rate = (n-k)*256 / (n*272). With a small KV cache (docs/sim.md): each request
 // reserves 273 tokens while it runs, so C = (kv_cache_tokens - 273) / 16 blocks stay
-// cached beside it; a request frees its 17 blocks tail first, so when prefix p comes
-// back the k-2 requests admitted since its last use have freed 17 blocks each, all more
-// recent, and the cache has kept its first m = clamp(C - 17(k-2), 0, 16) blocks:
-// rate = (n-k)*16m / (n*272).
+// cached beside it; a request frees its 17 blocks tail first, so at the last admission
+// before prefix p comes back, the k-2 requests that ended since p's last use have freed
+// 17 blocks each, all more recent, and the cache has kept p's first
+// m = clamp(C - 17(k-2), 0, 16) blocks: rate = (n-k)*16m / (n*272).
 func TestPrefixHitRate(t *testing.T) {
 	const n, k, prefix, tail = 40, 4, 256, 16
 	prompts := sharedPrefixPrompts(t, n, k, prefix, tail)
