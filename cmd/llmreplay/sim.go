@@ -27,6 +27,9 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # A fast engine for tests, 10x real time, with 2% 503s and 1% mid-stream disconnects
   llmreplay sim --profile tiny --time-scale 10 --fault 503=0.02 --fault disconnect=0.01
 
+  # Without automatic prefix caching, and with a per-request log (JSON lines, X-Request-Id)
+  llmreplay sim --no-prefix-cache --request-log sim-requests.jsonl
+
   # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
   llmreplay sim --profile fixed --ttft 200ms --itl 20ms
 
@@ -43,6 +46,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	addr := fs.String("addr", "127.0.0.1:8000", "address to listen on (use 127.0.0.1:0 for any free port)")
 	profile := fs.String("profile", "moe-230b-8gpu", "parameter set: "+strings.Join(sim.Profiles(), ", "))
 	printInfo := fs.Bool("print-info", false, "print the configuration and analytical limits (as /sim/info) and exit")
+	noPrefix := fs.Bool("no-prefix-cache", false, "turn automatic prefix caching off (on by default, as in vLLM and SGLang)")
+	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id), written off the engine's path")
 	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR (DUR in model time, default 1s)")
 
 	// Every model parameter; applied over the profile only when given.
@@ -59,6 +64,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("sim: --profile: %v", err)
 	}
 	applySimFlags(fs, &cfg, &o)
+	if *noPrefix {
+		if fs.Changed("prefix-block-tokens") {
+			return usagef("sim: --prefix-block-tokens and --no-prefix-cache contradict each other")
+		}
+		cfg.PrefixCache = false
+	}
+	cfg.RequestLog = *requestLog
 	if (fs.Changed("ttft") || fs.Changed("itl")) && !cfg.Fixed {
 		return usagef("sim: --ttft and --itl apply to --profile fixed only")
 	}
@@ -103,6 +115,7 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, "per-step token budget (decodes + prefill chunks)")
 	fs.IntVar(&o.MaxBatch, "max-batch", 0, "max running sequences")
 	fs.IntVar(&o.RefContextTokens, "ref-context-tokens", 0, "per-sequence context for the analytical figures")
+	fs.IntVar(&o.PrefixBlockTokens, "prefix-block-tokens", 16, "prefix cache block size in tokens (vLLM's default block size)")
 	fs.DurationVar(&o.FixedTTFT, "ttft", 0, "fixed profile: time to first token")
 	fs.DurationVar(&o.FixedITL, "itl", 0, "fixed profile: time between tokens")
 	fs.IntVar(&o.EOSMeanTokens, "eos-mean", 0, "mean natural output length for requests without ignore_eos (0 = always max_tokens)")
@@ -144,6 +157,7 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("max-batched-tokens", &cfg.MaxBatchedTokens, &o.MaxBatchedTokens)
 	set("max-batch", &cfg.MaxBatch, &o.MaxBatch)
 	set("ref-context-tokens", &cfg.RefContextTokens, &o.RefContextTokens)
+	set("prefix-block-tokens", &cfg.PrefixBlockTokens, &o.PrefixBlockTokens)
 	set("ttft", &cfg.FixedTTFT, &o.FixedTTFT)
 	set("itl", &cfg.FixedITL, &o.FixedITL)
 	set("eos-mean", &cfg.EOSMeanTokens, &o.EOSMeanTokens)
@@ -160,6 +174,14 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 	} else {
 		fmt.Fprintf(stderr, "  model time: %.1f tok/s single stream, %.0f tok/s max decode at batch %d (context %d tokens/seq); KV cache %d tokens\n",
 			in.SingleStreamTokPerSec, in.MaxDecodeTokPerSec, in.MaxDecodeBatch, cfg.RefContextTokens, cfg.KVCacheTokens)
+		if pc := in.PrefixCache; pc != nil && pc.Enabled {
+			fmt.Fprintf(stderr, "  prefix cache: blocks of %d tokens, up to %d blocks in free KV space (--no-prefix-cache turns it off)\n", pc.BlockTokens, pc.CapacityBlocks)
+		} else {
+			fmt.Fprintln(stderr, "  prefix cache: off")
+		}
+	}
+	if cfg.RequestLog != "" {
+		fmt.Fprintf(stderr, "  request log: %s\n", cfg.RequestLog)
 	}
 	if cfg.TimeScale != 1 {
 		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)

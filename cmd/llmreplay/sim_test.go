@@ -123,3 +123,32 @@ func TestSimServesAndStopsOnCancel(t *testing.T) {
 		t.Errorf("no stop message: %q", errb.String())
 	}
 }
+
+func TestSimPrefixCacheFlags(t *testing.T) {
+	info := func(args ...string) (sim.Info, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"sim", "--profile", "tiny", "--print-info"}, args...), &out, io.Discard)
+		var in sim.Info
+		if err == nil {
+			err = json.Unmarshal(out.Bytes(), &in)
+		}
+		return in, err
+	}
+	in, err := info()
+	if err != nil || !in.Config.PrefixCache || in.PrefixCache == nil || !in.PrefixCache.Enabled || in.PrefixCache.BlockTokens != 16 || in.PrefixCache.CapacityBlocks != 65536/16 {
+		t.Fatalf("default: %+v %v", in.PrefixCache, err)
+	}
+	if in, err = info("--prefix-block-tokens", "32", "--kv-cache-tokens", "100000"); err != nil || in.PrefixCache.BlockTokens != 32 || in.PrefixCache.CapacityBlocks != 3125 {
+		t.Fatalf("--prefix-block-tokens 32: %+v %v", in.PrefixCache, err)
+	}
+	if in, err = info("--no-prefix-cache"); err != nil || in.Config.PrefixCache || in.PrefixCache.Enabled {
+		t.Fatalf("--no-prefix-cache: %+v %v", in.PrefixCache, err)
+	}
+	for _, args := range [][]string{{"--prefix-block-tokens", "0"}, {"--no-prefix-cache", "--prefix-block-tokens", "32"}} {
+		_, err := info(args...)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "prefix") {
+			t.Errorf("%v: got %v, want a usage error naming the flag", args, err)
+		}
+	}
+}

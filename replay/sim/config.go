@@ -47,6 +47,14 @@ type Config struct {
 	// computed.
 	RefContextTokens int `json:"ref_context_tokens"`
 
+	// PrefixCache turns on automatic prefix caching (vLLM's and SGLang's default): full
+	// blocks of PrefixBlockTokens prompt tokens, named by the hash chain of their tokens,
+	// stay cached in the KV cache's free space (evicted least recently used first), and a
+	// request whose prompt starts with cached blocks skips their prefill. Engine profiles
+	// only; the fixed profile ignores it.
+	PrefixCache       bool `json:"prefix_cache"`
+	PrefixBlockTokens int  `json:"prefix_block_tokens"`
+
 	// Fixed replaces the engine by exact timing: first token FixedTTFT after arrival, then
 	// one token every FixedITL, with no batching and no capacity limit.
 	Fixed     bool          `json:"fixed"`
@@ -68,7 +76,14 @@ type Config struct {
 	// Seed makes faults and natural output lengths reproducible.
 	Seed   uint64 `json:"seed"`
 	Faults Faults `json:"faults"`
+
+	// RequestLog, when set, is a file to which the server appends one JSON line per
+	// generation request (with the client's X-Request-Id), written off the engine's path.
+	RequestLog string `json:"request_log,omitempty"`
 }
+
+// prefixCaching reports whether the engine caches prompt prefixes.
+func (c *Config) prefixCaching() bool { return c.PrefixCache && !c.Fixed }
 
 // Faults are injected failures, each drawn per request with its rate (0..1). The three
 // HTTP statuses are mutually exclusive (their rates must sum to <= 1); the others are
@@ -167,6 +182,8 @@ var profiles = map[string]func() Config{
 			MaxBatchedTokens:     2048,
 			MaxBatch:             16,
 			RefContextTokens:     128,
+			PrefixCache:          true,
+			PrefixBlockTokens:    16,
 			DefaultMaxTokens:     16,
 			DefaultChatMaxTokens: 256,
 			TimeScale:            1,
@@ -192,6 +209,8 @@ var profiles = map[string]func() Config{
 			MaxBatchedTokens:     8192,
 			MaxBatch:             256,
 			RefContextTokens:     1024,
+			PrefixCache:          true,
+			PrefixBlockTokens:    16,
 			DefaultMaxTokens:     16,
 			DefaultChatMaxTokens: 1024,
 			TimeScale:            1,
@@ -287,6 +306,9 @@ func (c Config) Validate() error {
 		}
 		if c.RefContextTokens < 0 {
 			bad("ref_context_tokens", "%d < 0", c.RefContextTokens)
+		}
+		if c.PrefixCache && (c.PrefixBlockTokens < 1 || c.PrefixBlockTokens > c.KVCacheTokens) {
+			bad("prefix_block_tokens", "%d not in [1, kv_cache_tokens %d]", c.PrefixBlockTokens, c.KVCacheTokens)
 		}
 	}
 	f := c.Faults

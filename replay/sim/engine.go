@@ -17,11 +17,22 @@ type seq struct {
 	target int // tokens to generate (>= 1)
 	recv   time.Time
 
+	// Prefix cache (nil hashes: none). hashes are the chain hashes of the full blocks of
+	// the prompt followed by the output less its last token (what ends up in the KV
+	// cache); the first promptBlocks of them lie wholly inside the prompt.
+	hashes       []uint64
+	promptBlocks int
+
 	// engine
 	prefilled int
 	generated int
 	stepTok   int // tokens scheduled in the current step
-	kv        int // KV tokens reserved (prompt + target)
+	// kv is the KV this request reserves privately: prompt + target at admission, less
+	// the cached blocks it shares and the blocks it has since handed to the prefix cache.
+	kv        int
+	cached    int     // prompt tokens read from the prefix cache (set at admission)
+	blocks    []int32 // prefix-cache blocks it holds
+	nextBlock int     // next prompt block to offer to the prefix cache
 
 	// Model times (durations since the engine's model epoch). Written by the engine
 	// before done is stored.
@@ -39,7 +50,7 @@ type seq struct {
 }
 
 func newSeq(prompt, target int) *seq {
-	return &seq{prompt: prompt, target: target, kv: prompt + target, notify: make(chan struct{}, 1)}
+	return &seq{prompt: prompt, target: target, notify: make(chan struct{}, 1)}
 }
 
 func (s *seq) wake() {
@@ -60,14 +71,21 @@ type core struct {
 	waiting     []*seq        // FIFO; waiting[head:] are live
 	head        int
 	running     []*seq
-	kvUsed      int
-	touched     []*seq // sequences that produced a token in the last step
+	kvUsed      int          // KV tokens in use: private reservations and held cached blocks
+	touched     []*seq       // sequences that produced a token in the last step
+	pc          *prefixCache // nil: prefix caching off
 
 	// counters for /metrics
 	steps, promptTokens, genTokens, finished int64
 }
 
-func newCore(cfg *Config) *core { return &core{cfg: cfg} }
+func newCore(cfg *Config) *core {
+	c := &core{cfg: cfg}
+	if cfg.prefixCaching() {
+		c.pc = newPrefixCache(cfg.PrefixBlockTokens)
+	}
+	return c
+}
 
 func (c *core) waitingLen() int { return len(c.waiting) - c.head }
 
@@ -88,7 +106,7 @@ func (c *core) dropCanceled() {
 	j := 0
 	for _, s := range c.running {
 		if s.canceled.Load() {
-			c.kvUsed -= s.kv
+			c.release(s)
 			continue
 		}
 		c.running[j] = s
@@ -137,20 +155,19 @@ func (c *core) step() time.Duration {
 	}
 	for c.waitingLen() > 0 && budget > 0 && len(c.running) < c.cfg.MaxBatch {
 		s := c.waiting[c.head]
-		if c.kvUsed+s.kv > c.cfg.KVCacheTokens {
+		if !c.admit(s) {
 			break
 		}
 		c.waiting[c.head] = nil
 		c.head++
-		c.kvUsed += s.kv
 		s.admitM = c.now
 		s.genAtAdmit = c.genTokens
 		c.running = append(c.running, s)
-		n := min(s.prompt, budget)
+		n := min(s.prompt-s.prefilled, budget)
 		s.stepTok = n
 		budget -= n
 		prefill += n
-		context += n
+		context += s.prefilled + n
 	}
 	if prefill+decode == 0 {
 		return 0
@@ -169,6 +186,9 @@ func (c *core) step() time.Duration {
 			c.touched = append(c.touched, s)
 		default:
 			s.prefilled += s.stepTok
+			if c.pc != nil {
+				c.cacheComputed(s)
+			}
 			if s.prefilled == s.prompt { // prefill done: the step samples the first token
 				s.generated = 1
 				s.firstM, s.lastM = c.now, c.now
@@ -177,7 +197,10 @@ func (c *core) step() time.Duration {
 		}
 		s.stepTok = 0
 		if s.generated == s.target {
-			c.kvUsed -= s.kv
+			if c.pc != nil {
+				c.cacheOutput(s)
+			}
+			c.release(s)
 			c.finished++
 			continue
 		}
@@ -193,6 +216,93 @@ func (c *core) step() time.Duration {
 		}
 	}
 	return d
+}
+
+// admit takes s into the KV cache if it fits and reports whether it did. With the prefix
+// cache, s first takes the cached blocks that match its prompt (the longest run from the
+// start, never the block holding the prompt's last token): those it need not compute nor
+// reserve, and cached blocks no request held are evicted, least recently freed first,
+// until the used and the cached KV fit the capacity again.
+func (c *core) admit(s *seq) bool {
+	kv := s.prompt + s.target
+	if c.pc == nil || s.hashes == nil {
+		if c.kvUsed+kv > c.cfg.KVCacheTokens {
+			return false
+		}
+		c.kvUsed += kv
+		s.kv = kv
+		return true
+	}
+	p := c.pc
+	size := p.size
+	var free int
+	s.blocks, free = p.match(s.blocks[:0], s.hashes, min(s.promptBlocks, (s.prompt-1)/size))
+	hit := len(s.blocks)
+	kv -= hit * size
+	// Held blocks taken from the free list move into the used KV; the rest is new.
+	if c.kvUsed+free*size+kv > c.cfg.KVCacheTokens {
+		s.blocks = s.blocks[:0]
+		return false
+	}
+	for _, i := range s.blocks {
+		p.acquire(i)
+	}
+	c.kvUsed += free*size + kv
+	s.kv = kv
+	for c.kvUsed+p.nFree*size > c.cfg.KVCacheTokens && p.evict() {
+	}
+	s.cached = hit * size
+	s.prefilled = s.cached
+	s.nextBlock = hit
+	p.queries += int64(s.prompt)
+	p.hits += int64(s.cached)
+	c.promptTokens += int64(s.cached)
+	return true
+}
+
+// cacheComputed offers the prefix cache the prompt blocks s has now wholly computed
+// (vLLM caches a block as soon as it is full): s keeps holding them, and their KV moves
+// from its private reservation to the shared blocks.
+func (c *core) cacheComputed(s *seq) {
+	p := c.pc
+	full := min(s.prefilled/p.size, s.promptBlocks)
+	for ; s.nextBlock < full; s.nextBlock++ {
+		if i, ok := p.insert(s.hashes[s.nextBlock], true); ok {
+			s.blocks = append(s.blocks, i)
+			s.kv -= p.size
+		}
+	}
+}
+
+// cacheOutput, when s has finished, caches the full blocks past its prompt (its output
+// less the last token, whose KV is never computed) as free blocks, last block first so
+// that eviction takes a conversation's tail before its head. A later turn that sends the
+// conversation back finds them.
+func (c *core) cacheOutput(s *seq) {
+	p := c.pc
+	for k := len(s.hashes) - 1; k >= s.promptBlocks; k-- {
+		if _, ok := p.insert(s.hashes[k], false); ok {
+			s.kv -= p.size
+			c.kvUsed -= p.size
+		}
+	}
+}
+
+// release frees s's KV: its private reservation, and its references to cached blocks,
+// last block first (an unreferenced block stays cached in the free space).
+func (c *core) release(s *seq) {
+	c.kvUsed -= s.kv
+	s.kv = 0
+	if c.pc == nil {
+		return
+	}
+	for k := len(s.blocks) - 1; k >= 0; k-- {
+		if c.pc.blocks[s.blocks[k]].ref == 1 {
+			c.kvUsed -= c.pc.size
+		}
+		c.pc.release(s.blocks[k])
+	}
+	s.blocks = s.blocks[:0]
 }
 
 // engine runs a core in real time: each step's tokens are published at
@@ -327,10 +437,12 @@ func (e *engine) loop() {
 			e.mu.Unlock()
 		}
 		for _, s := range c.touched {
-			s.produced.Store(int64(s.generated))
+			// done before produced: a handler that has seen the last token also sees the
+			// request's timing as final (trailers, request log).
 			if s.generated == s.target {
 				s.done.Store(true)
 			}
+			s.produced.Store(int64(s.generated))
 			s.wake()
 		}
 		select {

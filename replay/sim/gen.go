@@ -50,15 +50,26 @@ type chunker struct {
 	finish     string
 	continuous bool
 	wordOff    int
+	// details: the final usage carries prompt_tokens_details.cached_tokens (the prefix
+	// cache is on); cached is that count, known once the first token exists.
+	details bool
+	cached  int
 }
 
-func (c *chunker) appendUsage(b []byte, completion int) []byte {
+// appendUsage appends the usage object; final adds prompt_tokens_details (vLLM puts it
+// in the final usage only, not in continuous_usage_stats chunks).
+func (c *chunker) appendUsage(b []byte, completion int, final bool) []byte {
 	b = append(b, `,"usage":{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, int64(c.prompt), 10)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(c.prompt+completion), 10)
 	b = append(b, `,"completion_tokens":`...)
 	b = strconv.AppendInt(b, int64(completion), 10)
+	if final && c.details {
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(c.cached), 10)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -68,7 +79,7 @@ func (c *chunker) appendRole(b []byte) []byte {
 	b = append(b, c.head...)
 	b = append(b, `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]`...)
 	if c.continuous {
-		b = c.appendUsage(b, 0)
+		b = c.appendUsage(b, 0, false)
 	}
 	return append(b, "}\n\n"...)
 }
@@ -101,7 +112,7 @@ func (c *chunker) appendToken(b []byte, i int) []byte {
 	}
 	switch {
 	case c.continuous:
-		b = c.appendUsage(b, i+1)
+		b = c.appendUsage(b, i+1, false)
 	case !c.chat:
 		// vLLM dumps completion chunks with exclude_unset=False, so usage is there as null;
 		// chat chunks omit it.
@@ -113,7 +124,7 @@ func (c *chunker) appendToken(b []byte, i int) []byte {
 func (c *chunker) appendFinalUsage(b []byte) []byte {
 	b = append(b, c.head...)
 	b = append(b, `,"choices":[]`...)
-	b = c.appendUsage(b, c.target)
+	b = c.appendUsage(b, c.target, true)
 	return append(b, "}\n\n"...)
 }
 
@@ -183,6 +194,9 @@ type tokenSource interface {
 	// or the server ended first.
 	next(ctx context.Context, sent int) (n int, ok bool)
 	times() timing
+	// cachedTokens is the prompt tokens read from the prefix cache; valid once next has
+	// returned a token.
+	cachedTokens() int
 	cancel()
 }
 
@@ -222,6 +236,10 @@ func (e *engineSource) times() timing {
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
+
+// cachedTokens reads s.cached, written by the engine at admission, before the atomic
+// store of the first produced token that the handler has loaded.
+func (e *engineSource) cachedTokens() int { return e.s.cached }
 
 // fixedSource emits token i at recv + (FixedTTFT + i*FixedITL)/TimeScale exactly.
 type fixedSource struct {
@@ -266,6 +284,8 @@ func (f *fixedSource) times() timing {
 	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
 }
 
+func (f *fixedSource) cachedTokens() int { return 0 }
+
 func (f *fixedSource) cancel() {
 	if f.timer != nil {
 		f.timer.Stop()
@@ -277,26 +297,60 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	// Arrival is stamped before the body is read and parsed, so the server's own request
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
+	rid := r.Header.Get(RequestIDHeader)
+	if len(rid) > maxRequestIDBytes {
+		rid = rid[:maxRequestIDBytes]
+	}
+	if rid != "" {
+		w.Header().Set(RequestIDHeader, rid)
+	}
+	var rec *logRecord
+	if s.reqLog != nil {
+		rec = &logRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled"}
+		if chat {
+			rec.API = "chat"
+		}
+		defer s.logRequest(rec)
+	}
+	fail := func(e *apiError, outcome string) {
+		if rec != nil {
+			rec.Status, rec.Outcome, rec.Error = e.status, outcome, e.msg
+		}
+		writeError(w, e)
+	}
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
-		writeError(w, aerr)
+		fail(aerr, "bad_request")
 		return
 	}
 	p, err := parseGenRequest(body, chat)
 	if err != nil {
 		s.badRequests.Add(1)
-		writeError(w, err.(*apiError))
+		fail(err.(*apiError), "bad_request")
 		return
+	}
+	if rec != nil {
+		rec.Stream = p.stream
 	}
 	if aerr := s.checkModel(p.model); aerr != nil {
-		writeError(w, aerr)
+		fail(aerr, "bad_request")
 		return
 	}
-	prompt := s.promptTokens(&p.prompt)
+	var hasher *blockHasher
+	if s.prefix {
+		hasher = newBlockHasher(s.cfg.PrefixBlockTokens)
+		// Room for the prompt's and the output's blocks, so the hashes grow at most once.
+		est := max(p.maxTokens, 0) + len(p.prompt.ids) + len(p.prompt.text)/3
+		for _, m := range p.prompt.messages {
+			est += 6 + len(m.content)/3
+		}
+		hasher.hashes = make([]uint64, 0, est/hasher.size+1)
+	}
+	prompt := s.promptTokens(&p.prompt, hasher)
 	if prompt < 1 {
 		s.badRequests.Add(1)
-		writeError(w, badRequest("prompt", "prompt has no tokens"))
+		fail(badRequest("prompt", "prompt has no tokens"), "bad_request")
 		return
 	}
 	maxTokens := p.maxTokens
@@ -309,13 +363,13 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	if maxTokens < 1 || prompt+maxTokens > s.cfg.MaxModelLen {
 		s.badRequests.Add(1)
-		writeError(w, badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion). Please reduce the length of the prompt or completion.",
-			s.cfg.MaxModelLen, prompt+maxTokens, prompt, maxTokens))
+		fail(badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion). Please reduce the length of the prompt or completion.",
+			s.cfg.MaxModelLen, prompt+maxTokens, prompt, maxTokens), "bad_request")
 		return
 	}
 	if p.minTokens > maxTokens {
 		s.badRequests.Add(1)
-		writeError(w, badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens))
+		fail(badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens), "bad_request")
 		return
 	}
 
@@ -330,13 +384,13 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	switch pl.status {
 	case 429:
-		writeError(w, &apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"})
+		fail(&apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"}, "fault")
 		return
 	case 500:
-		writeError(w, &apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"})
+		fail(&apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"}, "fault")
 		return
 	case 503:
-		writeError(w, &apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"})
+		fail(&apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"}, "fault")
 		return
 	}
 
@@ -348,17 +402,36 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	} else {
 		sq := newSeq(prompt, pl.target)
 		sq.recv = recv
+		if hasher != nil {
+			// The KV cache will hold the prompt and the output less its last token: hash
+			// that stream here, on the handler's goroutine, so the engine only looks up.
+			for i := range pl.target - 1 {
+				hasher.add(s.wordIDs[(i+pl.wordOff)%len(words)])
+			}
+			sq.hashes, sq.promptBlocks = hasher.hashes, prompt/hasher.size
+			sq.blocks = make([]int32, 0, sq.promptBlocks)
+		}
 		s.eng.submit(sq)
 		src = &engineSource{s: sq, srv: s}
 	}
 	defer src.cancel()
 
-	ck := &chunker{chat: chat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: p.continuous, wordOff: pl.wordOff}
+	ck := &chunker{chat: chat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: p.continuous, wordOff: pl.wordOff, details: s.prefix}
 	object, idPrefix := "text_completion", "cmpl-"
 	if chat {
 		object, idPrefix = "chat.completion.chunk", "chatcmpl-"
 	}
 	id := idPrefix + strconv.FormatUint(pl.id, 16)
+	if rec != nil {
+		rec.ID, rec.PromptTokens = id, prompt
+		defer func() {
+			if rec.Outcome == "ok" {
+				tm := src.times()
+				rec.CachedTokens, rec.CompletionTokens = ck.cached, pl.target
+				rec.ArrivalNs, rec.FirstNs, rec.LastNs = int64(tm.arrival), int64(tm.first), int64(tm.last)
+			}
+		}()
+	}
 	head := make([]byte, 0, 96+len(s.modelJSON))
 	head = append(head, `data: {"id":"`...)
 	head = append(head, id...)
@@ -391,7 +464,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 
 	if !p.stream {
-		s.serveWhole(ctx, w, p, ck, src, &pl, id, setTrailers)
+		s.serveWhole(ctx, w, p, ck, src, &pl, id, setTrailers, rec)
 		return
 	}
 
@@ -439,13 +512,19 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 			}
 			if sent == pl.disconnectAt {
 				flush()
+				if rec != nil {
+					rec.Outcome = "fault"
+				}
 				panic(http.ErrAbortHandler) // net/http closes the connection mid-stream
 			}
 			if sent == pl.malformedAt {
 				buf = ck.appendMalformed(buf)
 			}
-			if sent == 0 && chat {
-				buf = ck.appendRole(buf)
+			if sent == 0 {
+				ck.cached = src.cachedTokens()
+				if chat {
+					buf = ck.appendRole(buf)
+				}
 			}
 			buf = ck.appendToken(buf, sent)
 			if len(buf) > writeBatch {
@@ -468,7 +547,20 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	s.finished(&pl)
+	if rec != nil {
+		rec.Outcome = "ok"
+	}
 	setTrailers()
+}
+
+// logRequest queues rec's line in the request log.
+func (s *Server) logRequest(rec *logRecord) {
+	rec.Time = time.Now().UTC().Format(time.RFC3339Nano)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	s.reqLog.add(append(b, '\n'))
 }
 
 func (s *Server) finished(pl *plan) {
@@ -483,13 +575,19 @@ func (s *Server) finished(pl *plan) {
 }
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
+	PromptTokens        int            `json:"prompt_tokens"`
+	TotalTokens         int            `json:"total_tokens"`
+	CompletionTokens    int            `json:"completion_tokens"`
+	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// promptDetails is OpenAI's (and vLLM's) usage.prompt_tokens_details.
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // serveWhole answers a non-streaming request once every token exists.
-func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *params, ck *chunker, src tokenSource, pl *plan, id string, setTrailers func()) {
+func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *params, ck *chunker, src tokenSource, pl *plan, id string, setTrailers func(), rec *logRecord) {
 	for sent := 0; sent < pl.target; {
 		n, ok := src.next(ctx, sent)
 		if !ok {
@@ -501,9 +599,16 @@ func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *param
 		return
 	}
 	if pl.disconnectAt >= 0 {
+		if rec != nil {
+			rec.Outcome = "fault"
+		}
 		panic(http.ErrAbortHandler)
 	}
+	ck.cached = src.cachedTokens()
 	u := usage{PromptTokens: ck.prompt, TotalTokens: ck.prompt + ck.target, CompletionTokens: ck.target}
+	if ck.details {
+		u.PromptTokensDetails = &promptDetails{CachedTokens: ck.cached}
+	}
 	text := ck.text()
 	var resp any
 	if p.chat {
@@ -551,5 +656,8 @@ func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *param
 	w.WriteHeader(http.StatusOK)
 	w.Write(append(b, '\n'))
 	s.finished(pl)
+	if rec != nil {
+		rec.Outcome = "ok"
+	}
 	setTrailers()
 }

@@ -12,6 +12,8 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	var kvUsed int
 	var steps, promptTok, genTok int64
 	var modelNow, lag float64
+	var pcQueries, pcHits, pcEvictions int64
+	var pcFree, pcBlocks int
 	if s.eng != nil {
 		e := s.eng
 		e.mu.Lock()
@@ -19,6 +21,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		running, waiting, kvUsed = len(c.running), c.waitingLen()+len(e.inbox), c.kvUsed
 		steps, promptTok, genTok = c.steps, c.promptTokens, c.genTokens
 		modelNow, lag = c.now.Seconds(), e.lag.Seconds()
+		if p := c.pc; p != nil {
+			pcQueries, pcHits, pcEvictions = p.queries, p.hits, p.evictions
+			pcFree, pcBlocks = p.nFree, len(p.m)
+		}
 		e.mu.Unlock()
 	} else {
 		running = int(s.inflight.Load())
@@ -41,7 +47,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", lbl, float64(running))
 	metric("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", lbl, float64(waiting))
 	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = full.", lbl, kvFrac)
-	metric("vllm:prompt_tokens_total", "counter", "Prompt tokens prefilled.", lbl, float64(promptTok))
+	metric("vllm:prompt_tokens_total", "counter", "Prompt tokens processed (prefilled, or read from the prefix cache).", lbl, float64(promptTok))
 	metric("vllm:generation_tokens_total", "counter", "Tokens generated.", lbl, float64(genTok))
 	b = append(b, "# HELP vllm:request_success_total Requests finished, by finish reason.\n# TYPE vllm:request_success_total counter\n"...)
 	for _, fr := range []struct {
@@ -52,7 +58,17 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		b = strconv.AppendInt(b, fr.v, 10)
 		b = append(b, '\n')
 	}
-	metric("llmreplay_sim_kv_cache_used_tokens", "gauge", "KV-cache tokens reserved by admitted requests.", lbl, float64(kvUsed))
+	if s.prefix {
+		metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries: prompt tokens of the requests admitted.", lbl, float64(pcQueries))
+		metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits: prompt tokens read from the prefix cache instead of prefilled.", lbl, float64(pcHits))
+		metric("llmreplay_sim_prefix_cache_blocks", "gauge", "Blocks in the prefix cache, held by running requests or not.", lbl, float64(pcBlocks))
+		metric("llmreplay_sim_prefix_cache_free_blocks", "gauge", "Cached blocks no running request holds: they fill free KV space and are evicted LRU when an admission needs it.", lbl, float64(pcFree))
+		metric("llmreplay_sim_prefix_cache_evictions_total", "counter", "Cached blocks evicted to make room for admissions.", lbl, float64(pcEvictions))
+	}
+	if s.reqLog != nil {
+		metric("llmreplay_sim_request_log_dropped_total", "counter", "Request-log lines dropped because the writer was behind (or the log closed).", lbl, float64(s.reqLog.dropped.Load()))
+	}
+	metric("llmreplay_sim_kv_cache_used_tokens", "gauge", "KV-cache tokens in use by admitted requests (their reservations and the cached blocks they hold).", lbl, float64(kvUsed))
 	metric("llmreplay_sim_steps_total", "counter", "Engine steps run.", lbl, float64(steps))
 	metric("llmreplay_sim_model_time_seconds", "gauge", "The engine's model clock (end of the last step).", lbl, modelNow)
 	metric("llmreplay_sim_lag_seconds", "gauge", "How far the engine loop was behind real time at its last step (0 = on time; > 0 means the machine limits the sim).", lbl, lag)

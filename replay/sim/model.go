@@ -73,10 +73,25 @@ type Info struct {
 	// Warnings name settings under which the figures above will not be reached in
 	// practice (they stay right in model time).
 	Warnings []string `json:"warnings,omitempty"`
+	// PrefixCache describes the automatic prefix cache (engine profiles).
+	PrefixCache *PrefixCacheInfo `json:"prefix_cache,omitempty"`
 	// Fixed profile: exact TTFT and ITL in milliseconds (model time).
 	FixedTTFTMs float64 `json:"fixed_ttft_ms,omitempty"`
 	FixedITLMs  float64 `json:"fixed_itl_ms,omitempty"`
 }
+
+// PrefixCacheInfo is /sim/info's account of the prefix cache.
+type PrefixCacheInfo struct {
+	Enabled     bool `json:"enabled"`
+	BlockTokens int  `json:"block_tokens"`
+	// CapacityBlocks = KVCacheTokens / BlockTokens: what the cache holds when no request
+	// runs. While requests run it holds (KVCacheTokens - used) / BlockTokens free blocks
+	// besides the blocks the running requests hold.
+	CapacityBlocks int    `json:"capacity_blocks"`
+	Rule           string `json:"rule"`
+}
+
+const prefixRule = "full blocks of block_tokens tokens, keyed by the hash chain of the token stream (prompt, then output less its last token); a request reads the longest run of cached blocks from its prompt's start, never the block holding its last prompt token, and skips their prefill; blocks held by running requests are shared; unheld blocks stay cached in free KV space and are evicted least recently freed first when an admission needs the space"
 
 const stepFormula = "step = step_base + prefill_per_token*prefill_tokens + decode_per_seq*decoding_seqs + context_per_token*context_tokens + per_expert*experts*(1-(1-experts_per_token/experts)^(prefill_tokens+decoding_seqs))"
 
@@ -93,6 +108,12 @@ func Analyze(c Config) Info {
 		return in
 	}
 	in.StepFormula = stepFormula
+	in.PrefixCache = &PrefixCacheInfo{Enabled: c.PrefixCache}
+	if c.PrefixCache {
+		in.PrefixCache.BlockTokens = c.PrefixBlockTokens
+		in.PrefixCache.CapacityBlocks = c.KVCacheTokens / c.PrefixBlockTokens
+		in.PrefixCache.Rule = prefixRule
+	}
 	ref := c.RefContextTokens
 	in.Steps = make([]StepPoint, 0, c.MaxBatch)
 	for b := 1; b <= c.MaxBatch; b++ {

@@ -47,6 +47,16 @@ type Server struct {
 	lateness       *latenessLog   // set by benchmarks only
 	fixedLate      [2]lateHist    // fixed profile: lateness of first and later writes
 	chatReply      int            // tokens of "<|im_start|>assistant\n"
+
+	// Prefix cache: the token ids the chat template adds, and each output word's id, so
+	// the handler can hash exactly the token stream the engine would hold.
+	prefix      bool
+	chatRoleIDs map[string][]int // ids of "role\n" per role
+	newlineIDs  []int            // ids of "\n"
+	wordIDs     [len(words)]uint32
+
+	reqLog   *requestLog // nil unless Config.RequestLog
+	stopOnce sync.Once
 }
 
 // New validates cfg and starts the engine loop. Close stops it.
@@ -71,6 +81,25 @@ func New(cfg Config) (*Server, error) {
 		s.chatRoleTokens[r] = enc.Count(r + "\n")
 	}
 	s.chatReply = 1 + s.chatRoleTokens["assistant"]
+	if s.prefix = cfg.prefixCaching(); s.prefix {
+		s.chatRoleIDs = map[string][]int{}
+		for r := range s.chatRoleTokens {
+			s.chatRoleIDs[r] = enc.Encode(r + "\n")
+		}
+		s.newlineIDs = enc.Encode("\n")
+		for i, w := range words {
+			ids := enc.Encode(w)
+			if len(ids) != 1 {
+				return nil, fmt.Errorf("sim: output word %q is %d tokens, want 1", w, len(ids))
+			}
+			s.wordIDs[i] = uint32(ids[0])
+		}
+	}
+	if cfg.RequestLog != "" {
+		if s.reqLog, err = openRequestLog(cfg.RequestLog); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Fixed {
 		s.epoch = time.Now()
 	} else {
@@ -99,10 +128,21 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // Info returns the configuration and its analytical limits.
 func (s *Server) Info() Info { return s.info }
 
-// Close stops the engine loop and ends every open stream (without [DONE]). It is safe
-// to call more than once.
+// Close stops the engine loop, ends every open stream (without [DONE]) and closes the
+// request log. It is safe to call more than once.
 func (s *Server) Close() {
+	s.stop()
 	s.closeOnce.Do(func() {
+		if s.reqLog != nil {
+			s.reqLog.close()
+		}
+	})
+}
+
+// stop ends the streams and the engine, leaving the request log open for the handlers
+// that are still finishing.
+func (s *Server) stop() {
+	s.stopOnce.Do(func() {
 		close(s.closing)
 		if s.eng != nil {
 			s.eng.close()
@@ -168,13 +208,14 @@ func (r *Running) Server() *Server { return r.srv }
 // Close ends open streams, stops the engine and the listener, and waits for the handlers.
 func (r *Running) Close() error {
 	r.once.Do(func() {
-		r.srv.Close()
+		r.srv.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := r.hs.Shutdown(ctx); err != nil {
 			r.hs.Close()
 		}
 		<-r.done
+		r.srv.Close() // the handlers have returned: their request-log lines are in
 	})
 	return r.err
 }
@@ -242,59 +283,103 @@ func (s *Server) checkModel(model string) *apiError {
 // token ids, and for chat a ChatML template:
 // per message <|im_start|> + "role\n" + content + <|im_end|> + "\n", then
 // <|im_start|> + "assistant\n" for the reply (pieces tokenized separately).
-func (s *Server) promptTokens(p *parsedPrompt) int {
+// With h non-nil it also feeds h that token stream (for the prefix cache).
+func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 	switch {
 	case p.isIDs:
+		if h != nil {
+			h.addInts(p.ids)
+		}
 		return len(p.ids)
 	case p.messages != nil:
-		n := s.chatReply
-		for _, m := range p.messages {
-			n += 1 + s.chatRoleTokens[m.role] + s.count(m.content) + 2
+		if h == nil {
+			n := s.chatReply
+			for _, m := range p.messages {
+				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil) + 2
+			}
+			return n
 		}
-		return n
+		n := 0
+		for _, m := range p.messages {
+			h.add(imStart)
+			h.addInts(s.chatRoleIDs[m.role])
+			n += 1 + len(s.chatRoleIDs[m.role]) + s.count(m.content, h) + 1 + len(s.newlineIDs)
+			h.add(imEnd)
+			h.addInts(s.newlineIDs)
+		}
+		h.add(imStart)
+		h.addInts(s.chatRoleIDs["assistant"])
+		return n + 1 + len(s.chatRoleIDs["assistant"])
 	default:
-		return s.count(p.text)
+		return s.count(p.text, h)
 	}
 }
 
 // countCache remembers token counts of long texts by a 64-bit hash of their bytes.
 // cl100k_base counting through tiktoken-go costs about 2.5 µs per token (12 ms for a
 // 4.5k-token prompt), while replays repeat prompts: a sweep replays the same trace at
-// several rates, and chat requests share system prompts.
+// several rates, and chat requests share system prompts. With the prefix cache on, an
+// entry also keeps the text's token ids (4 bytes a token), which the block hashes need.
 type countCache struct {
-	mu   sync.Mutex
-	seed maphash.Seed
-	m    map[uint64]int
+	mu     sync.Mutex
+	seed   maphash.Seed
+	m      map[uint64]countEntry
+	tokens int // ids held
+}
+
+type countEntry struct {
+	n   int
+	ids []int32 // prefix cache only
 }
 
 const (
 	countCacheMinBytes = 256     // shorter texts are cheaper to count than to hash and look up
-	countCacheEntries  = 1 << 16 // the cache is cleared when it reaches this size
+	countCacheEntries  = 1 << 16 // the cache is cleared when it reaches this size...
+	countCacheTokens   = 1 << 23 // ...or holds this many token ids (32 MiB)
 )
 
-func (s *Server) count(text string) int {
+// count returns the number of tokens of text, and feeds them to h when h is not nil.
+func (s *Server) count(text string, h *blockHasher) int {
 	if len(text) < countCacheMinBytes {
-		return s.enc.Count(text)
+		if h == nil {
+			return s.enc.Count(text)
+		}
+		ids := s.enc.Encode(text)
+		h.addInts(ids)
+		return len(ids)
 	}
 	c := &s.counts
 	c.mu.Lock()
 	if c.m == nil {
-		c.seed, c.m = maphash.MakeSeed(), make(map[uint64]int)
+		c.seed, c.m = maphash.MakeSeed(), make(map[uint64]countEntry)
 	}
-	h := maphash.String(c.seed, text)
-	n, ok := c.m[h]
+	key := maphash.String(c.seed, text)
+	e, ok := c.m[key]
 	c.mu.Unlock()
-	if ok {
-		return n
+	if ok && (h == nil || e.ids != nil) {
+		if h != nil {
+			h.addInt32s(e.ids)
+		}
+		return e.n
 	}
-	n = s.enc.Count(text)
+	ids := s.enc.Encode(text)
+	e = countEntry{n: len(ids)}
+	if h != nil {
+		e.ids = make([]int32, len(ids))
+		for i, t := range ids {
+			e.ids[i] = int32(t)
+		}
+		h.addInt32s(e.ids)
+	}
 	c.mu.Lock()
-	if len(c.m) >= countCacheEntries {
+	if len(c.m) >= countCacheEntries || c.tokens+len(e.ids) > countCacheTokens {
 		clear(c.m)
+		c.tokens = 0
 	}
-	c.m[h] = n
+	c.m[key] = e
+	c.tokens += len(e.ids)
 	c.mu.Unlock()
-	return n
+	return e.n
 }
 
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {

@@ -30,11 +30,11 @@ func BenchmarkPromptCountCached(b *testing.B) {
 	}
 	defer s.Close()
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog, again and again. ", 320)
-	s.count(text)
+	s.count(text, nil)
 	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()
 	for b.Loop() {
-		s.count(text)
+		s.count(text, nil)
 	}
 }
 
@@ -48,7 +48,7 @@ func TestCountCacheAgrees(t *testing.T) {
 	for _, text := range []string{"short", strings.Repeat("lorem ipsum dolor ", 40), strings.Repeat("x", 300), strings.Repeat("lorem ipsum dolor ", 40) + "!"} {
 		want := s.enc.Count(text)
 		for range 2 {
-			if got := s.count(text); got != want {
+			if got := s.count(text, nil); got != want {
 				t.Fatalf("count(%.20q...) = %d, want %d", text, got, want)
 			}
 		}
