@@ -613,7 +613,8 @@ func (s *SweepReport) closedPlots() []string {
 		p50 = append(p50, [2]float64{r.Load, u.TokensPerS.P50})
 		inv = append(inv, [2]float64{r.Load, u.InvTPOT.P50})
 	}
-	lo, hi := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
+	// Room on the right for the knee's label when the knee is one of the last points.
+	lo, hi := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load*1.5
 	maxT := math.Max(maxOf(all, 1), maxOf(sus, 1))
 	tp := newPlot("plot-sweep-throughput", "Output throughput vs concurrency", "concurrency (log scale)", "output tok/s", lo, hi, true, 0, maxT*1.1, false)
 	tp.line(all, "s2")
@@ -630,7 +631,7 @@ func (s *SweepReport) closedPlots() []string {
 	up.line(inv, "s2")
 	up.dots(mean, "dot")
 	if s.Saturation.Found {
-		up.vline(s.Saturation.Pass, "ref", "saturation")
+		up.vline(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
 	}
 	up.legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
 	return []string{tp.String(), up.String()}
