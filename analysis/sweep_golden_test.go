@@ -7,9 +7,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow/go/v15/parquet/file"
 
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -153,5 +156,22 @@ func TestClosedSweepGolden(t *testing.T) {
 		if strings.Contains(txt.String(), bad) || strings.Contains(js.String(), bad) {
 			t.Errorf("a closed-loop sweep shows %q", bad)
 		}
+	}
+	path := filepath.Join(t.TempDir(), "sweep.parquet")
+	if err := s.WriteParquet(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cols []string
+	for i := 0; i < f.MetaData().Schema.NumColumns(); i++ {
+		cols = append(cols, f.MetaData().Schema.Column(i).Name())
+	}
+	if f.NumRows() != 6 || !slices.Contains(cols, "error_rate") || !slices.Contains(cols, "sustained_output_tokens_per_s") ||
+		slices.ContainsFunc(cols, func(c string) bool { return strings.HasPrefix(c, "offered_") }) {
+		t.Errorf("sweep.parquet: %d rows, columns %v: want 6, no offered load", f.NumRows(), cols)
 	}
 }
