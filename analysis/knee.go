@@ -43,6 +43,9 @@ type KneeOptions struct {
 	Max        float64 // highest load ever probed; > Start
 	Resolution float64 // stop when (fail-pass)/pass <= Resolution; default 0.05
 	MinRatio   float64 // Tracks threshold; default 0.95
+	// MinGain is the concurrency axis's saturation threshold: a concurrency is saturated
+	// when doubling it adds less than this share of sustained output throughput; default 0.10.
+	MinGain    float64
 	Attainment float64 // MeetsSLO threshold; default 0.99
 	HasSLO     bool    // search for the SLO-limited load too
 	MaxPoints  int     // upper bound on probes; default 40
@@ -54,6 +57,9 @@ func (o *KneeOptions) setDefaults() {
 	}
 	if o.MinRatio == 0 {
 		o.MinRatio = 0.95
+	}
+	if o.MinGain == 0 {
+		o.MinGain = 0.10
 	}
 	if o.Attainment == 0 {
 		o.Attainment = 0.99
@@ -75,6 +81,8 @@ func (o *KneeOptions) Validate() error {
 		return fmt.Errorf("knee: resolution %v must be in (0, 1)", o.Resolution)
 	case !(o.MinRatio > 0 && o.MinRatio <= 1):
 		return fmt.Errorf("knee: min ratio %v must be in (0, 1]", o.MinRatio)
+	case !(o.MinGain > 0 && o.MinGain < 1):
+		return fmt.Errorf("knee: min gain %v must be in (0, 1)", o.MinGain)
 	case !(o.Attainment > 0 && o.Attainment <= 1):
 		return fmt.Errorf("knee: attainment %v must be in (0, 1]", o.Attainment)
 	case o.MaxPoints < 2:
@@ -127,31 +135,8 @@ func SearchKnee(ctx context.Context, probe ProbeFunc, o KneeOptions) (*KneeResul
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	seen := map[float64]SweepPoint{}
-	get := func(load float64) (SweepPoint, error) {
-		if p, ok := seen[load]; ok {
-			if p.ClientLimited {
-				return p, errClientLimited
-			}
-			return p, nil
-		}
-		if len(seen) >= o.MaxPoints {
-			return SweepPoint{}, errOutOfPoints
-		}
-		if err := ctx.Err(); err != nil {
-			return SweepPoint{}, err
-		}
-		p, err := probe(ctx, load)
-		if err != nil {
-			return p, fmt.Errorf("knee: probe at load %g: %w", load, err)
-		}
-		p.Load = load
-		seen[load] = p
-		if p.ClientLimited {
-			return p, errClientLimited
-		}
-		return p, nil
-	}
+	pr := newProber(ctx, probe, o.MaxPoints)
+	get := pr.get
 	res := &KneeResult{}
 	tracks := func(p SweepPoint) bool { return p.Tracks(o.MinRatio) }
 	meets := func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
@@ -160,15 +145,61 @@ func SearchKnee(ctx context.Context, probe ProbeFunc, o KneeOptions) (*KneeResul
 	if err == nil && o.HasSLO {
 		res.SLO, err = bisect(o, get, meets)
 	}
-	for _, p := range seen {
-		res.Points = append(res.Points, p)
-	}
-	sort.Slice(res.Points, func(i, j int) bool { return res.Points[i].Load < res.Points[j].Load })
+	res.Points = pr.points()
 	res.Saturation.NonMonotonic = nonMonotonic(res.Saturation, res.Points, tracks)
 	if o.HasSLO {
 		res.SLO.NonMonotonic = nonMonotonic(res.SLO, res.Points, meets)
 	}
 	return res, err
+}
+
+// prober runs each load at most once and at most max loads in all.
+type prober struct {
+	ctx   context.Context
+	probe ProbeFunc
+	max   int
+	seen  map[float64]SweepPoint
+}
+
+func newProber(ctx context.Context, probe ProbeFunc, max int) *prober {
+	return &prober{ctx: ctx, probe: probe, max: max, seen: map[float64]SweepPoint{}}
+}
+
+// get returns the point at load, probing it unless it was probed before. A client-limited
+// point comes back with errClientLimited; errOutOfPoints when the budget is spent.
+func (pr *prober) get(load float64) (SweepPoint, error) {
+	if p, ok := pr.seen[load]; ok {
+		if p.ClientLimited {
+			return p, errClientLimited
+		}
+		return p, nil
+	}
+	if len(pr.seen) >= pr.max {
+		return SweepPoint{}, errOutOfPoints
+	}
+	if err := pr.ctx.Err(); err != nil {
+		return SweepPoint{}, err
+	}
+	p, err := pr.probe(pr.ctx, load)
+	if err != nil {
+		return p, fmt.Errorf("knee: probe at load %g: %w", load, err)
+	}
+	p.Load = load
+	pr.seen[load] = p
+	if p.ClientLimited {
+		return p, errClientLimited
+	}
+	return p, nil
+}
+
+// points returns every probe, in load order.
+func (pr *prober) points() []SweepPoint {
+	var ps []SweepPoint
+	for _, p := range pr.seen {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Load < ps[j].Load })
+	return ps
 }
 
 func bisect(o KneeOptions, get func(float64) (SweepPoint, error), pass func(SweepPoint) bool) (Bound, error) {
@@ -228,4 +259,133 @@ func nonMonotonic(b Bound, points []SweepPoint, pass func(SweepPoint) bool) bool
 		}
 	}
 	return false
+}
+
+// GainPerDoubling is the throughput gain from concurrency c1 to c2 > c1, normalised to one
+// doubling: (t2/t1)^(1/log2(c2/c1)) − 1. From c to 2c it is t2/t1 − 1; from 256 to 1024 it
+// is the gain of the average doubling of the two. A step from no throughput to some is an
+// infinite gain, from none to none no gain.
+func GainPerDoubling(c1, t1, c2, t2 float64) float64 {
+	if !(t1 > 0) {
+		if t2 > 0 {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	return math.Pow(t2/t1, 1/math.Log2(c2/c1)) - 1
+}
+
+// SaturationOf finds, among points on the concurrency axis in load order, the saturation
+// concurrency: the smallest one after which doubling adds less than minGain sustained output
+// throughput (GainPerDoubling from it to the next point). Found and Bracketed, Pass is that
+// concurrency and Fail the next point, whose throughput shows the missing gain.
+// Client-limited points neither pass nor fail: the gain is taken between the trustworthy
+// points around them. Not found, LimitedBy says why: "client" when the points above the
+// last trustworthy one were client-limited, "max" when throughput still grew at the
+// highest point (or there were fewer than two trustworthy points). NonMonotonic is set
+// when a later doubling gained minGain or more again.
+func SaturationOf(points []SweepPoint, minGain float64) Bound {
+	var b Bound
+	var prev *SweepPoint
+	clientAbove := false
+	for i := range points {
+		p := &points[i]
+		if p.ClientLimited {
+			clientAbove = true
+			continue
+		}
+		clientAbove = false
+		if prev != nil {
+			g := GainPerDoubling(prev.Load, prev.SustainedTokensPerSecond, p.Load, p.SustainedTokensPerSecond)
+			switch {
+			case !b.Found && g < minGain:
+				b.Found, b.Bracketed, b.Pass, b.Fail, b.LimitedBy = true, true, prev.Load, p.Load, "endpoint"
+			case b.Found && g >= minGain:
+				b.NonMonotonic = true
+			}
+		}
+		prev = p
+	}
+	switch {
+	case b.Found:
+	case clientAbove:
+		b.LimitedBy = "client"
+	default:
+		b.LimitedBy = "max"
+	}
+	return b
+}
+
+// SearchConcurrency searches the concurrency axis: it doubles the concurrency from Start
+// (a whole number) up to Max until SaturationOf finds the saturation concurrency among the
+// doublings and, with HasSLO, a concurrency fails the SLO (or Max is reached); then it
+// bisects the SLO bound on whole concurrencies (mid = round(sqrt(pass*fail))) until
+// (fail-pass)/pass <= Resolution or the two are adjacent. The saturation is not bisected:
+// it is defined by doublings. A client-limited probe ends the search, the bounds not yet
+// found having LimitedBy "client"; MaxPoints spent, "points". A probe error aborts it,
+// returning what was found so far.
+func SearchConcurrency(ctx context.Context, probe ProbeFunc, o KneeOptions) (*KneeResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Start != math.Trunc(o.Start) || o.Max != math.Trunc(o.Max) {
+		return nil, fmt.Errorf("knee: concurrency start %v and max %v must be whole numbers", o.Start, o.Max)
+	}
+	pr := newProber(ctx, probe, o.MaxPoints)
+	meets := func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
+	res := &KneeResult{}
+	var ladder []SweepPoint
+	var err error
+	for c := o.Start; ; c = math.Min(2*c, o.Max) {
+		p, perr := pr.get(c)
+		if perr != nil && !errors.Is(perr, errClientLimited) {
+			if !errors.Is(perr, errOutOfPoints) {
+				err = perr
+				break
+			}
+			if !res.Saturation.Found {
+				res.Saturation.LimitedBy = "points"
+			}
+			if o.HasSLO && !res.SLO.Bracketed {
+				res.SLO.LimitedBy = "points"
+			}
+			break
+		}
+		ladder = append(ladder, p)
+		res.Saturation = SaturationOf(ladder, o.MinGain)
+		if o.HasSLO {
+			res.SLO = BoundsOf(ladder, meets)
+		}
+		if p.ClientLimited || c >= o.Max || (res.Saturation.Found && (!o.HasSLO || res.SLO.Bracketed)) {
+			break
+		}
+	}
+	if b := &res.SLO; err == nil && o.HasSLO && b.Found && b.Bracketed && b.LimitedBy == "endpoint" {
+		for (b.Fail-b.Pass)/b.Pass > o.Resolution && b.Fail-b.Pass > 1 {
+			mid := math.Min(math.Max(math.Round(math.Sqrt(b.Pass*b.Fail)), b.Pass+1), b.Fail-1)
+			p, perr := pr.get(mid)
+			if errors.Is(perr, errClientLimited) {
+				b.LimitedBy = "client"
+				break
+			}
+			if errors.Is(perr, errOutOfPoints) {
+				b.LimitedBy = "points"
+				break
+			}
+			if perr != nil {
+				err = perr
+				break
+			}
+			if meets(p) {
+				b.Pass = mid
+			} else {
+				b.Fail = mid
+			}
+		}
+	}
+	res.Points = pr.points()
+	if o.HasSLO {
+		res.SLO.NonMonotonic = nonMonotonic(res.SLO, res.Points, meets)
+	}
+	return res, err
 }

@@ -73,9 +73,15 @@ type SweepReport struct {
 	Options KneeOptions
 	SLO     SLO
 	// Saturation and SLOLimit bound the knee. For a list sweep they come from BoundsOf over
-	// the listed points; for --auto from SearchKnee.
+	// the listed points (the saturation of a concurrency sweep from SaturationOf); for
+	// --auto from SearchKnee or SearchConcurrency.
 	Saturation, SLOLimit Bound
 }
+
+// closed reports whether the sweep's points are closed loops (the concurrency axis): they
+// offer no load, so the sweep has no offered or ratio columns, and saturation is where
+// doubling the concurrency stops paying (SaturationOf).
+func (s *SweepReport) closed() bool { return s.Axis == "concurrency" }
 
 // NewSweepReport orders rows by load and, unless auto bounds are given, finds the bounds
 // among the listed points. o's defaults are applied.
@@ -95,7 +101,11 @@ func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResul
 	for i, r := range s.Rows {
 		pts[i] = r.Point()
 	}
-	s.Saturation = BoundsOf(pts, func(p SweepPoint) bool { return p.Tracks(o.MinRatio) })
+	if s.closed() {
+		s.Saturation = SaturationOf(pts, o.MinGain)
+	} else {
+		s.Saturation = BoundsOf(pts, func(p SweepPoint) bool { return p.Tracks(o.MinRatio) })
+	}
 	if !s.SLO.IsZero() {
 		s.SLOLimit = BoundsOf(pts, func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) })
 	}
@@ -174,12 +184,20 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
 	how := "listed points"
-	if s.Auto {
+	switch {
+	case s.Auto && s.closed():
+		how = fmt.Sprintf("search: doublings, the SLO bound bisected to %.0f%% or adjacent concurrencies", s.Options.Resolution*100)
+	case s.Auto:
 		how = fmt.Sprintf("search to %.0f%% resolution", s.Options.Resolution*100)
 	}
 	p("sweep over %s: %d points (%s)", s.Axis, len(s.Rows), how)
 	if !s.SLO.IsZero() {
 		p(", SLO %s at %s attainment", s.SLO.String(), pct(s.Options.Attainment*100))
+	}
+	if s.closed() {
+		p("\n\n")
+		s.writeClosedText(p)
+		return bw.Flush()
 	}
 	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
 		s.Axis, "offer r/s", "offer tok/s", "sustain t/s", "ratio", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
@@ -194,17 +212,11 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 		if g := rep.Goodput; g != nil {
 			good, att = g.RequestsPerS, g.Attainment
 		}
-		var flags []string
-		if rep.Flags.ClientLimited {
-			flags = append(flags, "client-limited")
-		}
-		if rep.Flags.Overloaded {
-			flags = append(flags, "overloaded")
-		}
+		flags := pointFlags(rep)
 		p("%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
 			fmtLoad(r.Load), f2(r.Offered.WindowRequestsPerS), f1(pt.OfferedTokensPerSecond), f1(pt.SustainedTokensPerSecond),
 			f2(ratio), f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
-			f2(good), pct(att), pct(100*r.ErrorRate()), strings.Join(flags, ","))
+			f2(good), pct(att), pct(100*r.ErrorRate()), flags)
 	}
 	p("\nLatencies in ms; offered and sustained over each point's steady-state window; goodput in req/s.\n")
 	if s.Axis != "concurrency" {
@@ -219,6 +231,91 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	return bw.Flush()
 }
 
+func pointFlags(rep *Report) string {
+	var flags []string
+	if rep.Flags.ClientLimited {
+		flags = append(flags, "client-limited")
+	}
+	if rep.Flags.Overloaded {
+		flags = append(flags, "overloaded")
+	}
+	return strings.Join(flags, ",")
+}
+
+// goodputOf returns a row's goodput (req/s) and attainment (percent), NaN without an SLO.
+func goodputOf(rep *Report) (good, att float64) {
+	if g := rep.Goodput; g != nil {
+		return g.RequestsPerS, g.Attainment
+	}
+	return math.NaN(), math.NaN()
+}
+
+// writeClosedText writes a closed-loop sweep's table: no offered load, per-user speed.
+func (s *SweepReport) writeClosedText(p func(string, ...any)) {
+	p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
+		"concurrency", "req/s", "out tok/s", "sustain t/s", "user mean", "user p50", "1/TPOT p50",
+		"TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
+	for _, r := range s.Rows {
+		rep := r.Report
+		good, att := goodputOf(rep)
+		u := rep.PerUser
+		p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
+			fmtLoad(r.Load), f2(rep.Throughput.RequestsPerS), f1(rep.Throughput.OutputTokensPerS), f1(rep.Throughput.SustainedOutputTokensPerS),
+			f1(u.TokensPerS.Mean), f1(u.TokensPerS.P50), f1(u.InvTPOT.P50),
+			f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
+			f2(good), pct(att), pct(100*r.ErrorRate()), pointFlags(rep))
+	}
+	p("\nClosed loop: each point keeps its concurrency's requests in flight, so it offers no load of its own.\n")
+	p("out tok/s over the whole run, sustained over each point's steady-state window; user mean and p50: of each ok\n")
+	p("request's output tokens / (E2E - TTFT), tok/s per user; 1/TPOT p50: of (output tokens - 1) / (E2E - TTFT);\n")
+	p("latencies in ms; goodput in req/s.\n")
+	p("%s\n", s.describeSaturation())
+	if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found {
+		p("  sustained there: %s output tok/s, %s tok/s per user (mean)\n", f1(r.Point().SustainedTokensPerSecond), f1(r.Report.PerUser.TokensPerS.Mean))
+	}
+	if !s.SLO.IsZero() {
+		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest concurrency meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
+	}
+}
+
+// describeSaturation says in words where a closed-loop sweep saturates (SaturationOf).
+func (s *SweepReport) describeSaturation() string {
+	b := s.Saturation
+	what := fmt.Sprintf("saturation (doubling the concurrency adds < %s sustained output tok/s)", pct(s.Options.MinGain*100))
+	top, trusted := 0.0, 0
+	for _, r := range s.Rows {
+		if !r.Report.Flags.ClientLimited {
+			top, trusted = r.Load, trusted+1
+		}
+	}
+	switch {
+	case b.Found:
+		out := fmt.Sprintf("%s: concurrency %s (%s -> %s: %s per doubling)", what, fmtLoad(b.Pass), fmtLoad(b.Pass), fmtLoad(b.Fail), pct(100*s.gainAt(b)))
+		if b.NonMonotonic {
+			out += "; WARNING: throughput grew again above it: noisy or non-monotonic, repeat the sweep"
+		}
+		return out
+	case trusted == 0 && b.LimitedBy == "client":
+		return fmt.Sprintf("%s: unknown: every point was client-limited (the replayer could not keep its workers busy), so they say nothing about the endpoint", what)
+	case b.LimitedBy == "client":
+		return fmt.Sprintf("%s: not reached up to concurrency %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, fmtLoad(top))
+	case trusted < 2:
+		return fmt.Sprintf("%s: unknown: it takes two points that are not client-limited", what)
+	case b.LimitedBy == "points":
+		return fmt.Sprintf("%s: not reached up to concurrency %s when the probe budget (--max-points) ran out", what, fmtLoad(top))
+	}
+	return fmt.Sprintf("%s: not reached: throughput still grew at concurrency %s, the highest probed: raise the concurrency to find it", what, fmtLoad(top))
+}
+
+// gainAt is the gain per doubling between a found saturation bound's two points.
+func (s *SweepReport) gainAt(b Bound) float64 {
+	lo, hi := s.rowAt(b.Pass), s.rowAt(b.Fail)
+	if lo == nil || hi == nil {
+		return math.NaN()
+	}
+	return GainPerDoubling(b.Pass, lo.Point().SustainedTokensPerSecond, b.Fail, hi.Point().SustainedTokensPerSecond)
+}
+
 func f1(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "-"
@@ -228,15 +325,16 @@ func f1(v float64) string {
 
 // sweepJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
 type sweepJSON struct {
-	Axis       string         `json:"axis"`
-	Auto       bool           `json:"auto"`
-	SLO        string         `json:"slo"`
-	Attainment float64        `json:"attainment_target"`
-	MinRatio   float64        `json:"min_ratio"`
-	Saturation boundJSON      `json:"saturation"`
-	SLOLimit   *boundJSON     `json:"slo_limit"`
-	Points     []sweepRowJSON `json:"points"`
-	Notes      []string       `json:"notes"`
+	Axis       string     `json:"axis"`
+	Auto       bool       `json:"auto"`
+	SLO        string     `json:"slo"`
+	Attainment float64    `json:"attainment_target"`
+	MinRatio   *float64   `json:"min_ratio,omitempty"` // open loop only
+	MinGain    *float64   `json:"min_gain,omitempty"`  // closed loop only
+	Saturation boundJSON  `json:"saturation"`
+	SLOLimit   *boundJSON `json:"slo_limit"`
+	Points     []any      `json:"points"` // sweepRowJSON, or closedRowJSON on the concurrency axis
+	Notes      []string   `json:"notes"`
 }
 
 type boundJSON struct {
@@ -246,7 +344,9 @@ type boundJSON struct {
 	FailLoad     num    `json:"fail_load"`
 	LimitedBy    string `json:"limited_by"`
 	NonMonotonic bool   `json:"non_monotonic"`
-	Summary      string `json:"summary"`
+	// GainPerDoubling: a closed-loop saturation's gain from pass_load to fail_load.
+	GainPerDoubling *num   `json:"gain_per_doubling,omitempty"`
+	Summary         string `json:"summary"`
 }
 
 type sweepRowJSON struct {
@@ -265,6 +365,44 @@ type sweepRowJSON struct {
 	ErrorRate                 num     `json:"error_rate"`
 	ClientLimited             bool    `json:"client_limited"`
 	Overloaded                bool    `json:"overloaded"`
+}
+
+// closedRowJSON is a closed-loop point: no offered load, per-user speed.
+type closedRowJSON struct {
+	Load                      float64     `json:"load"`
+	File                      string      `json:"file"`
+	RequestsPerS              num         `json:"requests_per_s"`
+	OutputTokensPerS          num         `json:"output_tokens_per_s"`
+	SustainedOutputTokensPerS num         `json:"sustained_output_tokens_per_s"`
+	PerUser                   perUserJSON `json:"per_user"`
+	TTFT                      latJSON     `json:"ttft_ms"`
+	TPOT                      latJSON     `json:"tpot_ms"`
+	E2E                       latJSON     `json:"e2e_ms"`
+	GoodputRequestsPerS       num         `json:"goodput_requests_per_s"`
+	Attainment                num         `json:"attainment"`
+	ErrorRate                 num         `json:"error_rate"`
+	ClientLimited             bool        `json:"client_limited"`
+	Overloaded                bool        `json:"overloaded"`
+}
+
+// perUserJSON is Report.PerUser: tokens_per_s = output_tokens/(E2E−TTFT), inv_tpot =
+// (output_tokens−1)/(E2E−TTFT), both tok/s per request.
+type perUserJSON struct {
+	TokensPerS speedsJSON `json:"tokens_per_s"`
+	InvTPOT    speedsJSON `json:"inv_tpot"`
+}
+
+type speedsJSON struct {
+	N    int64 `json:"n"`
+	Mean num   `json:"mean"`
+	P50  num   `json:"p50"`
+	P10  num   `json:"p10"`
+	P1   num   `json:"p1"`
+	Min  num   `json:"min"`
+}
+
+func speedsOf(v Speeds) speedsJSON {
+	return speedsJSON{N: v.N, Mean: num(v.Mean), P50: num(v.P50), P10: num(v.P10), P1: num(v.P1), Min: num(v.Min)}
 }
 
 type latJSON struct {
@@ -286,15 +424,42 @@ func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
 
 // WriteJSON writes the sweep as one JSON object.
 func (s *SweepReport) WriteJSON(w io.Writer) error {
-	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment, MinRatio: s.Options.MinRatio,
-		Saturation: s.boundJSON(s.Saturation, "saturation"), Points: []sweepRowJSON{}, Notes: []string{}}
+	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
+		Points: []any{}, Notes: []string{}}
+	if s.closed() {
+		out.MinGain = &s.Options.MinGain
+		out.Saturation = s.boundJSON(s.Saturation, "saturation")
+		out.Saturation.Summary = s.describeSaturation()
+		if s.Saturation.Found {
+			g := num(s.gainAt(s.Saturation))
+			out.Saturation.GainPerDoubling = &g
+		}
+	} else {
+		out.MinRatio = &s.Options.MinRatio
+		out.Saturation = s.boundJSON(s.Saturation, "saturation")
+	}
 	if !s.SLO.IsZero() {
 		b := s.boundJSON(s.SLOLimit, "SLO limit")
 		out.SLOLimit = &b
 	}
 	for _, r := range s.Rows {
-		pt := r.Point()
 		rep := r.Report
+		good, att := goodputOf(rep)
+		if rep.Flags.ClientLimited {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
+		}
+		if s.closed() {
+			out.Points = append(out.Points, closedRowJSON{Load: r.Load, File: r.File,
+				RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
+				SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
+				PerUser:                   perUserJSON{TokensPerS: speedsOf(rep.PerUser.TokensPerS), InvTPOT: speedsOf(rep.PerUser.InvTPOT)},
+				TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
+				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
+				GoodputRequestsPerS: num(good), Attainment: num(att / 100),
+				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded})
+			continue
+		}
+		pt := r.Point()
 		j := sweepRowJSON{Load: r.Load, File: r.File,
 			OfferedRequestsPerS: num(r.Offered.WindowRequestsPerS), OfferedOutputTokensPerS: num(pt.OfferedTokensPerSecond),
 			RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
@@ -302,11 +467,8 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
 			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
 			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded}
-		if rep.Flags.ClientLimited {
-			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
-		}
-		if g := rep.Goodput; g != nil {
-			j.GoodputRequestsPerS, j.Attainment = num(g.RequestsPerS), num(g.Attainment/100)
+		if rep.Goodput != nil {
+			j.GoodputRequestsPerS, j.Attainment = num(good), num(att/100)
 		}
 		out.Points = append(out.Points, j)
 	}
@@ -315,17 +477,20 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 	return enc.Encode(out)
 }
 
-// WriteParquet writes sweep.parquet: one row per point, the axis and offered load followed
-// by the point's summary columns (the same names as summary.parquet).
+// WriteParquet writes sweep.parquet: one row per point, the axis and offered load (not on
+// the concurrency axis: a closed loop offers none) followed by the point's summary columns
+// (the same names as summary.parquet).
 func (s *SweepReport) WriteParquet(path string) error {
 	if len(s.Rows) == 0 {
 		return errors.New("analysis: sweep has no points")
 	}
 	rows := make([][]col, len(s.Rows))
 	for i, r := range s.Rows {
-		cs := []col{{"axis", s.Axis}, {"load", r.Load}, {"results_file", r.File},
-			{"offered_requests_per_s", r.Offered.WindowRequestsPerS}, {"offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS},
-			{"error_rate", r.ErrorRate()}}
+		cs := []col{{"axis", s.Axis}, {"load", r.Load}, {"results_file", r.File}}
+		if !s.closed() {
+			cs = append(cs, col{"offered_requests_per_s", r.Offered.WindowRequestsPerS}, col{"offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS})
+		}
+		cs = append(cs, col{"error_rate", r.ErrorRate()})
 		rows[i] = append(cs, r.Report.summaryCols()...)
 	}
 	return writeColRows(path, SweepFormat, rows)
@@ -390,9 +555,6 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 	for _, r := range s.Rows {
 		pt := r.Point()
 		x := pt.OfferedTokensPerSecond
-		if s.Axis == "concurrency" {
-			x = r.Load
-		}
 		off = append(off, [2]float64{x, pt.OfferedTokensPerSecond})
 		sus = append(sus, [2]float64{x, pt.SustainedTokensPerSecond})
 		ttft50 = append(ttft50, [2]float64{r.Load, r.Report.TTFT.P50})
@@ -406,37 +568,73 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			}
 		}
 	}
-	xlabel := "offered output tok/s"
-	if s.Axis == "concurrency" {
-		xlabel = "concurrency"
-	}
-	tp := newPlot("plot-sweep-throughput", "Sustained vs offered output throughput", xlabel, "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
-	if s.Axis != "concurrency" {
+	var plots []string
+	if s.closed() {
+		plots = s.closedPlots()
+	} else {
+		tp := newPlot("plot-sweep-throughput", "Sustained vs offered output throughput", "offered output tok/s", "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
 		tp.line(off, "ref")
+		tp.line(sus, "s1")
+		tp.dots(sus, "dot")
+		if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found {
+			tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
+		}
+		tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
+		plots = append(plots, tp.String())
 	}
-	tp.line(sus, "s1")
-	tp.dots(sus, "dot")
-	if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found && s.Axis != "concurrency" {
-		tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
-	}
-	tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	lp := newPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
 	lp.line(ttft50, "s1")
 	lp.line(ttft99, "s3")
 	lp.line(tpot99, "s2")
 	lp.dots(ttft99, "dot")
-	if s.Saturation.Found && s.Axis != "concurrency" {
+	if s.Saturation.Found && !s.closed() {
 		lp.vline(s.Saturation.Pass, "ref", "saturation")
 	}
 	if !s.SLO.IsZero() && s.SLOLimit.Found {
 		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
 	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
-	p("<div class=\"grid-2\">\n%s\n%s\n</div>\n", tp.String(), lp.String())
+	p("<div class=\"grid-2\">\n%s\n%s\n</div>\n", strings.Join(plots, "\n"), lp.String())
 	p("<h2>Points</h2><pre>%s</pre>\n", e(text.String()))
 	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
 	return bw.Flush()
+}
+
+// closedPlots are a closed-loop sweep's plots against concurrency on a log axis: output
+// throughput (overall and sustained) with the knee marked, and per-user speed.
+func (s *SweepReport) closedPlots() []string {
+	var all, sus, mean, p50, inv [][2]float64
+	for _, r := range s.Rows {
+		t, u := r.Report.Throughput, r.Report.PerUser
+		all = append(all, [2]float64{r.Load, t.OutputTokensPerS})
+		sus = append(sus, [2]float64{r.Load, t.SustainedOutputTokensPerS})
+		mean = append(mean, [2]float64{r.Load, u.TokensPerS.Mean})
+		p50 = append(p50, [2]float64{r.Load, u.TokensPerS.P50})
+		inv = append(inv, [2]float64{r.Load, u.InvTPOT.P50})
+	}
+	// Room on the right for the knee's label when the knee is one of the last points.
+	lo, hi := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load*1.5
+	maxT := math.Max(maxOf(all, 1), maxOf(sus, 1))
+	tp := newPlot("plot-sweep-throughput", "Output throughput vs concurrency", "concurrency (log scale)", "output tok/s", lo, hi, true, 0, maxT*1.1, false)
+	tp.line(all, "s2")
+	tp.line(sus, "s1")
+	tp.dots(sus, "dot")
+	if s.Saturation.Found {
+		tp.vline(s.Saturation.Pass, "slo", "knee: concurrency "+fmtLoad(s.Saturation.Pass))
+	}
+	tp.legend([2]string{"s1", "sustained"}, [2]string{"s2", "overall"})
+	maxU := math.Max(maxOf(mean, 1), math.Max(maxOf(p50, 1), maxOf(inv, 1)))
+	up := newPlot("plot-sweep-per-user", "Per-user speed vs concurrency", "concurrency (log scale)", "tok/s per user", lo, hi, true, 0, maxU*1.1, false)
+	up.line(mean, "s1")
+	up.line(p50, "s3")
+	up.line(inv, "s2")
+	up.dots(mean, "dot")
+	if s.Saturation.Found {
+		up.vline(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
+	}
+	up.legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
+	return []string{tp.String(), up.String()}
 }
 
 // WriteHTMLFile writes the sweep page to path through a temporary file.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sweepOf builds a sweep report from the same analysed run at several loads, with made-up
@@ -83,5 +85,39 @@ func TestSweepHTMLRendersInChromium(t *testing.T) {
 		if strings.Contains(line, ":CONSOLE") {
 			t.Errorf("console message: %s", line)
 		}
+	}
+}
+
+// TestClosedSweepHTMLRendersInChromium: a closed-loop sweep's page draws its three plots
+// (throughput and per-user speed against concurrency on a log axis, the knee marked;
+// latency), with a silent console. LLMREPLAY_SCREENSHOT=path.png keeps a screenshot.
+func TestClosedSweepHTMLRendersInChromium(t *testing.T) {
+	bin := chromium(t)
+	s := closedSweep(t, SLO{TTFT: 500 * time.Millisecond})
+	page := filepath.Join(t.TempDir(), "sweep.html")
+	if err := s.WriteHTMLFile(page); err != nil {
+		t.Fatal(err)
+	}
+	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
+	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
+	}
+	if m[1] != m[2] || m[2] != "3" {
+		t.Errorf("render check: %s (want all 3 plots)", m[3])
+	}
+	for _, want := range []string{`id="plot-sweep-per-user"`, "knee: concurrency 8", "concurrency (log scale)", "1/TPOT p50"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, ":CONSOLE") {
+			t.Errorf("console message: %s", line)
+		}
+	}
+	if shot := os.Getenv("LLMREPLAY_SCREENSHOT"); shot != "" {
+		abs, _ := filepath.Abs(shot)
+		headless(t, bin, "--window-size=1400,1400", "--screenshot="+abs, "file://"+page)
 	}
 }

@@ -43,6 +43,11 @@ const sweepExamples = `  # The built-in simulated engine at five speedups of the
   llmreplay sweep --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --concurrencies 1,2,4,8,16,32,64 \
     --limit 2000 -o sweep-conc/
 
+  # Find the concurrency where throughput saturates (doubling adds < 10%) and the highest
+  # concurrency meeting the SLOs: doublings 1, 2, 4 ... up to 1024, then the SLO bound bisected
+  llmreplay sweep --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --auto --auto-axis concurrency \
+    --slo ttft=2s,tpot=100ms --duration 1m -o sweep-conc-auto/
+
   # An interrupted sweep continues where it stopped (finished points are kept)
   llmreplay sweep --resume sweep-auto/`
 
@@ -73,6 +78,7 @@ type sweepFlags struct {
 	auto                                            bool
 	autoAxis                                        string
 	start, max, resolution, minRatio, attainmentPct float64
+	minGain                                         float64
 	maxPoints                                       int
 	cooldown, idleTimeout                           time.Duration
 	idleCheck, jsonOut                              bool
@@ -318,11 +324,17 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 	if !(sf.attainmentPct > 0 && sf.attainmentPct <= 100) {
 		return nil, usagef("sweep: --attainment %v: want a percentage in (0, 100]", sf.attainmentPct)
 	}
-	sp.ko = analysis.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio,
+	if !(sf.minGain > 0 && sf.minGain < 1) {
+		return nil, usagef("sweep: --min-gain %v: want a fraction in (0, 1), such as 0.1 for 10%%", sf.minGain)
+	}
+	sp.ko = analysis.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio, MinGain: sf.minGain,
 		Attainment: sf.attainmentPct / 100, HasSLO: sp.cfg.SLO != "", MaxPoints: sf.maxPoints}
 	if sf.auto {
 		if err := sp.ko.Validate(); err != nil {
 			return nil, usagef("sweep: %v", err)
+		}
+		if sp.axis == "concurrency" && (sf.start != math.Trunc(sf.start) || sf.max != math.Trunc(sf.max)) {
+			return nil, usagef("sweep: --auto-axis concurrency: --start %v and --max %v must be whole numbers", sf.start, sf.max)
 		}
 	}
 	sp.aopts = analysis.DefaultOptions()
@@ -352,12 +364,13 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 	fs.Float64SliceVar(&sf.rates, "rates", nil, "open-loop points at these mean request rates (req/s), the trace's shape kept")
 	fs.IntSliceVar(&sf.concurrencies, "concurrencies", nil, "closed-loop points with these numbers of concurrent workers")
 	fs.BoolVar(&sf.auto, "auto", false, "search for the saturation load and the highest load meeting --slo (bracket, then bisect)")
-	fs.StringVar(&sf.autoAxis, "auto-axis", "speedup", "axis of --auto: speedup or rate")
-	fs.Float64Var(&sf.start, "start", 1, "--auto: first load probed")
-	fs.Float64Var(&sf.max, "max", 1024, "--auto: highest load probed")
-	fs.Float64Var(&sf.resolution, "resolution", 0.05, "--auto: stop when (fail-pass)/pass is at most this")
+	fs.StringVar(&sf.autoAxis, "auto-axis", "speedup", "axis of --auto: speedup, rate (open loop) or concurrency (closed loop: doublings from --start, then the SLO bound bisected on whole concurrencies)")
+	fs.Float64Var(&sf.start, "start", 1, "--auto: first load probed (a whole number on the concurrency axis)")
+	fs.Float64Var(&sf.max, "max", 1024, "--auto: highest load probed (a whole number on the concurrency axis)")
+	fs.Float64Var(&sf.resolution, "resolution", 0.05, "--auto: stop when (fail-pass)/pass is at most this (on the concurrency axis, also when fail = pass+1)")
 	fs.IntVar(&sf.maxPoints, "max-points", 24, "--auto: at most this many points")
-	fs.Float64Var(&sf.minRatio, "min-ratio", 0.95, "a load is sustained while sustained output tok/s >= this share of offered, and not overloaded")
+	fs.Float64Var(&sf.minRatio, "min-ratio", 0.95, "open loop: a load is sustained while sustained output tok/s >= this share of offered, and not overloaded")
+	fs.Float64Var(&sf.minGain, "min-gain", 0.10, "closed loop: saturation is the smallest concurrency after which doubling adds less than this share of sustained output tok/s (per doubling when the steps are not doublings)")
 	fs.Float64Var(&sf.attainmentPct, "attainment", 99, "SLO attainment (percent of due requests) a load must reach to meet --slo")
 	fs.DurationVar(&sf.cooldown, "cooldown", 5*time.Second, "pause between points")
 	fs.BoolVar(&sf.idleCheck, "idle-check", true, "before each point, wait until the endpoint's /metrics shows no running or waiting requests (when it has /metrics)")
@@ -369,13 +382,17 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 // runPoints runs the sweep's points: the list, or the --auto search.
 func (sw *sweeper) runPoints(sp *sweepPlan) (*analysis.KneeResult, error) {
 	if sp.sf.auto {
-		return analysis.SearchKnee(sw.ctx, func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
+		probe := func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
 			row, err := sw.point(load)
 			if err != nil {
 				return analysis.SweepPoint{}, err
 			}
 			return row.Point(), nil
-		}, sp.ko)
+		}
+		if sp.axis == "concurrency" {
+			return analysis.SearchConcurrency(sw.ctx, probe, sp.ko)
+		}
+		return analysis.SearchKnee(sw.ctx, probe, sp.ko)
 	}
 	for _, l := range sp.loads {
 		if _, err := sw.point(l); err != nil {
@@ -443,10 +460,10 @@ func (sf *sweepFlags) axis() (string, []float64, error) {
 	if sf.auto {
 		given++
 		switch sf.autoAxis {
-		case "speedup", "rate":
+		case "speedup", "rate", "concurrency":
 			axis = sf.autoAxis
 		default:
-			return "", nil, usagef("sweep: --auto-axis %q: want speedup or rate", sf.autoAxis)
+			return "", nil, usagef("sweep: --auto-axis %q: want speedup, rate or concurrency", sf.autoAxis)
 		}
 	}
 	if given != 1 {
@@ -519,6 +536,12 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 		return analysis.SweepRow{}, err
 	}
 	pt := row.Point()
+	if sw.axis == "concurrency" {
+		fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d done in %s: sustained %.1f tok/s, %.1f tok/s per user (mean), TTFT p99 %.1f ms%s\n",
+			len(sw.state.Points), time.Since(started).Round(time.Second), pt.SustainedTokensPerSecond, row.Report.PerUser.TokensPerS.Mean,
+			row.Report.TTFT.P99, flagsNote(row.Report))
+		return row, nil
+	}
 	fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d done in %s: offered %.1f tok/s, sustained %.1f tok/s, TTFT p99 %.1f ms%s\n",
 		len(sw.state.Points), time.Since(started).Round(time.Second), pt.OfferedTokensPerSecond, pt.SustainedTokensPerSecond,
 		row.Report.TTFT.P99, flagsNote(row.Report))

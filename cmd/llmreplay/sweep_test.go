@@ -42,7 +42,11 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"-o", dir, "--speedups", "1,2", "--rates", "3"}, "exactly one of"},
 		{[]string{"-o", dir, "--speedups", "1,-2"}, "must be positive"},
 		{[]string{"-o", dir, "--speedup", "2", "--speedups", "1"}, "give --speedups"},
-		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency"}, "--auto-axis"},
+		{[]string{"-o", dir, "--auto", "--auto-axis", "users"}, "--auto-axis"},
+		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency", "--start", "1.5"}, "whole numbers"},
+		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency", "--max", "100.5"}, "whole numbers"},
+		{[]string{"-o", dir, "--concurrencies", "1,2", "--min-gain", "0"}, "--min-gain"},
+		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency", "--min-gain", "1.5"}, "--min-gain"},
 		{[]string{"-o", dir, "--auto", "--start", "10", "--max", "5"}, "max load"},
 		{[]string{"-o", dir, "--rates", "1", "--attainment", "0"}, "--attainment"},
 	} {
@@ -166,5 +170,48 @@ func TestSweepGracefulStop(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(dir, "point-*"))
 	if len(files) != 1 || filepath.Base(files[0]) != st.Points[0].File {
 		t.Errorf("point files %v, want only %s", files, st.Points[0].File)
+	}
+}
+
+// TestSweepAutoConcurrencyPlumbing: `sweep --auto --auto-axis concurrency` runs the
+// doubling search (closed-loop points 1, 2, 4 at most, against the in-process engine)
+// and reports a closed-loop sweep: --min-gain, no offered columns.
+func TestSweepAutoConcurrencyPlumbing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three short replays")
+	}
+	dir := filepath.Join(t.TempDir(), "sw")
+	var out, errb bytes.Buffer
+	err := runSweep(context.Background(), []string{"--auto", "--auto-axis", "concurrency", "--max", "4", "--min-gain", "0.2",
+		"--limit", "12", "--cooldown", "0s", "--json", "-o", dir}, &out, &errb)
+	if err != nil {
+		t.Fatalf("sweep: %v\n%s", err, errb.String())
+	}
+	var got struct {
+		Axis    string   `json:"axis"`
+		Auto    bool     `json:"auto"`
+		MinGain *float64 `json:"min_gain"`
+		Points  []map[string]any
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	// Points this short say little about throughput: the search may stop after 2 (saturated at 1).
+	if got.Axis != "concurrency" || !got.Auto || got.MinGain == nil || *got.MinGain != 0.2 || len(got.Points) < 2 {
+		t.Fatalf("sweep JSON: %+v\n%s", got, out.String())
+	}
+	for i, p := range got.Points {
+		if p["load"] != float64(int(1)<<i) {
+			t.Errorf("point %d at load %v, want %d", i, p["load"], 1<<i)
+		}
+		if _, ok := p["offered_output_tokens_per_s"]; ok {
+			t.Errorf("point %d has an offered load", i)
+		}
+		if _, ok := p["per_user"]; !ok {
+			t.Errorf("point %d has no per-user speed", i)
+		}
+	}
+	if !strings.Contains(errb.String(), "point 2: concurrency 2") || !strings.Contains(errb.String(), "per user") {
+		t.Errorf("no closed-loop point 2:\n%s", errb.String())
 	}
 }
