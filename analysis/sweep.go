@@ -374,7 +374,7 @@ type closedRowJSON struct {
 	RequestsPerS              num         `json:"requests_per_s"`
 	OutputTokensPerS          num         `json:"output_tokens_per_s"`
 	SustainedOutputTokensPerS num         `json:"sustained_output_tokens_per_s"`
-	PerUser                   perUserJSON `json:"per_user"`
+	PerUser                   jsonPerUser `json:"per_user"`
 	TTFT                      latJSON     `json:"ttft_ms"`
 	TPOT                      latJSON     `json:"tpot_ms"`
 	E2E                       latJSON     `json:"e2e_ms"`
@@ -383,26 +383,6 @@ type closedRowJSON struct {
 	ErrorRate                 num         `json:"error_rate"`
 	ClientLimited             bool        `json:"client_limited"`
 	Overloaded                bool        `json:"overloaded"`
-}
-
-// perUserJSON is Report.PerUser: tokens_per_s = output_tokens/(E2E−TTFT), inv_tpot =
-// (output_tokens−1)/(E2E−TTFT), both tok/s per request.
-type perUserJSON struct {
-	TokensPerS speedsJSON `json:"tokens_per_s"`
-	InvTPOT    speedsJSON `json:"inv_tpot"`
-}
-
-type speedsJSON struct {
-	N    int64 `json:"n"`
-	Mean num   `json:"mean"`
-	P50  num   `json:"p50"`
-	P10  num   `json:"p10"`
-	P1   num   `json:"p1"`
-	Min  num   `json:"min"`
-}
-
-func speedsOf(v Speeds) speedsJSON {
-	return speedsJSON{N: v.N, Mean: num(v.Mean), P50: num(v.P50), P10: num(v.P10), P1: num(v.P1), Min: num(v.Min)}
 }
 
 type latJSON struct {
@@ -452,7 +432,7 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 			out.Points = append(out.Points, closedRowJSON{Load: r.Load, File: r.File,
 				RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
 				SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
-				PerUser:                   perUserJSON{TokensPerS: speedsOf(rep.PerUser.TokensPerS), InvTPOT: speedsOf(rep.PerUser.InvTPOT)},
+				PerUser:                   jsonPerUser{js(rep.PerUser.TokensPerS), js(rep.PerUser.InvTPOT)},
 				TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
 				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
 				GoodputRequestsPerS: num(good), Attainment: num(att / 100),

@@ -47,13 +47,13 @@ func TestOpenSweepGolden(t *testing.T) {
 	}
 }
 
-// closedRun is a deterministic closed loop of c workers for 30 s against a model engine
+// closedSweepRun is a deterministic closed loop of c workers for 30 s against a model engine
 // that decodes at most 8 sequences at once, in steps of 10 ms + 1 ms per sequence: above 8
 // users a request waits in the queue for (c/8 − 1) mean service times before its prefill.
 // Throughput grows with c up to 8 and stays flat after: the saturation is 8. Each worker
 // sends its next request when its last one ends (scheduled = that end), late by a fraction
 // of a millisecond, or by 30 ms when slowClient. One request in 50 fails at c = 16.
-func closedRun(c int, slowClient bool) []row {
+func closedSweepRun(c int, slowClient bool) []row {
 	rng := rand.New(rand.NewPCG(uint64(c), 3))
 	b := min(c, 8)
 	step := int64(10e6 + float64(b)*1e6)
@@ -113,7 +113,7 @@ func closedSweep(t *testing.T, slo SLO) *SweepReport {
 		meta := testRun()
 		meta.Mode, meta.Concurrency, meta.Speedup = results.ModeClosed, c, 0
 		file := fmt.Sprintf("point-concurrency-%d.parquet", c)
-		writeResults(t, filepath.Join(dir, file), meta, closedRun(c, c == 32))
+		writeResults(t, filepath.Join(dir, file), meta, closedSweepRun(c, c == 32))
 		d, err := Load(context.Background(), LoadOptions{}, filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
