@@ -38,6 +38,7 @@ type Config struct {
 	RateSet        bool
 	Concurrency    int // --concurrency: closed loop
 	ConcurrencySet bool
+	RampUp         time.Duration // --ramp-up: closed loop, worker i starts at i*RampUp/Concurrency; 0 = all at once
 
 	MaxInflight int
 	Prewarm     int
@@ -108,6 +109,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ConcurrencySet && c.Concurrency < 1 {
 		return configErrorf("--concurrency %d: must be at least 1", c.Concurrency)
+	}
+	if c.RampUp < 0 {
+		return configErrorf("--ramp-up %v: must not be negative", c.RampUp)
+	}
+	if c.RampUp > 0 && c.Concurrency <= 0 {
+		return configErrorf("--ramp-up %v: only with --concurrency (it spreads the closed loop's workers' start)", c.RampUp)
 	}
 	if c.MaxInflight < 1 {
 		return configErrorf("--max-inflight %d: must be at least 1", c.MaxInflight)

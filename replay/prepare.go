@@ -99,7 +99,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Source: p.source, Client: p.cl, Prompter: p.prompter(),
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
-		Shard: int32(p.shard.Index), Prewarm: min(max(cfg.Prewarm, 0), max(cfg.MaxInflight, cfg.Concurrency)),
+		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
 		Output: cfg.Output, KeepJournal: cfg.KeepJournal,
 		Meta: p.meta, MaxLateness: cfg.MaxLateness,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,

@@ -47,13 +47,16 @@ type Options struct {
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored
+	// RampUp, closed loop: worker i starts at WorkerStart(i, Concurrency, RampUp) on the run
+	// clock; 0 = every worker at the run start.
+	RampUp time.Duration
 
 	MaxInflight int           // open loop: a request due while this many are in flight is dropped
 	Duration    time.Duration // 0 = whole trace; else only requests due within it (closed: sent within it)
 	Limit       int64         // 0 = no limit; else at most this many recorded requests
 	Warmup      int64         // leading requests sent on schedule but not recorded
 	Grace       time.Duration // after an early stop (the caller's, a fatal error), how long requests in flight may finish
-	LookAhead   int           // prepared requests buffered ahead of the dispatcher
+	LookAhead   int           // prepared requests buffered ahead of the dispatcher (closed loop: at least Concurrency)
 	Shard       int32
 	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
 
@@ -102,6 +105,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("replay: speedup %v must be positive", o.Speedup)
 	case o.MaxInflight < 0, o.Limit < 0, o.Warmup < 0, o.Duration < 0, o.Grace < 0, o.LookAhead < 0:
 		return errors.New("replay: max-inflight, limit, warmup, duration, grace and look-ahead must not be negative")
+	case o.RampUp < 0:
+		return fmt.Errorf("replay: ramp-up %v is negative", o.RampUp)
+	case o.RampUp > 0 && o.Concurrency == 0:
+		return errors.New("replay: ramp-up needs a closed loop (concurrency)")
 	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = DefaultMaxInflight
@@ -109,6 +116,9 @@ func (o *Options) Validate() error {
 	if o.LookAhead == 0 {
 		o.LookAhead = DefaultLookAhead
 	}
+	// The closed loop's first wave takes Concurrency requests at once: the clock starts only
+	// when all their bodies are built (Run's waitPrepared).
+	o.LookAhead = max(o.LookAhead, o.Concurrency)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
@@ -181,6 +191,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r.clk = clk
 	meta := o.Meta
 	meta.Mode = mode
+	if mode == results.ModeClosed {
+		meta.RampUpNS = int64(o.RampUp)
+	}
 	meta.RunStartUnixNS = start.UnixNano()
 	if meta.ShardCount == 0 {
 		meta.ShardCount = 1
@@ -204,6 +217,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
+	if mode == results.ModeClosed {
+		sum.closedLoop(LastWorkerStart(o.Concurrency, o.RampUp))
+	}
 	var writeErr error
 	writerDone := make(chan struct{})
 	go func() {
@@ -516,12 +532,25 @@ func (r *runner) openLoop() {
 }
 
 // closedLoop runs Concurrency workers, each sending the next request when its last ends.
+// Worker i starts at WorkerStart(i, Concurrency, RampUp); each request is due when its
+// worker became free (closed.go), stamped before the worker waits for the preparer, so
+// that waiting for a body is lateness, not a later due time (coordinated omission).
 func (r *runner) closedLoop() {
 	var wg sync.WaitGroup
-	for range r.o.Concurrency {
+	for i := range r.o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The first due is the worker's start, exactly: waited for (the run start may
+			// be ahead, --start-at), never read from the clock.
+			due := WorkerStart(i, r.o.Concurrency, r.o.RampUp)
+			w := newWaiter(r.clk, r.stopped)
+			if r.o.seams.noSpin {
+				w.noSpin()
+			}
+			if !w.until(due) {
+				return
+			}
 			for {
 				req, ok := r.next()
 				if !ok {
@@ -532,24 +561,25 @@ func (r *runner) closedLoop() {
 					return
 				default:
 				}
-				now := r.clk.now()
-				if r.o.Duration > 0 && now > int64(r.o.Duration) {
+				if r.o.Duration > 0 && r.clk.now() > int64(r.o.Duration) {
 					r.stop(errScheduleEnd)
 					return
 				}
-				req.dueNS = now // closed loop: due when a worker takes it
+				req.dueNS = due
 				r.inflight.Add(1)
 				r.prog.InFlight.Add(1)
 				r.wg.Add(1)
-				r.send(req, nil)
+				due = r.send(req, nil)
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-// send performs one request and hands its record to the writer.
-func (r *runner) send(req *request, pre *rawStart) {
+// send performs one request and hands its record to the writer. It returns the run clock
+// when the request ended (its response was over), read before the bookkeeping and the
+// hand-off to the writer: a closed-loop worker is free from then on.
+func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	defer r.wg.Done()
 	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	sse, _ := r.ssePool.Get().(*sseReader)
@@ -562,6 +592,7 @@ func (r *runner) send(req *request, pre *rawStart) {
 	} else {
 		r.o.Client.do(r.hard, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) }, pre)
 	}
+	freeNS = r.clk.now()
 	sse.reset(nil)
 	r.ssePool.Put(sse)
 	req.body, req.head = nil, nil
@@ -570,6 +601,7 @@ func (r *runner) send(req *request, pre *rawStart) {
 	if !req.warmup {
 		r.results <- res
 	}
+	return freeNS
 }
 
 // write is the writer goroutine: it journals each record, flushing at least every

@@ -23,3 +23,22 @@ func TestSummaryPercentilesType7(t *testing.T) {
 		t.Errorf("LatenessMS: %d values, %v..%v; want 100 sorted", len(s.LatenessMS), s.LatenessMS[0], s.LatenessMS[len(s.LatenessMS)-1])
 	}
 }
+
+// TestSummaryClosedLoopFirstWave: in closed loop the requests scheduled at or before the
+// last worker's start are the first wave (reported apart, with when its last was sent);
+// the lateness the client-limited decision judges is the rest's.
+func TestSummaryClosedLoopFirstWave(t *testing.T) {
+	a := newSummary(results.ModeClosed, 0)
+	a.closedLoop(100)
+	for _, r := range []struct{ sched, sent int64 }{{0, 30e6}, {100, 20e6 + 100}, {101, 101 + 2e6}, {5e6, 5e6 + 4e6}, {7, results.Null}} {
+		a.add(&Result{Status: results.StatusOK, ScheduledNS: r.sched, SentNS: r.sent, FirstTokenNS: results.Null, EndNS: results.Null, OutputTokens: results.Null})
+	}
+	s := a.finish()
+	fw := s.FirstWave
+	if fw == nil || fw.Requests != 3 || fw.SendNS != 30e6 || fw.Lateness.N != 2 || fw.Lateness.Max != 30 {
+		t.Fatalf("first wave %+v, want 3 requests (one unsent), the last sent at 30 ms, lateness max 30 ms", fw)
+	}
+	if s.Lateness.N != 2 || s.Lateness.Max != 4 || len(s.LatenessMS) != 2 || s.LatenessMS[0] != 2 {
+		t.Errorf("steady-state lateness %+v %v, want 2 values, 2 and 4 ms", s.Lateness, s.LatenessMS)
+	}
+}

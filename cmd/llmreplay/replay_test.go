@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,11 +87,17 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"--header", "novalue"},
 		{"--speedup", "-1"},
 		{"--http-client", "curl"},
+		{"--ramp-up", "1s"},
+		{"--rate", "3", "--ramp-up", "1s"},
+		{"--concurrency", "4", "--ramp-up", "-1s"},
 	} {
 		err := run(context.Background(), append([]string{"replay"}, args...), new(bytes.Buffer), new(bytes.Buffer))
 		var ue *usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%v: got %v, want a usage error", args, err)
+		}
+		if slices.Contains(args, "--ramp-up") && !strings.Contains(err.Error(), "--ramp-up") {
+			t.Errorf("%v: %v does not name --ramp-up", args, err)
 		}
 	}
 	var out bytes.Buffer
