@@ -3,6 +3,7 @@ package analysis
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -10,16 +11,6 @@ import (
 // ClosedBasis is the JSON path of the figure a closed-loop run's client-limited decision
 // judges (closed_loop.client_limited_basis); an open-loop run's is schedule_lateness_ms.
 const ClosedBasis = "closed_loop.steady_state.schedule_lateness_ms"
-
-// lastWorkerStartNS is when a closed loop's last worker starts: worker i (0-based) of c
-// starts at i·ramp/c on the run clock, in integer nanoseconds rounded down, so the last one
-// at ramp·(c−1)/c (0 without ramp-up).
-func lastWorkerStartNS(rampNS int64, c int) int64 {
-	if c <= 1 || rampNS <= 0 {
-		return 0
-	}
-	return rampNS * int64(c-1) / int64(c)
-}
 
 // closedLoop fills r.Closed when every run pooled in d is closed-loop (--concurrency):
 // the first wave (requests scheduled no later than the last worker's start), its send
@@ -48,7 +39,7 @@ func (r *Report) closedLoop(d *Data) {
 		return
 	}
 	c.RampUpS = float64(rampNS) / 1e9
-	last := lastWorkerStartNS(rampNS, c.Concurrency)
+	last := results.LastWorkerStart(c.Concurrency, time.Duration(rampNS))
 	var first, steady []float64
 	sentMax := int64(math.MinInt64)
 	for i, s := range d.scheduled {

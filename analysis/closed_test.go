@@ -207,8 +207,8 @@ func TestClosedLoopRampUp(t *testing.T) {
 	if w := strings.Join(r.Warnings, "\n"); !strings.Contains(w, "steady-state schedule lateness p99 and p99.9 from 5 samples") {
 		t.Errorf("no small-sample warning for the steady state the decision judges: %q", r.Warnings)
 	}
-	if got := lastWorkerStartNS(10, 3); got != 6 { // 10·2/3 = 6.67 rounded down, as worker 2's start
-		t.Errorf("lastWorkerStartNS(10, 3) = %d", got)
+	if got := results.LastWorkerStart(3, 10); got != 6 { // 10·2/3 = 6.67 rounded down, as worker 2's start
+		t.Errorf("results.LastWorkerStart(3, 10) = %d", got)
 	}
 }
 

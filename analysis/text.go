@@ -7,6 +7,9 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func f3(v float64) string {
@@ -145,7 +148,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Sprintf("at concurrency %d:", c.Concurrency), f3(t.RequestsPerS), f2(t.OutputTokensPerS), f2(t.SustainedOutputTokensPerS),
 			f2(u.TokensPerS.Mean), f2(u.TokensPerS.P50), f2(u.InvTPOT.Mean), f2(u.InvTPOT.P50))
 		p("  %-30s %d requests (scheduled by the last worker's start, %s s), last sent at %s ms\n", "first wave:",
-			c.FirstWaveRequests, f3(float64(lastWorkerStartNS(int64(math.Round(c.RampUpS*1e9)), c.Concurrency))/1e9), f1(c.FirstWaveSendS*1e3))
+			c.FirstWaveRequests, f3(float64(results.LastWorkerStart(c.Concurrency, time.Duration(math.Round(c.RampUpS*1e9))))/1e9), f1(c.FirstWaveSendS*1e3))
 		p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "schedule lateness, ms", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 		row("first wave", c.FirstWaveLateness)
 		row("steady state", c.SteadyLateness)

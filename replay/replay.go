@@ -47,7 +47,7 @@ type Options struct {
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored
-	// RampUp, closed loop: worker i starts at WorkerStart(i, Concurrency, RampUp) on the run
+	// RampUp, closed loop: worker i starts at results.WorkerStart(i, Concurrency, RampUp) on the run
 	// clock; 0 = every worker at the run start.
 	RampUp time.Duration
 
@@ -218,7 +218,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
 	if mode == results.ModeClosed {
-		sum.closedLoop(LastWorkerStart(o.Concurrency, o.RampUp))
+		sum.closedLoop(results.LastWorkerStart(o.Concurrency, o.RampUp))
 	}
 	var writeErr error
 	writerDone := make(chan struct{})
@@ -532,7 +532,7 @@ func (r *runner) openLoop() {
 }
 
 // closedLoop runs Concurrency workers, each sending the next request when its last ends.
-// Worker i starts at WorkerStart(i, Concurrency, RampUp); each request is due when its
+// Worker i starts at results.WorkerStart(i, Concurrency, RampUp); each request is due when its
 // worker became free (closed.go), stamped before the worker waits for the preparer, so
 // that waiting for a body is lateness, not a later due time (coordinated omission).
 func (r *runner) closedLoop() {
@@ -543,7 +543,7 @@ func (r *runner) closedLoop() {
 			defer wg.Done()
 			// The first due is the worker's start, exactly: waited for (the run start may
 			// be ahead, --start-at), never read from the clock.
-			due := WorkerStart(i, r.o.Concurrency, r.o.RampUp)
+			due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)
 			w := newWaiter(r.clk, r.stopped)
 			if r.o.seams.noSpin {
 				w.noSpin()
