@@ -86,6 +86,9 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"--header", "novalue"},
 		{"--speedup", "-1"},
 		{"--http-client", "curl"},
+		{"--session-header", "X Session"},
+		{"--header", "X-Request-Id: 1"},
+		{"--model-map", "gpt-4"},
 	} {
 		err := run(context.Background(), append([]string{"replay"}, args...), new(bytes.Buffer), new(bytes.Buffer))
 		var ue *usageError
