@@ -90,12 +90,17 @@ func (c *Client) requestHeader(r *request) http.Header {
 	}
 	h := make(http.Header, len(c.header)+2)
 	maps.Copy(h, c.header)
+	vals := make([]string, 2) // one allocation for both values' slices
+	var buf [64]byte
 	if r.runID != "" {
-		h[RequestIDHeader] = []string{r.runID + "-" + strconv.FormatInt(r.id, 10)}
+		b := append(append(buf[:0], r.runID...), '-')
+		vals[0] = string(strconv.AppendInt(b, r.id, 10))
+		h[RequestIDHeader] = vals[0:1:1]
 	}
 	if session {
 		// Set as given, not canonicalised: the raw client writes it so too.
-		h[c.opts.SessionHeader] = []string{strconv.FormatInt(r.session, 10)}
+		vals[1] = string(strconv.AppendInt(buf[:0], r.session, 10))
+		h[c.opts.SessionHeader] = vals[1:2:2]
 	}
 	return h
 }

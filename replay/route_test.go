@@ -333,3 +333,89 @@ func TestRouteFlagErrors(t *testing.T) {
 		t.Errorf("--session-header '' with --header X-Session-ID: %v", err)
 	}
 }
+
+// BenchmarkRequestHead: the raw client's per-request head as the preparer builds it, with
+// none of the routing headers (the bytes the head had before them), with X-Request-Id,
+// with the session header too, and built before the run id is known then completed at
+// dispatch (runner.withRunID: one copy over the placeholder).
+func BenchmarkRequestHead(b *testing.B) {
+	u, _ := BaseURL("http://127.0.0.1:8000/v1")
+	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}, "User-Agent": {"llmreplay"}}
+	t := newRawTransport(u, u, h, 64, DefaultSessionHeader)
+	r := &runner{runID: "48ab9150de323e0d"}
+	for _, bc := range []struct {
+		name               string
+		runID              string
+		session, unknownID bool
+	}{{"none", "", false, false}, {"request-id", r.runID, false, false}, {"request-id+session", r.runID, true, false}, {"placeholder+dispatch", "", false, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				req := &request{id: int64(1_000_000 + i), runID: bc.runID, session: int64(i), hasSession: bc.session}
+				req.head = t.appendHead(make([]byte, 0, t.headCap()), req, 4567, bc.unknownID)
+				if bc.unknownID {
+					r.withRunID(req)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRequestHeader: net/http's header map per request: the client's shared one
+// (no routing headers), or a copy with X-Request-Id and the session header.
+func BenchmarkRequestHeader(b *testing.B) {
+	u, _ := BaseURL("http://127.0.0.1:8000/v1")
+	c, err := NewClient(ClientOptions{BaseURL: u, API: APICompletions, Backend: BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP, SessionHeader: DefaultSessionHeader})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name  string
+		runID string
+		sess  bool
+	}{{"shared", "", false}, {"request-id+session", "48ab9150de323e0d", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				req := &request{id: int64(1_000_000 + i), runID: bc.runID, session: int64(i), hasSession: bc.sess}
+				if h := c.requestHeader(req); len(h) == 0 {
+					b.Fatal("no header")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTraceModels: Prepare's pass over a trace's model column (the whole reader, every
+// column), per row, on 100,000 rows of 4 models with prefix blocks.
+func BenchmarkTraceModels(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "t.parquet")
+	w, err := trace.Create(path, trace.Meta{Source: "synth", BlockTokens: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 100_000
+	for i := range n {
+		r := trace.Request{ID: int64(i), Arrival: time.Duration(i) * time.Millisecond, PromptTokens: 512, OutputTokens: 100,
+			Model: []string{"a", "b", "c", "d"}[i%4], SessionID: int64(i / 3), HasSession: true, PrefixBlocks: []int64{1, 2, int64(i)}}
+		if err := w.Write(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		src, err := trace.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		counts, _, err := traceModels(src, 0)
+		src.Close()
+		if err != nil || len(counts) != 4 {
+			b.Fatal(err, counts)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/row")
+}
