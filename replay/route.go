@@ -203,7 +203,7 @@ func (p *preparer) routes(ctx context.Context) error {
 			return configErrorf("--model-map: the trace has more than %d models", maxTraceModels)
 		}
 		if len(unmapped) > 0 {
-			return configErrorf("--model-map: the trace's models %s are not mapped", listSome(unmapped, 5))
+			return configErrorf("--model-map: no mapping for the trace's %s", listSome(unmapped, 5))
 		}
 		served, err := p.served(ctx)
 		if err != nil {

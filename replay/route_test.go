@@ -238,7 +238,7 @@ func TestPrepareModels(t *testing.T) {
 		{name: "mapped to unserved", served: []string{"base", "lora-1"}, trace: []string{"gpt-4"},
 			modelMap: "gpt-4=lora-9", errHas: `--model-map gpt-4=lora-9: ` /* + endpoint */},
 		{name: "unmapped", served: []string{"base", "lora-1"}, trace: []string{"gpt-4", "gpt-3.5"},
-			modelMap: "gpt-4=lora-1", errHas: `--model-map: the trace's models "gpt-3.5" (2 requests) are not mapped`},
+			modelMap: "gpt-4=lora-1", errHas: `--model-map: no mapping for the trace's "gpt-3.5" (2 requests)`},
 		{name: "map without a column", served: []string{"base"}, trace: []string{""},
 			modelMap: "gpt-4=base", errHas: "--model-map: the trace has no model column"},
 		{name: "malformed", served: []string{"base"}, trace: []string{"gpt-4"},
