@@ -419,3 +419,31 @@ func BenchmarkTraceModels(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/row")
 }
+
+// TestPrepareSessionHeader: --session-header reaches the wire through Prepare, with the
+// run id of a run whose start is given (--start-at: every head built with the id).
+func TestPrepareSessionHeader(t *testing.T) {
+	rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: "X-Affinity"}
+	u := startServer(t, rec)
+	reqs := routedTrace(6, time.Millisecond)
+	for i := range reqs {
+		reqs[i].Model = ""
+	}
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Trace, cfg.Model, cfg.SessionHeader = u.String(), writeTrace(t, reqs), "m", "X-Affinity"
+	cfg.StartAt = strconv.FormatFloat(float64(time.Now().Add(300*time.Millisecond).UnixNano())/1e9, 'f', 6, 64)
+	cfg.Output, cfg.Quiet, cfg.Prewarm = filepath.Join(t.TempDir(), "r.parquet"), true, 1
+	sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := Run(context.Background(), sess.Options); err != nil {
+		t.Fatal(err)
+	}
+	res, meta, err := ReadFile(cfg.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRouted(t, rec, reqs, res, meta.RunID, false)
+}
