@@ -79,7 +79,7 @@ type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
 	API         API           // completions or chat
 	Backend     Backend       // chooses the length-forcing fields
-	Model       string        // model name sent in every request
+	Model       string        // model name sent in every request (but those Options.Models maps)
 	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
 	Header      http.Header   // extra headers for every request
 	Timeout     time.Duration // per request, from send to the end of the stream; 0 = none
@@ -95,6 +95,9 @@ type ClientOptions struct {
 	// HTTPClient chooses the HTTP client: HTTPClientAuto (""), HTTPClientRaw or
 	// HTTPClientNetHTTP (rawhttp.go says why there are two).
 	HTTPClient string
+	// SessionHeader names the session-affinity header, sent with the trace's session id on
+	// every request that has one; "" sends none (route.go).
+	SessionHeader string
 }
 
 // Validate checks the options.
@@ -120,9 +123,15 @@ func (o *ClientOptions) Validate() error {
 	if _, err := ParseHTTPClient(o.HTTPClient); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
+	if err := checkSessionHeader(o.SessionHeader); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
 	for k, vs := range o.Header {
 		if !validHeaderName(k) {
 			return fmt.Errorf("client: header name %q is not a valid HTTP token", k)
+		}
+		if err := checkExtraHeader(k, o.SessionHeader); err != nil {
+			return fmt.Errorf("client: %w", err)
 		}
 		for _, v := range vs {
 			if !validHeaderValue(v) {
@@ -217,7 +226,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	c.bodyPrefix = c.appendBodyPrefix(nil)
+	c.bodyPrefix = c.appendBodyPrefix(nil, o.Model)
 	choice, _ := ParseHTTPClient(o.HTTPClient)
 	raw, err := useRaw(choice, &u)
 	if err != nil {
@@ -227,7 +236,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		mu := *o.BaseURL
 		mu.User = nil
 		mu.Path += "/models"
-		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight)
+		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight, o.SessionHeader)
 	}
 	return c, nil
 }
@@ -315,9 +324,9 @@ func (c *Client) Close() {
 	}
 }
 
-func (c *Client) appendBodyPrefix(b []byte) []byte {
+func (c *Client) appendBodyPrefix(b []byte, model string) []byte {
 	b = append(b, `{"model":`...)
-	b = appendJSONString(b, c.opts.Model)
+	b = appendJSONString(b, model)
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true`...)
 	if c.opts.Backend == BackendVLLM {
 		b = append(b, `,"continuous_usage_stats":true`...)
@@ -334,7 +343,17 @@ func (c *Client) appendBodyPrefix(b []byte) []byte {
 
 // AppendBody appends the JSON body asking for outputTokens tokens after prompt.
 func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
-	b = append(b, c.bodyPrefix...)
+	return c.appendBody(b, c.bodyPrefix, prompt, outputTokens)
+}
+
+// bodyPrefixFor returns the constant start of every body sent to model, as bodyPrefix is
+// the start of those sent to the client's own model.
+func (c *Client) bodyPrefixFor(model string) []byte { return c.appendBodyPrefix(nil, model) }
+
+// appendBody is AppendBody with the body's constant start given (bodyPrefix or a
+// bodyPrefixFor): the model is the only field that differs between requests' starts.
+func (c *Client) appendBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
+	b = append(b, prefix...)
 	n := strconv.AppendInt(nil, int64(outputTokens), 10)
 	switch {
 	case c.opts.Backend == BackendOpenAI && c.opts.API == APIChat:
@@ -473,6 +492,13 @@ type request struct {
 	body         []byte
 	warmup       bool   // sent but not recorded
 	head         []byte // the raw client's request head, built with the body
+	// runID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
+	// prepared before the run id was known has it set at dispatch (runner.setRunID), which
+	// also writes it over the placeholder at head[runIDAt:].
+	runID      string
+	runIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
+	session    int64 // the trace's session id, sent in the session header when hasSession
+	hasSession bool
 }
 
 // clock reads nanoseconds since the run start from the monotonic clock.
@@ -513,7 +539,7 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 		res.Status, res.Error = results.StatusTransportError, "build request: "+err.Error()
 		return
 	}
-	req.Header = c.header
+	req.Header = c.requestHeader(r)
 	before := clk.now()
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -29,6 +29,9 @@ type Config struct {
 	APIKey     string `json:"-"`
 	Insecure   bool
 	HTTPClient string // --http-client: auto, raw or net/http
+	// SessionHeader (--session-header) names the session-affinity header; "" sends none.
+	SessionHeader string
+	ModelMap      string // --model-map: TRACE=SERVED,...; "" = the trace's models as served, else --model
 
 	// The load: at most one of Speedup, Rate and Concurrency is given (the *Set fields say
 	// which; a given zero is an error, an absent one a default).
@@ -72,7 +75,7 @@ func DefaultConfig() Config {
 		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto",
 		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Output: "results.parquet", Shard: "0/1",
-		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase,
+		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second,
 	}
 }
@@ -141,7 +144,7 @@ func (c *Config) Validate() error {
 			return configErrorf("--start-at: %v", err)
 		}
 	}
-	if _, err := ParseHeaders(c.Headers); err != nil {
+	if err := c.validateRoutes(); err != nil {
 		return err
 	}
 	if c.Output == "" {

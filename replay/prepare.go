@@ -89,7 +89,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.openTrace, p.speed, p.endpoint, p.model, p.client, p.origin, p.calibrate}
+	steps := []func(context.Context) error{p.openTrace, p.speed, p.endpoint, p.model, p.routes, p.client, p.origin, p.calibrate}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -101,7 +101,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
 		Output: cfg.Output, KeepJournal: cfg.KeepJournal,
-		Meta: p.meta, MaxLateness: cfg.MaxLateness,
+		Meta: p.meta, MaxLateness: cfg.MaxLateness, Models: p.models,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
 	}
 	s.ProgressTotal = p.progressTotal()
@@ -131,6 +131,9 @@ type preparer struct {
 	cl       *Client
 	originAt time.Duration
 	cal      *tokenize.Calibration
+
+	servedIDs []string          // GET /v1/models, once listed (route.go)
+	models    map[string]string // Options.Models
 }
 
 func (p *preparer) open() (*trace.Reader, error) {
@@ -278,7 +281,7 @@ func (p *preparer) client(context.Context) error {
 	cl, err := NewClient(ClientOptions{
 		BaseURL: p.base, API: p.api, Backend: p.backend, Model: p.modelID, APIKey: cfg.APIKey, Header: p.header,
 		Timeout: cfg.Timeout, MaxInflight: max(cfg.MaxInflight, cfg.Concurrency), Insecure: cfg.Insecure,
-		CountTokens: p.enc.Count, TokenIDPrompts: p.tokenIDs, HTTPClient: cfg.HTTPClient,
+		CountTokens: p.enc.Count, TokenIDPrompts: p.tokenIDs, HTTPClient: cfg.HTTPClient, SessionHeader: cfg.SessionHeader,
 	})
 	if err != nil {
 		return err

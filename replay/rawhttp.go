@@ -65,7 +65,8 @@ var (
 // rawTransport is the connection pool and request head of the raw client.
 type rawTransport struct {
 	addr    string // host:port
-	head    []byte // request line and headers, up to and including "Content-Length: "
+	head    []byte // request line and the headers every request has, each line ended by CRLF
+	session string // the session-affinity header's name; "" = none
 	models  []byte // a whole GET request for BASE/models (prewarm)
 	dialer  net.Dialer
 	maxIdle int
@@ -83,17 +84,16 @@ type rawConn struct {
 }
 
 // newRawTransport serves POSTs to u; modelsURL is GET BASE/models, for prewarm.
-func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) *rawTransport {
+func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int, sessionHeader string) *rawTransport {
 	addr := u.Host
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
 	h := appendRawHead(nil, "POST", u, header)
-	h = append(h, "Content-Length: "...)
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxInflight
 	}
-	t := &rawTransport{addr: addr, head: h, maxIdle: maxIdle,
+	t := &rawTransport{addr: addr, head: h, session: sessionHeader, maxIdle: maxIdle,
 		dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 	t.models = append(appendRawHead(nil, "GET", modelsURL, header), "\r\n"...)
 	t.bufs.New = func() any { b := make([]byte, rawReadBuf); return &b }
@@ -234,17 +234,44 @@ func (t *rawTransport) prewarm(ctx context.Context, n int) int {
 	return got
 }
 
-// appendHead appends the request head for a body of n bytes.
-func (t *rawTransport) appendHead(b []byte, n int) []byte {
+// appendHead appends r's request head for a body of n bytes: the constant part, r's
+// X-Request-Id and session header, and Content-Length. With placeholder set, the run id
+// is not known yet: runIDLen zeros stand in for it, and r.runIDAt says where (the runner
+// writes it over them at dispatch). Else r.runID is written ("": no X-Request-Id).
+func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool) []byte {
 	b = append(b, t.head...)
+	if placeholder || r.runID != "" {
+		b = append(b, RequestIDHeader+": "...)
+		r.runIDAt = len(b)
+		if placeholder {
+			b = append(b, runIDPlaceholder...)
+		} else {
+			b = append(b, r.runID...)
+		}
+		b = append(b, '-')
+		b = strconv.AppendInt(b, r.id, 10)
+		b = append(b, "\r\n"...)
+	}
+	if r.hasSession && t.session != "" {
+		b = append(b, t.session...)
+		b = append(b, ": "...)
+		b = strconv.AppendInt(b, r.session, 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, int64(n), 10)
 	return append(b, "\r\n\r\n"...)
+}
+
+// headCap is a capacity that holds any request head appendHead builds with t.
+func (t *rawTransport) headCap() int {
+	return len(t.head) + len(RequestIDHeader) + len(t.session) + runIDLen + 3*20 + 32
 }
 
 // headOf returns r's request head, building it if the preparer did not.
 func (t *rawTransport) headOf(r *request) []byte {
 	if r.head == nil {
-		r.head = t.appendHead(nil, len(r.body))
+		r.head = t.appendHead(make([]byte, 0, t.headCap()), r, len(r.body), false)
 	}
 	return r.head
 }

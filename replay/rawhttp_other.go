@@ -18,14 +18,19 @@ type rawTransport struct{ head []byte }
 
 type rawStart struct{}
 
-func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int) *rawTransport {
+func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int, sessionHeader string) *rawTransport {
 	return &rawTransport{}
 }
 
-func (t *rawTransport) appendHead(b []byte, n int) []byte      { return b }
 func (t *rawTransport) prewarm(ctx context.Context, n int) int { return 0 }
 func (t *rawTransport) closeIdle()                             {}
 func (c *Client) startNow(clk clock, r *request) *rawStart     { return nil }
+
+func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool) []byte {
+	return b
+}
+
+func (t *rawTransport) headCap() int { return 0 }
 
 func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	res.Status, res.Error = results.StatusTransportError, errRawNotBuilt.Error()

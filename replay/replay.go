@@ -72,6 +72,10 @@ type Options struct {
 	HasOrigin   bool
 	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
+	// Models maps the trace's model names to the served ones sent in the request body;
+	// a model it does not name (and a null one) is the Client's. nil: the Client's for all.
+	Models map[string]string
+
 	// Progress, when set, is updated live for a progress display.
 	Progress *Progress
 
@@ -175,6 +179,15 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
 	}
+	r.bodyPrefixes = make(map[string][]byte, len(o.Models))
+	for k, v := range o.Models {
+		r.bodyPrefixes[k] = o.Client.bodyPrefixFor(v)
+	}
+	if !o.Start.IsZero() {
+		// A run that knows its start (shards, --start-at) knows its id: every request is
+		// prepared with it.
+		r.setRunID(o.Meta, o.Start)
+	}
 	r.prepared = make(chan *request, o.LookAhead)
 	r.preparerDone = make(chan struct{})
 	go r.prepare()
@@ -198,7 +211,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if meta.ShardCount == 0 {
 		meta.ShardCount = 1
 	}
-	meta.RunID = results.RunID(meta.RunStartUnixNS, meta.TraceSHA256, meta.ShardCount)
+	meta.RunID = r.setRunID(meta, start)
 	if meta.MaxLatenessMS == 0 {
 		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
 	}
@@ -309,6 +322,13 @@ type runner struct {
 	graceOnce                  sync.Once
 	graceTimer                 *time.Timer // armed by the first early stop
 
+	// runID is the run id once the run start is fixed (before the preparer starts when
+	// Options.Start is given, else once the look-ahead is prepared); the preparer reads
+	// preparedRunID, the dispatchers runID, set before they start.
+	runID         string
+	preparedRunID atomic.Pointer[string]
+	bodyPrefixes  map[string][]byte // Options.Models: a trace model's body start
+
 	prepared     chan *request
 	preparerDone chan struct{} // closed when prepare returns
 	results      chan *Result
@@ -341,6 +361,28 @@ func (r *runner) stopGraceTimer() {
 	}
 }
 
+// setRunID fixes the run id of a run that starts at start, for the preparer and the
+// dispatchers, and returns it.
+func (r *runner) setRunID(meta results.RunMeta, start time.Time) string {
+	if r.runID == "" {
+		id := results.RunID(start.UnixNano(), meta.TraceSHA256, max(meta.ShardCount, 1)) // runIDLen long (TestRunIDLen)
+		r.runID = id
+		r.preparedRunID.Store(&id)
+	}
+	return r.runID
+}
+
+// withRunID gives req the run id, if it was prepared before the id was known: one copy
+// over the head's placeholder. The dispatcher calls it before it sends.
+func (r *runner) withRunID(req *request) {
+	if req.runID == "" {
+		req.runID = r.runID
+		if req.runIDAt > 0 {
+			copy(req.head[req.runIDAt:], req.runID)
+		}
+	}
+}
+
 // prepare reads the trace, plans each request and builds its body ahead of time, so the
 // dispatcher only waits and writes. The channel's capacity bounds the look-ahead.
 func (r *runner) prepare() {
@@ -367,11 +409,19 @@ func (r *runner) prepare() {
 		}
 		req := &request{
 			id: tr.ID, dueNS: int64(due), promptTokens: tr.PromptTokens, outputTokens: tr.OutputTokens,
-			warmup: warm,
+			warmup: warm, session: tr.SessionID, hasSession: tr.HasSession,
 		}
-		req.body = r.o.Client.AppendBody(make([]byte, 0, len(prompt)+len(r.o.Client.bodyPrefix)+96), prompt, tr.OutputTokens)
+		runID := r.preparedRunID.Load()
+		if runID != nil {
+			req.runID = *runID
+		}
+		prefix := r.o.Client.bodyPrefix
+		if p, ok := r.bodyPrefixes[tr.Model]; ok {
+			prefix = p
+		}
+		req.body = r.o.Client.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
 		if raw := r.o.Client.raw; raw != nil {
-			req.head = raw.appendHead(make([]byte, 0, len(raw.head)+24), len(req.body))
+			req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), runID == nil)
 		}
 		select {
 		case r.prepared <- req:
@@ -523,6 +573,7 @@ func (r *runner) openLoop() {
 		// itself, now: no goroutine hand-off or connection set-up stands between the due
 		// time and the write. The response is read by a new goroutine. Otherwise (no idle
 		// connection, or net/http) the goroutine does it all.
+		r.withRunID(req)
 		pre := r.o.Client.startNow(r.clk, req)
 		r.inflight.Add(1)
 		r.prog.InFlight.Add(1)
@@ -581,6 +632,7 @@ func (r *runner) closedLoop() {
 // hand-off to the writer: a closed-loop worker is free from then on.
 func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	defer r.wg.Done()
+	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
 	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	sse, _ := r.ssePool.Get().(*sseReader)
 	if sse == nil {

@@ -346,6 +346,7 @@ type Reader struct {
 	end  bool
 
 	models map[string]string // interned model names: few distinct, many rows
+	has    map[string]bool   // the trace columns the file has
 }
 
 type readerCols struct {
@@ -408,8 +409,10 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	}
 	// Columns by name, so files written by other tools in another column order also read.
 	var idx []int
+	has := map[string]bool{}
 	for _, want := range fields {
 		is := sc.FieldIndices(want.Name)
+		has[want.Name] = len(is) > 0
 		if len(is) == 0 {
 			if !want.Nullable {
 				pf.Close()
@@ -429,7 +432,7 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 		pf.Close()
 		return fail(err)
 	}
-	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}}, nil
+	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}, has: has}, nil
 }
 
 // isInt64List accepts list<int64> whatever its element field is called ("item" here,
@@ -443,6 +446,36 @@ func durationNS(ns int64) time.Duration { return time.Duration(ns) }
 
 // Meta returns the file's metadata.
 func (r *Reader) Meta() Meta { return r.meta }
+
+// HasValues reports whether the file's trace column name (ColModel, ...) may hold a
+// non-null value: false when the file has no such column, or when the footer's statistics
+// say every value of it is null (llmreplay's writer stores every column, null when the
+// source has none), so a caller can skip a pass over the file. Flat columns only.
+func (r *Reader) HasValues(name string) bool {
+	if !r.has[name] {
+		return false
+	}
+	md := r.pf.MetaData()
+	leaf := md.Schema.ColumnIndexByName(name)
+	if leaf < 0 {
+		return true
+	}
+	for i := 0; i < r.pf.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		cc, err := rg.ColumnChunk(leaf)
+		if err != nil {
+			return true
+		}
+		if ok, _ := cc.StatsSet(); !ok {
+			return true
+		}
+		st, err := cc.Statistics()
+		if err != nil || !st.HasNullCount() || st.NullCount() != rg.NumRows() {
+			return true
+		}
+	}
+	return false
+}
 
 // NumRows returns the number of rows in the file (from its footer).
 func (r *Reader) NumRows() int64 { return r.numRows }

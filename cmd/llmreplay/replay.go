@@ -37,6 +37,10 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   # The classic closed-loop table entry: 64 concurrent users, first 2000 requests
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --concurrency 64 --limit 2000
 
+  # A multi-tenant trace against vLLM serving LoRA adapters, sessions routed by a gateway header
+  llmreplay replay --trace t.parquet --endpoint http://gw:8000/v1 --model-map tenant-a=lora-a,tenant-b=lora-b \
+    --session-header x-session-affinity
+
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
 
@@ -63,6 +67,8 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.Backend, "backend", f.Backend, "server kind, chooses the length-forcing fields: vllm, sglang, tgi, llamacpp, openai")
 	fs.StringVar(&f.Model, "model", f.Model, "model name (default: the first of GET /v1/models)")
 	fs.StringArrayVarP(&f.Headers, "header", "H", f.Headers, "extra request header 'Name: value', repeatable (values are never stored)")
+	fs.StringVar(&f.SessionHeader, "session-header", f.SessionHeader, "session-affinity header sent with the trace's session id on every request that has one, for routers and gateways ('' = none); every request also carries X-Request-Id: RUNID-REQUESTID")
+	fs.StringVar(&f.ModelMap, "model-map", f.ModelMap, "send the trace's model column as served models: TRACE=SERVED,... (e.g. gpt-4=llama-70b,gpt-3.5=my-lora); default: the column as is when the endpoint serves all its models, else --model")
 	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a bearer token (default: $LLMREPLAY_API_KEY, else $OPENAI_API_KEY); never printed or stored")
 	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "skip TLS certificate verification")
 	fs.StringVar(&f.HTTPClient, "http-client", f.HTTPClient, "HTTP client: raw (llmreplay's own HTTP/1.1 client, one read per streamed chunk; http:// on linux), net/http (Go's; https, proxies, HTTP/2); auto: raw for http:// without a proxy, else net/http")

@@ -90,6 +90,9 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"--ramp-up", "1s"},
 		{"--rate", "3", "--ramp-up", "1s"},
 		{"--concurrency", "4", "--ramp-up", "-1s"},
+		{"--session-header", "X Session"},
+		{"--header", "X-Request-Id: 1"},
+		{"--model-map", "gpt-4"},
 	} {
 		err := run(context.Background(), append([]string{"replay"}, args...), new(bytes.Buffer), new(bytes.Buffer))
 		var ue *usageError
