@@ -351,7 +351,7 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 		loads = []float64{sf.start}
 	}
 	for _, load := range loads {
-		cfg, _ := probe.pointConfig(load, filepath.Join(sp.dir, "check.parquet"))
+		cfg, _ := probe.pointConfig(load, filepath.Join(sp.dir, "check.parquet"), 1)
 		if err := checkReplayConfig(&cfg); err != nil {
 			return nil, usagef("sweep: at %s %s: %v", sp.axis, fmtLoadFlag(load), strings.TrimPrefix(err.Error(), "replay: "))
 		}
@@ -514,7 +514,7 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	}
 	file := fmt.Sprintf("point-%02d-%s-%s.parquet", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load))
 	path := filepath.Join(sw.dir, file)
-	cfg, flags := sw.pointConfig(load, path)
+	cfg, flags := sw.pointConfig(load, path, len(sw.state.Points)+1)
 	fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), path)
 	started := time.Now()
 	err := doReplay(sw.ctx, cfg, flags, io.Discard, sw.stderr)
@@ -548,12 +548,22 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	return row, nil
 }
 
-// pointConfig returns the replay of one point: a copy of the sweep's options with the load
-// set on the axis (named after replay's flags: --speedup, --rate, --concurrency) and the
-// output, and its flag map with the same two flags as the command line would give them.
-func (sw *sweeper) pointConfig(load float64, path string) (replay.Config, map[string]string) {
+// pointConfig returns the replay of point n (1-based): a copy of the sweep's options with
+// the load set on the axis (named after replay's flags: --speedup, --rate, --concurrency),
+// the output, and the prompt seed --seed + (n−1)·2^40, and its flag map with the same flags
+// as the command line would give them. Each point sends prompt text no earlier point sent:
+// the points replay the same trace, and an engine with automatic prefix caching (vLLM's and
+// SGLang's default, the simulated engine's) would otherwise serve a later point's prompts
+// from the blocks an earlier point left in its cache, and measure cache hits, not the load.
+// The prompt builder offsets request and block ids by the seed (docs/prompts.md), so seeds
+// 2^40 apart share no prompt unless the trace's ids span more than 2^40.
+// pointSeedShift spaces the points' prompt seeds (pointConfig).
+const pointSeedShift = 40
+
+func (sw *sweeper) pointConfig(load float64, path string, n int) (replay.Config, map[string]string) {
 	cfg := sw.cfg
 	cfg.Output, cfg.Quiet = path, true
+	cfg.Seed += uint64(n-1) << pointSeedShift
 	value := fmtLoadFlag(load)
 	switch sw.axis {
 	case "speedup":
@@ -565,7 +575,7 @@ func (sw *sweeper) pointConfig(load float64, path string) (replay.Config, map[st
 		value = strconv.Itoa(cfg.Concurrency)
 	}
 	flags := maps.Clone(sw.flags)
-	flags[sw.axis], flags["output"] = value, path
+	flags[sw.axis], flags["output"], flags["seed"] = value, path, strconv.FormatUint(cfg.Seed, 10)
 	return cfg, flags
 }
 

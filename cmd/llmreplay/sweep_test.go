@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
 func TestParseBusy(t *testing.T) {
@@ -214,4 +219,74 @@ func TestSweepAutoConcurrencyPlumbing(t *testing.T) {
 	if !strings.Contains(errb.String(), "point 2: concurrency 2") || !strings.Contains(errb.String(), "per user") {
 		t.Errorf("no closed-loop point 2:\n%s", errb.String())
 	}
+}
+
+// TestSweepPointsSendFreshPrompts: every point of a sweep replays the same trace, so
+// without a seed of its own a later point would send the prompts an earlier one sent, and
+// an engine with automatic prefix caching (the simulated engine's, vLLM's default) would
+// serve them from cache. Against the simulated engine with its cache on, three points
+// with text and with token-id prompts leave the cache without a single hit, and each
+// point's run metadata records its seed.
+func TestSweepPointsSendFreshPrompts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs six short replays")
+	}
+	for _, format := range []string{"text", "token-ids"} {
+		t.Run(format, func(t *testing.T) {
+			cfg, _ := sim.Profile("tiny")
+			cfg.TimeScale = 20
+			s, err := sim.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			dir := filepath.Join(t.TempDir(), "sw")
+			var errb bytes.Buffer
+			err = runSweep(context.Background(), []string{"--endpoint", srv.URL + "/v1", "--speedups", "20,40,80", "--limit", "20",
+				"--prompt-format", format, "--seed", "5", "--cooldown", "0s", "--idle-check=false", "--prewarm", "2", "-o", dir}, io.Discard, &errb)
+			if err != nil {
+				t.Fatalf("sweep: %v\n%s", err, errb.String())
+			}
+			resp, err := http.Get(srv.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			queries, hits := metricValue(string(page), "vllm:prefix_cache_queries_total"), metricValue(string(page), "vllm:prefix_cache_hits_total")
+			if queries < 60*16 || hits != 0 {
+				t.Errorf("prefix cache after three points of 20 requests: %v tokens queried, %v hit; want >= %d queried and no hit", queries, hits, 60*16)
+			}
+			st, err := readSweepState(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range st.Points {
+				d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, filepath.Join(dir, p.File))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := d.Runs[0].Flags["seed"], strconv.FormatUint(5+uint64(i)<<pointSeedShift, 10); got != want {
+					t.Errorf("point %d: run metadata seed %q, want %q", i+1, got, want)
+				}
+			}
+		})
+	}
+}
+
+// metricValue sums the samples of a metric in a Prometheus text page, whatever their labels.
+func metricValue(page, name string) float64 {
+	var sum float64
+	for _, line := range strings.Split(page, "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, " ") || strings.HasPrefix(rest, "{")) {
+			fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+			if len(fields) > 0 {
+				f, _ := strconv.ParseFloat(fields[0], 64)
+				sum += f
+			}
+		}
+	}
+	return sum
 }
