@@ -26,6 +26,13 @@ type Result struct {
 	Status             results.Status
 	HTTPStatus         int32  // results.Null when no response
 	Error              string // short message, "" when none; never a credential
+
+	// Conversations (issue 14; results revision 1.1): results.Null when the trace row has
+	// no session, the replay did not wait, or the server did not say.
+	SessionID          int64 // the trace's session_id
+	Turn               int32 // 0-based index of the request in its session, in trace order
+	SessionWaitNS      int64 // sequential sessions: how long the turn waited for its predecessor's end beyond its trace time
+	PromptTokensCached int32 // usage.prompt_tokens_details.cached_tokens
 }
 
 // newResult returns a Result with every nullable field null.
@@ -35,6 +42,7 @@ func newResult(id int64, shard int32, scheduledNS int64, promptTokens, outputTar
 		SentNS: results.Null, FirstTokenNS: results.Null, EndNS: results.Null,
 		PromptTokens: promptTokens, PromptTokensServer: results.Null,
 		OutputTokensTarget: outputTarget, OutputTokens: results.Null, HTTPStatus: results.Null,
+		SessionID: results.Null, Turn: results.Null, SessionWaitNS: results.Null, PromptTokensCached: results.Null,
 	}
 }
 
