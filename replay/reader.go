@@ -111,6 +111,8 @@ func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, 
 			OutputTokensTarget: c.target.Value(i), OutputTokens: results.Int32At(c.output, i),
 			OutputTokensSource: results.StringAt(c.source, i), Status: results.Status(results.StringAt(c.status, i)),
 			HTTPStatus: results.Int32At(c.httpStatus, i), Error: results.StringAt(c.errMsg, i),
+			// No column holds these yet (results revision 1.1 adds them): null.
+			SessionID: results.Null, Turn: results.Null, SessionWaitNS: results.Null, PromptTokensCached: results.Null,
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)
