@@ -213,3 +213,12 @@ func IsConfigError(err error) bool {
 	var ce *ConfigError
 	return errors.As(err, &ce)
 }
+
+// scanRows is how many trace rows a pass before the run reads: the --limit requests and
+// their --warmup, or every row (0) without --limit.
+func (c *Config) scanRows() int64 {
+	if c.Limit > 0 {
+		return c.Limit + c.Warmup
+	}
+	return 0
+}

@@ -188,11 +188,7 @@ func (p *preparer) speed(context.Context) error {
 		if err != nil {
 			return err
 		}
-		lim := int64(0)
-		if cfg.Limit > 0 {
-			lim = cfg.Limit + cfg.Warmup
-		}
-		n, span, err := ScanSpan(scan, lim)
+		n, span, err := ScanSpan(scan, cfg.scanRows())
 		scan.Close()
 		if err != nil {
 			return err

@@ -178,11 +178,7 @@ func (p *preparer) routes(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		lim := int64(0)
-		if cfg.Limit > 0 {
-			lim = cfg.Limit + cfg.Warmup
-		}
-		counts, more, err = traceModels(scan, lim)
+		counts, more, err = traceModels(scan, cfg.scanRows())
 		scan.Close()
 		if err != nil {
 			return err
