@@ -190,8 +190,8 @@ func TestPrepareClosedLoopPrewarm(t *testing.T) {
 		if tr.MaxIdleConnsPerHost < 1024 || tr.MaxIdleConns < 1024 {
 			t.Errorf("%s: net/http idle pool %d per host, %d in all; want >= 1024", client, tr.MaxIdleConnsPerHost, tr.MaxIdleConns)
 		}
-		if raw := o.Client.raw; raw != nil && raw.maxIdle < 1024 {
-			t.Errorf("raw idle pool %d, want >= 1024", raw.maxIdle)
+		if raw := o.Client.raw; raw != nil && rawMaxIdle(raw) < 1024 {
+			t.Errorf("raw idle pool %d, want >= 1024", rawMaxIdle(raw))
 		}
 		sess.Close()
 	}
