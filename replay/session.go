@@ -120,7 +120,7 @@ func PlanSessions(src trace.Source, name string) (*SessionPlan, error) {
 		row     int64
 	}
 	m := map[int64]*seen{}
-	var row int64
+	row := int64(-1) // 0-based, as the trace writer names rows
 	for src.Next() {
 		r := src.Request()
 		row++

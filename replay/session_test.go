@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -250,7 +251,7 @@ func TestPlanSessionsOrder(t *testing.T) {
 		{ID: 4, Arrival: 4, PromptTokens: 1, OutputTokens: 1},
 	}
 	_, err := PlanSessions(trace.NewSliceSource(reqs), "t.parquet")
-	if err == nil || !strings.Contains(err.Error(), "row 3 (request_id 3)") || !strings.Contains(err.Error(), "arrival_ns 4 of session_id 7") {
+	if err == nil || !strings.Contains(err.Error(), "row 2 (request_id 3)") || !strings.Contains(err.Error(), "arrival_ns 4 of session_id 7") {
 		t.Errorf("err %v", err)
 	}
 	p, err := PlanSessions(trace.NewSliceSource(reqs[:2]), "t.parquet")
@@ -394,5 +395,70 @@ func TestSequentialHistoryActual(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Bad conversation input is an error naming the flag before anything is sent; the
+// defaults follow the trace.
+func TestPrepareSessions(t *testing.T) {
+	srv := &vllmServer{}
+	u := startServer(t, srv)
+	plain := writeTrace(t, uniformTrace(4, time.Millisecond, 3, 2))
+	conv := writeTrace(t, sessionTrace(2, 2, time.Millisecond, 10*time.Millisecond))
+	prep := func(path string, mod func(*Config)) (*Session, error) {
+		cfg := DefaultConfig()
+		cfg.Endpoint, cfg.Trace, cfg.Quiet, cfg.Prewarm = u.String(), path, true, 0
+		cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
+		if mod != nil {
+			mod(&cfg)
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		s, err := Prepare(context.Background(), cfg, Env{Flags: map[string]string{}})
+		if s != nil {
+			t.Cleanup(s.Close)
+		}
+		return s, err
+	}
+	for _, tc := range []struct {
+		name, path string
+		mod        func(*Config)
+		want       string
+	}{
+		{"sequential without sessions", plain, func(c *Config) { c.Sessions = SessionsSequential }, "--sessions sequential: trace t.parquet has no session_id"},
+		{"think time", conv, func(c *Config) { c.ThinkTime = "lognormal:3000" }, "--think-time"},
+		{"think time unit", conv, func(c *Config) { c.ThinkTime = "3 s" }, "--think-time"},
+		{"actual and token ids", conv, func(c *Config) { c.History, c.PromptFormat = HistoryActual, "token-ids" }, "--history actual: needs text prompts"},
+		{"actual and independent", conv, func(c *Config) { c.History, c.Sessions = HistoryActual, SessionsIndependent }, "--history actual: needs --sessions sequential"},
+		{"closed loop", conv, func(c *Config) { c.Sessions, c.Concurrency, c.ConcurrencySet = SessionsSequential, 2, true }, "--sessions sequential: not implemented with --concurrency"},
+		{"turn error", conv, func(c *Config) { c.OnTurnError = "retry" }, "--on-turn-error"},
+	} {
+		_, err := prep(tc.path, tc.mod)
+		if !IsConfigError(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a usage error with %q", tc.name, err, tc.want)
+		}
+	}
+	if n := srv.count.Load(); n != 0 {
+		t.Errorf("%d requests sent for bad input", n)
+	}
+	// Defaults: sequential with actual history (text prompts) on a conversation trace;
+	// independent on the other; independent in the closed loop.
+	s, err := prep(conv, func(c *Config) { c.PromptFormat = "auto" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.Options; o.Sessions != SessionsSequential || o.History != HistoryActual || o.Client.opts.TokenIDPrompts || o.SessionPlan.Turns[1000] != 2 ||
+		o.Meta.Flags["sessions"] != SessionsSequential || o.Meta.Flags["history"] != HistoryActual {
+		t.Errorf("conversation trace: sessions %q history %q plan %+v flags %v", o.Sessions, o.History, o.SessionPlan, o.Meta.Flags)
+	}
+	if s, err = prep(plain, nil); err != nil || s.Options.Sessions != "" || s.Options.Meta.Flags["sessions"] != SessionsIndependent {
+		t.Errorf("plain trace: %v %q", err, s.Options.Sessions)
+	}
+	if s, err = prep(conv, func(c *Config) { c.Concurrency, c.ConcurrencySet = 2, true }); err != nil || s.Options.Sessions != "" {
+		t.Errorf("closed loop: %v %q", err, s.Options.Sessions)
+	}
+	if s, err = prep(conv, func(c *Config) { c.PromptFormat = "token-ids" }); err != nil || s.Options.History != HistorySynthetic || !s.Options.Client.opts.TokenIDPrompts {
+		t.Errorf("token ids: %v %q", err, s.Options.History)
 	}
 }
