@@ -44,7 +44,7 @@ type Config struct {
 	RampUp         time.Duration // --ramp-up: closed loop, worker i starts at i*RampUp/Concurrency; 0 = all at once
 
 	// Conversations (docs/replay.md, "Conversations"). Sessions (--sessions): independent,
-	// sequential, or "" = sequential when the trace has session_id (open loop), else
+	// sequential, or "" = sequential when the trace has session_id, else
 	// independent. History (--history): actual, synthetic, or "" = actual in sequential
 	// mode (synthetic with --prompt-format token-ids). ThinkTime (--think-time): "0", a
 	// duration or a DIST of milliseconds. OnTurnError (--on-turn-error): continue or
@@ -248,9 +248,6 @@ func (c *Config) validateSessions() error {
 	}
 	if _, err := ParseThinkTime(c.ThinkTime); err != nil {
 		return configErrorf("--think-time %v", err)
-	}
-	if c.Sessions == SessionsSequential && c.ConcurrencySet {
-		return configErrorf("--sessions sequential: not implemented with --concurrency yet (the closed loop replays every turn independently)")
 	}
 	if c.History == HistoryActual && c.Sessions == SessionsIndependent {
 		return configErrorf("--history actual: needs --sessions sequential (an independent turn does not wait for the answer its history would hold)")

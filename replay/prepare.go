@@ -169,7 +169,7 @@ func (p *preparer) sessions(context.Context) error {
 	has := p.src.HasValues(trace.ColSessionID)
 	if p.sessMode == "" {
 		p.sessMode = SessionsIndependent
-		if has && cfg.Concurrency == 0 {
+		if has {
 			p.sessMode = SessionsSequential
 		}
 	}

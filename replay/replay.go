@@ -78,7 +78,8 @@ type Options struct {
 
 	// Conversations (session.go, docs/replay.md "Conversations"). Sessions is
 	// SessionsIndependent ("" too: every turn at its trace time) or SessionsSequential
-	// (open loop: a turn is due at max(its trace due, its predecessor's end + think time)).
+	// (open loop: a turn is due at max(its trace due, its predecessor's end + think time);
+	// closed loop: a worker keeps each conversation it starts).
 	// History, sequential mode: HistoryActual, or HistorySynthetic ("" too: the
 	// Prompter's text alone). OnTurnError: TurnErrorContinue ("" too) or
 	// TurnErrorEndSession. ThinkTime is drawn in trace order from ThinkSeed. SessionPlan,
@@ -132,8 +133,6 @@ func (o *Options) Validate() error {
 		return errors.New("replay: ramp-up needs a closed loop (concurrency)")
 	case o.Sessions != "" && o.Sessions != SessionsIndependent && o.Sessions != SessionsSequential:
 		return fmt.Errorf("replay: sessions %q: want independent or sequential", o.Sessions)
-	case o.Sessions == SessionsSequential && o.Concurrency > 0:
-		return errors.New("replay: sequential sessions are not implemented in the closed loop (concurrency) yet")
 	case o.History != "" && o.History != HistoryActual && o.History != HistorySynthetic:
 		return fmt.Errorf("replay: history %q: want actual or synthetic", o.History)
 	case o.History == HistoryActual && o.Sessions != SessionsSequential:
@@ -201,6 +200,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, fmt.Errorf("replay: think time: %w", err)
 		}
 		r.sess = &sessions{convs: map[int64]*conv{}, plan: o.SessionPlan, wake: make(chan bool, 1), th: th}
+		if o.Concurrency > 0 {
+			r.sess.workers = make([]workerQueue, o.Concurrency)
+			for i := range r.sess.workers {
+				r.sess.workers[i].notify = make(chan bool, 1)
+			}
+		}
 	} else {
 		r.turnIdx = map[int64]int32{}
 	}
@@ -288,6 +293,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
 	r.wg.Wait()            // the requests in flight end by themselves, or by the hard context
+	if r.sess != nil {
+		<-r.preparerDone // it records the turns of sessions ended by a failed turn
+	}
 	close(r.results)
 	<-writerDone
 
@@ -673,6 +681,10 @@ func (r *runner) closedLoop() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if r.sess != nil {
+				r.closedWorkerSessions(i)
+				return
+			}
 			// The first due is the worker's start, exactly: waited for (the run start may
 			// be ahead, --start-at), never read from the clock.
 			due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)

@@ -160,6 +160,7 @@ type conv struct {
 	endNS   int64 // the run clock when the last turn ended
 	ended   bool  // --on-turn-error end-session after a failed turn
 	failed  int32 // the failed turn, when ended
+	owner   int   // closed loop: the worker that sent its first turn and sends the others
 
 	hist       []byte // chat: the messages so far, JSON, comma-separated; completions: the text so far
 	histTokens int32  // tokens of hist: prompts sent + answers received
@@ -185,8 +186,9 @@ type sessions struct {
 	needHead atomic.Bool // the dispatcher waits for a queued turn with no prepared request in hand
 	open     int         // sessions busy (a turn planned, queued or in flight)
 	th       *thinker
-	promptMu sync.Mutex // the Prompter is not safe for concurrent use
-	short    int64      // turns whose trace prompt was shorter than their history + 1 token
+	promptMu sync.Mutex    // the Prompter is not safe for concurrent use
+	workers  []workerQueue // closed loop: each worker's own turns, by conv.owner
+	short    int64         // turns whose trace prompt was shorter than their history + 1 token
 }
 
 type turnHeap []*request
@@ -211,8 +213,24 @@ func (s *sessions) signal() {
 	}
 }
 
-// push queues a turn whose due is known for the dispatcher. Under s.mu.
+// workerQueue holds a closed-loop worker's turns of the conversations it owns.
+type workerQueue struct {
+	q      []*request
+	notify chan bool // cap 1
+}
+
+// push queues a turn whose due is known for the dispatcher (closed loop: for the worker
+// that owns its conversation). Under s.mu.
 func (s *sessions) push(req *request) {
+	if s.workers != nil {
+		w := &s.workers[req.conv.owner]
+		w.q = append(w.q, req)
+		select {
+		case w.notify <- true:
+		default:
+		}
+		return
+	}
 	heap.Push(&s.q, req)
 	if s.q[0] == req {
 		s.signal()
@@ -336,6 +354,9 @@ func (r *runner) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	ready := c.endNS + tp.think
 	req.dueNS = max(tp.dueNS, ready)
 	req.sessionWaitNS = max(0, ready-tp.dueNS)
+	if r.o.Concurrency > 0 {
+		req.sessionWaitNS = results.Null // a closed loop has no trace time to wait beyond
+	}
 	tr := tp.tr
 	actual := r.o.History == HistoryActual
 	if actual {
@@ -632,5 +653,77 @@ func (w *waiter) untilWoken(dueNS int64, wake <-chan bool) (reached, stopped boo
 		default:
 		}
 		runtime.Gosched()
+	}
+}
+
+// closedWorkerSessions is closed-loop worker i with sequential sessions: it keeps each
+// conversation it starts, sending its later turns itself (each due when the answer before
+// it ended plus the think time, or when the worker became free, whichever is later), and
+// takes a new request from the preparer only when none of its conversations has a turn
+// ready. A conversation whose next turn the preparer has not read yet waits in its session
+// meanwhile: the worker is never blocked on one.
+func (r *runner) closedWorkerSessions(i int) {
+	s := r.sess
+	me := &s.workers[i]
+	due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)
+	w := newWaiter(r.clk, r.stopped)
+	if r.o.seams.noSpin {
+		w.noSpin()
+	}
+	if !w.until(due) {
+		return
+	}
+	in := r.prepared
+	for {
+		var req *request
+		s.mu.Lock()
+		if len(me.q) > 0 {
+			req = me.q[0]
+			me.q[0] = nil
+			me.q = me.q[1:]
+		}
+		s.mu.Unlock()
+		if req == nil {
+			if in == nil {
+				return // the preparer is done and queued nothing more for this worker
+			}
+			select {
+			case q, ok := <-in:
+				if !ok {
+					in = nil
+					continue
+				}
+				req = q
+			case <-me.notify:
+				continue
+			case <-r.stopped:
+				return
+			}
+		}
+		select {
+		case <-r.stopped:
+			return
+		default:
+		}
+		if r.o.Duration > 0 && r.clk.now() > int64(r.o.Duration) {
+			r.stop(errScheduleEnd)
+			return
+		}
+		if req.conv != nil && req.turn == 0 {
+			s.mu.Lock()
+			req.conv.owner = i
+			s.mu.Unlock()
+		}
+		if req.dueNS > due { // a later turn: its predecessor's end + think time
+			due = req.dueNS
+			if !w.until(due) {
+				return
+			}
+		}
+		req.dueNS = due
+		r.inflight.Add(1)
+		r.prog.InFlight.Add(1)
+		r.wg.Add(1)
+		due = r.send(req, nil)
 	}
 }

@@ -431,7 +431,6 @@ func TestPrepareSessions(t *testing.T) {
 		{"think time unit", conv, func(c *Config) { c.ThinkTime = "3 s" }, "--think-time"},
 		{"actual and token ids", conv, func(c *Config) { c.History, c.PromptFormat = HistoryActual, "token-ids" }, "--history actual: needs text prompts"},
 		{"actual and independent", conv, func(c *Config) { c.History, c.Sessions = HistoryActual, SessionsIndependent }, "--history actual: needs --sessions sequential"},
-		{"closed loop", conv, func(c *Config) { c.Sessions, c.Concurrency, c.ConcurrencySet = SessionsSequential, 2, true }, "--sessions sequential: not implemented with --concurrency"},
 		{"turn error", conv, func(c *Config) { c.OnTurnError = "retry" }, "--on-turn-error"},
 	} {
 		_, err := prep(tc.path, tc.mod)
@@ -443,7 +442,7 @@ func TestPrepareSessions(t *testing.T) {
 		t.Errorf("%d requests sent for bad input", n)
 	}
 	// Defaults: sequential with actual history (text prompts) on a conversation trace;
-	// independent on the other; independent in the closed loop.
+	// independent on the other; sequential in the closed loop too.
 	s, err := prep(conv, func(c *Config) { c.PromptFormat = "auto" })
 	if err != nil {
 		t.Fatal(err)
@@ -455,10 +454,83 @@ func TestPrepareSessions(t *testing.T) {
 	if s, err = prep(plain, nil); err != nil || s.Options.Sessions != "" || s.Options.Meta.Flags["sessions"] != SessionsIndependent {
 		t.Errorf("plain trace: %v %q", err, s.Options.Sessions)
 	}
-	if s, err = prep(conv, func(c *Config) { c.Concurrency, c.ConcurrencySet = 2, true }); err != nil || s.Options.Sessions != "" {
+	if s, err = prep(conv, func(c *Config) { c.Concurrency, c.ConcurrencySet = 2, true }); err != nil || s.Options.Sessions != SessionsSequential {
 		t.Errorf("closed loop: %v %q", err, s.Options.Sessions)
 	}
 	if s, err = prep(conv, func(c *Config) { c.PromptFormat = "token-ids" }); err != nil || s.Options.History != HistorySynthetic || !s.Options.Client.opts.TokenIDPrompts {
 		t.Errorf("token ids: %v %q", err, s.Options.History)
 	}
+}
+
+// A stop while sessions wait for their answers: the turns in flight finish within the
+// grace, the queued ones are not sent, and Run returns (the preparer, which records the
+// turns of ended sessions, is done before the records are closed).
+func TestSynctestSequentialStop(t *testing.T) {
+	reqs := sessionTrace(4, 4, 0, 10*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop, abort := WithStop(context.Background())
+		defer abort()
+		time.AfterFunc(450*time.Millisecond, stop)
+		var rc records
+		sr := runSynctest(t, ctx, trace.NewSliceSource(reqs), &fakeEndpoint{d: 200 * time.Millisecond}, func(o *Options) {
+			o.Sessions, o.OnTurnError, o.seams.record = SessionsSequential, TurnErrorEndSession, rc.add
+		})
+		if sr.err != nil {
+			t.Fatal(sr.err)
+		}
+		// Turns 0 and 1 of each session ran (0-200, 200-400 ms), turn 2 was sent at 400 ms
+		// and finishes in the grace; turn 3 was never due.
+		if len(rc.byID) != 12 || sr.took != 600*time.Millisecond {
+			t.Errorf("%d records, run took %v; want 12 and 600ms", len(rc.byID), sr.took)
+		}
+		for id, r := range rc.byID {
+			if r.Status != results.StatusOK || r.Turn > 2 {
+				t.Errorf("request %d: turn %d %s", id, r.Turn, r.Status)
+			}
+		}
+	})
+}
+
+// Closed loop, sequential sessions: a worker keeps the conversation it starts. Two workers,
+// three conversations of three turns, answers in 100 ms, think time 50 ms: each worker runs
+// one conversation to its end (turns at 0, 150, 300 ms), and the third starts when a worker
+// is free of its own (400 ms); no wait beyond a trace time is recorded (there is none).
+func TestSynctestClosedLoopSessionsStayOnAWorker(t *testing.T) {
+	reqs := sessionTrace(3, 3, 0, 10*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		var rc records
+		var mu sync.Mutex
+		inflight := map[int64]int{} // session -> turns in flight
+		f := &fakeEndpoint{d: 100 * time.Millisecond}
+		sr := runSynctest(t, context.Background(), trace.NewSliceSource(reqs), f, func(o *Options) {
+			o.Concurrency, o.Sessions, o.ThinkTime, o.seams.record = 2, SessionsSequential, ThinkTime{Fixed: 50 * time.Millisecond}, rc.add
+			o.seams.do = func(ctx context.Context, clk clock, req *request, res *Result) {
+				mu.Lock()
+				inflight[req.session]++
+				if inflight[req.session] > 1 {
+					t.Errorf("session %d: two turns in flight at %v", req.session, time.Duration(clk.now()))
+				}
+				mu.Unlock()
+				f.do(ctx, clk, req, res)
+				mu.Lock()
+				inflight[req.session]--
+				mu.Unlock()
+			}
+		})
+		if sr.err != nil {
+			t.Fatal(sr.err)
+		}
+		ms := int64(time.Millisecond)
+		// By session: turn sends; sessions 1000 and 1001 start at 0, 1002 at 400 ms.
+		want := map[int64][]int64{1000: {0, 150 * ms, 300 * ms}, 1001: {0, 150 * ms, 300 * ms}, 1002: {400 * ms, 550 * ms, 700 * ms}}
+		for id, r := range rc.byID {
+			w := want[r.SessionID]
+			if r.Status != results.StatusOK || r.Turn < 0 || int(r.Turn) >= len(w) || r.SentNS != w[r.Turn] || r.ScheduledNS != r.SentNS || r.SessionWaitNS != results.Null {
+				t.Errorf("request %d: %+v, want sent and scheduled at %v, no session wait", id, r, w)
+			}
+		}
+		if len(rc.byID) != 9 || sr.took != 800*time.Millisecond {
+			t.Errorf("%d records in %v, want 9 in 800ms", len(rc.byID), sr.took)
+		}
+	})
 }
