@@ -516,12 +516,11 @@ type request struct {
 	hasSession bool
 
 	// Conversations (session.go): the turn's index in its session; in sequential mode its
-	// session, trace due and wait for the predecessor (results.Null: none), and, when the
-	// next turn's history needs them, what it sends (sent) and the text it receives
-	// (answer, captured by the stream when capture is set).
+	// session and wait for the predecessor (results.Null: none), and, when the next turn's
+	// history needs them, what it sends (sent) and the text it receives (answer, captured
+	// by the stream when capture is set).
 	turn          int32
 	conv          *conv
-	traceDueNS    int64
 	sessionWaitNS int64
 	sent, answer  []byte
 	capture       bool

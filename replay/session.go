@@ -346,7 +346,7 @@ func (r *runner) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	s := r.sess
 	req := &request{
 		id: tp.tr.ID, promptTokens: tp.tr.PromptTokens, outputTokens: tp.tr.OutputTokens,
-		warmup: tp.warmup, session: c.id, hasSession: true, turn: tp.turn, conv: c, traceDueNS: tp.dueNS,
+		warmup: tp.warmup, session: c.id, hasSession: true, turn: tp.turn, conv: c,
 	}
 	if id := r.preparedRunID.Load(); id != nil {
 		req.runID = *id

@@ -117,10 +117,19 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		p("\n")
 	}
-	if s.HistoryLonger > 0 {
-		p("history: %d turns had a trace prompt_tokens shorter than their history + 1 new token; they were sent longer (prompt_tokens records what was sent)\n", s.HistoryLonger)
+	if n := s.HistoryNote(); n != "" {
+		p("%s\n", n)
 	}
 	return err
+}
+
+// HistoryNote says, when some turns' trace lengths did not leave room for their actual
+// history, how many were sent longer; "" when none was.
+func (s *Summary) HistoryNote() string {
+	if s.HistoryLonger == 0 {
+		return ""
+	}
+	return fmt.Sprintf("history: %d turns had a trace prompt_tokens shorter than their history + 1 new token; they were sent longer (prompt_tokens records what was sent)", s.HistoryLonger)
 }
 
 func fmtMS(ns int64) string { return fmt.Sprintf("%.3f ms", float64(ns)/1e6) }

@@ -146,6 +146,9 @@ func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "results: %s\n", cfg.Output)
+	if n := sum.HistoryNote(); n != "" {
+		fmt.Fprintf(stdout, "llmreplay: %s\n", n)
+	}
 	rep, aerr := writeReport(ctx, cfg.Output, stdout)
 	if aerr != nil {
 		// The results file is written; only the report failed: say why, print the short summary.
