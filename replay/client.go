@@ -353,6 +353,34 @@ func (c *Client) bodyPrefixFor(model string) []byte { return c.appendBodyPrefix(
 // appendBody is AppendBody with the body's constant start given (bodyPrefix or a
 // bodyPrefixFor): the model is the only field that differs between requests' starts.
 func (c *Client) appendBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
+	b = c.appendLengths(b, prefix, outputTokens)
+	if c.opts.API == APIChat {
+		b = append(b, `,"messages":[{"role":"user","content":`...)
+		b = appendJSONBytes(b, prompt)
+		b = append(b, `}]}`...)
+	} else if c.opts.TokenIDPrompts {
+		b = append(b, `,"prompt":`...)
+		b = append(b, prompt...) // already a JSON array of ids
+		b = append(b, '}')
+	} else {
+		b = append(b, `,"prompt":`...)
+		b = appendJSONBytes(b, prompt)
+		b = append(b, '}')
+	}
+	return b
+}
+
+// appendBodyMessages is appendBody for the chat API with the messages given, JSON
+// objects separated by commas (a conversation's history and its new user message).
+func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTokens int32) []byte {
+	b = c.appendLengths(b, prefix, outputTokens)
+	b = append(b, `,"messages":[`...)
+	b = append(b, messages...)
+	return append(b, `]}`...)
+}
+
+// appendLengths appends prefix and the fields that ask for outputTokens tokens.
+func (c *Client) appendLengths(b, prefix []byte, outputTokens int32) []byte {
 	b = append(b, prefix...)
 	n := strconv.AppendInt(nil, int64(outputTokens), 10)
 	switch {
@@ -370,19 +398,6 @@ func (c *Client) appendBody(b, prefix []byte, prompt []byte, outputTokens int32)
 	case BackendLlamaCPP:
 		b = append(b, `,"n_predict":`...)
 		b = append(b, n...)
-	}
-	if c.opts.API == APIChat {
-		b = append(b, `,"messages":[{"role":"user","content":`...)
-		b = appendJSONBytes(b, prompt)
-		b = append(b, `}]}`...)
-	} else if c.opts.TokenIDPrompts {
-		b = append(b, `,"prompt":`...)
-		b = append(b, prompt...) // already a JSON array of ids
-		b = append(b, '}')
-	} else {
-		b = append(b, `,"prompt":`...)
-		b = appendJSONBytes(b, prompt)
-		b = append(b, '}')
 	}
 	return b
 }
@@ -499,6 +514,25 @@ type request struct {
 	runIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
 	session    int64 // the trace's session id, sent in the session header when hasSession
 	hasSession bool
+
+	// Conversations (session.go): the turn's index in its session; in sequential mode its
+	// session and wait for the predecessor (results.Null: none), and, when the next turn's
+	// history needs them, what it sends (sent) and the text it receives (answer, captured
+	// by the stream when capture is set).
+	turn          int32
+	conv          *conv
+	sessionWaitNS int64
+	sent, answer  []byte
+	capture       bool
+}
+
+// answerBuf returns where the stream appends r's output text: &r.answer when the next
+// turn's history needs it, else nil.
+func (r *request) answerBuf() *[]byte {
+	if !r.capture {
+		return nil
+	}
+	return &r.answer
 }
 
 // clock reads nanoseconds since the run start from the monotonic clock.
@@ -566,7 +600,7 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 		return
 	}
 	sse.reset(resp.Body)
-	c.readStream(ctx, rctx, sse, res, onTokens)
+	c.readStreamInto(ctx, rctx, sse, res, onTokens, r.answerBuf())
 	if res.Status == results.StatusOK {
 		// Let the connection be reused: the server ends the body right after [DONE].
 		io.CopyN(io.Discard, resp.Body, 4096)
@@ -575,8 +609,14 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 
 // readStream reads the SSE stream into res (the pull side, over net/http's body).
 func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int)) {
+	c.readStreamInto(ctx, rctx, sse, res, onTokens, nil)
+}
+
+// readStreamInto is readStream that also appends the output text to *answer, when set.
+func (c *Client) readStreamInto(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int), answer *[]byte) {
 	var st streamState
 	st.begin(c, res, onTokens)
+	st.answer = answer
 	for sse.Next() {
 		if st.event(sse.Stamp(), sse.Event(), sse.Data()) {
 			break
@@ -609,6 +649,7 @@ type streamState struct {
 	usageSeen   bool
 	nEvents     int
 	ci          chunkInfo
+	answer      *[]byte // when set, every output chunk's text is appended (a conversation's history)
 }
 
 func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
@@ -648,6 +689,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	output := ci.output
 	if output && st.c.opts.CountTokens != nil {
 		st.text = append(st.text, ci.text...)
+	}
+	if output && st.answer != nil {
+		*st.answer = append(*st.answer, ci.text...)
 	}
 	st.finished = st.finished || ci.finished
 	if output {

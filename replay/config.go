@@ -43,6 +43,17 @@ type Config struct {
 	ConcurrencySet bool
 	RampUp         time.Duration // --ramp-up: closed loop, worker i starts at i*RampUp/Concurrency; 0 = all at once
 
+	// Conversations (docs/replay.md, "Conversations"). Sessions (--sessions): independent,
+	// sequential, or "" = sequential when the trace has session_id, else
+	// independent. History (--history): actual, synthetic, or "" = actual in sequential
+	// mode (synthetic with --prompt-format token-ids). ThinkTime (--think-time): "0", a
+	// duration or a DIST of milliseconds. OnTurnError (--on-turn-error): continue or
+	// end-session.
+	Sessions    string
+	History     string
+	ThinkTime   string
+	OnTurnError string
+
 	MaxInflight int
 	Prewarm     int
 	Timeout     time.Duration // per request; 0 = none
@@ -76,7 +87,7 @@ func DefaultConfig() Config {
 		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Output: "results.parquet", Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
-		ProgressInterval: 5 * time.Second,
+		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
 	}
 }
 
@@ -145,6 +156,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateRoutes(); err != nil {
+		return err
+	}
+	if err := c.validateSessions(); err != nil {
 		return err
 	}
 	if c.Output == "" {
@@ -221,4 +235,34 @@ func (c *Config) scanRows() int64 {
 		return c.Limit + c.Warmup
 	}
 	return 0
+}
+
+// validateSessions checks the conversation flags (their defaults depend on the trace:
+// Prepare decides them).
+func (c *Config) validateSessions() error {
+	switch c.Sessions {
+	case "", SessionsIndependent, SessionsSequential:
+	default:
+		return configErrorf("--sessions %q: want independent or sequential", c.Sessions)
+	}
+	switch c.History {
+	case "", HistoryActual, HistorySynthetic:
+	default:
+		return configErrorf("--history %q: want actual or synthetic", c.History)
+	}
+	switch c.OnTurnError {
+	case "", TurnErrorContinue, TurnErrorEndSession:
+	default:
+		return configErrorf("--on-turn-error %q: want continue or end-session", c.OnTurnError)
+	}
+	if _, err := ParseThinkTime(c.ThinkTime); err != nil {
+		return configErrorf("--think-time %v", err)
+	}
+	if c.History == HistoryActual && c.Sessions == SessionsIndependent {
+		return configErrorf("--history actual: needs --sessions sequential (an independent turn does not wait for the answer its history would hold)")
+	}
+	if c.History == HistoryActual && c.PromptFormat == "token-ids" {
+		return configErrorf("--history actual: needs text prompts, not --prompt-format token-ids (the answers are text; turning them into the server's token ids needs its tokenizer); use --history synthetic")
+	}
+	return nil
 }

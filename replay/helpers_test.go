@@ -34,6 +34,7 @@ type reqBody struct {
 	MinTokens int    `json:"min_tokens"`
 	IgnoreEOS bool   `json:"ignore_eos"`
 	Messages  []struct {
+		Role    string `json:"role"`
 		Content string `json:"content"`
 	} `json:"messages"`
 	StreamOptions struct {

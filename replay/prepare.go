@@ -89,11 +89,17 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.openTrace, p.speed, p.endpoint, p.model, p.routes, p.client, p.origin, p.calibrate}
+	steps := []func(context.Context) error{p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.routes, p.client, p.origin, p.calibrate}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
+	}
+	p.meta.Flags["sessions"] = p.sessMode
+	if p.sessMode == SessionsSequential {
+		p.meta.Flags["history"] = p.history
+		p.meta.Flags["think-time"] = p.think.String()
+		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	s.Options = Options{
 		Source: p.source, Client: p.cl, Prompter: p.prompter(),
@@ -103,6 +109,11 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Output: cfg.Output, KeepJournal: cfg.KeepJournal,
 		Meta: p.meta, MaxLateness: cfg.MaxLateness, Models: p.models,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
+	}
+	if p.sessMode == SessionsSequential {
+		o := &s.Options
+		o.Sessions, o.History, o.OnTurnError = p.sessMode, p.history, p.onTurnError()
+		o.ThinkTime, o.ThinkSeed, o.SessionPlan = p.think, cfg.Seed, p.plan
 	}
 	s.ProgressTotal = p.progressTotal()
 	return s, nil
@@ -134,6 +145,69 @@ type preparer struct {
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models
+
+	sessMode string // independent or sequential, decided
+	history  string // sequential mode: actual or synthetic, decided
+	think    ThinkTime
+	plan     *SessionPlan
+}
+
+func (p *preparer) onTurnError() string {
+	if p.cfg.OnTurnError == "" {
+		return TurnErrorContinue
+	}
+	return p.cfg.OnTurnError
+}
+
+// sessions decides --sessions and --history for this trace, and plans a sequential
+// replay's sessions: a pass over the trace counts each session's turns and checks that
+// its rows are in arrival order, before anything is sent.
+func (p *preparer) sessions(context.Context) error {
+	cfg := p.cfg
+	p.think, _ = ParseThinkTime(cfg.ThinkTime)
+	p.sessMode = cfg.Sessions
+	has := p.src.HasValues(trace.ColSessionID)
+	if p.sessMode == "" {
+		p.sessMode = SessionsIndependent
+		if has {
+			p.sessMode = SessionsSequential
+		}
+	}
+	if p.sessMode == SessionsSequential && has {
+		scan, err := p.open()
+		if err != nil {
+			return err
+		}
+		p.plan, err = PlanSessions(scan, scan.Name())
+		scan.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if p.sessMode == SessionsSequential && (p.plan == nil || len(p.plan.Turns) == 0) {
+		if cfg.Sessions == SessionsSequential {
+			return configErrorf("--sessions sequential: trace %s has no session_id", p.meta.TraceFile)
+		}
+		p.sessMode, p.plan = SessionsIndependent, nil
+	}
+	if p.sessMode != SessionsSequential {
+		if cfg.History == HistoryActual {
+			return configErrorf("--history actual: needs sequential sessions, and this replay's are independent")
+		}
+		return nil
+	}
+	p.history = cfg.History
+	if p.history == "" {
+		p.history = HistoryActual
+		if cfg.PromptFormat == "token-ids" {
+			p.history = HistorySynthetic
+			fmt.Fprintln(p.env.Log, "llmreplay: --prompt-format token-ids: sequential sessions with --history synthetic (an actual history is text)")
+		}
+	}
+	if p.history == HistoryActual {
+		p.tokenIDs = false // --prompt-format auto: the answers are text
+	}
+	return nil
 }
 
 func (p *preparer) open() (*trace.Reader, error) {

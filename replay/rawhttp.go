@@ -402,6 +402,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 
 	p := &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: cn, deadline: deadline}
 	p.st.begin(c, res, onTokens)
+	p.st.answer = r.answerBuf()
 	sse.reset(nil)
 	err = p.run(ctx)
 	reusable := p.state == rsDone && !p.closeConn && err == nil && p.lo == p.hi

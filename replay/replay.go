@@ -76,6 +76,22 @@ type Options struct {
 	// a model it does not name (and a null one) is the Client's. nil: the Client's for all.
 	Models map[string]string
 
+	// Conversations (session.go, docs/replay.md "Conversations"). Sessions is
+	// SessionsIndependent ("" too: every turn at its trace time) or SessionsSequential
+	// (open loop: a turn is due at max(its trace due, its predecessor's end + think time);
+	// closed loop: a worker keeps each conversation it starts).
+	// History, sequential mode: HistoryActual, or HistorySynthetic ("" too: the
+	// Prompter's text alone). OnTurnError: TurnErrorContinue ("" too) or
+	// TurnErrorEndSession. ThinkTime is drawn in trace order from ThinkSeed. SessionPlan,
+	// from PlanSessions, says when a session's last turn has come (its history is freed
+	// then); nil: sessions end with the trace.
+	Sessions    string
+	History     string
+	OnTurnError string
+	ThinkTime   ThinkTime
+	ThinkSeed   uint64
+	SessionPlan *SessionPlan
+
 	// Progress, when set, is updated live for a progress display.
 	Progress *Progress
 
@@ -90,6 +106,8 @@ type seams struct {
 	do func(ctx context.Context, clk clock, req *request, res *Result)
 	// noSpin makes the waiter sleep on its timer up to each deadline, with no yield loop.
 	noSpin bool
+	// record, when set, sees every record the writer takes, before the journal does.
+	record func(*Result)
 }
 
 // Validate checks the options and fills defaults.
@@ -113,6 +131,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("replay: ramp-up %v is negative", o.RampUp)
 	case o.RampUp > 0 && o.Concurrency == 0:
 		return errors.New("replay: ramp-up needs a closed loop (concurrency)")
+	case o.Sessions != "" && o.Sessions != SessionsIndependent && o.Sessions != SessionsSequential:
+		return fmt.Errorf("replay: sessions %q: want independent or sequential", o.Sessions)
+	case o.History != "" && o.History != HistoryActual && o.History != HistorySynthetic:
+		return fmt.Errorf("replay: history %q: want actual or synthetic", o.History)
+	case o.History == HistoryActual && o.Sessions != SessionsSequential:
+		return errors.New("replay: history actual needs sequential sessions")
+	case o.History == HistoryActual && o.Client.opts.TokenIDPrompts:
+		return errors.New("replay: history actual needs text prompts: a received answer is text, not the server's token ids")
+	case o.OnTurnError != "" && o.OnTurnError != TurnErrorContinue && o.OnTurnError != TurnErrorEndSession:
+		return fmt.Errorf("replay: on-turn-error %q: want continue or end-session", o.OnTurnError)
 	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = DefaultMaxInflight
@@ -166,6 +194,21 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		mode = results.ModeClosed
 	}
 	r := &runner{o: o, prog: prog}
+	if o.Sessions == SessionsSequential {
+		th, err := newThinker(o.ThinkTime, o.ThinkSeed)
+		if err != nil {
+			return nil, fmt.Errorf("replay: think time: %w", err)
+		}
+		r.sess = &sessions{convs: map[int64]*conv{}, plan: o.SessionPlan, wake: make(chan bool, 1), th: th}
+		if o.Concurrency > 0 {
+			r.sess.workers = make([]workerQueue, o.Concurrency)
+			for i := range r.sess.workers {
+				r.sess.workers[i].notify = make(chan bool, 1)
+			}
+		}
+	} else {
+		r.turnIdx = map[int64]int32{}
+	}
 	// The stop model (see WithStop): the hard context cancels the requests in flight, the
 	// graceful one, derived from it, ends dispatching. Everything that ends a run cancels
 	// one of the two: ctx or its hard context (a signal), the end of the schedule, a fatal
@@ -240,13 +283,19 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		writeErr = r.write(journal, sum)
 	}()
 
-	if mode == results.ModeClosed {
+	switch {
+	case mode == results.ModeClosed:
 		r.closedLoop()
-	} else {
+	case r.sess != nil:
+		r.openLoopSessions()
+	default:
 		r.openLoop()
 	}
 	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
 	r.wg.Wait()            // the requests in flight end by themselves, or by the hard context
+	if r.sess != nil {
+		<-r.preparerDone // it records the turns of sessions ended by a failed turn
+	}
 	close(r.results)
 	<-writerDone
 
@@ -270,6 +319,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	s := sum.finish()
 	s.Run = meta
+	if r.sess != nil {
+		s.Sessions = SessionsSequential
+		s.HistoryLonger = r.sess.short
+	}
 	return s, runErr
 }
 
@@ -336,6 +389,9 @@ type runner struct {
 	inflight     atomic.Int64
 	prepErr      atomic.Pointer[error]
 	ssePool      sync.Pool
+
+	sess    *sessions       // sequential sessions; nil otherwise
+	turnIdx map[int64]int32 // independent mode: turns read per session (the preparer's)
 }
 
 // stop ends dispatching (cancels the graceful context) with cause. The end of the schedule
@@ -388,6 +444,9 @@ func (r *runner) withRunID(req *request) {
 func (r *runner) prepare() {
 	defer close(r.preparerDone)
 	defer close(r.prepared)
+	if r.sess != nil {
+		defer r.sess.prepEnd()
+	}
 	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup,
 		origin: r.o.Origin, hasOrigin: r.o.HasOrigin}
 	if p.closed {
@@ -401,31 +460,61 @@ func (r *runner) prepare() {
 		if !ok {
 			return
 		}
+		var c *conv // sequential sessions: the session of a first turn
+		var turn int32
+		if tr.HasSession {
+			if r.sess != nil {
+				var err error
+				if c, err = r.planTurn(&tr, due, warm); err != nil {
+					r.fail(err)
+					return
+				}
+				if c == nil {
+					continue // a later turn: due when its predecessor ends
+				}
+			} else {
+				turn = r.turnIdx[tr.SessionID]
+				r.turnIdx[tr.SessionID] = turn + 1
+			}
+		}
 		var err error
+		if r.sess != nil {
+			r.sess.promptMu.Lock()
+		}
 		prompt, err = r.o.Prompter.AppendPrompt(prompt[:0], &tr)
+		if r.sess != nil {
+			r.sess.promptMu.Unlock()
+		}
 		if err != nil {
 			r.fail(fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err))
 			return
 		}
 		req := &request{
 			id: tr.ID, dueNS: int64(due), promptTokens: tr.PromptTokens, outputTokens: tr.OutputTokens,
-			warmup: warm, session: tr.SessionID, hasSession: tr.HasSession,
+			warmup: warm, session: tr.SessionID, hasSession: tr.HasSession, turn: turn, conv: c, sessionWaitNS: results.Null,
 		}
 		runID := r.preparedRunID.Load()
 		if runID != nil {
 			req.runID = *runID
 		}
-		prefix := r.o.Client.bodyPrefix
-		if p, ok := r.bodyPrefixes[tr.Model]; ok {
-			prefix = p
-		}
-		req.body = r.o.Client.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
-		if raw := r.o.Client.raw; raw != nil {
-			req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), runID == nil)
+		if c != nil {
+			r.finishBody(req, &tr, c, prompt)
+		} else {
+			prefix := r.o.Client.bodyPrefix
+			if p, ok := r.bodyPrefixes[tr.Model]; ok {
+				prefix = p
+			}
+			req.body = r.o.Client.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
+			if raw := r.o.Client.raw; raw != nil {
+				req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), runID == nil)
+			}
 		}
 		select {
 		case r.prepared <- req:
 			r.prog.Planned.Add(1)
+			if r.sess != nil && r.sess.needHead.Load() {
+				r.sess.signal()
+			}
 		case <-r.stopped:
 			return
 		}
@@ -562,7 +651,7 @@ func (r *runner) openLoop() {
 		}
 		if r.inflight.Load() >= int64(r.o.MaxInflight) {
 			if !req.warmup {
-				res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+				res := r.resultOf(req)
 				res.Status = results.StatusDropped
 				res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
 				r.results <- res
@@ -592,6 +681,10 @@ func (r *runner) closedLoop() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if r.sess != nil {
+				r.closedWorkerSessions(i)
+				return
+			}
 			// The first due is the worker's start, exactly: waited for (the run start may
 			// be ahead, --start-at), never read from the clock.
 			due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)
@@ -633,7 +726,7 @@ func (r *runner) closedLoop() {
 func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	defer r.wg.Done()
 	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
-	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+	res := r.resultOf(req)
 	sse, _ := r.ssePool.Get().(*sseReader)
 	if sse == nil {
 		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
@@ -650,6 +743,9 @@ func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	req.body, req.head = nil, nil
 	r.inflight.Add(-1)
 	r.prog.InFlight.Add(-1)
+	if req.conv != nil {
+		r.turnEnded(req, res, freeNS) // queues the session's next turn, if read
+	}
 	if !req.warmup {
 		r.results <- res
 	}
@@ -669,6 +765,9 @@ func (r *runner) write(j *Journal, sum *summary) error {
 				return err
 			}
 			sum.add(res)
+			if f := r.o.seams.record; f != nil {
+				f(res)
+			}
 			r.prog.Done.Add(1)
 			switch res.Status {
 			case results.StatusOK, results.StatusCanceled:

@@ -30,6 +30,14 @@ type Summary struct {
 	MaxLateness time.Duration   // the client-limited bound
 	FirstWave   *FirstWave      // closed loop only; nil in open loop
 	Run         results.RunMeta // the run metadata written to the results file
+	// Sessions is SessionsSequential when turns waited for their predecessors, else "".
+	// HistoryLonger counts the turns whose trace prompt_tokens was shorter than their
+	// history plus one new token: they were sent longer (prompt_tokens says how long).
+	Sessions      string
+	HistoryLonger int64
+	// SessionWait is session_wait_ns in ms of the turns that waited for their predecessor
+	// beyond their trace time (N of them; sequential sessions).
+	SessionWait Percentiles
 }
 
 // FirstWave is a closed loop's first wave: the recorded requests scheduled no later than
@@ -102,7 +110,26 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if s.Lateness.N > 0 {
 		p("schedule lateness ms: p50 %.3f  p99 %.3f  max %.3f\n", s.Lateness.P50, s.Lateness.P99, s.Lateness.Max)
 	}
+	if s.Sessions == SessionsSequential {
+		p("sessions: sequential; %d turns waited for their predecessor's answer beyond their trace time", s.SessionWait.N)
+		if s.SessionWait.N > 0 {
+			p(" (session_wait ms: p50 %.1f  p99 %.1f  max %.1f)", s.SessionWait.P50, s.SessionWait.P99, s.SessionWait.Max)
+		}
+		p("\n")
+	}
+	if n := s.HistoryNote(); n != "" {
+		p("%s\n", n)
+	}
 	return err
+}
+
+// HistoryNote says, when some turns' trace lengths did not leave room for their actual
+// history, how many were sent longer; "" when none was.
+func (s *Summary) HistoryNote() string {
+	if s.HistoryLonger == 0 {
+		return ""
+	}
+	return fmt.Sprintf("history: %d turns had a trace prompt_tokens shorter than their history + 1 new token; they were sent longer (prompt_tokens records what was sent)", s.HistoryLonger)
 }
 
 func fmtMS(ns int64) string { return fmt.Sprintf("%.3f ms", float64(ns)/1e6) }
@@ -113,6 +140,7 @@ type summary struct {
 	ttft      []float64
 	lateness  []float64
 	firstLate []float64 // closed loop: the first wave's lateness
+	wait      []float64 // session_wait_ns > 0, ms
 }
 
 // closedLoop makes a the summary of a closed loop whose last worker starts at lastStartNS:
@@ -146,6 +174,9 @@ func (a *summary) add(r *Result) {
 	if fw := s.FirstWave; fw != nil && r.ScheduledNS <= fw.LastStartNS {
 		fw.Requests++
 	}
+	if r.SessionWaitNS > 0 {
+		a.wait = append(a.wait, float64(r.SessionWaitNS)/1e6)
+	}
 	if r.Status != results.StatusOK {
 		return
 	}
@@ -164,6 +195,7 @@ func (a *summary) finish() *Summary {
 	a.s.TTFT = percentiles(a.ttft)
 	a.s.Lateness = percentiles(a.lateness)
 	a.s.LatenessMS = a.lateness
+	a.s.SessionWait = percentiles(a.wait)
 	s := a.s
 	if fw := a.s.FirstWave; fw != nil {
 		c := *fw

@@ -480,3 +480,19 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 	}
 	return n, nil
 }
+
+// Sampler draws integers from a Dist with a source of its own: the same seed gives the
+// same draws in the same order. replay draws think times with it.
+type Sampler struct{ s *sampler }
+
+// NewSampler returns a Sampler of d seeded with seed. An empirical Dist is loaded from
+// column col of its trace (prompt_tokens or output_tokens).
+func NewSampler(d Dist, col string, seed uint64) (*Sampler, error) {
+	if err := d.load(col); err != nil {
+		return nil, err
+	}
+	return &Sampler{newSampler(&d, rand.New(rand.NewPCG(seed, 7)))}, nil
+}
+
+// Draw returns the next draw (normal and lognormal draws are rounded; they may be < 1).
+func (s *Sampler) Draw() int64 { return s.s.draw() }

@@ -41,6 +41,12 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   llmreplay replay --trace t.parquet --endpoint http://gw:8000/v1 --model-map tenant-a=lora-a,tenant-b=lora-b \
     --session-header x-session-affinity
 
+  # A conversation trace replayed as conversations: each turn waits for the previous answer plus
+  # a think time, and carries the real history (so the server's prefix cache sees what it would)
+  llmreplay trace import --from mooncake conversation_trace.jsonl -o mooncake.parquet
+  llmreplay replay --trace mooncake.parquet --endpoint http://127.0.0.1:8000/v1 --api chat \
+    --sessions sequential --think-time lognormal:3000,2000 --on-turn-error end-session
+
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
 
@@ -76,6 +82,10 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.Float64Var(&f.Rate, "rate", f.Rate, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.Concurrency, "concurrency", f.Concurrency, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
 	fs.DurationVar(&f.RampUp, "ramp-up", f.RampUp, "closed loop only: start the --concurrency workers spread over D (worker i at i*D/N) instead of all at once")
+	fs.StringVar(&f.Sessions, "sessions", f.Sessions, "conversations: sequential (turn k+1 is due at max(its trace time, turn k's end + --think-time)) or independent (every turn at its trace time); default: sequential when the trace has session_id, else independent; closed loop: a worker keeps each conversation it starts")
+	fs.StringVar(&f.History, "history", f.History, "sequential sessions: actual (turn k+1's prompt = what turn k sent + what it received + new text up to the trace's length; text prompts) or synthetic (the prompt builder's text alone); default: actual (synthetic with --prompt-format token-ids)")
+	fs.StringVar(&f.ThinkTime, "think-time", f.ThinkTime, "sequential sessions: a user's think time between an answer and the next turn: 0, a duration (3s), or a DIST of milliseconds (lognormal:3000,2000), drawn in trace order from --seed")
+	fs.StringVar(&f.OnTurnError, "on-turn-error", f.OnTurnError, "sequential sessions, after a failed or dropped turn: continue (the next turn's history holds no answer) or end-session (the session's remaining turns are recorded dropped, not sent)")
 	fs.IntVar(&f.Prewarm, "prewarm", f.Prewarm, "open N keep-alive connections (GET /v1/models) before the run, so early requests do not pay connection set-up in their lateness and TTFT (closed loop: at least min(--concurrency, --max-inflight))")
 	fs.IntVar(&f.MaxInflight, "max-inflight", f.MaxInflight, "open loop: a request due while N are in flight is recorded as dropped")
 	fs.DurationVar(&f.Timeout, "timeout", f.Timeout, "per-request timeout, from send to the end of the stream (0 = none)")
@@ -136,6 +146,9 @@ func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, s
 		return err
 	}
 	fmt.Fprintf(stdout, "results: %s\n", cfg.Output)
+	if n := sum.HistoryNote(); n != "" {
+		fmt.Fprintf(stdout, "llmreplay: %s\n", n)
+	}
 	rep, aerr := writeReport(ctx, cfg.Output, stdout)
 	if aerr != nil {
 		// The results file is written; only the report failed: say why, print the short summary.
