@@ -18,6 +18,8 @@ type chunkInfo struct {
 	compl     int32  // usage.completion_tokens, when hasCompl
 	hasPrompt bool
 	hasCompl  bool
+	cached    int32 // usage.prompt_tokens_details.cached_tokens, when hasCached
+	hasCached bool
 	errMsg    string // a server error carried by the chunk
 	isErr     bool
 }
@@ -73,6 +75,9 @@ func parseChunkJSON(data []byte, ci *chunkInfo) error {
 		}
 		if ch.Usage.CompletionTokens != nil {
 			ci.compl, ci.hasCompl = *ch.Usage.CompletionTokens, true
+		}
+		if d := ch.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+			ci.cached, ci.hasCached = *d.CachedTokens, true
 		}
 	}
 	return nil
@@ -421,6 +426,21 @@ func (p *chunkParser) chunk(ci *chunkInfo) error {
 				case "completion_tokens":
 					if err = us.first(1); err == nil {
 						ci.compl, ci.hasCompl, err = p.int32OrNull()
+					}
+				case "prompt_tokens_details":
+					if err = us.first(2); err == nil && !p.null() {
+						var ds seen
+						err = p.object(func(k []byte) error {
+							if string(k) != "cached_tokens" {
+								return p.skip(3)
+							}
+							if err := ds.first(0); err != nil {
+								return err
+							}
+							var err error
+							ci.cached, ci.hasCached, err = p.int32OrNull()
+							return err
+						})
 					}
 				default:
 					err = p.skip(1)

@@ -562,7 +562,7 @@ func (r *runner) openLoop() {
 		}
 		if r.inflight.Load() >= int64(r.o.MaxInflight) {
 			if !req.warmup {
-				res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+				res := newResultOf(req, r.o.Shard)
 				res.Status = results.StatusDropped
 				res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
 				r.results <- res
@@ -633,7 +633,7 @@ func (r *runner) closedLoop() {
 func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	defer r.wg.Done()
 	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
-	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+	res := newResultOf(req, r.o.Shard)
 	sse, _ := r.ssePool.Get().(*sseReader)
 	if sse == nil {
 		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)

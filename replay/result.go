@@ -46,6 +46,16 @@ func newResult(id int64, shard int32, scheduledNS int64, promptTokens, outputTar
 	}
 }
 
+// newResultOf returns the record of req for shard: newResult's, with the trace row's
+// session id (results.Null for a row without a session).
+func newResultOf(req *request, shard int32) *Result {
+	res := newResult(req.id, shard, req.dueNS, req.promptTokens, req.outputTokens)
+	if req.hasSession {
+		res.SessionID = req.session
+	}
+	return res
+}
+
 // TTFT returns first_token_ns - sent_ns in milliseconds; ok is false when either is null.
 func (r *Result) TTFT() (ms float64, ok bool) {
 	if r.SentNS == results.Null || r.FirstTokenNS == results.Null {
