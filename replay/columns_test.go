@@ -2,10 +2,12 @@ package replay
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/trace"
 )
 
 // TestSessionIDRecorded: every row of a trace with sessions carries its session_id in the
@@ -32,5 +34,35 @@ func TestSessionIDRecorded(t *testing.T) {
 	}
 	if dropped == 0 {
 		t.Errorf("no request dropped: the dropped path was not exercised (%v)", byStatus(res))
+	}
+}
+
+// TestReusableShare: hand-computed shares of a trace with 4-token prefix blocks.
+func TestReusableShare(t *testing.T) {
+	rows := []trace.Request{
+		{ID: 0, PromptTokens: 10, PrefixBlocks: []int64{1, 2}},    // nothing cached yet
+		{ID: 1, PromptTokens: 12, PrefixBlocks: []int64{1, 2, 3}}, // 2 leading blocks seen: 8
+		{ID: 2, PromptTokens: 6, PrefixBlocks: []int64{1, 5}},     // 1: 4
+		{ID: 3, PromptTokens: 8, PrefixBlocks: []int64{9, 2}},     // 0: block 2 seen, but not after block 9
+		{ID: 4, PromptTokens: 5},                                  // no blocks
+		{ID: 5, PromptTokens: 3, PrefixBlocks: []int64{1, 2}},     // 2 seen, capped by the prompt: 3
+	}
+	cases := []struct {
+		warmup, limit int64
+		want          float64
+	}{
+		{0, 0, 15.0 / 44},
+		{1, 0, 15.0 / 34}, // row 0 sent, not counted: its blocks are cached
+		{0, 2, 8.0 / 22},
+		{1, 1, 8.0 / 12},
+	}
+	for _, tc := range cases {
+		got, ok, err := ReusableShare(trace.NewSliceSource(rows), 4, tc.warmup, tc.limit)
+		if err != nil || !ok || math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("warmup %d limit %d: %v (ok %v, %v), want %v", tc.warmup, tc.limit, got, ok, err, tc.want)
+		}
+	}
+	if _, ok, _ := ReusableShare(trace.NewSliceSource(nil), 4, 0, 0); ok {
+		t.Error("an empty trace has a share")
 	}
 }
