@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -64,5 +65,56 @@ func TestReusableShare(t *testing.T) {
 	}
 	if _, ok, _ := ReusableShare(trace.NewSliceSource(nil), 4, 0, 0); ok {
 		t.Error("an empty trace has a share")
+	}
+}
+
+// TestPrepareRecordsReusableShare: Prepare puts the share of the rows the run records
+// (--warmup and --limit applied) in the run metadata when the trace has prefix blocks,
+// and nothing when it has none.
+func TestPrepareRecordsReusableShare(t *testing.T) {
+	u := startServer(t, &vllmServer{})
+	rows := []trace.Request{
+		{ID: 0, PromptTokens: 10, OutputTokens: 1, PrefixBlocks: []int64{1, 2}},
+		{ID: 1, Arrival: time.Millisecond, PromptTokens: 12, OutputTokens: 1, PrefixBlocks: []int64{1, 2, 3}},
+		{ID: 2, Arrival: 2 * time.Millisecond, PromptTokens: 6, OutputTokens: 1, PrefixBlocks: []int64{1, 5}},
+		{ID: 3, Arrival: 3 * time.Millisecond, PromptTokens: 8, OutputTokens: 1, PrefixBlocks: []int64{9, 2}},
+	}
+	for _, tc := range []struct {
+		name string
+		bt   int
+		want float64 // < 0: no share
+	}{{"blocks", 4, 12.0 / 18}, {"no blocks", 0, -1}} {
+		path := filepath.Join(t.TempDir(), "t.parquet")
+		w, err := trace.Create(path, trace.Meta{BlockTokens: tc.bt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if tc.bt == 0 {
+				r.PrefixBlocks = nil
+			}
+			if err := w.Write(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Endpoint, cfg.Trace, cfg.Quiet = u.String(), path, true
+		cfg.Warmup, cfg.Limit = 1, 2 // rows 1 and 2 recorded: (8 + 4) / (12 + 6); row 3 not
+		cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
+		sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sess.Options.Meta.PrefixReusableShare
+		sess.Close()
+		switch {
+		case tc.want < 0 && got != nil:
+			t.Errorf("%s: share %v, want none", tc.name, *got)
+		case tc.want >= 0 && (got == nil || math.Abs(*got-tc.want) > 1e-12):
+			t.Errorf("%s: share %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
