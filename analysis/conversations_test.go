@@ -183,12 +183,21 @@ func TestConversationFigures(t *testing.T) {
 func (b CacheBucket) label() string { return Bucket{Lo: b.Lo, Hi: b.Hi}.Label() }
 
 // TestNoConversations: an open-loop run without sessions, cached counts or prefix blocks
-// has no conversations section, no reshaped flag, and no new text; a file of revision 1.0
+// has no conversations section, no reshaped flag, and no new text (nor any conversation
+// column in memory); a file of revision 1.0
 // (without the four columns) reads as such a run.
 func TestNoConversations(t *testing.T) {
 	rows := conversationRows()
 	for i := range rows {
 		rows[i].sessionID, rows[i].turn, rows[i].sessionWait, rows[i].cached = nil, nil, nil, nil
+	}
+	allNull := tempResults(t, testRun(), rows)
+	dn, err := Load(context.Background(), LoadOptions{}, allNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dn.sessionID != nil || dn.turn != nil || dn.sessionWait != nil || dn.cached != nil {
+		t.Error("a file whose conversation columns are all null allocated them")
 	}
 	r := conversationReport(t, testRun(), rows)
 	check := func(name string, r *Report) {
