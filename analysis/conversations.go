@@ -40,6 +40,13 @@ type PrefixCache struct {
 	ByPrompt []CacheBucket // the prompt-length buckets of the breakdown (Report.ByPrompt)
 }
 
+// AboveBest reports whether the measured rate passes the best rate by more than half a
+// point: the replay sent more reusable text than the trace's prefix blocks describe (a
+// conversation's actual history sends back the previous answer, which an engine caches).
+func (pc PrefixCache) AboveBest() bool {
+	return pc.Requests > 0 && !math.IsNaN(pc.BestRate) && pc.HitRate > pc.BestRate+0.005
+}
+
 // CacheBucket is the hit rate of the requests in [Lo, Hi) (Hi = 0: no upper bound).
 type CacheBucket struct {
 	Lo, Hi       int64

@@ -166,6 +166,18 @@ func TestConversationFigures(t *testing.T) {
 		}
 	}
 
+	if strings.Contains(text.String(), "more than the trace's prefix blocks allow") {
+		t.Error("a hit rate under the best rate is said to pass it")
+	}
+	low := 0.40 // under the measured 48.2%: the replay sent more reusable text than the blocks say
+	meta.PrefixReusableShare = &low
+	var above strings.Builder
+	conversationReport(t, meta, conversationRows()).WriteText(&above)
+	if !strings.Contains(above.String(), "more than the trace's prefix blocks allow") {
+		t.Errorf("a hit rate above the best rate is not explained:\n%s", above.String())
+	}
+	meta.PrefixReusableShare = &best
+
 	// Under the flag's bound: only row 3 waits past 10 ms when the bound is 40 ms → 1/4 >
 	// 10% still; with a bound of 60 ms none does.
 	d, _ := Load(context.Background(), LoadOptions{}, tempResults(t, meta, conversationRows()))

@@ -166,6 +166,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		} else {
 			p("  prefix cache: the server reused %s of the prompt tokens; the trace allows %s (%d of %d tokens over %d ok requests)\n",
 				pct(100*pc.HitRate), best, pc.CachedTokens, pc.PromptTokens, pc.Requests)
+			if pc.AboveBest() {
+				p("  (more than the trace's prefix blocks allow: a turn that sends back the previous answer (--history actual) reuses it from the cache, and the blocks do not count it)\n")
+			}
 			for _, bd := range []struct {
 				title string
 				bs    []CacheBucket
