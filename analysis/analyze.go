@@ -32,12 +32,15 @@ type Report struct {
 	Goodput     *Goodput    // nil when no SLO
 	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
 	Closed      *ClosedLoop // nil for open-loop runs
-	Flags       Flags
-	Tokens      Tokens
-	ByPrompt    []Bucket
-	ByOutput    []Bucket
-	Series      []Interval
-	Warnings    []string
+	// Conversations: prefix-cache hits and session waits; nil for a run without sessions,
+	// cached-token counts or a trace with prefix blocks.
+	Conversations *Conversations
+	Flags         Flags
+	Tokens        Tokens
+	ByPrompt      []Bucket
+	ByOutput      []Bucket
+	Series        []Interval
+	Warnings      []string
 
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64
@@ -193,6 +196,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	r.flags(d)
 	r.ByPrompt = r.breakdown(d, d.prompt, opts.PromptBuckets)
 	r.ByOutput = r.breakdown(d, d.outTarget, opts.OutputBuckets)
+	r.conversations(d)
 	r.sampleWarnings()
 	return r, nil
 }

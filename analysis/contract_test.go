@@ -28,7 +28,9 @@ import (
 
 // contractServer streams like vLLM's /v1/completions, deterministically from the request:
 // a prompt of 4 words gets HTTP 503; any other prompt gets max_tokens one-token chunks with
-// continuous usage (prompt_tokens = the prompt's words), a usage chunk and [DONE].
+// continuous usage (prompt_tokens = the prompt's words), a usage chunk and [DONE]. The usage
+// chunk of an even prompt carries prompt_tokens_details.cached_tokens = words/2 (vLLM with
+// --enable-prompt-tokens-details); an odd prompt's has none.
 func contractServer(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Prompt        string `json:"prompt"`
@@ -60,7 +62,11 @@ func contractServer(w http.ResponseWriter, r *http.Request) {
 		f.Flush()
 		time.Sleep(time.Millisecond) // distinct chunk times; the test asserts no timing
 	}
-	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\n", prompt, b.MaxTokens)
+	details := ""
+	if prompt%2 == 0 {
+		details = fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, prompt/2)
+	}
+	fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d%s}}\n\n", prompt, b.MaxTokens, details)
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	f.Flush()
 }
@@ -86,6 +92,9 @@ type contractRow struct {
 	chunkNS           []int64
 	chunkTokens       []int32 // nil = null
 	ttft, tpot, e2e   *float64
+	// Revision 1.1; results.Null when null.
+	sessionID, sessionWait int64
+	turn, cached           int32
 }
 
 func readContractRows(t *testing.T, path string) []contractRow {
@@ -132,12 +141,17 @@ func readContractRows(t *testing.T, path string) []contractRow {
 		ttft := results.Array[*array.Float64](x, results.ColTTFTMS)
 		tpot := results.Array[*array.Float64](x, results.ColTPOTMS)
 		e2e := results.Array[*array.Float64](x, results.ColE2EMS)
+		sid := results.Array[*array.Int64](x, results.ColSessionID)
+		turn := results.Array[*array.Int32](x, results.ColTurn)
+		wait := results.Array[*array.Int64](x, results.ColSessionWaitNS)
+		cached := results.Array[*array.Int32](x, results.ColPromptTokensCached)
 		if err := x.Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			r := contractRow{id: id.Value(i), shard: shard.Value(i), httpStatus: results.Int32At(hs, i),
-				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i)}
+				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i),
+				sessionID: results.Int64At(sid, i), turn: results.Int32At(turn, i), sessionWait: results.Int64At(wait, i), cached: results.Int32At(cached, i)}
 			if em.IsValid(i) {
 				s := em.Value(i)
 				r.errMsg = &s
@@ -221,6 +235,20 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 				bad(col, format, a...)
 			}
 		}
+		// The trace has no sessions: the conversation columns are null (read by name,
+		// through analysis and through the contract's reader alike).
+		check(results.ColSessionID, d.sessionID == nil && cr.sessionID == results.Null, "%d, want null", cr.sessionID)
+		check(results.ColTurn, d.turn == nil && cr.turn == results.Null, "%d, want null", cr.turn)
+		check(results.ColSessionWaitNS, d.sessionWait == nil && cr.sessionWait == results.Null, "%d, want null", cr.sessionWait)
+		wantCached := int32(results.Null)
+		if !fail && req.PromptTokens%2 == 0 {
+			wantCached = req.PromptTokens / 2
+		}
+		gotCached := d.cached[i]
+		if gotCached == null32 {
+			gotCached = results.Null
+		}
+		check(results.ColPromptTokensCached, gotCached == wantCached && cr.cached == wantCached, "%d (contract reader %d), want %d", gotCached, cr.cached, wantCached)
 		wantStatus := results.StatusOK
 		if fail {
 			wantStatus = results.StatusHTTPError

@@ -31,6 +31,9 @@ type row struct {
 	httpStatus       *int32
 	err              *string
 	ttft, tpot, e2e  *float64
+	// Revision 1.1.
+	sessionID, sessionWait *int64
+	turn, cached           *int32
 }
 
 func p64(v int64) *int64    { return &v }
@@ -109,6 +112,8 @@ type fixtureBuilders struct {
 	chunks, chunkTokens             *array.ListBuilder
 	source, status, err             *array.StringBuilder
 	ttft, tpot, e2e                 *array.Float64Builder
+	sessionID, sessionWait          *array.Int64Builder // nil when the schema is older than revision 1.1
+	turn, cached                    *array.Int32Builder
 }
 
 func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
@@ -137,6 +142,20 @@ func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
 		ttft:         results.Builder[*array.Float64Builder](bs, results.ColTTFTMS),
 		tpot:         results.Builder[*array.Float64Builder](bs, results.ColTPOTMS),
 		e2e:          results.Builder[*array.Float64Builder](bs, results.ColE2EMS),
+	}
+	// A schema of revision 1.0 (an older file) lacks the revision-1.1 columns.
+	has := func(name string) bool { return len(b.Schema().FieldIndices(name)) > 0 }
+	if has(results.ColSessionID) {
+		c.sessionID = results.Builder[*array.Int64Builder](bs, results.ColSessionID)
+	}
+	if has(results.ColTurn) {
+		c.turn = results.Builder[*array.Int32Builder](bs, results.ColTurn)
+	}
+	if has(results.ColSessionWaitNS) {
+		c.sessionWait = results.Builder[*array.Int64Builder](bs, results.ColSessionWaitNS)
+	}
+	if has(results.ColPromptTokensCached) {
+		c.cached = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensCached)
 	}
 	if err := bs.Done(); err != nil {
 		tb.Fatal(err)
@@ -208,6 +227,18 @@ func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 		f64(c.ttft, ttft)
 		f64(c.tpot, tpot)
 		f64(c.e2e, e2e)
+		if c.sessionID != nil {
+			i64(c.sessionID, r.sessionID)
+		}
+		if c.turn != nil {
+			i32(c.turn, r.turn)
+		}
+		if c.sessionWait != nil {
+			i64(c.sessionWait, r.sessionWait)
+		}
+		if c.cached != nil {
+			i32(c.cached, r.cached)
+		}
 	}
 	return b.NewRecord()
 }

@@ -361,7 +361,11 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	} else {
 		p("<tr><th>client-limited</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.ClientLimited))
 	}
-	p("<tr><th>overloaded</th><td class=\"flag\">%s</td></tr></table>\n", yesno(r.Flags.Overloaded))
+	p("<tr><th>overloaded</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.Overloaded))
+	if c := r.Conversations; c != nil && c.Sessions != nil {
+		p("<tr><th>reshaped by the server</th><td class=\"flag\">%s</td></tr>", yesno(c.Sessions.Reshaped))
+	}
+	p("</table>\n")
 	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 	for _, m := range []struct {
 		n string
@@ -403,6 +407,41 @@ func (r *Report) WriteHTML(w io.Writer) error {
 				m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
 		}
 		p("</table>\n")
+	}
+	if c := r.Conversations; c != nil {
+		pc := c.PrefixCache
+		best := "unknown (the trace has no prefix blocks)"
+		if !math.IsNaN(pc.BestRate) {
+			best = pct(100 * pc.BestRate)
+		}
+		p("<h2>Conversations</h2><table><tr><th>prefix-cache hit rate</th><td>%s of %d prompt tokens over %d ok requests whose server said</td></tr>\n",
+			pct(100*pc.HitRate), pc.PromptTokens, pc.Requests)
+		p("<tr><th>best the trace allows</th><td>%s</td></tr>\n", e(best))
+		if w := c.Sessions; w != nil {
+			p("<tr><th>turns that waited</th><td>%d of %d (%s); p50 %s ms, p99 %s ms; %d over %v</td></tr>\n",
+				w.Waited, w.Turns, pct(100*w.WaitedShare), f3(w.Wait.P50), f3(w.Wait.P99), w.OverBound, w.Bound)
+		}
+		p("</table>\n")
+		for _, bd := range []struct {
+			title string
+			bs    []CacheBucket
+		}{{"turn", pc.ByTurn}, {"prompt tokens", pc.ByPrompt}} {
+			if len(bd.bs) == 0 || pc.Requests == 0 {
+				continue
+			}
+			p("<table><tr><th>%s</th><th>n</th><th>cached</th><th>prompt</th><th>hit rate</th></tr>\n", bd.title)
+			for _, b := range bd.bs {
+				label := Bucket{Lo: b.Lo, Hi: b.Hi}.Label()
+				if bd.title == "turn" {
+					label = fmt.Sprint(b.Lo)
+					if b.Hi == 0 {
+						label = fmt.Sprintf(">= %d", b.Lo)
+					}
+				}
+				p("<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n", e(label), b.Requests, b.CachedTokens, b.PromptTokens, pct(100*b.HitRate))
+			}
+			p("</table>\n")
+		}
 	}
 	if len(r.Warnings) > 0 {
 		p("<h2>Warnings</h2><ul>")

@@ -56,6 +56,29 @@ func TestHTMLRendersInChromium(t *testing.T) {
 	mixed, _ := mixedReport(t)
 	t.Run("open loop", func(t *testing.T) { renderCheck(t, bin, mixed) })
 	t.Run("closed loop", func(t *testing.T) { renderCheck(t, bin, closedReport(t)) })
+	t.Run("conversations", func(t *testing.T) {
+		meta := testRun()
+		best := 0.78
+		meta.PrefixReusableShare = &best
+		d, err := Load(context.Background(), LoadOptions{}, tempResults(t, meta, conversationRows()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := DefaultOptions()
+		opts.SLO = SLO{TTFT: 200 * time.Millisecond} // every plot, the attainment ones too
+		r, err := Analyze(d, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page strings.Builder
+		r.WriteHTML(&page)
+		for _, want := range []string{"<h2>Conversations</h2>", "<tr><th>reshaped by the server</th><td class=\"flag\">YES</td></tr>", "48.2% of 1050 prompt tokens"} {
+			if !strings.Contains(page.String(), want) {
+				t.Errorf("HTML lacks %q", want)
+			}
+		}
+		renderCheck(t, bin, r)
+	})
 }
 
 func renderCheck(t *testing.T, bin string, r *Report) {

@@ -31,9 +31,12 @@ type jsonReport struct {
 	Goodput    *jsonGoodput   `json:"goodput"`
 	PerUser    jsonPerUser    `json:"per_user"`
 	Closed     *jsonClosed    `json:"closed_loop"`
-	Flags      jsonFlags      `json:"flags"`
-	Breakdown  jsonBreakdown  `json:"breakdown"`
-	Warnings   []string       `json:"warnings"`
+	// Conversations is absent (not null) for a run without sessions, cached-token counts
+	// or prefix blocks, so that such a report is byte for byte what it was.
+	Conversations *jsonConversations `json:"conversations,omitempty"`
+	Flags         jsonFlags          `json:"flags"`
+	Breakdown     jsonBreakdown      `json:"breakdown"`
+	Warnings      []string           `json:"warnings"`
 }
 
 type jsonRequests struct {
@@ -116,6 +119,56 @@ func js(s Speeds) jsonSpeeds {
 type jsonFlags struct {
 	ClientLimited bool `json:"client_limited"`
 	Overloaded    bool `json:"overloaded"`
+	// ReshapedByServer is absent without sequential sessions.
+	ReshapedByServer *bool `json:"reshaped_by_server,omitempty"`
+}
+
+type jsonCacheBucket struct {
+	Lo           int64  `json:"lo"`
+	Hi           *int64 `json:"hi"`
+	Requests     int64  `json:"requests"`
+	CachedTokens int64  `json:"cached_tokens"`
+	PromptTokens int64  `json:"prompt_tokens"`
+	HitRate      num    `json:"hit_rate"`
+}
+
+type jsonPrefixCache struct {
+	Requests     int64             `json:"requests"`
+	CachedTokens int64             `json:"cached_tokens"`
+	PromptTokens int64             `json:"prompt_tokens"`
+	HitRate      num               `json:"hit_rate"`
+	BestRate     num               `json:"best_rate"`
+	ByTurn       []jsonCacheBucket `json:"by_turn"`
+	ByPrompt     []jsonCacheBucket `json:"by_prompt_tokens"`
+}
+
+type jsonSessions struct {
+	Turns          int64         `json:"turns"`
+	Waited         int64         `json:"waited"`
+	WaitedShare    num           `json:"waited_share"`
+	Wait           jsonQuantiles `json:"session_wait_ms"`
+	OverBound      int64         `json:"waited_over_bound"`
+	BoundMS        num           `json:"bound_ms"`
+	ReshapedShare  num           `json:"reshaped_share"`
+	ReshapedServer bool          `json:"reshaped_by_server"`
+}
+
+type jsonConversations struct {
+	PrefixCache jsonPrefixCache `json:"prefix_cache"`
+	Sessions    *jsonSessions   `json:"sessions"`
+}
+
+func jcb(bs []CacheBucket) []jsonCacheBucket {
+	out := []jsonCacheBucket{}
+	for _, b := range bs {
+		x := jsonCacheBucket{Lo: b.Lo, Requests: b.Requests, CachedTokens: b.CachedTokens, PromptTokens: b.PromptTokens, HitRate: num(b.HitRate)}
+		if b.Hi != 0 {
+			hi := b.Hi
+			x.Hi = &hi
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 type jsonBreakdown struct {
@@ -237,7 +290,7 @@ func (r *Report) toJSON() jsonReport {
 			Window: jsonWindow{num(t.WindowStartS), num(t.WindowEndS)},
 		},
 		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
-		Flags:    jsonFlags{r.Flags.ClientLimited, r.Flags.Overloaded},
+		Flags:    jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded},
 		Warnings: append([]string{}, r.Warnings...),
 	}
 	if g := r.Goodput; g != nil {
@@ -249,6 +302,17 @@ func (r *Report) toJSON() jsonReport {
 			FirstWave:    jsonFirstWave{c.FirstWaveRequests, c.FirstWaveLateness.N, num(c.FirstWaveSendS), jq(c.FirstWaveLateness)},
 			SteadyState:  jsonSteady{c.SteadyLateness.N, jq(c.SteadyLateness)},
 			LimitedBasis: ClosedBasis}
+	}
+	if c := r.Conversations; c != nil {
+		pc := c.PrefixCache
+		j.Conversations = &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
+			PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
+		if w := c.Sessions; w != nil {
+			j.Conversations.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
+				OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
+			reshaped := w.Reshaped
+			j.Flags.ReshapedByServer = &reshaped
+		}
 	}
 	b := &j.Breakdown
 	b.PercentileMethod = PercentileMethod

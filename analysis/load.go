@@ -97,6 +97,12 @@ type Data struct {
 	chunkTokSum                   []int64 // sum of chunk_tokens; -1 when chunk_tokens is null
 	firstChunkMismatch, hasChunkT int64
 
+	// Conversations (results revision 1.1), per request; nil when no file given holds a
+	// value in the column (a file older than 1.1, or an open-loop run without sessions
+	// or cached counts), so such runs cost no memory for them.
+	sessionID, sessionWait []int64
+	turn, cached           []int32
+
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
 	itl, itlTok      usHist
@@ -183,6 +189,14 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 		return nil, fmt.Errorf("analysis: %d rows: more than analysis holds in memory", rows)
 	}
 	d.alloc(int(rows))
+	for k, name := range optionalColumns {
+		for _, o := range ofs {
+			if hasValues(o.pr, name) {
+				d.allocOptional(k, int(rows))
+				break
+			}
+		}
+	}
 	base := 0
 	if opts.Workers <= 0 {
 		opts.Workers = min(runtime.GOMAXPROCS(0), 4)
@@ -210,12 +224,109 @@ func (d *Data) alloc(n int) {
 	d.nChunks, d.chunkTokSum = make([]int32, n), make([]int64, n)
 }
 
+// optionalColumns are the revision-1.1 columns analysis reads when a file has them (an
+// older file reads them as null), in the order of the o* constants.
+var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached}
+
+const (
+	oSessionID = iota
+	oTurn
+	oSessionWait
+	oCached
+)
+
+// allocOptional sizes the k-th optional column for n requests, every entry null.
+func (d *Data) allocOptional(k, n int) {
+	fill64 := func() []int64 {
+		s := make([]int64, n)
+		for i := range s {
+			s[i] = null64
+		}
+		return s
+	}
+	fill32 := func() []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = null32
+		}
+		return s
+	}
+	switch k {
+	case oSessionID:
+		d.sessionID = fill64()
+	case oTurn:
+		d.turn = fill32()
+	case oSessionWait:
+		d.sessionWait = fill64()
+	case oCached:
+		d.cached = fill32()
+	}
+}
+
+// optional returns d's k-th optional column (nil when not allocated).
+func (d *Data) optional64(k int) []int64 {
+	if k == oSessionID {
+		return d.sessionID
+	}
+	return d.sessionWait
+}
+
+func (d *Data) optional32(k int) []int32 {
+	if k == oTurn {
+		return d.turn
+	}
+	return d.cached
+}
+
+// leafIndex returns the Parquet leaf index of the named top-level column, or -1.
+func leafIndex(pr *file.Reader, name string) int {
+	sc := pr.MetaData().Schema
+	for i := 0; i < sc.NumColumns(); i++ {
+		if c := sc.Column(i); c.ColumnPath().String() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasValues reports whether the file has the named (flat, nullable) column with a value in
+// some row: false when it lacks the column or when every row group's statistics say it is
+// all null; true when a statistic is missing (the column is then read).
+func hasValues(pr *file.Reader, name string) bool {
+	leaf := leafIndex(pr, name)
+	if leaf < 0 {
+		return false
+	}
+	for g := 0; g < pr.NumRowGroups(); g++ {
+		rg := pr.MetaData().RowGroup(g)
+		md, err := rg.ColumnChunk(leaf)
+		if err != nil {
+			return true
+		}
+		ok, _ := md.StatsSet()
+		if !ok {
+			return true
+		}
+		st, err := md.Statistics()
+		if err != nil || !st.HasNullCount() || st.NullCount() != rg.NumRows() {
+			return true
+		}
+	}
+	return false
+}
+
 // worker holds what one decoding goroutine accumulates over the row groups it reads.
 type worker struct {
 	itl, itlTok                   usHist
 	bins                          []float64
 	firstChunkMismatch, hasChunkT int64
-	multiTokenChunks              bool
+
+	// Conversations (results revision 1.1), per request; nil when no file given holds a
+	// value in the column (a file older than 1.1, or an open-loop run without sessions
+	// or cached counts), so such runs cost no memory for them.
+	sessionID, sessionWait []int64
+	turn, cached           []int32
+	multiTokenChunks       bool
 }
 
 // part is one row group being decoded into rows [at, end) of d.
@@ -415,6 +526,15 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 			scalar = append(scalar, l)
 		}
 	}
+	// The revision-1.1 columns Load allocated, when this file has them: Check made sure
+	// of their type; an absent one stays null.
+	var opt []int // indexes into optionalColumns read from this file
+	for k, name := range optionalColumns {
+		if l, ok := leafOf[name]; ok && d.optionalAllocated(k) {
+			scalar = append(scalar, l)
+			opt = append(opt, k)
+		}
+	}
 	nrg := pr.NumRowGroups()
 	row0 := make([]int64, nrg+1)
 	for g := 0; g < nrg; g++ {
@@ -458,7 +578,7 @@ func (d *Data) readFile(ctx context.Context, path string, pr *file.Reader, fr *p
 					return
 				}
 				p := &part{d: d, w: &workers[w], at: base + int(row0[g]), end: base + int(row0[g+1])}
-				errs[g] = p.readRowGroup(ctx, path, wpr, wfr, scalar, lists, g, row0[g], shift)
+				errs[g] = p.readRowGroup(ctx, path, wpr, wfr, scalar, opt, lists, g, row0[g], shift)
 				if errs[g] == nil && p.at != p.end {
 					errs[g] = fmt.Errorf("analysis: read %s: row group %d holds %d rows, footer says %d", path, g, p.at-base-int(row0[g]), row0[g+1]-row0[g])
 				}
@@ -499,7 +619,7 @@ func readProps() *parquet.ReaderProperties {
 	return p
 }
 
-func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, scalar []int, lists [2]listSpec, g int, row0, shift int64) error {
+func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, fr *pqarrow.FileReader, scalar, opt []int, lists [2]listSpec, g int, row0, shift int64) error {
 	rr, err := fr.GetRecordReader(ctx, scalar, []int{g})
 	if err != nil {
 		return fmt.Errorf("analysis: read %s: %w", path, err)
@@ -552,6 +672,14 @@ func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, f
 		}
 		pos[i] = is[0]
 	}
+	optPos := make([]int, len(opt))
+	for j, k := range opt {
+		is := rsc.FieldIndices(optionalColumns[k])
+		if len(is) != 1 {
+			return fmt.Errorf("analysis: read %s: column %s missing", path, optionalColumns[k])
+		}
+		optPos[j] = is[0]
+	}
 	row := row0
 	for rr.Next() {
 		if err := ctx.Err(); err != nil {
@@ -559,6 +687,9 @@ func (p *part) readRowGroup(ctx context.Context, path string, pr *file.Reader, f
 		}
 		rec := rr.Record() // borrowed: released by the next call to Next
 		if err := p.addRecord(path, row, rec, pos, nsCur, tokCur, shift); err != nil {
+			return err
+		}
+		if err := p.addOptional(path, row, rec, opt, optPos); err != nil {
 			return err
 		}
 		row += rec.NumRows()
@@ -863,6 +994,58 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 		d.prompt[j], d.promptServer[j] = prompt.Value(i), opt32(promptSrv)
 		d.outTarget[j], d.outTokens[j], d.outSource[j] = outTarget.Value(i), ot, src
 		d.status[j], d.nChunks[j], d.chunkTokSum[j] = uint8(st), int32(nc), tokSum
+	}
+	return nil
+}
+
+func (d *Data) optionalAllocated(k int) bool {
+	if k == oSessionID || k == oSessionWait {
+		return d.optional64(k) != nil
+	}
+	return d.optional32(k) != nil
+}
+
+// addOptional stores the revision-1.1 columns of rec's rows (the rows addRecord just
+// stored, ending at p.at), refusing negative values: a count, an id or a wait is never
+// negative.
+func (p *part) addOptional(path string, row0 int64, rec arrow.Record, opt, optPos []int) error {
+	n := int(rec.NumRows())
+	at := p.at - n
+	for j, k := range opt {
+		name := optionalColumns[k]
+		bad := func(i int, v int64) error {
+			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("%d is negative", v)}
+		}
+		switch k {
+		case oSessionID, oSessionWait:
+			a, err := int64Col(rec, optPos[j], name)
+			if err != nil {
+				return fmt.Errorf("analysis: read %s: %w", path, err)
+			}
+			dst := p.d.optional64(k)[at : at+n]
+			for i := range n {
+				if a.IsValid(i) {
+					if v := a.Value(i); v < 0 {
+						return bad(i, v)
+					}
+					dst[i] = a.Value(i)
+				}
+			}
+		default:
+			a, err := int32Col(rec, optPos[j], name)
+			if err != nil {
+				return fmt.Errorf("analysis: read %s: %w", path, err)
+			}
+			dst := p.d.optional32(k)[at : at+n]
+			for i := range n {
+				if a.IsValid(i) {
+					if v := a.Value(i); v < 0 {
+						return bad(i, int64(v))
+					}
+					dst[i] = a.Value(i)
+				}
+			}
+		}
 	}
 	return nil
 }

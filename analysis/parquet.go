@@ -107,6 +107,20 @@ func (r *Report) summaryCols() []col {
 		col{"closed_loop_first_wave_send_s", c.FirstWaveSendS})
 	cs = append(cs, quantileCols("closed_loop_first_wave_schedule_lateness_ms", c.FirstWaveLateness)...)
 	cs = append(cs, quantileCols("closed_loop_steady_state_schedule_lateness_ms", c.SteadyLateness)...)
+	// Conversations: likewise on every row (zero counts and null rates without them).
+	pc := PrefixCache{CacheBucket: CacheBucket{HitRate: nan}, BestRate: nan}
+	w := &SessionWaits{WaitedShare: nan}
+	if r.Conversations != nil {
+		pc = r.Conversations.PrefixCache
+		if r.Conversations.Sessions != nil {
+			w = r.Conversations.Sessions
+		}
+	}
+	cs = append(cs, col{"prefix_cache_requests", pc.Requests}, col{"prefix_cache_cached_tokens", pc.CachedTokens},
+		col{"prefix_cache_prompt_tokens", pc.PromptTokens}, col{"prefix_cache_hit_rate", pc.HitRate}, col{"prefix_cache_best_rate", pc.BestRate},
+		col{"session_turns", w.Turns}, col{"session_waited", w.Waited}, col{"session_waited_share", w.WaitedShare})
+	cs = append(cs, quantileCols("session_wait_ms", w.Wait)...)
+	cs = append(cs, col{"session_waited_over_bound", w.OverBound}, col{"reshaped_by_server", w.Reshaped})
 	return cs
 }
 

@@ -154,6 +154,51 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("steady state", c.SteadyLateness)
 	}
 
+	if c := r.Conversations; c != nil {
+		pc := c.PrefixCache
+		p("\nConversations\n")
+		best := "unknown (the trace has no prefix blocks)"
+		if !math.IsNaN(pc.BestRate) {
+			best = pct(100 * pc.BestRate)
+		}
+		if pc.Requests == 0 {
+			p("  prefix cache: the server did not say (no usage.prompt_tokens_details.cached_tokens); the trace allows %s\n", best)
+		} else {
+			p("  prefix cache: the server reused %s of the prompt tokens; the trace allows %s (%d of %d tokens over %d ok requests)\n",
+				pct(100*pc.HitRate), best, pc.CachedTokens, pc.PromptTokens, pc.Requests)
+			if pc.AboveBest() {
+				p("  (more than the trace's prefix blocks allow: a turn that sends back the previous answer (--history actual) reuses it from the cache, and the blocks do not count it)\n")
+			}
+			for _, bd := range []struct {
+				title string
+				bs    []CacheBucket
+			}{{"by turn", pc.ByTurn}, {"by prompt tokens", pc.ByPrompt}} {
+				if len(bd.bs) == 0 {
+					continue
+				}
+				p("  %-18s %8s %12s %12s %10s\n", bd.title, "n", "cached", "prompt", "hit rate")
+				for _, b := range bd.bs {
+					label := Bucket{Lo: b.Lo, Hi: b.Hi}.Label()
+					if bd.title == "by turn" {
+						label = fmt.Sprintf("turn %d", b.Lo)
+						if b.Hi == 0 {
+							label = fmt.Sprintf("turn >= %d", b.Lo)
+						}
+					}
+					p("  %-18s %8d %12d %12d %10s\n", label, b.Requests, b.CachedTokens, b.PromptTokens, pct(100*b.HitRate))
+				}
+			}
+		}
+		if w := c.Sessions; w != nil {
+			p50, p99 := "-", "-"
+			if w.Wait.N > 0 {
+				p50, p99 = f3(w.Wait.P50), f3(w.Wait.P99)
+			}
+			p("  session waits: %d of %d later turns (%s) waited for their predecessor; wait p50 %s ms, p99 %s ms; %d waited over %v\n",
+				w.Waited, w.Turns, pct(100*w.WaitedShare), p50, p99, w.OverBound, w.Bound)
+		}
+	}
+
 	k := r.Tokens
 	p("\nTokens (ok requests)\n")
 	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
@@ -183,6 +228,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	} else {
 		p("  overloaded: %s (in-flight slope %+.3f/s t=%.2f; TTFT p50 slope %+.3f ms/s t=%.2f; HAC t > %g and rise > %g%% of mean for both)\n",
 			yesno(f.Overloaded), f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T, trendT, trendRise*100)
+	}
+
+	if c := r.Conversations; c != nil && c.Sessions != nil {
+		w := c.Sessions
+		p("  reshaped by the server: %s (%d of %d later turns waited for their predecessor over %v; bound %s)\n",
+			yesno(w.Reshaped), w.OverBound, w.Turns, w.Bound, pct(100*ReshapedShare))
 	}
 
 	for _, bd := range []struct {

@@ -474,6 +474,11 @@ type streamChunk struct {
 	Usage *struct {
 		PromptTokens     *int32 `json:"prompt_tokens"`
 		CompletionTokens *int32 `json:"completion_tokens"`
+		// vLLM (--enable-prompt-tokens-details), SGLang, OpenAI: prompt tokens served
+		// from the prefix cache; the object or the count may be null or absent.
+		PromptTokensDetails *struct {
+			CachedTokens *int32 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -725,6 +730,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		if ci.hasCompl {
 			res.OutputTokens = ci.compl
 			res.OutputTokensSource = results.SourceUsage
+		}
+		if ci.hasCached && ci.cached >= 0 {
+			res.PromptTokensCached = ci.cached
 		}
 	}
 	return false

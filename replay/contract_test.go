@@ -29,6 +29,7 @@ func fullRecords() []*Result {
 	ok.ChunkNS, ok.ChunkTokens = []int64{100, 250, 400}, []int32{1, 2, 1}
 	ok.FirstTokenNS, ok.EndNS = ok.SentNS+100, ok.SentNS+400
 	ok.PromptTokensServer, ok.OutputTokens, ok.OutputTokensSource = 12, 4, results.SourceUsage
+	ok.SessionID, ok.Turn, ok.SessionWaitNS, ok.PromptTokensCached = 1<<40+5, 2, 37_000, 8
 
 	tok := newResult(8, 3, 2_000, 13, 6)
 	tok.Status, tok.HTTPStatus, tok.Error = results.StatusStreamError, 200, "stream broken after 2 output chunks"
@@ -36,6 +37,7 @@ func fullRecords() []*Result {
 	tok.ChunkNS = []int64{30, 90}
 	tok.FirstTokenNS, tok.EndNS = tok.SentNS+30, tok.SentNS+90
 	tok.OutputTokens, tok.OutputTokensSource = 2, results.SourceTokenizer
+	tok.SessionID, tok.Turn, tok.PromptTokensCached = 0, 0, 0 // a first turn: no wait; nothing cached
 
 	drop := newResult(9, 3, 3_000, 15, 8)
 	drop.Status, drop.Error = results.StatusDropped, "max-inflight reached"
@@ -266,5 +268,44 @@ func TestConvertJournalChecksByName(t *testing.T) {
 	_, err = ConvertJournal(jp, filepath.Join(dir, "out.parquet"))
 	if err == nil || !strings.Contains(err.Error(), "column shard") || !strings.Contains(err.Error(), jp) {
 		t.Errorf("ConvertJournal: %v; want an error naming column shard and the journal", err)
+	}
+}
+
+// TestOlderFileReadsNewColumnsAsNull: a results file of revision 1.0 (without session_id,
+// turn, session_wait_ns and prompt_tokens_cached) still reads, every other field as
+// written and the four as null.
+func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
+	recs := fullRecords()
+	rev11 := map[string]bool{}
+	for _, c := range results.Columns() {
+		if c.Since == 1 {
+			rev11[c.Name] = true
+		}
+	}
+	if len(rev11) != 4 {
+		t.Fatalf("revision 1.1 has %d columns, want 4", len(rev11))
+	}
+	older := rewrite(t, writeResultsFile(t, recs), func(fs []arrow.Field) []arrow.Field {
+		var out []arrow.Field
+		for _, f := range fs {
+			if !rev11[f.Name] {
+				out = append(out, f)
+			}
+		}
+		return out
+	})
+	got, _, err := ReadFile(older)
+	if err != nil {
+		t.Fatalf("revision 1.0 file: %v", err)
+	}
+	if len(got) != len(recs) {
+		t.Fatalf("%d rows, want %d", len(got), len(recs))
+	}
+	for i := range got {
+		want := *recs[i]
+		want.SessionID, want.Turn, want.SessionWaitNS, want.PromptTokensCached = results.Null, results.Null, results.Null, results.Null
+		if !reflect.DeepEqual(got[i], want) {
+			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], want)
+		}
 	}
 }

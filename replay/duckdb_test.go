@@ -52,7 +52,18 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range testRecords(30) {
+	for i, r := range testRecords(30) {
+		// Revision 1.1: sessions of 3 turns for the first 15 rows, the later turns
+		// waiting i·1000 ns; cached tokens on every other sent row; the rest null.
+		if i < 15 {
+			r.SessionID, r.Turn = int64(i/3), int32(i%3)
+			if i%3 > 0 {
+				r.SessionWaitNS = int64(i) * 1000
+			}
+		}
+		if r.Status == results.StatusOK && i%2 == 0 {
+			r.PromptTokensCached = 4
+		}
 		j.Add(r)
 	}
 	if err := j.Close(); err != nil {
@@ -65,10 +76,18 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	rows := duckdb(t, fmt.Sprintf(`SELECT count(*)::INT AS n,
 		count(sent_ns)::INT AS sent, sum(len(chunk_ns))::INT AS chunks, count(chunk_tokens)::INT AS with_tokens,
 		sum(list_sum(chunk_tokens))::INT AS tokens, count(*) FILTER (status = 'dropped')::INT AS dropped,
-		count(http_status)::INT AS http, round(avg(ttft_ms), 6) AS ttft, round(avg(tpot_ms), 6) AS tpot
+		count(http_status)::INT AS http, round(avg(ttft_ms), 6) AS ttft, round(avg(tpot_ms), 6) AS tpot,
+		count(session_id)::INT AS sessions, count(DISTINCT session_id)::INT AS distinct_sessions, sum(turn)::INT AS turns,
+		count(session_wait_ns)::INT AS waited, sum(session_wait_ns)::INT AS wait_ns,
+		count(prompt_tokens_cached)::INT AS cached_rows, sum(prompt_tokens_cached)::INT AS cached
 		FROM '%s'`, out))
+	// Rows 0..29: ok unless i%3 == 0 (20 ok); sessions i/3 for i < 15, turn i%3, waits on
+	// turns 1 and 2: i in {1,2,4,5,7,8,10,11,13,14}, summing to 75 µs; cached on the ok rows
+	// with even i (2,4,8,10,14,16,20,22,26,28: 10 rows of 4).
 	want := map[string]any{"n": 30.0, "sent": 20.0, "chunks": 60.0, "with_tokens": 20.0, "tokens": 100.0,
-		"dropped": 10.0, "http": 20.0, "ttft": 0.0001, "tpot": 0.00005}
+		"dropped": 10.0, "http": 20.0, "ttft": 0.0001, "tpot": 0.00005,
+		"sessions": 15.0, "distinct_sessions": 5.0, "turns": 15.0, "waited": 10.0, "wait_ns": 75000.0,
+		"cached_rows": 10.0, "cached": 40.0}
 	for k, w := range want {
 		if rows[0][k] != w {
 			t.Errorf("%s = %v, want %v", k, rows[0][k], w)
@@ -76,7 +95,8 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	}
 	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
 	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
-		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE"}
+		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE",
+		"BIGINT", "INTEGER", "BIGINT", "INTEGER"}
 	for i, f := range results.Schema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])

@@ -138,6 +138,8 @@ type resultBuilders struct {
 	chunkTokensv                           *array.Int32Builder
 	source, status, errMsg                 *array.StringBuilder
 	ttft, tpot, e2e                        *array.Float64Builder
+	sessionID, sessionWait                 *array.Int64Builder
+	turn, promptCached                     *array.Int32Builder
 }
 
 // bind binds every column of b's schema; it fails on a column of the schema that Result
@@ -166,6 +168,10 @@ func (c *resultBuilders) bind(b *array.RecordBuilder) error {
 	c.ttft = results.Builder[*array.Float64Builder](bs, results.ColTTFTMS)
 	c.tpot = results.Builder[*array.Float64Builder](bs, results.ColTPOTMS)
 	c.e2e = results.Builder[*array.Float64Builder](bs, results.ColE2EMS)
+	c.sessionID = results.Builder[*array.Int64Builder](bs, results.ColSessionID)
+	c.turn = results.Builder[*array.Int32Builder](bs, results.ColTurn)
+	c.sessionWait = results.Builder[*array.Int64Builder](bs, results.ColSessionWaitNS)
+	c.promptCached = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensCached)
 	if err := bs.Done(); err != nil {
 		return err
 	}
@@ -219,6 +225,10 @@ func (c *resultBuilders) append(r *Result) {
 	appendF64(c.tpot, v, ok)
 	v, ok = r.E2E()
 	appendF64(c.e2e, v, ok)
+	results.AppendInt64(c.sessionID, r.SessionID)
+	results.AppendInt32(c.turn, r.Turn)
+	results.AppendInt64(c.sessionWait, r.SessionWaitNS)
+	results.AppendInt32(c.promptCached, r.PromptTokensCached)
 }
 
 // ConvertInfo tells what ConvertJournal found.

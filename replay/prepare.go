@@ -95,6 +95,9 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 			return nil, err
 		}
 	}
+	if err := p.reusable(ctx); err != nil {
+		return nil, err
+	}
 	p.meta.Flags["sessions"] = p.sessMode
 	if p.sessMode == SessionsSequential {
 		p.meta.Flags["history"] = p.history
@@ -472,4 +475,31 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("replay: hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// reusable records in the run metadata the best prefix-cache hit rate the rows this run
+// replays allow (ReusableShare over this shard's rows, --warmup and --limit applied), when
+// the trace has prefix blocks: analyze reports the measured hit rate beside it.
+func (p *preparer) reusable(context.Context) error {
+	bt := p.src.Meta().BlockTokens
+	if bt <= 0 {
+		return nil
+	}
+	scan, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer scan.Close()
+	var src trace.Source = scan
+	if p.shard.Count > 1 {
+		src = trace.NewShardSource(scan, p.shard)
+	}
+	share, ok, err := ReusableShare(src, bt, p.cfg.Warmup, p.cfg.Limit)
+	if err != nil {
+		return err
+	}
+	if ok {
+		p.meta.PrefixReusableShare = &share
+	}
+	return nil
 }

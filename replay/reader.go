@@ -69,6 +69,8 @@ type resultArrays struct {
 	output, httpStatus                     *array.Int32
 	chunkNS, chunkTokens                   *array.List
 	source, status, errMsg                 *array.String
+	sessionID, sessionWait                 *array.Int64 // nil in a file older than revision 1.1
+	turn, promptCached                     *array.Int32
 }
 
 func (c *resultArrays) locate(rec arrow.Record, l *results.Layout) error {
@@ -89,6 +91,10 @@ func (c *resultArrays) locate(rec arrow.Record, l *results.Layout) error {
 	c.status = results.Array[*array.String](x, results.ColStatus)
 	c.httpStatus = results.Array[*array.Int32](x, results.ColHTTPStatus)
 	c.errMsg = results.Array[*array.String](x, results.ColError)
+	c.sessionID = results.Array[*array.Int64](x, results.ColSessionID)
+	c.turn = results.Array[*array.Int32](x, results.ColTurn)
+	c.sessionWait = results.Array[*array.Int64](x, results.ColSessionWaitNS)
+	c.promptCached = results.Array[*array.Int32](x, results.ColPromptTokensCached)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
 	return x.Err()
 }
@@ -111,8 +117,9 @@ func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, 
 			OutputTokensTarget: c.target.Value(i), OutputTokens: results.Int32At(c.output, i),
 			OutputTokensSource: results.StringAt(c.source, i), Status: results.Status(results.StringAt(c.status, i)),
 			HTTPStatus: results.Int32At(c.httpStatus, i), Error: results.StringAt(c.errMsg, i),
-			// No column holds these yet (results revision 1.1 adds them): null.
-			SessionID: results.Null, Turn: results.Null, SessionWaitNS: results.Null, PromptTokensCached: results.Null,
+			// Revision 1.1: an older file lacks the columns and they read as null.
+			SessionID: results.Int64At(c.sessionID, i), Turn: results.Int32At(c.turn, i),
+			SessionWaitNS: results.Int64At(c.sessionWait, i), PromptTokensCached: results.Int32At(c.promptCached, i),
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)

@@ -44,6 +44,13 @@ const (
 	ColTTFTMS             = "ttft_ms"
 	ColTPOTMS             = "tpot_ms"
 	ColE2EMS              = "e2e_ms"
+
+	// Revision 1.1 (issue 14, conversations): null when the trace row has no session, the
+	// turn did not wait (or the replay was not sequential) or the server did not say.
+	ColSessionID          = "session_id"
+	ColTurn               = "turn"
+	ColSessionWaitNS      = "session_wait_ns"
+	ColPromptTokensCached = "prompt_tokens_cached"
 )
 
 // Column is one column of the contract.
@@ -82,6 +89,11 @@ var columns = []Column{
 	{Name: ColTTFTMS, Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 	{Name: ColTPOTMS, Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 	{Name: ColE2EMS, Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+	// Revision 1.1.
+	{Name: ColSessionID, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 1},
+	{Name: ColTurn, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 1},
+	{Name: ColSessionWaitNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 1},
+	{Name: ColPromptTokensCached, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 1},
 }
 
 // Columns returns the contract's columns in the order the writer writes them.

@@ -39,6 +39,11 @@ type RunMeta struct {
 	// RampUpNS is a closed-loop run's --ramp-up: worker i started at i*RampUpNS/Concurrency
 	// on the run clock. Added in revision 1.1; absent (0) when there was no ramp-up.
 	RampUpNS int64 `json:"ramp_up_ns,omitempty"`
+	// PrefixReusableShare is the best prefix-cache hit rate the replayed rows allow: of
+	// their prompt tokens, the share an infinite prefix cache could serve, from the trace's
+	// prefix blocks (replay.ReusableShare). Added in revision 1.1; absent when the trace
+	// has no prefix blocks.
+	PrefixReusableShare *float64 `json:"prefix_reusable_share,omitempty"`
 }
 
 // Modes of a run (RunMeta.Mode).

@@ -1,0 +1,180 @@
+package analysis
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// ReshapedShare is the bound of the "reshaped by the server" flag: the run is marked when
+// more than this share of the turns that followed a predecessor (session_wait_ns not null)
+// waited for it longer than the run's schedule-lateness bound (Flags.MaxLateness, default
+// 10 ms). Equivalently, session_wait_ns p90 above the bound: the same tolerance as
+// client-limited, at the tenth of the turns instead of the hundredth, because a wait is the
+// server's answer time and a run at the knee makes some turns wait by design; when a tenth
+// of the conversation is sent off its trace time by more than the replayer would accept
+// of itself, the load the server received is no longer the trace's (docs/metrics.md).
+const ReshapedShare = 0.10
+
+// maxTurnBucket is the last turn index reported on its own; later turns pool in ">= 8".
+const maxTurnBucket = 8
+
+// Conversations is what a run with sessions, cached-token counts or a trace with prefix
+// blocks adds to its report (nil otherwise).
+type Conversations struct {
+	PrefixCache PrefixCache
+	// Sessions is nil when no row has a session_wait_ns (no sequential sessions).
+	Sessions *SessionWaits
+}
+
+// PrefixCache is the prefix-cache hit rate over ok requests whose server reported
+// prompt_tokens_cached: cached tokens over their prompt tokens (the server's count when it
+// gave one, else the target).
+type PrefixCache struct {
+	CacheBucket
+	// BestRate is the run metadata's prefix_reusable_share: the best rate the replayed rows
+	// allow with an infinite cache; NaN when the trace has no prefix blocks or the shards
+	// pooled disagree.
+	BestRate float64
+	ByTurn   []CacheBucket // Lo = Hi-1 = the turn index; the last, Hi = 0, pools the later turns
+	ByPrompt []CacheBucket // the prompt-length buckets of the breakdown (Report.ByPrompt)
+}
+
+// AboveBest reports whether the measured rate passes the best rate by more than half a
+// point: the replay sent more reusable text than the trace's prefix blocks describe (a
+// conversation's actual history sends back the previous answer, which an engine caches).
+func (pc PrefixCache) AboveBest() bool {
+	return pc.Requests > 0 && !math.IsNaN(pc.BestRate) && pc.HitRate > pc.BestRate+0.005
+}
+
+// CacheBucket is the hit rate of the requests in [Lo, Hi) (Hi = 0: no upper bound).
+type CacheBucket struct {
+	Lo, Hi       int64
+	Requests     int64 // ok requests whose server reported cached tokens
+	CachedTokens int64
+	PromptTokens int64
+	HitRate      float64 // CachedTokens / PromptTokens; NaN when PromptTokens is 0
+}
+
+// SessionWaits is how the server reshaped a sequential-session replay: the turns that
+// waited for their predecessor's end beyond their trace time.
+type SessionWaits struct {
+	Turns       int64     // rows with session_wait_ns (turns after the first, sequential mode)
+	Waited      int64     // of them, session_wait_ns > 0
+	WaitedShare float64   // Waited / Turns
+	Wait        Quantiles // ms, over the turns that waited
+	// OverBound counts turns that waited longer than Bound (Flags.MaxLateness); Reshaped
+	// is OverBound / Turns > ReshapedShare.
+	OverBound int64
+	Bound     time.Duration
+	Reshaped  bool
+}
+
+func (b *CacheBucket) add(cached, prompt int64) {
+	b.Requests++
+	b.CachedTokens += cached
+	b.PromptTokens += prompt
+}
+
+func (b *CacheBucket) finish() {
+	b.HitRate = math.NaN()
+	if b.PromptTokens > 0 {
+		b.HitRate = float64(b.CachedTokens) / float64(b.PromptTokens)
+	}
+}
+
+// bestRate is the runs' prefix_reusable_share when every run carries the same one.
+func bestRate(d *Data) float64 {
+	best := math.NaN()
+	for i, m := range d.Runs {
+		if m.PrefixReusableShare == nil {
+			return math.NaN()
+		}
+		if i > 0 && *m.PrefixReusableShare != best {
+			return math.NaN()
+		}
+		best = *m.PrefixReusableShare
+	}
+	return best
+}
+
+// conversations computes r.Conversations; it runs after flags (it needs the lateness bound)
+// and the prompt breakdown (its buckets).
+func (r *Report) conversations(d *Data) {
+	best := bestRate(d)
+	if d.cached == nil && d.sessionWait == nil && d.turn == nil && d.sessionID == nil && math.IsNaN(best) {
+		return
+	}
+	c := &Conversations{}
+	pc := &c.PrefixCache
+	pc.BestRate = best
+	edges := make([]int64, 0, len(r.ByPrompt))
+	for _, b := range r.ByPrompt {
+		pc.ByPrompt = append(pc.ByPrompt, CacheBucket{Lo: b.Lo, Hi: b.Hi})
+		if b.Hi != 0 {
+			edges = append(edges, b.Hi)
+		}
+	}
+	var byTurn [maxTurnBucket + 1]CacheBucket
+	if d.cached != nil {
+		for i, s := range d.status {
+			if s != stOK || d.cached[i] == null32 {
+				continue
+			}
+			prompt := int64(d.prompt[i])
+			if d.promptServer[i] != null32 {
+				prompt = int64(d.promptServer[i])
+			}
+			cached := int64(d.cached[i])
+			pc.add(cached, prompt)
+			if len(pc.ByPrompt) > 0 {
+				k := sort.Search(len(edges), func(k int) bool { return edges[k] > int64(d.prompt[i]) })
+				pc.ByPrompt[k].add(cached, prompt)
+			}
+			if d.turn != nil && d.turn[i] != null32 {
+				byTurn[min(int(d.turn[i]), maxTurnBucket)].add(cached, prompt)
+			}
+		}
+	}
+	pc.finish()
+	for k := range pc.ByPrompt {
+		pc.ByPrompt[k].finish()
+	}
+	for k := range byTurn {
+		b := byTurn[k]
+		if b.Requests == 0 {
+			continue
+		}
+		b.Lo, b.Hi = int64(k), int64(k+1)
+		if k == maxTurnBucket {
+			b.Hi = 0
+		}
+		b.finish()
+		pc.ByTurn = append(pc.ByTurn, b)
+	}
+
+	if d.sessionWait != nil {
+		w := &SessionWaits{Bound: r.Flags.MaxLateness}
+		var waits []float64
+		for _, v := range d.sessionWait {
+			if v == null64 {
+				continue
+			}
+			w.Turns++
+			if v > 0 {
+				w.Waited++
+				waits = append(waits, float64(v)/1e6)
+			}
+			if v > int64(w.Bound) {
+				w.OverBound++
+			}
+		}
+		if w.Turns > 0 {
+			w.WaitedShare = float64(w.Waited) / float64(w.Turns)
+			w.Reshaped = float64(w.OverBound)/float64(w.Turns) > ReshapedShare
+			w.Wait = summarize(waits)
+			c.Sessions = w
+		}
+	}
+	r.Conversations = c
+}
