@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // ReshapedShare is the bound of the "reshaped by the server" flag: the run is marked when
@@ -36,13 +38,18 @@ type PrefixCache struct {
 	// allow with an infinite cache; NaN when the trace has no prefix blocks or the shards
 	// pooled disagree.
 	BestRate float64
+	// BestRule is how BestRate was computed: the run metadata's prefix_reusable_rule
+	// (results.ReusableBlocks or results.ReusableHistory; a file with the share and no rule
+	// is ReusableBlocks); "" when BestRate is NaN.
+	BestRule string
 	ByTurn   []CacheBucket // Lo = Hi-1 = the turn index; the last, Hi = 0, pools the later turns
 	ByPrompt []CacheBucket // the prompt-length buckets of the breakdown (Report.ByPrompt)
 }
 
 // AboveBest reports whether the measured rate passes the best rate by more than half a
-// point: the replay sent more reusable text than the trace's prefix blocks describe (a
-// conversation's actual history sends back the previous answer, which an engine caches).
+// point. The best rate bounds what the replay sent, so this should never happen: either a
+// bug, or a server whose cache held these prompts before the run (a rerun against the
+// same server, a cache shared between replicas).
 func (pc PrefixCache) AboveBest() bool {
 	return pc.Requests > 0 && !math.IsNaN(pc.BestRate) && pc.HitRate > pc.BestRate+0.005
 }
@@ -83,31 +90,36 @@ func (b *CacheBucket) finish() {
 	}
 }
 
-// bestRate is the runs' prefix_reusable_share when every run carries the same one.
-func bestRate(d *Data) float64 {
-	best := math.NaN()
+// bestRate is the runs' prefix_reusable_share and its rule when every run carries the
+// same ones (NaN and "" otherwise).
+func bestRate(d *Data) (float64, string) {
+	best, rule := math.NaN(), ""
 	for i, m := range d.Runs {
 		if m.PrefixReusableShare == nil {
-			return math.NaN()
+			return math.NaN(), ""
 		}
-		if i > 0 && *m.PrefixReusableShare != best {
-			return math.NaN()
+		r := m.PrefixReusableRule
+		if r == "" {
+			r = results.ReusableBlocks
 		}
-		best = *m.PrefixReusableShare
+		if i > 0 && (*m.PrefixReusableShare != best || r != rule) {
+			return math.NaN(), ""
+		}
+		best, rule = *m.PrefixReusableShare, r
 	}
-	return best
+	return best, rule
 }
 
 // conversations computes r.Conversations; it runs after flags (it needs the lateness bound)
 // and the prompt breakdown (its buckets).
 func (r *Report) conversations(d *Data) {
-	best := bestRate(d)
+	best, rule := bestRate(d)
 	if d.cached == nil && d.sessionWait == nil && d.turn == nil && d.sessionID == nil && math.IsNaN(best) {
 		return
 	}
 	c := &Conversations{}
 	pc := &c.PrefixCache
-	pc.BestRate = best
+	pc.BestRate, pc.BestRule = best, rule
 	edges := make([]int64, 0, len(r.ByPrompt))
 	for _, b := range r.ByPrompt {
 		pc.ByPrompt = append(pc.ByPrompt, CacheBucket{Lo: b.Lo, Hi: b.Hi})
@@ -137,6 +149,10 @@ func (r *Report) conversations(d *Data) {
 		}
 	}
 	pc.finish()
+	if pc.AboveBest() {
+		r.warnf("prefix-cache hit rate %s above the best the replay allows (%s): a server that cached these prompts before the run, or a bug",
+			pct(100*pc.HitRate), pct(100*pc.BestRate))
+	}
 	for k := range pc.ByPrompt {
 		pc.ByPrompt[k].finish()
 	}

@@ -127,10 +127,10 @@ func TestConversationFigures(t *testing.T) {
 		t.Errorf("conversations keys %v", got)
 	}
 	jpc := conv["prefix_cache"].(map[string]any)
-	if got := sortedKeys(jpc); strings.Join(got, ",") != "best_rate,by_prompt_tokens,by_turn,cached_tokens,hit_rate,prompt_tokens,requests" {
+	if got := sortedKeys(jpc); strings.Join(got, ",") != "best_rate,best_rate_rule,by_prompt_tokens,by_turn,cached_tokens,hit_rate,prompt_tokens,requests" {
 		t.Errorf("prefix_cache keys %v", got)
 	}
-	if jpc["hit_rate"].(float64) != 506.0/1050 || jpc["best_rate"].(float64) != 0.78 {
+	if jpc["hit_rate"].(float64) != 506.0/1050 || jpc["best_rate"].(float64) != 0.78 || jpc["best_rate_rule"] != results.ReusableBlocks {
 		t.Errorf("prefix_cache %v", jpc)
 	}
 	bt := jpc["by_turn"].([]any)[0].(map[string]any)
@@ -146,7 +146,7 @@ func TestConversationFigures(t *testing.T) {
 	}
 	var text strings.Builder
 	r.WriteText(&text)
-	for _, want := range []string{"prefix cache: the server reused 48.2% of the prompt tokens; the trace allows 78.0%",
+	for _, want := range []string{"prefix cache: the server reused 48.2% of the prompt tokens (506 of 1050 over 5 ok requests); the replay allows 78.0% (the trace's prefix blocks)",
 		"turn 1                    2          208          600      34.7%",
 		"session waits: 3 of 4 later turns (75.0%) waited for their predecessor; wait p50 30.000 ms, p99 49.600 ms; 2 waited over 10ms",
 		"reshaped by the server: YES (2 of 4 later turns waited for their predecessor over 10ms; bound 10.0%)"} {
@@ -166,17 +166,25 @@ func TestConversationFigures(t *testing.T) {
 		}
 	}
 
-	if strings.Contains(text.String(), "more than the trace's prefix blocks allow") {
+	if strings.Contains(text.String(), "ABOVE the best") || strings.Contains(strings.Join(r.Warnings, "\n"), "above the best") {
 		t.Error("a hit rate under the best rate is said to pass it")
 	}
-	low := 0.40 // under the measured 48.2%: the replay sent more reusable text than the blocks say
-	meta.PrefixReusableShare = &low
+	low := 0.40 // under the measured 48.2%: should never happen, and is said
+	meta.PrefixReusableShare, meta.PrefixReusableRule = &low, results.ReusableHistory
 	var above strings.Builder
-	conversationReport(t, meta, conversationRows()).WriteText(&above)
-	if !strings.Contains(above.String(), "more than the trace's prefix blocks allow") {
-		t.Errorf("a hit rate above the best rate is not explained:\n%s", above.String())
+	ra := conversationReport(t, meta, conversationRows())
+	ra.WriteText(&above)
+	for _, want := range []string{"the replay allows 40.0% (actual history: later turns reuse what their predecessor sent and its planned answer, first turns the trace's prefix blocks)",
+		"(ABOVE the best the replay allows: the server had these prompts cached before the run, or this is a bug)",
+		"prefix-cache hit rate 48.2% above the best the replay allows (40.0%)"} {
+		if !strings.Contains(above.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, above.String())
+		}
 	}
-	meta.PrefixReusableShare = &best
+	if ra.Conversations.PrefixCache.BestRule != results.ReusableHistory {
+		t.Errorf("best rule %q, want %q", ra.Conversations.PrefixCache.BestRule, results.ReusableHistory)
+	}
+	meta.PrefixReusableShare, meta.PrefixReusableRule = &best, ""
 
 	// Under the flag's bound: only row 3 waits past 10 ms when the bound is 40 ms → 1/4 >
 	// 10% still; with a bound of 60 ms none does.

@@ -138,6 +138,7 @@ type jsonPrefixCache struct {
 	PromptTokens int64             `json:"prompt_tokens"`
 	HitRate      num               `json:"hit_rate"`
 	BestRate     num               `json:"best_rate"`
+	BestRule     *string           `json:"best_rate_rule"`
 	ByTurn       []jsonCacheBucket `json:"by_turn"`
 	ByPrompt     []jsonCacheBucket `json:"by_prompt_tokens"`
 }
@@ -307,6 +308,10 @@ func (r *Report) toJSON() jsonReport {
 		pc := c.PrefixCache
 		j.Conversations = &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
 			PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
+		if pc.BestRule != "" {
+			rule := pc.BestRule
+			j.Conversations.PrefixCache.BestRule = &rule
+		}
 		if w := c.Sessions; w != nil {
 			j.Conversations.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
 				OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
