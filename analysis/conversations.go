@@ -27,6 +27,23 @@ type Conversations struct {
 	PrefixCache PrefixCache
 	// Sessions is nil when no row has a session_wait_ns (no sequential sessions).
 	Sessions *SessionWaits
+	// Overlap is nil when no row has both a session_id and a turn.
+	Overlap *TurnOverlap
+}
+
+// TurnOverlap counts the later turns sent before their predecessor's answer ended: traffic
+// no user makes, which independent mode sends whenever the server answers more slowly than
+// the trace's gaps (sequential mode never does). A later turn's predecessor is the row of
+// the same results file (one run's shard: sharding keeps a session on one shard), session_id
+// and turn − 1.
+type TurnOverlap struct {
+	// Turns counts the rows with turn ≥ 1 and a sent_ns whose predecessor has an end_ns
+	// (a predecessor without output has no end to compare with).
+	Turns int64
+	// Overlapped counts those sent before their predecessor's end_ns; Share is
+	// Overlapped / Turns (NaN when Turns is 0).
+	Overlapped int64
+	Share      float64
 }
 
 // PrefixCache is the prefix-cache hit rate over ok requests whose server reported
@@ -192,5 +209,51 @@ func (r *Report) conversations(d *Data) {
 			c.Sessions = w
 		}
 	}
+	c.Overlap = turnOverlap(d)
 	r.Conversations = c
+}
+
+// turnOverlap computes Conversations.Overlap. Memory: one map entry (about 40 bytes) per
+// row with a session, a turn and an end_ns.
+func turnOverlap(d *Data) *TurnOverlap {
+	if d.sessionID == nil || d.turn == nil {
+		return nil
+	}
+	type key struct {
+		file    int // a session's rows are in one file: sharding keeps a session on one shard
+		session int64
+		turn    int32
+	}
+	runOf := func(i int, f *int) int {
+		for *f < len(d.fileEnd)-1 && i >= d.fileEnd[*f] {
+			*f++
+		}
+		return *f
+	}
+	ends := map[key]int64{}
+	f := 0
+	for i := range d.sessionID {
+		if d.sessionID[i] != null64 && d.turn[i] != null32 && d.end[i] != null64 {
+			ends[key{runOf(i, &f), d.sessionID[i], d.turn[i]}] = d.end[i]
+		}
+	}
+	o := &TurnOverlap{Share: math.NaN()}
+	f = 0
+	for i := range d.sessionID {
+		if d.sessionID[i] == null64 || d.turn[i] == null32 || d.turn[i] < 1 || d.sent[i] == null64 {
+			continue
+		}
+		end, ok := ends[key{runOf(i, &f), d.sessionID[i], d.turn[i] - 1}]
+		if !ok {
+			continue
+		}
+		o.Turns++
+		if d.sent[i] < end {
+			o.Overlapped++
+		}
+	}
+	if o.Turns > 0 {
+		o.Share = float64(o.Overlapped) / float64(o.Turns)
+	}
+	return o
 }

@@ -123,7 +123,7 @@ func TestConversationFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	conv := m["conversations"].(map[string]any)
-	if got := sortedKeys(conv); strings.Join(got, ",") != "prefix_cache,sessions" {
+	if got := sortedKeys(conv); strings.Join(got, ",") != "prefix_cache,sessions,turn_overlap" {
 		t.Errorf("conversations keys %v", got)
 	}
 	jpc := conv["prefix_cache"].(map[string]any)
@@ -309,5 +309,85 @@ func TestConversationKeysDocumented(t *testing.T) {
 		if !bytes.Contains(doc, []byte("`"+name)) {
 			t.Errorf("summary column %s is not in docs/metrics.md", c.name)
 		}
+	}
+}
+
+// TestTurnOverlap: later turns sent before their predecessor's end_ns, by hand, over two
+// shards of one run: a predecessor is looked up in the turn's own file only, a predecessor
+// without end_ns or a turn never sent is not judged, a turn sent exactly at the end is not
+// an overlap. Sequential-mode rows (conversationRows) show none.
+func TestTurnOverlap(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	turn := func(r row, session int64, k int32) row { r.sessionID, r.turn = p64(session), p32(k); return r }
+	failed := row{id: 4, scheduled: 0, sent: p64(0), prompt: 100, outTarget: 2, status: "http_error", httpStatus: p32(503), err: new(string)}
+	dropped := row{id: 8, scheduled: 130 * ms, prompt: 100, outTarget: 2, status: "dropped", err: new(string)}
+	a := []row{
+		turn(okRow(1, 0, 10*ms, 20*ms), 1, 0),       // ends at 20 ms
+		turn(okRow(2, 10*ms, 10*ms, 20*ms), 1, 1),   // sent at 10 ms < 20: overlapped; ends at 30 ms
+		turn(okRow(3, 50*ms, 10*ms, 20*ms), 1, 2),   // sent at 50 ms ≥ 30: not; ends at 70 ms
+		turn(failed, 2, 0),                          // no end_ns
+		turn(okRow(5, 5*ms, 10*ms, 20*ms), 2, 1),    // its predecessor has no end: not judged
+		turn(okRow(6, 5*ms, 10*ms, 20*ms), 3, 1),    // no predecessor in the file: not judged
+		turn(okRow(7, 100*ms, 10*ms, 20*ms), 4, 0),  // ends at 120 ms
+		turn(dropped, 4, 1),                         // never sent: not judged
+		turn(okRow(9, 200*ms, 10*ms, 20*ms), 5, 0),  // ends at 220 ms
+		turn(okRow(10, 220*ms, 10*ms, 20*ms), 5, 1), // sent exactly at its predecessor's end: not overlapped
+		okRow(11, 0, 10*ms, 20*ms),                  // no session
+	}
+	b := []row{
+		turn(okRow(12, 0, 10*ms, 20*ms), 1, 3), // session 1's turn 2 is in the other shard's file: not judged
+	}
+	b[0].shard = 1
+	m0, m1 := testRun(), testRun()
+	m0.ShardCount, m1.ShardCount, m1.ShardIndex = 2, 2, 1
+	dir := t.TempDir()
+	pa, pb := filepath.Join(dir, "a.parquet"), filepath.Join(dir, "b.parquet")
+	writeResults(t, pa, m0, a)
+	writeResults(t, pb, m1, b)
+	d, err := Load(context.Background(), LoadOptions{}, pa, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Analyze(d, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.Conversations.Overlap
+	if o == nil || o.Turns != 3 || o.Overlapped != 1 || o.Share != 1.0/3 {
+		t.Fatalf("overlap %+v, want 1 of 3", o)
+	}
+	var text strings.Builder
+	r.WriteText(&text)
+	if want := "turn overlap: 1 of 3 later turns (33.3%) were sent before their predecessor's answer ended"; !strings.Contains(text.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, text.String())
+	}
+	var js bytes.Buffer
+	r.WriteJSON(&js)
+	var m struct {
+		Conversations struct {
+			Overlap map[string]any `json:"turn_overlap"`
+		} `json:"conversations"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if jo := m.Conversations.Overlap; jo["turns"] != 3.0 || jo["overlapped"] != 1.0 || jo["overlapped_share"] != 1.0/3 || len(jo) != 3 {
+		t.Errorf("JSON turn_overlap %v", jo)
+	}
+	sdir := t.TempDir()
+	if err := WriteParquetDir(sdir, r); err != nil {
+		t.Fatal(err)
+	}
+	sum := readSummary(t, filepath.Join(sdir, "summary.parquet"), 0)
+	for k, want := range map[string]any{"turn_overlap_turns": int64(3), "turn_overlap_overlapped": int64(1), "turn_overlap_share": 1.0 / 3} {
+		if sum[k] != want {
+			t.Errorf("summary %s = %v, want %v", k, sum[k], want)
+		}
+	}
+
+	// Sequential-mode rows: every later turn sent after its predecessor ended.
+	seq := conversationReport(t, testRun(), conversationRows()).Conversations.Overlap
+	if seq == nil || seq.Turns != 4 || seq.Overlapped != 0 || seq.Share != 0 {
+		t.Errorf("sequential rows: overlap %+v, want 0 of 4", seq)
 	}
 }

@@ -155,8 +155,15 @@ type jsonSessions struct {
 }
 
 type jsonConversations struct {
-	PrefixCache jsonPrefixCache `json:"prefix_cache"`
-	Sessions    *jsonSessions   `json:"sessions"`
+	PrefixCache jsonPrefixCache  `json:"prefix_cache"`
+	Sessions    *jsonSessions    `json:"sessions"`
+	Overlap     *jsonTurnOverlap `json:"turn_overlap"`
+}
+
+type jsonTurnOverlap struct {
+	Turns      int64 `json:"turns"`
+	Overlapped int64 `json:"overlapped"`
+	Share      num   `json:"overlapped_share"`
 }
 
 func jcb(bs []CacheBucket) []jsonCacheBucket {
@@ -311,6 +318,9 @@ func (r *Report) toJSON() jsonReport {
 		if pc.BestRule != "" {
 			rule := pc.BestRule
 			j.Conversations.PrefixCache.BestRule = &rule
+		}
+		if o := c.Overlap; o != nil {
+			j.Conversations.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: num(o.Share)}
 		}
 		if w := c.Sessions; w != nil {
 			j.Conversations.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),

@@ -189,6 +189,9 @@ func (r *Report) WriteText(w io.Writer) error {
 				}
 			}
 		}
+		if o := c.Overlap; o != nil {
+			p("  turn overlap: %d of %d later turns (%s) were sent before their predecessor's answer ended\n", o.Overlapped, o.Turns, pct(100*o.Share))
+		}
 		if w := c.Sessions; w != nil {
 			p50, p99 := "-", "-"
 			if w.Wait.N > 0 {
