@@ -361,6 +361,13 @@ func TestTurnOverlap(t *testing.T) {
 	if want := "turn overlap: 1 of 3 later turns (33.3%) were sent before their predecessor's answer ended"; !strings.Contains(text.String(), want) {
 		t.Errorf("text lacks %q:\n%s", want, text.String())
 	}
+	var html strings.Builder
+	if err := r.WriteHTML(&html); err != nil {
+		t.Fatal(err)
+	}
+	if want := "<tr><th>turns sent before their predecessor's answer ended</th><td>1 of 3 later turns (33.3%)</td></tr>"; !strings.Contains(html.String(), want) {
+		t.Errorf("HTML lacks %q", want)
+	}
 	var js bytes.Buffer
 	r.WriteJSON(&js)
 	var m struct {
