@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // ReshapedShare is the bound of the "reshaped by the server" flag: the run is marked when
@@ -25,6 +27,23 @@ type Conversations struct {
 	PrefixCache PrefixCache
 	// Sessions is nil when no row has a session_wait_ns (no sequential sessions).
 	Sessions *SessionWaits
+	// Overlap is nil when no row has both a session_id and a turn.
+	Overlap *TurnOverlap
+}
+
+// TurnOverlap counts the later turns sent before their predecessor's answer ended: traffic
+// no user makes, which independent mode sends whenever the server answers more slowly than
+// the trace's gaps (sequential mode never does). A later turn's predecessor is the row of
+// the same results file (one run's shard: sharding keeps a session on one shard), session_id
+// and turn − 1.
+type TurnOverlap struct {
+	// Turns counts the rows with turn ≥ 1 and a sent_ns whose predecessor has an end_ns
+	// (a predecessor without output has no end to compare with).
+	Turns int64
+	// Overlapped counts those sent before their predecessor's end_ns; Share is
+	// Overlapped / Turns (NaN when Turns is 0).
+	Overlapped int64
+	Share      float64
 }
 
 // PrefixCache is the prefix-cache hit rate over ok requests whose server reported
@@ -36,13 +55,18 @@ type PrefixCache struct {
 	// allow with an infinite cache; NaN when the trace has no prefix blocks or the shards
 	// pooled disagree.
 	BestRate float64
+	// BestRule is how BestRate was computed: the run metadata's prefix_reusable_rule
+	// (results.ReusableBlocks or results.ReusableHistory; a file with the share and no rule
+	// is ReusableBlocks); "" when BestRate is NaN.
+	BestRule string
 	ByTurn   []CacheBucket // Lo = Hi-1 = the turn index; the last, Hi = 0, pools the later turns
 	ByPrompt []CacheBucket // the prompt-length buckets of the breakdown (Report.ByPrompt)
 }
 
 // AboveBest reports whether the measured rate passes the best rate by more than half a
-// point: the replay sent more reusable text than the trace's prefix blocks describe (a
-// conversation's actual history sends back the previous answer, which an engine caches).
+// point. The best rate bounds what the replay sent, so this should never happen: either a
+// bug, or a server whose cache held these prompts before the run (a rerun against the
+// same server, a cache shared between replicas).
 func (pc PrefixCache) AboveBest() bool {
 	return pc.Requests > 0 && !math.IsNaN(pc.BestRate) && pc.HitRate > pc.BestRate+0.005
 }
@@ -83,31 +107,36 @@ func (b *CacheBucket) finish() {
 	}
 }
 
-// bestRate is the runs' prefix_reusable_share when every run carries the same one.
-func bestRate(d *Data) float64 {
-	best := math.NaN()
+// bestRate is the runs' prefix_reusable_share and its rule when every run carries the
+// same ones (NaN and "" otherwise).
+func bestRate(d *Data) (float64, string) {
+	best, rule := math.NaN(), ""
 	for i, m := range d.Runs {
 		if m.PrefixReusableShare == nil {
-			return math.NaN()
+			return math.NaN(), ""
 		}
-		if i > 0 && *m.PrefixReusableShare != best {
-			return math.NaN()
+		r := m.PrefixReusableRule
+		if r == "" {
+			r = results.ReusableBlocks
 		}
-		best = *m.PrefixReusableShare
+		if i > 0 && (*m.PrefixReusableShare != best || r != rule) {
+			return math.NaN(), ""
+		}
+		best, rule = *m.PrefixReusableShare, r
 	}
-	return best
+	return best, rule
 }
 
 // conversations computes r.Conversations; it runs after flags (it needs the lateness bound)
 // and the prompt breakdown (its buckets).
 func (r *Report) conversations(d *Data) {
-	best := bestRate(d)
+	best, rule := bestRate(d)
 	if d.cached == nil && d.sessionWait == nil && d.turn == nil && d.sessionID == nil && math.IsNaN(best) {
 		return
 	}
 	c := &Conversations{}
 	pc := &c.PrefixCache
-	pc.BestRate = best
+	pc.BestRate, pc.BestRule = best, rule
 	edges := make([]int64, 0, len(r.ByPrompt))
 	for _, b := range r.ByPrompt {
 		pc.ByPrompt = append(pc.ByPrompt, CacheBucket{Lo: b.Lo, Hi: b.Hi})
@@ -137,6 +166,10 @@ func (r *Report) conversations(d *Data) {
 		}
 	}
 	pc.finish()
+	if pc.AboveBest() {
+		r.warnf("prefix-cache hit rate %s above the best the replay allows (%s): a server that cached these prompts before the run, or a bug",
+			pct(100*pc.HitRate), pct(100*pc.BestRate))
+	}
 	for k := range pc.ByPrompt {
 		pc.ByPrompt[k].finish()
 	}
@@ -176,5 +209,51 @@ func (r *Report) conversations(d *Data) {
 			c.Sessions = w
 		}
 	}
+	c.Overlap = turnOverlap(d)
 	r.Conversations = c
+}
+
+// turnOverlap computes Conversations.Overlap. Memory: one map entry (about 40 bytes) per
+// row with a session, a turn and an end_ns.
+func turnOverlap(d *Data) *TurnOverlap {
+	if d.sessionID == nil || d.turn == nil {
+		return nil
+	}
+	type key struct {
+		file    int // a session's rows are in one file: sharding keeps a session on one shard
+		session int64
+		turn    int32
+	}
+	runOf := func(i int, f *int) int {
+		for *f < len(d.fileEnd)-1 && i >= d.fileEnd[*f] {
+			*f++
+		}
+		return *f
+	}
+	ends := map[key]int64{}
+	f := 0
+	for i := range d.sessionID {
+		if d.sessionID[i] != null64 && d.turn[i] != null32 && d.end[i] != null64 {
+			ends[key{runOf(i, &f), d.sessionID[i], d.turn[i]}] = d.end[i]
+		}
+	}
+	o := &TurnOverlap{Share: math.NaN()}
+	f = 0
+	for i := range d.sessionID {
+		if d.sessionID[i] == null64 || d.turn[i] == null32 || d.turn[i] < 1 || d.sent[i] == null64 {
+			continue
+		}
+		end, ok := ends[key{runOf(i, &f), d.sessionID[i], d.turn[i] - 1}]
+		if !ok {
+			continue
+		}
+		o.Turns++
+		if d.sent[i] < end {
+			o.Overlapped++
+		}
+	}
+	if o.Turns > 0 {
+		o.Share = float64(o.Overlapped) / float64(o.Turns)
+	}
+	return o
 }

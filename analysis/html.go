@@ -412,11 +412,18 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		pc := c.PrefixCache
 		best := "unknown (the trace has no prefix blocks)"
 		if !math.IsNaN(pc.BestRate) {
-			best = pct(100 * pc.BestRate)
+			best = pct(100*pc.BestRate) + " (" + bestRuleText(pc.BestRule) + ")"
+			if pc.AboveBest() {
+				best += ": the measured rate is ABOVE it (the server had these prompts cached before the run, or a bug)"
+			}
 		}
 		p("<h2>Conversations</h2><table><tr><th>prefix-cache hit rate</th><td>%s of %d prompt tokens over %d ok requests whose server said</td></tr>\n",
 			pct(100*pc.HitRate), pc.PromptTokens, pc.Requests)
-		p("<tr><th>best the trace allows</th><td>%s</td></tr>\n", e(best))
+		p("<tr><th>best the replay allows</th><td>%s</td></tr>\n", e(best))
+		if o := c.Overlap; o != nil {
+			p("<tr><th>turns sent before their predecessor's answer ended</th><td>%d of %d later turns (%s)</td></tr>\n",
+				o.Overlapped, o.Turns, pct(100*o.Share))
+		}
 		if w := c.Sessions; w != nil {
 			p("<tr><th>turns that waited</th><td>%d of %d (%s); p50 %s ms, p99 %s ms; %d over %v</td></tr>\n",
 				w.Waited, w.Turns, pct(100*w.WaitedShare), f3(w.Wait.P50), f3(w.Wait.P99), w.OverBound, w.Bound)

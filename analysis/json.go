@@ -138,6 +138,7 @@ type jsonPrefixCache struct {
 	PromptTokens int64             `json:"prompt_tokens"`
 	HitRate      num               `json:"hit_rate"`
 	BestRate     num               `json:"best_rate"`
+	BestRule     *string           `json:"best_rate_rule"`
 	ByTurn       []jsonCacheBucket `json:"by_turn"`
 	ByPrompt     []jsonCacheBucket `json:"by_prompt_tokens"`
 }
@@ -154,8 +155,15 @@ type jsonSessions struct {
 }
 
 type jsonConversations struct {
-	PrefixCache jsonPrefixCache `json:"prefix_cache"`
-	Sessions    *jsonSessions   `json:"sessions"`
+	PrefixCache jsonPrefixCache  `json:"prefix_cache"`
+	Sessions    *jsonSessions    `json:"sessions"`
+	Overlap     *jsonTurnOverlap `json:"turn_overlap"`
+}
+
+type jsonTurnOverlap struct {
+	Turns      int64 `json:"turns"`
+	Overlapped int64 `json:"overlapped"`
+	Share      num   `json:"overlapped_share"`
 }
 
 func jcb(bs []CacheBucket) []jsonCacheBucket {
@@ -307,6 +315,13 @@ func (r *Report) toJSON() jsonReport {
 		pc := c.PrefixCache
 		j.Conversations = &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
 			PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
+		if pc.BestRule != "" {
+			rule := pc.BestRule
+			j.Conversations.PrefixCache.BestRule = &rule
+		}
+		if o := c.Overlap; o != nil {
+			j.Conversations.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: num(o.Share)}
+		}
 		if w := c.Sessions; w != nil {
 			j.Conversations.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
 				OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}

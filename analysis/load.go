@@ -86,6 +86,8 @@ type Data struct {
 	ShiftNS []int64
 	// BaseUnixNS is the wall-clock time of the common time axis's zero.
 	BaseUnixNS int64
+	// fileEnd is, per file, one past its last row's index in the per-request columns.
+	fileEnd []int
 
 	// Per request, in file order (null64/null32 for nulls).
 	scheduled, sent, first, end   []int64
@@ -211,6 +213,7 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 			return nil, err
 		}
 		base += int(o.pr.NumRows())
+		d.fileEnd = append(d.fileEnd, base)
 	}
 	return d, nil
 }

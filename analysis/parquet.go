@@ -110,8 +110,12 @@ func (r *Report) summaryCols() []col {
 	// Conversations: likewise on every row (zero counts and null rates without them).
 	pc := PrefixCache{CacheBucket: CacheBucket{HitRate: nan}, BestRate: nan}
 	w := &SessionWaits{WaitedShare: nan}
+	o := &TurnOverlap{Share: nan}
 	if r.Conversations != nil {
 		pc = r.Conversations.PrefixCache
+		if r.Conversations.Overlap != nil {
+			o = r.Conversations.Overlap
+		}
 		if r.Conversations.Sessions != nil {
 			w = r.Conversations.Sessions
 		}
@@ -121,6 +125,7 @@ func (r *Report) summaryCols() []col {
 		col{"session_turns", w.Turns}, col{"session_waited", w.Waited}, col{"session_waited_share", w.WaitedShare})
 	cs = append(cs, quantileCols("session_wait_ms", w.Wait)...)
 	cs = append(cs, col{"session_waited_over_bound", w.OverBound}, col{"reshaped_by_server", w.Reshaped})
+	cs = append(cs, col{"turn_overlap_turns", o.Turns}, col{"turn_overlap_overlapped", o.Overlapped}, col{"turn_overlap_share", o.Share})
 	return cs
 }
 

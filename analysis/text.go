@@ -159,15 +159,15 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("\nConversations\n")
 		best := "unknown (the trace has no prefix blocks)"
 		if !math.IsNaN(pc.BestRate) {
-			best = pct(100 * pc.BestRate)
+			best = pct(100*pc.BestRate) + " (" + bestRuleText(pc.BestRule) + ")"
 		}
 		if pc.Requests == 0 {
-			p("  prefix cache: the server did not say (no usage.prompt_tokens_details.cached_tokens); the trace allows %s\n", best)
+			p("  prefix cache: the server did not say (no usage.prompt_tokens_details.cached_tokens); the replay allows %s\n", best)
 		} else {
-			p("  prefix cache: the server reused %s of the prompt tokens; the trace allows %s (%d of %d tokens over %d ok requests)\n",
-				pct(100*pc.HitRate), best, pc.CachedTokens, pc.PromptTokens, pc.Requests)
+			p("  prefix cache: the server reused %s of the prompt tokens (%d of %d over %d ok requests); the replay allows %s\n",
+				pct(100*pc.HitRate), pc.CachedTokens, pc.PromptTokens, pc.Requests, best)
 			if pc.AboveBest() {
-				p("  (more than the trace's prefix blocks allow: a turn that sends back the previous answer (--history actual) reuses it from the cache, and the blocks do not count it)\n")
+				p("  (ABOVE the best the replay allows: the server had these prompts cached before the run, or this is a bug)\n")
 			}
 			for _, bd := range []struct {
 				title string
@@ -188,6 +188,9 @@ func (r *Report) WriteText(w io.Writer) error {
 					p("  %-18s %8d %12d %12d %10s\n", label, b.Requests, b.CachedTokens, b.PromptTokens, pct(100*b.HitRate))
 				}
 			}
+		}
+		if o := c.Overlap; o != nil {
+			p("  turn overlap: %d of %d later turns (%s) were sent before their predecessor's answer ended\n", o.Overlapped, o.Turns, pct(100*o.Share))
 		}
 		if w := c.Sessions; w != nil {
 			p50, p99 := "-", "-"
@@ -270,4 +273,12 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// bestRuleText says how the best prefix-cache hit rate was computed (PrefixCache.BestRule).
+func bestRuleText(rule string) string {
+	if rule == results.ReusableHistory {
+		return "actual history: later turns reuse what their predecessor sent and its planned answer, first turns the trace's prefix blocks"
+	}
+	return "the trace's prefix blocks"
 }

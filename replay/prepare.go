@@ -478,11 +478,15 @@ func fileSHA256(path string) (string, error) {
 }
 
 // reusable records in the run metadata the best prefix-cache hit rate the rows this run
-// replays allow (ReusableShare over this shard's rows, --warmup and --limit applied), when
-// the trace has prefix blocks: analyze reports the measured hit rate beside it.
+// replays allow (over this shard's rows, --warmup and --limit applied) and its rule: with
+// sequential sessions and --history actual, HistoryReusableShare (a later turn sends its
+// history back; recorded whether or not the trace has prefix blocks); otherwise
+// ReusableShare, when the trace has prefix blocks. analyze reports the measured hit rate
+// beside it.
 func (p *preparer) reusable(context.Context) error {
 	bt := p.src.Meta().BlockTokens
-	if bt <= 0 {
+	history := p.sessMode == SessionsSequential && p.history == HistoryActual
+	if bt <= 0 && !history {
 		return nil
 	}
 	scan, err := p.open()
@@ -494,12 +498,16 @@ func (p *preparer) reusable(context.Context) error {
 	if p.shard.Count > 1 {
 		src = trace.NewShardSource(scan, p.shard)
 	}
-	share, ok, err := ReusableShare(src, bt, p.cfg.Warmup, p.cfg.Limit)
+	share, rule := ReusableShare, results.ReusableBlocks
+	if history {
+		share, rule = HistoryReusableShare, results.ReusableHistory
+	}
+	v, ok, err := share(src, max(bt, 0), p.cfg.Warmup, p.cfg.Limit)
 	if err != nil {
 		return err
 	}
 	if ok {
-		p.meta.PrefixReusableShare = &share
+		p.meta.PrefixReusableShare, p.meta.PrefixReusableRule = &v, rule
 	}
 	return nil
 }

@@ -44,7 +44,23 @@ type RunMeta struct {
 	// prefix blocks (replay.ReusableShare). Added in revision 1.1; absent when the trace
 	// has no prefix blocks.
 	PrefixReusableShare *float64 `json:"prefix_reusable_share,omitempty"`
+	// PrefixReusableRule names how PrefixReusableShare was computed: ReusableBlocks or
+	// ReusableHistory. Added in revision 1.1 after the share; absent in a file that has
+	// the share without it, whose rule is ReusableBlocks (the only one then).
+	PrefixReusableRule string `json:"prefix_reusable_rule,omitempty"`
 }
+
+// Rules of RunMeta.PrefixReusableShare (docs/metrics.md, "prefix_reusable_share").
+const (
+	// ReusableBlocks: a row reuses the leading prefix blocks an earlier row had
+	// (independent sessions, or sequential with --history synthetic).
+	ReusableBlocks = "prefix-blocks"
+	// ReusableHistory: sequential sessions with --history actual: a later turn reuses its
+	// history as the replay plans it (what its predecessor sent plus the trace's output
+	// length); a first turn, or a row without a session, reuses the prefix blocks an
+	// earlier such row had.
+	ReusableHistory = "actual-history"
+)
 
 // Modes of a run (RunMeta.Mode).
 const (

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// TestE2ESessionsResults replays a `trace synth --turns` conversation trace against a
+// simulated engine slow enough that a session's turns would overlap (the fixed profile:
+// TTFT 100 ms, ITL 10 ms, so a 60-token answer ends 690 ms after it is sent, while a
+// session's turns are about 500 ms apart: 8 arrivals/s over 4 open sessions), in
+// sequential mode (think time 50 ms) and in independent mode, and checks each results
+// file row by row:
+//   - sequential: every later turn is sent at or after its predecessor's end_ns plus the
+//     think time; session_wait_ns = scheduled_ns − trace due (arrival_ns: speedup 1), and
+//     it is max(0, predecessor end + think − trace due), the end being the replayer's end
+//     of the response, at or after end_ns (the last output chunk) and within 50 ms of it;
+//     first turns are due at their trace time with a null wait; some turns waited;
+//   - independent: every row due at its trace time, no wait recorded, and some later
+//     turns sent before their predecessor's end_ns, as analyze's turn_overlap says (0 in
+//     sequential mode);
+//   - both: schedule lateness p99 under the 10 ms bound (the waits are not lateness);
+//   - DuckDB (when testdata/duckdb is installed) reads the conversation columns and finds
+//     the same waits and overlaps.
+func TestE2ESessionsResults(t *testing.T) {
+	if os.Getenv("LLMREPLAY_E2E") == "" {
+		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
+	}
+	const think = 50 * time.Millisecond
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "conv.parquet")
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	if err := run(ctx, []string{"trace", "synth", "--arrival", "poisson", "--rate", "8", "--duration", "6s",
+		"--prompt-tokens", "uniform:20,60", "--output-tokens", "fixed:60", "--turns", "uniform:3,6",
+		"--sessions", "4", "--seed", "5", "-o", tr}, &out, &errb); err != nil {
+		t.Fatalf("trace synth: %v\n%s", err, errb.String())
+	}
+	arrival := map[int64]int64{}
+	src, err := trace.Open(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src.Next() {
+		r := src.Request()
+		arrival[r.ID] = int64(r.Arrival)
+	}
+	if err := src.Err(); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+
+	cfg, err := sim.Profile("fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(eng.Handler())
+	defer hs.Close()
+	defer eng.Close()
+
+	for _, mode := range []string{replay.SessionsSequential, replay.SessionsIndependent} {
+		res := filepath.Join(dir, mode+".parquet")
+		args := []string{"replay", "--trace", tr, "--endpoint", hs.URL + "/v1", "--sessions", mode, "--quiet", "-o", res}
+		if mode == replay.SessionsSequential {
+			args = append(args, "--think-time", think.String())
+		}
+		out.Reset()
+		errb.Reset()
+		if err := run(ctx, args, &out, &errb); err != nil {
+			t.Fatalf("%s: replay: %v\n%s", mode, err, errb.String())
+		}
+		rows, _, err := replay.ReadFile(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != len(arrival) {
+			t.Fatalf("%s: %d rows, the trace has %d", mode, len(rows), len(arrival))
+		}
+		bySession := map[int64][]replay.Result{}
+		var late []int64
+		for _, r := range rows {
+			if r.Status != results.StatusOK || r.SessionID == results.Null || r.Turn == results.Null {
+				t.Fatalf("%s: request %d: status %s, session %d, turn %d: want every row ok, in a session", mode, r.RequestID, r.Status, r.SessionID, r.Turn)
+			}
+			bySession[r.SessionID] = append(bySession[r.SessionID], r)
+			late = append(late, r.SentNS-r.ScheduledNS)
+		}
+		waited, overlapped, later := 0, 0, 0
+		for id, s := range bySession {
+			sort.Slice(s, func(i, j int) bool { return s[i].Turn < s[j].Turn })
+			for k, r := range s {
+				due := arrival[r.RequestID]
+				if int(r.Turn) != k {
+					t.Fatalf("%s: session %d: turns %v", mode, id, s)
+				}
+				if k == 0 || mode == replay.SessionsIndependent {
+					if r.ScheduledNS != due || r.SessionWaitNS != results.Null {
+						t.Errorf("%s: session %d turn %d: scheduled %d, trace due %d, wait %d: want due at its trace time, no wait", mode, id, k, r.ScheduledNS, due, r.SessionWaitNS)
+					}
+					if k > 0 && r.SentNS < s[k-1].EndNS {
+						overlapped++
+					}
+					if k > 0 {
+						later++
+					}
+					continue
+				}
+				later++
+				prev := s[k-1]
+				if r.SentNS < prev.EndNS+int64(think) {
+					t.Errorf("session %d turn %d sent at %d, before its predecessor's end_ns %d + think %v", id, k, r.SentNS, prev.EndNS, think)
+				}
+				if r.SessionWaitNS == results.Null || r.ScheduledNS-due != r.SessionWaitNS {
+					t.Errorf("session %d turn %d: scheduled %d − trace due %d ≠ session_wait_ns %d", id, k, r.ScheduledNS, due, r.SessionWaitNS)
+					continue
+				}
+				want := max(0, prev.EndNS+int64(think)-due)
+				if d := r.SessionWaitNS - want; d < 0 || d > int64(50*time.Millisecond) {
+					t.Errorf("session %d turn %d: session_wait_ns %d, max(0, predecessor end_ns %d + think − due %d) = %d: off by %v",
+						id, k, r.SessionWaitNS, prev.EndNS, due, want, time.Duration(d))
+				}
+				if r.SessionWaitNS > 0 {
+					waited++
+				}
+			}
+		}
+		sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
+		p99 := time.Duration(late[(len(late)*99+99)/100-1])
+		t.Logf("%s: %d rows, %d sessions, %d later turns: %d waited, %d overlapped; lateness p99 %v", mode, len(rows), len(bySession), later, waited, overlapped, p99)
+		if p99 > 10*time.Millisecond {
+			t.Errorf("%s: schedule lateness p99 %v over the 10 ms bound", mode, p99)
+		}
+		if mode == replay.SessionsSequential && waited*5 < later {
+			t.Errorf("sequential: %d of %d later turns waited: the engine was not slow enough to test the waits", waited, later)
+		}
+		if mode == replay.SessionsIndependent && overlapped*5 < later {
+			t.Errorf("independent: %d of %d later turns overlapped their predecessor: the engine was not slow enough", overlapped, later)
+		}
+
+		out.Reset()
+		if err := run(ctx, []string{"analyze", res, "--json"}, &out, &errb); err != nil {
+			t.Fatalf("%s: analyze: %v\n%s", mode, err, errb.String())
+		}
+		var rep struct {
+			Conversations *struct {
+				Overlap *struct {
+					Turns      int64 `json:"turns"`
+					Overlapped int64 `json:"overlapped"`
+				} `json:"turn_overlap"`
+			} `json:"conversations"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Conversations == nil || rep.Conversations.Overlap == nil {
+			t.Fatalf("%s: analyze reports no turn_overlap", mode)
+		}
+		if o := rep.Conversations.Overlap; o.Turns != int64(later) || o.Overlapped != int64(overlapped) {
+			t.Errorf("%s: analyze turn_overlap %+v, the results file: %d of %d", mode, *o, overlapped, later)
+		}
+
+		if db := duckdbRows(t, fmt.Sprintf(`SELECT count(session_id)::INT AS sessions, count(turn)::INT AS turns,
+			count(session_wait_ns)::INT AS waits, count(*) FILTER (session_wait_ns > 0)::INT AS waited,
+			count(*) FILTER (sent_ns < prev_end)::INT AS overlapped
+			FROM (SELECT *, lag(end_ns) OVER (PARTITION BY session_id ORDER BY turn) AS prev_end FROM read_parquet('%s'))`, res)); db != nil {
+			wantWaits := later
+			if mode == replay.SessionsIndependent {
+				wantWaits = 0
+			}
+			want := map[string]float64{"sessions": float64(len(rows)), "turns": float64(len(rows)), "waits": float64(wantWaits),
+				"waited": float64(waited), "overlapped": float64(overlapped)}
+			for k, v := range want {
+				if db[0][k] != v {
+					t.Errorf("%s: DuckDB %s = %v, want %v", mode, k, db[0][k], v)
+				}
+			}
+		}
+	}
+}
+
+// duckdbRows runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, as
+// replay's interop test does) and returns its rows; nil when DuckDB is not installed
+// (a CI run fails instead).
+func duckdbRows(t *testing.T, sql string) []map[string]any {
+	t.Helper()
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
+		}
+		t.Logf("DuckDB not available, its checks skipped: %v", err)
+		return nil
+	}
+	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
+	cmd.Dir = root
+	b, err := cmd.Output()
+	if err != nil {
+		msg := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = string(ee.Stderr)
+		}
+		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatalf("duckdb output %q: %v", b, err)
+	}
+	return rows
+}
