@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -420,6 +421,8 @@ func TestRequestLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Read to the end: closing a stream early cancels it (the log would say canceled).
+		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp
 	}
