@@ -3,8 +3,9 @@
 # sequential (actual history) at two speedups against the moe-230b-8gpu simulated engine, a
 # fresh engine process (empty prefix cache) for every run; one table line per run from
 # `analyze --json`: sustained output tok/s, TTFT p50/p99, the prefix-cache hit rate beside
-# the best rate the run's trace allows, the turns that waited for their predecessor, and
-# schedule lateness p99. Loopback only; about 10 minutes.
+# the best rate the run allows, the turns that waited for their predecessor (and the p50 of
+# the wait), and the turns sent before their predecessor's answer ended. Loopback only;
+# about 8 minutes.
 #   ADDR=127.0.0.1:18411  SPEEDUPS="1 2"  KEEP=1 keeps the folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ trap '[ -n "$sim" ] && kill $sim 2>/dev/null; [ "${KEEP:-}" = 1 ] && echo "kept 
   --output-tokens uniform:50,200 --turns uniform:2,6 --sessions 16 --block-tokens 16 --seed 3 \
   -o "$tmp/conv.parquet" >/dev/null
 "$bin" trace info "$tmp/conv.parquet" | grep -E '^(requests|span|prefix)' || true
-printf '%-8s %-12s %10s %9s %9s %8s %8s %14s %12s\n' speedup sessions "sustain t/s" "TTFT p50" "TTFT p99" "hit" "best" "turns waited" "late p99 ms"
+printf '%-8s %-12s %10s %9s %9s %8s %8s %14s %12s %12s\n' speedup sessions "sustain t/s" "TTFT p50" "TTFT p99" "hit" "best" "turns waited" "wait p50 s" "overlapped"
 for sp in ${SPEEDUPS:-1 2}; do
   for mode in independent sequential; do
     "$bin" sim --addr "$addr" --profile moe-230b-8gpu >"$tmp/sim.log" 2>&1 &
@@ -36,10 +37,11 @@ for sp in ${SPEEDUPS:-1 2}; do
       const c = d.conversations || {}, pc = c.prefix_cache || {}, s = c.sessions;
       const f = (x, k = 1) => (x == null ? "-" : x.toFixed(k));
       const pct = (x) => (x == null ? "-" : (100 * x).toFixed(1) + "%");
-      const waited = s ? `${s.waited}/${s.turns}` : "-";
+      const waited = s ? `${s.waited}/${s.turns}` : "-", o = c.turn_overlap;
+      const wait50 = s && s.session_wait_ms ? (s.session_wait_ms.p50 / 1000).toFixed(2) : "-";
       console.log([process.argv[2].padEnd(8), process.argv[3].padEnd(12), f(d.throughput.sustained_output_tokens_per_s).padStart(10),
         f(d.ttft_ms.p50).padStart(9), f(d.ttft_ms.p99).padStart(9), pct(pc.hit_rate).padStart(8), pct(pc.best_rate).padStart(8),
-        waited.padStart(14), f(d.schedule_lateness_ms.p99, 3).padStart(12)].join(" "));
+        waited.padStart(14), wait50.padStart(12), (o ? `${o.overlapped}/${o.turns}` : "-").padStart(12)].join(" "));
     ' "$out.json" "${sp}x" "$mode"
   done
 done
