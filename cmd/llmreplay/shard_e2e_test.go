@@ -87,7 +87,11 @@ func TestE2EShards(t *testing.T) {
 	}
 
 	run := func(args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, bin, append([]string{"replay", "--trace", tracePath, "--endpoint", endpoint, "-q"}, args...)...)
+		// Independent sessions: every request due at its trace time, so the shards' schedule
+		// must equal the single run's to the nanosecond. (Sequential sessions, the default for
+		// a trace with sessions, make a later turn due when its predecessor's answer ends,
+		// which differs from run to run.)
+		cmd := exec.CommandContext(ctx, bin, append([]string{"replay", "--trace", tracePath, "--endpoint", endpoint, "-q", "--sessions", "independent"}, args...)...)
 		return cmd
 	}
 	startAt := time.Now().Add(3 * time.Second)
