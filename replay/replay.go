@@ -636,7 +636,6 @@ func (r *runner) openLoop() {
 	if r.o.seams.noSpin {
 		w.noSpin()
 	}
-	maxLate := int64(r.o.MaxLateness)
 	for {
 		req, ok := r.next()
 		if !ok {
@@ -645,30 +644,38 @@ func (r *runner) openLoop() {
 		if !w.until(req.dueNS) {
 			return
 		}
-		if late := r.clk.now() - req.dueNS; late > maxLate {
-			r.prog.Late.Add(1)
-			r.prog.LastLateNS.Store(late)
-		}
-		if r.inflight.Load() >= int64(r.o.MaxInflight) {
-			if !req.warmup {
-				res := r.resultOf(req)
-				res.Status = results.StatusDropped
-				res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
-				r.results <- res
-			}
-			continue
-		}
-		// With the raw client and a pooled connection, the dispatcher writes the request
-		// itself, now: no goroutine hand-off or connection set-up stands between the due
-		// time and the write. The response is read by a new goroutine. Otherwise (no idle
-		// connection, or net/http) the goroutine does it all.
-		r.withRunID(req)
-		pre := r.o.Client.startNow(r.clk, req)
-		r.inflight.Add(1)
-		r.prog.InFlight.Add(1)
-		r.wg.Add(1)
-		go r.send(req, pre)
+		r.dispatch(req)
 	}
+}
+
+// dispatch sends req now, or records it dropped when MaxInflight requests are in flight
+// (a dropped turn of a sequential session ends as a failed one). With the raw client and a
+// pooled connection, the dispatcher writes the request itself: no goroutine hand-off or
+// connection set-up stands between the due time and the write, and a new goroutine reads
+// the response. Otherwise (no idle connection, or net/http) the goroutine does it all.
+func (r *runner) dispatch(req *request) {
+	if late := r.clk.now() - req.dueNS; late > int64(r.o.MaxLateness) {
+		r.prog.Late.Add(1)
+		r.prog.LastLateNS.Store(late)
+	}
+	if r.inflight.Load() >= int64(r.o.MaxInflight) {
+		res := r.resultOf(req)
+		res.Status = results.StatusDropped
+		res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
+		if req.conv != nil {
+			r.turnEnded(req, res, r.clk.now())
+		}
+		if !req.warmup {
+			r.results <- res
+		}
+		return
+	}
+	r.withRunID(req)
+	pre := r.o.Client.startNow(r.clk, req)
+	r.inflight.Add(1)
+	r.prog.InFlight.Add(1)
+	r.wg.Add(1)
+	go r.send(req, pre)
 }
 
 // closedLoop runs Concurrency workers, each sending the next request when its last ends.

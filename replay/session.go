@@ -583,7 +583,7 @@ func (r *runner) openLoopSessions() {
 			heap.Remove(&s.q, i)
 			s.mu.Unlock()
 		}
-		r.dispatchTurn(next)
+		r.dispatch(next)
 	}
 }
 
@@ -593,33 +593,6 @@ func chanIf(in chan *request, ok bool) chan *request {
 		return nil
 	}
 	return in
-}
-
-// dispatchTurn sends req now (openLoop's dispatch), or records it dropped when
-// MaxInflight requests are in flight; a dropped turn ends as a failed one.
-func (r *runner) dispatchTurn(req *request) {
-	if late := r.clk.now() - req.dueNS; late > int64(r.o.MaxLateness) {
-		r.prog.Late.Add(1)
-		r.prog.LastLateNS.Store(late)
-	}
-	if r.inflight.Load() >= int64(r.o.MaxInflight) {
-		res := r.resultOf(req)
-		res.Status = results.StatusDropped
-		res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
-		if req.conv != nil {
-			r.turnEnded(req, res, r.clk.now())
-		}
-		if !req.warmup {
-			r.results <- res
-		}
-		return
-	}
-	r.withRunID(req)
-	pre := r.o.Client.startNow(r.clk, req)
-	r.inflight.Add(1)
-	r.prog.InFlight.Add(1)
-	r.wg.Add(1)
-	go r.send(req, pre)
 }
 
 // untilWoken is waiter.until that also returns, with reached false, when wake fires.
