@@ -373,7 +373,7 @@ func BenchmarkRequestHeader(b *testing.B) {
 		name  string
 		runID string
 		sess  bool
-	}{{"shared", "", false}, {"request-id+session", "48ab9150de323e0d", true}} {
+	}{{"client-header", "", false}, {"request-id+session", "48ab9150de323e0d", true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
