@@ -48,6 +48,22 @@ type RunMeta struct {
 	// ReusableHistory. Added in revision 1.1 after the share; absent in a file that has
 	// the share without it, whose rule is ReusableBlocks (the only one then).
 	PrefixReusableRule string `json:"prefix_reusable_rule,omitempty"`
+
+	// Scrape lists the Prometheus endpoints this run (shard) sampled during the run, each
+	// without credentials or query (replay.SafeURL), every ScrapeIntervalNS; MetricsFile is
+	// the base name of the metrics file they went to, beside the results file
+	// (MetricsPath). Added in revision 1.2; absent when the run scraped nothing.
+	Scrape           []string `json:"scrape,omitempty"`
+	ScrapeIntervalNS int64    `json:"scrape_interval_ns,omitempty"`
+	MetricsFile      string   `json:"metrics_file,omitempty"`
+
+	// Repeat is this run's 1-based index among the RepeatCount runs of one `replay --repeat`
+	// (or of one sweep point with --repeat); RepeatGroup is the run_id of the group's first
+	// repeat, shared by every repeat, so analysis and compare tell a group of repeats from
+	// unrelated runs. Added in revision 1.2; absent for a run that was not repeated.
+	Repeat      int    `json:"repeat,omitempty"`
+	RepeatCount int    `json:"repeat_count,omitempty"`
+	RepeatGroup string `json:"repeat_group,omitempty"`
 }
 
 // Rules of RunMeta.PrefixReusableShare (docs/metrics.md, "prefix_reusable_share").
