@@ -833,15 +833,9 @@ func shortText(b []byte) string {
 	return s
 }
 
-// ListModels returns the model ids of GET BASE/models, in the order served.
-func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.Header, insecure bool) ([]string, error) {
-	u := *base
-	u.User = nil
-	u.Path += "/models"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
+// authorize gives req the run's credentials and extra headers: --header values, the base
+// URL's userinfo as basic auth, the API key as a bearer token (it wins over the userinfo).
+func authorize(req *http.Request, base *url.URL, apiKey string, header http.Header) {
 	for k, v := range header {
 		req.Header[k] = v
 	}
@@ -852,6 +846,18 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 	if apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
+}
+
+// ListModels returns the model ids of GET BASE/models, in the order served.
+func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.Header, insecure bool) ([]string, error) {
+	u := *base
+	u.User = nil
+	u.Path += "/models"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	authorize(req, base, apiKey, header)
 	hc := &http.Client{Transport: NewTransport(1, insecure), Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)

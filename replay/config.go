@@ -65,7 +65,11 @@ type Config struct {
 	MaxLateness time.Duration
 	Strict      bool
 
+	// Output is the results file; "" = DefaultOutputName at the run's start (Prepare
+	// resolves it into Session.Output). Force lets a run replace an existing results file
+	// (and discard an earlier run's journal there).
 	Output      string
+	Force       bool
 	KeepJournal bool
 	Shard       string // --shard i/N
 	StartAt     string // --start-at: RFC 3339 or unix seconds; "" = now
@@ -85,7 +89,7 @@ func DefaultConfig() Config {
 	return Config{
 		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto",
 		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
-		MaxLateness: DefaultMaxLateness, Output: "results.parquet", Shard: "0/1",
+		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
 	}
@@ -160,9 +164,6 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateSessions(); err != nil {
 		return err
-	}
-	if c.Output == "" {
-		return configErrorf("--output is empty")
 	}
 	return nil
 }

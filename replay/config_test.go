@@ -47,7 +47,6 @@ func TestConfigValidate(t *testing.T) {
 		{"start-at ok", func(c *Config) { c.StartAt = "2026-12-02T15:00:00Z" }, ""},
 		{"header", func(c *Config) { c.Headers = []string{"X-Secret value"} }, `--header "X-Secret value": want 'Name: value'`},
 		{"header value kept out", func(c *Config) { c.Headers = []string{": hunter2"} }, `--header "": want 'Name: value'`},
-		{"output", func(c *Config) { c.Output = "" }, "--output is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

@@ -42,7 +42,10 @@ type Session struct {
 	// schedule length (0: unknown). Both are for progress displays.
 	ProgressTotal int64
 	Schedule      time.Duration
-	closers       []func()
+	// Output is the results file the run writes: Config.Output, or the unique default
+	// name when none was given. Checked before any request (CheckOutput).
+	Output  string
+	closers []func()
 }
 
 // Close releases the trace, the client and the in-process engine, last opened first.
@@ -89,7 +92,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.routes, p.client, p.origin, p.calibrate}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.origin, p.calibrate}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -109,7 +112,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
-		Output: cfg.Output, KeepJournal: cfg.KeepJournal,
+		Output: s.Output, KeepJournal: cfg.KeepJournal,
 		Meta: p.meta, MaxLateness: cfg.MaxLateness, Models: p.models,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
 	}
@@ -119,6 +122,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		o.ThinkTime, o.ThinkSeed, o.SessionPlan = p.think, cfg.Seed, p.plan
 	}
 	s.ProgressTotal = p.progressTotal()
+	p.diskCheck()
 	return s, nil
 }
 

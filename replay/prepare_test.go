@@ -49,6 +49,7 @@ func TestPrepare(t *testing.T) {
 	// A bad configuration is a *ConfigError naming the flag; the endpoint's password is
 	// never in an error.
 	cfg.RateSet = false
+	cfg.Output = filepath.Join(t.TempDir(), "r.parquet") // r.parquet exists: it would be refused first
 	cfg.Endpoint = "ftp://user:pw-Secret1@h/v1"
 	if _, err := Prepare(context.Background(), cfg, Env{}); !IsConfigError(err) || strings.Contains(err.Error(), "pw-Secret1") ||
 		!strings.HasPrefix(err.Error(), "--endpoint") {

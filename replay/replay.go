@@ -305,11 +305,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		runErr = *e
 	}
 	if err := errors.Join(writeErr, closeErr); err != nil {
-		return sum.finish(), errors.Join(runErr, err)
+		return sum.finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
 	info, err := ConvertJournal(journalPath, o.Output)
 	if err != nil {
-		return sum.finish(), errors.Join(runErr, err)
+		return sum.finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
 	if info.Tail != nil {
 		return sum.finish(), errors.Join(runErr, fmt.Errorf("replay: %w", info.Tail))

@@ -19,7 +19,7 @@ import (
 func init() {
 	register(&command{
 		name:    "replay",
-		summary: "replay a trace open-loop (or closed-loop) against an endpoint; write results.parquet",
+		summary: "replay a trace open-loop (or closed-loop) against an endpoint; write its results file",
 		run:     runReplay,
 	})
 }
@@ -96,7 +96,8 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.SLO, "slo", f.SLO, "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms")
 	fs.DurationVar(&f.MaxLateness, "max-lateness", f.MaxLateness, "schedule lateness p99 above which the run is client-limited (closed loop: of the steady state after the first wave)")
 	fs.BoolVar(&f.Strict, "strict", f.Strict, "exit with status 3 when the run is client-limited")
-	fs.StringVarP(&f.Output, "output", "o", f.Output, "results file (Parquet); its journal is written beside it while the run goes")
+	fs.StringVarP(&f.Output, "output", "o", f.Output, "results file (Parquet; default: results-<start, UTC>.parquet, new for every run); its journal is written beside it while the run goes")
+	fs.BoolVar(&f.Force, "force", f.Force, "replace an existing -o file (and discard an unfinished earlier run's journal beside it); without it a run never replaces another")
 	fs.BoolVar(&f.KeepJournal, "keep-journal", f.KeepJournal, "keep the journal (OUTPUT.journal) after the results file is written")
 	fs.StringVar(&f.Shard, "shard", f.Shard, "send only shard i of N of the trace (by session, else request id); see docs/scaling-out.md")
 	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
@@ -137,6 +138,8 @@ func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, s
 		return err
 	}
 	defer sess.Close()
+	out := sess.Output
+	fmt.Fprintf(stderr, "llmreplay: results will be written to %s\n", out)
 	sum, err := runSession(ctx, sess, &cfg, stderr)
 	if err != nil {
 		if sum != nil {
@@ -145,11 +148,11 @@ func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, s
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "results: %s\n", cfg.Output)
+	fmt.Fprintf(stdout, "results: %s\n", out)
 	if n := sum.HistoryNote(); n != "" {
 		fmt.Fprintf(stdout, "llmreplay: %s\n", n)
 	}
-	rep, aerr := writeReport(ctx, cfg.Output, stdout)
+	rep, aerr := writeReport(ctx, out, stdout)
 	if aerr != nil {
 		// The results file is written; only the report failed: say why, print the short summary.
 		fmt.Fprintf(stderr, "llmreplay: replay: the full report failed (%v); short summary:\n", aerr)

@@ -562,7 +562,9 @@ const pointSeedShift = 40
 
 func (sw *sweeper) pointConfig(load float64, path string, n int) (replay.Config, map[string]string) {
 	cfg := sw.cfg
-	cfg.Output, cfg.Quiet = path, true
+	// The sweep owns its folder: a point's file or journal left by an interrupted or killed
+	// sweep is not a measurement, and --resume reruns that point over it.
+	cfg.Output, cfg.Quiet, cfg.Force = path, true, true
 	cfg.Seed += uint64(n-1) << pointSeedShift
 	value := fmtLoadFlag(load)
 	switch sw.axis {

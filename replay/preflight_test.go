@@ -1,0 +1,201 @@
+package replay
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+func TestDefaultOutputName(t *testing.T) {
+	at := time.Date(2026, 12, 3, 10, 30, 5, 999e6, time.FixedZone("CET", 3600))
+	if got := DefaultOutputName(at, trace.Shard{Index: 0, Count: 1}); got != "results-20261203T093005Z.parquet" {
+		t.Errorf("single run: %s", got)
+	}
+	if got := DefaultOutputName(at, trace.Shard{Index: 2, Count: 4}); got != "results-20261203T093005Z.shard-2.parquet" {
+		t.Errorf("shard 2/4: %s", got)
+	}
+	dir := t.TempDir()
+	name := filepath.Join(dir, "results-x.parquet")
+	if got := uniqueOutput(name); got != name {
+		t.Errorf("free name changed: %s", got)
+	}
+	touch(t, name)
+	touch(t, filepath.Join(dir, "results-x-2.parquet.journal"))
+	if got := uniqueOutput(name); got != filepath.Join(dir, "results-x-3.parquet") {
+		t.Errorf("taken name and journal: %s", got)
+	}
+}
+
+func touch(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckOutput(t *testing.T) {
+	dir := t.TempDir()
+	free := filepath.Join(dir, "new.parquet")
+	if err := CheckOutput(free, false); err != nil {
+		t.Fatalf("a new file in a writable folder: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the check left %d files behind", len(ents))
+	}
+	folder := filepath.Join(dir, "out.parquet")
+	os.Mkdir(folder, 0o755)
+	existing := filepath.Join(dir, "old.parquet")
+	touch(t, existing)
+	unfinished := filepath.Join(dir, "crashed.parquet")
+	touch(t, unfinished+JournalSuffix)
+	withMetrics := filepath.Join(dir, "m.parquet")
+	touch(t, results.MetricsPath(withMetrics))
+	notDir := filepath.Join(existing, "x.parquet")
+	for _, c := range []struct {
+		path  string
+		force bool
+		want  string // "" = accepted
+	}{
+		{folder, false, "is a folder; name a file"},
+		{folder, true, "is a folder"},
+		{existing, false, "file exists"},
+		{existing, true, ""},
+		{unfinished, false, "llmreplay recover " + unfinished + JournalSuffix},
+		{unfinished, true, ""},
+		{withMetrics, false, "metrics file"},
+		{filepath.Join(dir, "no-such-dir", "r.parquet"), false, "no such file or directory"},
+		{notDir, false, "not a directory"},
+	} {
+		err := CheckOutput(c.path, c.force)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s force=%v: %v", c.path, c.force, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !IsConfigError(err) || !strings.HasPrefix(err.Error(), "-o "+c.path)):
+			t.Errorf("%s force=%v: got %v, want a *ConfigError starting -o PATH and containing %q", c.path, c.force, err, c.want)
+		}
+	}
+	if _, err := os.Stat(existing); err != nil {
+		t.Errorf("the check removed the existing file: %v", err)
+	}
+}
+
+// TestPrepareChecksOutputBeforeTraffic: a bad -o (a folder, an existing file, a folder that
+// does not exist) stops Prepare before any request reaches the endpoint.
+func TestPrepareChecksOutputBeforeTraffic(t *testing.T) {
+	var hits atomic.Int64
+	u := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write([]byte(`{"data":[{"id":"m"}]}`))
+	}))
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "old.parquet")
+	touch(t, existing)
+	for _, out := range []string{dir, existing, filepath.Join(dir, "nope", "r.parquet")} {
+		cfg := DefaultConfig()
+		cfg.Endpoint, cfg.Output, cfg.Limit = u.String(), out, 3
+		_, err := Prepare(context.Background(), cfg, Env{})
+		if !IsConfigError(err) {
+			t.Errorf("-o %s: %v, want a configuration error", out, err)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the endpoint saw %d requests before the output was refused", n)
+	}
+}
+
+// TestPrepareDefaultOutput: with no -o the results go to a new results-<UTC>.parquet in the
+// current folder, never to an existing file's name.
+func TestPrepareDefaultOutput(t *testing.T) {
+	u := startServer(t, &vllmServer{})
+	t.Chdir(t.TempDir())
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Limit, cfg.Quiet = u.String(), 3, true
+	sess, err := Prepare(context.Background(), cfg, Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sess.Output
+	if !regexp.MustCompile(`^results-\d{8}T\d{6}Z\.parquet$`).MatchString(first) || sess.Options.Output != first {
+		t.Fatalf("default output %q (options %q)", first, sess.Options.Output)
+	}
+	if _, err := Run(context.Background(), sess.Options); err != nil {
+		t.Fatal(err)
+	}
+	sess.Close()
+	sess, err = Prepare(context.Background(), cfg, Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if sess.Output == first {
+		t.Errorf("a second run in the same folder was given the first run's file %s", first)
+	}
+}
+
+// TestPrepareEndpointMustAnswer: with --model given (no discovery), an endpoint where nothing
+// listens, or one that refuses the credentials, stops the run before it starts, with the
+// reason and without the key.
+func TestPrepareEndpointMustAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/v1"
+	ln.Close()
+	out := filepath.Join(t.TempDir(), "r.parquet")
+	cfg := DefaultConfig()
+	cfg.Endpoint, cfg.Model, cfg.Output = closed, "m", out
+	_, err = Prepare(context.Background(), cfg, Env{})
+	if err == nil || !strings.Contains(err.Error(), "does not answer") || !strings.Contains(err.Error(), "no request was sent") {
+		t.Errorf("nothing listening: %v", err)
+	}
+
+	u := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad key", http.StatusUnauthorized)
+	}))
+	cfg.Endpoint, cfg.APIKey = u.String(), "sk-Secret-123"
+	_, err = Prepare(context.Background(), cfg, Env{})
+	if err == nil || !strings.Contains(err.Error(), "--api-key") || strings.Contains(err.Error(), "sk-Secret-123") {
+		t.Errorf("401: %v", err)
+	}
+	if _, err := os.Stat(out + JournalSuffix); err == nil {
+		t.Error("a journal was created for a run that never started")
+	}
+}
+
+// TestRunKeepsJournalWhenResultsCannotBeWritten: when the final rename fails (here the
+// results path became a folder during the run), the error names the journal and the exact
+// recover command, the journal is kept, and recover turns it into every record.
+func TestRunKeepsJournalWhenResultsCannotBeWritten(t *testing.T) {
+	u := startServer(t, &vllmServer{})
+	c := newTestClient(t, u, nil)
+	out := filepath.Join(t.TempDir(), "r.parquet")
+	if err := os.Mkdir(out, 0o755); err != nil { // Run itself does no preflight: Prepare does
+		t.Fatal(err)
+	}
+	o := Options{Source: trace.NewSliceSource(uniformTrace(4, time.Millisecond, 4, 3)), Client: c, Prompter: wordPrompter,
+		Speedup: 1, Output: out, Grace: time.Second}
+	_, err := Run(context.Background(), o)
+	j := out + JournalSuffix
+	if err == nil || !strings.Contains(err.Error(), "llmreplay recover "+j+" -o "+out) {
+		t.Fatalf("Run: %v, want the recover command", err)
+	}
+	fixed := filepath.Join(filepath.Dir(out), "fixed.parquet")
+	if _, err := ConvertJournal(j, fixed); err != nil {
+		t.Fatalf("the journal was not kept whole: %v", err)
+	}
+	res, _, err := ReadFile(fixed)
+	if err != nil || len(res) != 4 {
+		t.Fatalf("recovered %d records, err %v", len(res), err)
+	}
+}
