@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"math"
 	"os"
@@ -161,6 +162,9 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 	for _, p := range paths {
 		pr, err := file.OpenParquetFile(p, false, file.WithReadProps(readProps()))
 		if err != nil {
+			if k, ok := filekind.OfFile(p); ok && k != filekind.Parquet {
+				return nil, fmt.Errorf("analysis: open %s: %s", p, filekind.Mismatch(k, "a results file (Parquet)", p))
+			}
 			return nil, fmt.Errorf("analysis: open %s: %w", p, err)
 		}
 		fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: opts.BatchSize}, memory.DefaultAllocator)
@@ -386,6 +390,9 @@ func parseRun(path string, format, run *string) (results.RunMeta, error) {
 		got := "none"
 		if format != nil {
 			got = *format
+		}
+		if got == "trace/v1" {
+			return m, fmt.Errorf("analysis: read %s: this is a trace (%s = %q), not a replay's results file; replay it with `llmreplay replay --trace %s`", path, results.MetaFormat, got, path)
 		}
 		return m, fmt.Errorf("analysis: read %s: schema metadata %s = %q, want %q", path, results.MetaFormat, got, results.Format)
 	}

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
 	"time"
@@ -254,6 +255,9 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 	defer f.Close()
 	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
+		if k, ok := filekind.OfFile(journal); ok && k != filekind.ArrowStream {
+			return info, fmt.Errorf("replay: read journal %s: %s", journal, filekind.Mismatch(k, "a replay's journal (an Arrow IPC stream)", journal))
+		}
 		return info, fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
 	}
 	defer rdr.Release()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
 
@@ -26,6 +27,9 @@ func ReadFile(path string) ([]Result, *results.RunMeta, error) {
 	defer f.Close()
 	pf, err := file.NewParquetReader(f)
 	if err != nil {
+		if k, ok := filekind.OfFile(path); ok && k != filekind.Parquet {
+			return nil, nil, fmt.Errorf("replay: read %s: %s", path, filekind.Mismatch(k, "a results file (Parquet)", path))
+		}
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
 	}
 	defer pf.Close()

@@ -1,9 +1,12 @@
 package trace
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
 	"sort"
@@ -118,11 +121,14 @@ type SyntaxError struct {
 	Err   error
 }
 
+// Error says where, and what was wrong; text taken from the input is shown escaped and cut
+// (filekind.Printable), so a message never carries control bytes or a whole binary line.
 func (e *SyntaxError) Error() string {
+	msg := filekind.Printable(e.Err.Error(), 300)
 	if e.Field == "" {
-		return fmt.Sprintf("trace: import %s %s %d: %v", e.File, e.Unit, e.Line, e.Err)
+		return fmt.Sprintf("trace: import %s %s %d: %s", e.File, e.Unit, e.Line, msg)
 	}
-	return fmt.Sprintf("trace: import %s %s %d: %s: %v", e.File, e.Unit, e.Line, e.Field, e.Err)
+	return fmt.Sprintf("trace: import %s %s %d: %s: %s", e.File, e.Unit, e.Line, filekind.Printable(e.Field, 100), msg)
 }
 
 func (e *SyntaxError) Unwrap() error { return e.Err }
@@ -211,7 +217,10 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		name = "-"
 	}
 	p := &pipeline{ctx: ctx, name: name, opts: &opts, w: w, rep: &rep, what: "line"}
-	var err error
+	in, err := sniffInput(in, opts.Format, name)
+	if err != nil {
+		return rep, err
+	}
 	switch opts.Format {
 	case FormatAzure:
 		err = importAzure(in, p)
@@ -265,4 +274,43 @@ func ImportFile(ctx context.Context, inPath, outPath string, opts ImportOptions)
 		return rep, err
 	}
 	return rep, w.Close()
+}
+
+// sniffInput looks at the input's first bytes before any parsing, so that a file of the
+// wrong kind gets one line saying what it is instead of a parse error quoting its binary
+// content. A gzip-compressed input is read through gzip (azure.csv.gz imports as is); other
+// compressed or binary inputs, and JSON given to a CSV format or the reverse, are refused
+// with the likely fix.
+func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
+	br := bufio.NewReaderSize(in, 64<<10)
+	head, _ := br.Peek(filekind.HeadSize)
+	k := filekind.Sniff(head)
+	if k == filekind.Gzip {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("trace: import %s: gzip: %w", name, err)
+		}
+		br = bufio.NewReaderSize(zr, 64<<10)
+		head, _ = br.Peek(filekind.HeadSize)
+		if k = filekind.Sniff(head); k == filekind.Gzip {
+			return nil, fmt.Errorf("trace: import %s: compressed twice (gzip inside gzip)", name)
+		}
+	}
+	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
+	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL
+	switch {
+	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
+		return br, nil
+	case k == filekind.JSON && csvFormat:
+		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt or jsonl read JSON", name, format)
+	case k == filekind.Text && jsonFormat:
+		return nil, fmt.Errorf("trace: import %s: this is text that is not JSON (CSV?), not %s JSON; --from azure, burstgpt or csv read CSV", name, format)
+	case !csvFormat && !jsonFormat:
+		return br, nil // an unknown format: Import says so
+	}
+	want := format + " CSV text"
+	if jsonFormat {
+		want = format + " JSON text"
+	}
+	return nil, fmt.Errorf("trace: import %s: %s", name, filekind.Mismatch(k, want, name))
 }

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"sort"
 	"strings"
@@ -70,7 +71,7 @@ func (c *csvSource) require(names ...string) ([]int, error) {
 	out := make([]int, len(names))
 	for i, n := range names {
 		if out[i] = c.head.find(n); out[i] < 0 {
-			return nil, fmt.Errorf("trace: import %s line 1: column %q: missing (header has %s)", c.p.name, n, strings.Join(c.head.names, ","))
+			return nil, fmt.Errorf("trace: import %s line 1: column %q: missing (header has %s)", c.p.name, n, filekind.Printable(strings.Join(c.head.names, ","), 200))
 		}
 	}
 	return out, nil

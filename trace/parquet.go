@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
 	"strconv"
@@ -95,6 +96,8 @@ func metaFrom(md arrow.Metadata) (Meta, error) {
 	case Format:
 	case "":
 		return m, fmt.Errorf("not an llmreplay trace: schema metadata has no %s key (want %q)", MetaFormat, Format)
+	case "results/v1":
+		return m, fmt.Errorf("%s is %q: this is a replay's results file, not a trace; analyze it with `llmreplay analyze`", MetaFormat, f)
 	default:
 		return m, fmt.Errorf("%s is %q; this llmreplay reads %q", MetaFormat, f, Format)
 	}
@@ -367,6 +370,9 @@ func Open(path string) (*Reader, error) {
 	r, err := NewReader(f, path)
 	if err != nil {
 		f.Close()
+		if k, ok := filekind.OfFile(path); ok && k != filekind.Parquet {
+			return nil, fmt.Errorf("trace: open %s: %s", path, filekind.Mismatch(k, "a Parquet trace", path))
+		}
 		return nil, err
 	}
 	r.f = f
