@@ -20,6 +20,7 @@ for c in $cs; do
     for v in A B; do
       bin=$a; [ $v = B ] && bin=$b
       rm -f "$tmp/r.parquet"
+      rm -f "$tmp/r.parquet"  # a run never replaces another: each starts on a free name
       "$bin" replay --trace "$tmp/trace.parquet" --sim-profile "$profile" --concurrency "$c" \
         --limit $((2 * c)) -q -o "$tmp/r.parquet" >/dev/null 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
       echo "$v run $i $("$tmp/closedwave" "$tmp/r.parquet")" | tee -a "$tmp/lines"

@@ -20,6 +20,7 @@ for i in $(seq "$runs"); do
   for v in A B; do
     bin=$a; [ $v = B ] && bin=$b
     rm -f "$tmp/r.parquet"
+    rm -f "$tmp/r.parquet"  # a run never replaces another: each starts on a free name
     /usr/bin/time -f '%U %S' -o "$tmp/time" "$bin" replay --trace "$tmp/trace.parquet" \
       --endpoint "http://$addr/v1" --prompt-format token-ids -q -o "$tmp/r.parquet" >/dev/null
     "$b" analyze "$tmp/r.parquet" --json >"$tmp/r.json"

@@ -20,6 +20,7 @@ sleep 1
 for i in $(seq "$runs"); do
   for mode in independent sequential; do
     rm -f "$tmp/r.parquet"
+    rm -f "$tmp/r.parquet"  # a run never replaces another: each starts on a free name
     /usr/bin/time -f '%U %S' -o "$tmp/time" "$bin" replay --trace "$tmp/trace.parquet" --endpoint "http://$addr/v1" \
       --prompt-format text --sessions "$mode" -q -o "$tmp/r.parquet" >"$tmp/out"
     "$bin" analyze "$tmp/r.parquet" --json >"$tmp/r.json"

@@ -21,6 +21,7 @@ bin=$tmp/llmreplay
   --turns uniform:2,3 --sessions 2000 --seed 1 -o "$tmp/s100k.parquet" >/dev/null
 run() {
   local name=$1; shift
+  rm -f "$tmp/r.parquet"  # a run never replaces another: each starts on a free name
   /usr/bin/time -v -o "$tmp/time" "$bin" replay --sim-profile fixed -q -o "$tmp/r.parquet" "$@" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
   rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time")
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {print $2}' "$tmp/time")

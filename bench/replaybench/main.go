@@ -280,7 +280,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	cfg.Speedup, cfg.SpeedupSet = 1, true
 	cfg.Timeout, cfg.MaxInflight, cfg.Grace, cfg.Prewarm = time.Minute, maxInflight, time.Second, *prewarm
 	cfg.Warmup = int64(warmup.Seconds() * ratePerSec)
-	cfg.Output = filepath.Join(dir, "results.parquet")
+	cfg.Output, cfg.Force = filepath.Join(dir, "results.parquet"), true // the benchmark owns dir
 	cfg.Quiet = true
 	ctx := context.Background()
 	sess, err := replay.Prepare(ctx, cfg, replay.Env{ToolVersion: "replaybench"})
