@@ -161,7 +161,7 @@ func (p *preparer) diskCheck() {
 	}
 	need := estimateBytes(rows, meanOut)
 	dir := filepath.Dir(p.s.Output)
-	free, ok := freeBytes(dir)
+	free, ok := diskFree(dir)
 	if !ok || free >= uint64(need) {
 		return
 	}
@@ -186,6 +186,9 @@ func (p *preparer) meanOutput(n int) (float64, error) {
 	}
 	return float64(sum) / float64(k), nil
 }
+
+// diskFree is freeBytes; tests replace it.
+var diskFree = freeBytes
 
 func humanBytes(n int64) string {
 	switch {

@@ -199,3 +199,31 @@ func TestRunKeepsJournalWhenResultsCannotBeWritten(t *testing.T) {
 		t.Fatalf("recovered %d records, err %v", len(res), err)
 	}
 }
+
+// TestPrepareWarnsWhenTheDiskIsShort: with less free space than the estimate, Prepare says so
+// (and goes on); with enough, it says nothing.
+func TestPrepareWarnsWhenTheDiskIsShort(t *testing.T) {
+	u := startServer(t, &vllmServer{})
+	defer func(f func(string) (uint64, bool)) { diskFree = f }(diskFree)
+	for _, c := range []struct {
+		free uint64
+		warn bool
+	}{{4 << 10, true}, {1 << 40, false}} {
+		diskFree = func(string) (uint64, bool) { return c.free, true }
+		cfg := DefaultConfig()
+		cfg.Endpoint, cfg.Output = u.String(), filepath.Join(t.TempDir(), "r.parquet")
+		var log strings.Builder
+		sess, err := Prepare(context.Background(), cfg, Env{Log: &log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess.Close()
+		// The bundled sample: 523 requests; the estimate is 2·523·(160 + 12·mean output).
+		if got := strings.Contains(log.String(), "may need up to") && strings.Contains(log.String(), "523 requests"); got != c.warn {
+			t.Errorf("free %d bytes: warned %v, want %v:\n%s", c.free, got, c.warn, log.String())
+		}
+	}
+	if got := estimateBytes(1000, 100); got != 2*1000*(160+1200) {
+		t.Errorf("estimateBytes(1000, 100) = %d", got)
+	}
+}
