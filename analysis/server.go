@@ -562,3 +562,73 @@ func (s *Server) writeText(p func(string, ...any)) {
 		p("  scrapes of %s (shard %d): %d, %d failed%s\n", src.Source, src.Shard, src.Scrapes, src.Failures, fail)
 	}
 }
+
+// summaryCols are the server columns of the summary row, on every row (a run that scraped
+// nothing has zero counts and null figures), so that summaries of scraped and unscraped
+// runs stack.
+func (s *Server) summaryCols() []col {
+	if s == nil {
+		nan := math.NaN()
+		g := GaugeStats{Mean: nan, P99: nan, Max: nan}
+		s = &Server{WindowStartS: nan, WindowEndS: nan, Running: g, Waiting: g, KVUsage: g, GPUUtil: g, GPUPowerW: g, GPUMemMiB: g,
+			Preemptions: nan, PrefixHitRate: nan}
+	}
+	var scrapes, failures int64
+	for _, src := range s.Sources {
+		scrapes += src.Scrapes
+		failures += src.Failures
+	}
+	return []col{{"server_sources", int64(len(s.Sources))}, {"server_scrapes", scrapes}, {"server_scrape_failures", failures},
+		{"server_running_mean", s.Running.Mean}, {"server_running_max", s.Running.Max},
+		{"server_waiting_mean", s.Waiting.Mean}, {"server_waiting_max", s.Waiting.Max},
+		{"server_kv_cache_usage_mean", s.KVUsage.Mean}, {"server_kv_cache_usage_p99", s.KVUsage.P99}, {"server_kv_cache_usage_max", s.KVUsage.Max},
+		{"server_preemptions", s.Preemptions}, {"server_prefix_cache_hit_rate", s.PrefixHitRate},
+		{"server_gpu_utilization_pct_mean", s.GPUUtil.Mean}, {"server_gpu_utilization_pct_max", s.GPUUtil.Max},
+		{"server_gpu_power_w_mean", s.GPUPowerW.Mean}, {"server_gpu_power_w_max", s.GPUPowerW.Max}}
+}
+
+// serverPlots are the HTML report's server panels, on the time axis of the throughput,
+// in-flight and TTFT plots (same x range, same window band): the engine's running and
+// waiting requests beside the client's in-flight count, so the queue is seen to build
+// before TTFT rises; and KV-cache usage with GPU utilisation, both in percent. A panel
+// with nothing scraped is left out (the page's check wants marks in every plot).
+func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
+	if r.Server == nil {
+		return nil
+	}
+	iv := r.Options.Interval.Seconds()
+	var run, wait, infl, kv, util [][2]float64
+	has := func(v float64) bool { return !math.IsNaN(v) }
+	var anyQ, anyP bool
+	for _, s := range r.Series {
+		mid := s.StartS + iv/2
+		run = append(run, [2]float64{mid, s.ServerRunning})
+		wait = append(wait, [2]float64{mid, s.ServerWaiting})
+		infl = append(infl, [2]float64{mid, s.Inflight})
+		kv = append(kv, [2]float64{mid, 100 * s.KVUsage})
+		util = append(util, [2]float64{mid, s.GPUUtil})
+		anyQ = anyQ || has(s.ServerRunning) || has(s.ServerWaiting)
+		anyP = anyP || has(s.KVUsage) || has(s.GPUUtil)
+	}
+	var out []string
+	if anyQ {
+		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
+		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
+		window(p)
+		p.line(infl, "ref")
+		p.line(run, "s2")
+		p.line(wait, "s3")
+		p.legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
+		out = append(out, p.String())
+	}
+	if anyP {
+		p := newPlot("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
+		window(p)
+		p.hline(100, "slo", "full")
+		p.line(kv, "s1")
+		p.line(util, "s3")
+		p.legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
+		out = append(out, p.String())
+	}
+	return out
+}
