@@ -391,3 +391,87 @@ func TestServerFixtures(t *testing.T) {
 		})
 	}
 }
+
+// serverSweep: two points, the first scraped (vllmScrapes), the second not.
+func serverSweep(t *testing.T) *SweepReport {
+	t.Helper()
+	opts := DefaultOptions()
+	opts.Warmup = 2 * time.Second
+	var rows []SweepRow
+	for i, sc := range [][]scrape{vllmScrapes("http://127.0.0.1:8000/metrics"), nil} {
+		paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})
+		d, err := Load(context.Background(), LoadOptions{}, paths...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := NewSweepRow("rate", float64(10*(i+1)), paths[0], d, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, row)
+	}
+	return NewSweepReport("rate", rows, KneeOptions{}, nil)
+}
+
+// TestSweepServerFigures: a sweep point carries its server figures in the text table, the
+// JSON (points[].server, absent for the point that scraped nothing) and sweep.parquet.
+func TestSweepServerFigures(t *testing.T) {
+	s := serverSweep(t)
+	var buf bytes.Buffer
+	if err := s.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	txt := buf.String()
+	if !strings.Contains(txt, "Server at each point") || !strings.Contains(txt, "26.2%") || !strings.Contains(txt, " 17 ") {
+		t.Errorf("text lacks the server table or its figures:\n%s", txt)
+	}
+	buf.Reset()
+	if err := s.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var j struct {
+		Points []struct {
+			Server *struct {
+				KV          float64 `json:"kv_cache_usage_mean"`
+				WaitingMax  float64 `json:"waiting_requests_max"`
+				Preemptions float64 `json:"preemptions"`
+			} `json:"server"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Points) != 2 || j.Points[0].Server == nil || j.Points[1].Server != nil {
+		t.Fatalf("points %s", buf.String())
+	}
+	if p := j.Points[0].Server; !closeTo(p.KV, 10.5/40) || p.WaitingMax != 38 || p.Preemptions != 17 {
+		t.Errorf("point 1 server %+v", *p)
+	}
+	path := filepath.Join(t.TempDir(), "sweep.parquet")
+	if err := s.WriteParquet(path); err != nil {
+		t.Fatal(err)
+	}
+	if row := readSummary(t, path, 0); row["server_preemptions"] != 17.0 || row["server_scrapes"] != int64(21) {
+		t.Errorf("sweep.parquet row 0: server_preemptions %v, server_scrapes %v", row["server_preemptions"], row["server_scrapes"])
+	}
+	if row := readSummary(t, path, 1); row["server_preemptions"] != nil || row["server_scrapes"] != int64(0) {
+		t.Errorf("sweep.parquet row 1 (not scraped): server_preemptions %v, server_scrapes %v", row["server_preemptions"], row["server_scrapes"])
+	}
+}
+
+// TestServerParquetColumns: summary.parquet and timeseries.parquet carry the server figures.
+func TestServerParquetColumns(t *testing.T) {
+	r := analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})...)
+	dir := t.TempDir()
+	if err := WriteParquetDir(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	sum := readSummary(t, filepath.Join(dir, "summary.parquet"), 0)
+	if sum["server_running_mean"] != 10.5 || sum["server_kv_cache_usage_max"] != 19.0/40 || sum["server_prefix_cache_hit_rate"] != 0.25 {
+		t.Errorf("summary server columns: %v %v %v", sum["server_running_mean"], sum["server_kv_cache_usage_max"], sum["server_prefix_cache_hit_rate"])
+	}
+	ts := readSummary(t, filepath.Join(dir, "timeseries.parquet"), 5)
+	if ts["server_running"] != 5.0 || ts["server_waiting"] != 10.0 || ts["server_preemptions"] != 1.0 || ts["server_gpu_power_w"] != nil {
+		t.Errorf("timeseries row 5: %v", ts)
+	}
+}
