@@ -475,3 +475,82 @@ func TestServerParquetColumns(t *testing.T) {
 		t.Errorf("timeseries row 5: %v", ts)
 	}
 }
+
+// TestServerKeysDocumented: every key of the JSON server section and every server column
+// of the summary is named in docs/metrics.md, as are the sweep point's server keys.
+func TestServerKeysDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})...)
+	var b bytes.Buffer
+	r.WriteJSON(&b)
+	var m map[string]any
+	json.Unmarshal(b.Bytes(), &m)
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, y := range x {
+				if !bytes.Contains(doc, []byte("`"+k+"`")) {
+					t.Errorf("JSON key %s is not in docs/metrics.md", k)
+				}
+				walk(y)
+			}
+		case []any:
+			for _, y := range x {
+				walk(y)
+			}
+		}
+	}
+	if m["server"] == nil {
+		t.Fatal("no server key")
+	}
+	walk(m["server"])
+	for _, c := range r.Server.summaryCols() {
+		if !bytes.Contains(doc, []byte("`"+c.name+"`")) {
+			t.Errorf("summary column %s is not in docs/metrics.md", c.name)
+		}
+	}
+	sj, _ := json.Marshal(sweepServerOf(r))
+	var sm map[string]any
+	json.Unmarshal(sj, &sm)
+	walk(sm)
+	for _, name := range []string{"server_running", "server_waiting", "server_kv_cache_usage", "server_preemptions", "server_gpu_utilization_pct", "server_gpu_power_w"} {
+		if !bytes.Contains(doc, []byte("`"+name+"`")) {
+			t.Errorf("timeseries column %s is not in docs/metrics.md", name)
+		}
+	}
+	for _, sm := range serverMetrics {
+		if !bytes.Contains(doc, []byte("`"+sm.Name+"`")) {
+			t.Errorf("known metric %s is not in the table of docs/metrics.md", sm.Name)
+		}
+	}
+}
+
+// TestServerGolden: the text and JSON reports of a scraped run (vllmScrapes, and a DCGM
+// exporter with two GPUs at 90% and 70%, 300 W and 200 W) against testdata/server.txt and
+// server.json: the example docs/metrics.md quotes.
+func TestServerGolden(t *testing.T) {
+	sc := vllmScrapes("http://127.0.0.1:8000/metrics")
+	for k := 0; k <= 20; k++ {
+		sc = append(sc, scrape{t: time.Duration(k) * time.Second, source: "http://127.0.0.1:9400/metrics", samples: []prom.Sample{
+			gauge("DCGM_FI_DEV_GPU_UTIL", 90, "gpu", "0"), gauge("DCGM_FI_DEV_GPU_UTIL", 70, "gpu", "1"),
+			gauge("DCGM_FI_DEV_POWER_USAGE", 300, "gpu", "0"), gauge("DCGM_FI_DEV_POWER_USAGE", 200, "gpu", "1"),
+		}})
+	}
+	paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})
+	r := analyzeServer(t, paths...)
+	r.Files = []string{"results.parquet"} // the temporary directory's name would differ each run
+	var b bytes.Buffer
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "server.txt", b.Bytes())
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "server.json", b.Bytes())
+}
