@@ -554,3 +554,43 @@ func TestServerGolden(t *testing.T) {
 	}
 	golden(t, "server.json", b.Bytes())
 }
+
+// TestServerSourcesCombine: two vLLM replicas behind a gateway, each its own source, scraped
+// 5 ms apart: at each scrape tick their running and waiting requests add up and their KV
+// usage is averaged; preemptions add up over both counters. A data-parallel engine's two
+// series (engine="0", "1") in one source combine the same way.
+func TestServerSourcesCombine(t *testing.T) {
+	a := vllmScrapes("http://10.0.0.1:8000/metrics")
+	b := vllmScrapes("http://10.0.0.2:8000/metrics")
+	for k := range b {
+		b[k].t += 5 * time.Millisecond
+		for j := range b[k].samples {
+			if b[k].samples[j].Name == "vllm:kv_cache_usage_perc" {
+				b[k].samples[j].Value = 0.5
+			}
+		}
+	}
+	r := analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{append(a, b...)})...)
+	s := r.Server
+	if s.Running.N != 18 || !closeTo(s.Running.Mean, 21) || s.Running.Max != 38 {
+		t.Errorf("running %+v, want the two replicas summed: mean 21, max 38 over 18 ticks", s.Running)
+	}
+	if !closeTo(s.KVUsage.Mean, (10.5/40+0.5)/2) {
+		t.Errorf("kv usage %+v, want the mean of the replicas %v", s.KVUsage, (10.5/40+0.5)/2)
+	}
+	if s.Preemptions != 34 {
+		t.Errorf("preemptions %v, want 17 + 17", s.Preemptions)
+	}
+	// Data parallel: one source, two engines.
+	var dp []scrape
+	for k := 0; k <= 20; k++ {
+		dp = append(dp, scrape{t: time.Duration(k) * time.Second, source: "http://x/metrics", samples: []prom.Sample{
+			gauge("vllm:num_requests_running", 3, "engine", "0"), gauge("vllm:num_requests_running", 4, "engine", "1"),
+			gauge("vllm:kv_cache_usage_perc", 0.2, "engine", "0"), gauge("vllm:kv_cache_usage_perc", 0.6, "engine", "1"),
+		}})
+	}
+	s = analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{dp})...).Server
+	if s.Running.Mean != 7 || !closeTo(s.KVUsage.Mean, 0.4) {
+		t.Errorf("data parallel: running %v (want 7), kv %v (want 0.4)", s.Running.Mean, s.KVUsage.Mean)
+	}
+}
