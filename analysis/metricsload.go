@@ -26,9 +26,9 @@ import (
 // metrics/v1 file is an error.
 //
 // Shards: every shard may scrape the same endpoints. Each source's rows are taken from one
-// file only, the lowest shard index that has rows for it (files of a mixed run: the first
-// given among equal shard indices), so a counter is never counted twice and a gauge is
-// never averaged with a copy of itself.
+// file of its run only, the lowest shard index that has rows for it, so a counter is never
+// counted twice and a gauge is never averaged with a copy of itself. Runs pooled with
+// AllowMixed keep each their own copy (they scraped at different times).
 func (d *Data) loadServer(ctx context.Context, opts LoadOptions) error {
 	order := make([]int, len(d.Files))
 	for i := range order {
@@ -51,7 +51,7 @@ func (d *Data) loadServer(ctx context.Context, opts LoadOptions) error {
 				path, d.Files[i], m.ShardIndex, filepath.Base(path), ".journal"))
 			continue
 		}
-		if err := sd.readFile(ctx, path, i, m.ShardIndex, d.ShiftNS[i], opts); err != nil {
+		if err := sd.readFile(ctx, path, i, m.RunID, m.ShardIndex, d.ShiftNS[i], opts); err != nil {
 			return err
 		}
 		sd.files++
@@ -60,9 +60,9 @@ func (d *Data) loadServer(ctx context.Context, opts LoadOptions) error {
 	return nil
 }
 
-// readFile reads one metrics file, file index fi of d (shard shard), shifting its t_ns by
-// shift onto the common time axis.
-func (sd *serverData) readFile(ctx context.Context, path string, fi, shard int, shift int64, opts LoadOptions) error {
+// readFile reads one metrics file, file index fi of d (shard shard of run runID), shifting
+// its t_ns by shift onto the common time axis.
+func (sd *serverData) readFile(ctx context.Context, path string, fi int, runID string, shard int, shift int64, opts LoadOptions) error {
 	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readProps()))
 	if err != nil {
 		return fmt.Errorf("analysis: open %s: %w", path, err)
@@ -98,10 +98,11 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi, shard int, 
 		return fmt.Errorf("analysis: read %s: %w", path, err)
 	}
 	defer rr.Release()
-	// Sources this file may contribute: those no lower shard claimed.
-	srcIdx := map[string]int{}
+	// Sources this file may contribute: those no lower shard of its run claimed (runs
+	// pooled with --allow-mixed each keep their own: they scraped at different times).
+	srcIdx := map[[2]string]int{}
 	for i, s := range sd.sources {
-		srcIdx[s] = i
+		srcIdx[[2]string{sd.runOf[i], s}] = i
 	}
 	seriesIdx := map[serverSeries]int32{}
 	for i, s := range sd.series {
@@ -110,7 +111,7 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi, shard int, 
 	var row0 int64
 	for rr.Next() {
 		rec := rr.Record()
-		if err := sd.addRecord(path, row0, rec, fi, shard, shift, srcIdx, seriesIdx); err != nil {
+		if err := sd.addRecord(path, row0, rec, fi, runID, shard, shift, srcIdx, seriesIdx); err != nil {
 			return err
 		}
 		row0 += rec.NumRows()
@@ -121,7 +122,7 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi, shard int, 
 	return nil
 }
 
-func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi, shard int, shift int64, srcIdx map[string]int, seriesIdx map[serverSeries]int32) error {
+func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi int, runID string, shard int, shift int64, srcIdx map[[2]string]int, seriesIdx map[serverSeries]int32) error {
 	col := func(name string) (arrow.Array, error) {
 		i := rec.Schema().FieldIndices(name)
 		if len(i) == 0 {
@@ -148,11 +149,13 @@ func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi, s
 	keys, _ := labels.Keys().(*array.String)
 	items, _ := labels.Items().(*array.String)
 	owner := func(src string) (int, bool) {
-		i, ok := srcIdx[src]
+		k := [2]string{runID, src}
+		i, ok := srcIdx[k]
 		if !ok {
 			i = len(sd.sources)
-			srcIdx[src] = i
+			srcIdx[k] = i
 			sd.sources = append(sd.sources, src)
+			sd.runOf = append(sd.runOf, runID)
 			sd.shardOf = append(sd.shardOf, shard)
 			sd.attempts = append(sd.attempts, 0)
 			sd.failures = append(sd.failures, 0)

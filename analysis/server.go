@@ -121,6 +121,7 @@ type serverData struct {
 	sources    []string // in order of first appearance, lowest shard first
 	shardOf    []int    // the shard whose file gave each source's rows
 	ownerFile  []int    // the index in Data.Files of that file
+	runOf      []string // the run_id of that file
 	attempts   []int64  // per source: llmreplay_scrape_up rows
 	failures   []int64  // per source: llmreplay_scrape_up rows with value 0
 	lastError  []string // per source: the error label of its last failed scrape
