@@ -594,3 +594,21 @@ func TestServerSourcesCombine(t *testing.T) {
 		t.Errorf("data parallel: running %v (want 7), kv %v (want 0.4)", s.Running.Mean, s.KVUsage.Mean)
 	}
 }
+
+// TestSweepExplainsKnee: the knee's passing and failing points are described by the
+// engine's figures there.
+func TestSweepExplainsKnee(t *testing.T) {
+	srv := func(kv, wait, pre float64) *Report {
+		return &Report{Server: &Server{KVUsage: GaugeStats{N: 1, Mean: kv, Max: kv}, Waiting: GaugeStats{N: 1, Mean: wait, Max: wait}, Preemptions: pre}}
+	}
+	s := &SweepReport{Axis: "rate", Rows: []SweepRow{{Load: 10, Report: srv(0.4, 0, 0)}, {Load: 20, Report: srv(0.99, 35, 12)}},
+		Saturation: Bound{Found: true, Bracketed: true, Pass: 10, Fail: 20}}
+	got := s.explainBound(s.Saturation, "saturation")
+	want := "  engine at the saturation: at rate 10 (passes): KV cache 40.0% mean, 40.0% max; 0.0 waiting (mean), 0.0 max; 0 preemptions; at rate 20 (fails): KV cache 99.0% mean, 99.0% max; 35.0 waiting (mean), 35.0 max; 12 preemptions"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if got := s.explainBound(Bound{}, "SLO limit"); got != "" {
+		t.Errorf("a bound not found is explained: %q", got)
+	}
+}

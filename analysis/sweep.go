@@ -220,7 +220,6 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 			f2(good), pct(att), pct(100*r.ErrorRate()), flags)
 	}
 	p("\nLatencies in ms; offered and sustained over each point's steady-state window; goodput in req/s.\n")
-	s.writeServerText(p)
 	if s.Axis != "concurrency" {
 		p("%s\n", s.describe(s.Saturation, fmt.Sprintf("saturation (sustained >= %.0f%% of offered, not overloaded)", s.Options.MinRatio*100)))
 		if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found {
@@ -230,6 +229,7 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	if !s.SLO.IsZero() {
 		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest load meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
 	}
+	s.writeServerText(p)
 	return bw.Flush()
 }
 

@@ -1,8 +1,10 @@
 package analysis
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // The server figures of a sweep's points (docs/metrics.md, "Server metrics"): at each load,
@@ -71,6 +73,49 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 			f1(v.Running.Mean), f1(v.Waiting.Mean), f1(v.Waiting.Max), pre, pct(100*v.PrefixHitRate), f1(v.GPUUtil.Mean), fail)
 	}
 	p("KV-cache usage, prefix-cache hit rate in %%; running and waiting in requests; preemptions: the counter's increase; GPU utilisation in %%; failed: failed scrapes.\n")
+	for _, k := range []struct {
+		b    Bound
+		what string
+	}{{s.Saturation, "saturation"}, {s.SLOLimit, "SLO limit"}} {
+		if line := s.explainBound(k.b, k.what); line != "" {
+			p("%s\n", line)
+		}
+	}
+}
+
+// explainBound says what the engine did at a bound's passing and failing points: the KV
+// cache filling, the queue growing and preemptions starting explain a knee. Empty when the
+// bound was not found or neither point scraped.
+func (s *SweepReport) explainBound(b Bound, what string) string {
+	if !b.Found {
+		return ""
+	}
+	at := func(load float64, verdict string) string {
+		r := s.rowAt(load)
+		if r == nil || r.Report.Server == nil {
+			return ""
+		}
+		v := r.Report.Server
+		pre := "no preemption counter"
+		if !math.IsNaN(v.Preemptions) {
+			pre = strconv.FormatFloat(v.Preemptions, 'f', -1, 64) + " preemptions"
+		}
+		return fmt.Sprintf("at %s %s (%s): KV cache %s mean, %s max; %s waiting (mean), %s max; %s",
+			s.Axis, fmtLoad(load), verdict, pct(100*v.KVUsage.Mean), pct(100*v.KVUsage.Max), f1(v.Waiting.Mean), f1(v.Waiting.Max), pre)
+	}
+	var parts []string
+	if a := at(b.Pass, "passes"); a != "" {
+		parts = append(parts, a)
+	}
+	if b.Bracketed {
+		if a := at(b.Fail, "fails"); a != "" {
+			parts = append(parts, a)
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  engine at the " + what + ": " + strings.Join(parts, "; ")
 }
 
 // serverPlots is the sweep page's server panel: the engine's KV-cache usage (mean, max) and
