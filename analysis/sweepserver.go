@@ -138,7 +138,7 @@ func (s *SweepReport) serverPlots() []string {
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	logX := maxL/minL >= 8
 	var out []string
-	if len(kvMean) > 0 && (!math.IsNaN(maxOf(kvMax, 1)) && maxOf(kvMax, 1) > 0 || hasFinite(kvMean)) {
+	if hasFinite(kvMean) {
 		kp := newPlot("plot-sweep-kv", "Engine KV-cache usage vs load (scraped)", s.Axis, "%", minL, maxL, logX, 0, 105, false)
 		kp.line(kvMean, "s1")
 		kp.line(kvMax, "s3")
