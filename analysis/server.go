@@ -306,13 +306,19 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
+// within returns the points of pts (sorted by time) stamped in [lo, hi), by binary search:
+// the time series asks once per interval.
+func within(pts []rolePoint, lo, hi int64) []rolePoint {
+	a := sort.Search(len(pts), func(i int) bool { return pts[i].t >= lo })
+	b := sort.Search(len(pts), func(i int) bool { return pts[i].t >= hi })
+	return pts[a:max(a, b)]
+}
+
 // gaugeStats summarises the points of pts in [lo, hi).
 func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
 	var xs []float64
-	for _, p := range pts {
-		if p.t >= lo && p.t < hi {
-			xs = append(xs, p.v)
-		}
+	for _, p := range within(pts, lo, hi) {
+		xs = append(xs, p.v)
 	}
 	nan := math.NaN()
 	if len(xs) == 0 {
@@ -326,11 +332,9 @@ func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
 // there (nothing exposed, or a single scrape).
 func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
 	sum, n := 0.0, 0
-	for _, p := range pts {
-		if p.t >= lo && p.t < hi {
-			sum += p.v
-			n++
-		}
+	for _, p := range within(pts, lo, hi) {
+		sum += p.v
+		n++
 	}
 	if n == 0 {
 		return math.NaN()
@@ -340,11 +344,9 @@ func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
 
 func gaugeMean(pts []rolePoint, lo, hi int64) float64 {
 	sum, n := 0.0, 0
-	for _, p := range pts {
-		if p.t >= lo && p.t < hi {
-			sum += p.v
-			n++
-		}
+	for _, p := range within(pts, lo, hi) {
+		sum += p.v
+		n++
 	}
 	if n == 0 {
 		return math.NaN()
