@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -109,4 +110,30 @@ func BenchmarkLoadServerMetrics(b *testing.B) {
 	b.ReportMetric(float64(ms.HeapSys)/1e6, "heap-sys-MB") // the most the heap grew to, about
 	b.ReportMetric(float64(len(d.server.samples)), "kept-samples")
 	runtime.KeepAlive(d)
+}
+
+// BenchmarkServerSection: the server section and its series columns for a 24-hour run
+// scraped every second (5 known series: 432,000 samples), at a 1 s interval.
+func BenchmarkServerSection(b *testing.B) {
+	const n = 24 * 3600
+	sd := &serverData{files: 1, sources: []string{"s"}, shardOf: []int{0}, ownerFile: []int{0}, runOf: []string{"r"},
+		attempts: []int64{n}, failures: []int64{0}, lastError: []string{""}, intervalNS: int64(time.Second)}
+	for m := 0; m < 5; m++ {
+		sd.series = append(sd.series, serverSeries{source: 0, metric: m})
+	}
+	for k := 0; k < n; k++ {
+		for m := range 5 {
+			sd.samples = append(sd.samples, serverSample{series: int32(m), t: int64(k) * int64(time.Second), v: float64(k % 100)})
+		}
+	}
+	nan := math.NaN()
+	b.ReportAllocs()
+	for range b.N {
+		r := &Report{Options: Options{Interval: time.Second}, Throughput: Throughput{WindowStartS: 60, WindowEndS: n - 60}}
+		r.Series = make([]Interval, n)
+		for k := range r.Series {
+			r.Series[k].StartS, r.Series[k].TTFTP50 = float64(k), nan
+		}
+		r.server(&Data{server: sd})
+	}
 }

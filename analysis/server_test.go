@@ -612,3 +612,14 @@ func TestSweepExplainsKnee(t *testing.T) {
 		t.Errorf("a bound not found is explained: %q", got)
 	}
 }
+
+// TestServerBadMetricsFile: a named metrics file that is not metrics/v1 (here, a results
+// file) is an error naming it, before any figure is computed.
+func TestServerBadMetricsFile(t *testing.T) {
+	paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})
+	writeResults(t, results.MetricsPath(paths[0]), testRun(), steadyRows()[:3])
+	_, err := Load(context.Background(), LoadOptions{}, paths...)
+	if err == nil || !strings.Contains(err.Error(), results.MetricsPath(paths[0])) || !strings.Contains(err.Error(), results.MetricsFormat) {
+		t.Fatalf("err = %v, want one naming the metrics file and its format", err)
+	}
+}
