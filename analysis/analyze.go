@@ -35,6 +35,7 @@ type Report struct {
 	// Conversations: prefix-cache hits and session waits; nil for a run without sessions,
 	// cached-token counts or a trace with prefix blocks.
 	Conversations *Conversations
+	Server        *Server // the scraped Prometheus endpoints (metrics files); nil when no run scraped
 	Flags         Flags
 	Tokens        Tokens
 	ByPrompt      []Bucket
@@ -153,6 +154,12 @@ type Interval struct {
 	Inflight         float64 // time-averaged requests in flight
 	OutputTokensPerS float64
 	TTFTP50, TTFTP99 float64 // of ok requests sent in the interval; NaN when none
+	// Server metrics (docs/metrics.md, "Server metrics"): the mean of the aligned scrapes
+	// stamped in the interval (running and waiting requests, KV-cache usage 0..1, GPU
+	// utilisation % and power W), and the preemption counter's increase stamped in it;
+	// NaN when not scraped.
+	ServerRunning, ServerWaiting, KVUsage float64
+	Preemptions, GPUUtil, GPUPowerW       float64
 }
 
 // Analyze computes the report of d.
@@ -192,6 +199,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	r.goodput(d)
 	r.tokens(d)
 	r.series(d)
+	r.server(d)
 	r.closedLoop(d)
 	r.flags(d)
 	r.ByPrompt = r.breakdown(d, d.prompt, opts.PromptBuckets)

@@ -233,7 +233,7 @@ func (r *Report) timePlots() []string {
 	p3.line(ttft50, "s1")
 	p3.line(ttft99, "s3")
 	p3.legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
-	return []string{p1.String(), p2.String(), p3.String()}
+	return append([]string{p1.String(), p2.String(), p3.String()}, r.serverPlots(xhi, window)...)
 }
 
 func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo float64) string {

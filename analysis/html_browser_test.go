@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // chromium finds a headless-capable Chromium: $LLMREPLAY_CHROMIUM, else chromium,
@@ -79,6 +81,30 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		}
 		renderCheck(t, bin, r)
 	})
+	t.Run("server metrics", func(t *testing.T) {
+		sc := vllmScrapes("http://127.0.0.1:8000/metrics")
+		for k := range sc {
+			sc[k].samples = append(sc[k].samples, gauge("DCGM_FI_DEV_GPU_UTIL", float64(50+k), "gpu", "0"))
+		}
+		d, err := Load(context.Background(), LoadOptions{}, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := DefaultOptions()
+		opts.Warmup, opts.SLO = 2*time.Second, SLO{TTFT: 40 * time.Millisecond}
+		r, err := Analyze(d, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page strings.Builder
+		r.WriteHTML(&page)
+		for _, want := range []string{`id="plot-server-queue"`, `id="plot-server-kv"`} {
+			if !strings.Contains(page.String(), want) {
+				t.Errorf("HTML lacks %q", want)
+			}
+		}
+		renderCheck(t, bin, r)
+	})
 }
 
 func renderCheck(t *testing.T, bin string, r *Report) {
@@ -91,8 +117,12 @@ func renderCheck(t *testing.T, bin string, r *Report) {
 	if m == nil {
 		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
 	}
-	if m[1] != m[2] || m[2] != "8" {
-		t.Errorf("render check: %s (want all 8 plots)", m[3])
+	want := "8"
+	if r.Server != nil {
+		want = "10" // the two server panels
+	}
+	if m[1] != m[2] || m[2] != want {
+		t.Errorf("render check: %s (want all %s plots)", m[3], want)
 	}
 	for _, line := range strings.Split(stderr, "\n") {
 		if strings.Contains(line, ":CONSOLE") {

@@ -34,6 +34,7 @@ type jsonReport struct {
 	// Conversations is absent (not null) for a run without sessions, cached-token counts
 	// or prefix blocks, so that such a report is byte for byte what it was.
 	Conversations *jsonConversations `json:"conversations,omitempty"`
+	Server        *jsonServer        `json:"server,omitempty"` // absent, not null, when nothing was scraped
 	Flags         jsonFlags          `json:"flags"`
 	Breakdown     jsonBreakdown      `json:"breakdown"`
 	Warnings      []string           `json:"warnings"`
@@ -328,6 +329,9 @@ func (r *Report) toJSON() jsonReport {
 			reshaped := w.Reshaped
 			j.Flags.ReshapedByServer = &reshaped
 		}
+	}
+	if s := r.Server; s != nil {
+		j.Server = s.toJSON()
 	}
 	b := &j.Breakdown
 	b.PercentileMethod = PercentileMethod

@@ -111,6 +111,10 @@ type Data struct {
 	itl, itlTok      usHist
 	multiTokenChunks bool      // some chunk_tokens entry is above 1
 	tokenBins        []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
+
+	// server: the known samples of the metrics files the runs name (RunMeta.MetricsFile);
+	// nil when no file names one.
+	server *serverData
 }
 
 // N returns the number of requests.
@@ -218,6 +222,9 @@ func Load(ctx context.Context, opts LoadOptions, paths ...string) (*Data, error)
 		}
 		base += int(o.pr.NumRows())
 		d.fileEnd = append(d.fileEnd, base)
+	}
+	if err := d.loadServer(ctx, opts); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

@@ -126,7 +126,7 @@ func (r *Report) summaryCols() []col {
 	cs = append(cs, quantileCols("session_wait_ms", w.Wait)...)
 	cs = append(cs, col{"session_waited_over_bound", w.OverBound}, col{"reshaped_by_server", w.Reshaped})
 	cs = append(cs, col{"turn_overlap_turns", o.Turns}, col{"turn_overlap_overlapped", o.Overlapped}, col{"turn_overlap_share", o.Share})
-	return cs
+	return append(cs, r.Server.summaryCols()...)
 }
 
 func speedCols(prefix string, s Speeds) []col {
@@ -165,6 +165,12 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 		{Name: "output_tokens_per_s", Type: arrow.PrimitiveTypes.Float64},
 		{Name: "ttft_p50_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 		{Name: "ttft_p99_ms", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_running", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_waiting", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_kv_cache_usage", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_preemptions", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_gpu_utilization_pct", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
+		{Name: "server_gpu_power_w", Type: arrow.PrimitiveTypes.Float64, Nullable: true},
 	}, &tmd)
 	tb := array.NewRecordBuilder(memory.DefaultAllocator, tsc)
 	defer tb.Release()
@@ -189,6 +195,9 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 			tb.Field(8).(*array.Float64Builder).Append(p.OutputTokensPerS)
 			opt(9, p.TTFTP50)
 			opt(10, p.TTFTP99)
+			for k, v := range []float64{p.ServerRunning, p.ServerWaiting, p.KVUsage, p.Preemptions, p.GPUUtil, p.GPUPowerW} {
+				opt(11+k, v)
+			}
 		}
 	}
 	return writeRecord(filepath.Join(dir, "timeseries.parquet"), tb.NewRecord())

@@ -217,6 +217,7 @@ func (r *Report) series(d *Data) {
 		}
 		s[k].OutputTokensPerS = tok / (float64(iv) / 1e9)
 		s[k].TTFTP50, s[k].TTFTP99 = math.NaN(), math.NaN()
+		s[k].noServerColumns()
 		if len(ttfts[k]) > 0 {
 			slices.Sort(ttfts[k])
 			s[k].TTFTP50, s[k].TTFTP99 = quantile.Type7(ttfts[k], 0.5), quantile.Type7(ttfts[k], 0.99)

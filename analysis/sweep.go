@@ -197,6 +197,7 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	if s.closed() {
 		p("\n\n")
 		s.writeClosedText(p)
+		s.writeServerText(p)
 		return bw.Flush()
 	}
 	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
@@ -228,6 +229,7 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	if !s.SLO.IsZero() {
 		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest load meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
 	}
+	s.writeServerText(p)
 	return bw.Flush()
 }
 
@@ -365,6 +367,7 @@ type sweepRowJSON struct {
 	ErrorRate                 num     `json:"error_rate"`
 	ClientLimited             bool    `json:"client_limited"`
 	Overloaded                bool    `json:"overloaded"`
+	Server                    *svJSON `json:"server,omitempty"` // absent when the point scraped nothing
 }
 
 // closedRowJSON is a closed-loop point: no offered load, per-user speed.
@@ -383,6 +386,7 @@ type closedRowJSON struct {
 	ErrorRate                 num         `json:"error_rate"`
 	ClientLimited             bool        `json:"client_limited"`
 	Overloaded                bool        `json:"overloaded"`
+	Server                    *svJSON     `json:"server,omitempty"` // absent when the point scraped nothing
 }
 
 type latJSON struct {
@@ -436,7 +440,8 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 				TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
 				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
 				GoodputRequestsPerS: num(good), Attainment: num(att / 100),
-				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded})
+				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
+				Server: sweepServerOf(rep)})
 			continue
 		}
 		pt := r.Point()
@@ -446,7 +451,8 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 			SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
 			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
 			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
-			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded}
+			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
+			Server: sweepServerOf(rep)}
 		if rep.Goodput != nil {
 			j.GoodputRequestsPerS, j.Attainment = num(good), num(att/100)
 		}
@@ -575,7 +581,8 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
 	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
-	p("<div class=\"grid-2\">\n%s\n%s\n</div>\n", strings.Join(plots, "\n"), lp.String())
+	plots = append(append(plots, lp.String()), s.serverPlots()...)
+	p("<div class=\"grid-2\">\n%s\n</div>\n", strings.Join(plots, "\n"))
 	p("<h2>Points</h2><pre>%s</pre>\n", e(text.String()))
 	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
 	return bw.Flush()

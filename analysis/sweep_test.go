@@ -88,6 +88,29 @@ func TestSweepHTMLRendersInChromium(t *testing.T) {
 	}
 }
 
+// TestSweepServerHTMLRendersInChromium: with a scraped point the page adds its two server
+// panels (KV-cache usage, waiting requests against load), drawn, the console silent.
+func TestSweepServerHTMLRendersInChromium(t *testing.T) {
+	bin := chromium(t)
+	page := filepath.Join(t.TempDir(), "sweep.html")
+	if err := serverSweep(t).WriteHTMLFile(page); err != nil {
+		t.Fatal(err)
+	}
+	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
+	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
+	}
+	if m[1] != m[2] || m[2] != "4" {
+		t.Errorf("render check: %s (want 4 plots)", m[3])
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, ":CONSOLE") {
+			t.Errorf("console message: %s", line)
+		}
+	}
+}
+
 // TestClosedSweepHTMLRendersInChromium: a closed-loop sweep's page draws its three plots
 // (throughput and per-user speed against concurrency on a log axis, the knee marked;
 // latency), with a silent console. LLMREPLAY_SCREENSHOT=path.png keeps a screenshot.

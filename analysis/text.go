@@ -202,6 +202,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 
+	if s := r.Server; s != nil {
+		s.writeText(p)
+	}
+
 	k := r.Tokens
 	p("\nTokens (ok requests)\n")
 	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",

@@ -27,6 +27,10 @@ const analyzeExamples = `  # The text report of one run
   # Shards of one run merge on absolute time; an HTML report and Parquet summaries
   llmreplay analyze shard-*.parquet --html report.html --parquet summary/
 
+  # A run that scraped /metrics (replay --scrape) is read with results.metrics.parquet
+  # beside it: the report adds the engine's queue, KV cache and GPUs (docs/metrics.md)
+  llmreplay analyze results.parquet --interval 5s --html report.html
+
   # Exclude a fixed 30 s warm-up; choose the prompt-length buckets
   llmreplay analyze results.parquet --warmup 30s --buckets prompt=512,2048,8192`
 

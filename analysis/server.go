@@ -1,0 +1,637 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// The server section: what the engine's own Prometheus metrics said during the run, read
+// from the metrics files beside the results files (docs/metrics.md, "Server metrics").
+// Analysis knows a fixed table of metric names (serverMetrics); every other sample in a
+// metrics file is skipped while reading, so memory grows with the known series only.
+
+// serverRole is the quantity a known metric measures.
+type serverRole uint8
+
+const (
+	roleRunning       serverRole = iota // requests the engine is running (batch)
+	roleWaiting                         // requests queued in the engine
+	roleKVUsage                         // KV-cache usage, fraction 0..1
+	rolePreemptions                     // preemptions, counter
+	rolePrefixQueries                   // prefix-cache queries (tokens), counter
+	rolePrefixHits                      // prefix-cache hits (tokens), counter
+	rolePrefixRate                      // the engine's own prefix-cache hit rate gauge, 0..1
+	roleGPUUtil                         // GPU utilisation, percent
+	roleGPUPower                        // GPU power draw, W
+	roleGPUMem                          // GPU framebuffer memory used, MiB
+	nRoles
+)
+
+// How the series of one role combine at one instant: a count or a draw adds up over
+// engines and GPUs, a fraction is averaged, a counter's increase adds up.
+type roleAgg uint8
+
+const (
+	aggSum roleAgg = iota
+	aggMean
+	aggCounter
+)
+
+var roleAggs = [nRoles]roleAgg{
+	roleRunning: aggSum, roleWaiting: aggSum, roleKVUsage: aggMean, rolePreemptions: aggCounter,
+	rolePrefixQueries: aggCounter, rolePrefixHits: aggCounter, rolePrefixRate: aggMean,
+	roleGPUUtil: aggMean, roleGPUPower: aggSum, roleGPUMem: aggSum,
+}
+
+// serverMetric is one known metric name. Where an engine renamed a metric, both names are
+// known and Rank orders them: a source that exposes a lower-ranked name for a role has its
+// higher-ranked names for that role ignored, so a version exposing both is not counted twice.
+type serverMetric struct {
+	Name   string
+	Engine string
+	Role   serverRole
+	Rank   int
+}
+
+// serverMetrics is the table docs/metrics.md ("Server metrics") documents, with the source
+// of each name.
+var serverMetrics = []serverMetric{
+	{"vllm:num_requests_running", "vllm", roleRunning, 0},
+	{"vllm:num_requests_waiting", "vllm", roleWaiting, 0},
+	{"vllm:kv_cache_usage_perc", "vllm", roleKVUsage, 0},
+	{"vllm:gpu_cache_usage_perc", "vllm", roleKVUsage, 1},
+	{"vllm:num_preemptions_total", "vllm", rolePreemptions, 0},
+	{"vllm:num_preemptions", "vllm", rolePreemptions, 1},
+	{"vllm:prefix_cache_queries_total", "vllm", rolePrefixQueries, 0},
+	{"vllm:gpu_prefix_cache_queries_total", "vllm", rolePrefixQueries, 1},
+	{"vllm:prefix_cache_hits_total", "vllm", rolePrefixHits, 0},
+	{"vllm:gpu_prefix_cache_hits_total", "vllm", rolePrefixHits, 1},
+	{"vllm:gpu_prefix_cache_hit_rate", "vllm", rolePrefixRate, 0},
+	{"sglang:num_running_reqs", "sglang", roleRunning, 0},
+	{"sglang:num_queue_reqs", "sglang", roleWaiting, 0},
+	{"sglang:token_usage", "sglang", roleKVUsage, 0},
+	{"sglang:cache_hit_rate", "sglang", rolePrefixRate, 0},
+	{"tgi_batch_current_size", "tgi", roleRunning, 0},
+	{"tgi_queue_size", "tgi", roleWaiting, 0},
+	{"llamacpp:requests_processing", "llamacpp", roleRunning, 0},
+	{"llamacpp:requests_deferred", "llamacpp", roleWaiting, 0},
+	{"llamacpp:kv_cache_usage_ratio", "llamacpp", roleKVUsage, 0},
+	{"DCGM_FI_DEV_GPU_UTIL", "dcgm", roleGPUUtil, 0},
+	{"DCGM_FI_DEV_POWER_USAGE", "dcgm", roleGPUPower, 0},
+	{"DCGM_FI_DEV_FB_USED", "dcgm", roleGPUMem, 0},
+}
+
+// metricIndex maps a known name to its index in serverMetrics; scrapeUpIndex marks
+// llmreplay_scrape_up.
+var metricIndex = func() map[string]int {
+	m := map[string]int{results.MetricScrapeUp: scrapeUpIndex}
+	for i, s := range serverMetrics {
+		m[s.Name] = i
+	}
+	return m
+}()
+
+const scrapeUpIndex = -1
+
+// serverSeries is one kept series: a source, a known metric, a label set.
+type serverSeries struct {
+	source int // index into serverData.sources
+	metric int // index into serverMetrics
+	labels string
+}
+
+// serverSample is one kept sample of a series, on the common time axis.
+type serverSample struct {
+	series int32
+	t      int64
+	v      float64
+}
+
+// serverData is what Load keeps of the metrics files: the known series' samples and each
+// source's scrape attempts.
+type serverData struct {
+	files      int      // metrics files read
+	sources    []string // in order of first appearance, lowest shard first
+	shardOf    []int    // the shard whose file gave each source's rows
+	ownerFile  []int    // the index in Data.Files of that file
+	runOf      []string // the run_id of that file
+	attempts   []int64  // per source: llmreplay_scrape_up rows
+	failures   []int64  // per source: llmreplay_scrape_up rows with value 0
+	lastError  []string // per source: the error label of its last failed scrape
+	series     []serverSeries
+	samples    []serverSample
+	intervalNS int64 // the scrape interval (the largest of the files'), aligning sources
+	warnings   []string
+}
+
+// Server is the report's server section: what the scraped Prometheus endpoints said over
+// the window (the steady-state window, or the whole run when there is none).
+type Server struct {
+	Sources []ServerSource
+	Engines []string // metric families seen: vllm, sglang, tgi, llamacpp, dcgm
+	// The window the figures cover, s; Steady says it is the steady-state window.
+	WindowStartS, WindowEndS float64
+	Steady                   bool
+	Running, Waiting         GaugeStats // requests
+	KVUsage                  GaugeStats // fraction 0..1
+	// Preemptions is the counter's increase over the window (resets handled as
+	// Prometheus's increase does); NaN when no source exposes it.
+	Preemptions float64
+	// PrefixHitRate is hits / queries over the window from the engine's counters
+	// (PrefixFrom "counters"), else the mean of its own rate gauge ("gauge"); NaN and ""
+	// when neither is exposed.
+	PrefixHitRate           float64
+	PrefixHits, PrefixQuery float64
+	PrefixFrom              string
+	GPUUtil                 GaugeStats // percent, averaged over GPUs
+	GPUPowerW               GaugeStats // W, summed over GPUs
+	GPUMemMiB               GaugeStats // MiB, summed over GPUs
+}
+
+// GaugeStats summarises a gauge's aligned samples in the window: their mean, type-7 p99
+// and max; N == 0 (and NaN figures) when nothing exposed it.
+type GaugeStats struct {
+	N              int64
+	Mean, P99, Max float64
+}
+
+// ServerSource is one scraped endpoint: its scrape attempts over the whole run and how
+// many failed (llmreplay_scrape_up == 0), with the last failure's reason.
+type ServerSource struct {
+	Source            string
+	Shard             int
+	Scrapes, Failures int64
+	LastError         string
+}
+
+// rolePoint is one aligned value of a role: its time (ns) and value; for a counter role,
+// the increase between two consecutive scrapes, stamped at the later one.
+type rolePoint struct {
+	t int64
+	v float64
+}
+
+// alignedRoles turns the kept samples into, per role, one value per scrape instant.
+// Gauges: the series of one source at one scrape combine by the role's rule; the sources
+// then combine at the same grid tick (t rounded to the scrape interval), so that two
+// endpoints scraped a few milliseconds apart add up. Counters: per series, the increase
+// between consecutive scrapes (a drop is a reset: the new value is the increase), stamped
+// at the later scrape.
+func (sd *serverData) alignedRoles() [nRoles][]rolePoint {
+	var out [nRoles][]rolePoint
+	// The rank used for each (source, role): the lowest exposed.
+	best := map[[2]int]int{}
+	for _, s := range sd.series {
+		m := serverMetrics[s.metric]
+		k := [2]int{s.source, int(m.Role)}
+		if r, ok := best[k]; !ok || m.Rank < r {
+			best[k] = m.Rank
+		}
+	}
+	use := make([]bool, len(sd.series))
+	for i, s := range sd.series {
+		m := serverMetrics[s.metric]
+		use[i] = best[[2]int{s.source, int(m.Role)}] == m.Rank
+	}
+	iv := sd.intervalNS
+	if iv <= 0 {
+		iv = 1e9
+	}
+	// Samples by series, in time order.
+	bySeries := make([][]serverSample, len(sd.series))
+	for _, x := range sd.samples {
+		if use[x.series] {
+			bySeries[x.series] = append(bySeries[x.series], x)
+		}
+	}
+	type acc struct {
+		sum float64
+		n   int
+		t   int64
+	}
+	// Gauges: per (role, source, instant), then per (role, tick).
+	perScrape := map[[3]int64]*acc{}
+	for i, xs := range bySeries {
+		s := sd.series[i]
+		role := serverMetrics[s.metric].Role
+		slices.SortStableFunc(xs, func(a, b serverSample) int { return cmpInt64(a.t, b.t) })
+		if roleAggs[role] == aggCounter {
+			for j := 1; j < len(xs); j++ {
+				d := xs[j].v - xs[j-1].v
+				if d < 0 {
+					d = xs[j].v
+				}
+				out[role] = append(out[role], rolePoint{xs[j].t, d})
+			}
+			continue
+		}
+		for _, x := range xs {
+			if math.IsNaN(x.v) {
+				continue
+			}
+			k := [3]int64{int64(role), int64(s.source), x.t}
+			a := perScrape[k]
+			if a == nil {
+				a = &acc{t: x.t}
+				perScrape[k] = a
+			}
+			a.sum += x.v
+			a.n++
+		}
+	}
+	perTick := map[[2]int64]*acc{}
+	keys := make([][3]int64, 0, len(perScrape))
+	for k := range perScrape {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b [3]int64) int {
+		for i := range a {
+			if c := cmpInt64(a[i], b[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	lastTick := map[[3]int64]bool{} // (role, source, tick) already counted: a late scrape replaces nothing
+	for _, k := range keys {
+		a := perScrape[k]
+		role := serverRole(k[0])
+		v := a.sum
+		if roleAggs[role] == aggMean {
+			v /= float64(a.n)
+		}
+		tick := floorDiv(a.t+iv/2, iv)
+		if lastTick[[3]int64{k[0], k[1], tick}] {
+			continue
+		}
+		lastTick[[3]int64{k[0], k[1], tick}] = true
+		tk := [2]int64{k[0], tick}
+		b := perTick[tk]
+		if b == nil {
+			b = &acc{t: a.t}
+			perTick[tk] = b
+		}
+		b.sum += v
+		b.n++
+		b.t = min(b.t, a.t)
+	}
+	for k, b := range perTick {
+		role := serverRole(k[0])
+		v := b.sum
+		if roleAggs[role] == aggMean {
+			v /= float64(b.n)
+		}
+		out[role] = append(out[role], rolePoint{b.t, v})
+	}
+	for r := range out {
+		slices.SortStableFunc(out[r], func(a, b rolePoint) int { return cmpInt64(a.t, b.t) })
+	}
+	return out
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// within returns the points of pts (sorted by time) stamped in [lo, hi), by binary search:
+// the time series asks once per interval.
+func within(pts []rolePoint, lo, hi int64) []rolePoint {
+	a := sort.Search(len(pts), func(i int) bool { return pts[i].t >= lo })
+	b := sort.Search(len(pts), func(i int) bool { return pts[i].t >= hi })
+	return pts[a:max(a, b)]
+}
+
+// gaugeStats summarises the points of pts in [lo, hi).
+func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
+	var xs []float64
+	for _, p := range within(pts, lo, hi) {
+		xs = append(xs, p.v)
+	}
+	nan := math.NaN()
+	if len(xs) == 0 {
+		return GaugeStats{Mean: nan, P99: nan, Max: nan}
+	}
+	q := summarize(xs)
+	return GaugeStats{N: q.N, Mean: q.Mean, P99: quantile.Type7(xs, 0.99), Max: q.Max}
+}
+
+// counterIncrease sums the increases stamped in [lo, hi); NaN when the role has none
+// there (nothing exposed, or a single scrape).
+func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
+	sum, n := 0.0, 0
+	for _, p := range within(pts, lo, hi) {
+		sum += p.v
+		n++
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum
+}
+
+func gaugeMean(pts []rolePoint, lo, hi int64) float64 {
+	sum, n := 0.0, 0
+	for _, p := range within(pts, lo, hi) {
+		sum += p.v
+		n++
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+// server builds r.Server and the server columns of r.Series from d's metrics files; it
+// leaves r.Server nil when no file given names a metrics file.
+func (r *Report) server(d *Data) {
+	sd := d.server
+	if sd == nil {
+		return
+	}
+	r.Warnings = append(r.Warnings, sd.warnings...)
+	if sd.files == 0 {
+		return
+	}
+	s := &Server{}
+	for i, src := range sd.sources {
+		s.Sources = append(s.Sources, ServerSource{Source: src, Shard: sd.shardOf[i], Scrapes: sd.attempts[i], Failures: sd.failures[i], LastError: sd.lastError[i]})
+	}
+	seen := map[string]bool{}
+	for _, x := range sd.series {
+		seen[serverMetrics[x.metric].Engine] = true
+	}
+	for _, e := range []string{"vllm", "sglang", "tgi", "llamacpp", "dcgm"} {
+		if seen[e] {
+			s.Engines = append(s.Engines, e)
+		}
+	}
+	roles := sd.alignedRoles()
+	t := r.Throughput
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	s.WindowStartS, s.WindowEndS = math.NaN(), math.NaN()
+	if !math.IsNaN(t.WindowStartS) {
+		lo, hi = int64(math.Round(t.WindowStartS*1e9)), int64(math.Round(t.WindowEndS*1e9))
+		s.WindowStartS, s.WindowEndS, s.Steady = t.WindowStartS, t.WindowEndS, true
+	} else {
+		r.warnf("server metrics cover the whole run: there is no steady-state window")
+	}
+	s.Running = gaugeStats(roles[roleRunning], lo, hi)
+	s.Waiting = gaugeStats(roles[roleWaiting], lo, hi)
+	s.KVUsage = gaugeStats(roles[roleKVUsage], lo, hi)
+	s.GPUUtil = gaugeStats(roles[roleGPUUtil], lo, hi)
+	s.GPUPowerW = gaugeStats(roles[roleGPUPower], lo, hi)
+	s.GPUMemMiB = gaugeStats(roles[roleGPUMem], lo, hi)
+	s.Preemptions = counterIncrease(roles[rolePreemptions], lo, hi)
+	s.PrefixHits = counterIncrease(roles[rolePrefixHits], lo, hi)
+	s.PrefixQuery = counterIncrease(roles[rolePrefixQueries], lo, hi)
+	s.PrefixHitRate = math.NaN()
+	switch {
+	case !math.IsNaN(s.PrefixQuery) && !math.IsNaN(s.PrefixHits):
+		s.PrefixFrom = "counters"
+		if s.PrefixQuery > 0 {
+			s.PrefixHitRate = s.PrefixHits / s.PrefixQuery
+		}
+	case len(roles[rolePrefixRate]) > 0:
+		s.PrefixFrom = "gauge"
+		s.PrefixHitRate = gaugeMean(roles[rolePrefixRate], lo, hi)
+	}
+	var failing []string
+	for _, src := range s.Sources {
+		if src.Failures > 0 {
+			failing = append(failing, src.Source)
+			r.warnf("scrape of %s failed %d of %d times (last: %s)", src.Source, src.Failures, src.Scrapes, orDash(src.LastError))
+		}
+	}
+	if len(sd.series) == 0 {
+		r.warnf("the metrics files hold no metric analysis knows (docs/metrics.md lists them): no server figures")
+	}
+	r.Server = s
+
+	// The time series' server columns.
+	iv := int64(r.Options.Interval)
+	for k := range r.Series {
+		p := &r.Series[k]
+		a, b := int64(k)*iv, int64(k+1)*iv
+		p.ServerRunning = gaugeMean(roles[roleRunning], a, b)
+		p.ServerWaiting = gaugeMean(roles[roleWaiting], a, b)
+		p.KVUsage = gaugeMean(roles[roleKVUsage], a, b)
+		p.Preemptions = counterIncrease(roles[rolePreemptions], a, b)
+		p.GPUUtil = gaugeMean(roles[roleGPUUtil], a, b)
+		p.GPUPowerW = gaugeMean(roles[roleGPUPower], a, b)
+	}
+}
+
+// noServerColumns marks a series' server columns as absent.
+func (p *Interval) noServerColumns() {
+	nan := math.NaN()
+	p.ServerRunning, p.ServerWaiting, p.KVUsage, p.Preemptions, p.GPUUtil, p.GPUPowerW = nan, nan, nan, nan, nan, nan
+}
+
+// sortedLabels renders a label map's pairs as k=v joined by commas, sorted by key.
+func sortedLabels(keys, vals []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+	var sb strings.Builder
+	for n, i := range idx {
+		if n > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(keys[i])
+		sb.WriteByte('=')
+		sb.WriteString(vals[i])
+	}
+	return sb.String()
+}
+
+// The JSON shape of the server section (docs/metrics.md, "Server metrics").
+type jsonServer struct {
+	Sources     []jsonServerSource `json:"sources"`
+	Engines     []string           `json:"engines"`
+	Window      jsonWindow         `json:"window"`
+	SteadyState bool               `json:"steady_state"`
+	Running     jsonGauge          `json:"running_requests"`
+	Waiting     jsonGauge          `json:"waiting_requests"`
+	KVUsage     jsonGauge          `json:"kv_cache_usage"`
+	Preemptions num                `json:"preemptions"`
+	PrefixCache jsonServerPrefix   `json:"prefix_cache"`
+	GPUUtil     jsonGauge          `json:"gpu_utilization_pct"`
+	GPUPower    jsonGauge          `json:"gpu_power_w"`
+	GPUMem      jsonGauge          `json:"gpu_memory_used_mib"`
+}
+
+type jsonServerSource struct {
+	Source    string  `json:"source"`
+	Shard     int     `json:"shard"`
+	Scrapes   int64   `json:"scrapes"`
+	Failures  int64   `json:"failures"`
+	LastError *string `json:"last_error"`
+}
+
+type jsonGauge struct {
+	N    int64 `json:"n"`
+	Mean num   `json:"mean"`
+	P99  num   `json:"p99"`
+	Max  num   `json:"max"`
+}
+
+type jsonServerPrefix struct {
+	HitRate num     `json:"hit_rate"`
+	Hits    num     `json:"hits"`
+	Queries num     `json:"queries"`
+	From    *string `json:"from"`
+}
+
+func jg(g GaugeStats) jsonGauge { return jsonGauge{g.N, num(g.Mean), num(g.P99), num(g.Max)} }
+
+func (s *Server) toJSON() *jsonServer {
+	j := &jsonServer{Sources: []jsonServerSource{}, Engines: append([]string{}, s.Engines...),
+		Window: jsonWindow{num(s.WindowStartS), num(s.WindowEndS)}, SteadyState: s.Steady,
+		Running: jg(s.Running), Waiting: jg(s.Waiting), KVUsage: jg(s.KVUsage), Preemptions: num(s.Preemptions),
+		PrefixCache: jsonServerPrefix{HitRate: num(s.PrefixHitRate), Hits: num(s.PrefixHits), Queries: num(s.PrefixQuery)},
+		GPUUtil:     jg(s.GPUUtil), GPUPower: jg(s.GPUPowerW), GPUMem: jg(s.GPUMemMiB)}
+	if s.PrefixFrom != "" {
+		from := s.PrefixFrom
+		j.PrefixCache.From = &from
+	}
+	for _, src := range s.Sources {
+		js := jsonServerSource{Source: src.Source, Shard: src.Shard, Scrapes: src.Scrapes, Failures: src.Failures}
+		if src.LastError != "" {
+			e := src.LastError
+			js.LastError = &e
+		}
+		j.Sources = append(j.Sources, js)
+	}
+	return j
+}
+
+// writeText writes the server section of the text report.
+func (s *Server) writeText(p func(string, ...any)) {
+	win := "whole run (no steady-state window)"
+	if s.Steady {
+		win = fmt.Sprintf("steady-state window [%s s, %s s)", f3(s.WindowStartS), f3(s.WindowEndS))
+	}
+	engines := "none known"
+	if len(s.Engines) > 0 {
+		engines = strings.Join(s.Engines, ", ")
+	}
+	p("\nServer (%d source(s) scraped; %s; metrics of %s)\n", len(s.Sources), win, engines)
+	p("  %-26s %9s %10s %10s %10s\n", "", "n", "mean", "p99", "max")
+	row := func(name string, g GaugeStats, scale float64) {
+		if g.N == 0 {
+			return
+		}
+		p("  %-26s %9d %10s %10s %10s\n", name, g.N, f3(g.Mean*scale), f3(g.P99*scale), f3(g.Max*scale))
+	}
+	row("running requests", s.Running, 1)
+	row("waiting requests", s.Waiting, 1)
+	row("KV-cache usage, %", s.KVUsage, 100)
+	row("GPU utilisation, %", s.GPUUtil, 1)
+	row("GPU power, W", s.GPUPowerW, 1)
+	row("GPU memory used, MiB", s.GPUMemMiB, 1)
+	if !math.IsNaN(s.Preemptions) {
+		p("  preemptions: %s (the counter's increase in the window)\n", strconv.FormatFloat(s.Preemptions, 'f', -1, 64))
+	}
+	switch s.PrefixFrom {
+	case "counters":
+		p("  prefix cache: hit rate %s (%s of %s queried tokens, the engine's counters)\n", pct(100*s.PrefixHitRate),
+			strconv.FormatFloat(s.PrefixHits, 'f', -1, 64), strconv.FormatFloat(s.PrefixQuery, 'f', -1, 64))
+	case "gauge":
+		p("  prefix cache: hit rate %s (mean of the engine's own rate gauge)\n", pct(100*s.PrefixHitRate))
+	}
+	for _, src := range s.Sources {
+		fail := ""
+		if src.Failures > 0 {
+			fail = fmt.Sprintf(", last error: %s", src.LastError)
+		}
+		p("  scrapes of %s (shard %d): %d, %d failed%s\n", src.Source, src.Shard, src.Scrapes, src.Failures, fail)
+	}
+}
+
+// summaryCols are the server columns of the summary row, on every row (a run that scraped
+// nothing has zero counts and null figures), so that summaries of scraped and unscraped
+// runs stack.
+func (s *Server) summaryCols() []col {
+	if s == nil {
+		nan := math.NaN()
+		g := GaugeStats{Mean: nan, P99: nan, Max: nan}
+		s = &Server{WindowStartS: nan, WindowEndS: nan, Running: g, Waiting: g, KVUsage: g, GPUUtil: g, GPUPowerW: g, GPUMemMiB: g,
+			Preemptions: nan, PrefixHitRate: nan}
+	}
+	var scrapes, failures int64
+	for _, src := range s.Sources {
+		scrapes += src.Scrapes
+		failures += src.Failures
+	}
+	return []col{{"server_sources", int64(len(s.Sources))}, {"server_scrapes", scrapes}, {"server_scrape_failures", failures},
+		{"server_running_mean", s.Running.Mean}, {"server_running_max", s.Running.Max},
+		{"server_waiting_mean", s.Waiting.Mean}, {"server_waiting_max", s.Waiting.Max},
+		{"server_kv_cache_usage_mean", s.KVUsage.Mean}, {"server_kv_cache_usage_p99", s.KVUsage.P99}, {"server_kv_cache_usage_max", s.KVUsage.Max},
+		{"server_preemptions", s.Preemptions}, {"server_prefix_cache_hit_rate", s.PrefixHitRate},
+		{"server_gpu_utilization_pct_mean", s.GPUUtil.Mean}, {"server_gpu_utilization_pct_max", s.GPUUtil.Max},
+		{"server_gpu_power_w_mean", s.GPUPowerW.Mean}, {"server_gpu_power_w_max", s.GPUPowerW.Max}}
+}
+
+// serverPlots are the HTML report's server panels, on the time axis of the throughput,
+// in-flight and TTFT plots (same x range, same window band): the engine's running and
+// waiting requests beside the client's in-flight count, so the queue is seen to build
+// before TTFT rises; and KV-cache usage with GPU utilisation, both in percent. A panel
+// with nothing scraped is left out (the page's check wants marks in every plot).
+func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
+	if r.Server == nil {
+		return nil
+	}
+	iv := r.Options.Interval.Seconds()
+	var run, wait, infl, kv, util [][2]float64
+	has := func(v float64) bool { return !math.IsNaN(v) }
+	var anyQ, anyP bool
+	for _, s := range r.Series {
+		mid := s.StartS + iv/2
+		run = append(run, [2]float64{mid, s.ServerRunning})
+		wait = append(wait, [2]float64{mid, s.ServerWaiting})
+		infl = append(infl, [2]float64{mid, s.Inflight})
+		kv = append(kv, [2]float64{mid, 100 * s.KVUsage})
+		util = append(util, [2]float64{mid, s.GPUUtil})
+		anyQ = anyQ || has(s.ServerRunning) || has(s.ServerWaiting)
+		anyP = anyP || has(s.KVUsage) || has(s.GPUUtil)
+	}
+	var out []string
+	if anyQ {
+		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
+		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
+		window(p)
+		p.line(infl, "ref")
+		p.line(run, "s2")
+		p.line(wait, "s3")
+		p.legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
+		out = append(out, p.String())
+	}
+	if anyP {
+		p := newPlot("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
+		window(p)
+		p.hline(100, "slo", "full")
+		p.line(kv, "s1")
+		p.line(util, "s3")
+		p.legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
+		out = append(out, p.String())
+	}
+	return out
+}
