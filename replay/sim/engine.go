@@ -77,6 +77,7 @@ type core struct {
 
 	// counters for /metrics
 	steps, promptTokens, genTokens, finished int64
+	preemptions                              int64 // running requests preempted (on-demand KV admission)
 }
 
 func newCore(cfg *Config) *core {
