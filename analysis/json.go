@@ -133,8 +133,7 @@ type jsonBuffered struct {
 	ZeroGapShare   num   `json:"zero_gap_share"`
 	ChunksPerRead  num   `json:"chunks_per_read"`
 	OtherGapMeanMS num   `json:"other_gap_mean_ms"`
-	// Judged is false when the run was client-limited: the rule is not applied.
-	Judged bool `json:"judged"`
+	GapBoundMS     num   `json:"gap_bound_ms"`
 }
 
 type jsonCacheBucket struct {
@@ -314,8 +313,7 @@ func (r *Report) toJSON() jsonReport {
 		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
 		Flags: jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
 			StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
-				num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS),
-				r.Buffered.Streams > 0 && !r.Buffered.ClientLimited}},
+				num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}},
 		Warnings: append([]string{}, r.Warnings...),
 	}
 	if g := r.Goodput; g != nil {

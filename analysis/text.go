@@ -235,12 +235,9 @@ func (r *Report) WriteText(w io.Writer) error {
 
 	if b := r.Buffered; b.Streams == 0 {
 		p("  stream buffered: not tested (no ok stream of %d or more chunks)\n", BufferedMinChunks)
-	} else if b.ClientLimited {
-		p("  stream buffered: not judged (client-limited: the replayer's own late reads bunch chunks as a buffer does; %d of %d streams arrived %g or more chunks per read, %s chunks per read)\n",
-			b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.ChunksPerRead))
 	} else {
-		p("  stream buffered: %s (%d of %d streams arrived %g or more chunks per read, %v or more apart, bound %s; %s chunks per read, %s of gaps 0, the others %s ms on average)\n",
-			yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, BufferedGap, pct(100*BufferedShare), f3(b.ChunksPerRead), pct(100*b.ZeroGapShare), f3(b.OtherGapMeanMS))
+		p("  stream buffered: %s (%d of %d streams arrived %g or more chunks per read, %s ms or more apart (the larger of %v and the lateness p99), bound %s; %s chunks per read, %s of gaps 0, the others %s ms on average)\n",
+			yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS), BufferedGap, pct(100*BufferedShare), f3(b.ChunksPerRead), pct(100*b.ZeroGapShare), f3(b.OtherGapMeanMS))
 	}
 	if c := r.Conversations; c != nil && c.Sessions != nil {
 		w := c.Sessions

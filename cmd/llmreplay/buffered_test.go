@@ -62,7 +62,9 @@ func TestReplayFlagsBufferedStream(t *testing.T) {
 		pause    time.Duration
 		buffered bool
 	}{
-		{"burst", 8, 20 * time.Millisecond, true},
+		// Bursts 60 ms apart: above the rule's gap bound (10 ms, or the run's lateness p99
+		// if CPU burners alongside make the replayer later than that).
+		{"burst", 8, 60 * time.Millisecond, true},
 		{"per-chunk", 1, 3 * time.Millisecond, false},
 	} {
 		hs := httptest.NewServer(sseServer(tc.burst, tc.pause))
@@ -75,10 +77,7 @@ func TestReplayFlagsBufferedStream(t *testing.T) {
 				res := filepath.Join(t.TempDir(), "r.parquet")
 				out.Reset()
 				errb.Reset()
-				// --max-lateness 1s: CPU burners alongside must not make the run client-limited,
-				// under which the rule is not applied.
-				args := []string{"replay", "--trace", tr, "--endpoint", hs.URL + "/v1", "--model", "m", "--http-client", client,
-					"--max-lateness", "1s", "-q", "-o", res}
+				args := []string{"replay", "--trace", tr, "--endpoint", hs.URL + "/v1", "--model", "m", "--http-client", client, "-q", "-o", res}
 				if err := run(context.Background(), args, &out, &errb); err != nil {
 					t.Fatalf("replay: %v\n%s", err, errb.String())
 				}
