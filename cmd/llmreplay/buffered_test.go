@@ -82,6 +82,9 @@ func TestReplayFlagsBufferedStream(t *testing.T) {
 					t.Fatalf("replay: %v\n%s", err, errb.String())
 				}
 				report := out.String()
+				if i := strings.Index(report, "stream buffered:"); i >= 0 {
+					t.Log(strings.SplitN(report[i:], "\n", 2)[0])
+				}
 				if want := "stream buffered: " + map[bool]string{true: "YES", false: "no"}[tc.buffered]; !strings.Contains(report, want) {
 					t.Errorf("replay's report lacks %q:\n%s", want, report)
 				}
