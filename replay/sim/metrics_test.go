@@ -131,7 +131,7 @@ func TestMetricsKVUsage(t *testing.T) {
 		case <-done:
 			waiting = false
 		case <-time.After(5 * time.Millisecond):
-			ss, _ := scrapeSamples(t, r, prom.Accept)
+			ss, _ := scrapeSamples(t, r, "") // text: expfmt parses OpenMetrics ~1000x slower
 			running, _ := sampleValue(ss, "vllm:num_requests_running")
 			used, _ := sampleValue(ss, "llmreplay_sim_kv_cache_used_tokens")
 			usage, _ := sampleValue(ss, "vllm:kv_cache_usage_perc")
@@ -193,12 +193,12 @@ func TestMetricsPreemptionsOnDemand(t *testing.T) {
 		case <-done:
 			waiting = false
 		case <-time.After(10 * time.Millisecond):
-			ss, _ := scrapeSamples(t, r, prom.Accept)
+			ss, _ := scrapeSamples(t, r, "") // text: expfmt parses OpenMetrics ~1000x slower
 			v, _ := sampleValue(ss, "vllm:kv_cache_usage_perc")
 			maxUsage = max(maxUsage, v)
 		}
 	}
-	idle, _ := scrapeSamples(t, r, prom.Accept)
+	idle, _ := scrapeSamples(t, r, "")
 	pre, _ := sampleValue(idle, "vllm:num_preemptions_total")
 	usage, _ := sampleValue(idle, "vllm:kv_cache_usage_perc")
 	t.Logf("%v preemptions, KV usage max %.3f, idle %v", pre, maxUsage, usage)
