@@ -65,8 +65,8 @@ func (s *seq) wake() {
 // core is the pure scheduler: iteration-level continuous batching with an FCFS waiting
 // queue, admission on KV capacity (prompt + whole output reserved, so no preemption; or,
 // with Config.KVAdmission on-demand, the prompt at admission and a token per decode step,
-// preempting the newest running sequence when one cannot grow), chunked prefill within a per-step token budget and one decode token per running
-// sequence per step. It has no clock: step advances model time by the step's duration.
+// preempting the newest running sequence when one cannot grow), chunked prefill within a
+// per-step token budget and one decode token per running sequence per step. It has no clock: step advances model time by the step's duration.
 type core struct {
 	cfg         *Config
 	now         time.Duration
