@@ -43,6 +43,9 @@ type Report struct {
 	Series        []Interval
 	Warnings      []string
 
+	// Buffered is the evidence behind Flags.Buffered (buffered.go).
+	Buffered Buffered
+
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64
 	promptTTFT           [][2]float64
@@ -106,6 +109,9 @@ type Flags struct {
 	Overloaded bool
 	// The trend tests behind Overloaded; Points == 0 when the window was too short.
 	InflightTrend, TTFTTrend Trend
+	// Buffered: the streams came in bursts of chunks per read, as through a proxy that
+	// buffers SSE (Report.Buffered has the evidence).
+	Buffered bool
 }
 
 // Tokens reconciles token counts over ok requests.
@@ -202,6 +208,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	r.server(d)
 	r.closedLoop(d)
 	r.flags(d)
+	r.buffered(d)
 	r.ByPrompt = r.breakdown(d, d.prompt, opts.PromptBuckets)
 	r.ByOutput = r.breakdown(d, d.outTarget, opts.OutputBuckets)
 	r.conversations(d)

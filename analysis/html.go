@@ -362,6 +362,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		p("<tr><th>client-limited</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.ClientLimited))
 	}
 	p("<tr><th>overloaded</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.Overloaded))
+	if b := r.Buffered; b.Streams > 0 {
+		p("<tr><th>stream buffered</th><td class=\"flag\">%s</td><td>%d of %d streams arrived %g or more chunks per read, %s ms or more apart</td></tr>", yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS))
+	}
 	if c := r.Conversations; c != nil && c.Sessions != nil {
 		p("<tr><th>reshaped by the server</th><td class=\"flag\">%s</td></tr>", yesno(c.Sessions.Reshaped))
 	}

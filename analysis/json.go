@@ -122,6 +122,19 @@ type jsonFlags struct {
 	Overloaded    bool `json:"overloaded"`
 	// ReshapedByServer is absent without sequential sessions.
 	ReshapedByServer *bool `json:"reshaped_by_server,omitempty"`
+	StreamBuffered   bool  `json:"stream_buffered"`
+	// StreamBufferedEvidence is the rule's evidence (analysis/buffered.go).
+	StreamBufferedEvidence jsonBuffered `json:"stream_buffered_evidence"`
+}
+
+type jsonBuffered struct {
+	Streams        int64 `json:"streams"`
+	BurstyStreams  int64 `json:"bursty_streams"`
+	BurstyShare    num   `json:"bursty_share"`
+	ZeroGapShare   num   `json:"zero_gap_share"`
+	ChunksPerRead  num   `json:"chunks_per_read"`
+	OtherGapMeanMS num   `json:"other_gap_mean_ms"`
+	GapBoundMS     num   `json:"gap_bound_ms"`
 }
 
 type jsonCacheBucket struct {
@@ -299,7 +312,9 @@ func (r *Report) toJSON() jsonReport {
 			Window: jsonWindow{num(t.WindowStartS), num(t.WindowEndS)},
 		},
 		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
-		Flags:    jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded},
+		Flags: jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
+			StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
+				num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}},
 		Warnings: append([]string{}, r.Warnings...),
 	}
 	if g := r.Goodput; g != nil {

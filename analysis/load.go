@@ -109,6 +109,7 @@ type Data struct {
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
 	itl, itlTok      usHist
+	buf              bufTally  // the buffered-stream evidence (buffered.go)
 	multiTokenChunks bool      // some chunk_tokens entry is above 1
 	tokenBins        []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
 
@@ -332,6 +333,7 @@ func hasValues(pr *file.Reader, name string) bool {
 // worker holds what one decoding goroutine accumulates over the row groups it reads.
 type worker struct {
 	itl, itlTok                   usHist
+	buf                           bufTally
 	bins                          []float64
 	firstChunkMismatch, hasChunkT int64
 
@@ -354,6 +356,7 @@ type part struct {
 func (d *Data) mergeWorker(w *worker) {
 	d.itl.merge(&w.itl)
 	d.itlTok.merge(&w.itlTok)
+	d.buf.merge(&w.buf)
 	d.firstChunkMismatch += w.firstChunkMismatch
 	d.hasChunkT += w.hasChunkT
 	d.multiTokenChunks = d.multiTokenChunks || w.multiTokenChunks
@@ -962,6 +965,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			// The gaps go straight into the µs histogram; their sum and max are folded in
 			// once per request.
 			var sum, mx int64
+			zeros := 0 // gaps of 0: chunks of one read
 			prev := cns[0]
 			for k := 1; k < nc; k++ {
 				v := cns[k]
@@ -972,6 +976,9 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				prev = v
 				sum += g
 				mx = max(mx, g)
+				if g == 0 {
+					zeros++
+				}
 				if us := (g + 500) / 1000; us < usDense {
 					dense[us]++
 				} else {
@@ -1003,6 +1010,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				h.n += int64(nc - 1)
 				h.sumNS += float64(sum)
 			}
+			w.buf.addStream(nc, zeros, sum)
 		}
 		j := p.at
 		p.at++

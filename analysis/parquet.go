@@ -90,7 +90,7 @@ func (r *Report) summaryCols() []col {
 	}
 	cs = append(cs, col{"slo", r.Options.SLO.String()}, col{"goodput_requests_per_s", g.RequestsPerS},
 		col{"goodput_output_tokens_per_s", g.OutputTokensPerS}, col{"goodput_attainment", g.Attainment},
-		col{"client_limited", r.Flags.ClientLimited}, col{"overloaded", r.Flags.Overloaded},
+		col{"client_limited", r.Flags.ClientLimited}, col{"overloaded", r.Flags.Overloaded}, col{"stream_buffered", r.Flags.Buffered},
 		col{"output_tokens_target", r.Tokens.OutputTarget}, col{"output_tokens", r.Tokens.Output},
 		col{"requests_shorter_than_target", r.Tokens.Shorter}, col{"requests_longer_than_target", r.Tokens.Longer},
 		col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})

@@ -241,6 +241,9 @@ func pointFlags(rep *Report) string {
 	if rep.Flags.Overloaded {
 		flags = append(flags, "overloaded")
 	}
+	if rep.Flags.Buffered {
+		flags = append(flags, "buffered")
+	}
 	return strings.Join(flags, ",")
 }
 

@@ -237,6 +237,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			yesno(f.Overloaded), f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T, trendT, trendRise*100)
 	}
 
+	if b := r.Buffered; b.Streams == 0 {
+		p("  stream buffered: not tested (no ok stream of %d or more chunks)\n", BufferedMinChunks)
+	} else {
+		p("  stream buffered: %s (%d of %d streams arrived %g or more chunks per read, %s ms or more apart (the larger of %v and the lateness p99), bound %s; %s chunks per read, %s of gaps 0, the others %s ms on average)\n",
+			yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS), BufferedGap, pct(100*BufferedShare), f3(b.ChunksPerRead), pct(100*b.ZeroGapShare), f3(b.OtherGapMeanMS))
+	}
 	if c := r.Conversations; c != nil && c.Sessions != nil {
 		w := c.Sessions
 		p("  reshaped by the server: %s (%d of %d later turns waited for their predecessor over %v; bound %s)\n",

@@ -50,7 +50,7 @@ func TestSimFaults(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	faults := map[string]int{}
-	for _, m := range regexp.MustCompile(`llmreplay_sim_faults_total\{[^}]*kind="([^"]+)"\} (\d+)`).FindAllStringSubmatch(string(body), -1) {
+	for _, m := range regexp.MustCompile(`llmreplay_sim_faults_total\{kind="([^"]+)"[^}]*\} (\d+)`).FindAllStringSubmatch(string(body), -1) {
 		faults[m[1]], _ = strconv.Atoi(m[2])
 	}
 	byHTTP := map[int32]int{}

@@ -33,6 +33,10 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
   llmreplay sim --profile fixed --ttft 200ms --itl 20ms
 
+  # KV allocated as tokens are made (vLLM v1): under overload the cache runs full and
+  # vllm:num_preemptions_total counts the requests preempted
+  llmreplay sim --profile tiny --kv-admission on-demand --kv-cache-tokens 16384
+
   # Override the model: twice the KV cache, batch cap 512; print the analytical limits and exit
   llmreplay sim --kv-cache-tokens 2000000 --max-batch 512 --max-batched-tokens 16384 --print-info
 
@@ -112,6 +116,7 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.IntVar(&o.Experts, "experts", 0, "MoE experts per layer (0 = dense: no expert term)")
 	fs.IntVar(&o.ExpertsPerToken, "experts-per-token", 0, "MoE experts routed per token (top-k)")
 	fs.IntVar(&o.KVCacheTokens, "kv-cache-tokens", 0, "KV-cache capacity in tokens")
+	fs.StringVar(&o.KVAdmission, "kv-admission", sim.KVReserve, "KV allocation: reserve (prompt + whole output at admission: never preempts) or on-demand (a token per step, as vLLM v1; the newest running request is preempted and recomputed when the cache is full), e.g. --kv-admission on-demand")
 	fs.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, "per-step token budget (decodes + prefill chunks)")
 	fs.IntVar(&o.MaxBatch, "max-batch", 0, "max running sequences")
 	fs.IntVar(&o.RefContextTokens, "ref-context-tokens", 0, "per-sequence context for the analytical figures")
@@ -154,6 +159,7 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("experts", &cfg.Experts, &o.Experts)
 	set("experts-per-token", &cfg.ExpertsPerToken, &o.ExpertsPerToken)
 	set("kv-cache-tokens", &cfg.KVCacheTokens, &o.KVCacheTokens)
+	set("kv-admission", &cfg.KVAdmission, &o.KVAdmission)
 	set("max-batched-tokens", &cfg.MaxBatchedTokens, &o.MaxBatchedTokens)
 	set("max-batch", &cfg.MaxBatch, &o.MaxBatch)
 	set("ref-context-tokens", &cfg.RefContextTokens, &o.RefContextTokens)

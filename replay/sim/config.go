@@ -36,8 +36,15 @@ type Config struct {
 	ExpertsPerToken int           `json:"experts_per_token"`
 
 	// KVCacheTokens is the KV-cache capacity; a request is admitted only when its prompt
-	// and its whole output fit beside the running ones.
+	// and its whole output fit beside the running ones (KVAdmission reserve).
 	KVCacheTokens int `json:"kv_cache_tokens"`
+	// KVAdmission is how KV is allocated: "" or KVReserve (the default) reserves prompt +
+	// whole output at admission, so nothing is ever preempted; KVOnDemand reserves the
+	// prompt at admission and one token per decode step, as vLLM v1 does, and when a
+	// running sequence cannot grow it preempts the newest running one (its KV dropped, to
+	// be recomputed, prompt and tokens so far, when it is admitted again: vLLM's
+	// recompute preemption).
+	KVAdmission string `json:"kv_admission,omitempty"`
 	// MaxBatchedTokens is the per-step token budget (decodes + prefill chunks), like vLLM's
 	// max_num_batched_tokens.
 	MaxBatchedTokens int `json:"max_batched_tokens"`
@@ -81,6 +88,15 @@ type Config struct {
 	// generation request (with the client's X-Request-Id), written off the engine's path.
 	RequestLog string `json:"request_log,omitempty"`
 }
+
+// KV admission policies (Config.KVAdmission).
+const (
+	KVReserve  = "reserve"
+	KVOnDemand = "on-demand"
+)
+
+// onDemand reports whether KV is allocated as tokens are made (KVOnDemand).
+func (c *Config) onDemand() bool { return c.KVAdmission == KVOnDemand && !c.Fixed }
 
 // prefixCaching reports whether the engine caches prompt prefixes.
 func (c *Config) prefixCaching() bool { return c.PrefixCache && !c.Fixed }
@@ -306,6 +322,9 @@ func (c Config) Validate() error {
 		}
 		if c.RefContextTokens < 0 {
 			bad("ref_context_tokens", "%d < 0", c.RefContextTokens)
+		}
+		if c.KVAdmission != "" && c.KVAdmission != KVReserve && c.KVAdmission != KVOnDemand {
+			bad("kv_admission", "%q: want %s or %s", c.KVAdmission, KVReserve, KVOnDemand)
 		}
 		if c.PrefixCache && (c.PrefixBlockTokens < 1 || c.PrefixBlockTokens > c.KVCacheTokens) {
 			bad("prefix_block_tokens", "%d not in [1, kv_cache_tokens %d]", c.PrefixBlockTokens, c.KVCacheTokens)

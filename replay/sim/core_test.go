@@ -314,3 +314,51 @@ func TestMoEClosedLoop(t *testing.T) {
 		t.Logf("concurrency %d: analytical %.1f, closed loop 24/2000 %.1f, 924/200 %.1f tok/s", tc.conc, tc.want, short, long)
 	}
 }
+
+// TestCoreOnDemandPreempts: four requests of 40 + 40 tokens in a 200-token cache. Reserving
+// prompt + output, two fit at once and nothing is preempted. On demand, all four prompts
+// are admitted, the cache runs full as they grow, the newest are preempted and
+// recomputed, and every request still gets all its tokens; KV never exceeds capacity and
+// returns to 0.
+func TestCoreOnDemandPreempts(t *testing.T) {
+	for _, mode := range []string{KVReserve, KVOnDemand} {
+		cfg := linear()
+		cfg.KVCacheTokens, cfg.MaxModelLen, cfg.KVAdmission = 200, 200, mode
+		cfg.PrefixCache = false
+		c := newCore(&cfg)
+		seqs := make([]*seq, 4)
+		for i := range seqs {
+			seqs[i] = newSeq(40, 40)
+			c.enqueue(seqs[i], 0)
+		}
+		maxUsed, maxRunning := 0, 0
+		for n := 0; !c.idle(); n++ {
+			if c.step() == 0 || n > 1e5 {
+				t.Fatalf("%s: no progress with %d running, %d waiting", mode, len(c.running), c.waitingLen())
+			}
+			if c.kvUsed > cfg.KVCacheTokens {
+				t.Fatalf("%s: KV used %d > capacity %d", mode, c.kvUsed, cfg.KVCacheTokens)
+			}
+			maxUsed, maxRunning = max(maxUsed, c.kvUsed), max(maxRunning, len(c.running))
+		}
+		for i, s := range seqs {
+			if s.generated != s.target {
+				t.Errorf("%s: request %d generated %d of %d", mode, i, s.generated, s.target)
+			}
+		}
+		t.Logf("%s: %d preemptions, max KV used %d of %d, max running %d, %d tokens generated", mode, c.preemptions, maxUsed, cfg.KVCacheTokens, maxRunning, c.genTokens)
+		if c.kvUsed != 0 || c.genTokens != 160 {
+			t.Errorf("%s: at the end KV used %d, %d tokens generated; want 0 and 160", mode, c.kvUsed, c.genTokens)
+		}
+		switch mode {
+		case KVReserve:
+			if c.preemptions != 0 || maxRunning != 2 {
+				t.Errorf("reserve: %d preemptions, max running %d; want 0 and 2", c.preemptions, maxRunning)
+			}
+		case KVOnDemand:
+			if c.preemptions == 0 || maxRunning != 4 || maxUsed < cfg.KVCacheTokens-len(seqs) {
+				t.Errorf("on-demand: %d preemptions, max running %d, max KV used %d; want > 0, 4 and near %d", c.preemptions, maxRunning, maxUsed, cfg.KVCacheTokens)
+			}
+		}
+	}
+}

@@ -24,6 +24,8 @@ type seq struct {
 	promptBlocks int
 
 	// engine
+	fill      int // tokens to prefill: the prompt, or after a preemption the prompt and the tokens generated so far
+	recompute bool
 	prefilled int
 	generated int
 	stepTok   int // tokens scheduled in the current step
@@ -50,7 +52,7 @@ type seq struct {
 }
 
 func newSeq(prompt, target int) *seq {
-	return &seq{prompt: prompt, target: target, notify: make(chan struct{}, 1)}
+	return &seq{prompt: prompt, fill: prompt, target: target, notify: make(chan struct{}, 1)}
 }
 
 func (s *seq) wake() {
@@ -61,9 +63,10 @@ func (s *seq) wake() {
 }
 
 // core is the pure scheduler: iteration-level continuous batching with an FCFS waiting
-// queue, admission on KV capacity (prompt + whole output reserved, so no preemption),
-// chunked prefill within a per-step token budget and one decode token per running
-// sequence per step. It has no clock: step advances model time by the step's duration.
+// queue, admission on KV capacity (prompt + whole output reserved, so no preemption; or,
+// with Config.KVAdmission on-demand, the prompt at admission and a token per decode step,
+// preempting the newest running sequence when one cannot grow), chunked prefill within a
+// per-step token budget and one decode token per running sequence per step. It has no clock: step advances model time by the step's duration.
 type core struct {
 	cfg         *Config
 	now         time.Duration
@@ -77,6 +80,7 @@ type core struct {
 
 	// counters for /metrics
 	steps, promptTokens, genTokens, finished int64
+	preemptions                              int64 // running requests preempted (on-demand KV admission)
 }
 
 func newCore(cfg *Config) *core {
@@ -135,9 +139,10 @@ func (c *core) step() time.Duration {
 	c.touched = c.touched[:0]
 	budget := c.cfg.MaxBatchedTokens
 	prefill, decode, context := 0, 0, 0
+	preempted := c.cfg.onDemand() && c.grow(budget)
 	for _, s := range c.running {
 		s.stepTok = 0
-		if s.prefilled == s.prompt && budget > 0 {
+		if s.prefilled == s.fill && budget > 0 {
 			s.stepTok = 1
 			budget--
 			decode++
@@ -145,15 +150,16 @@ func (c *core) step() time.Duration {
 		}
 	}
 	for _, s := range c.running {
-		if s.prefilled < s.prompt && budget > 0 {
-			n := min(s.prompt-s.prefilled, budget)
+		if s.prefilled < s.fill && budget > 0 {
+			n := min(s.fill-s.prefilled, budget)
 			s.stepTok = n
 			budget -= n
 			prefill += n
 			context += s.prefilled + n
 		}
 	}
-	for c.waitingLen() > 0 && budget > 0 && len(c.running) < c.cfg.MaxBatch {
+	// A step that preempted admits nothing (vLLM v1): the space freed is for the running.
+	for !preempted && c.waitingLen() > 0 && budget > 0 && len(c.running) < c.cfg.MaxBatch {
 		s := c.waiting[c.head]
 		if !c.admit(s) {
 			break
@@ -163,7 +169,7 @@ func (c *core) step() time.Duration {
 		s.admitM = c.now
 		s.genAtAdmit = c.genTokens
 		c.running = append(c.running, s)
-		n := min(s.prompt-s.prefilled, budget)
+		n := min(s.fill-s.prefilled, budget)
 		s.stepTok = n
 		budget -= n
 		prefill += n
@@ -180,7 +186,7 @@ func (c *core) step() time.Duration {
 	for _, s := range c.running {
 		switch {
 		case s.stepTok == 0:
-		case s.prefilled == s.prompt: // decoded one token
+		case s.prefilled == s.fill: // decoded one token
 			s.generated++
 			s.lastM = c.now
 			c.touched = append(c.touched, s)
@@ -189,7 +195,11 @@ func (c *core) step() time.Duration {
 			if c.pc != nil {
 				c.cacheComputed(s)
 			}
-			if s.prefilled == s.prompt { // prefill done: the step samples the first token
+			if s.prefilled == s.fill && s.recompute { // recomputed: the step samples the next token
+				s.generated++
+				s.lastM = c.now
+				c.touched = append(c.touched, s)
+			} else if s.prefilled == s.fill { // prefill done: the step samples the first token
 				s.generated = 1
 				s.firstM, s.lastM = c.now, c.now
 				c.touched = append(c.touched, s)
@@ -225,6 +235,9 @@ func (c *core) step() time.Duration {
 // until the used and the cached KV fit the capacity again.
 func (c *core) admit(s *seq) bool {
 	kv := s.prompt + s.target
+	if c.cfg.onDemand() {
+		kv = s.fill
+	}
 	if c.pc == nil || s.hashes == nil {
 		if c.kvUsed+kv > c.cfg.KVCacheTokens {
 			return false
@@ -258,6 +271,62 @@ func (c *core) admit(s *seq) bool {
 	p.hits += int64(s.cached)
 	c.promptTokens += int64(s.cached)
 	return true
+}
+
+// grow, under on-demand admission, gives each sequence that will decode this step (those
+// the token budget reaches, in batch order) the KV token its new token needs. When the
+// cache is full (after evicting unheld cached blocks) it preempts the newest running
+// sequence, which may be the one growing, and tries again. It reports whether it
+// preempted.
+func (c *core) grow(budget int) bool {
+	preempted := false
+	for i := 0; i < len(c.running) && budget > 0; i++ {
+		s := c.running[i]
+		if s.prefilled != s.fill {
+			continue
+		}
+		budget--
+		for !c.fits(1) && len(c.running) > i {
+			c.preempt(c.running[len(c.running)-1])
+			c.running[len(c.running)-1] = nil
+			c.running = c.running[:len(c.running)-1]
+			preempted = true
+		}
+		if len(c.running) <= i { // s itself was preempted
+			break
+		}
+		c.kvUsed++
+		s.kv++
+	}
+	return preempted
+}
+
+// fits reports whether n more KV tokens fit, evicting unheld cached blocks as needed.
+func (c *core) fits(n int) bool {
+	if c.pc == nil {
+		return c.kvUsed+n <= c.cfg.KVCacheTokens
+	}
+	p := c.pc
+	for c.kvUsed+n+p.nFree*p.size > c.cfg.KVCacheTokens && p.evict() {
+	}
+	return c.kvUsed+n+p.nFree*p.size <= c.cfg.KVCacheTokens
+}
+
+// preempt drops s's KV and puts it back at the head of the waiting queue, to recompute
+// its prompt and the tokens it has generated when it is admitted again (the client has
+// them already: nothing is sent twice).
+func (c *core) preempt(s *seq) {
+	c.release(s)
+	c.preemptions++
+	s.fill = s.prompt + s.generated
+	s.recompute = s.generated > 0
+	s.prefilled, s.cached, s.nextBlock, s.stepTok = 0, 0, 0, 0
+	if c.head > 0 {
+		c.head--
+		c.waiting[c.head] = s
+		return
+	}
+	c.waiting = slices.Insert(c.waiting, 0, s)
 }
 
 // cacheComputed offers the prefix cache the prompt blocks s has now wholly computed

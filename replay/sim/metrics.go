@@ -2,26 +2,109 @@ package sim
 
 import (
 	"net/http"
-	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveMetrics writes Prometheus text: vLLM's metric names where one exists, so existing
-// dashboards work, and llmreplay_sim_* for the model clock and faults.
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	var running, waiting int
-	var kvUsed int
-	var steps, promptTok, genTok int64
+// metricsHandler serves /metrics from a registry of this Server's own (never the global
+// default registry: tests run many sims in one process), holding one collector that reads
+// the engine's state under its lock at scrape time. promhttp negotiates the format: the
+// classic text format, or OpenMetrics when the scraper asks for it.
+func (s *Server) metricsHandler() http.Handler {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newSimCollector(s))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// simCollector exposes the sim's state under vLLM's metric names where one exists, so
+// existing dashboards and analyze's server section read it as they read vLLM, and
+// llmreplay_sim_* for the model clock, the prefix cache's internals and faults. Every
+// metric carries the label model_name, as vLLM's do.
+type simCollector struct {
+	s *Server
+
+	running, waiting, kvUsage, kvUsed, preemptions *prometheus.Desc
+	promptTok, genTok, success                     *prometheus.Desc
+	pcQueries, pcHits, pcBlocks, pcFree, pcEvict   *prometheus.Desc // prefix cache on
+	logDropped                                     *prometheus.Desc // request log on
+	steps, modelTime, lag, badRequests, faults     *prometheus.Desc
+	fixedLate                                      *prometheus.Desc // fixed profile
+}
+
+func newSimCollector(s *Server) *simCollector {
+	model := prometheus.Labels{"model_name": s.cfg.Model}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, model)
+	}
+	c := &simCollector{
+		s:           s,
+		running:     d("vllm:num_requests_running", "Requests in the running batch."),
+		waiting:     d("vllm:num_requests_waiting", "Requests waiting for admission."),
+		kvUsage:     d("vllm:kv_cache_usage_perc", "KV-cache usage, 1 = full: the used KV tokens (llmreplay_sim_kv_cache_used_tokens) over the capacity."),
+		preemptions: d("vllm:num_preemptions_total", "Running requests preempted to free KV cache (their KV is dropped and recomputed when they are admitted again). Only the on-demand KV admission preempts."),
+		promptTok:   d("vllm:prompt_tokens_total", "Prompt tokens processed (prefilled, or read from the prefix cache)."),
+		genTok:      d("vllm:generation_tokens_total", "Tokens generated."),
+		success:     d("vllm:request_success_total", "Requests finished, by finish reason.", "finished_reason"),
+		kvUsed:      d("llmreplay_sim_kv_cache_used_tokens", "KV-cache tokens in use by admitted requests (their reservations and the cached blocks they hold)."),
+		steps:       d("llmreplay_sim_steps_total", "Engine steps run."),
+		modelTime:   d("llmreplay_sim_model_time_seconds", "The engine's model clock (end of the last step)."),
+		lag:         d("llmreplay_sim_lag_seconds", "How far the engine loop was behind real time at its last step (0 = on time; > 0 means the machine limits the sim)."),
+		badRequests: d("llmreplay_sim_bad_requests_total", "Requests answered 4xx for bad input."),
+		faults:      d("llmreplay_sim_faults_total", "Faults injected, by kind.", "kind"),
+	}
+	if s.prefix {
+		c.pcQueries = d("vllm:prefix_cache_queries_total", "Prefix cache queries: prompt tokens of the requests admitted.")
+		c.pcHits = d("vllm:prefix_cache_hits_total", "Prefix cache hits: prompt tokens read from the prefix cache instead of prefilled.")
+		c.pcBlocks = d("llmreplay_sim_prefix_cache_blocks", "Blocks in the prefix cache, held by running requests or not.")
+		c.pcFree = d("llmreplay_sim_prefix_cache_free_blocks", "Cached blocks no running request holds: they fill free KV space and are evicted LRU when an admission needs it.")
+		c.pcEvict = d("llmreplay_sim_prefix_cache_evictions_total", "Cached blocks evicted to make room for admissions.")
+	}
+	if s.reqLog != nil {
+		c.logDropped = d("llmreplay_sim_request_log_dropped_total", "Request-log lines dropped because the writer was behind (or the log closed).")
+	}
+	if s.cfg.Fixed {
+		c.fixedLate = d("llmreplay_sim_fixed_write_lateness_seconds", "How late the fixed profile's writes left the handler, by token (first or later): the sim's own share of a client's TTFT and ITL error.", "token")
+	}
+	return c
+}
+
+func (c *simCollector) descs() []*prometheus.Desc {
+	all := []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.promptTok, c.genTok, c.success,
+		c.pcQueries, c.pcHits, c.pcBlocks, c.pcFree, c.pcEvict, c.logDropped,
+		c.kvUsed, c.steps, c.modelTime, c.lag, c.badRequests, c.faults, c.fixedLate}
+	out := all[:0]
+	for _, d := range all {
+		if d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Describe sends the descriptors of the metrics this Server exposes.
+func (c *simCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+}
+
+// Collect reads one consistent snapshot of the engine under its lock, then sends it.
+func (c *simCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	var running, waiting, kvUsed int
+	var steps, promptTok, genTok, preempted int64
 	var modelNow, lag float64
 	var pcQueries, pcHits, pcEvictions int64
 	var pcFree, pcBlocks int
 	if s.eng != nil {
 		e := s.eng
 		e.mu.Lock()
-		c := e.core
-		running, waiting, kvUsed = len(c.running), c.waitingLen()+len(e.inbox), c.kvUsed
-		steps, promptTok, genTok = c.steps, c.promptTokens, c.genTokens
-		modelNow, lag = c.now.Seconds(), e.lag.Seconds()
-		if p := c.pc; p != nil {
+		k := e.core
+		running, waiting, kvUsed = len(k.running), k.waitingLen()+len(e.inbox), k.kvUsed
+		steps, promptTok, genTok, preempted = k.steps, k.promptTokens, k.genTokens, k.preemptions
+		modelNow, lag = k.now.Seconds(), e.lag.Seconds()
+		if p := k.pc; p != nil {
 			pcQueries, pcHits, pcEvictions = p.queries, p.hits, p.evictions
 			pcFree, pcBlocks = p.nFree, len(p.m)
 		}
@@ -30,80 +113,53 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		running = int(s.inflight.Load())
 		promptTok, genTok = s.fixedPrompt.Load(), s.fixedGen.Load()
 	}
-	lbl := `{model_name="` + s.cfg.Model + `"}`
-	b := make([]byte, 0, 4096)
-	metric := func(name, typ, help, labels string, v float64) {
-		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" "+typ+"\n"...)
-		b = append(b, name...)
-		b = append(b, labels...)
-		b = append(b, ' ')
-		b = strconv.AppendFloat(b, v, 'g', -1, 64)
-		b = append(b, '\n')
-	}
 	kvFrac := 0.0
 	if s.cfg.KVCacheTokens > 0 {
 		kvFrac = float64(kvUsed) / float64(s.cfg.KVCacheTokens)
 	}
-	metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", lbl, float64(running))
-	metric("vllm:num_requests_waiting", "gauge", "Requests waiting for admission.", lbl, float64(waiting))
-	metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = full.", lbl, kvFrac)
-	metric("vllm:prompt_tokens_total", "counter", "Prompt tokens processed (prefilled, or read from the prefix cache).", lbl, float64(promptTok))
-	metric("vllm:generation_tokens_total", "counter", "Tokens generated.", lbl, float64(genTok))
-	b = append(b, "# HELP vllm:request_success_total Requests finished, by finish reason.\n# TYPE vllm:request_success_total counter\n"...)
-	for _, fr := range []struct {
-		reason string
-		v      int64
-	}{{"length", s.finishedLength.Load()}, {"stop", s.finishedStop.Load()}} {
-		b = append(b, `vllm:request_success_total{model_name="`+s.cfg.Model+`",finished_reason="`+fr.reason+`"} `...)
-		b = strconv.AppendInt(b, fr.v, 10)
-		b = append(b, '\n')
+	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
 	}
+	counter := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, lv...)
+	}
+	gauge(c.running, float64(running))
+	gauge(c.waiting, float64(waiting))
+	gauge(c.kvUsage, kvFrac)
+	counter(c.preemptions, float64(preempted))
+	counter(c.promptTok, float64(promptTok))
+	counter(c.genTok, float64(genTok))
+	counter(c.success, float64(s.finishedLength.Load()), "length")
+	counter(c.success, float64(s.finishedStop.Load()), "stop")
 	if s.prefix {
-		metric("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries: prompt tokens of the requests admitted.", lbl, float64(pcQueries))
-		metric("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits: prompt tokens read from the prefix cache instead of prefilled.", lbl, float64(pcHits))
-		metric("llmreplay_sim_prefix_cache_blocks", "gauge", "Blocks in the prefix cache, held by running requests or not.", lbl, float64(pcBlocks))
-		metric("llmreplay_sim_prefix_cache_free_blocks", "gauge", "Cached blocks no running request holds: they fill free KV space and are evicted LRU when an admission needs it.", lbl, float64(pcFree))
-		metric("llmreplay_sim_prefix_cache_evictions_total", "counter", "Cached blocks evicted to make room for admissions.", lbl, float64(pcEvictions))
+		counter(c.pcQueries, float64(pcQueries))
+		counter(c.pcHits, float64(pcHits))
+		gauge(c.pcBlocks, float64(pcBlocks))
+		gauge(c.pcFree, float64(pcFree))
+		counter(c.pcEvict, float64(pcEvictions))
 	}
 	if s.reqLog != nil {
-		metric("llmreplay_sim_request_log_dropped_total", "counter", "Request-log lines dropped because the writer was behind (or the log closed).", lbl, float64(s.reqLog.dropped.Load()))
+		counter(c.logDropped, float64(s.reqLog.dropped.Load()))
 	}
-	metric("llmreplay_sim_kv_cache_used_tokens", "gauge", "KV-cache tokens in use by admitted requests (their reservations and the cached blocks they hold).", lbl, float64(kvUsed))
-	metric("llmreplay_sim_steps_total", "counter", "Engine steps run.", lbl, float64(steps))
-	metric("llmreplay_sim_model_time_seconds", "gauge", "The engine's model clock (end of the last step).", lbl, modelNow)
-	metric("llmreplay_sim_lag_seconds", "gauge", "How far the engine loop was behind real time at its last step (0 = on time; > 0 means the machine limits the sim).", lbl, lag)
-	metric("llmreplay_sim_bad_requests_total", "counter", "Requests answered 4xx for bad input.", lbl, float64(s.badRequests.Load()))
-	b = append(b, "# HELP llmreplay_sim_faults_total Faults injected, by kind.\n# TYPE llmreplay_sim_faults_total counter\n"...)
+	gauge(c.kvUsed, float64(kvUsed))
+	counter(c.steps, float64(steps))
+	gauge(c.modelTime, modelNow)
+	gauge(c.lag, lag)
+	counter(c.badRequests, float64(s.badRequests.Load()))
 	for i, n := range faultNames {
-		b = append(b, `llmreplay_sim_faults_total{model_name="`+s.cfg.Model+`",kind="`+n+`"} `...)
-		b = strconv.AppendInt(b, s.faultCount[i].Load(), 10)
-		b = append(b, '\n')
+		counter(c.faults, float64(s.faultCount[i].Load()), n)
 	}
 	if s.cfg.Fixed {
-		const name = "llmreplay_sim_fixed_write_lateness_seconds"
-		b = append(b, "# HELP "+name+" How late the fixed profile's writes left the handler, by token (first or later): the sim's own share of a client's TTFT and ITL error.\n# TYPE "+name+" histogram\n"...)
 		for i, tok := range []string{"first", "later"} {
 			h := &s.fixedLate[i]
-			lbls := `model_name="` + s.cfg.Model + `",token="` + tok + `"`
-			var cum int64
-			for j := range h.counts {
-				cum += h.counts[j].Load()
-				le := "+Inf"
-				if j < len(lateBounds) {
-					le = strconv.FormatFloat(lateBounds[j], 'g', -1, 64)
-				}
-				b = append(b, name+"_bucket{"+lbls+`,le="`+le+`"} `...)
-				b = strconv.AppendInt(b, cum, 10)
-				b = append(b, '\n')
+			buckets := make(map[float64]uint64, len(lateBounds))
+			var cum uint64
+			for j, le := range lateBounds {
+				cum += uint64(h.counts[j].Load())
+				buckets[le] = cum
 			}
-			b = append(b, name+"_sum{"+lbls+"} "...)
-			b = strconv.AppendFloat(b, float64(h.sumNS.Load())/1e9, 'g', -1, 64)
-			b = append(b, '\n')
-			b = append(b, name+"_count{"+lbls+"} "...)
-			b = strconv.AppendInt(b, cum, 10)
-			b = append(b, '\n')
+			cum += uint64(h.counts[len(lateBounds)].Load())
+			ch <- prometheus.MustNewConstHistogram(c.fixedLate, cum, float64(h.sumNS.Load())/1e9, buckets, tok)
 		}
 	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Write(b)
 }

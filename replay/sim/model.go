@@ -66,7 +66,8 @@ type Info struct {
 	// MaxBatchedTokens): the rate of a step filled with one fresh prompt's prefill.
 	PrefillTokPerSec float64 `json:"prefill_tok_per_sec"`
 	// MaxConcurrentAtRef is how many requests of RefContextTokens (prompt+output) the KV
-	// cache holds at once.
+	// cache holds at once (under on-demand KV admission, at their full context: more run
+	// while their contexts grow, and a warning says so).
 	MaxConcurrentAtRef int `json:"max_concurrent_at_ref"`
 	// Steps is the decode step at every batch size 1..MaxBatch.
 	Steps []StepPoint `json:"steps"`
@@ -136,6 +137,10 @@ func Analyze(c Config) Info {
 		in.Warnings = append(in.Warnings, fmt.Sprintf(
 			"the KV cache (%d tokens) holds only %d sequences of %d tokens: the batch cannot reach max_batch %d at that context, so max_decode_tok_per_sec is not reachable",
 			c.KVCacheTokens, in.MaxConcurrentAtRef, ref, c.MaxBatch))
+	}
+	if c.onDemand() {
+		in.Warnings = append(in.Warnings,
+			"kv_admission on-demand: the figures assume every sequence holds its full context; under load more sequences run while their contexts grow, then the newest are preempted and recomputed, so the decode rate reached under overload falls short of max_decode_tok_per_sec by the recomputation")
 	}
 	if real := time.Duration(float64(c.DecodeStepTime(1, 0)) / c.TimeScale); real < 50*time.Microsecond {
 		in.Warnings = append(in.Warnings, fmt.Sprintf(

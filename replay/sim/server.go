@@ -111,7 +111,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, true) })
 	mux.HandleFunc("/v1/models", s.serveModels)
 	mux.HandleFunc("/tokenize", s.serveTokenize)
-	mux.HandleFunc("/metrics", s.serveMetrics)
+	mux.Handle("/metrics", s.metricsHandler())
 	mux.HandleFunc("/sim/info", s.serveInfo)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -829,7 +829,7 @@ func TestMetrics(t *testing.T) {
 		`vllm:num_requests_running{model_name="sim-tiny"} 0`,
 		`vllm:num_requests_waiting{model_name="sim-tiny"} 0`,
 		"# TYPE vllm:kv_cache_usage_perc gauge",
-		`llmreplay_sim_faults_total{model_name="sim-tiny",kind="503"} 1`,
+		`llmreplay_sim_faults_total{kind="503",model_name="sim-tiny"} 1`,
 		`llmreplay_sim_bad_requests_total{model_name="sim-tiny"} 1`,
 	} {
 		if !strings.Contains(text, want) {
