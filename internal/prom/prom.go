@@ -20,10 +20,12 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Accept is the Accept header a scraper sends: OpenMetrics 1.0 first, then the classic text
-// format, as Prometheus itself negotiates (never protobuf: a reader of the file could not
-// tell the difference, and text is what every engine serves).
-const Accept = "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+// Accept is the Accept header a scraper sends: the classic text format only (every engine
+// and exporter serves it). expfmt's OpenMetrics decoder is a reference ABNF parser, some
+// 600 times slower: BenchmarkParse measured 0.43-0.77 s for a 40-family page against
+// 0.6-1.2 ms as text, on the 2-core development machine under load. A server that answers
+// OpenMetrics anyway is still parsed (its Content-Type says so).
+const Accept = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 
 // Label is one label pair of a sample.
 type Label struct{ Name, Value string }
