@@ -42,6 +42,10 @@ type Report struct {
 	Series        []Interval
 	Warnings      []string
 
+	// Repeats: the figures across the repeats of a repeated run (AnalyzeRepeats); nil
+	// for a run that was not repeated.
+	Repeats *Repeats
+
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64
 	promptTTFT           [][2]float64

@@ -37,6 +37,9 @@ type jsonReport struct {
 	Flags         jsonFlags          `json:"flags"`
 	Breakdown     jsonBreakdown      `json:"breakdown"`
 	Warnings      []string           `json:"warnings"`
+
+	// Repeats is absent for a run that was not repeated (docs/metrics.md, "Repeats").
+	Repeats *jsonRepeats `json:"repeats,omitempty"`
 }
 
 type jsonRequests struct {
@@ -300,6 +303,9 @@ func (r *Report) toJSON() jsonReport {
 		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
 		Flags:    jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded},
 		Warnings: append([]string{}, r.Warnings...),
+	}
+	if r.Repeats != nil {
+		j.Repeats = r.Repeats.toJSON()
 	}
 	if g := r.Goodput; g != nil {
 		j.Goodput = &jsonGoodput{num(g.RequestsPerS), num(g.OutputTokensPerS), num(g.Attainment)}

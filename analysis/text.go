@@ -74,6 +74,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Mixed {
 		p("MIXED: files of different runs pooled on absolute time\n")
 	}
+	if r.Repeats != nil {
+		r.Repeats.writeText(bw)
+	}
 	q := r.Requests
 	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
 	if q.Failed > 0 {
