@@ -263,3 +263,75 @@ func TestReplayRepeatsStop(t *testing.T) {
 		t.Errorf("no stop notice:\n%s", stdout.String())
 	}
 }
+
+// TestSweepRepeats: every repeat of every point sends fresh prompts (seed + (n−1)·2^40 +
+// (r−1)·2^32), the state lists each point's repeats, and each point's row is its median
+// repeat's.
+func TestSweepRepeats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs six short replays")
+	}
+	srv := simServer(t)
+	dir := filepath.Join(t.TempDir(), "sw")
+	var errb bytes.Buffer
+	err := runSweep(context.Background(), []string{"--endpoint", srv.URL + "/v1", "--speedups", "20,40", "--limit", "20",
+		"--seed", "5", "--repeat", "3", "--cooldown", "0s", "--idle-check=false", "--prewarm", "2", "-o", dir}, io.Discard, &errb)
+	if err != nil {
+		t.Fatalf("sweep: %v\n%s", err, errb.String())
+	}
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if hits := metricValue(string(page), "vllm:prefix_cache_hits_total"); hits != 0 {
+		t.Errorf("prefix cache: %v hits over six runs; want none", hits)
+	}
+	st, err := readSweepState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Points) != 2 {
+		t.Fatalf("state: %d points, want 2", len(st.Points))
+	}
+	var js bytes.Buffer
+	if err := runSweep(context.Background(), []string{"--resume", dir, "--json"}, &js, io.Discard); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	for i, p := range st.Points {
+		if want := repeatPath(p.File, 3, 3); len(p.Repeats) != 3 || p.Repeats[2] != want {
+			t.Fatalf("point %d: repeats %v, want 3 ending in %s", i+1, p.Repeats, want)
+		}
+		var sus []float64
+		var group string
+		for r, f := range p.Repeats {
+			d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := d.Runs[0]
+			if r == 0 {
+				group = m.RunID
+			}
+			want := strconv.FormatUint(5+uint64(i)<<pointSeedShift+uint64(r)<<repeatSeedShift, 10)
+			if m.Flags["seed"] != want || m.Repeat != r+1 || m.RepeatCount != 3 || m.RepeatGroup != group {
+				t.Errorf("point %d repeat %d: seed %s, repeat %d of %d, group %q; want seed %s, %d of 3, group %q",
+					i+1, r+1, m.Flags["seed"], m.Repeat, m.RepeatCount, m.RepeatGroup, want, r+1, group)
+			}
+			row, err := analysis.NewSweepRow("speedup", p.Load, f, d, analysis.DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sus = append(sus, row.Point().SustainedTokensPerSecond)
+		}
+		slices.Sort(sus)
+		row, err := (&sweeper{ctx: context.Background(), dir: dir, axis: "speedup"}).analyse(p.Load, p.File, p.Repeats...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := row.Point().SustainedTokensPerSecond; got != sus[1] {
+			t.Errorf("point %d: row's sustained %v, want the median repeat's %v (of %v)", i+1, got, sus[1], sus)
+		}
+	}
+}
