@@ -225,7 +225,7 @@ func joinInts(v []int) string {
 	return strings.Join(s, ", ")
 }
 
-// writeRepeatsText writes the repeats table: one row per headline figure.
+// writeText writes the repeats table: one row per headline figure.
 func (rp *Repeats) writeText(w io.Writer) {
 	fmt.Fprintf(w, "\nRepeats: %d of %d, group %s (pooled, median and range across the repeats; r1 r2 ... each repeat's value)\n", len(rp.Index), rp.Count, rp.Group)
 	fmt.Fprintf(w, "  %-26s %12s %12s %25s  ", "figure", "pooled", "median", "min – max")
@@ -240,6 +240,23 @@ func (rp *Repeats) writeText(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// writeHTML writes the repeats table of the HTML report (p prints, e escapes).
+func (rp *Repeats) writeHTML(p func(string, ...any), e func(string) string) {
+	p("<h2>Repeats: %d of %d, group %s</h2><table><tr><th>figure</th><th>pooled</th><th>median</th><th>min – max</th>", len(rp.Index), rp.Count, e(rp.Group))
+	for _, i := range rp.Index {
+		p("<th>r%d</th>", i)
+	}
+	p("</tr>\n")
+	for _, f := range rp.Figures {
+		p("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s – %s</td>", e(f.Label), f2(f.Pooled), f2(f.Median), f2(f.Min), f2(f.Max))
+		for _, v := range f.Values {
+			p("<td>%s</td>", f2(v))
+		}
+		p("</tr>\n")
+	}
+	p("</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, \"Repeats\").</p>\n")
 }
 
 // jsonRepeats is the report's "repeats" key (docs/metrics.md, "Repeats").

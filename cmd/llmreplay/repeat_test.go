@@ -205,16 +205,24 @@ func TestReplayRepeats(t *testing.T) {
 		sus = append(sus, th.SustainedOutputTokensPerS)
 		fig := got.Repeats.Figures["ttft_p99_ms"]
 		if v := fig.Values[i]; v == nil || math.Abs(*v-rep.TTFT.P99) > 1e-9 {
-			t.Errorf("repeat %d: ttft_p99_ms value %v, want its report's %v", i+1, v, rep.TTFT.P99)
+			t.Errorf("repeat %d: ttft_p99_ms value %v, want its report's %v", i+1, deref(v), rep.TTFT.P99)
 		}
 	}
 	slices.Sort(sus)
 	fig := got.Repeats.Figures["sustained_output_tokens_per_s"]
 	if fig.Pooled == nil || math.Abs(*fig.Pooled-num/den) > 1e-6 || got.Throughput.Sustained == nil || *got.Throughput.Sustained != *fig.Pooled {
-		t.Errorf("pooled sustained %v (report %v), want %v", fig.Pooled, got.Throughput.Sustained, num/den)
+		t.Errorf("pooled sustained %v (report %v), want %v", deref(fig.Pooled), deref(got.Throughput.Sustained), num/den)
 	}
 	if fig.Median == nil || *fig.Median != sus[1] || *fig.Min != sus[0] || *fig.Max != sus[2] {
-		t.Errorf("sustained median %v min %v max %v, want %v", fig.Median, fig.Min, fig.Max, sus)
+		t.Errorf("sustained median %v min %v max %v, want %v", deref(fig.Median), deref(fig.Min), deref(fig.Max), sus)
+	}
+	// The HTML report carries the table.
+	page := filepath.Join(t.TempDir(), "r.html")
+	if err := runAnalyze(context.Background(), append([]string{"--html", page}, files...), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(page); !strings.Contains(string(b), "<h2>Repeats: 3 of 3, group "+group) {
+		t.Errorf("the HTML report has no repeats table")
 	}
 	// Files of one repeat alone are one run: no repeats key.
 	js.Reset()
@@ -334,4 +342,12 @@ func TestSweepRepeats(t *testing.T) {
 			t.Errorf("point %d: row's sustained %v, want the median repeat's %v (of %v)", i+1, got, sus[1], sus)
 		}
 	}
+}
+
+// deref prints a JSON number that may be null.
+func deref(v *float64) any {
+	if v == nil {
+		return "null"
+	}
+	return *v
 }
