@@ -217,11 +217,11 @@ func TestReplayRepeats(t *testing.T) {
 		t.Errorf("sustained median %v min %v max %v, want %v", deref(fig.Median), deref(fig.Min), deref(fig.Max), sus)
 	}
 	// The HTML report carries the table.
-	page := filepath.Join(t.TempDir(), "r.html")
-	if err := runAnalyze(context.Background(), append([]string{"--html", page}, files...), io.Discard, io.Discard); err != nil {
+	htmlPath := filepath.Join(t.TempDir(), "r.html")
+	if err := runAnalyze(context.Background(), append([]string{"--html", htmlPath}, files...), io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(page); !strings.Contains(string(b), "<h2>Repeats: 3 of 3, group "+group) {
+	if b, _ := os.ReadFile(htmlPath); !strings.Contains(string(b), "<h2>Repeats: 3 of 3, group "+group) {
 		t.Errorf("the HTML report has no repeats table")
 	}
 	// Files of one repeat alone are one run: no repeats key.
