@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -629,15 +627,15 @@ func flagsNote(r *analysis.Report) string {
 }
 
 // analyse returns the row of the point at load: its file's, or, for a repeated point (its
-// repeats' files given), the row of its median repeat by sustained output tok/s (the lower
-// of the middle two for an even count): a row of figures measured together, and the one
-// the knee judges.
+// repeats' files given), analysis.NewRepeatedSweepRow of its repeats' rows: its median
+// repeat's row, with the intervals across the repeats.
 func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analysis.SweepRow, error) {
-	if len(repeats) == 0 {
-		repeats = []string{file}
+	files := repeats
+	if len(files) == 0 {
+		files = []string{file}
 	}
-	rows := make([]analysis.SweepRow, 0, len(repeats))
-	for _, f := range repeats {
+	rows := make([]analysis.SweepRow, 0, len(files))
+	for _, f := range files {
 		d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, filepath.Join(sw.dir, f))
 		if err != nil {
 			return analysis.SweepRow{}, err
@@ -648,17 +646,10 @@ func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analys
 		}
 		rows = append(rows, row)
 	}
-	return medianRow(rows), nil
-}
-
-// medianRow returns the row of rows whose sustained output tok/s is the median (the lower
-// of the middle two for an even count).
-func medianRow(rows []analysis.SweepRow) analysis.SweepRow {
-	sorted := slices.Clone(rows)
-	slices.SortStableFunc(sorted, func(a, b analysis.SweepRow) int {
-		return cmp.Compare(a.Point().SustainedTokensPerSecond, b.Point().SustainedTokensPerSecond)
-	})
-	return sorted[(len(sorted)-1)/2]
+	if len(repeats) == 0 {
+		return rows[0], nil
+	}
+	return analysis.NewRepeatedSweepRow(rows), nil
 }
 
 // removeAll removes files of DIR.
