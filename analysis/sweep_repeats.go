@@ -25,21 +25,31 @@ type PointSpread struct {
 	OverloadedAny, OverloadedAll bool
 }
 
-// SpreadMethod is how a repeated point's intervals are made: the range of its repeats'
-// values.
-const SpreadMethod = "range of the repeats' values (min - max)"
+// How a repeated point's intervals are made: SpreadMethod with the repeats' data,
+// RangeMethod without (docs/metrics.md, "Sweep").
+const (
+	SpreadMethod = "the 95% bootstrap interval of the repeats pooled (" + BootstrapIntervalMethod +
+		"; requests for attainment and p99s, 1 s windows of each repeat's steady state, circular blocks, for sustained tok/s), widened to the range of the repeats' values"
+	RangeMethod = "the range of the repeats' values (min - max)"
+)
+
+// SpreadBootstrap is the bootstrap of the repeated points' intervals: the defaults (95%,
+// 2000 resamples), a fixed seed, so a sweep's report is the same each time it is made.
+var SpreadBootstrap = Bootstrap{Seed: 1}
 
 // NewRepeatedSweepRow returns the row of a repeated point from its repeats' rows (repeat
-// order): the row of the median repeat by sustained output tok/s (the lower of the middle
-// two for an even count), a row of figures measured together, with Spread set to the
-// intervals across all the repeats.
-func NewRepeatedSweepRow(rows []SweepRow) SweepRow {
+// order) and, when given, their loaded data (the same order): the row of the median
+// repeat by sustained output tok/s (the lower of the middle two for an even count), a row
+// of figures measured together, with Spread set to the intervals across all the repeats:
+// with data, each figure's SpreadBootstrap interval over the repeats pooled, widened to
+// the range of the repeats' values (SpreadMethod); without, the range (RangeMethod).
+func NewRepeatedSweepRow(rows []SweepRow, data []*Data) SweepRow {
 	sorted := slices.Clone(rows)
 	slices.SortStableFunc(sorted, func(a, b SweepRow) int {
 		return cmp.Compare(a.Point().SustainedTokensPerSecond, b.Point().SustainedTokensPerSecond)
 	})
 	row := sorted[(len(sorted)-1)/2]
-	sp := &PointSpread{Method: SpreadMethod, Repeats: len(rows), OverloadedAll: true}
+	sp := &PointSpread{Method: RangeMethod, Repeats: len(rows), OverloadedAll: true}
 	span := func(get func(SweepRow) float64) Span {
 		s := Span{math.NaN(), math.NaN()}
 		for _, r := range rows {
@@ -65,8 +75,81 @@ func NewRepeatedSweepRow(rows []SweepRow) SweepRow {
 		sp.OverloadedAny = sp.OverloadedAny || r.Report.Flags.Overloaded
 		sp.OverloadedAll = sp.OverloadedAll && r.Report.Flags.Overloaded
 	}
+	if len(data) == len(rows) {
+		sp.Method = SpreadMethod
+		sus, att, ttft, tpot := pooledCIs(rows, data, SpreadBootstrap, fmtLoad(row.Load))
+		sp.Sustained, sp.Attainment = sp.Sustained.hull(sus), sp.Attainment.hull(att)
+		sp.TTFTP99, sp.TPOTP99 = sp.TTFTP99.hull(ttft), sp.TPOTP99.hull(tpot)
+	}
 	row.Spread = sp
 	return row
+}
+
+// hull is the smallest span holding s and the interval c (s when c is undefined).
+func (s Span) hull(c CI) Span {
+	if !c.Valid() {
+		return s
+	}
+	if math.IsNaN(s.Lo) {
+		return Span{c.Lo, c.Hi}
+	}
+	return Span{math.Min(s.Lo, c.Lo), math.Max(s.Hi, c.Hi)}
+}
+
+// pooledCIs bootstraps a repeated point's figures over its repeats pooled: TTFT and TPOT
+// p99 over every ok request's (QuantileSorted), attainment over every non-canceled
+// request (Proportion of the good ones), and sustained output tok/s over the 1 s windows
+// of every repeat's steady-state window, in repeat order (BlockMean, the block length by
+// BlockLength; a partial last second is left out). Each figure draws from its own stream,
+// named by the load.
+func pooledCIs(rows []SweepRow, data []*Data, b Bootstrap, load string) (sus, att, ttft, tpot CI) {
+	b = b.WithDefaults()
+	var ttfts, tpots, series []float64
+	var good, den int64
+	const perSecond = int64(1e9 / binNS)
+	for k, d := range data {
+		rep := rows[k].Report
+		for i, st := range d.status {
+			if st != stOK {
+				continue
+			}
+			ttfts = append(ttfts, d.ttftMS(i))
+			if v := d.tpotMS(i); !math.IsNaN(v) {
+				tpots = append(tpots, v)
+			}
+		}
+		if g := rep.Goodput; g != nil {
+			good += g.Good
+			den += rep.Requests.Total - rep.Requests.Canceled
+		}
+		t := rep.Throughput
+		if math.IsNaN(t.WindowStartS) || math.IsNaN(t.WindowEndS) {
+			continue
+		}
+		from, to := int64(math.Round(t.WindowStartS*1e9/float64(binNS))), int64(math.Round(t.WindowEndS*1e9/float64(binNS)))
+		for s := from; s+perSecond <= to && s+perSecond <= int64(len(d.tokenBins)); s += perSecond {
+			var sum float64
+			for _, v := range d.tokenBins[s : s+perSecond] {
+				sum += v
+			}
+			series = append(series, sum)
+		}
+	}
+	slices.Sort(ttfts)
+	slices.Sort(tpots)
+	conf := b.Confidence
+	ttft = b.QuantileSorted(ttfts, 0.99, "sweep "+load+" ttft p99").CI(conf)
+	tpot = b.QuantileSorted(tpots, 0.99, "sweep "+load+" tpot p99").CI(conf)
+	att = noCI
+	if rows[0].Report.Goodput != nil {
+		att = b.Proportion(good, den, "sweep "+load+" attainment").CI(conf)
+	}
+	sus = noCI
+	if len(series) >= 2 {
+		sus = b.BlockMean(series, BlockLength(series, 1), "sweep "+load+" sustained").CI(conf)
+		sus.Lo = max(sus.Lo, 0) // a rate; the few-blocks widening may reach below 0
+	}
+	return sus, att, ttft, tpot
 }
 
 // KneeBracket is a bound of the knee (saturation or SLO limit) at its lowest and highest
@@ -150,13 +233,13 @@ func (s *SweepReport) writeSpreadText(p func(string, ...any)) {
 	if !s.repeated() {
 		return
 	}
-	n := 0
+	n, method := 0, ""
 	for _, r := range s.Rows {
 		if r.Spread != nil {
-			n = max(n, r.Spread.Repeats)
+			n, method = max(n, r.Spread.Repeats), r.Spread.Method
 		}
 	}
-	p("\nRepeated points (%d repeats; each row above is the point's median repeat by sustained tok/s); intervals: %s\n", n, SpreadMethod)
+	p("\nRepeated points (%d repeats; each row above is the point's median repeat by sustained tok/s).\nIntervals: %s.\n", n, method)
 	p("%11s %8s %21s %17s %21s %21s  %s\n", s.Axis, "repeats", "sustain t/s", "attain", "TTFT p99", "TPOT p99", "overloaded")
 	for _, r := range s.Rows {
 		sp := r.Spread

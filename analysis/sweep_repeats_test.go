@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"path/filepath"
@@ -24,7 +25,7 @@ func repeatedRow(axis string, load, offered float64, sustained, attainment []flo
 	for i := range sustained {
 		rows = append(rows, repRow(axis, load, sustained[i], offered, attainment[i], "r"+string(rune('1'+i))))
 	}
-	return NewRepeatedSweepRow(rows)
+	return NewRepeatedSweepRow(rows, nil)
 }
 
 func TestNewRepeatedSweepRow(t *testing.T) {
@@ -156,5 +157,52 @@ func TestSweepNotRepeated(t *testing.T) {
 	s.WriteJSON(&js)
 	if strings.Contains(js.String(), "_bracket") || strings.Contains(js.String(), "intervals") {
 		t.Errorf("JSON of an unrepeated sweep has bracket or interval keys")
+	}
+}
+
+// TestRepeatedSweepRowBootstrap: with the repeats' data, each interval is the bootstrap
+// interval of the pooled repeats widened to their range: three identical repeats have a
+// range of one value, and the interval still holds the sampling noise around it.
+func TestRepeatedSweepRowBootstrap(t *testing.T) {
+	_, path := mixedReport(t)
+	opts := DefaultOptions()
+	opts.SLO = SLO{TTFT: 200 * time.Millisecond, TPOT: 25 * time.Millisecond}
+	var rows []SweepRow
+	var data []*Data
+	for range 3 {
+		d, err := Load(context.Background(), LoadOptions{}, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := NewSweepRow("rate", 2, path, d, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, data = append(rows, row), append(data, d)
+	}
+	row := NewRepeatedSweepRow(rows, data)
+	sp, rep := row.Spread, rows[0].Report
+	if sp.Method != SpreadMethod {
+		t.Errorf("method %q", sp.Method)
+	}
+	for _, c := range []struct {
+		name string
+		s    Span
+		v    float64
+	}{{"sustained", sp.Sustained, rep.Throughput.SustainedOutputTokensPerS}, {"attainment", sp.Attainment, rep.Goodput.Attainment / 100},
+		{"ttft p99", sp.TTFTP99, rep.TTFT.P99}, {"tpot p99", sp.TPOTP99, rep.TPOT.P99}} {
+		if !(c.s.Lo <= c.v && c.v <= c.s.Hi && c.s.Lo < c.s.Hi) {
+			t.Errorf("%s: interval [%v, %v] around %v: want a proper interval holding it", c.name, c.s.Lo, c.s.Hi, c.v)
+		}
+	}
+	// The attainment's interval is the bootstrap of the pooled proportion.
+	good, den := 3*rep.Goodput.Good, 3*(rep.Requests.Total-rep.Requests.Canceled)
+	want := SpreadBootstrap.Proportion(good, den, "sweep 2 attainment").CI(DefaultConfidence)
+	if sp.Attainment.Lo != want.Lo || sp.Attainment.Hi != want.Hi {
+		t.Errorf("attainment interval %+v, want the pooled proportion's %+v", sp.Attainment, want)
+	}
+	// Without data: the range alone, one value wide.
+	if r := NewRepeatedSweepRow(rows, nil); r.Spread.Method != RangeMethod || r.Spread.TTFTP99.Lo != r.Spread.TTFTP99.Hi {
+		t.Errorf("without data: %+v", r.Spread)
 	}
 }

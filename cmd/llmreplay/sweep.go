@@ -627,14 +627,15 @@ func flagsNote(r *analysis.Report) string {
 }
 
 // analyse returns the row of the point at load: its file's, or, for a repeated point (its
-// repeats' files given), analysis.NewRepeatedSweepRow of its repeats' rows: its median
-// repeat's row, with the intervals across the repeats.
+// repeats' files given), analysis.NewRepeatedSweepRow of its repeats' rows and data: its
+// median repeat's row, with the intervals across the repeats.
 func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analysis.SweepRow, error) {
 	files := repeats
 	if len(files) == 0 {
 		files = []string{file}
 	}
 	rows := make([]analysis.SweepRow, 0, len(files))
+	data := make([]*analysis.Data, 0, len(files))
 	for _, f := range files {
 		d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, filepath.Join(sw.dir, f))
 		if err != nil {
@@ -644,12 +645,12 @@ func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analys
 		if err != nil {
 			return analysis.SweepRow{}, err
 		}
-		rows = append(rows, row)
+		rows, data = append(rows, row), append(data, d)
 	}
 	if len(repeats) == 0 {
 		return rows[0], nil
 	}
-	return analysis.NewRepeatedSweepRow(rows), nil
+	return analysis.NewRepeatedSweepRow(rows, data), nil
 }
 
 // removeAll removes files of DIR.
