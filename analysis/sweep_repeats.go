@@ -215,17 +215,24 @@ func (s *SweepReport) bracket() {
 func (s *SweepReport) describeBracket(b *KneeBracket, what string) string {
 	end := func(x Bound) string {
 		switch {
+		case !x.Found && x.LimitedBy == "client":
+			return "unknown (the first point was client-limited)"
+		case !x.Found && x.LimitedBy == "max": // a closed loop's saturation: still growing
+			return "not reached up to the highest " + s.Axis
 		case !x.Found:
-			return "not reached"
+			return "not reached even at the lowest " + s.Axis
+		case x.LimitedBy == "client":
+			return fmt.Sprintf("%s %s at least (client-limited above)", s.Axis, fmtLoad(x.Pass))
 		case !x.Bracketed:
-			return "at least " + fmtLoad(x.Pass)
+			return fmt.Sprintf("%s %s at least (the highest probed)", s.Axis, fmtLoad(x.Pass))
 		}
-		return fmtLoad(x.Pass)
+		return fmt.Sprintf("%s %s", s.Axis, fmtLoad(x.Pass))
 	}
-	if !b.Low.Found && !b.High.Found {
-		return fmt.Sprintf("%s given the repeats' intervals: not reached even at the lowest %s, at either end", what, s.Axis)
+	lo, hi := end(b.Low), end(b.High)
+	if lo == hi {
+		return fmt.Sprintf("%s given the repeats' intervals: %s at both ends", what, lo)
 	}
-	return fmt.Sprintf("%s given the repeats' intervals: %s %s (pessimistic end) to %s (optimistic end)", what, s.Axis, end(b.Low), end(b.High))
+	return fmt.Sprintf("%s given the repeats' intervals: %s (pessimistic end) to %s (optimistic end)", what, lo, hi)
 }
 
 // writeSpreadText writes a repeated sweep's intervals and knee brackets, under its table.

@@ -74,8 +74,8 @@ func TestKneeBracketOpenLoop(t *testing.T) {
 	if err := s.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"saturation given the repeats' intervals: rate 1 (pessimistic end) to 4 (optimistic end)",
-		"SLO limit given the repeats' intervals: rate 1 (pessimistic end) to 4 (optimistic end)", "350.0 - 390.0"} {
+	for _, want := range []string{"saturation given the repeats' intervals: rate 1 (pessimistic end) to rate 4 (optimistic end)",
+		"SLO limit given the repeats' intervals: rate 1 (pessimistic end) to rate 4 (optimistic end)", "350.0 - 390.0"} {
 		if !strings.Contains(txt.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, txt.String())
 		}
@@ -142,7 +142,7 @@ func TestKneeBracketClosedLoop(t *testing.T) {
 	}
 	var txt bytes.Buffer
 	s.WriteText(&txt)
-	if !strings.Contains(txt.String(), "saturation given the repeats' intervals: concurrency 2 (pessimistic end) to not reached (optimistic end)") {
+	if !strings.Contains(txt.String(), "saturation given the repeats' intervals: concurrency 2 (pessimistic end) to not reached up to the highest concurrency (optimistic end)") {
 		t.Errorf("text:\n%s", txt.String())
 	}
 }
