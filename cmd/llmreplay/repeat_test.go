@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -350,4 +351,23 @@ func deref(v *float64) any {
 		return "null"
 	}
 	return *v
+}
+
+// TestReplayRepeatsStrict: --strict fails (status 3) once every repeat ran, not at the
+// first client-limited one.
+func TestReplayRepeatsStrict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two short replays")
+	}
+	srv := simServer(t)
+	out := filepath.Join(t.TempDir(), "res.parquet")
+	err := runReplay(context.Background(), []string{"--endpoint", srv.URL + "/v1", "--speedup", "20", "--limit", "10",
+		"--repeat", "2", "--cooldown", "0s", "--prewarm", "2", "-q", "--strict", "--max-lateness", "1ns", "-o", out}, io.Discard, io.Discard)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("replay --strict of client-limited repeats: %v, want exit status 3", err)
+	}
+	if _, err := os.Stat(repeatPath(out, 2, 2)); err != nil {
+		t.Errorf("repeat 2 did not run after repeat 1 was client-limited: %v", err)
+	}
 }
