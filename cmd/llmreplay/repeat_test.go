@@ -308,6 +308,12 @@ func TestSweepRepeats(t *testing.T) {
 	if err := runSweep(context.Background(), []string{"--resume", dir, "--json"}, &js, io.Discard); err != nil {
 		t.Fatalf("resume: %v", err)
 	}
+	if s := js.String(); !strings.Contains(s, `"saturation_bracket"`) || !strings.Contains(s, `"intervals"`) {
+		t.Errorf("sweep JSON of repeated points has no intervals or knee bracket:\n%s", s)
+	}
+	if !strings.Contains(errb.String(), "3 repeats: sustained") {
+		t.Errorf("no repeated point's progress line:\n%s", errb.String())
+	}
 	for i, p := range st.Points {
 		if want := repeatPath(p.File, 3, 3); len(p.Repeats) != 3 || p.Repeats[2] != want {
 			t.Fatalf("point %d: repeats %v, want 3 ending in %s", i+1, p.Repeats, want)

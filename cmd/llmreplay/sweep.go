@@ -569,6 +569,10 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 		return analysis.SweepRow{}, err
 	}
 	pt := row.Point()
+	if sp := row.Spread; sp != nil {
+		fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d, %d repeats: sustained %.1f - %.1f tok/s, TTFT p99 %.1f - %.1f ms (intervals: docs/metrics.md, \"Sweep\"); the row is the median repeat's\n",
+			len(sw.state.Points), sp.Repeats, sp.Sustained.Lo, sp.Sustained.Hi, sp.TTFTP99.Lo, sp.TTFTP99.Hi)
+	}
 	if sw.axis == "concurrency" {
 		fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d done in %s: sustained %.1f tok/s, %.1f tok/s per user (mean), TTFT p99 %.1f ms%s\n",
 			len(sw.state.Points), time.Since(started).Round(time.Second), pt.SustainedTokensPerSecond, row.Report.PerUser.TokensPerS.Mean,
