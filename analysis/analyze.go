@@ -45,6 +45,9 @@ type Report struct {
 
 	// Buffered is the evidence behind Flags.Buffered (buffered.go).
 	Buffered Buffered
+	// Repeats: the figures across the repeats of a repeated run (AnalyzeRepeats); nil
+	// for a run that was not repeated.
+	Repeats *Repeats
 
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64

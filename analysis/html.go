@@ -369,6 +369,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		p("<tr><th>reshaped by the server</th><td class=\"flag\">%s</td></tr>", yesno(c.Sessions.Reshaped))
 	}
 	p("</table>\n")
+	if rp := r.Repeats; rp != nil {
+		rp.writeHTML(p, e)
+	}
 	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 	for _, m := range []struct {
 		n string

@@ -38,6 +38,9 @@ type jsonReport struct {
 	Flags         jsonFlags          `json:"flags"`
 	Breakdown     jsonBreakdown      `json:"breakdown"`
 	Warnings      []string           `json:"warnings"`
+
+	// Repeats is absent for a run that was not repeated (docs/metrics.md, "Repeats").
+	Repeats *jsonRepeats `json:"repeats,omitempty"`
 }
 
 type jsonRequests struct {
@@ -316,6 +319,9 @@ func (r *Report) toJSON() jsonReport {
 			StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
 				num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}},
 		Warnings: append([]string{}, r.Warnings...),
+	}
+	if r.Repeats != nil {
+		j.Repeats = r.Repeats.toJSON()
 	}
 	if g := r.Goodput; g != nil {
 		j.Goodput = &jsonGoodput{num(g.RequestsPerS), num(g.OutputTokensPerS), num(g.Attainment)}

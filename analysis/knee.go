@@ -285,8 +285,16 @@ func GainPerDoubling(c1, t1, c2, t2 float64) float64 {
 // highest point (or there were fewer than two trustworthy points). NonMonotonic is set
 // when a later doubling gained minGain or more again.
 func SaturationOf(points []SweepPoint, minGain float64) Bound {
+	return saturationBy(points, minGain, func(i, j int) float64 {
+		return GainPerDoubling(points[i].Load, points[i].SustainedTokensPerSecond, points[j].Load, points[j].SustainedTokensPerSecond)
+	})
+}
+
+// saturationBy is SaturationOf with the gain per doubling from point i to point j given.
+func saturationBy(points []SweepPoint, minGain float64, gain func(i, j int) float64) Bound {
 	var b Bound
 	var prev *SweepPoint
+	prevI := -1
 	clientAbove := false
 	for i := range points {
 		p := &points[i]
@@ -296,7 +304,7 @@ func SaturationOf(points []SweepPoint, minGain float64) Bound {
 		}
 		clientAbove = false
 		if prev != nil {
-			g := GainPerDoubling(prev.Load, prev.SustainedTokensPerSecond, p.Load, p.SustainedTokensPerSecond)
+			g := gain(prevI, i)
 			switch {
 			case !b.Found && g < minGain:
 				b.Found, b.Bracketed, b.Pass, b.Fail, b.LimitedBy = true, true, prev.Load, p.Load, "endpoint"
@@ -304,7 +312,7 @@ func SaturationOf(points []SweepPoint, minGain float64) Bound {
 				b.NonMonotonic = true
 			}
 		}
-		prev = p
+		prev, prevI = p, i
 	}
 	switch {
 	case b.Found:

@@ -28,6 +28,10 @@ type SweepRow struct {
 	File    string
 	Report  *Report
 	Offered Offered
+
+	// Spread: a repeated point's intervals across its repeats (NewRepeatedSweepRow); nil
+	// for a point run once.
+	Spread *PointSpread
 }
 
 // NewSweepRow analyses one point's loaded results.
@@ -76,6 +80,10 @@ type SweepReport struct {
 	// the listed points (the saturation of a concurrency sweep from SaturationOf); for
 	// --auto from SearchKnee or SearchConcurrency.
 	Saturation, SLOLimit Bound
+
+	// SaturationBracket and SLOBracket: the bounds at their lowest and highest plausible
+	// points given the repeated points' intervals (bracket); nil without repeated points.
+	SaturationBracket, SLOBracket *KneeBracket
 }
 
 // closed reports whether the sweep's points are closed loops (the concurrency axis): they
@@ -92,6 +100,7 @@ func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResul
 	if len(s.Rows) > 0 {
 		s.SLO = s.Rows[0].Report.Options.SLO
 	}
+	defer s.bracket()
 	if auto != nil {
 		s.Auto = true
 		s.Saturation, s.SLOLimit = auto.Saturation, auto.SLO
@@ -198,6 +207,7 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 		p("\n\n")
 		s.writeClosedText(p)
 		s.writeServerText(p)
+		s.writeSpreadText(p)
 		return bw.Flush()
 	}
 	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
@@ -230,6 +240,7 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest load meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
 	}
 	s.writeServerText(p)
+	s.writeSpreadText(p)
 	return bw.Flush()
 }
 
@@ -340,6 +351,10 @@ type sweepJSON struct {
 	SLOLimit   *boundJSON `json:"slo_limit"`
 	Points     []any      `json:"points"` // sweepRowJSON, or closedRowJSON on the concurrency axis
 	Notes      []string   `json:"notes"`
+
+	// The knee brackets of a sweep with repeated points (docs/metrics.md, "Sweep").
+	SaturationBracket *bracketJSON `json:"saturation_bracket,omitempty"`
+	SLOLimitBracket   *bracketJSON `json:"slo_limit_bracket,omitempty"`
 }
 
 type boundJSON struct {
@@ -371,6 +386,8 @@ type sweepRowJSON struct {
 	ClientLimited             bool    `json:"client_limited"`
 	Overloaded                bool    `json:"overloaded"`
 	Server                    *svJSON `json:"server,omitempty"` // absent when the point scraped nothing
+
+	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
 }
 
 // closedRowJSON is a closed-loop point: no offered load, per-user speed.
@@ -390,6 +407,8 @@ type closedRowJSON struct {
 	ClientLimited             bool        `json:"client_limited"`
 	Overloaded                bool        `json:"overloaded"`
 	Server                    *svJSON     `json:"server,omitempty"` // absent when the point scraped nothing
+
+	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
 }
 
 type latJSON struct {
@@ -444,7 +463,7 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
 				GoodputRequestsPerS: num(good), Attainment: num(att / 100),
 				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-				Server: sweepServerOf(rep)})
+				Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)})
 			continue
 		}
 		pt := r.Point()
@@ -455,12 +474,13 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
 			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
 			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-			Server: sweepServerOf(rep)}
+			Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)}
 		if rep.Goodput != nil {
 			j.GoodputRequestsPerS, j.Attainment = num(good), num(att/100)
 		}
 		out.Points = append(out.Points, j)
 	}
+	out.SaturationBracket, out.SLOLimitBracket = s.bracketJSON(s.SaturationBracket, "saturation"), s.bracketJSON(s.SLOBracket, "SLO limit")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
@@ -480,6 +500,9 @@ func (s *SweepReport) WriteParquet(path string) error {
 			cs = append(cs, col{"offered_requests_per_s", r.Offered.WindowRequestsPerS}, col{"offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS})
 		}
 		cs = append(cs, col{"error_rate", r.ErrorRate()})
+		if s.repeated() {
+			cs = append(cs, spreadCols(r.Spread)...)
+		}
 		rows[i] = append(cs, r.Report.summaryCols()...)
 	}
 	return writeColRows(path, SweepFormat, rows)

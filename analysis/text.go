@@ -68,11 +68,18 @@ func (r *Report) WriteText(w io.Writer) error {
 				target += " (" + m.SimProfile + ")"
 			}
 		}
+		shards := len(r.Runs)
+		if r.Repeats != nil {
+			shards /= len(r.Repeats.Index) // each repeat's shards
+		}
 		p("run %s: %s %s %s, model %s, trace %s, %s, %d shard(s) of %d\n",
-			orDash(m.RunID), orDash(m.Backend), orDash(m.API), target, orDash(m.Model), orDash(m.TraceFile), orDash(mode), len(r.Runs), m.ShardCount)
+			orDash(m.RunID), orDash(m.Backend), orDash(m.API), target, orDash(m.Model), orDash(m.TraceFile), orDash(mode), shards, m.ShardCount)
 	}
 	if r.Mixed {
 		p("MIXED: files of different runs pooled on absolute time\n")
+	}
+	if r.Repeats != nil {
+		r.Repeats.writeText(bw)
 	}
 	q := r.Requests
 	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
@@ -86,11 +93,18 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  failed: %s\n", strings.Join(parts, ", "))
 	}
 	t := r.Throughput
-	p("\nThroughput (overall: ok requests over %s s, first sent %s s to last end %s s)\n", f3(t.DurationS), f3(t.FirstSentS), f3(t.LastEndS))
+	if r.Repeats != nil {
+		p("\nThroughput (pooled over %d repeats: ok requests over their first-sent-to-last-end durations, %s s in all)\n", len(r.Repeats.Index), f3(t.DurationS))
+	} else {
+		p("\nThroughput (overall: ok requests over %s s, first sent %s s to last end %s s)\n", f3(t.DurationS), f3(t.FirstSentS), f3(t.LastEndS))
+	}
 	p("  %-30s %12s\n", "requests/s", f3(t.RequestsPerS))
 	p("  %-30s %12s\n", "output tok/s", f2(t.OutputTokensPerS))
 	p("  %-30s %12s\n", "total tok/s (prompt+output)", f2(t.TotalTokensPerS))
 	win := "no steady-state window"
+	if r.Repeats != nil {
+		win = "over the repeats' steady-state windows"
+	}
 	if !math.IsNaN(t.WindowStartS) {
 		how := "given"
 		if t.WarmupDetected {

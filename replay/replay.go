@@ -255,6 +255,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		meta.ShardCount = 1
 	}
 	meta.RunID = r.setRunID(meta, start)
+	if meta.Repeat > 0 && meta.RepeatGroup == "" {
+		meta.RepeatGroup = meta.RunID // the first repeat names its group
+	}
 	if meta.MaxLatenessMS == 0 {
 		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -30,6 +31,9 @@ const analyzeExamples = `  # The text report of one run
   # A run that scraped /metrics (replay --scrape) is read with results.metrics.parquet
   # beside it: the report adds the engine's queue, KV cache and GPUs (docs/metrics.md)
   llmreplay analyze results.parquet --interval 5s --html report.html
+  # The repeats of one run (replay --repeat 3): pooled figures, and the median and the
+  # range across the repeats
+  llmreplay analyze results.r?.parquet
 
   # Exclude a fixed 30 s warm-up; choose the prompt-length buckets
   llmreplay analyze results.parquet --warmup 30s --buckets prompt=512,2048,8192`
@@ -79,11 +83,11 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := opts.Validate(); err != nil {
 		return usagef("analyze: %v", err)
 	}
-	d, err := analysis.Load(ctx, analysis.LoadOptions{AllowMixed: *allowMixed, AllowPartial: *allowPartial}, fs.Args()...)
+	d, err := loadResults(ctx, analysis.LoadOptions{AllowMixed: *allowMixed, AllowPartial: *allowPartial}, fs.Args()...)
 	if err != nil {
 		return err
 	}
-	rep, err := analysis.Analyze(d, opts)
+	rep, err := analyzeData(ctx, d, analysis.LoadOptions{AllowPartial: *allowPartial}, opts)
 	if err != nil {
 		return err
 	}
@@ -104,4 +108,47 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("analyze: %w", err)
 	}
 	return nil
+}
+
+// loadResults loads results files as analysis.Load does, except that the repeats of one
+// repeated run (replay --repeat: one repeat_group, several run ids) load together without
+// --allow-mixed.
+func loadResults(ctx context.Context, lo analysis.LoadOptions, paths ...string) (*analysis.Data, error) {
+	d, err := analysis.Load(ctx, lo, paths...)
+	if err == nil || lo.AllowMixed || !errors.Is(err, analysis.ErrMixedRuns) {
+		return d, err
+	}
+	mixed := lo
+	mixed.AllowMixed = true
+	d, merr := analysis.Load(ctx, mixed, paths...)
+	if merr != nil {
+		return nil, merr
+	}
+	if _, ok := analysis.RepeatGroup(d.Runs); !ok {
+		return nil, err // not one run's repeats: refused as before
+	}
+	return d, nil
+}
+
+// analyzeData analyses loaded results: the repeats of one run with the figures across
+// them (analysis.AnalyzeRepeats), anything else as one run.
+func analyzeData(ctx context.Context, d *analysis.Data, lo analysis.LoadOptions, opts analysis.Options) (*analysis.Report, error) {
+	if _, ok := analysis.RepeatGroup(d.Runs); ok {
+		return analysis.AnalyzeRepeats(ctx, d, lo, opts)
+	}
+	return analysis.Analyze(d, opts)
+}
+
+// writeRepeatsReport prints the text report of the repeats of one run.
+func writeRepeatsReport(ctx context.Context, files []string, w io.Writer) error {
+	lo := analysis.LoadOptions{AllowPartial: true}
+	d, err := loadResults(ctx, lo, files...)
+	if err != nil {
+		return err
+	}
+	rep, err := analyzeData(ctx, d, lo, analysis.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	return rep.WriteText(w)
 }

@@ -47,6 +47,10 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   llmreplay replay --trace mooncake.parquet --endpoint http://127.0.0.1:8000/v1 --api chat \
     --sessions sequential --think-time lognormal:3000,2000 --on-turn-error end-session
 
+  # Three repeats, 10 s apart, each with fresh prompts: results.r1.parquet ... results.r3.parquet,
+  # then the median and the spread across them (again later: llmreplay analyze results.r?.parquet)
+  llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --repeat 3 --cooldown 10s
+
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
 
@@ -54,6 +58,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
 	cfg := replay.DefaultConfig()
 	addReplayFlags(fs, &cfg)
+	var repeat int
+	addRepeatFlag(fs, &repeat, "replay")
+	cool := fs.Duration("cooldown", defaultCooldown, "with --repeat: pause between repeats")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -61,7 +68,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("replay: unexpected argument %q", fs.Arg(0))
 	}
 	setGiven(fs, &cfg)
-	return doReplay(ctx, cfg, behaviourFlags(fs), stdout, stderr)
+	if err := checkRepeat("replay", repeat, &cfg); err != nil {
+		return err
+	}
+	if *cool < 0 {
+		return usagef("replay: --cooldown %v: want a duration >= 0", *cool)
+	}
+	flags := behaviourFlags(fs)
+	if repeat == 1 {
+		// The run metadata of a run that is not repeated is what it was before --repeat.
+		delete(flags, "repeat")
+		delete(flags, "cooldown")
+		return doReplay(ctx, cfg, flags, stdout, stderr)
+	}
+	return doReplayRepeats(ctx, cfg, flags, repeat, *cool, stdout, stderr)
 }
 
 // addReplayFlags defines replay's flags on fs, with cfg's values as defaults; sweep defines
@@ -126,27 +146,41 @@ func setGiven(fs *pflag.FlagSet, cfg *replay.Config) {
 // doReplay runs one replay of cfg, prints its report and decides --strict. flags is the
 // run metadata's flag map (behaviourFlags of the command line).
 func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, stdout, stderr io.Writer) error {
+	_, err := doReplayRepeat(ctx, cfg, flags, repeatOf{}, stdout, stderr)
+	return err
+}
+
+// doReplayRepeat is doReplay for repeat ro of a repeated run (the zero repeatOf: a run
+// that is not repeated); it returns the run id, once the run started.
+func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]string, ro repeatOf, stdout, stderr io.Writer) (runID string, _ error) {
 	// Flag checks first: nothing is started for a bad command line.
 	if err := checkReplayConfig(&cfg); err != nil {
-		return err
+		return "", err
 	}
 	sess, err := replay.Prepare(ctx, cfg, replay.Env{Log: stderr, ToolVersion: version, Flags: flags, StartSim: startInProcessSim})
 	if err != nil {
 		if replay.IsConfigError(err) {
-			return usagef("replay: %v", err)
+			return "", usagef("replay: %v", err)
 		}
-		return err
+		return "", err
 	}
 	defer sess.Close()
 	out := sess.Output
 	fmt.Fprintf(stderr, "llmreplay: results will be written to %s\n", out)
+	if ro.count > 0 {
+		m := &sess.Options.Meta
+		m.Repeat, m.RepeatCount, m.RepeatGroup = ro.index, ro.count, ro.group
+	}
 	sum, err := runSession(ctx, sess, &cfg, stderr)
+	if sum != nil {
+		runID = sum.Run.RunID
+	}
 	if err != nil {
 		if sum != nil {
 			sum.WriteText(stderr)
 			strictCheck(stderr, nil, sum, false) // the client-limited warning, by the report's rule
 		}
-		return err
+		return runID, err
 	}
 	fmt.Fprintf(stdout, "results: %s\n", out)
 	if n := sum.HistoryNote(); n != "" {
@@ -158,7 +192,7 @@ func doReplay(ctx context.Context, cfg replay.Config, flags map[string]string, s
 		fmt.Fprintf(stderr, "llmreplay: replay: the full report failed (%v); short summary:\n", aerr)
 		sum.WriteText(stdout)
 	}
-	return strictCheck(stdout, rep, sum, cfg.Strict)
+	return runID, strictCheck(stdout, rep, sum, cfg.Strict)
 }
 
 // checkReplayConfig validates cfg, with what only cmd can check (analysis parses --slo;

@@ -48,6 +48,10 @@ const sweepExamples = `  # The built-in simulated engine at five speedups of the
   llmreplay sweep --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --auto --auto-axis concurrency \
     --slo ttft=2s,tpot=100ms --duration 1m -o sweep-conc-auto/
 
+  # Three repeats at each point, 10 s apart (point-01-speedup-2.r1.parquet ...): each point's
+  # row is its median repeat's; llmreplay analyze DIR/point-01-*.r?.parquet gives the spread
+  llmreplay sweep --speedups 2,4,8 --repeat 3 --cooldown 10s --duration 60s -o sweep-rep/
+
   # An interrupted sweep continues where it stopped (finished points are kept)
   llmreplay sweep --resume sweep-auto/`
 
@@ -68,6 +72,9 @@ type sweepState struct {
 type sweepDone struct {
 	Load float64 `json:"load"`
 	File string  `json:"file"` // relative to DIR
+	// Repeats are a repeated point's files (sweep --repeat), relative to DIR, repeat 1
+	// first; File is then the point's file without the repeat (point-01-rate-2.parquet).
+	Repeats []string `json:"repeats,omitempty"`
 }
 
 const sweepStateFile = "sweep-state.json"
@@ -81,6 +88,7 @@ type sweepFlags struct {
 	minGain                                         float64
 	maxPoints                                       int
 	cooldown, idleTimeout                           time.Duration
+	repeat                                          int
 	idleCheck, jsonOut                              bool
 	resume                                          string
 }
@@ -131,7 +139,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sw := &sweeper{ctx: ctx, cfg: sp.cfg, flags: sp.flags, sf: &sp.sf, axis: sp.axis, dir: dir, state: state, aopts: sp.aopts,
 		stdout: stdout, stderr: stderr, rows: map[float64]analysis.SweepRow{}}
 	for _, p := range state.Points {
-		row, err := sw.analyse(p.Load, p.File)
+		row, err := sw.analyse(p.Load, p.File, p.Repeats...)
 		if err != nil {
 			return fmt.Errorf("sweep: resume: %w", err)
 		}
@@ -317,6 +325,12 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 	if sp.axis, sp.loads, err = sp.sf.axis(); err != nil {
 		return nil, err
 	}
+	if err := checkRepeat("sweep", sp.sf.repeat, &sp.cfg); err != nil {
+		return nil, err
+	}
+	if sp.sf.cooldown < 0 {
+		return nil, usagef("sweep: --cooldown %v: want a duration >= 0", sp.sf.cooldown)
+	}
 	sf := &sp.sf
 	if sf.auto && sp.cfg.Concurrency > 0 {
 		return nil, usagef("sweep: --auto searches open-loop loads only")
@@ -344,6 +358,9 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 		}
 	}
 	sp.flags = behaviourFlags(fs)
+	if sp.sf.repeat == 1 {
+		delete(sp.flags, "repeat") // an unrepeated point's metadata is what it was before --repeat
+	}
 	// Every point's replay options are checked now, before a folder is made or a request sent.
 	probe := &sweeper{cfg: sp.cfg, flags: sp.flags, axis: sp.axis}
 	loads := sp.loads
@@ -372,7 +389,8 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 	fs.Float64Var(&sf.minRatio, "min-ratio", 0.95, "open loop: a load is sustained while sustained output tok/s >= this share of offered, and not overloaded")
 	fs.Float64Var(&sf.minGain, "min-gain", 0.10, "closed loop: saturation is the smallest concurrency after which doubling adds less than this share of sustained output tok/s (per doubling when the steps are not doublings)")
 	fs.Float64Var(&sf.attainmentPct, "attainment", 99, "SLO attainment (percent of due requests) a load must reach to meet --slo")
-	fs.DurationVar(&sf.cooldown, "cooldown", 5*time.Second, "pause between points")
+	fs.DurationVar(&sf.cooldown, "cooldown", defaultCooldown, "pause between points, and between a point's repeats")
+	addRepeatFlag(fs, &sf.repeat, "point")
 	fs.BoolVar(&sf.idleCheck, "idle-check", true, "before each point, wait until the endpoint's /metrics shows no running or waiting requests (when it has /metrics)")
 	fs.DurationVar(&sf.idleTimeout, "idle-timeout", 2*time.Minute, "how long the idle check waits before going on with a warning")
 	fs.BoolVar(&sf.jsonOut, "json", false, "print the sweep as JSON instead of the text table")
@@ -501,41 +519,60 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	if err := sw.ctx.Err(); err != nil {
 		return analysis.SweepRow{}, err
 	}
-	if sw.ran > 0 && sw.sf.cooldown > 0 {
-		select {
-		case <-time.After(sw.sf.cooldown):
-		case <-sw.ctx.Done():
-			return analysis.SweepRow{}, sw.ctx.Err()
-		}
-	}
-	sw.ran++
-	if sw.sf.idleCheck && sw.cfg.Endpoint != "" {
-		sw.waitIdle()
-	}
 	file := fmt.Sprintf("point-%02d-%s-%s.parquet", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load))
 	path := filepath.Join(sw.dir, file)
 	cfg, flags := sw.pointConfig(load, path, len(sw.state.Points)+1)
-	fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), path)
+	n := max(sw.sf.repeat, 1)
+	var repeats []string
 	started := time.Now()
-	err := doReplay(sw.ctx, cfg, flags, io.Discard, sw.stderr)
-	if sw.ctx.Err() != nil {
-		// An interrupted point is not a measurement of this load: drop it, resume reruns it.
-		os.Remove(path)
-		return analysis.SweepRow{}, sw.ctx.Err()
+	group := ""
+	for r := 1; r <= n; r++ {
+		if sw.ran > 0 && !cooldown(sw.ctx, sw.sf.cooldown) {
+			sw.removeAll(repeats)
+			return analysis.SweepRow{}, sw.ctx.Err()
+		}
+		sw.ran++
+		if sw.sf.idleCheck && sw.cfg.Endpoint != "" {
+			sw.waitIdle()
+		}
+		rcfg, rflags, ro := cfg, flags, repeatOf{}
+		if n > 1 {
+			rcfg, rflags = repeatConfig(cfg, flags, r, n)
+			ro = repeatOf{index: r, count: n, group: group}
+			repeats = append(repeats, filepath.Base(rcfg.Output))
+			fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s, repeat %d of %d -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), r, n, rcfg.Output)
+		} else {
+			fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), path)
+		}
+		id, err := doReplayRepeat(sw.ctx, rcfg, rflags, ro, io.Discard, sw.stderr)
+		if r == 1 {
+			group = id
+		}
+		if sw.ctx.Err() != nil {
+			// An interrupted point is not a measurement of this load: drop it (all its
+			// repeats), resume reruns it.
+			os.Remove(rcfg.Output)
+			sw.removeAll(repeats)
+			return analysis.SweepRow{}, sw.ctx.Err()
+		}
+		if err != nil {
+			return analysis.SweepRow{}, fmt.Errorf("sweep: %s %s: %w", sw.axis, fmtLoadFlag(load), err)
+		}
 	}
-	if err != nil {
-		return analysis.SweepRow{}, fmt.Errorf("sweep: %s %s: %w", sw.axis, fmtLoadFlag(load), err)
-	}
-	row, err := sw.analyse(load, file)
+	row, err := sw.analyse(load, file, repeats...)
 	if err != nil {
 		return analysis.SweepRow{}, err
 	}
 	sw.rows[load] = row
-	sw.state.Points = append(sw.state.Points, sweepDone{Load: load, File: file})
+	sw.state.Points = append(sw.state.Points, sweepDone{Load: load, File: file, Repeats: repeats})
 	if err := writeSweepState(sw.dir, sw.state); err != nil {
 		return analysis.SweepRow{}, err
 	}
 	pt := row.Point()
+	if sp := row.Spread; sp != nil {
+		fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d, %d repeats: sustained %.1f - %.1f tok/s, TTFT p99 %.1f - %.1f ms (intervals: docs/metrics.md, \"Sweep\"); the row is the median repeat's\n",
+			len(sw.state.Points), sp.Repeats, sp.Sustained.Lo, sp.Sustained.Hi, sp.TTFTP99.Lo, sp.TTFTP99.Hi)
+	}
 	if sw.axis == "concurrency" {
 		fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d done in %s: sustained %.1f tok/s, %.1f tok/s per user (mean), TTFT p99 %.1f ms%s\n",
 			len(sw.state.Points), time.Since(started).Round(time.Second), pt.SustainedTokensPerSecond, row.Report.PerUser.TokensPerS.Mean,
@@ -595,13 +632,38 @@ func flagsNote(r *analysis.Report) string {
 	return " [" + strings.Join(s, ", ") + "]"
 }
 
-func (sw *sweeper) analyse(load float64, file string) (analysis.SweepRow, error) {
-	path := filepath.Join(sw.dir, file)
-	d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, path)
-	if err != nil {
-		return analysis.SweepRow{}, err
+// analyse returns the row of the point at load: its file's, or, for a repeated point (its
+// repeats' files given), analysis.NewRepeatedSweepRow of its repeats' rows and data: its
+// median repeat's row, with the intervals across the repeats.
+func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analysis.SweepRow, error) {
+	files := repeats
+	if len(files) == 0 {
+		files = []string{file}
 	}
-	return analysis.NewSweepRow(sw.axis, load, file, d, sw.aopts)
+	rows := make([]analysis.SweepRow, 0, len(files))
+	data := make([]*analysis.Data, 0, len(files))
+	for _, f := range files {
+		d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, filepath.Join(sw.dir, f))
+		if err != nil {
+			return analysis.SweepRow{}, err
+		}
+		row, err := analysis.NewSweepRow(sw.axis, load, f, d, sw.aopts)
+		if err != nil {
+			return analysis.SweepRow{}, err
+		}
+		rows, data = append(rows, row), append(data, d)
+	}
+	if len(repeats) == 0 {
+		return rows[0], nil
+	}
+	return analysis.NewRepeatedSweepRow(rows, data), nil
+}
+
+// removeAll removes files of DIR.
+func (sw *sweeper) removeAll(files []string) {
+	for _, f := range files {
+		os.Remove(filepath.Join(sw.dir, f))
+	}
 }
 
 // waitIdle polls the endpoint's Prometheus /metrics until no request is running or waiting
