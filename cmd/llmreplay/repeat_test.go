@@ -377,3 +377,32 @@ func TestReplayRepeatsStrict(t *testing.T) {
 		t.Errorf("repeat 2 did not run after repeat 1 was client-limited: %v", err)
 	}
 }
+
+// TestReplayRepeatsOutputs: with no -o the repeats are named after the run's start
+// (results-<UTC>.rK.parquet); a second repeated run in the same folder gets new names; an
+// -o whose second repeat's file exists is refused before any repeat runs.
+func TestReplayRepeatsOutputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs short replays")
+	}
+	srv := simServer(t)
+	t.Chdir(t.TempDir())
+	args := []string{"--endpoint", srv.URL + "/v1", "--speedup", "20", "--limit", "5", "--repeat", "2", "--cooldown", "0s", "--prewarm", "2", "-q"}
+	for range 2 {
+		if err := runReplay(context.Background(), args, io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, _ := filepath.Glob("results-*Z*.r?.parquet")
+	if len(files) != 4 {
+		t.Fatalf("two repeated runs with no -o wrote %v, want 4 distinct files", files)
+	}
+	os.WriteFile("mine.r2.parquet", []byte("x"), 0o644)
+	err := runReplay(context.Background(), append(args, "-o", "mine.parquet"), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "mine.r2.parquet: file exists") {
+		t.Fatalf("an existing repeat file: %v", err)
+	}
+	if _, err := os.Stat("mine.r1.parquet"); err == nil {
+		t.Error("repeat 1 ran although repeat 2's file was refused")
+	}
+}
