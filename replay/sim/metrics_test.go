@@ -53,7 +53,7 @@ next:
 }
 
 // TestMetricsFormats: /metrics answers the classic text format by default and OpenMetrics
-// when asked (as Prometheus and llmreplay's scraper ask), with the same samples, every one
+// when asked (as Prometheus asks; llmreplay's scraper asks for text, prom.Accept), with the same samples, every one
 // labelled with the model, under vLLM's names and types.
 func TestMetricsFormats(t *testing.T) {
 	cfg, _ := Profile("tiny")
@@ -61,7 +61,7 @@ func TestMetricsFormats(t *testing.T) {
 	r := startSim(t, cfg)
 	post(t, http.DefaultClient, r.BaseURL()+"/completions", map[string]any{"prompt": ids(5), "max_tokens": 7})
 	text, ctText := scrapeSamples(t, r, "")
-	om, ctOM := scrapeSamples(t, r, prom.Accept)
+	om, ctOM := scrapeSamples(t, r, "application/openmetrics-text;version=1.0.0")
 	if !strings.HasPrefix(ctText, "text/plain") || !strings.HasPrefix(ctOM, "application/openmetrics-text") {
 		t.Errorf("content types %q and %q, want text/plain and application/openmetrics-text", ctText, ctOM)
 	}
