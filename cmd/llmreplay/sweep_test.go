@@ -27,12 +27,23 @@ vllm:num_requests_waiting{engine="0",model_name="m"} 2
 vllm:num_requests_waiting_by_reason{reason="capacity"} 7
 sglang:num_queue_reqs 1
 `
-	busy, known := parseBusy(strings.NewReader(page))
+	busy, known := parseBusy(strings.NewReader(page), nil)
 	if !known || busy != 6 {
 		t.Errorf("parseBusy = %v, %v; want 6, true (the _by_reason gauge is not a match)", busy, known)
 	}
-	if _, known := parseBusy(strings.NewReader("# nothing\nfoo 1\n")); known {
+	if _, known := parseBusy(strings.NewReader("# nothing\nfoo 1\n"), nil); known {
 		t.Error("a page without the gauges was taken as known")
+	}
+	// OpenMetrics, as negotiated by prom.Accept: parsed by expfmt, # EOF and all.
+	om := "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 4\n" +
+		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 1.5\n# EOF\n"
+	h := http.Header{"Content-Type": {"application/openmetrics-text; version=1.0.0; charset=utf-8"}}
+	if busy, known := parseBusy(strings.NewReader(om), h); !known || busy != 5.5 {
+		t.Errorf("OpenMetrics: parseBusy = %v, %v; want 5.5, true", busy, known)
+	}
+	// A malformed exposition is not taken as idle-with-numbers: it is unknown.
+	if _, known := parseBusy(strings.NewReader("vllm:num_requests_running{ 3\n"), nil); known {
+		t.Error("a malformed page was taken as known")
 	}
 }
 
