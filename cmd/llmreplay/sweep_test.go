@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
@@ -65,6 +66,8 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency", "--min-gain", "1.5"}, "--min-gain"},
 		{[]string{"-o", dir, "--auto", "--start", "10", "--max", "5"}, "max load"},
 		{[]string{"-o", dir, "--rates", "1", "--attainment", "0"}, "--attainment"},
+		{[]string{"-o", dir, "--rates", "1", "--scrape", "http://u:pw@h:9/metrics"}, "--scrape http://h:9/metrics carries credentials"},
+		{[]string{"-o", dir, "--rates", "1", "--scrape", "ftp://h/metrics"}, "--scrape \"ftp://h/metrics\": scheme"},
 	} {
 		err := runSweep(context.Background(), tc.args, io.Discard, io.Discard)
 		var ue *usageError
@@ -144,6 +147,10 @@ func TestSweepResume(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, p.File)); err != nil {
 			t.Errorf("point file: %v", err)
 		}
+		// Each point's replay scraped the in-process engine, beside its results.
+		if _, err := os.Stat(results.MetricsPath(filepath.Join(dir, p.File))); err != nil {
+			t.Errorf("point metrics file: %v", err)
+		}
 	}
 }
 
@@ -183,9 +190,10 @@ func TestSweepGracefulStop(t *testing.T) {
 	if err != nil || len(st.Points) != 1 || st.Points[0].Load != 40 {
 		t.Fatalf("state after the stop: %+v, %v", st, err)
 	}
+	// The finished point's results and metrics files; nothing of the interrupted one.
 	files, _ := filepath.Glob(filepath.Join(dir, "point-*"))
-	if len(files) != 1 || filepath.Base(files[0]) != st.Points[0].File {
-		t.Errorf("point files %v, want only %s", files, st.Points[0].File)
+	if len(files) != 2 || filepath.Base(files[1]) != st.Points[0].File || files[0] != results.MetricsPath(files[1]) {
+		t.Errorf("point files %v, want only %s and its metrics file", files, st.Points[0].File)
 	}
 }
 
