@@ -305,6 +305,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		mj, err := CreateMetricsJournal(metricsPath+JournalSuffix, &meta)
 		if err != nil {
 			journal.Close()
+			os.Remove(journalPath) // nothing was sent: no run to recover
 			return nil, err
 		}
 		scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.opts.Insecure, o.seams.scrapeRT)

@@ -169,6 +169,7 @@ func (s *scraper) start(ctx context.Context) {
 func (s *scraper) wait() {
 	s.wg.Wait()
 	close(s.out)
+	s.client.CloseIdleConnections()
 }
 
 // loop scrapes source i at 0, interval, 2·interval ... on the run clock. A tick that passed
