@@ -105,7 +105,7 @@ type ScrapeStat struct {
 	Attempts   int64  // scrapes sent (one per tick, less the skipped ones)
 	Failed     int64  // of them, without a parsed exposition
 	FirstError string // the first failure's reason
-	Skipped    int64  // ticks passed while a scrape was still going
+	Skipped    int64  // ticks passed before the scrape due earlier was over (a slow scrape, a late goroutine)
 	Overflow   int64  // scrapes not written: the metrics writer was behind (never blocks)
 }
 
@@ -117,7 +117,7 @@ func (s *ScrapeStat) Note() string {
 		parts = append(parts, fmt.Sprintf("%d of %d scrapes failed: %s", s.Failed, s.Attempts, s.FirstError))
 	}
 	if s.Skipped > 0 {
-		parts = append(parts, fmt.Sprintf("%d ticks skipped (a scrape was still going)", s.Skipped))
+		parts = append(parts, fmt.Sprintf("%d ticks skipped (the scrape before or the machine was late)", s.Skipped))
 	}
 	if s.Overflow > 0 {
 		parts = append(parts, fmt.Sprintf("%d scrapes not written (the metrics writer was behind)", s.Overflow))
