@@ -80,6 +80,12 @@ type Config struct {
 	Encoding     string
 	Seed         uint64
 
+	// Scrape (--scrape, repeatable): Prometheus endpoints sampled during the run; empty =
+	// the endpoint's server root /metrics when it answers there (Prepare probes it);
+	// ["none"] = none. ScrapeInterval (--scrape-interval): their sampling period.
+	Scrape         []string
+	ScrapeInterval time.Duration
+
 	Quiet            bool
 	ProgressInterval time.Duration
 }
@@ -92,6 +98,7 @@ func DefaultConfig() Config {
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
+		ScrapeInterval: DefaultScrapeInterval,
 	}
 }
 
@@ -164,6 +171,28 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateSessions(); err != nil {
 		return err
+	}
+	return c.validateScrape()
+}
+
+// MinScrapeInterval is the shortest --scrape-interval.
+const MinScrapeInterval = 100 * time.Millisecond
+
+// validateScrape checks --scrape and --scrape-interval (any host: the user names it).
+func (c *Config) validateScrape() error {
+	for _, s := range c.Scrape {
+		if s == ScrapeNone {
+			if len(c.Scrape) > 1 {
+				return configErrorf("--scrape none: turns scraping off, so it cannot be given with a URL")
+			}
+			continue
+		}
+		if _, err := ParseScrapeURL(s); err != nil {
+			return configErrorf("--scrape %v", err)
+		}
+	}
+	if c.ScrapeInterval < MinScrapeInterval {
+		return configErrorf("--scrape-interval %v: must be at least %v", c.ScrapeInterval, MinScrapeInterval)
 	}
 	return nil
 }

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -109,5 +112,73 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	}
 	if got[results.MetaFormat] != results.Format || got[results.MetaRun] == "" {
 		t.Errorf("metadata seen by DuckDB: %v", got)
+	}
+}
+
+// TestMetricsReadByDuckDB: DuckDB reads a metrics file (types, the labels map, the run
+// metadata) and joins it to the results file by time: each request takes the last sample
+// scraped at or before its sent_ns (an ASOF join on the shared run clock).
+func TestMetricsReadByDuckDB(t *testing.T) {
+	dir := t.TempDir()
+	run := &results.RunMeta{RunID: "feed", Mode: results.ModeOpen, Flags: map[string]string{}}
+	jp := filepath.Join(dir, "r.parquet.journal")
+	j, err := CreateJournal(jp, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0.0
+	for i, r := range testRecords(30) {
+		j.Add(r)
+		if r.Status == results.StatusOK {
+			want += float64(i / 5) // sent at i·1000+50 ns: the scrape of 5000·(i/5) ns is the last before it
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "r.parquet")
+	if _, err := ConvertJournal(jp, out); err != nil {
+		t.Fatal(err)
+	}
+	mp := results.MetricsPath(out)
+	mj, err := CreateMetricsJournal(mp+JournalSuffix, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 7 { // scrapes at 0, 5 µs ... 30 µs; the gauge holds k
+		text := fmt.Sprintf("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} %d\n", k)
+		samples, err := prom.Parse(strings.NewReader(text), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mj.Add(&scrapeResult{tNS: int64(k) * 5000, source: "http://h:8000/metrics", samples: samples, dur: time.Millisecond})
+	}
+	if err := mj.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ConvertMetricsJournal(mp+JournalSuffix, mp); err != nil {
+		t.Fatal(err)
+	}
+	rows := duckdb(t, fmt.Sprintf(`SELECT count(*)::INT AS n, sum(m.value) AS running, count(DISTINCT m.t_ns)::INT AS scrapes,
+		min(m.labels['model_name']) AS model
+		FROM '%s' r ASOF JOIN (SELECT * FROM '%s' WHERE metric = 'vllm:num_requests_running') m ON r.sent_ns >= m.t_ns
+		WHERE r.status = 'ok'`, out, mp))
+	if rows[0]["n"] != 20.0 || rows[0]["running"] != want || rows[0]["scrapes"] != 6.0 || rows[0]["model"] != "m" {
+		t.Errorf("ASOF join: %v, want 20 rows, running %v over 6 scrapes, model m", rows[0], want)
+	}
+	own := duckdb(t, fmt.Sprintf(`SELECT type, count(*)::INT AS n, sum(value) AS v FROM '%s' WHERE metric = '%s' GROUP BY type`, mp, results.MetricScrapeUp))
+	if len(own) != 1 || own[0]["type"] != results.MetricTypeScrape || own[0]["n"] != 7.0 || own[0]["v"] != 7.0 {
+		t.Errorf("scrape_up rows: %v", own)
+	}
+	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, mp))
+	wantTypes := []string{"BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "MAP(VARCHAR, VARCHAR)", "DOUBLE"}
+	for i, f := range results.MetricsSchema.Fields() {
+		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
+			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
+		}
+	}
+	md := duckdb(t, fmt.Sprintf(`SELECT decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) = '%s'`, mp, results.MetaFormat))
+	if len(md) != 1 || md[0]["v"] != results.MetricsFormat {
+		t.Errorf("format seen by DuckDB: %v", md)
 	}
 }

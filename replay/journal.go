@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
@@ -274,12 +275,7 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 		return info, fmt.Errorf("replay: create results file: %w", err)
 	}
 	defer tmp.Abort() // after Commit, a no-op
-	props := parquet.NewWriterProperties(
-		parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(parquet.DataPageV2),
-		parquet.WithMaxRowGroupLength(parquetRowGroup),
-		parquet.WithCreatedBy("llmreplay"),
-	)
-	fw, err := pqarrow.NewFileWriter(schema, tmp, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	fw, err := newParquetWriter(schema, tmp)
 	if err != nil {
 		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
@@ -306,4 +302,15 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 		return info, fmt.Errorf("replay: write %s: %w", out, err)
 	}
 	return info, nil
+}
+
+// newParquetWriter writes a journal's records to w as Parquet, its schema (with the run
+// metadata) stored: the one set of writer properties of results and metrics files.
+func newParquetWriter(schema *arrow.Schema, w io.Writer) (*pqarrow.FileWriter, error) {
+	props := parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false), parquet.WithDataPageVersion(parquet.DataPageV2),
+		parquet.WithMaxRowGroupLength(parquetRowGroup),
+		parquet.WithCreatedBy("llmreplay"),
+	)
+	return pqarrow.NewFileWriter(schema, w, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 }

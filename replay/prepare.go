@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
@@ -92,7 +93,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.origin, p.calibrate}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.origin, p.calibrate, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -115,6 +116,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Output: s.Output, KeepJournal: cfg.KeepJournal,
 		Meta: p.meta, MaxLateness: cfg.MaxLateness, Models: p.models,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
+		Scrape: p.scrapeURLs, ScrapeInterval: cfg.ScrapeInterval,
 	}
 	if p.sessMode == SessionsSequential {
 		o := &s.Options
@@ -152,6 +154,8 @@ type preparer struct {
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models
+
+	scrapeURLs []string // Options.Scrape, decided
 
 	sessMode string // independent or sequential, decided
 	history  string // sequential mode: actual or synthetic, decided
@@ -513,5 +517,36 @@ func (p *preparer) reusable(context.Context) error {
 	if ok {
 		p.meta.PrefixReusableShare, p.meta.PrefixReusableRule = &v, rule
 	}
+	return nil
+}
+
+// scrape decides what the run scrapes: the --scrape URLs; none with --scrape none; by
+// default the endpoint's server root /metrics (MetricsURL) when a probe finds a parseable
+// exposition there. It says what it decided in one line. The API key and --header values
+// are not sent to a metrics endpoint (a --scrape host may be another party's); a URL's
+// userinfo is (as basic auth).
+func (p *preparer) scrape(ctx context.Context) error {
+	cfg := p.cfg
+	iv := cfg.ScrapeInterval
+	switch {
+	case len(cfg.Scrape) == 1 && cfg.Scrape[0] == ScrapeNone:
+		return nil
+	case len(cfg.Scrape) > 0:
+		p.scrapeURLs = append([]string(nil), cfg.Scrape...)
+		safe := make([]string, len(cfg.Scrape))
+		for i, u := range cfg.Scrape {
+			safe[i] = SafeURL(u)
+		}
+		fmt.Fprintf(p.env.Log, "llmreplay: scraping %s every %v\n", strings.Join(safe, ", "), iv)
+		return nil
+	}
+	u := MetricsURL(p.base)
+	n, err := Probe(ctx, u, cfg.Insecure)
+	if err != nil {
+		fmt.Fprintf(p.env.Log, "llmreplay: not scraping: %s: %v (--scrape URL names a metrics endpoint)\n", SafeEndpoint(u), err)
+		return nil
+	}
+	p.scrapeURLs = []string{u.String()}
+	fmt.Fprintf(p.env.Log, "llmreplay: scraping %s every %v (%d samples; --scrape none to turn off)\n", SafeEndpoint(u), iv, n)
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -92,6 +94,13 @@ type Options struct {
 	ThinkSeed   uint64
 	SessionPlan *SessionPlan
 
+	// Scrape lists the Prometheus endpoints sampled every ScrapeInterval (0 =
+	// DefaultScrapeInterval) on the run clock while the run goes, into the metrics file
+	// results.MetricsPath(Output) (scrape.go). The URLs may carry credentials: they are
+	// sent, and stored only through SafeURL. nil: no scraping, no metrics file.
+	Scrape         []string
+	ScrapeInterval time.Duration
+
 	// Progress, when set, is updated live for a progress display.
 	Progress *Progress
 
@@ -108,6 +117,8 @@ type seams struct {
 	noSpin bool
 	// record, when set, sees every record the writer takes, before the journal does.
 	record func(*Result)
+	// scrapeRT, when set, is the scraper's transport instead of a network one.
+	scrapeRT http.RoundTripper
 }
 
 // Validate checks the options and fills defaults.
@@ -156,6 +167,17 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxLateness <= 0 {
 		o.MaxLateness = DefaultMaxLateness
+	}
+	if o.ScrapeInterval < 0 {
+		return fmt.Errorf("replay: scrape interval %v is negative", o.ScrapeInterval)
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	for _, u := range o.Scrape {
+		if _, err := ParseScrapeURL(u); err != nil {
+			return fmt.Errorf("replay: scrape %w", err)
+		}
 	}
 	return nil
 }
@@ -264,10 +286,49 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if meta.Flags == nil {
 		meta.Flags = map[string]string{}
 	}
+	metricsPath := results.MetricsPath(o.Output)
+	if len(o.Scrape) > 0 {
+		meta.Scrape = make([]string, len(o.Scrape))
+		for i, u := range o.Scrape {
+			meta.Scrape[i] = SafeURL(u)
+		}
+		meta.ScrapeIntervalNS, meta.MetricsFile = int64(o.ScrapeInterval), filepath.Base(metricsPath)
+	}
 	journalPath := o.Output + JournalSuffix
 	journal, err := CreateJournal(journalPath, &meta)
 	if err != nil {
 		return nil, err
+	}
+	// The scraper (scrape.go): its own goroutines, client and writer; it stops once the
+	// last request in flight has ended.
+	var scr *scraper
+	var metricsErr error
+	stopScraper := func() {}
+	if len(o.Scrape) > 0 {
+		mj, err := CreateMetricsJournal(metricsPath+JournalSuffix, &meta)
+		if err != nil {
+			journal.Close()
+			os.Remove(journalPath) // nothing was sent: no run to recover
+			return nil, err
+		}
+		scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.opts.Insecure, o.seams.scrapeRT)
+		scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
+		scr.start(scrapeCtx)
+		metricsDone := make(chan struct{})
+		go func() {
+			defer close(metricsDone)
+			metricsErr = writeMetrics(mj, scr.out, o.FlushInterval)
+			metricsErr = errors.Join(metricsErr, mj.Close())
+		}()
+		var once sync.Once
+		stopScraper = func() {
+			once.Do(func() {
+				stopScrape()
+				scr.wait()
+				<-metricsDone
+			})
+		}
+		defer stopScraper()
 	}
 	prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
@@ -296,6 +357,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
 	r.wg.Wait()            // the requests in flight end by themselves, or by the hard context
+	stopScraper()
 	if r.sess != nil {
 		<-r.preparerDone // it records the turns of sessions ended by a failed turn
 	}
@@ -307,20 +369,41 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if e := r.prepErr.Load(); e != nil {
 		runErr = *e
 	}
+	finish := func() *Summary {
+		s := sum.finish()
+		if scr != nil {
+			s.Scrapes = scr.stats
+		}
+		return s
+	}
 	if err := errors.Join(writeErr, closeErr); err != nil {
-		return sum.finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
+		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
 	info, err := ConvertJournal(journalPath, o.Output)
 	if err != nil {
-		return sum.finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
+		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
 	if info.Tail != nil {
-		return sum.finish(), errors.Join(runErr, fmt.Errorf("replay: %w", info.Tail))
+		return finish(), errors.Join(runErr, fmt.Errorf("replay: %w", info.Tail))
 	}
 	if !o.KeepJournal {
 		os.Remove(journalPath)
 	}
-	s := sum.finish()
+	if scr != nil {
+		// The results file is written; a metrics file that cannot be is an error of the run,
+		// its journal kept for recover.
+		if metricsErr == nil {
+			_, metricsErr = ConvertMetricsJournal(metricsPath+JournalSuffix, metricsPath)
+		}
+		if metricsErr != nil {
+			return finish(), errors.Join(runErr, metricsErr, fmt.Errorf("replay: the results file %s is written; the server samples are kept in %s: `llmreplay recover %s` turns them into %s",
+				o.Output, metricsPath+JournalSuffix, shellQuote(metricsPath+JournalSuffix), metricsPath))
+		}
+		if !o.KeepJournal {
+			os.Remove(metricsPath + JournalSuffix)
+		}
+	}
+	s := finish()
 	s.Run = meta
 	if r.sess != nil {
 		s.Sessions = SessionsSequential

@@ -38,6 +38,21 @@ type Summary struct {
 	// SessionWait is session_wait_ns in ms of the turns that waited for their predecessor
 	// beyond their trace time (N of them; sequential sessions).
 	SessionWait Percentiles
+	// Scrapes is what scraping each --scrape source came to (nil when the run scraped
+	// nothing); ScrapeNotes prints it.
+	Scrapes []ScrapeStat
+}
+
+// ScrapeNotes returns one line per source whose scrapes failed, were skipped or were not
+// written: the once-per-run report of a failing metrics endpoint.
+func (s *Summary) ScrapeNotes() []string {
+	var notes []string
+	for i := range s.Scrapes {
+		if n := s.Scrapes[i].Note(); n != "" {
+			notes = append(notes, n)
+		}
+	}
+	return notes
 }
 
 // FirstWave is a closed loop's first wave: the recorded requests scheduled no later than

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func init() {
@@ -17,12 +19,16 @@ func init() {
 	})
 }
 
-const recoverExamples = `  # A replay writing results.parquet was killed: keep every record it journaled
-  llmreplay recover results.parquet.journal -o results.parquet`
+const recoverExamples = `  # A replay writing results.parquet was killed: keep every record it journaled (and every
+  # scrape of results.metrics.parquet.journal beside it, into results.metrics.parquet)
+  llmreplay recover results.parquet.journal -o results.parquet
+
+  # A metrics journal alone
+  llmreplay recover results.metrics.parquet.journal -o results.metrics.parquet`
 
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("recover", "llmreplay recover JOURNAL [-o results.parquet]", recoverExamples, stdout)
-	out := fs.StringP("output", "o", "", "results file to write (default: JOURNAL without its .journal suffix)")
+	out := fs.StringP("output", "o", "", "file to write (default: JOURNAL without its .journal suffix); for a results journal, a metrics journal beside it becomes OUTPUT's metrics file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -36,6 +42,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		*out = strings.TrimSuffix(journal, replay.JournalSuffix)
 	}
+	format, err := replay.JournalFormat(journal)
+	if err != nil {
+		return err
+	}
+	if format == results.MetricsFormat {
+		return recoverMetrics(journal, *out, stdout, stderr)
+	}
 	info, err := replay.ConvertJournal(journal, *out)
 	if err != nil {
 		return err
@@ -43,6 +56,25 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "recovered %d records of run %s into %s\n", info.Rows, info.Run.RunID, *out)
 	if info.Tail != nil {
 		fmt.Fprintf(stderr, "llmreplay: recover: the last batch was cut and is lost (at most the last second of records): %v\n", info.Tail)
+	}
+	// The run's metrics journal, when it scraped: beside the results journal, named after
+	// the results file it was for (results.MetricsPath + .journal).
+	mj := results.MetricsPath(strings.TrimSuffix(journal, replay.JournalSuffix)) + replay.JournalSuffix
+	if _, err := os.Stat(mj); err == nil {
+		return recoverMetrics(mj, results.MetricsPath(*out), stdout, stderr)
+	}
+	return nil
+}
+
+// recoverMetrics converts a metrics journal.
+func recoverMetrics(journal, out string, stdout, stderr io.Writer) error {
+	info, err := replay.ConvertMetricsJournal(journal, out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "recovered %d metric samples of run %s into %s\n", info.Rows, info.Run.RunID, out)
+	if info.Tail != nil {
+		fmt.Fprintf(stderr, "llmreplay: recover: the last batch of samples was cut and is lost: %v\n", info.Tail)
 	}
 	return nil
 }

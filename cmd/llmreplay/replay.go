@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 	"github.com/llmreplay/llmreplay/trace"
 )
@@ -50,6 +51,10 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   # Three repeats, 10 s apart, each with fresh prompts: results.r1.parquet ... results.r3.parquet,
   # then the median and the spread across them (again later: llmreplay analyze results.r?.parquet)
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --repeat 3 --cooldown 10s
+
+  # Sample vLLM's /metrics and a DCGM exporter every 500ms beside the requests (results.metrics.parquet)
+  llmreplay replay --trace t.parquet --endpoint http://10.0.0.5:8000/v1 \
+    --scrape http://10.0.0.5:8000/metrics --scrape http://10.0.0.5:9400/metrics --scrape-interval 500ms
 
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
@@ -127,6 +132,8 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.BoolVar(&f.Calibrate, "calibrate", f.Calibrate, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's; text prompts only")
 	fs.StringVar(&f.Encoding, "encoding", f.Encoding, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.Seed, "seed", f.Seed, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
+	fs.StringArrayVar(&f.Scrape, "scrape", f.Scrape, "sample this Prometheus endpoint during the run into OUTPUT.metrics.parquet, repeatable (e.g. --scrape http://10.0.0.5:9400/metrics for DCGM); 'none' turns it off; default: the endpoint's server root /metrics when it answers there")
+	fs.DurationVar(&f.ScrapeInterval, "scrape-interval", f.ScrapeInterval, "period of --scrape sampling on the run clock, e.g. 500ms (each scrape times out at 80% of it)")
 	fs.BoolVarP(&f.Quiet, "quiet", "q", f.Quiet, "no progress on stderr")
 	fs.DurationVar(&f.ProgressInterval, "progress-interval", f.ProgressInterval, "period of the plain progress lines when stderr is not a terminal")
 }
@@ -174,6 +181,9 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 	sum, err := runSession(ctx, sess, &cfg, stderr)
 	if sum != nil {
 		runID = sum.Run.RunID
+		for _, n := range sum.ScrapeNotes() {
+			fmt.Fprintf(stderr, "llmreplay: %s\n", n)
+		}
 	}
 	if err != nil {
 		if sum != nil {
@@ -183,6 +193,9 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 		return runID, err
 	}
 	fmt.Fprintf(stdout, "results: %s\n", out)
+	if sum.Run.MetricsFile != "" {
+		fmt.Fprintf(stdout, "metrics: %s\n", results.MetricsPath(out))
+	}
 	if n := sum.HistoryNote(); n != "" {
 		fmt.Fprintf(stdout, "llmreplay: %s\n", n)
 	}
@@ -298,6 +311,13 @@ func behaviourFlags(fs *pflag.FlagSet) map[string]string {
 			return
 		case "endpoint":
 			m[fl.Name] = replay.SafeURL(fl.Value.String())
+			return
+		case "scrape":
+			ss, _ := fs.GetStringArray("scrape")
+			for i := range ss {
+				ss[i] = replay.SafeURL(ss[i])
+			}
+			m[fl.Name] = strings.Join(ss, ",")
 			return
 		}
 		m[fl.Name] = fl.Value.String()

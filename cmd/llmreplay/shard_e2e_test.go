@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -109,6 +110,16 @@ func TestE2EShards(t *testing.T) {
 	for i, c := range cmds {
 		if err := c.Wait(); err != nil {
 			t.Fatalf("shard %d: %v", i, err)
+		}
+	}
+	// Each shard scrapes the engine's /metrics by default, into a file named after its own.
+	for i, sh := range shards {
+		_, meta, err := replay.ReadFile(sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(results.MetricsPath(sh)); err != nil || meta.MetricsFile != fmt.Sprintf("shard-%d.metrics.parquet", i) {
+			t.Errorf("shard %d: metrics file %q: %v", i, meta.MetricsFile, err)
 		}
 	}
 	single := filepath.Join(dir, "single.parquet")

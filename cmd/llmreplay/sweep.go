@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +21,9 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
+	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func init() {
@@ -245,6 +247,12 @@ func newSweepState(args []string, cfg *replay.Config, fs *pflag.FlagSet) (*sweep
 	}
 	if withheld["endpoint"] {
 		st.Endpoint = replay.SafeURL(cfg.Endpoint)
+	}
+	// A --scrape URL's credentials or query would be stored with the command line.
+	for _, u := range cfg.Scrape {
+		if replay.HasSecret(u) {
+			return nil, usagef("sweep: --scrape %s carries credentials or a query, which %s would store: give the sweep a metrics URL without them", replay.SafeURL(u), sweepStateFile)
+		}
 	}
 	// Whatever form a secret took (-qeURL, say), it must not be stored.
 	for _, a := range st.Args {
@@ -552,6 +560,7 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 			// An interrupted point is not a measurement of this load: drop it (all its
 			// repeats), resume reruns it.
 			os.Remove(rcfg.Output)
+			os.Remove(results.MetricsPath(rcfg.Output))
 			sw.removeAll(repeats)
 			return analysis.SweepRow{}, sw.ctx.Err()
 		}
@@ -663,11 +672,12 @@ func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analys
 func (sw *sweeper) removeAll(files []string) {
 	for _, f := range files {
 		os.Remove(filepath.Join(sw.dir, f))
+		os.Remove(results.MetricsPath(filepath.Join(sw.dir, f)))
 	}
 }
 
 // waitIdle polls the endpoint's Prometheus /metrics until no request is running or waiting
-// (vLLM's and SGLang's gauge names; the simulated engine uses vLLM's), so a point does not
+// (vLLM's, SGLang's, TGI's and the llama.cpp server's gauge names; the simulated engine uses vLLM's), so a point does not
 // start while the previous one's requests still occupy the engine. An endpoint without
 // /metrics is taken as idle.
 func (sw *sweeper) waitIdle() {
@@ -675,8 +685,7 @@ func (sw *sweeper) waitIdle() {
 	if err != nil {
 		return
 	}
-	root := *base
-	root.Path = strings.TrimSuffix(strings.TrimSuffix(root.Path, "/"), "/v1") + "/metrics"
+	root := replay.MetricsURL(base)
 	client := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(sw.sf.idleTimeout)
 	for {
@@ -696,12 +705,13 @@ func (sw *sweeper) waitIdle() {
 	}
 }
 
-// scrapeBusy sums the running and waiting request gauges of a Prometheus text page.
+// scrapeBusy sums the running and waiting request gauges of a Prometheus exposition.
 func scrapeBusy(ctx context.Context, client *http.Client, url string) (busy float64, known bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, false
 	}
+	req.Header.Set("Accept", prom.Accept)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, false
@@ -710,30 +720,23 @@ func scrapeBusy(ctx context.Context, client *http.Client, url string) (busy floa
 	if resp.StatusCode != http.StatusOK {
 		return 0, false
 	}
-	return parseBusy(resp.Body)
+	return parseBusy(io.LimitReader(resp.Body, replay.MaxExposition), resp.Header)
 }
 
-var busyGauges = []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs"}
+var busyGauges = []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs",
+	"tgi_queue_size", "tgi_batch_current_size", "llamacpp:requests_processing", "llamacpp:requests_deferred"}
 
-func parseBusy(r io.Reader) (busy float64, known bool) {
-	sc := bufio.NewScanner(io.LimitReader(r, 16<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		for _, g := range busyGauges {
-			if rest, ok := strings.CutPrefix(line, g); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
-				fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-				if len(fields) == 0 {
-					continue
-				}
-				if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
-					busy += v
-					known = true
-				}
-			}
+// parseBusy sums busyGauges over their label sets; known is false when the exposition does
+// not parse or has none of them.
+func parseBusy(r io.Reader, h http.Header) (busy float64, known bool) {
+	samples, err := prom.Parse(r, h)
+	if err != nil {
+		return 0, false
+	}
+	for _, s := range samples {
+		if slices.Contains(busyGauges, s.Name) {
+			busy += s.Value
+			known = true
 		}
 	}
 	return busy, known

@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
@@ -27,12 +28,23 @@ vllm:num_requests_waiting{engine="0",model_name="m"} 2
 vllm:num_requests_waiting_by_reason{reason="capacity"} 7
 sglang:num_queue_reqs 1
 `
-	busy, known := parseBusy(strings.NewReader(page))
+	busy, known := parseBusy(strings.NewReader(page), nil)
 	if !known || busy != 6 {
 		t.Errorf("parseBusy = %v, %v; want 6, true (the _by_reason gauge is not a match)", busy, known)
 	}
-	if _, known := parseBusy(strings.NewReader("# nothing\nfoo 1\n")); known {
+	if _, known := parseBusy(strings.NewReader("# nothing\nfoo 1\n"), nil); known {
 		t.Error("a page without the gauges was taken as known")
+	}
+	// OpenMetrics, as negotiated by prom.Accept: parsed by expfmt, # EOF and all.
+	om := "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 4\n" +
+		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 1.5\n# EOF\n"
+	h := http.Header{"Content-Type": {"application/openmetrics-text; version=1.0.0; charset=utf-8"}}
+	if busy, known := parseBusy(strings.NewReader(om), h); !known || busy != 5.5 {
+		t.Errorf("OpenMetrics: parseBusy = %v, %v; want 5.5, true", busy, known)
+	}
+	// A malformed exposition is not taken as idle-with-numbers: it is unknown.
+	if _, known := parseBusy(strings.NewReader("vllm:num_requests_running{ 3\n"), nil); known {
+		t.Error("a malformed page was taken as known")
 	}
 }
 
@@ -54,6 +66,8 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"-o", dir, "--auto", "--auto-axis", "concurrency", "--min-gain", "1.5"}, "--min-gain"},
 		{[]string{"-o", dir, "--auto", "--start", "10", "--max", "5"}, "max load"},
 		{[]string{"-o", dir, "--rates", "1", "--attainment", "0"}, "--attainment"},
+		{[]string{"-o", dir, "--rates", "1", "--scrape", "http://u:pw@h:9/metrics"}, "--scrape http://h:9/metrics carries credentials"},
+		{[]string{"-o", dir, "--rates", "1", "--scrape", "ftp://h/metrics"}, "--scrape \"ftp://h/metrics\": scheme"},
 	} {
 		err := runSweep(context.Background(), tc.args, io.Discard, io.Discard)
 		var ue *usageError
@@ -133,6 +147,10 @@ func TestSweepResume(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, p.File)); err != nil {
 			t.Errorf("point file: %v", err)
 		}
+		// Each point's replay scraped the in-process engine, beside its results.
+		if _, err := os.Stat(results.MetricsPath(filepath.Join(dir, p.File))); err != nil {
+			t.Errorf("point metrics file: %v", err)
+		}
 	}
 }
 
@@ -172,9 +190,10 @@ func TestSweepGracefulStop(t *testing.T) {
 	if err != nil || len(st.Points) != 1 || st.Points[0].Load != 40 {
 		t.Fatalf("state after the stop: %+v, %v", st, err)
 	}
+	// The finished point's results and metrics files; nothing of the interrupted one.
 	files, _ := filepath.Glob(filepath.Join(dir, "point-*"))
-	if len(files) != 1 || filepath.Base(files[0]) != st.Points[0].File {
-		t.Errorf("point files %v, want only %s", files, st.Points[0].File)
+	if len(files) != 2 || filepath.Base(files[1]) != st.Points[0].File || files[0] != results.MetricsPath(files[1]) {
+		t.Errorf("point files %v, want only %s and its metrics file", files, st.Points[0].File)
 	}
 }
 

@@ -1,0 +1,243 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
+	"github.com/llmreplay/llmreplay/internal/prom"
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// MetricsJournal appends scraped samples to a crash-safe Arrow IPC stream with the
+// metrics/v1 schema (results.MetricsSchemaWithRun): the metrics file's journal, as Journal
+// is the results file's. One goroutine (the run's metrics writer) owns it.
+type MetricsJournal struct {
+	path    string
+	f       *os.File
+	w       *ipc.Writer
+	b       *array.RecordBuilder
+	pending int
+	rows    int64
+
+	tNS                  *array.Int64Builder
+	source, metric, typ  *array.StringBuilder
+	labels               *array.MapBuilder
+	labelKeys, labelVals *array.StringBuilder
+	value                *array.Float64Builder
+}
+
+// CreateMetricsJournal creates (truncating) the metrics journal at path and writes its
+// schema with the run metadata, so that even a run killed before its first scrape leaves a
+// journal recover turns into a valid, empty metrics file.
+func CreateMetricsJournal(path string, run *results.RunMeta) (*MetricsJournal, error) {
+	schema, err := results.MetricsSchemaWithRun(run)
+	if err != nil {
+		return nil, fmt.Errorf("replay: create metrics journal %s: %w", path, err)
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	j := &MetricsJournal{path: path, b: b}
+	if err := j.bind(schema); err != nil {
+		b.Release()
+		return nil, fmt.Errorf("replay: create metrics journal %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
+	if err != nil {
+		b.Release()
+		return nil, fmt.Errorf("replay: create metrics journal: %w", err)
+	}
+	j.f = f
+	j.w = ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
+	if err := j.writeBatch(); err != nil {
+		f.Close()
+		b.Release()
+		return nil, err
+	}
+	return j, nil
+}
+
+// bind finds each column's builder by its contract name.
+func (j *MetricsJournal) bind(s *arrow.Schema) error {
+	field := func(name string) array.Builder {
+		i := s.FieldIndices(name)
+		if len(i) != 1 {
+			return nil
+		}
+		return j.b.Field(i[0])
+	}
+	var ok [7]bool
+	j.tNS, ok[0] = field(results.ColMetricTNS).(*array.Int64Builder)
+	j.source, ok[1] = field(results.ColMetricSource).(*array.StringBuilder)
+	j.metric, ok[2] = field(results.ColMetricName).(*array.StringBuilder)
+	j.typ, ok[3] = field(results.ColMetricType).(*array.StringBuilder)
+	j.labels, ok[4] = field(results.ColMetricLabels).(*array.MapBuilder)
+	j.value, ok[5] = field(results.ColMetricValue).(*array.Float64Builder)
+	ok[6] = true
+	if ok[4] {
+		j.labelKeys, ok[6] = j.labels.KeyBuilder().(*array.StringBuilder)
+		vals, ok2 := j.labels.ItemBuilder().(*array.StringBuilder)
+		j.labelVals, ok[6] = vals, ok[6] && ok2
+	}
+	for i, good := range ok {
+		if !good {
+			return fmt.Errorf("metrics schema: column %d of the contract has no builder of its type", i)
+		}
+	}
+	if s.NumFields() != len(results.MetricsSchema.Fields()) {
+		return fmt.Errorf("metrics schema: %d columns, the contract has %d", s.NumFields(), len(results.MetricsSchema.Fields()))
+	}
+	return nil
+}
+
+// Path returns the journal's file name.
+func (j *MetricsJournal) Path() string { return j.path }
+
+// Rows returns the number of rows added so far.
+func (j *MetricsJournal) Rows() int64 { return j.rows }
+
+// AddSample appends one row.
+func (j *MetricsJournal) AddSample(tNS int64, source string, s *prom.Sample) {
+	j.tNS.Append(tNS)
+	j.source.Append(source)
+	j.metric.Append(s.Name)
+	j.typ.Append(s.Type)
+	j.labels.Append(true)
+	for _, l := range s.Labels {
+		j.labelKeys.Append(l.Name)
+		j.labelVals.Append(l.Value)
+	}
+	j.value.Append(s.Value)
+	j.pending++
+	j.rows++
+}
+
+// Add appends one scrape: its samples, then the scraper's own rows (results.MetricScrape*).
+// It writes the pending batch when it is full.
+func (j *MetricsJournal) Add(sc *scrapeResult) error {
+	for i := range sc.samples {
+		j.AddSample(sc.tNS, sc.source, &sc.samples[i])
+	}
+	for _, s := range sc.ownRows() {
+		j.AddSample(sc.tNS, sc.source, &s)
+	}
+	if j.pending >= journalBatchRows {
+		return j.Flush()
+	}
+	return nil
+}
+
+// Flush writes the pending rows, if any, as one batch.
+func (j *MetricsJournal) Flush() error {
+	if j.pending == 0 {
+		return nil
+	}
+	return j.writeBatch()
+}
+
+func (j *MetricsJournal) writeBatch() error {
+	rec := j.b.NewRecord()
+	defer rec.Release()
+	j.pending = 0
+	if err := j.w.Write(rec); err != nil {
+		return fmt.Errorf("replay: write metrics journal %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// Close flushes, ends the stream and closes the file.
+func (j *MetricsJournal) Close() error {
+	err := j.Flush()
+	if e := j.w.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close metrics journal %s: %w", j.path, e)
+	}
+	j.b.Release()
+	if e := j.f.Sync(); err == nil && e != nil {
+		err = fmt.Errorf("replay: sync metrics journal %s: %w", j.path, e)
+	}
+	if e := j.f.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close metrics journal %s: %w", j.path, e)
+	}
+	return err
+}
+
+// ConvertMetricsJournal turns the metrics journal at journal into the Parquet metrics file
+// out, as ConvertJournal does for results: through a temporary file renamed on success,
+// keeping every whole batch of a killed run's journal (info.Tail says what was cut).
+func ConvertMetricsJournal(journal, out string) (ConvertInfo, error) {
+	return convertIPC(journal, out, "metrics", results.CheckMetrics)
+}
+
+// JournalFormat returns the format (results.Format or results.MetricsFormat) of the
+// journal at path, from its schema metadata.
+func JournalFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("replay: open journal: %w", err)
+	}
+	defer f.Close()
+	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return "", fmt.Errorf("replay: read journal %s: schema: %w", path, err)
+	}
+	defer rdr.Release()
+	md := rdr.Schema().Metadata()
+	if i := md.FindKey(results.MetaFormat); i >= 0 {
+		return md.Values()[i], nil
+	}
+	return "", fmt.Errorf("replay: journal %s: schema metadata lacks %s", path, results.MetaFormat)
+}
+
+// convertIPC is ConvertJournal's body for a journal whose schema check returns its run.
+func convertIPC(journal, out, what string, check func(*arrow.Schema) (*results.RunMeta, error)) (info ConvertInfo, err error) {
+	f, err := os.Open(journal)
+	if err != nil {
+		return info, fmt.Errorf("replay: open journal: %w", err)
+	}
+	defer f.Close()
+	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
+	if err != nil {
+		return info, fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
+	}
+	defer rdr.Release()
+	schema := rdr.Schema()
+	if info.Run, err = check(schema); err != nil {
+		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
+	}
+	tmp, err := atomicfile.Create(out)
+	if err != nil {
+		return info, fmt.Errorf("replay: create %s file: %w", what, err)
+	}
+	defer tmp.Abort() // after Commit, a no-op
+	fw, err := newParquetWriter(schema, tmp)
+	if err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
+	}
+	for rdr.Next() {
+		rec := rdr.Record()
+		if rec.NumRows() == 0 {
+			continue
+		}
+		if err := fw.WriteBuffered(rec); err != nil {
+			fw.Close()
+			return info, fmt.Errorf("replay: write %s: %w", out, err)
+		}
+		info.Rows += rec.NumRows()
+	}
+	if e := rdr.Err(); e != nil && !errors.Is(e, io.EOF) {
+		info.Tail = fmt.Errorf("journal %s cut after %d rows: %w", journal, info.Rows, e)
+	}
+	if err := fw.Close(); err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
+	}
+	if err := tmp.Commit(); err != nil {
+		return info, fmt.Errorf("replay: write %s: %w", out, err)
+	}
+	return info, nil
+}
