@@ -256,10 +256,7 @@ func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
 	defer f.Close()
 	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
-		if k, ok := filekind.OfFile(journal); ok && k != filekind.ArrowStream {
-			return info, fmt.Errorf("replay: read journal %s: %s", journal, filekind.Mismatch(k, "a replay's journal (an Arrow IPC stream)", journal))
-		}
-		return info, fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
+		return info, journalReadError(journal, err)
 	}
 	defer rdr.Release()
 	schema := rdr.Schema()
@@ -313,4 +310,13 @@ func newParquetWriter(schema *arrow.Schema, w io.Writer) (*pqarrow.FileWriter, e
 		parquet.WithCreatedBy("llmreplay"),
 	)
 	return pqarrow.NewFileWriter(schema, w, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+}
+
+// journalReadError is the error of a journal whose stream does not open: what the file is
+// when it is not an Arrow IPC stream (filekind), else the reader's error.
+func journalReadError(journal string, err error) error {
+	if k, ok := filekind.OfFile(journal); ok && k != filekind.ArrowStream {
+		return fmt.Errorf("replay: read journal %s: %s", journal, filekind.Mismatch(k, "a replay's journal (an Arrow IPC stream)", journal))
+	}
+	return fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
 }

@@ -184,7 +184,7 @@ func JournalFormat(path string) (string, error) {
 	defer f.Close()
 	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
-		return "", fmt.Errorf("replay: read journal %s: schema: %w", path, err)
+		return "", journalReadError(path, err)
 	}
 	defer rdr.Release()
 	md := rdr.Schema().Metadata()
@@ -203,7 +203,7 @@ func convertIPC(journal, out, what string, check func(*arrow.Schema) (*results.R
 	defer f.Close()
 	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
 	if err != nil {
-		return info, fmt.Errorf("replay: read journal %s: schema: %w", journal, err)
+		return info, journalReadError(journal, err)
 	}
 	defer rdr.Release()
 	schema := rdr.Schema()

@@ -53,7 +53,7 @@ func TestReplayScrapesByDefault(t *testing.T) {
 	out := filepath.Join(dir, "r.parquet")
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"replay", "--limit", "20", "--speedup", "40", "-q", "--keep-journal",
-		"--scrape-interval", "100ms", "-o", out}, &stdout, &stderr)
+		"--scrape-interval", "100ms", "-o", out, "--force"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
@@ -139,7 +139,7 @@ func TestReplayScrapeFailures(t *testing.T) {
 	hostport := strings.TrimPrefix(base, "http://")
 	bad500 := "http://u:pw-Secret9@" + hostport + "/metrics-500?token=tk-Secret8"
 	err = run(context.Background(), []string{"replay", "--endpoint", base + "/v1", "--limit", "20", "--speedup", "10", "-q",
-		"--scrape", bad500, "--scrape", base + "/metrics-hang", "--scrape", base + "/metrics-sim", "--scrape-interval", "100ms", "-o", out}, &stdout, &stderr)
+		"--scrape", bad500, "--scrape", base + "/metrics-hang", "--scrape", base + "/metrics-sim", "--scrape-interval", "100ms", "-o", out, "--force"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
