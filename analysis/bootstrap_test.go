@@ -114,6 +114,20 @@ func TestBootstrapQuantileExact(t *testing.T) {
 			if d := ks(fast, plain); d > crit {
 				t.Errorf("n=%d p=%v: KS distance %.4f between order-statistic and plain bootstrap > %.4f", n, p, d, crit)
 			}
+			// m out of n: resamples of m = n/5 draws.
+			m := max(n/5, 1)
+			fastM := b.QuantileM(int64(n), int64(m), func(r int64) float64 { return xs[r] }, p, "qm").Reps
+			rm := make([]float64, m)
+			for i := range plain {
+				for k := range rm {
+					rm[k] = xs[rng.IntN(n)]
+				}
+				slices.Sort(rm)
+				plain[i] = quantile.Type7(rm, p)
+			}
+			if d := ks(fastM, plain); d > crit {
+				t.Errorf("n=%d m=%d p=%v: KS distance %.4f between order-statistic and plain m-out-of-n bootstrap > %.4f", n, m, p, d, crit)
+			}
 		}
 	}
 }
