@@ -28,7 +28,7 @@ func CompareMethod(b Bootstrap) string {
 		"Percentiles (%s): requests resampled (each resample's order statistics drawn exactly); ITL: as many chunk gaps as requests with a TPOT (m-out-of-n: a request's gaps are not independent). "+
 		"Error, drop and attainment rates: requests resampled (binomial), changes in percentage points. "+
 		"Throughputs: circular block bootstrap of %d ms windows (sustained: of the steady-state window; overall: of the whole run), "+
-		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z. "+
+		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z; runs of one trace, mode and speed resample the same blocks (paired). "+
 		"Repeats of a run: repeats resampled too. ~: the interval holds zero.",
 		100*b.Confidence, BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
 }
