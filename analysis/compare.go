@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/parquet/file"
 
+	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -25,8 +26,9 @@ const compareWindowNS = 10 * binNS
 func CompareMethod(b Bootstrap) string {
 	b = b.WithDefaults()
 	return fmt.Sprintf("%g%% intervals of the change against run A: %s, %d resamples, seed %d. "+
-		"Percentiles (%s): requests resampled (each resample's order statistics drawn exactly); ITL: as many chunk gaps as requests with a TPOT (m-out-of-n: a request's gaps are not independent). "+
-		"Error, drop and attainment rates: requests resampled (binomial), changes in percentage points. "+
+		"Percentiles (%s) and error, drop and attainment rates: requests resampled m out of n, m = n / (1 + 2 sum of the autocorrelations "+
+		"of the request's indicator (below the percentile; failed...) in arrival order, flat-top weights): neighbouring requests are not independent "+
+		"(each resample's order statistics or count drawn exactly); ITL: as many chunk gaps as TPOT's m. Rates change in percentage points. "+
 		"Throughputs: circular block bootstrap of %d ms windows (sustained: of the steady-state window; overall: of the whole run), "+
 		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z; runs of one trace, mode and speed resample the same blocks (paired). "+
 		"Repeats of a run: repeats resampled too. ~: the interval holds zero.",
@@ -428,6 +430,13 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		}
 		s.Rows = append(s.Rows, row)
 	}
+	// A bootstrap of a tail percentile rests on the samples above it: with fewer than 10
+	// its replicates take few distinct values and its interval is unreliable.
+	for i, r := range s.reports {
+		if n := min(r.TTFT.N, r.TPOT.N); n > 0 && n < 1000 {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: p99 from %d requests (fewer than 10 above it): its intervals are unreliable", pointPrefix(point), s.Runs[i].Label, n))
+		}
+	}
 	for _, r := range s.Runs {
 		if r.ClientLimited {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s is client-limited: its numbers describe the replayer, not the endpoint", pointPrefix(point), r.Label))
@@ -659,11 +668,29 @@ func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[
 	scaled(CompareFigure{"output_tokens_per_s", "output token throughput tok/s", "tok/s", true}, t.OutputTokensPerS, windows(d.tokenBins, lo, hi))
 	scaled(CompareFigure{"total_tokens_per_s", "total token throughput tok/s", "tok/s", true}, t.TotalTokensPerS, total)
 
+	// Requests in arrival (scheduled) order: neighbours share the server's state, so the
+	// dependence between them is measured along it (effective).
+	order := make([]int, d.N())
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return d.scheduled[order[x]] < d.scheduled[order[y]] })
+	// effective returns how many independent requests a sample in arrival order is worth
+	// for the share of its values at or below v: n / VarianceInflation of that indicator.
+	effective := func(xs []float64, below func(x float64) bool) int64 {
+		ind := make([]float64, len(xs))
+		for i, x := range xs {
+			if below(x) {
+				ind[i] = 1
+			}
+		}
+		return max(1, int64(math.Round(float64(len(xs))/VarianceInflation(ind))))
+	}
 	// Latency percentiles over ok requests.
 	ok := int(r.Requests.OK)
 	ttft, tpot, e2e := make([]float64, 0, ok), make([]float64, 0, ok), make([]float64, 0, ok)
-	for i, s := range d.status {
-		if s != stOK {
+	for _, i := range order {
+		if d.status[i] != stOK {
 			continue
 		}
 		ttft = append(ttft, d.ttftMS(i))
@@ -673,10 +700,12 @@ func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[
 		}
 	}
 	itlN, itlAt := d.itl.ranks()
+	tpotM := map[float64]int64{}
 	for _, m := range []struct {
 		key, name string
 		xs        []float64
 	}{{"ttft", "TTFT", ttft}, {"tpot", "TPOT", tpot}, {"itl", "ITL", nil}, {"e2e", "E2E", e2e}} {
+		arrival := slices.Clone(m.xs)
 		n, at := int64(len(m.xs)), func(r int64) float64 { return m.xs[r] }
 		if m.key == "itl" {
 			n, at = itlN, itlAt
@@ -688,22 +717,63 @@ func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[
 			p    float64
 		}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
 			key := m.key + "_" + p.name + "_ms"
-			e := b.Quantile(n, at, p.p, stream(key))
-			if m.key == "itl" {
-				// Gaps of one request are not independent: resample as many as requests.
-				e = b.QuantileM(n, min(n, int64(len(tpot))), at, p.p, stream(key))
+			var e Estimate
+			switch {
+			case n == 0:
+				e = undefined()
+			case m.key == "itl":
+				// A request's gaps are not independent: resample as many as the requests
+				// TPOT's percentile is worth.
+				e = b.QuantileM(n, min(n, tpotM[p.p]), at, p.p, stream(key))
+			default:
+				lo, frac := quantile.Rank7(n, p.p)
+				v := at(lo)
+				if frac > 0 {
+					v += frac * (at(lo+1) - v)
+				}
+				eff := effective(arrival, func(x float64) bool { return x <= v })
+				if m.key == "tpot" {
+					tpotM[p.p] = eff
+				}
+				e = b.QuantileM(n, eff, at, p.p, stream(key))
 			}
 			add(CompareFigure{key, m.name + " " + p.name + " ms", "ms", true}, e)
 		}
 	}
 
-	q := r.Requests
-	if g := r.Goodput; g != nil {
-		scaled(CompareFigure{"goodput_requests_per_s", "goodput req/s", "req/s", true}, g.RequestsPerS, good)
-		add(CompareFigure{"slo_attainment_pct", "SLO attainment %", "%", false}, b.Proportion(g.Good, q.Total-q.Canceled, stream("attainment")).Scale(100))
+	// Shares of requests, m out of n with m from the dependence along arrival order.
+	share := func(key string, in, hit func(i int) bool) Estimate {
+		var xs []float64
+		var k int64
+		for _, i := range order {
+			if !in(i) {
+				continue
+			}
+			x := 0.0
+			if hit(i) {
+				x, k = 1, k+1
+			}
+			xs = append(xs, x)
+		}
+		n := int64(len(xs))
+		eff := n
+		if k > 0 && k < n {
+			eff = effective(xs, func(x float64) bool { return x == 1 })
+		}
+		return b.ProportionM(k, n, eff, stream(key)).Scale(100)
 	}
-	add(CompareFigure{"error_rate_pct", "error rate %", "%", false}, b.Proportion(q.Failed, q.Total, stream("errors")).Scale(100))
-	add(CompareFigure{"drop_rate_pct", "drop rate %", "%", false}, b.Proportion(q.Dropped, q.Total, stream("drops")).Scale(100))
+	all := func(int) bool { return true }
+	if g := r.Goodput; g != nil {
+		slo := r.Options.SLO
+		scaled(CompareFigure{"goodput_requests_per_s", "goodput req/s", "req/s", true}, g.RequestsPerS, good)
+		add(CompareFigure{"slo_attainment_pct", "SLO attainment %", "%", false},
+			share("attainment", func(i int) bool { return d.status[i] != stCanceled }, func(i int) bool { return d.meets(i, slo) }))
+	}
+	add(CompareFigure{"error_rate_pct", "error rate %", "%", false}, share("errors", all, func(i int) bool {
+		s := d.status[i]
+		return s != stOK && s != stDropped && s != stCanceled
+	}))
+	add(CompareFigure{"drop_rate_pct", "drop rate %", "%", false}, share("drops", all, func(i int) bool { return d.status[i] == stDropped }))
 	if c := r.Conversations; c != nil && c.PrefixCache.PromptTokens > 0 && d.cached != nil {
 		var cached, prompt []float64
 		for i, s := range d.status {
