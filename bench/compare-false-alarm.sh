@@ -7,6 +7,7 @@
 # 95% interval excluded zero. The interval's promise is about 5% or fewer.
 # Each run lasts about DURATION (default 8s) plus its drain: ~15 min for 40 pairs.
 #   PAIRS=40  DURATION=8s  RATE=8  KEEP=1 (keep the runs in ./false-alarm-runs)
+#   RUNS=DIR: compare the runs kept in DIR again (another build of compare), no replay
 set -euo pipefail
 bin=${1:-}
 if [ -z "$bin" ]; then
@@ -15,12 +16,13 @@ if [ -z "$bin" ]; then
 fi
 pairs=${PAIRS:-40} duration=${DURATION:-8s} rate=${RATE:-8}
 tmp=$(mktemp -d)
-if [ -n "${KEEP:-}" ]; then tmp=./false-alarm-runs; mkdir -p "$tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
-"$bin" trace synth --arrival poisson --rate "$rate" --duration "$duration" --prompt-tokens uniform:100,400 \
+if [ -n "${RUNS:-}" ]; then tmp=$RUNS; elif [ -n "${KEEP:-}" ]; then tmp=./false-alarm-runs; mkdir -p "$tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
+[ -n "${RUNS:-}" ] || "$bin" trace synth --arrival poisson --rate "$rate" --duration "$duration" --prompt-tokens uniform:100,400 \
   --output-tokens uniform:50,200 --seed 1 -o "$tmp/trace.parquet" >/dev/null
 echo "trace: poisson $rate req/s for $duration; $pairs pairs against the in-process sim (tiny); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for k in $(seq "$pairs"); do
   for s in 1 2; do
+    [ -n "${RUNS:-}" ] && continue
     "$bin" replay --trace "$tmp/trace.parquet" --sim-profile tiny --seed $((2 * k - 2 + s)) -q \
       -o "$tmp/pair$k-$s.parquet" >/dev/null 2>>"$tmp/replay.log"
   done
