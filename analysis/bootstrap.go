@@ -319,6 +319,10 @@ func BlockLength(xs []float64, minBlock int) int {
 	return min(max(l, minBlock, 1), max(n/2, 1))
 }
 
+// maxInflationLag bounds the lags VarianceInflation's flat-top sum looks at (its cost is n
+// per lag); dependence longer than that is the batch-means estimate's.
+const maxInflationLag = 1000
+
 // VarianceInflation is how many times the variance of the mean of the series xs exceeds
 // what n independent values would give: the sum of its autocorrelations over all lags,
 // 1 + 2·Σρ(k), estimated with Politis and White's flat-top weights (see flatTop); at
@@ -330,7 +334,7 @@ func VarianceInflation(xs []float64) float64 {
 	if len(xs) < 4 {
 		return 1
 	}
-	_, s := flatTop(xs, len(xs)/4)
+	_, s := flatTop(xs, min(len(xs)/4, maxInflationLag))
 	return max(1, s, batchInflation(xs, 20))
 }
 

@@ -397,3 +397,19 @@ func TestBootstrapDependentRequests(t *testing.T) {
 		t.Errorf("independent resampling: %d of %d false alarms; the process is not dependent enough to test anything", naive, trials)
 	}
 }
+
+// BenchmarkVarianceInflation: the indicator of 100k requests whose latency level wanders
+// (the worst case: the flat-top search runs to its lag bound).
+func BenchmarkVarianceInflation(b *testing.B) {
+	xs := burstyLatencies(rand.New(rand.NewPCG(1, 1)), 100_000, 100)
+	ind := make([]float64, len(xs))
+	for i, x := range xs {
+		if x <= 100 {
+			ind[i] = 1
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = VarianceInflation(ind)
+	}
+}
