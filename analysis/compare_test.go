@@ -19,10 +19,12 @@ import (
 // the seed, as two replays of one trace), each with a lognormal TTFT around 80 ms and 16
 // one-token chunks whose gaps are a lognormal decode step around 20 ms times decodeScale.
 // The seed draws the latencies.
-func cmpRows(seed uint64, decodeScale float64) []row {
+func cmpRows(seed uint64, decodeScale float64) []row { return cmpRowsN(seed, decodeScale, 600) }
+
+func cmpRowsN(seed uint64, decodeScale float64, n int) []row {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	var rows []row
-	for i := range 600 {
+	for i := range n {
 		sent := int64(i) * 50 * ms_
 		ttft := int64(80*math.Exp(0.3*rng.NormFloat64())) * ms_
 		step := 20 * decodeScale * math.Exp(0.2*rng.NormFloat64())
@@ -342,6 +344,24 @@ func TestCompareHTMLRendersInChromium(t *testing.T) {
 	for _, line := range strings.Split(stderr, "\n") {
 		if strings.Contains(line, ":CONSOLE") {
 			t.Errorf("console message: %s", line)
+		}
+	}
+}
+
+// BenchmarkCompareRuns: two runs of 100k requests (cmpRowsN: 20 req/s, 16 chunks each),
+// every figure with 2000 resamples, loading and analysing included.
+func BenchmarkCompareRuns(b *testing.B) {
+	dir := b.TempDir()
+	p := filepath.Join(dir, "a.parquet")
+	writeResults(b, p, cmpMeta("a"), cmpRowsN(1, 1, 100_000))
+	a, err := ResolveCompareArg(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CompareRuns(context.Background(), []CompareArg{a, a}, CompareOptions{}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
