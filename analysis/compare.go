@@ -370,7 +370,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 			return nil, err
 		}
 		s.Runs = append(s.Runs, CompareRunInfo{Label: label(i), Path: args[i].Path, Repeats: len(run.Repeats), Meta: m})
-		paired = paired && len(run.Repeats) == 1
+		paired = paired && len(run.Repeats) == len(runs[0].Repeats)
 	}
 	if diffs := differences(s.Runs); point == "" || len(c.Sections) == 0 {
 		if len(diffs) > 0 && !opts.AllowDifferent {
@@ -412,7 +412,11 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 	c.throughputs(point, paired, ests, tps)
 	per := make([]map[string]Estimate, len(runs))
 	for i := range runs {
-		per[i] = combineRepeats(ests[i], opts.Bootstrap, fmt.Sprintf("%s/%s/repeats", point, s.Runs[i].Label))
+		stream := fmt.Sprintf("%s/%s/repeats", point, s.Runs[i].Label)
+		if paired { // repeat k of every run drawn together: their schedules are the same
+			stream = point + "/paired/repeats"
+		}
+		per[i] = combineRepeats(ests[i], opts.Bootstrap, stream)
 	}
 	for _, f := range figs {
 		row := CompareRow{CompareFigure: f}
@@ -457,8 +461,9 @@ type tpSeries struct {
 	minBlock int
 }
 
-// throughputs fills in the throughput figures' estimates. Paired runs (one repeat each, the
-// same trace, speed and mode: their schedules are the same) resample the same blocks of
+// throughputs fills in the throughput figures' estimates. Paired runs (the same trace,
+// speed and mode, and as many repeats each: repeat k of every run has the same schedule)
+// resample, repeat by repeat, the same blocks of
 // windows in every run, with one block length (the longest any run asks for), so the
 // interval measures how the runs differ window by window and not how the trace's load
 // varies over time, which the runs share. Other runs resample independently.
@@ -474,24 +479,26 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 		}
 		return
 	}
-	find := func(i int, key string) (tpSeries, bool) {
-		for _, t := range tps[i][0] {
-			if t.key == key {
-				return t, true
+	for k := range tps[0] {
+		find := func(i int, key string) (tpSeries, bool) {
+			for _, t := range tps[i][k] {
+				if t.key == key {
+					return t, true
+				}
 			}
+			return tpSeries{}, false
 		}
-		return tpSeries{}, false
-	}
-	for _, t0 := range tps[0][0] {
-		l, n := 1, len(t0.xs)
-		for i := range tps {
-			if t, ok := find(i, t0.key); ok {
-				l, n = max(l, BlockLength(t.xs, t.minBlock)), min(n, len(t.xs))
+		for _, t0 := range tps[0][k] {
+			l, n := 1, len(t0.xs)
+			for i := range tps {
+				if t, ok := find(i, t0.key); ok {
+					l, n = max(l, BlockLength(t.xs, t.minBlock)), min(n, len(t.xs))
+				}
 			}
-		}
-		for i := range tps {
-			if t, ok := find(i, t0.key); ok {
-				ests[i][0][t.key] = scaledBlock(b, t.value, t.xs[:n], min(l, max(n/2, 1)), point+"/paired/"+t.key)
+			for i := range tps {
+				if t, ok := find(i, t0.key); ok {
+					ests[i][k][t.key] = scaledBlock(b, t.value, t.xs[:n], min(l, max(n/2, 1)), fmt.Sprintf("%s/paired/%d/%s", point, k+1, t.key))
+				}
 			}
 		}
 	}
