@@ -199,7 +199,16 @@ func (b Bootstrap) QuantileSorted(sorted []float64, p float64, stream string) Es
 // O(1) per resample instead of O(n): 2000 resamples of a p99 take microseconds whatever n
 // (BenchmarkBootstrapQuantile; TestBootstrapQuantileExact holds it against index resampling).
 func (b Bootstrap) Quantile(n int64, at func(rank int64) float64, p float64, stream string) Estimate {
-	if n == 0 {
+	return b.QuantileM(n, n, at, p, stream)
+}
+
+// QuantileM is Quantile's m-out-of-n bootstrap: each resample draws m of the n samples
+// (with replacement), so the replicates spread as the quantile of m independent samples
+// would. For samples that come in m correlated groups (the chunk gaps of m requests), the
+// spread of m independent samples is the honest one where no per-group data is kept: the
+// n gaps treated as independent would give far too narrow an interval. m = n is Quantile.
+func (b Bootstrap) QuantileM(n, m int64, at func(rank int64) float64, p float64, stream string) Estimate {
+	if n == 0 || m <= 0 {
 		return undefined()
 	}
 	b = b.WithDefaults()
@@ -210,14 +219,16 @@ func (b Bootstrap) Quantile(n int64, at func(rank int64) float64, p float64, str
 	}
 	e := Estimate{Value: val, Reps: make([]float64, b.Resamples)}
 	rng := b.rng(stream)
-	beta := distuv.Beta{Alpha: float64(lo + 1), Beta: float64(n - lo), Src: rng}
+	// The resample's ranks among its own m draws.
+	mlo, mfrac := quantile.Rank7(m, p)
+	beta := distuv.Beta{Alpha: float64(mlo + 1), Beta: float64(m - mlo), Src: rng}
 	index := func(u float64) int64 { return min(int64(math.Floor(float64(n)*u)), n-1) }
 	for i := range e.Reps {
 		u := beta.Rand()
 		x := at(index(u))
-		if frac > 0 && lo+1 < n {
-			u2 := u + (1-u)*(1-math.Pow(rng.Float64(), 1/float64(n-lo-1)))
-			x += frac * (at(index(u2)) - x)
+		if mfrac > 0 && mlo+1 < m {
+			u2 := u + (1-u)*(1-math.Pow(rng.Float64(), 1/float64(m-mlo-1)))
+			x += mfrac * (at(index(u2)) - x)
 		}
 		e.Reps[i] = x
 	}
@@ -227,7 +238,14 @@ func (b Bootstrap) Quantile(n int64, at func(rank int64) float64, p float64, str
 // Proportion bootstraps the share k/n: a resample's count is Binomial(n, k/n), drawn
 // directly (the same distribution as counting n indices drawn with replacement).
 func (b Bootstrap) Proportion(k, n int64, stream string) Estimate {
-	if n == 0 {
+	return b.ProportionM(k, n, n, stream)
+}
+
+// ProportionM is Proportion's m-out-of-n bootstrap: a resample's share is
+// Binomial(m, k/n)/m, the spread of m independent items (m = n / VarianceInflation of the
+// items' indicator when neighbours are not independent: errors come in bursts).
+func (b Bootstrap) ProportionM(k, n, m int64, stream string) Estimate {
+	if n == 0 || m <= 0 {
 		return undefined()
 	}
 	b = b.WithDefaults()
@@ -239,9 +257,9 @@ func (b Bootstrap) Proportion(k, n int64, stream string) Estimate {
 		}
 		return e
 	}
-	bin := distuv.Binomial{N: float64(n), P: p, Src: b.rng(stream)}
+	bin := distuv.Binomial{N: float64(m), P: p, Src: b.rng(stream)}
 	for i := range e.Reps {
-		e.Reps[i] = bin.Rand() / float64(n)
+		e.Reps[i] = bin.Rand() / float64(m)
 	}
 	return e
 }
@@ -284,15 +302,74 @@ func (b Bootstrap) Resample(n, k int, stream string, stat func(w []int32, out []
 // BlockLength is the block length for BlockMean over the series xs: Politis and White's
 // (2004) automatic choice for the circular block bootstrap, with Patton, Politis and
 // White's (2009) correction, b = (2G²/D)^(1/3)·n^(1/3), from the flat-top-weighted sample
-// autocovariances up to 2m̂ lags (m̂: the first lag after which K_n autocorrelations in a
-// row are insignificant, |ρ| < 2·√(log₁₀ n / n)). The longer the series' memory, the
-// longer the blocks. The result is at least minBlock (windows a sample's own dependence
-// is known to span) and at most n/2 (so a resample holds at least two blocks).
+// autocorrelations (see flatTop). The longer the series' memory, the longer the blocks.
+// The result is at least minBlock (windows a sample's own dependence is known to span)
+// and at most n/2 (so a resample holds at least two blocks).
 func BlockLength(xs []float64, minBlock int) int {
 	n := len(xs)
 	if n < 4 {
 		return max(1, min(minBlock, n))
 	}
+	g, s := flatTop(xs, int(math.Ceil(math.Sqrt(float64(n)))))
+	d := 4.0 / 3 * s * s
+	l := 1
+	if d > 0 {
+		l = int(math.Ceil(math.Cbrt(2*g*g/d) * math.Cbrt(float64(n))))
+	}
+	return min(max(l, minBlock, 1), max(n/2, 1))
+}
+
+// maxInflationLag bounds the lags VarianceInflation's flat-top sum looks at (its cost is n
+// per lag); dependence longer than that is the batch-means estimate's.
+const maxInflationLag = 1000
+
+// VarianceInflation is how many times the variance of the mean of the series xs exceeds
+// what n independent values would give: the sum of its autocorrelations over all lags,
+// 1 + 2·Σρ(k), estimated with Politis and White's flat-top weights (see flatTop); at
+// least 1. For the indicator 1{xᵢ ≤ q̂ₚ} of requests in arrival order it is the factor by
+// which dependence between neighbouring requests (a queue that builds up makes them slow
+// together) widens the p-quantile's variance (Bahadur: q̂ₚ − qₚ ≈ (p − F̂(qₚ))/f(qₚ)), so
+// n / VarianceInflation is the number of independent requests the sample is worth.
+func VarianceInflation(xs []float64) float64 {
+	if len(xs) < 4 {
+		return 1
+	}
+	_, s := flatTop(xs, min(len(xs)/4, maxInflationLag))
+	return max(1, s, batchInflation(xs, 20))
+}
+
+// batchInflation estimates the same factor from k batch means: b·Var(batch means)/Var(x)
+// for batches of b = n/k values. The flat-top sum stops at the first lags whose
+// autocorrelations look like noise, and misses a long tail of small ones; batches longer
+// than the dependence do not.
+func batchInflation(xs []float64, k int) float64 {
+	b := len(xs) / k
+	if b < 2 {
+		return 1
+	}
+	v, err := stats.Variance(xs[:b*k])
+	if err != nil || v == 0 {
+		return 1
+	}
+	means := make([]float64, k)
+	for i := range k {
+		means[i], _ = stats.Mean(xs[i*b : (i+1)*b])
+	}
+	vm, err := stats.SampleVariance(means)
+	if err != nil {
+		return 1
+	}
+	return float64(b) * vm / v
+}
+
+// flatTop returns G = Σ λ(k/M)·|k|·ρ(k) and S = Σ λ(k/M)·ρ(k) over lags |k| <= M, for the
+// sample autocorrelations ρ of xs (stats.AutoCorrelation) and the flat-top window λ
+// (1 up to 1/2, then linear to 0 at 1). M = 2m̂, m̂ the first lag after which K_n
+// autocorrelations in a row are insignificant, |ρ| < 2·√(log₁₀ n / n) (Politis and White
+// 2004), searched up to lag maxLag + K_n (Politis and White: √n; VarianceInflation looks
+// further, n/4, since requests can stay dependent over more than √n neighbours).
+func flatTop(xs []float64, maxLag int) (g, s float64) {
+	n := len(xs)
 	acf := func(k int) float64 {
 		r, err := stats.AutoCorrelation(xs, k)
 		if err != nil { // a constant series: no dependence
@@ -301,14 +378,15 @@ func BlockLength(xs []float64, minBlock int) int {
 		return r
 	}
 	kn := max(5, int(math.Ceil(math.Sqrt(math.Log10(float64(n))))))
-	mMax := min(int(math.Ceil(math.Sqrt(float64(n))))+kn, n-1)
+	mMax := min(maxLag+kn, n-1)
 	c := 2 * math.Sqrt(math.Log10(float64(n))/float64(n))
 	rho := make([]float64, mMax+1)
-	for k := range rho {
-		rho[k] = acf(k)
-	}
 	mHat, run := mMax, 0
-	for k := 1; k <= mMax; k++ {
+	for k := 0; k <= mMax; k++ {
+		rho[k] = acf(k)
+		if k == 0 {
+			continue
+		}
 		if math.Abs(rho[k]) < c {
 			run++
 			if run == kn {
@@ -320,7 +398,7 @@ func BlockLength(xs []float64, minBlock int) int {
 		}
 	}
 	m := min(2*max(mHat, 1), mMax)
-	flatTop := func(t float64) float64 {
+	lambda := func(t float64) float64 {
 		t = math.Abs(t)
 		switch {
 		case t <= 0.5:
@@ -330,19 +408,16 @@ func BlockLength(xs []float64, minBlock int) int {
 		}
 		return 0
 	}
-	// Autocovariances R(k) = ρ(k)·R(0); R(0) cancels in G²/D.
-	var g, s float64 = 0, rho[0]
+	s = 1 // rho[0]
 	for k := 1; k <= m; k++ {
-		w := flatTop(float64(k) / float64(m))
+		if k > mHat+kn { // past the lags the search for m̂ computed
+			rho[k] = acf(k)
+		}
+		w := lambda(float64(k) / float64(m))
 		g += 2 * w * float64(k) * rho[k]
 		s += 2 * w * rho[k]
 	}
-	d := 4.0 / 3 * s * s
-	l := 1
-	if d > 0 {
-		l = int(math.Ceil(math.Cbrt(2*g*g/d) * math.Cbrt(float64(n))))
-	}
-	return min(max(l, minBlock, 1), max(n/2, 1))
+	return g, s
 }
 
 // BlockMean bootstraps the mean of the series xs (consecutive time windows, whose values

@@ -1,0 +1,865 @@
+package analysis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/parquet/file"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// compareWindowNS is the length of the time windows whose series the throughput intervals
+// resample: 10 bins of 10 ms.
+const compareWindowNS = 10 * binNS
+
+// CompareMethod is printed under every comparison table (docs/compare.md explains it).
+func CompareMethod(b Bootstrap) string {
+	b = b.WithDefaults()
+	return fmt.Sprintf("%g%% intervals of the change against run A: %s, %d resamples, seed %d. "+
+		"Percentiles (%s) and error, drop and attainment rates: requests resampled m out of n, m = n / (1 + 2 sum of the autocorrelations "+
+		"of the request's indicator (below the percentile; failed...) in arrival order, flat-top weights): neighbouring requests are not independent "+
+		"(each resample's order statistics or count drawn exactly); ITL: as many chunk gaps as TPOT's m. Rates change in percentage points. "+
+		"Throughputs: circular block bootstrap of %d ms windows (sustained: of the steady-state window; overall: of the whole run), "+
+		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z; runs of one trace, mode and speed resample the same blocks (paired). "+
+		"Repeats of a run: repeats resampled too. ~: the interval holds zero.",
+		100*b.Confidence, BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
+}
+
+// ReadRunMeta returns the run metadata of a results file without reading its rows.
+func ReadRunMeta(path string) (results.RunMeta, error) {
+	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readProps()))
+	if err != nil {
+		return results.RunMeta{}, fmt.Errorf("analysis: open %s: %w", path, err)
+	}
+	defer pr.Close()
+	return readMeta(path, pr)
+}
+
+// CompareRunFiles is one run given to compare: its repeats (one, unless the run was
+// repeated), each the files of its shards.
+type CompareRunFiles struct {
+	Repeats [][]string
+}
+
+// CompareArg is one argument of compare: one run, or a sweep folder's points.
+type CompareArg struct {
+	Path   string
+	Run    CompareRunFiles // when Points is nil
+	Axis   string          // sweep: speedup, rate or concurrency
+	Points []ComparePointFiles
+}
+
+// ComparePointFiles is one point of a sweep folder.
+type ComparePointFiles struct {
+	Load float64
+	Run  CompareRunFiles
+}
+
+// isResultsName reports whether a file name in a folder is a results file (not a metrics
+// file, a journal or a report).
+func isResultsName(name string) bool {
+	return strings.HasSuffix(name, ".parquet") && !strings.HasSuffix(name, ".metrics.parquet") &&
+		name != "sweep.parquet" && name != "summary.parquet" && name != "timeseries.parquet"
+}
+
+// groupRun groups the files of one run by repeat (repeat_group and repeat, else run_id)
+// and refuses files of different runs.
+func groupRun(path string, files []string) (CompareRunFiles, results.RunMeta, error) {
+	type key struct {
+		group  string
+		repeat int
+	}
+	var first results.RunMeta
+	by := map[key][]string{}
+	var keys []key
+	for i, f := range files {
+		m, err := ReadRunMeta(f)
+		if err != nil {
+			return CompareRunFiles{}, first, err
+		}
+		group := m.RepeatGroup
+		if group == "" {
+			group = m.RunID
+		}
+		if i == 0 {
+			first = m
+		} else if fg := firstNonEmpty(first.RepeatGroup, first.RunID); group != fg {
+			return CompareRunFiles{}, first, fmt.Errorf("analysis: compare: %s: %s and %s belong to different runs (run %q, %q): give each run as its own argument",
+				path, files[0], f, fg, group)
+		}
+		k := key{group, m.Repeat}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], f)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].repeat < keys[j].repeat })
+	var r CompareRunFiles
+	for _, k := range keys {
+		r.Repeats = append(r.Repeats, by[k])
+	}
+	return r, first, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ResolveCompareArg says what path is: a results file (one run), a folder of one run's
+// files (its shards, its repeats), or a sweep folder (sweep-state.json, or point-*.parquet
+// files), whose points are its runs by load.
+func ResolveCompareArg(path string) (CompareArg, error) {
+	a := CompareArg{Path: path}
+	st, err := os.Stat(path)
+	if err != nil {
+		return a, fmt.Errorf("analysis: compare: %w", err)
+	}
+	if !st.IsDir() {
+		a.Run, _, err = groupRun(path, []string{path})
+		return a, err
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return a, fmt.Errorf("analysis: compare: %w", err)
+	}
+	var files, points []string
+	_, stateErr := os.Stat(filepath.Join(path, "sweep-state.json"))
+	for _, e := range ents {
+		if e.IsDir() || !isResultsName(e.Name()) {
+			continue
+		}
+		files = append(files, filepath.Join(path, e.Name()))
+		if strings.HasPrefix(e.Name(), "point-") {
+			points = append(points, filepath.Join(path, e.Name()))
+		}
+	}
+	if stateErr == nil || len(points) > 0 {
+		return resolveSweep(path, points)
+	}
+	if len(files) == 0 {
+		return a, fmt.Errorf("analysis: compare: %s: a folder with no results files (*.parquet)", path)
+	}
+	a.Run, _, err = groupRun(path, files)
+	return a, err
+}
+
+// resolveSweep groups a sweep folder's point files by load (from each file's run metadata).
+func resolveSweep(path string, files []string) (CompareArg, error) {
+	a := CompareArg{Path: path}
+	if len(files) == 0 {
+		return a, fmt.Errorf("analysis: compare: %s: a sweep folder with no point-*.parquet results files", path)
+	}
+	byLoad := map[float64][]string{}
+	for _, f := range files {
+		// point-NN-AXIS-LOAD....parquet
+		parts := strings.SplitN(filepath.Base(f), "-", 4)
+		if len(parts) < 4 {
+			return a, fmt.Errorf("analysis: compare: %s: not a sweep point file name (point-NN-AXIS-LOAD.parquet)", f)
+		}
+		axis := parts[2]
+		if a.Axis == "" {
+			a.Axis = axis
+		} else if axis != a.Axis {
+			return a, fmt.Errorf("analysis: compare: %s: axis %q, but other points of %s are on %q", f, axis, path, a.Axis)
+		}
+		m, err := ReadRunMeta(f)
+		if err != nil {
+			return a, err
+		}
+		var load float64
+		switch axis {
+		case "speedup":
+			load = m.Speedup
+		case "rate":
+			load = m.Rate
+		case "concurrency":
+			load = float64(m.Concurrency)
+		default:
+			return a, fmt.Errorf("analysis: compare: %s: unknown sweep axis %q", f, axis)
+		}
+		byLoad[load] = append(byLoad[load], f)
+	}
+	loads := make([]float64, 0, len(byLoad))
+	for l := range byLoad {
+		loads = append(loads, l)
+	}
+	slices.Sort(loads)
+	for _, l := range loads {
+		run, _, err := groupRun(path, byLoad[l])
+		if err != nil {
+			return a, err
+		}
+		a.Points = append(a.Points, ComparePointFiles{Load: l, Run: run})
+	}
+	return a, nil
+}
+
+// CompareOptions control Compare.
+type CompareOptions struct {
+	Bootstrap Bootstrap
+	Analysis  Options // as for analyze; its SLO applies to every run (default: run A's)
+	// AllowDifferent compares runs of different traces, speeds or modes (the differences
+	// are printed on top); otherwise they are refused.
+	AllowDifferent bool
+}
+
+// CompareFigure names one headline figure.
+type CompareFigure struct {
+	Key, Name, Unit string
+	// Relative: the change is in percent of run A's value; otherwise (figures that are
+	// percentages themselves) in percentage points.
+	Relative bool
+}
+
+// CompareRow is one figure across the runs: Values[i] is run i's, Changes[i] run i's
+// change against run 0 (Changes[0] is the zero Change).
+type CompareRow struct {
+	CompareFigure
+	Values  []float64
+	Changes []Change
+}
+
+// CompareRunInfo describes one run of a comparison.
+type CompareRunInfo struct {
+	Label         string // A, B, C...
+	Path          string
+	Files         []string
+	Repeats       int
+	Meta          results.RunMeta
+	ClientLimited bool
+	Overloaded    bool
+}
+
+// CompareSection is the table of one comparison: the runs' figures (one section for runs,
+// one per load for sweeps).
+type CompareSection struct {
+	Point   string // "" for runs; "rate 2" for a sweep point
+	Runs    []CompareRunInfo
+	Rows    []CompareRow
+	reports []*Report // each run's (first repeat's) report, for the HTML plots
+}
+
+// Comparison is the result of Compare.
+type Comparison struct {
+	Options     CompareOptions
+	Method      string
+	Differences []string // what differs between the runs beyond the system under test
+	Sections    []CompareSection
+	Warnings    []string
+}
+
+// Reports returns every run's report (of its first repeat), section by section.
+func (c *Comparison) Reports() []*Report {
+	var out []*Report
+	for _, s := range c.Sections {
+		out = append(out, s.reports...)
+	}
+	return out
+}
+
+// ErrDifferentRuns is returned by CompareRuns when runs differ in trace, speed or mode and
+// AllowDifferent is false.
+var ErrDifferentRuns = errors.New("runs of different traces, speeds or modes (use --allow-different to compare them anyway)")
+
+func label(i int) string {
+	if i < 26 {
+		return string(rune('A' + i))
+	}
+	return "R" + strconv.Itoa(i+1)
+}
+
+// CompareRuns loads every argument and compares the runs: all arguments runs, or all
+// sweeps (compared point by point; every sweep must have every load of the first).
+func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*Comparison, error) {
+	if len(args) < 2 {
+		if len(args) == 1 {
+			return nil, fmt.Errorf("analysis: compare: %s: one run only: give at least two runs (results files, run folders or sweep folders)", args[0].Path)
+		}
+		return nil, errors.New("analysis: compare: give at least two runs")
+	}
+	if err := opts.Bootstrap.Validate(); err != nil {
+		return nil, fmt.Errorf("analysis: compare: %w", err)
+	}
+	opts.Bootstrap = opts.Bootstrap.WithDefaults()
+	if opts.Analysis.Interval == 0 {
+		slo := opts.Analysis.SLO
+		opts.Analysis = DefaultOptions()
+		opts.Analysis.SLO = slo
+	}
+	if opts.Analysis.SLO.IsZero() {
+		// Run A's own objectives, for every run.
+		first := args[0].Run
+		if args[0].Points != nil {
+			first = args[0].Points[0].Run
+		}
+		if m, err := ReadRunMeta(first.Repeats[0][0]); err == nil && m.SLO != "" {
+			if slo, err := ParseSLO(m.SLO); err == nil {
+				opts.Analysis.SLO = slo
+			}
+		}
+	}
+	c := &Comparison{Options: opts, Method: CompareMethod(opts.Bootstrap)}
+	sweep := args[0].Points != nil
+	for _, a := range args[1:] {
+		if (a.Points != nil) != sweep {
+			return nil, fmt.Errorf("analysis: compare: %s and %s: a sweep folder compares only with sweep folders", args[0].Path, a.Path)
+		}
+	}
+	if !sweep {
+		runs := make([]CompareRunFiles, len(args))
+		for i, a := range args {
+			runs[i] = a.Run
+		}
+		s, err := c.section(ctx, "", args, runs)
+		if err != nil {
+			return nil, err
+		}
+		c.Sections = append(c.Sections, *s)
+		return c, nil
+	}
+	for _, a := range args[1:] {
+		if a.Axis != args[0].Axis {
+			return nil, fmt.Errorf("analysis: compare: %s sweeps %s, %s sweeps %s: compare sweeps of one axis", args[0].Path, args[0].Axis, a.Path, a.Axis)
+		}
+		for _, p := range args[0].Points {
+			if !slices.ContainsFunc(a.Points, func(q ComparePointFiles) bool { return q.Load == p.Load }) {
+				return nil, fmt.Errorf("analysis: compare: %s: sweep folder has no point at %s %s, which %s has", a.Path, args[0].Axis, fmtLoad(p.Load), args[0].Path)
+			}
+		}
+		if len(a.Points) > len(args[0].Points) {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: points not in %s left out", a.Path, args[0].Path))
+		}
+	}
+	for _, p := range args[0].Points {
+		runs := make([]CompareRunFiles, len(args))
+		for i, a := range args {
+			k := slices.IndexFunc(a.Points, func(q ComparePointFiles) bool { return q.Load == p.Load })
+			runs[i] = a.Points[k].Run
+		}
+		s, err := c.section(ctx, args[0].Axis+" "+fmtLoad(p.Load), args, runs)
+		if err != nil {
+			return nil, err
+		}
+		c.Sections = append(c.Sections, *s)
+	}
+	return c, nil
+}
+
+// section compares one set of runs.
+func (c *Comparison) section(ctx context.Context, point string, args []CompareArg, runs []CompareRunFiles) (*CompareSection, error) {
+	s := &CompareSection{Point: point}
+	opts := c.Options
+	// Comparability first, from the metadata alone: nothing is read when it fails.
+	paired := true
+	for i, run := range runs {
+		m, err := ReadRunMeta(run.Repeats[0][0])
+		if err != nil {
+			return nil, err
+		}
+		s.Runs = append(s.Runs, CompareRunInfo{Label: label(i), Path: args[i].Path, Repeats: len(run.Repeats), Meta: m})
+		paired = paired && len(run.Repeats) == len(runs[0].Repeats)
+	}
+	if diffs := differences(s.Runs); point == "" || len(c.Sections) == 0 {
+		if len(diffs) > 0 && !opts.AllowDifferent {
+			return nil, fmt.Errorf("analysis: compare: %s: %w", strings.Join(diffs, "; "), ErrDifferentRuns)
+		}
+		c.Differences = diffs
+		paired = paired && len(diffs) == 0
+	} else {
+		paired = paired && len(diffs) == 0
+	}
+	var figs []CompareFigure
+	ests := make([][]map[string]Estimate, len(runs)) // run, repeat
+	tps := make([][][]tpSeries, len(runs))
+	for i, run := range runs {
+		info := &s.Runs[i]
+		for k, files := range run.Repeats {
+			info.Files = append(info.Files, files...)
+			d, err := Load(ctx, LoadOptions{}, files...)
+			if err != nil {
+				return nil, err
+			}
+			r, err := Analyze(d, opts.Analysis)
+			if err != nil {
+				return nil, err
+			}
+			if k == 0 {
+				s.reports = append(s.reports, r)
+			}
+			info.ClientLimited = info.ClientLimited || r.Flags.ClientLimited
+			info.Overloaded = info.Overloaded || r.Flags.Overloaded
+			f, e, tp := figures(d, r, opts.Bootstrap, fmt.Sprintf("%s/%s/%d", point, info.Label, k+1))
+			if i == 0 && k == 0 {
+				figs = f
+			}
+			ests[i] = append(ests[i], e)
+			tps[i] = append(tps[i], tp)
+		}
+	}
+	c.throughputs(point, paired, ests, tps)
+	per := make([]map[string]Estimate, len(runs))
+	for i := range runs {
+		stream := fmt.Sprintf("%s/%s/repeats", point, s.Runs[i].Label)
+		if paired { // repeat k of every run drawn together: their schedules are the same
+			stream = point + "/paired/repeats"
+		}
+		per[i] = combineRepeats(ests[i], opts.Bootstrap, stream)
+	}
+	for _, f := range figs {
+		row := CompareRow{CompareFigure: f}
+		for i := range runs {
+			e, ok := per[i][f.Key]
+			if !ok {
+				e = undefined()
+			}
+			row.Values = append(row.Values, e.Value)
+			if i == 0 {
+				row.Changes = append(row.Changes, Change{Delta: math.NaN(), CI: noCI, Relative: f.Relative})
+				continue
+			}
+			row.Changes = append(row.Changes, Compare(per[0][f.Key], e, opts.Bootstrap.Confidence, f.Relative))
+		}
+		s.Rows = append(s.Rows, row)
+	}
+	// A bootstrap of a tail percentile rests on the samples above it: with fewer than 10
+	// its replicates take few distinct values and its interval is unreliable.
+	for i, r := range s.reports {
+		if n := min(r.TTFT.N, r.TPOT.N); n > 0 && n < 1000 {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: p99 from %d requests (fewer than 10 above it): its intervals are unreliable", pointPrefix(point), s.Runs[i].Label, n))
+		}
+	}
+	for _, r := range s.Runs {
+		if r.ClientLimited {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s is client-limited: its numbers describe the replayer, not the endpoint", pointPrefix(point), r.Label))
+		}
+		if r.Overloaded {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s is overloaded: its throughput is what the endpoint gave, not what it sustains", pointPrefix(point), r.Label))
+		}
+	}
+	return s, nil
+}
+
+// tpSeries is a throughput figure of one run: its value as reported and its per-window
+// series, whose block bootstrap gives the figure's spread.
+type tpSeries struct {
+	key      string
+	value    float64
+	xs       []float64
+	minBlock int
+}
+
+// throughputs fills in the throughput figures' estimates. Paired runs (the same trace,
+// speed and mode, and as many repeats each: repeat k of every run has the same schedule)
+// resample, repeat by repeat, the same blocks of
+// windows in every run, with one block length (the longest any run asks for), so the
+// interval measures how the runs differ window by window and not how the trace's load
+// varies over time, which the runs share. Other runs resample independently.
+func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]Estimate, tps [][][]tpSeries) {
+	b := c.Options.Bootstrap
+	if !paired {
+		for i := range tps {
+			for k := range tps[i] {
+				for _, t := range tps[i][k] {
+					ests[i][k][t.key] = scaledBlock(b, t.value, t.xs, BlockLength(t.xs, t.minBlock), fmt.Sprintf("%s/%s/%d/%s", point, label(i), k+1, t.key))
+				}
+			}
+		}
+		return
+	}
+	for k := range tps[0] {
+		find := func(i int, key string) (tpSeries, bool) {
+			for _, t := range tps[i][k] {
+				if t.key == key {
+					return t, true
+				}
+			}
+			return tpSeries{}, false
+		}
+		for _, t0 := range tps[0][k] {
+			l, n := 1, len(t0.xs)
+			for i := range tps {
+				if t, ok := find(i, t0.key); ok {
+					l, n = max(l, BlockLength(t.xs, t.minBlock)), min(n, len(t.xs))
+				}
+			}
+			for i := range tps {
+				if t, ok := find(i, t0.key); ok {
+					ests[i][k][t.key] = scaledBlock(b, t.value, t.xs[:n], min(l, max(n/2, 1)), fmt.Sprintf("%s/paired/%d/%s", point, k+1, t.key))
+				}
+			}
+		}
+	}
+}
+
+// scaledBlock is the estimate of a throughput figure: its reported value, and replicates
+// that move with the block bootstrap of its per-window series (value × replicate mean /
+// series mean).
+func scaledBlock(b Bootstrap, value float64, xs []float64, block int, stream string) Estimate {
+	if math.IsNaN(value) || len(xs) == 0 {
+		return undefined()
+	}
+	e := b.BlockMean(xs, block, stream)
+	out := Estimate{Value: value, Reps: make([]float64, len(e.Reps))}
+	for i, v := range e.Reps {
+		switch {
+		case e.Value != 0:
+			out.Reps[i] = value * v / e.Value
+		case value == 0:
+			out.Reps[i] = 0
+		default:
+			return undefined()
+		}
+	}
+	return out
+}
+
+func pointPrefix(point string) string {
+	if point == "" {
+		return ""
+	}
+	return point + ": "
+}
+
+// differences lists what makes runs not comparable: the trace, the speed, the mode.
+func differences(runs []CompareRunInfo) []string {
+	var out []string
+	a := runs[0].Meta
+	for _, r := range runs[1:] {
+		b := r.Meta
+		add := func(what, va, vb string) {
+			if va != vb {
+				out = append(out, fmt.Sprintf("%s %s %s, A %s", r.Label, what, vb, va))
+			}
+		}
+		add("trace_sha256", short(a.TraceSHA256), short(b.TraceSHA256))
+		add("mode", orOpen(a.Mode), orOpen(b.Mode))
+		add("speedup", fmtLoad(a.Speedup), fmtLoad(b.Speedup))
+		add("rate", fmtLoad(a.Rate), fmtLoad(b.Rate))
+		add("concurrency", strconv.Itoa(a.Concurrency), strconv.Itoa(b.Concurrency))
+	}
+	return out
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func orOpen(m string) string {
+	if m == "" {
+		return results.ModeOpen
+	}
+	return m
+}
+
+// combineRepeats returns one estimate per figure for a run of several repeats: the value is
+// the mean of the repeats' values, and each replicate the mean over repeats drawn with
+// replacement of their replicates, so that the spread between repeats (drift from run to
+// run) widens the interval as well as the spread within each.
+func combineRepeats(ests []map[string]Estimate, b Bootstrap, stream string) map[string]Estimate {
+	if len(ests) == 1 {
+		return ests[0]
+	}
+	out := map[string]Estimate{}
+	keys := make([]string, 0, len(ests[0]))
+	for k := range ests[0] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	rng := b.rng(stream)
+	r := len(ests)
+	pick := make([]int, b.Resamples*r)
+	for i := range pick {
+		pick[i] = rng.IntN(r)
+	}
+	for _, k := range keys {
+		e := Estimate{Reps: make([]float64, b.Resamples)}
+		ok := true
+		for _, m := range ests {
+			x, has := m[k]
+			if !has || x.Reps == nil {
+				ok = false
+				break
+			}
+			e.Value += x.Value / float64(r)
+		}
+		if !ok {
+			out[k] = undefined()
+			continue
+		}
+		for i := range e.Reps {
+			var s float64
+			for j := range r {
+				s += ests[pick[i*r+j]][k].Reps[i]
+			}
+			e.Reps[i] = s / float64(r)
+		}
+		out[k] = e
+	}
+	return out
+}
+
+// figures computes the headline figures of one run (d, analysed as r) with their
+// replicates; tag names the run in the random streams.
+func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[string]Estimate, []tpSeries) {
+	var figs []CompareFigure
+	var tps []tpSeries
+	ests := map[string]Estimate{}
+	add := func(f CompareFigure, e Estimate) {
+		figs = append(figs, f)
+		ests[f.Key] = e
+	}
+	stream := func(key string) string { return tag + "/" + key }
+	t := r.Throughput
+	minBlock := 1
+	if r.E2E.N > 0 {
+		minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
+	}
+	// Throughputs: the value as reported, the series for the block bootstrap (throughputs).
+	scaled := func(f CompareFigure, value float64, series []float64) {
+		figs = append(figs, f)
+		tps = append(tps, tpSeries{f.Key, value, series, minBlock})
+	}
+	var sustained []float64
+	if !math.IsNaN(t.WindowStartS) {
+		lo, hi := int64(math.Round(t.WindowStartS*1e9))/binNS, int64(math.Round(t.WindowEndS*1e9))/binNS
+		sustained = windows(d.tokenBins, lo, hi)
+	}
+	scaled(CompareFigure{"sustained_output_tokens_per_s", "sustained output tok/s", "tok/s", true}, t.SustainedOutputTokensPerS, sustained)
+	// Overall rates: windows over [first sent, last end).
+	var done, good, total []float64
+	var lo, hi int64
+	if !math.IsNaN(t.DurationS) {
+		lo, hi = int64(math.Round(t.FirstSentS*1e9))/binNS, int64(math.Round(t.LastEndS*1e9))/binNS+1
+		n := int((hi - lo + 9) / 10)
+		done, good, total = make([]float64, n), make([]float64, n), make([]float64, n)
+		slo := r.Options.SLO
+		for i, s := range d.status {
+			if s != stOK {
+				continue
+			}
+			w := int((d.end[i]/binNS - lo) / 10)
+			if w < 0 || w >= n {
+				continue
+			}
+			done[w]++
+			tok := int64(d.prompt[i])
+			if d.promptServer[i] != null32 {
+				tok = int64(d.promptServer[i])
+			}
+			if d.outTokens[i] != null32 {
+				tok += int64(d.outTokens[i])
+			}
+			total[w] += float64(tok)
+			if !slo.IsZero() && d.meets(i, slo) {
+				good[w]++
+			}
+		}
+	}
+	scaled(CompareFigure{"requests_per_s", "request throughput req/s", "req/s", true}, t.RequestsPerS, done)
+	scaled(CompareFigure{"output_tokens_per_s", "output token throughput tok/s", "tok/s", true}, t.OutputTokensPerS, windows(d.tokenBins, lo, hi))
+	scaled(CompareFigure{"total_tokens_per_s", "total token throughput tok/s", "tok/s", true}, t.TotalTokensPerS, total)
+
+	// Requests in arrival (scheduled) order: neighbours share the server's state, so the
+	// dependence between them is measured along it (effective).
+	order := make([]int, d.N())
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return d.scheduled[order[x]] < d.scheduled[order[y]] })
+	// effective returns how many independent requests a sample in arrival order is worth
+	// for the share of its values at or below v: n / VarianceInflation of that indicator.
+	effective := func(xs []float64, below func(x float64) bool) int64 {
+		ind := make([]float64, len(xs))
+		for i, x := range xs {
+			if below(x) {
+				ind[i] = 1
+			}
+		}
+		return max(1, int64(math.Round(float64(len(xs))/VarianceInflation(ind))))
+	}
+	// Latency percentiles over ok requests.
+	ok := int(r.Requests.OK)
+	ttft, tpot, e2e := make([]float64, 0, ok), make([]float64, 0, ok), make([]float64, 0, ok)
+	for _, i := range order {
+		if d.status[i] != stOK {
+			continue
+		}
+		ttft = append(ttft, d.ttftMS(i))
+		e2e = append(e2e, d.e2eMS(i))
+		if v := d.tpotMS(i); !math.IsNaN(v) {
+			tpot = append(tpot, v)
+		}
+	}
+	itlN, itlAt := d.itl.ranks()
+	tpotM := map[float64]int64{}
+	for _, m := range []struct {
+		key, name string
+		xs        []float64
+	}{{"ttft", "TTFT", ttft}, {"tpot", "TPOT", tpot}, {"itl", "ITL", nil}, {"e2e", "E2E", e2e}} {
+		arrival := slices.Clone(m.xs)
+		n, at := int64(len(m.xs)), func(r int64) float64 { return m.xs[r] }
+		if m.key == "itl" {
+			n, at = itlN, itlAt
+		} else {
+			sortFloat64s(m.xs)
+		}
+		for _, p := range []struct {
+			name string
+			p    float64
+		}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
+			key := m.key + "_" + p.name + "_ms"
+			var e Estimate
+			switch {
+			case n == 0:
+				e = undefined()
+			case m.key == "itl":
+				// A request's gaps are not independent: resample as many as the requests
+				// TPOT's percentile is worth.
+				e = b.QuantileM(n, min(n, tpotM[p.p]), at, p.p, stream(key))
+			default:
+				lo, frac := quantile.Rank7(n, p.p)
+				v := at(lo)
+				if frac > 0 {
+					v += frac * (at(lo+1) - v)
+				}
+				eff := effective(arrival, func(x float64) bool { return x <= v })
+				if m.key == "tpot" {
+					tpotM[p.p] = eff
+				}
+				e = b.QuantileM(n, eff, at, p.p, stream(key))
+			}
+			add(CompareFigure{key, m.name + " " + p.name + " ms", "ms", true}, e)
+		}
+	}
+
+	// Shares of requests, m out of n with m from the dependence along arrival order.
+	share := func(key string, in, hit func(i int) bool) Estimate {
+		var xs []float64
+		var k int64
+		for _, i := range order {
+			if !in(i) {
+				continue
+			}
+			x := 0.0
+			if hit(i) {
+				x, k = 1, k+1
+			}
+			xs = append(xs, x)
+		}
+		n := int64(len(xs))
+		eff := n
+		if k > 0 && k < n {
+			eff = effective(xs, func(x float64) bool { return x == 1 })
+		}
+		return b.ProportionM(k, n, eff, stream(key)).Scale(100)
+	}
+	all := func(int) bool { return true }
+	if g := r.Goodput; g != nil {
+		slo := r.Options.SLO
+		scaled(CompareFigure{"goodput_requests_per_s", "goodput req/s", "req/s", true}, g.RequestsPerS, good)
+		add(CompareFigure{"slo_attainment_pct", "SLO attainment %", "%", false},
+			share("attainment", func(i int) bool { return d.status[i] != stCanceled }, func(i int) bool { return d.meets(i, slo) }))
+	}
+	add(CompareFigure{"error_rate_pct", "error rate %", "%", false}, share("errors", all, func(i int) bool {
+		s := d.status[i]
+		return s != stOK && s != stDropped && s != stCanceled
+	}))
+	add(CompareFigure{"drop_rate_pct", "drop rate %", "%", false}, share("drops", all, func(i int) bool { return d.status[i] == stDropped }))
+	if c := r.Conversations; c != nil && c.PrefixCache.PromptTokens > 0 && d.cached != nil {
+		var cached, prompt []float64
+		for i, s := range d.status {
+			if s != stOK || d.cached[i] == null32 {
+				continue
+			}
+			p := d.prompt[i]
+			if d.promptServer[i] != null32 {
+				p = d.promptServer[i]
+			}
+			cached, prompt = append(cached, float64(d.cached[i])), append(prompt, float64(p))
+		}
+		reps := b.Resample(len(cached), 1, stream("prefix_cache"), func(w []int32, out []float64) {
+			var sc, sp float64
+			for i, k := range w {
+				sc += float64(k) * cached[i]
+				sp += float64(k) * prompt[i]
+			}
+			out[0] = 100 * sc / sp
+		})
+		add(CompareFigure{"prefix_cache_hit_rate_pct", "prefix-cache hit rate %", "%", false}, Estimate{Value: 100 * c.PrefixCache.HitRate, Reps: reps[0]})
+	}
+	return figs, ests, tps
+}
+
+// windows sums the 10 ms bins [lo, hi) into 100 ms windows (the last one partial).
+func windows(bins []float64, lo, hi int64) []float64 {
+	if hi <= lo {
+		return nil
+	}
+	out := make([]float64, (hi-lo+9)/10)
+	for b := lo; b < hi && b < int64(len(bins)); b++ {
+		if b >= 0 {
+			out[(b-lo)/10] += bins[b]
+		}
+	}
+	return out
+}
+
+// ranks returns the number of samples and the rank-r order statistic (0-based, ms) of h,
+// through a cumulative count over its dense part: O(log n) a lookup.
+func (h *usHist) ranks() (int64, func(int64) float64) {
+	if h == nil || h.n == 0 {
+		return 0, nil
+	}
+	cum := make([]int64, 0, len(h.dense))
+	var c int64
+	for _, v := range h.dense {
+		c += v
+		cum = append(cum, c)
+	}
+	idx := make([]int, len(h.over))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return h.over[idx[a]] < h.over[idx[b]] })
+	var ocum []int64
+	for _, i := range idx {
+		c += h.overW[i]
+		ocum = append(ocum, c)
+	}
+	dense := c - sumOver(h.overW)
+	return h.n, func(r int64) float64 {
+		if r < dense {
+			us := sort.Search(len(cum), func(i int) bool { return cum[i] > r })
+			return float64(us) / 1e3
+		}
+		k := sort.Search(len(ocum), func(i int) bool { return ocum[i] > r })
+		if k < len(idx) {
+			return h.over[idx[k]] / 1e3
+		}
+		return h.maxNS / 1e6
+	}
+}
+
+func sumOver(ws []int64) int64 {
+	var s int64
+	for _, w := range ws {
+		s += w
+	}
+	return s
+}
