@@ -55,6 +55,11 @@ const (
 	// in that span) and delays noticing a dropped connection by at most that: the timings
 	// of data are unaffected, each chunk being stamped when read.
 	rawProbe = 200 * time.Millisecond
+	// rawMaxFullReads bounds the reads one readiness callback makes while each fills the
+	// buffer (1 MiB at 16 KiB): a server that sends faster than the stream is parsed never
+	// lets the socket drain, and the request's deadline and the run's stop are checked only
+	// between callbacks.
+	rawMaxFullReads = 64
 )
 
 var (
@@ -514,8 +519,13 @@ type rawResp struct {
 // every rawProbe to read once regardless (see rawProbe).
 func (p *rawResp) run(ctx context.Context) error {
 	var opErr error
+	yield := false
 	read := func(fd uintptr) bool {
-		for {
+		for full := 0; ; full++ {
+			if full == rawMaxFullReads {
+				yield = true // the socket still holds data: RawConn.Read calls back at once
+				return true
+			}
 			if !p.makeRoom() {
 				p.err = errRawHeadTooLarge
 				return true
@@ -556,7 +566,14 @@ func (p *rawResp) run(ctx context.Context) error {
 		if ctx.Err() != nil { // canceled: the hook's deadline may just have been overwritten
 			p.conn.c.SetReadDeadline(aLongTimeAgo)
 		}
+		yield = false
 		err := p.conn.rc.Read(read)
+		if yield && p.err == nil && opErr == nil {
+			if ctx.Err() != nil || (!p.deadline.IsZero() && !time.Now().Before(p.deadline)) {
+				return os.ErrDeadlineExceeded // as the connection's deadline would have said
+			}
+			continue
+		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil &&
 			(p.deadline.IsZero() || time.Now().Before(p.deadline)) {
 			continue // a probe, not the request's deadline
