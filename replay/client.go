@@ -655,10 +655,19 @@ type streamState struct {
 	nEvents     int
 	ci          chunkInfo
 	answer      *[]byte // when set, every output chunk's text is appended (a conversation's history)
+	maxChunks   int     // maxOutputChunks of the request
 }
 
+// maxOutputChunks is the most output chunks a stream may carry for a request asking for
+// maxTokens tokens: 2·maxTokens+16. A server streams at most one chunk per token (vLLM,
+// SGLang, TGI, llama.cpp, OpenAI); one that sends more ignores max_tokens or is hostile,
+// and the request ends there as a stream_error. The cap bounds a record's chunk lists
+// (12 bytes a chunk) and the text kept for token counting or a conversation's history.
+func maxOutputChunks(maxTokens int32) int { return 2*max(int(maxTokens), 0) + 16 }
+
 func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
-	*st = streamState{c: c, res: res, onTokens: onTokens, chunkTokens: make([]int32, 0, 16), everyUsage: true}
+	*st = streamState{c: c, res: res, onTokens: onTokens, chunkTokens: make([]int32, 0, 16), everyUsage: true,
+		maxChunks: maxOutputChunks(res.OutputTokensTarget)}
 	res.ChunkNS = res.ChunkNS[:0]
 }
 
@@ -692,6 +701,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	output := ci.output
+	if output && len(res.ChunkNS) == st.maxChunks {
+		st.fail(results.StatusStreamError, fmt.Sprintf("more than %d output chunks for max_tokens %d (at most 2 per token + 16): stream cut",
+			st.maxChunks, res.OutputTokensTarget))
+		return true
+	}
 	if output && st.c.opts.CountTokens != nil {
 		st.text = append(st.text, ci.text...)
 	}
