@@ -161,24 +161,26 @@ type Client struct {
 // net/http's default: a 100k-token prompt goes out in few writes, and a long SSE line
 // grows the stream reader's own buffer (up to its cap) instead. Bigger fixed buffers
 // cost too much at thousands of connections (64 KiB each way x 4096 = 512 MiB).
+// A response head is capped at 64 KiB, as in the raw client.
 func NewTransport(maxInflight int, insecure bool) *http.Transport {
 	if maxInflight <= 0 {
 		maxInflight = 1024
 	}
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
-		MaxIdleConns:          maxInflight,
-		MaxIdleConnsPerHost:   maxInflight,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 0,
-		DisableCompression:    true,
-		ReadBufferSize:        16 << 10,
-		WriteBufferSize:       16 << 10,
-		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            d.DialContext,
+		MaxIdleConns:           maxInflight,
+		MaxIdleConnsPerHost:    maxInflight,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  0,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: maxResponseHead,
+		ReadBufferSize:         16 << 10,
+		WriteBufferSize:        16 << 10,
+		ForceAttemptHTTP2:      true,
+		TLSClientConfig:        &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
 	}
 }
 

@@ -45,7 +45,7 @@ const rawBuilt = true
 
 const (
 	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
-	rawMaxHead    = 64 << 10 // response status line and headers, at most
+	rawMaxHead    = maxResponseHead
 	rawDrainAfter = 2 * time.Second
 	// rawProbe bounds how long a stream waits for a readiness event before it reads once
 	// anyway. A read that empties the socket is followed by a wait, not by a second read
