@@ -596,9 +596,18 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 	}
 	res.SentNS = sentNS
 	res.HTTPStatus = int32(resp.StatusCode)
+	enc := resp.Header.Get("Content-Encoding")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Status = results.StatusHTTPError
-		res.Error = httpErrorMessage(resp)
+		if encoded(enc) {
+			res.Error = httpErrorEncoded(resp.StatusCode, enc)
+		} else {
+			res.Error = httpErrorMessage(resp)
+		}
+		return
+	}
+	if encoded(enc) {
+		res.Status, res.Error = results.StatusStreamError, streamEncoded(enc)
 		return
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
@@ -818,6 +827,25 @@ func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err e
 		return results.StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
 	}
 	return results.StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
+}
+
+// encoded reports a Content-Encoding other than identity. The client sends no
+// Accept-Encoding (compression would hold chunks back), so a server that compresses
+// anyway is answered with an error rather than decompressed: the timings of a stream that
+// went through a compressor are not the engine's.
+func encoded(contentEncoding string) bool {
+	return contentEncoding != "" && !strings.EqualFold(strings.TrimSpace(contentEncoding), "identity")
+}
+
+// streamEncoded words a 2xx response compressed without being asked to.
+func streamEncoded(contentEncoding string) string {
+	return fmt.Sprintf("response body has Content-Encoding %s, which the client did not ask for (no Accept-Encoding): not read",
+		shortText([]byte(contentEncoding)))
+}
+
+// httpErrorEncoded words an error response whose body is compressed without being asked to.
+func httpErrorEncoded(status int, contentEncoding string) string {
+	return fmt.Sprintf("HTTP %d: (a %s body, which the client did not ask for)", status, shortText([]byte(contentEncoding)))
 }
 
 // httpErrorMessage reads a little of an error response for its message.

@@ -424,7 +424,11 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		}
 	case p.mode == modeErrBody:
 		res.Status = results.StatusHTTPError
-		res.Error = httpErrorText(p.status, p.errBody)
+		if p.encoding != "" {
+			res.Error = httpErrorEncoded(p.status, p.encoding)
+		} else {
+			res.Error = httpErrorText(p.status, p.errBody)
+		}
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
@@ -508,6 +512,7 @@ type rawResp struct {
 	closeConn bool
 	drainSet  bool // a short deadline for the body's end is set after [DONE]
 	errBody   []byte
+	encoding  string    // the response's Content-Encoding, when not identity
 	deadline  time.Time // the request's (zero: none)
 	discard   bool      // read the body only to its end (prewarm's GET)
 }
@@ -812,6 +817,10 @@ func (p *rawResp) parseHead(h []byte) error {
 			contentType = value
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Content-Encoding")):
+			if encoded(string(value)) {
+				p.encoding = string(value)
+			}
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 {
@@ -845,6 +854,9 @@ func (p *rawResp) parseHead(h []byte) error {
 		p.mode = modeDiscard
 	case code > 299:
 		p.mode = modeErrBody
+	case p.encoding != "":
+		p.mode = modeNotStream
+		p.res.Status, p.res.Error = results.StatusStreamError, streamEncoded(p.encoding)
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
 		p.mode = modeNotStream
 		p.res.Status = results.StatusStreamError
