@@ -258,6 +258,8 @@ func soak(args []string) (bool, error) {
 			return false, err
 		}
 		c.dir = d
+	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return false, err
 	}
 	zerolog.SetGlobalLevel(zerolog.Disabled)
 	fmt.Printf("soak: %v at %g req/s, sim fixed TTFT %v ITL %v with faults %s, toxics toggled every %v, timeout %v, kill %v; folder %s\n",
