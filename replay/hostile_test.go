@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -226,5 +228,58 @@ func TestSSEEndlessCommentsBounded(t *testing.T) {
 	}
 	if len(p.buf) != 16<<10 {
 		t.Errorf("push: buffer grew to %d bytes", len(p.buf))
+	}
+}
+
+// TestRawNoResendAfterLateLoss: a reused connection that the server drops 1.5 s after it
+// received a request, unanswered, is not a connection closed while idle: the request may
+// have been served, so the raw client records the loss and does not send it again.
+func TestRawNoResendAfterLateLoss(t *testing.T) {
+	if !rawBuilt {
+		t.Skip("the raw client is built for linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var received atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for n := 1; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					received.Add(1)
+					if n > 1 { // the second request on a connection: dropped unanswered
+						time.Sleep(1500 * time.Millisecond)
+						return
+					}
+					body := okChunk + "data: [DONE]\n\n"
+					fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				}
+			}()
+		}
+	}()
+	base, _ := BaseURL("http://" + ln.Addr().String())
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	reqs := uniformTrace(2, 300*time.Millisecond, 3, 1)
+	_, res, _ := runTrace(t, t.Context(), c, reqs, nil)
+	if n := received.Load(); n != 2 {
+		t.Errorf("the server received %d requests for 2", n)
+	}
+	for _, r := range res {
+		if r.RequestID == reqs[1].ID && (r.Status != results.StatusTransportError || !strings.Contains(r.Error, "closed the connection before responding")) {
+			t.Errorf("the dropped request: %s %q", r.Status, r.Error)
+		}
 	}
 }

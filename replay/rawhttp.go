@@ -60,6 +60,13 @@ const (
 	// lets the socket drain, and the request's deadline and the run's stop are checked only
 	// between callbacks.
 	rawMaxFullReads = 64
+	// rawRetryWithin bounds when a request that a reused connection loses before any byte
+	// of a response is sent again. A connection the server closed while idle fails at once
+	// (its FIN is there before the write); one that fails later was open when the request
+	// arrived, the engine may be serving it, and a second send would have it served twice
+	// and show the wait as the dispatcher's lateness (the soak saw 2 s with toxiproxy's
+	// reset_peer). 1 s leaves room for a loaded machine's scheduling.
+	rawRetryWithin = time.Second
 )
 
 var (
@@ -346,9 +353,9 @@ func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
 }
 
 // doRaw is Client.do over the raw client; pre, when set, is the send the dispatcher
-// began. A request that a reused connection loses before any byte of a response (the
-// server closed it while idle) is sent once more on a new connection, as net/http does;
-// its send time is then the second send's.
+// began. A request that a reused connection loses within rawRetryWithin of its send and
+// before any byte of a response (the server closed it while idle) is sent once more on a
+// new connection, as net/http does; its send time is then the second send's.
 func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	var deadline time.Time
 	if c.opts.Timeout > 0 {
@@ -432,7 +439,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
-		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) {
+		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-sent < int64(rawRetryWithin) {
 			cn.c.Close()
 			res.HTTPStatus = results.Null
 			return true
