@@ -161,24 +161,26 @@ type Client struct {
 // net/http's default: a 100k-token prompt goes out in few writes, and a long SSE line
 // grows the stream reader's own buffer (up to its cap) instead. Bigger fixed buffers
 // cost too much at thousands of connections (64 KiB each way x 4096 = 512 MiB).
+// A response head is capped at 64 KiB, as in the raw client.
 func NewTransport(maxInflight int, insecure bool) *http.Transport {
 	if maxInflight <= 0 {
 		maxInflight = 1024
 	}
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
-		MaxIdleConns:          maxInflight,
-		MaxIdleConnsPerHost:   maxInflight,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: 0,
-		DisableCompression:    true,
-		ReadBufferSize:        16 << 10,
-		WriteBufferSize:       16 << 10,
-		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            d.DialContext,
+		MaxIdleConns:           maxInflight,
+		MaxIdleConnsPerHost:    maxInflight,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  0,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: maxResponseHead,
+		ReadBufferSize:         16 << 10,
+		WriteBufferSize:        16 << 10,
+		ForceAttemptHTTP2:      true,
+		TLSClientConfig:        &tls.Config{InsecureSkipVerify: insecure}, //nolint:gosec // only with --insecure
 	}
 }
 
@@ -594,9 +596,18 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 	}
 	res.SentNS = sentNS
 	res.HTTPStatus = int32(resp.StatusCode)
+	enc := resp.Header.Get("Content-Encoding")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Status = results.StatusHTTPError
-		res.Error = httpErrorMessage(resp)
+		if encoded(enc) {
+			res.Error = httpErrorEncoded(resp.StatusCode, enc)
+		} else {
+			res.Error = httpErrorMessage(resp)
+		}
+		return
+	}
+	if encoded(enc) {
+		res.Status, res.Error = results.StatusStreamError, streamEncoded(enc)
 		return
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
@@ -655,10 +666,19 @@ type streamState struct {
 	nEvents     int
 	ci          chunkInfo
 	answer      *[]byte // when set, every output chunk's text is appended (a conversation's history)
+	maxChunks   int     // maxOutputChunks of the request
 }
 
+// maxOutputChunks is the most output chunks a stream may carry for a request asking for
+// maxTokens tokens: 2·maxTokens+16. A server streams at most one chunk per token (vLLM,
+// SGLang, TGI, llama.cpp, OpenAI); one that sends more ignores max_tokens or is hostile,
+// and the request ends there as a stream_error. The cap bounds a record's chunk lists
+// (12 bytes a chunk) and the text kept for token counting or a conversation's history.
+func maxOutputChunks(maxTokens int32) int { return 2*max(int(maxTokens), 0) + 16 }
+
 func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
-	*st = streamState{c: c, res: res, onTokens: onTokens, chunkTokens: make([]int32, 0, 16), everyUsage: true}
+	*st = streamState{c: c, res: res, onTokens: onTokens, chunkTokens: make([]int32, 0, 16), everyUsage: true,
+		maxChunks: maxOutputChunks(res.OutputTokensTarget)}
 	res.ChunkNS = res.ChunkNS[:0]
 }
 
@@ -692,6 +712,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	output := ci.output
+	if output && len(res.ChunkNS) == st.maxChunks {
+		st.fail(results.StatusStreamError, fmt.Sprintf("more than %d output chunks for max_tokens %d (at most 2 per token + 16): stream cut",
+			st.maxChunks, res.OutputTokensTarget))
+		return true
+	}
 	if output && st.c.opts.CountTokens != nil {
 		st.text = append(st.text, ci.text...)
 	}
@@ -802,6 +827,25 @@ func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err e
 		return results.StatusTimeout, fmt.Sprintf("stream not finished within the %v timeout (%d output chunks)", timeout, chunks)
 	}
 	return results.StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
+}
+
+// encoded reports a Content-Encoding other than identity. The client sends no
+// Accept-Encoding (compression would hold chunks back), so a server that compresses
+// anyway is answered with an error rather than decompressed: the timings of a stream that
+// went through a compressor are not the engine's.
+func encoded(contentEncoding string) bool {
+	return contentEncoding != "" && !strings.EqualFold(strings.TrimSpace(contentEncoding), "identity")
+}
+
+// streamEncoded words a 2xx response compressed without being asked to.
+func streamEncoded(contentEncoding string) string {
+	return fmt.Sprintf("response body has Content-Encoding %s, which the client did not ask for (no Accept-Encoding): not read",
+		shortText([]byte(contentEncoding)))
+}
+
+// httpErrorEncoded words an error response whose body is compressed without being asked to.
+func httpErrorEncoded(status int, contentEncoding string) string {
+	return fmt.Sprintf("HTTP %d: (a %s body, which the client did not ask for)", status, shortText([]byte(contentEncoding)))
 }
 
 // httpErrorMessage reads a little of an error response for its message.

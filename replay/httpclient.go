@@ -18,6 +18,10 @@ const (
 // rawErrBody is how many bytes of an error response either client keeps for its message.
 const rawErrBody = 1 << 10
 
+// maxResponseHead caps a response's status line and headers, in both clients (net/http's
+// own default is 10 MiB): an engine's head is a few hundred bytes.
+const maxResponseHead = 64 << 10
+
 // errRawNotBuilt is useRaw's error for --http-client raw where the raw client is not built.
 var errRawNotBuilt = errors.New("client: the raw client is only built for linux; use --http-client net/http")
 

@@ -45,7 +45,7 @@ const rawBuilt = true
 
 const (
 	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
-	rawMaxHead    = 64 << 10 // response status line and headers, at most
+	rawMaxHead    = maxResponseHead
 	rawDrainAfter = 2 * time.Second
 	// rawProbe bounds how long a stream waits for a readiness event before it reads once
 	// anyway. A read that empties the socket is followed by a wait, not by a second read
@@ -55,6 +55,18 @@ const (
 	// in that span) and delays noticing a dropped connection by at most that: the timings
 	// of data are unaffected, each chunk being stamped when read.
 	rawProbe = 200 * time.Millisecond
+	// rawMaxFullReads bounds the reads one readiness callback makes while each fills the
+	// buffer (1 MiB at 16 KiB): a server that sends faster than the stream is parsed never
+	// lets the socket drain, and the request's deadline and the run's stop are checked only
+	// between callbacks.
+	rawMaxFullReads = 64
+	// rawRetryWithin bounds when a request that a reused connection loses before any byte
+	// of a response is sent again. A connection the server closed while idle fails at once
+	// (its FIN is there before the write); one that fails later was open when the request
+	// arrived, the engine may be serving it, and a second send would have it served twice
+	// and show the wait as the dispatcher's lateness (the soak saw 2 s with toxiproxy's
+	// reset_peer). 1 s leaves room for a loaded machine's scheduling.
+	rawRetryWithin = time.Second
 )
 
 var (
@@ -341,9 +353,9 @@ func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
 }
 
 // doRaw is Client.do over the raw client; pre, when set, is the send the dispatcher
-// began. A request that a reused connection loses before any byte of a response (the
-// server closed it while idle) is sent once more on a new connection, as net/http does;
-// its send time is then the second send's.
+// began. A request that a reused connection loses within rawRetryWithin of its send and
+// before any byte of a response (the server closed it while idle) is sent once more on a
+// new connection, as net/http does; its send time is then the second send's.
 func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	var deadline time.Time
 	if c.opts.Timeout > 0 {
@@ -419,11 +431,15 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		}
 	case p.mode == modeErrBody:
 		res.Status = results.StatusHTTPError
-		res.Error = httpErrorText(p.status, p.errBody)
+		if p.encoding != "" {
+			res.Error = httpErrorEncoded(p.status, p.encoding)
+		} else {
+			res.Error = httpErrorText(p.status, p.errBody)
+		}
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
-		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) {
+		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-sent < int64(rawRetryWithin) {
 			cn.c.Close()
 			res.HTTPStatus = results.Null
 			return true
@@ -503,6 +519,7 @@ type rawResp struct {
 	closeConn bool
 	drainSet  bool // a short deadline for the body's end is set after [DONE]
 	errBody   []byte
+	encoding  string    // the response's Content-Encoding, when not identity
 	deadline  time.Time // the request's (zero: none)
 	discard   bool      // read the body only to its end (prewarm's GET)
 }
@@ -514,8 +531,13 @@ type rawResp struct {
 // every rawProbe to read once regardless (see rawProbe).
 func (p *rawResp) run(ctx context.Context) error {
 	var opErr error
+	yield := false
 	read := func(fd uintptr) bool {
-		for {
+		for full := 0; ; full++ {
+			if full == rawMaxFullReads {
+				yield = true // the socket still holds data: RawConn.Read calls back at once
+				return true
+			}
 			if !p.makeRoom() {
 				p.err = errRawHeadTooLarge
 				return true
@@ -556,7 +578,14 @@ func (p *rawResp) run(ctx context.Context) error {
 		if ctx.Err() != nil { // canceled: the hook's deadline may just have been overwritten
 			p.conn.c.SetReadDeadline(aLongTimeAgo)
 		}
+		yield = false
 		err := p.conn.rc.Read(read)
+		if yield && p.err == nil && opErr == nil {
+			if ctx.Err() != nil || (!p.deadline.IsZero() && !time.Now().Before(p.deadline)) {
+				return os.ErrDeadlineExceeded // as the connection's deadline would have said
+			}
+			continue
+		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil &&
 			(p.deadline.IsZero() || time.Now().Before(p.deadline)) {
 			continue // a probe, not the request's deadline
@@ -795,6 +824,10 @@ func (p *rawResp) parseHead(h []byte) error {
 			contentType = value
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Content-Encoding")):
+			if encoded(string(value)) {
+				p.encoding = string(value)
+			}
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 {
@@ -828,6 +861,9 @@ func (p *rawResp) parseHead(h []byte) error {
 		p.mode = modeDiscard
 	case code > 299:
 		p.mode = modeErrBody
+	case p.encoding != "":
+		p.mode = modeNotStream
+		p.res.Status, p.res.Error = results.StatusStreamError, streamEncoded(p.encoding)
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
 		p.mode = modeNotStream
 		p.res.Status = results.StatusStreamError
