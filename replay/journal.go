@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"errors"
 	"fmt"
 	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
@@ -35,13 +34,81 @@ const journalBatchRows = 4096
 // of a journal whose writer was killed. A Journal is not safe for concurrent use: one
 // goroutine (the run's writer) owns it.
 type Journal struct {
-	path    string
-	f       *os.File
-	w       *ipc.Writer
-	b       *array.RecordBuilder
-	pending int
-	rows    int64
-	cols    resultBuilders
+	ipcStream
+	cols resultBuilders
+}
+
+// ipcStream is what a results journal and a metrics journal share: an Arrow IPC stream
+// file written one record batch per flush, its schema first. what names it in errors.
+type ipcStream struct {
+	path, what string
+	f          *os.File
+	w          *ipc.Writer
+	b          *array.RecordBuilder
+	pending    int
+	rows       int64
+}
+
+// create creates (truncating) the stream's file and writes its schema, so that even a run
+// killed before its first row leaves a journal recover turns into a valid, empty file. On
+// error the builder is released and nothing is left open.
+func (j *ipcStream) create(schema *arrow.Schema) error {
+	// 0644 under the umask, like the file it becomes (os.Create's 0666 would make it
+	// group-writable under umask 002).
+	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
+	if err != nil {
+		j.b.Release()
+		return fmt.Errorf("replay: create %s: %w", j.what, err)
+	}
+	j.f = f
+	j.w = ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
+	if err := j.writeBatch(); err != nil {
+		f.Close()
+		j.b.Release()
+		return err
+	}
+	return nil
+}
+
+// Path returns the journal's file name.
+func (j *ipcStream) Path() string { return j.path }
+
+// Rows returns the number of rows added so far.
+func (j *ipcStream) Rows() int64 { return j.rows }
+
+// Flush writes the pending rows, if any, as one batch to the file (one write to the
+// operating system, so the batch survives the process being killed).
+func (j *ipcStream) Flush() error {
+	if j.pending == 0 {
+		return nil
+	}
+	return j.writeBatch()
+}
+
+func (j *ipcStream) writeBatch() error {
+	rec := j.b.NewRecord()
+	defer rec.Release()
+	j.pending = 0
+	if err := j.w.Write(rec); err != nil {
+		return fmt.Errorf("replay: write %s %s: %w", j.what, j.path, err)
+	}
+	return nil
+}
+
+// Close flushes, ends the stream and closes the file.
+func (j *ipcStream) Close() error {
+	err := j.Flush()
+	if e := j.w.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close %s %s: %w", j.what, j.path, e)
+	}
+	j.b.Release()
+	if e := j.f.Sync(); err == nil && e != nil {
+		err = fmt.Errorf("replay: sync %s %s: %w", j.what, j.path, e)
+	}
+	if e := j.f.Close(); err == nil && e != nil {
+		err = fmt.Errorf("replay: close %s %s: %w", j.what, j.path, e)
+	}
+	return err
 }
 
 // CreateJournal creates (truncating) the journal file at path and writes its schema with
@@ -59,29 +126,12 @@ func CreateJournal(path string, run *results.RunMeta) (*Journal, error) {
 		b.Release()
 		return nil, fmt.Errorf("replay: create journal %s: %w", path, err)
 	}
-	// 0644 under the umask, like the results file it becomes (os.Create's 0666 would
-	// make it group-writable under umask 002).
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
-	if err != nil {
-		b.Release()
-		return nil, fmt.Errorf("replay: create journal: %w", err)
-	}
-	w := ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
-	j := &Journal{path: path, f: f, w: w, b: b, cols: cols}
-	// Write the schema now, so that even a run killed before its first record leaves a
-	// journal that recover turns into a valid, empty results file.
-	if err := j.writeBatch(); err != nil {
-		f.Close()
+	j := &Journal{ipcStream: ipcStream{path: path, what: "journal", b: b}, cols: cols}
+	if err := j.create(schema); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
-
-// Path returns the journal's file name.
-func (j *Journal) Path() string { return j.path }
-
-// Rows returns the number of records added so far.
-func (j *Journal) Rows() int64 { return j.rows }
 
 // Add appends r to the pending batch, writing the batch when it is full.
 func (j *Journal) Add(r *Result) error {
@@ -92,41 +142,6 @@ func (j *Journal) Add(r *Result) error {
 		return j.Flush()
 	}
 	return nil
-}
-
-// Flush writes the pending records, if any, as one batch to the file (one write to the
-// operating system, so the batch survives the process being killed).
-func (j *Journal) Flush() error {
-	if j.pending == 0 {
-		return nil
-	}
-	return j.writeBatch()
-}
-
-func (j *Journal) writeBatch() error {
-	rec := j.b.NewRecord()
-	defer rec.Release()
-	j.pending = 0
-	if err := j.w.Write(rec); err != nil {
-		return fmt.Errorf("replay: write journal %s: %w", j.path, err)
-	}
-	return nil
-}
-
-// Close flushes, ends the stream and closes the file.
-func (j *Journal) Close() error {
-	err := j.Flush()
-	if e := j.w.Close(); err == nil && e != nil {
-		err = fmt.Errorf("replay: close journal %s: %w", j.path, e)
-	}
-	j.b.Release()
-	if e := j.f.Sync(); err == nil && e != nil {
-		err = fmt.Errorf("replay: sync journal %s: %w", j.path, e)
-	}
-	if e := j.f.Close(); err == nil && e != nil {
-		err = fmt.Errorf("replay: close journal %s: %w", j.path, e)
-	}
-	return err
 }
 
 // resultBuilders holds the typed column builders of one RecordBuilder, bound by column
@@ -248,57 +263,13 @@ const parquetRowGroup = 32 * 1024
 // temporary file in out's directory renamed on success, so out is never half-written. It
 // keeps every whole batch; when the journal ends in a cut batch (a killed run), the
 // records before it are kept and info.Tail says what was cut.
-func ConvertJournal(journal, out string) (info ConvertInfo, err error) {
-	f, err := os.Open(journal)
-	if err != nil {
-		return info, fmt.Errorf("replay: open journal: %w", err)
-	}
-	defer f.Close()
-	rdr, err := ipc.NewReader(f, ipc.WithAllocator(memory.DefaultAllocator))
-	if err != nil {
-		return info, journalReadError(journal, err)
-	}
-	defer rdr.Release()
-	schema := rdr.Schema()
-	if _, err := results.Check(schema); err != nil {
-		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
-	}
-	if info.Run, err = results.ParseRunMeta(schema); err != nil {
-		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
-	}
-
-	tmp, err := atomicfile.Create(out)
-	if err != nil {
-		return info, fmt.Errorf("replay: create results file: %w", err)
-	}
-	defer tmp.Abort() // after Commit, a no-op
-	fw, err := newParquetWriter(schema, tmp)
-	if err != nil {
-		return info, fmt.Errorf("replay: write %s: %w", out, err)
-	}
-	for rdr.Next() {
-		rec := rdr.Record()
-		if rec.NumRows() == 0 {
-			continue
+func ConvertJournal(journal, out string) (ConvertInfo, error) {
+	return convertIPC(journal, out, "results", func(s *arrow.Schema) (*results.RunMeta, error) {
+		if _, err := results.Check(s); err != nil {
+			return nil, err
 		}
-		if err := fw.WriteBuffered(rec); err != nil {
-			fw.Close()
-			return info, fmt.Errorf("replay: write %s: %w", out, err)
-		}
-		info.Rows += rec.NumRows()
-	}
-	if e := rdr.Err(); e != nil && !errors.Is(e, io.EOF) {
-		info.Tail = fmt.Errorf("journal %s cut after %d records: %w", journal, info.Rows, e)
-	}
-	if err := fw.Close(); err != nil {
-		return info, fmt.Errorf("replay: write %s: %w", out, err)
-	}
-	// tmp has no Close for pqarrow to call: Commit syncs it, renames it over out and
-	// syncs the folder.
-	if err := tmp.Commit(); err != nil {
-		return info, fmt.Errorf("replay: write %s: %w", out, err)
-	}
-	return info, nil
+		return results.ParseRunMeta(s)
+	})
 }
 
 // newParquetWriter writes a journal's records to w as Parquet, its schema (with the run

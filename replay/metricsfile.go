@@ -20,12 +20,7 @@ import (
 // metrics/v1 schema (results.MetricsSchemaWithRun): the metrics file's journal, as Journal
 // is the results file's. One goroutine (the run's metrics writer) owns it.
 type MetricsJournal struct {
-	path    string
-	f       *os.File
-	w       *ipc.Writer
-	b       *array.RecordBuilder
-	pending int
-	rows    int64
+	ipcStream
 
 	tNS                  *array.Int64Builder
 	source, metric, typ  *array.StringBuilder
@@ -43,21 +38,12 @@ func CreateMetricsJournal(path string, run *results.RunMeta) (*MetricsJournal, e
 		return nil, fmt.Errorf("replay: create metrics journal %s: %w", path, err)
 	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
-	j := &MetricsJournal{path: path, b: b}
+	j := &MetricsJournal{ipcStream: ipcStream{path: path, what: "metrics journal", b: b}}
 	if err := j.bind(schema); err != nil {
 		b.Release()
 		return nil, fmt.Errorf("replay: create metrics journal %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, atomicfile.Perm)
-	if err != nil {
-		b.Release()
-		return nil, fmt.Errorf("replay: create metrics journal: %w", err)
-	}
-	j.f = f
-	j.w = ipc.NewWriter(f, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
-	if err := j.writeBatch(); err != nil {
-		f.Close()
-		b.Release()
+	if err := j.create(schema); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -96,12 +82,6 @@ func (j *MetricsJournal) bind(s *arrow.Schema) error {
 	return nil
 }
 
-// Path returns the journal's file name.
-func (j *MetricsJournal) Path() string { return j.path }
-
-// Rows returns the number of rows added so far.
-func (j *MetricsJournal) Rows() int64 { return j.rows }
-
 // AddSample appends one row.
 func (j *MetricsJournal) AddSample(tNS int64, source string, s *prom.Sample) {
 	j.tNS.Append(tNS)
@@ -131,40 +111,6 @@ func (j *MetricsJournal) Add(sc *scrapeResult) error {
 		return j.Flush()
 	}
 	return nil
-}
-
-// Flush writes the pending rows, if any, as one batch.
-func (j *MetricsJournal) Flush() error {
-	if j.pending == 0 {
-		return nil
-	}
-	return j.writeBatch()
-}
-
-func (j *MetricsJournal) writeBatch() error {
-	rec := j.b.NewRecord()
-	defer rec.Release()
-	j.pending = 0
-	if err := j.w.Write(rec); err != nil {
-		return fmt.Errorf("replay: write metrics journal %s: %w", j.path, err)
-	}
-	return nil
-}
-
-// Close flushes, ends the stream and closes the file.
-func (j *MetricsJournal) Close() error {
-	err := j.Flush()
-	if e := j.w.Close(); err == nil && e != nil {
-		err = fmt.Errorf("replay: close metrics journal %s: %w", j.path, e)
-	}
-	j.b.Release()
-	if e := j.f.Sync(); err == nil && e != nil {
-		err = fmt.Errorf("replay: sync metrics journal %s: %w", j.path, e)
-	}
-	if e := j.f.Close(); err == nil && e != nil {
-		err = fmt.Errorf("replay: close metrics journal %s: %w", j.path, e)
-	}
-	return err
 }
 
 // ConvertMetricsJournal turns the metrics journal at journal into the Parquet metrics file
@@ -231,7 +177,7 @@ func convertIPC(journal, out, what string, check func(*arrow.Schema) (*results.R
 		info.Rows += rec.NumRows()
 	}
 	if e := rdr.Err(); e != nil && !errors.Is(e, io.EOF) {
-		info.Tail = fmt.Errorf("journal %s cut after %d rows: %w", journal, info.Rows, e)
+		info.Tail = fmt.Errorf("journal %s cut after %d records: %w", journal, info.Rows, e)
 	}
 	if err := fw.Close(); err != nil {
 		return info, fmt.Errorf("replay: write %s: %w", out, err)
