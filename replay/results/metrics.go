@@ -1,7 +1,6 @@
 package results
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -74,20 +73,15 @@ func MetricsPath(resultsPath string) string {
 // MetricsSchemaWithRun returns MetricsSchema carrying the metrics format and the run
 // metadata: the schema of a metrics file and of its journal.
 func MetricsSchemaWithRun(run *RunMeta) (*arrow.Schema, error) {
-	js, err := json.Marshal(run)
-	if err != nil {
-		return nil, fmt.Errorf("results: encode run metadata: %w", err)
-	}
-	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{MetricsFormat, string(js)})
-	return arrow.NewSchema(MetricsSchema.Fields(), &md), nil
+	return withRun(MetricsSchema, MetricsFormat, run)
 }
 
 // CheckMetrics checks that s is a metrics/v1 schema (format key, every column by name with
 // its type) and returns its run metadata.
 func CheckMetrics(s *arrow.Schema) (*RunMeta, error) {
-	md := s.Metadata()
-	if f := md.FindKey(MetaFormat); f < 0 || md.Values()[f] != MetricsFormat {
-		return nil, fmt.Errorf("schema metadata %s is not %q", MetaFormat, MetricsFormat)
+	m, err := runOf(s, MetricsFormat)
+	if err != nil {
+		return nil, err
 	}
 	for _, want := range MetricsSchema.Fields() {
 		i := s.FieldIndices(want.Name)
@@ -98,13 +92,5 @@ func CheckMetrics(s *arrow.Schema) (*RunMeta, error) {
 			return nil, &Error{Column: want.Name, Msg: fmt.Sprintf("type %s, want %s", got, want.Type)}
 		}
 	}
-	i := md.FindKey(MetaRun)
-	if i < 0 {
-		return nil, fmt.Errorf("schema metadata lacks %s", MetaRun)
-	}
-	var m RunMeta
-	if err := json.Unmarshal([]byte(md.Values()[i]), &m); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", MetaRun, err)
-	}
-	return &m, nil
+	return m, nil
 }

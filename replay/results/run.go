@@ -100,21 +100,28 @@ func RunID(runStartUnixNS int64, traceSHA256 string, shardCount int) string {
 
 // SchemaWithRun returns Schema carrying the format and run metadata: the schema of a
 // results file and of its journal.
-func SchemaWithRun(run *RunMeta) (*arrow.Schema, error) {
+func SchemaWithRun(run *RunMeta) (*arrow.Schema, error) { return withRun(Schema, Format, run) }
+
+// withRun returns s's fields with the metadata of a file of the given format: the format
+// key and run as JSON.
+func withRun(s *arrow.Schema, format string, run *RunMeta) (*arrow.Schema, error) {
 	js, err := json.Marshal(run)
 	if err != nil {
 		return nil, fmt.Errorf("results: encode run metadata: %w", err)
 	}
-	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{Format, string(js)})
-	return arrow.NewSchema(Schema.Fields(), &md), nil
+	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{format, string(js)})
+	return arrow.NewSchema(s.Fields(), &md), nil
 }
 
 // ParseRunMeta decodes the run metadata of a results file or journal schema, after checking
 // its format.
-func ParseRunMeta(s *arrow.Schema) (*RunMeta, error) {
+func ParseRunMeta(s *arrow.Schema) (*RunMeta, error) { return runOf(s, Format) }
+
+// runOf checks that s's format key is format and decodes its run metadata.
+func runOf(s *arrow.Schema, format string) (*RunMeta, error) {
 	md := s.Metadata()
-	if f := md.FindKey(MetaFormat); f < 0 || md.Values()[f] != Format {
-		return nil, fmt.Errorf("schema metadata %s is not %q", MetaFormat, Format)
+	if f := md.FindKey(MetaFormat); f < 0 || md.Values()[f] != format {
+		return nil, fmt.Errorf("schema metadata %s is not %q", MetaFormat, format)
 	}
 	i := md.FindKey(MetaRun)
 	if i < 0 {
