@@ -331,11 +331,7 @@ func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
 // counterIncrease sums the increases stamped in [lo, hi); NaN when the role has none
 // there (nothing exposed, or a single scrape).
 func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
-	sum, n := 0.0, 0
-	for _, p := range within(pts, lo, hi) {
-		sum += p.v
-		n++
-	}
+	sum, n := sumWithin(pts, lo, hi)
 	if n == 0 {
 		return math.NaN()
 	}
@@ -343,15 +339,21 @@ func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
 }
 
 func gaugeMean(pts []rolePoint, lo, hi int64) float64 {
+	sum, n := sumWithin(pts, lo, hi)
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+// sumWithin is the sum and count of the points in [lo, hi).
+func sumWithin(pts []rolePoint, lo, hi int64) (float64, int) {
 	sum, n := 0.0, 0
 	for _, p := range within(pts, lo, hi) {
 		sum += p.v
 		n++
 	}
-	if n == 0 {
-		return math.NaN()
-	}
-	return sum / float64(n)
+	return sum, n
 }
 
 // server builds r.Server and the server columns of r.Series from d's metrics files; it
