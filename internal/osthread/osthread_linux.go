@@ -1,0 +1,95 @@
+//go:build linux
+
+// Package osthread gives the replayer's precise threads (the dispatcher's deadline
+// sleeper, the stream reactor, the simulated engine's write scheduler) a blocking system
+// call that lets go of the goroutine's P at once, as the runtime's own blocking calls do.
+//
+// syscall.Syscall enters the runtime's syscall state but keeps its P until sysmon
+// retakes it, which sysmon does after 20 µs to 10 ms depending on how long it has slept;
+// a thread that sleeps in clock_nanosleep or epoll_wait with it holds one of GOMAXPROCS Ps
+// idle for that long, and the goroutines queued on that P wait (the dispatcher measured
+// senders starved for milliseconds). Block hands the P off as it enters the call
+// (runtime.entersyscallblock, which gVisor uses the same way and the runtime keeps
+// linkable for it, go.dev/issue/67401), so the other goroutines run on it while the
+// thread sleeps; on return the thread takes an idle P, or waits for one.
+package osthread
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+//go:linkname entersyscallblock runtime.entersyscallblock
+func entersyscallblock()
+
+//go:linkname exitsyscall runtime.exitsyscall
+func exitsyscall()
+
+// Block6 is syscall.Syscall6 for a call that blocks: the P is handed off at entry.
+//
+//go:nosplit
+//go:norace
+func Block6(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
+	entersyscallblock()
+	r1, r2, err = syscall.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	exitsyscall()
+	return
+}
+
+// Monotonic is CLOCK_MONOTONIC in nanoseconds: the clock Go's monotonic readings
+// (time.Since, time.Until) are on, and the one SleepUntil takes.
+func Monotonic() int64 {
+	var ts syscall.Timespec
+	clockGettime(clockMonotonic, &ts)
+	return ts.Nano()
+}
+
+const (
+	clockMonotonic = 1
+	timerAbstime   = 1
+)
+
+func clockGettime(id int, ts *syscall.Timespec) {
+	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, uintptr(id), uintptr(unsafe.Pointer(ts)), 0)
+}
+
+// SleepUntil sleeps the calling thread until CLOCK_MONOTONIC reaches deadline (ns), on
+// the absolute deadline (clock_nanosleep with TIMER_ABSTIME: no drift from computing a
+// relative sleep, and an interrupted sleep resumes to the same instant). The goroutine's P
+// is handed off while it sleeps. Call it from a goroutine locked to its thread
+// (runtime.LockOSThread) so that the wake-up is the thread's, not a scheduler hand-off.
+func SleepUntil(deadline int64) {
+	ts := syscall.NsecToTimespec(deadline)
+	for {
+		_, _, e := Block6(syscall.SYS_CLOCK_NANOSLEEP, clockMonotonic, timerAbstime, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		if e != syscall.EINTR {
+			return
+		}
+	}
+}
+
+// EpollWait is syscall.EpollWait with the P handed off while it waits.
+func EpollWait(epfd int, events []syscall.EpollEvent, msec int) (int, error) {
+	var p unsafe.Pointer
+	if len(events) > 0 {
+		p = unsafe.Pointer(&events[0])
+	}
+	r, _, e := Block6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(p), uintptr(len(events)), uintptr(msec), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// Read is read(2) with the P handed off while it blocks (a timerfd's, an eventfd's).
+func Read(fd int, b []byte) (int, error) {
+	var p unsafe.Pointer
+	if len(b) > 0 {
+		p = unsafe.Pointer(&b[0])
+	}
+	r, _, e := Block6(syscall.SYS_READ, uintptr(fd), uintptr(p), uintptr(len(b)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
