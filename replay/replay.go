@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -632,78 +631,6 @@ func (r *runner) waitPrepared(max time.Duration) {
 func (r *runner) fail(err error) {
 	r.prepErr.CompareAndSwap(nil, &err)
 	r.stop(err)
-}
-
-// waiter waits for absolute deadlines on the run clock. It sleeps on a Go timer until
-// shortly before the deadline, then yields in a loop until it passes. The runtime's
-// timers wake late by up to a millisecond when the process is idle (netpoll waits in
-// whole milliseconds) and by tens of microseconds when it is busy, so the margin left
-// for the yield loop adapts: it tracks a decaying maximum of the observed overshoot,
-// capped at 0.5 ms (yielding longer burns CPU against lateness that is then the
-// operating system's preemption of the whole process, which no waiting scheme beats).
-// (A blocking nanosleep on a locked thread was tried: it holds the goroutine's P in a
-// syscall until sysmon retakes it, up to 10 ms, which starved the senders.)
-type waiter struct {
-	clk    clock
-	stop   <-chan struct{}
-	timer  *time.Timer
-	margin time.Duration // current yield window before a deadline
-	// The bounds of margin: minMargin and maxMargin, or 0 and 0 for tests under
-	// testing/synctest, where a yield loop never blocks and the virtual clock stands still.
-	minMargin, maxMargin time.Duration
-}
-
-const (
-	minMargin = 30 * time.Microsecond
-	maxMargin = 500 * time.Microsecond // past this, lateness is the OS's preemption, which yielding cannot beat
-	maxSleep  = 50 * time.Millisecond  // a stop is noticed at least this often
-)
-
-func newWaiter(clk clock, stop <-chan struct{}) *waiter {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin, minMargin: minMargin, maxMargin: maxMargin}
-}
-
-// noSpin makes w sleep on its timer up to each deadline, with no yield loop.
-func (w *waiter) noSpin() { w.margin, w.minMargin, w.maxMargin = 0, 0, 0 }
-
-// until waits until the run clock reaches dueNS, on the absolute deadline (never a
-// relative sleep that would accumulate drift). It returns false if stop closes first.
-func (w *waiter) until(dueNS int64) bool {
-	for {
-		d := time.Duration(dueNS - w.clk.now())
-		if d <= 0 {
-			return true
-		}
-		if d > w.margin {
-			s := min(d-w.margin, maxSleep)
-			target := w.clk.now() + int64(s)
-			w.timer.Reset(s)
-			select {
-			case <-w.timer.C:
-			case <-w.stop:
-				w.timer.Stop()
-				return false
-			}
-			w.adapt(time.Duration(w.clk.now() - target))
-			continue
-		}
-		select {
-		case <-w.stop:
-			return false
-		default:
-		}
-		runtime.Gosched()
-	}
-}
-
-// adapt sets the yield window after a timer that woke overshoot past its target: it
-// grows at once to a larger overshoot (plus the floor), and decays slowly (1/64 a wake)
-// towards the floor; within [minMargin, maxMargin].
-func (w *waiter) adapt(overshoot time.Duration) {
-	w.margin = max(overshoot+w.minMargin, w.margin-w.margin/64, w.minMargin)
-	w.margin = min(w.margin, w.maxMargin)
 }
 
 // next returns the next prepared request; false when there are no more or the run stops.

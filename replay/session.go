@@ -3,7 +3,6 @@ package replay
 import (
 	"container/heap"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -593,40 +592,6 @@ func chanIf(in chan *request, ok bool) chan *request {
 		return nil
 	}
 	return in
-}
-
-// untilWoken is waiter.until that also returns, with reached false, when wake fires.
-func (w *waiter) untilWoken(dueNS int64, wake <-chan bool) (reached, stopped bool) {
-	for {
-		d := time.Duration(dueNS - w.clk.now())
-		if d <= 0 {
-			return true, false
-		}
-		if d > w.margin {
-			s := min(d-w.margin, maxSleep)
-			target := w.clk.now() + int64(s)
-			w.timer.Reset(s)
-			select {
-			case <-w.timer.C:
-			case <-w.stop:
-				w.timer.Stop()
-				return false, true
-			case <-wake:
-				w.timer.Stop()
-				return false, false
-			}
-			w.adapt(time.Duration(w.clk.now() - target))
-			continue
-		}
-		select {
-		case <-w.stop:
-			return false, true
-		case <-wake:
-			return false, false
-		default:
-		}
-		runtime.Gosched()
-	}
 }
 
 // closedWorkerSessions is closed-loop worker i with sequential sessions: it keeps each
