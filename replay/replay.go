@@ -645,10 +645,8 @@ func (r *runner) next() (*request, bool) {
 
 // openLoop dispatches each prepared request at its due time.
 func (r *runner) openLoop() {
-	w := newWaiter(r.clk, r.stopped)
-	if r.o.seams.noSpin {
-		w.noSpin()
-	}
+	w := r.openLoopWaiter()
+	defer w.release()
 	for {
 		req, ok := r.next()
 		if !ok {

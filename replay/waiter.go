@@ -110,3 +110,25 @@ func (w *waiter) untilWoken(dueNS int64, wake <-chan bool) (reached, stopped boo
 		runtime.Gosched()
 	}
 }
+
+// dueWaiter is what the open loop waits for each due time with: the waiter above, or on
+// Linux a thread sleeping to absolute deadlines (waiter_linux.go). release ends it (the
+// thread waiter unlocks its thread); call it on the goroutine that made it.
+type dueWaiter interface {
+	until(dueNS int64) bool
+	release()
+}
+
+func (w *waiter) release() { w.timer.Stop() }
+
+// openLoopWaiter returns the open loop's waiter: under testing/synctest (seams.noSpin)
+// always the timer one, whose virtual clock a thread sleeping on the real one would not
+// follow (it would hang the bubble); else preciseWaiter's choice for this system.
+func (r *runner) openLoopWaiter() dueWaiter {
+	if r.o.seams.noSpin {
+		w := newWaiter(r.clk, r.stopped)
+		w.noSpin()
+		return w
+	}
+	return preciseWaiter(r.clk, r.stopped)
+}

@@ -1,0 +1,149 @@
+//go:build linux
+
+package replay
+
+import (
+	"context"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// newTestThreadWaiter returns a thread waiter for the calling goroutine and its release.
+func newTestThreadWaiter(clk clock, stop <-chan struct{}) (*threadWaiter, func()) {
+	w := preciseWaiter(clk, stop)
+	return w.(*threadWaiter), w.release
+}
+
+// The thread waiter never returns before the run clock reaches the due time, and the
+// mapping of the run clock to CLOCK_MONOTONIC (monoBase) never makes a sleep end early:
+// a due time within one slice takes at most one clock_nanosleep, whatever the load.
+// Returns come in the order of the due times asked (ties and past ones at once).
+func TestThreadWaiterNeverEarly(t *testing.T) {
+	clk := clock{start: time.Now()}
+	w, release := newTestThreadWaiter(clk, make(chan struct{}))
+	defer release()
+	var dues []int64
+	for i := range 60 {
+		d := int64(i) * int64(300*time.Microsecond)
+		dues = append(dues, d)
+		if i%10 == 0 {
+			dues = append(dues, d, d-int64(time.Millisecond)) // a tie, and one already past
+		}
+	}
+	var at []int64
+	for _, due := range dues {
+		before := w.sleeps.Load()
+		if !w.until(due) {
+			t.Fatalf("until(%d) = false with no stop", due)
+		}
+		now := clk.now()
+		at = append(at, now)
+		if now < due {
+			t.Fatalf("until(%d) returned at %d, before its due time", due, now)
+		}
+		if n := w.sleeps.Load() - before; n > 1 {
+			t.Errorf("until(%d) slept %d times: the absolute deadline ended before the run clock reached it", due, n)
+		}
+	}
+	if !sort.SliceIsSorted(at, func(i, j int) bool { return at[i] < at[j] }) {
+		t.Error("returns out of order")
+	}
+	// A deadline a few slices away: maxSleep at a time, then the rest.
+	due := clk.now() + int64(2*maxSleep+maxSleep/2)
+	before := w.sleeps.Load()
+	w.until(due)
+	if now := clk.now(); now < due {
+		t.Fatalf("long wait returned %d ns early", due-now)
+	}
+	if n := w.sleeps.Load() - before; n < 3 || n > 4 {
+		t.Errorf("a wait of 2.5 slices slept %d times, want 3 (at most one more)", n)
+	}
+}
+
+// A stop ends the wait at the end of the slice the thread sleeps in, not at the due time.
+func TestThreadWaiterStop(t *testing.T) {
+	clk := clock{start: time.Now()}
+	stop := make(chan struct{})
+	got := make(chan bool)
+	ws := make(chan *threadWaiter)
+	go func() {
+		w, release := newTestThreadWaiter(clk, stop)
+		defer release()
+		ws <- w
+		got <- w.until(clk.now() + int64(time.Hour))
+	}()
+	w := <-ws
+	for w.sleeps.Load() < 2 { // it sleeps slice after slice
+		time.Sleep(time.Millisecond)
+	}
+	k := w.sleeps.Load()
+	close(stop)
+	if <-got {
+		t.Fatal("until = true across a stop")
+	}
+	if n := w.sleeps.Load() - k; n > 1 {
+		t.Errorf("%d more slices slept after the stop, want at most the one under way", n)
+	}
+}
+
+// A real open-loop run with the raw client on pooled connections: the dispatcher waits on
+// its locked thread and writes each request itself, so sent_ns is stamped in dispatch
+// order: every request is sent at or after its due time, in the trace's order, and the
+// thread is unlocked and the goroutines gone when Run returns.
+func TestOpenLoopThreadWaiter(t *testing.T) {
+	g0 := runtime.NumGoroutine()
+	srv := &vllmServer{}
+	base := startServer(t, srv)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = "raw" })
+	const n = 60
+	if got := c.Prewarm(context.Background(), n); got != n {
+		t.Fatalf("prewarmed %d connections, want %d", got, n)
+	}
+	var reqs []trace.Request
+	for i := range n {
+		at := time.Duration(i/3) * time.Millisecond // three at a time
+		reqs = append(reqs, trace.Request{ID: int64(i), Arrival: at, PromptTokens: 3, OutputTokens: 1})
+	}
+	locked := make(chan int64, n)
+	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
+		o.seams.record = func(*Result) { locked <- lockedWaiters.Load() }
+	})
+	if len(res) != n {
+		t.Fatalf("%d records, want %d", len(res), n)
+	}
+	sort.Slice(res, func(i, j int) bool { return res[i].RequestID < res[j].RequestID })
+	for i, r := range res {
+		if r.Status != results.StatusOK {
+			t.Fatalf("request %d: %s %s", r.RequestID, r.Status, r.Error)
+		}
+		if r.SentNS < r.ScheduledNS {
+			t.Errorf("request %d sent at %d, before its due time %d", r.RequestID, r.SentNS, r.ScheduledNS)
+		}
+		if i > 0 && r.SentNS < res[i-1].SentNS {
+			t.Errorf("request %d sent at %d, before request %d (%d)", r.RequestID, r.SentNS, res[i-1].RequestID, res[i-1].SentNS)
+		}
+	}
+	close(locked)
+	most := int64(0)
+	for l := range locked {
+		most = max(most, l)
+	}
+	if most != 1 {
+		t.Errorf("during the run, at most %d locked waiter threads, want 1", most)
+	}
+	if l := lockedWaiters.Load(); l != 0 {
+		t.Errorf("after the run, %d locked waiter threads, want 0", l)
+	}
+	c.Close()
+	for i := 0; runtime.NumGoroutine() > g0+2 && i < 500; i++ { // the test server's, ending
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > g0+2 {
+		t.Errorf("%d goroutines after the run, %d before", g, g0)
+	}
+}
