@@ -12,8 +12,15 @@ import (
 // for the yield loop adapts: it tracks a decaying maximum of the observed overshoot,
 // capped at 0.5 ms (yielding longer burns CPU against lateness that is then the
 // operating system's preemption of the whole process, which no waiting scheme beats).
-// (A blocking nanosleep on a locked thread was tried: it holds the goroutine's P in a
-// syscall until sysmon retakes it, up to 10 ms, which starved the senders.)
+// (A blocking nanosleep through syscall.Syscall holds the goroutine's P until sysmon
+// retakes it, up to 10 ms, which starved the senders; the open loop's thread waiter on
+// Linux, waiter_linux.go, hands the P off as it sleeps instead, osthread.SleepUntil.)
+//
+// Its users: the open loop under testing/synctest and outside Linux; closed-loop workers
+// (one wait each, for the worker's start; a locked thread per worker would be one OS
+// thread per unit of concurrency, each waking to compete for a P); and sessions, whose
+// dispatcher must also wake when a turn is queued (untilWoken: a channel, which a thread
+// asleep in clock_nanosleep cannot watch) and whose closed-loop workers wait think times.
 type waiter struct {
 	clk    clock
 	stop   <-chan struct{}
