@@ -593,7 +593,7 @@ func joinLog(path string, res []replay.Result, meta *results.RunMeta) (serverJoi
 		return serverJoin{}, err.Error()
 	}
 	if l.stamped == 0 {
-		return serverJoin{}, fmt.Sprintf("none of the sim's %d request-log lines has read_unix_ns and first_write_unix_ns", l.lines)
+		return serverJoin{}, fmt.Sprintf("none of the sim's %d request-log lines has both read_unix_ns and first_write_unix_ns (%d have the one, %d the other)", l.lines, l.read, l.first)
 	}
 	j := joinServerLog(res, meta, l, *ttft)
 	if j.Joined == 0 {

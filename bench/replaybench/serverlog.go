@@ -33,9 +33,10 @@ type serverRecord struct {
 // serverLog is a request log read into memory, keyed by X-Request-Id.
 type serverLog struct {
 	byID    map[string]*serverRecord
-	lines   int // lines read
-	stamped int // lines with read_unix_ns and first_write_unix_ns
-	writes  int // lines with write_unix_ns
+	lines       int // lines read
+	read, first int // lines with read_unix_ns, with first_write_unix_ns
+	stamped     int // lines with both
+	writes      int // lines with write_unix_ns
 }
 
 // readServerLog reads a sim request log (JSON lines). A line that is not JSON is an error
@@ -52,6 +53,12 @@ func readServerLog(r io.Reader) (*serverLog, error) {
 		rec := new(serverRecord)
 		if err := json.Unmarshal(sc.Bytes(), rec); err != nil {
 			return nil, fmt.Errorf("request log line %d: %w", l.lines, err)
+		}
+		if rec.ReadUnixNS > 0 {
+			l.read++
+		}
+		if rec.FirstWriteUnixNS > 0 {
+			l.first++
 		}
 		if rec.ReadUnixNS > 0 && rec.FirstWriteUnixNS > 0 {
 			l.stamped++
