@@ -32,7 +32,7 @@ type serverRecord struct {
 
 // serverLog is a request log read into memory, keyed by X-Request-Id.
 type serverLog struct {
-	byID    map[string]*serverRecord
+	byID        map[string]*serverRecord
 	lines       int // lines read
 	read, first int // lines with read_unix_ns, with first_write_unix_ns
 	stamped     int // lines with both
