@@ -29,6 +29,7 @@ func suite(args []string) error {
 	sweepRates := fs.String("sweep-rates", defaultRates, "sweep: offered rates, requests/s")
 	sweepTok := fs.Int("sweep-output-tokens", 20, "sweep: output tokens per request")
 	sweepDur := fs.Duration("sweep-duration", 10*time.Second, "sweep: schedule length per rate (at most -duration)")
+	sweepCPUs := fs.String("sweep-cpus", "", "sweep: the replayer's CPUs (-cpus; default: unpinned, as `sweep -sim-cpus 1`)")
 	noSweep := fs.Bool("no-sweep", false, "leave the sweep out")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,11 +47,12 @@ func suite(args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	common := passThrough("cpus", "sim-cpus", "procs", "summary", "rates", "cpuprofile")
+	sweepCommon := passThrough("cpus", "sim-cpus", "procs", "summary", "rates", "cpuprofile", "duration", "output-tokens")
 	sd := min(*sweepDur, *dur)
 	nRates := len(strings.Split(*sweepRates, ","))
-	est := time.Duration(*rounds*3)*(*dur+4*time.Second) + time.Duration(nRates)*(sd+3*time.Second)
-	if *noSweep {
-		est = time.Duration(*rounds*3) * (*dur + 4*time.Second)
+	est := time.Duration(*rounds*3) * (*dur + 3*time.Second)
+	if !*noSweep {
+		est += time.Duration(nRates) * (sd + 3*time.Second)
 	}
 	fmt.Printf("suite: %d rounds of floor, fidelity, fidelity pinned (-cpus %s -procs 1 -sim-cpus %s), %v each", *rounds, *pinR, *pinS, *dur)
 	if !*noSweep {
@@ -60,7 +62,7 @@ func suite(args []string) error {
 
 	var failed []string
 	k := 0
-	run := func(label string, extra ...string) *runSummary {
+	run := func(label string, common []string, extra ...string) *runSummary {
 		k++
 		path := filepath.Join(dir, fmt.Sprintf("run%d.json", k))
 		argv := append(append(append([]string{}, common...), "-summary", path), extra...)
@@ -86,13 +88,17 @@ func suite(args []string) error {
 	var fl, un, pn []*runSummary
 	for i := 1; i <= *rounds; i++ {
 		r := fmt.Sprintf("round %d/%d", i, *rounds)
-		fl = append(fl, run(r+" floor", "floor"))
-		un = append(un, run(r+" fidelity unpinned", "fidelity"))
-		pn = append(pn, run(r+" fidelity pinned", "-cpus", *pinR, "-procs", "1", "-sim-cpus", *pinS, "fidelity"))
+		fl = append(fl, run(r+" floor", common, "floor"))
+		un = append(un, run(r+" fidelity unpinned", common, "fidelity"))
+		pn = append(pn, run(r+" fidelity pinned", common, "-cpus", *pinR, "-procs", "1", "-sim-cpus", *pinS, "fidelity"))
 	}
 	var sw *runSummary
 	if !*noSweep {
-		sw = run("sweep", "-output-tokens", fmt.Sprint(*sweepTok), "-sim-cpus", *pinS, "-duration", sd.String(), "-rates", *sweepRates, "sweep")
+		a := []string{"-output-tokens", fmt.Sprint(*sweepTok), "-sim-cpus", *pinS, "-duration", sd.String(), "-rates", *sweepRates}
+		if *sweepCPUs != "" {
+			a = append(a, "-cpus", *sweepCPUs)
+		}
+		sw = run("sweep", sweepCommon, append(a, "sweep")...)
 	}
 	fmt.Println()
 	printSuite(os.Stdout, fl, un, pn, sw, *sweepTok, *pinS)
