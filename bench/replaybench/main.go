@@ -552,7 +552,7 @@ func fidelity() error {
 	if why == "" {
 		fmt.Printf("  replayer's own TTFT error ms (client TTFT - server TTFT, %d of %d ok joined): %s   (target p99 <= 1)\n", j.Joined, j.OK, j.OwnTTFTErr)
 		fmt.Printf("    one-way, CLOCK_REALTIME: request (server read - client send) %s; first chunk (client read - server write) %s\n", j.SendLeg, j.RecvLeg)
-		fmt.Printf("    ITL error per chunk ms (client gap - server write gap, %d chunk pairs in %d streams, %d streams not paired one to one): %s\n", j.ITLErr.N, j.ITLStreams, j.ITLSkipped, j.ITLErr)
+		fmt.Printf("    ITL error per server write ms (client gap between two writes' arrivals - server gap between the writes, %d gaps in %d streams; %d streams did not pair by token count): %s\n", j.ITLErr.N, j.ITLStreams, j.ITLSkipped, j.ITLErr)
 		fmt.Printf("  sim's own first-write lateness ms (first_write - (read + %v), its request log): %s\n", *ttft, j.SimFirstLate)
 	} else {
 		fmt.Printf("  replayer's own TTFT error: server record unavailable: %s\n", why)

@@ -110,9 +110,10 @@ type serverJoin struct {
 	// (the run clock is CLOCK_MONOTONIC from run_start_unix_ns, so a wall-clock step during
 	// the run shifts them; their sum is OwnTTFTErr exactly).
 	SendLeg, RecvLeg dist
-	// ITLErr is, per chunk after the first, the client's gap to the previous chunk minus
-	// the server's gap between the writes that carried them, for streams whose chunks and
-	// token-carrying writes pair one to one (ITLStreams of them; ITLSkipped did not).
+	// ITLErr is, per token-carrying server write after the first, the gap between the
+	// client's arrivals of it and of the write before (writeArrivals) minus the gap between
+	// the two writes at the server, for the streams whose chunks pair with the writes by
+	// token count (ITLStreams of them; ITLSkipped did not).
 	ITLErr                 dist
 	ITLStreams, ITLSkipped int
 }
@@ -143,13 +144,14 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 		if len(s.WriteUnixNS) == 0 {
 			continue
 		}
-		if !chunksPair(r, s) {
+		at, ok := writeArrivals(r, s)
+		if !ok {
 			j.ITLSkipped++
 			continue
 		}
 		j.ITLStreams++
-		for k := 1; k < len(r.ChunkNS); k++ {
-			itl = append(itl, ms((r.ChunkNS[k]-r.ChunkNS[k-1])-(s.WriteUnixNS[k]-s.WriteUnixNS[k-1])))
+		for k := 1; k < len(at); k++ {
+			itl = append(itl, ms((at[k]-at[k-1])-(s.WriteUnixNS[k]-s.WriteUnixNS[k-1])))
 		}
 	}
 	j.OwnTTFTErr, j.SimFirstLate = summarize(own), summarize(late)
@@ -157,20 +159,44 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 	return j
 }
 
-// chunksPair says whether r's output chunks and s's token-carrying writes pair one to one:
-// as many of each, and the same token count per pair where both sides say it.
-func chunksPair(r *replay.Result, s *serverRecord) bool {
-	if len(r.ChunkNS) != len(s.WriteUnixNS) || len(r.ChunkNS) == 0 {
-		return false
+// writeArrivals returns, for each of s's token-carrying writes, when its first token
+// reached the client (an offset from sent_ns, as r.ChunkNS). It pairs them by token
+// count: write k carried write_tokens[k] tokens, and r's output chunks carry
+// r.ChunkTokens each (one each when the client did not learn it, as from the fixed sim),
+// so the first token of write k is in the client chunk that holds token sum(write_tokens[:k]).
+// ok is false when the totals differ or a client chunk would straddle two writes.
+func writeArrivals(r *replay.Result, s *serverRecord) (at []int64, ok bool) {
+	if len(s.WriteUnixNS) == 0 || len(s.WriteTokens) != len(s.WriteUnixNS) || len(r.ChunkNS) == 0 {
+		return nil, false
 	}
-	if len(s.WriteTokens) == len(s.WriteUnixNS) && len(r.ChunkTokens) == len(r.ChunkNS) {
-		for k := range r.ChunkTokens {
-			if int(r.ChunkTokens[k]) != s.WriteTokens[k] {
-				return false
-			}
+	tok := func(j int) int { return 1 }
+	if len(r.ChunkTokens) == len(r.ChunkNS) {
+		tok = func(j int) int { return int(r.ChunkTokens[j]) }
+	}
+	total, wtotal := 0, 0
+	for j := range r.ChunkNS {
+		total += tok(j)
+	}
+	for _, n := range s.WriteTokens {
+		wtotal += n
+	}
+	if total != wtotal {
+		return nil, false
+	}
+	at = make([]int64, len(s.WriteUnixNS))
+	j, before, first := 0, 0, 0 // before: tokens in the chunks ahead of j; first: write k's first token
+	for k, n := range s.WriteTokens {
+		for before+tok(j) <= first {
+			before += tok(j)
+			j++
 		}
+		if before != first {
+			return nil, false
+		}
+		at[k] = r.ChunkNS[j]
+		first += n
 	}
-	return true
+	return at, true
 }
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
