@@ -546,7 +546,7 @@ func fidelity() error {
 	fmt.Printf("  replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s; load average %s\n", cpusAllowed("self"), runtime.GOMAXPROCS(0), simCPUs, loadavg())
 	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
 	fmt.Printf("  schedule lateness ms:  %s   (target p99 <= C-like sleeper p99 + 0.2 unpinned, <= 1 pinned)\n", fmtDist(o.lateP50, o.lateP99, o.lateMax))
-	fmt.Printf("  C-like sleeper late ms: %s   (a locked thread sleeping to absolute deadlines %v apart, the mean gap: the floor for the lateness above)\n", fmtDist(o.sleepP50, o.sleepP99, o.sleepMax), o.period.Round(time.Microsecond))
+	fmt.Printf("  C-like sleeper late ms: %s   (a thread outside Go's scheduler sleeping to absolute deadlines %v apart, the mean gap: the floor for the lateness above)\n", fmtDist(o.sleepP50, o.sleepP99, o.sleepMax), o.period.Round(time.Microsecond))
 	fmt.Printf("  goroutine 1 ms sleep late ms: p50 %.3f p99 %.3f   (time.Sleep every 10 ms: Go's timers, another floor)\n", o.hicP50, o.hicP99)
 	fmt.Printf("  TTFT - %v ms (client vs nominal): %s   (target p99 <= 3 pinned)\n", *ttft, fmtDist(o.ttftErrP50, o.ttftErrP99, o.ttftErrMax))
 	if why == "" {

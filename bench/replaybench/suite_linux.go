@@ -58,7 +58,7 @@ func suite(args []string) error {
 	if !*noSweep {
 		fmt.Printf(", then a sweep of %d rates at %d output tokens, %v each, sim on CPUs %s", nRates, *sweepTok, sd, *pinS)
 	}
-	fmt.Printf(": about %v; load average %s\n", est.Round(time.Minute), loadavg())
+	fmt.Printf(": about %v; load average %s\n", est.Round(time.Second), loadavg())
 
 	var failed []string
 	k := 0
@@ -249,21 +249,23 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 		fmt.Fprintf(tw, "%s: goroutines start>end, fds start>end\t%s\t\tback to start %s\t\n", g.name, strings.Join(leaks, " "), yes(allBack))
 	}
 	if sw != nil {
+		fmt.Fprintf(tw, "sweep: highest rate, lateness p99 < 5 ms, all ok, req/s\t\t%.0f\t>= 1500 %s\t\n", sw.SweepBest, yes(sw.SweepBest >= 1500))
+	}
+	tw.Flush()
+	if sw != nil {
 		var pts []string
 		for _, p := range sw.Sweep {
 			pts = append(pts, fmt.Sprintf("%.0f:%.3f%s", p.Rate, p.LateP99, map[bool]string{true: "", false: "(not all ok)"}[p.OK == p.N && p.N > 0]))
 		}
-		fmt.Fprintf(tw, "sweep, %d tokens, sim on CPUs %s: rate:lateness p99\t%s\t\t\t\n", sweepTok, pinS, strings.Join(pts, " "))
-		fmt.Fprintf(tw, "sweep: highest rate, lateness p99 < 5 ms and all ok, req/s\t\t%.0f\t>= 1500 %s\t\n", sw.SweepBest, map[bool]string{true: "met", false: "NOT met"}[sw.SweepBest >= 1500])
+		fmt.Fprintf(out, "sweep at %d output tokens, sim on CPUs %s, req/s:lateness p99 ms: %s\n", sweepTok, pinS, strings.Join(pts, " "))
 	}
-	tw.Flush()
 	for i, r := range append(append([]*runSummary{}, un...), pn...) {
 		if r != nil && r.ServerRecord != "" {
 			fmt.Fprintf(out, "note: server record unavailable (run %d of the fidelity runs): %s\n", i+1, r.ServerRecord)
 			break
 		}
 	}
-	fmt.Fprintln(out, "The C-like sleeper is a locked thread on clock_nanosleep TIMER_ABSTIME at the offered mean gap (the floor for schedule lateness); the 1 ms goroutine sleep is Go's timers (another floor). CPU ratio: each round's fidelity CPU per streamed token over the same round's floor CPU per chunk (one token a chunk).")
+	fmt.Fprintln(out, "The C-like sleeper is a thread outside the Go runtime sleeping to absolute deadlines (clock_nanosleep TIMER_ABSTIME) one mean gap of the offered rate apart, in the replayer's process: the floor for schedule lateness. The 1 ms goroutine sleep is Go's timers, another floor. CPU ratio: each round's fidelity CPU per streamed token over the same round's floor CPU per chunk (one token a chunk).")
 }
 
 func yes(b bool) string {
