@@ -9,12 +9,15 @@
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay fidelity   # 300 req/s vs fixed: lateness, TTFT error, CPU/token
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay sweep      # highest rate with lateness p99 < 5 ms
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay memory     # 1,000,000 requests vs tiny: peak RSS
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay floor      # CPU per chunk of a minimal epoll client
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay suite      # issue 18's targets: floor and fidelity interleaved, medians
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -43,7 +46,7 @@ var (
 	bin      = flag.String("llmreplay", "llmreplay", "llmreplay binary that serves the simulated engine")
 	rate     = flag.Float64("rate", 300, "fidelity: offered rate, requests/s")
 	dur      = flag.Duration("duration", 20*time.Second, "fidelity/sweep: schedule length per run")
-	rates    = flag.String("rates", "300,600,1000,1500,2000,3000", "sweep: offered rates, requests/s")
+	rates    = flag.String("rates", defaultRates, "sweep: offered rates, requests/s")
 	outTok   = flag.Int("output-tokens", 100, "output tokens per request")
 	promptTk = flag.Int("prompt-tokens", 100, "prompt tokens per request")
 	ttft     = flag.Duration("ttft", 50*time.Millisecond, "fixed profile TTFT")
@@ -58,10 +61,21 @@ var (
 	hclient  = flag.String("http-client", "auto", "replayer's HTTP client: auto, raw or net/http (replay --http-client)")
 	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
 	pformat  = flag.String("prompt-format", "text", "replay --prompt-format: text (what any --endpoint gets by default; the sim tokenizes every prompt, ~2.5 µs a token of its CPU on the same cores) or token-ids (the sim counts them by length)")
+	cpus     = flag.String("cpus", "", "run replaybench (the replayer) under taskset -c LIST: it re-executes itself under taskset before anything runs, since Go starts threads before main (e.g. -cpus 0 -procs 1 -sim-cpus 1: a core each)")
+	srvRec   = flag.Bool("server-record", true, "fidelity: start the sim with --request-log FILE --request-log-writes and join its record to the results (the replayer's own TTFT error)")
+	summary  = flag.String("summary", "", "write the run's figures as JSON to this file (what suite reads)")
 )
+
+const defaultRates = "300,600,1000,1500,2000,2500,3000"
 
 func main() {
 	flag.Parse()
+	if *cpus != "" {
+		if err := pinSelf(*cpus); err != nil {
+			fmt.Fprintln(os.Stderr, "replaybench: -cpus:", err)
+			os.Exit(1)
+		}
+	}
 	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
 	}
@@ -82,8 +96,10 @@ func main() {
 		err = memory()
 	case "floor":
 		err = floor()
+	case "suite":
+		err = suite(flag.Args()[1:])
 	default:
-		err = fmt.Errorf("usage: replaybench [flags] fidelity|sweep|memory|floor")
+		err = fmt.Errorf("usage: replaybench [flags] fidelity|sweep|memory|floor|suite [suite flags]")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replaybench:", err)
@@ -255,18 +271,28 @@ type outcome struct {
 	rate                      float64
 	n, ok, sent               int
 	lateP50, lateP99, lateMax float64 // ms
-	ttftErrP50, ttftErrP99    float64 // ms, measured TTFT - true TTFT
+	ttftErrP50, ttftErrP99    float64 // ms, measured TTFT - nominal TTFT
+	ttftErrMax                float64
 	tokens                    int64
 	cpu, wall                 time.Duration
 	results                   string
-	hicP50, hicP99            float64 // ms
+	hicP50, hicP99            float64 // ms: the 1 ms goroutine sleeper
+	sleepP50, sleepP99        float64 // ms: the C-like sleeper (contract 1) at the mean gap
+	sleepMax                  float64
+	period                    time.Duration // the C-like sleeper's period
 	client                    string
+	goroutines, fds           [2]int // before the run; after it and Session.Close
+	settled                   time.Duration
 }
 
 // replayOnce replays src at its own times against base with the code `llmreplay replay`
 // runs (replay.Prepare, then replay.Run): the trace file, the production prompter (text
 // prompts, as for any --endpoint), the client. Only Run is inside the CPU measurement.
+// Beside it run the two sleepers (the C-like one at the offered mean gap, the 1 ms
+// goroutine one), and it counts the process's goroutines and file descriptors before the
+// run and after it (Session.Close done), giving them up to 2 s to go.
 func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight int, model string) (*outcome, error) {
+	g0, fd0 := runtime.NumGoroutine(), openFDs()
 	dir, err := os.MkdirTemp("", "replaybench")
 	if err != nil {
 		return nil, err
@@ -288,39 +314,57 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 		return nil, err
 	}
 	defer sess.Close()
+	period := time.Duration(float64(time.Second) / ratePerSec)
+	slp := startSleeper(period)
 	hic := startHiccups()
 	cpu0, t0 := cpuTime(), time.Now()
 	sum, err := replay.Run(ctx, sess.Options)
 	if err != nil {
+		slp.end()
+		hic.end()
 		return nil, err
 	}
-	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName()}
+	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName(), period: period}
 	o.hicP50, o.hicP99 = hic.end()
+	o.sleepP50, o.sleepP99, o.sleepMax = slp.end()
 	o.n = int(sum.Requests)
 	o.ok = int(sum.ByStatus[results.StatusOK])
 	o.tokens = sum.OutputTok
 	o.lateP50, o.lateP99, o.lateMax = sum.Lateness.P50, sum.Lateness.P99, sum.Lateness.Max
 	o.sent = sum.Lateness.N
+	sess.Close()
+	t1 := time.Now()
+	for runtime.NumGoroutine() > g0 || openFDs() > fd0 {
+		if time.Since(t1) > 2*time.Second {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	o.settled = time.Since(t1)
+	o.goroutines, o.fds = [2]int{g0, runtime.NumGoroutine()}, [2]int{fd0, openFDs()}
 	return o, nil
 }
 
-// ttftError reads the results and returns type-7 percentiles of measured TTFT - true TTFT.
-func ttftError(o *outcome, truth time.Duration) error {
-	res, _, err := replay.ReadFile(o.results)
+// openFDs counts this process's open file descriptors (the directory read's own counts
+// in every figure alike).
+func openFDs() int {
+	e, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return err
+		return -1
 	}
+	return len(e)
+}
+
+// ttftError returns type-7 percentiles of measured TTFT - nominal TTFT over res.
+func ttftError(o *outcome, res []replay.Result, nominal time.Duration) {
 	var errs []float64
 	for _, r := range res {
 		if v, ok := r.TTFT(); ok {
-			errs = append(errs, v-float64(truth)/1e6)
+			errs = append(errs, v-float64(nominal)/1e6)
 		}
 	}
-	slices.Sort(errs)
-	if len(errs) > 0 {
-		o.ttftErrP50, o.ttftErrP99 = quantile.Type7(errs, 0.5), quantile.Type7(errs, 0.99)
-	}
-	return nil
+	d := summarize(errs)
+	o.ttftErrP50, o.ttftErrP99, o.ttftErrMax = d.P50, d.P99, d.Max
 }
 
 // simLateness reads the fixed sim's write-lateness histogram from /metrics and returns
@@ -375,37 +419,187 @@ func fixedArgs() []string {
 	return []string{"--profile", "fixed", "--ttft", ttft.String(), "--itl", itl.String()}
 }
 
-func fidelity() error {
-	base, stop, err := startSim(fixedArgs()...)
+// simHasServerRecord says whether bin's sim has --request-log-writes, the flag that came
+// with the server stamps of issue 18 (contract 2); why says what is missing when not.
+func simHasServerRecord() (ok bool, why string) {
+	out, _ := exec.Command(*bin, "sim", "--help").CombinedOutput()
+	if !bytes.Contains(out, []byte("--request-log-writes")) {
+		return false, fmt.Sprintf("%s sim has no --request-log-writes (a build before issue 18's server stamps)", *bin)
+	}
+	return true, ""
+}
+
+// cpusAllowed returns the Cpus_allowed_list of a process ("self" or a pid).
+func cpusAllowed(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+// runSummary is one run's figures, as -summary writes them for suite (ms unless named).
+type runSummary struct {
+	Mode         string  `json:"mode"`
+	Rate         float64 `json:"rate"`
+	Requests     int     `json:"requests"`
+	Sent         int     `json:"sent"`
+	OK           int     `json:"ok"`
+	LateP50      float64 `json:"lateness_p50"`
+	LateP99      float64 `json:"lateness_p99"`
+	LateMax      float64 `json:"lateness_max"`
+	TTFTNomP50   float64 `json:"ttft_minus_nominal_p50"`
+	TTFTNomP99   float64 `json:"ttft_minus_nominal_p99"`
+	SleeperP50   float64 `json:"sleeper_p50"`
+	SleeperP99   float64 `json:"sleeper_p99"`
+	SleeperMax   float64 `json:"sleeper_max"`
+	HiccupP99    float64 `json:"goroutine_sleep_1ms_p99"`
+	CPUPerToken  float64 `json:"cpu_us_per_token"`
+	SimPerToken  float64 `json:"sim_cpu_us_per_token"`
+	FloorPerChnk float64 `json:"floor_us_per_chunk,omitempty"`
+	// ServerRecord is "" when the join ran, else why it did not.
+	ServerRecord string     `json:"server_record_unavailable,omitempty"`
+	Server       serverJoin `json:"server"`
+	Goroutines   [2]int     `json:"goroutines"`
+	FDs          [2]int     `json:"fds"`
+	SweepBest    float64    `json:"sweep_best_rate,omitempty"`
+	Sweep        []sweepPt  `json:"sweep,omitempty"`
+}
+
+type sweepPt struct {
+	Rate    float64 `json:"rate"`
+	N       int     `json:"requests"`
+	Sent    int     `json:"sent"`
+	OK      int     `json:"ok"`
+	LateP99 float64 `json:"lateness_p99"`
+	Sleeper float64 `json:"sleeper_p99"`
+}
+
+func writeSummary(s *runSummary) error {
+	if *summary == "" {
+		return nil
+	}
+	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	return os.WriteFile(*summary, b, 0o644)
+}
+
+func fidelity() error {
+	dir, err := os.MkdirTemp("", "replaybench-sim")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	args, logPath, why := fixedArgs(), "", "-server-record=false"
+	if *srvRec {
+		var ok bool
+		if ok, why = simHasServerRecord(); ok {
+			logPath = filepath.Join(dir, "requests.jsonl")
+			args = append(args, "--request-log", logPath, "--request-log-writes")
+		}
+	}
+	base, stopSim, err := startSim(args...)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopSim()
+		}
+	}()
+	simCPUs := cpusAllowed(strconv.Itoa(simPID))
 	n := int64(*rate * (dur.Seconds() + warmup.Seconds()))
 	sim0 := simCPU()
 	o, err := replayOnce(base, newPoisson(n, *rate, *promptTk, *outTok), *rate, 4096, "sim-fixed")
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(filepath.Dir(o.results))
 	simUsed := simCPU() - sim0
-	if err := ttftError(o, *ttft); err != nil {
+	res, meta, err := replay.ReadFile(o.results)
+	if err != nil {
 		return err
 	}
+	ttftError(o, res, *ttft)
 	late, lerr := simLateness(base)
-	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
-	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
-	fmt.Printf("  schedule lateness ms: p50 %.3f p99 %.3f max %.3f   (target p99 <= 1)\n", o.lateP50, o.lateP99, o.lateMax)
-	fmt.Printf("  TTFT - %v ms: p50 %.3f p99 %.3f   (target p99 <= 3)\n", *ttft, o.ttftErrP50, o.ttftErrP99)
-	if lerr == nil {
-		fmt.Printf("  of which the sim's own lateness: its first writes left the handler late by p50 <= %s, p99 <= %s (bucket bounds from its /metrics)\n", late[0], late[1])
-	} else {
-		fmt.Printf("  sim lateness unknown: %v\n", lerr)
+	stopSim() // the sim writes what its request log holds as it stops
+	stopped = true
+	var j serverJoin
+	if logPath != "" {
+		j, why = joinLog(logPath, res, meta)
 	}
-	fmt.Printf("  machine floor: a goroutine sleeping 1 ms wakes late by p50 %.3f p99 %.3f ms; load average %s\n", o.hicP50, o.hicP99, loadavg())
-	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 10); wall %v\n",
-		o.cpu.Round(time.Millisecond), o.tokens, float64(o.cpu)/1e3/float64(o.tokens), o.wall.Round(time.Millisecond))
-	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, float64(simUsed)/1e3/float64(max(o.tokens, 1)))
-	return nil
+
+	sum := &runSummary{Mode: "fidelity", Rate: *rate, Requests: o.n, Sent: o.sent, OK: o.ok,
+		LateP50: o.lateP50, LateP99: o.lateP99, LateMax: o.lateMax, TTFTNomP50: o.ttftErrP50, TTFTNomP99: o.ttftErrP99,
+		SleeperP50: o.sleepP50, SleeperP99: o.sleepP99, SleeperMax: o.sleepMax, HiccupP99: o.hicP99,
+		CPUPerToken: float64(o.cpu) / 1e3 / float64(max(o.tokens, 1)), SimPerToken: float64(simUsed) / 1e3 / float64(max(o.tokens, 1)),
+		ServerRecord: why, Server: j, Goroutines: o.goroutines, FDs: o.fds}
+	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
+	fmt.Printf("  replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s; load average %s\n", cpusAllowed("self"), runtime.GOMAXPROCS(0), simCPUs, loadavg())
+	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
+	fmt.Printf("  schedule lateness ms:  %s   (target p99 <= C-like sleeper p99 + 0.2 unpinned, <= 1 pinned)\n", fmtDist(o.lateP50, o.lateP99, o.lateMax))
+	fmt.Printf("  C-like sleeper late ms: %s   (a thread outside Go's scheduler sleeping to absolute deadlines %v apart, the mean gap: the floor for the lateness above)\n", fmtDist(o.sleepP50, o.sleepP99, o.sleepMax), o.period.Round(time.Microsecond))
+	fmt.Printf("  goroutine 1 ms sleep late ms: p50 %.3f p99 %.3f   (time.Sleep every 10 ms: Go's timers, another floor)\n", o.hicP50, o.hicP99)
+	fmt.Printf("  TTFT - %v ms (client vs nominal): %s   (target p99 <= 3 pinned)\n", *ttft, fmtDist(o.ttftErrP50, o.ttftErrP99, o.ttftErrMax))
+	if why == "" {
+		fmt.Printf("  replayer's own TTFT error ms (client TTFT - server TTFT, %d of %d ok joined): %s   (target p99 <= 1)\n", j.Joined, j.OK, j.OwnTTFTErr)
+		fmt.Printf("    one-way, CLOCK_REALTIME: request (server read - client send) %s; first chunk (client read - server write) %s\n", j.SendLeg, j.RecvLeg)
+		fmt.Printf("    ITL error per server write ms (client gap between two writes' arrivals - server gap between the writes, %d gaps in %d streams; %d streams did not pair by token count): %s\n", j.ITLErr.N, j.ITLStreams, j.ITLSkipped, j.ITLErr)
+		fmt.Printf("  sim's own first-write lateness ms (first_write - (read + %v), its request log): %s\n", *ttft, j.SimFirstLate)
+	} else {
+		fmt.Printf("  replayer's own TTFT error: server record unavailable: %s\n", why)
+	}
+	if lerr == nil {
+		fmt.Printf("  sim's /metrics: its first writes left the handler late by p50 <= %s, p99 <= %s (bucket bounds)\n", late[0], late[1])
+	} else {
+		fmt.Printf("  sim's /metrics lateness unknown: %v\n", lerr)
+	}
+	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 1.3 x `replaybench floor` µs/chunk); wall %v\n",
+		o.cpu.Round(time.Millisecond), o.tokens, sum.CPUPerToken, o.wall.Round(time.Millisecond))
+	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, sum.SimPerToken)
+	fmt.Printf("  replayer goroutines %d -> %d, file descriptors %d -> %d (before the run; after it and Session.Close, %v later)%s\n",
+		o.goroutines[0], o.goroutines[1], o.fds[0], o.fds[1], o.settled.Round(time.Millisecond), leakNote(o))
+	return writeSummary(sum)
+}
+
+func leakNote(o *outcome) string {
+	if o.goroutines[1] > o.goroutines[0] || o.fds[1] > o.fds[0] {
+		return "  NOT BACK TO THE START COUNT"
+	}
+	return ""
+}
+
+func fmtDist(p50, p99, mx float64) string {
+	return fmt.Sprintf("p50 %.3f p99 %.3f max %.3f", p50, p99, mx)
+}
+
+// joinLog reads the sim's request log and joins it to res; why says why there is no join.
+func joinLog(path string, res []replay.Result, meta *results.RunMeta) (serverJoin, string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return serverJoin{}, err.Error()
+	}
+	defer f.Close()
+	l, err := readServerLog(f)
+	if err != nil {
+		return serverJoin{}, err.Error()
+	}
+	if l.stamped == 0 {
+		return serverJoin{}, fmt.Sprintf("none of the sim's %d request-log lines has both read_unix_ns and first_write_unix_ns (%d have the one, %d the other)", l.lines, l.read, l.first)
+	}
+	j := joinServerLog(res, meta, l, *ttft)
+	if j.Joined == 0 {
+		return j, fmt.Sprintf("no ok result joined the sim's %d stamped lines (X-Request-Id %s-ID)", l.stamped, meta.RunID)
+	}
+	return j, ""
 }
 
 func sweep() error {
@@ -414,7 +608,9 @@ func sweep() error {
 		return err
 	}
 	defer stop()
-	best := 0.0
+	fmt.Printf("sweep: %d output tokens per request, replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s\n",
+		*outTok, cpusAllowed("self"), runtime.GOMAXPROCS(0), cpusAllowed(strconv.Itoa(simPID)))
+	sum := &runSummary{Mode: "sweep"}
 	for _, s := range strings.Split(*rates, ",") {
 		var r float64
 		if _, err := fmt.Sscan(s, &r); err != nil {
@@ -425,16 +621,19 @@ func sweep() error {
 		if err != nil {
 			return err
 		}
-		ttftError(o, *ttft)
-		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT err p99 %.3f ms, %.2f µs CPU/token; 1 ms sleeper late p99 %.3f ms; load %s\n",
-			r, o.n, o.sent, o.ok, o.lateP50, o.lateP99, o.lateMax, o.ttftErrP99, float64(o.cpu)/1e3/float64(max(o.tokens, 1)), o.hicP99, loadavg())
-		if o.lateP99 < 5 && o.ok == o.n && r > best {
-			best = r
+		if res, _, err := replay.ReadFile(o.results); err == nil {
+			ttftError(o, res, *ttft)
+		}
+		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT - %v p99 %.3f ms, %.2f µs CPU/token; C-like sleeper late p99 %.3f ms, 1 ms goroutine sleep late p99 %.3f ms; load %s\n",
+			r, o.n, o.sent, o.ok, o.lateP50, o.lateP99, o.lateMax, *ttft, o.ttftErrP99, float64(o.cpu)/1e3/float64(max(o.tokens, 1)), o.sleepP99, o.hicP99, loadavg())
+		sum.Sweep = append(sum.Sweep, sweepPt{Rate: r, N: o.n, Sent: o.sent, OK: o.ok, LateP99: o.lateP99, Sleeper: o.sleepP99})
+		if o.lateP99 < 5 && o.ok == o.n && o.n > 0 && r > sum.SweepBest {
+			sum.SweepBest = r
 		}
 		os.RemoveAll(filepath.Dir(o.results))
 	}
-	fmt.Printf("sweep: highest offered rate with lateness p99 < 5 ms and every request ok: %.0f req/s\n", best)
-	return nil
+	fmt.Printf("sweep: highest offered rate with lateness p99 < 5 ms and every request ok: %.0f req/s\n", sum.SweepBest)
+	return writeSummary(sum)
 }
 
 func memory() error {
@@ -543,7 +742,8 @@ func floor() error {
 	syscall.Getrusage(rusageThread, &ru1)
 	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) + syscall.TimevalToNsec(ru1.Stime) -
 		syscall.TimevalToNsec(ru0.Utime) - syscall.TimevalToNsec(ru0.Stime))
-	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads, %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing)\n",
-		*rate, closed, chunks, reads, wakes, cpu.Round(time.Millisecond), float64(cpu)/1e3/float64(max(chunks, 1)))
-	return nil
+	perChunk := float64(cpu) / 1e3 / float64(max(chunks, 1))
+	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads, %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing); load %s\n",
+		*rate, closed, chunks, reads, wakes, cpu.Round(time.Millisecond), perChunk, loadavg())
+	return writeSummary(&runSummary{Mode: "floor", Rate: *rate, Requests: int(n), OK: int(closed), FloorPerChnk: perChunk})
 }

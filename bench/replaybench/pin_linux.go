@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// pinnedEnv marks a replaybench that pinSelf has already re-executed under taskset.
+const pinnedEnv = "REPLAYBENCH_CPUS"
+
+// pinSelf re-executes replaybench under `taskset -c list` (same pid, same arguments),
+// unless this process is that re-execution. Re-exec, not sched_setaffinity from main:
+// sched_setaffinity pins only the calling thread, and by the time main runs the Go runtime
+// has started sysmon and other threads, which would stay unpinned; a process started by
+// taskset has every thread it will ever start on list.
+func pinSelf(list string) error {
+	if os.Getenv(pinnedEnv) == list {
+		return nil
+	}
+	ts, err := exec.LookPath("taskset")
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := append(os.Environ(), pinnedEnv+"="+list)
+	err = syscall.Exec(ts, append([]string{"taskset", "-c", list, self}, os.Args[1:]...), env)
+	return fmt.Errorf("exec taskset: %w", err)
+}
