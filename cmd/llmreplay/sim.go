@@ -30,6 +30,9 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Without automatic prefix caching, and with a per-request log (JSON lines, X-Request-Id)
   llmreplay sim --no-prefix-cache --request-log sim-requests.jsonl
 
+  # The server's own record of each write, to split a client's TTFT error from the server's
+  llmreplay sim --profile fixed --ttft 50ms --itl 10ms --request-log sim.jsonl --request-log-writes
+
   # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
   llmreplay sim --profile fixed --ttft 200ms --itl 20ms
 
@@ -51,7 +54,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	profile := fs.String("profile", "moe-230b-8gpu", "parameter set: "+strings.Join(sim.Profiles(), ", "))
 	printInfo := fs.Bool("print-info", false, "print the configuration and analytical limits (as /sim/info) and exit")
 	noPrefix := fs.Bool("no-prefix-cache", false, "turn automatic prefix caching off (on by default, as in vLLM and SGLang)")
-	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id), written off the engine's path")
+	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id, and read_unix_ns/first_write_unix_ns: when the server read the request and wrote its first token, on the wall clock), written off the engine's path")
+	requestLogWrites := fs.Bool("request-log-writes", false, "with --request-log: also log the wall-clock stamp and token count of every body write that carried tokens (write_unix_ns, write_tokens)")
 	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR (DUR in model time, default 1s)")
 
 	// Every model parameter; applied over the profile only when given.
@@ -74,7 +78,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		cfg.PrefixCache = false
 	}
-	cfg.RequestLog = *requestLog
+	if *requestLogWrites && *requestLog == "" {
+		return usagef("sim: --request-log-writes needs --request-log FILE")
+	}
+	cfg.RequestLog, cfg.RequestLogWrites = *requestLog, *requestLogWrites
 	if (fs.Changed("ttft") || fs.Changed("itl")) && !cfg.Fixed {
 		return usagef("sim: --ttft and --itl apply to --profile fixed only")
 	}
@@ -187,7 +194,11 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 		}
 	}
 	if cfg.RequestLog != "" {
-		fmt.Fprintf(stderr, "  request log: %s\n", cfg.RequestLog)
+		w := ""
+		if cfg.RequestLogWrites {
+			w = " (every write)"
+		}
+		fmt.Fprintf(stderr, "  request log: %s%s\n", cfg.RequestLog, w)
 	}
 	if cfg.TimeScale != 1 {
 		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)

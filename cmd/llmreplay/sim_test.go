@@ -44,6 +44,21 @@ func TestSimHelpAndInfo(t *testing.T) {
 	}
 }
 
+func TestSimRequestLogWritesNeedsRequestLog(t *testing.T) {
+	err := run(context.Background(), []string{"sim", "--profile", "fixed", "--request-log-writes", "--print-info"}, io.Discard, io.Discard)
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--request-log-writes") || !strings.Contains(err.Error(), "--request-log FILE") {
+		t.Fatalf("got %v, want a usage error naming --request-log-writes and --request-log", err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"sim", "--help"}, &out, io.Discard); !errors.Is(err, pflag.ErrHelp) {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--request-log-writes") {
+		t.Error("--help lacks --request-log-writes")
+	}
+}
+
 func TestSimBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--profile", "huge"},
@@ -53,6 +68,7 @@ func TestSimBadFlags(t *testing.T) {
 		{"--max-batch", "0"},
 		{"--time-scale", "-1"},
 		{"extra"},
+		{"--request-log-writes"}, // without --request-log
 	} {
 		err := run(context.Background(), append([]string{"sim", "--print-info"}, args...), io.Discard, io.Discard)
 		var ue *usageError

@@ -95,6 +95,23 @@ func rawStream(conn net.Conn, br *bufio.Reader, req []byte, buf []byte) (events 
 	}
 }
 
+// BenchmarkFixedStreams measures the fixed profile's CPU per streamed token (tok/cpu-s,
+// client included) with 300 concurrent streams of 500 tokens at an ITL of 5 ms (60k tok/s
+// offered, 300 000 tokens a round), written by the precise writer or by the handlers'
+// goroutines (the path before issue 18). Run it with -benchtime 300000x or more: the
+// connections' setup is inside the figure.
+func BenchmarkFixedStreams(b *testing.B) {
+	for _, path := range []string{"precise", "goroutine"} {
+		b.Run(path, func(b *testing.B) {
+			cfg, _ := Profile("fixed")
+			cfg.FixedTTFT, cfg.FixedITL = 5*time.Millisecond, 5*time.Millisecond
+			r := startSim(b, cfg)
+			r.srv.noPrecise = path == "goroutine"
+			benchStreamsOn(b, r, 300, 500, true)
+		})
+	}
+}
+
 func benchStreams(b *testing.B, cfg Config, streams, perReq int, raw bool) {
 	benchStreamsOn(b, startSim(b, cfg), streams, perReq, raw)
 }
@@ -189,10 +206,18 @@ func benchStreamsOn(b *testing.B, r *Running, streams, perReq int, raw bool) {
 // ITL 5 ms): median signed error and p99 absolute error, in microseconds. The error
 // includes the client's own read path and the OS scheduler, so it bounds the sim's error
 // from above; sim_*_write_err is the sim's own lateness at its write, by the same stats.
+// Each runs with the precise writer and with the goroutine path.
 func BenchmarkFixedAccuracy(b *testing.B) {
+	for _, path := range []string{"precise", "goroutine"} {
+		b.Run(path, func(b *testing.B) { benchFixedAccuracy(b, path == "goroutine") })
+	}
+}
+
+func benchFixedAccuracy(b *testing.B, goroutine bool) {
 	cfg, _ := Profile("fixed")
 	cfg.FixedTTFT, cfg.FixedITL = 20*time.Millisecond, 5*time.Millisecond
 	r := startSim(b, cfg)
+	r.srv.noPrecise = goroutine
 	r.Server().lateness = &latenessLog{}
 	url := r.BaseURL() + "/completions"
 	const streams, perReq = 16, 20

@@ -87,6 +87,9 @@ type Config struct {
 	// RequestLog, when set, is a file to which the server appends one JSON line per
 	// generation request (with the client's X-Request-Id), written off the engine's path.
 	RequestLog string `json:"request_log,omitempty"`
+	// RequestLogWrites adds to each request-log line the stamp and token count of every
+	// body write that carried tokens (write_unix_ns, write_tokens). Needs RequestLog.
+	RequestLogWrites bool `json:"request_log_writes,omitempty"`
 }
 
 // KV admission policies (Config.KVAdmission).
@@ -329,6 +332,9 @@ func (c Config) Validate() error {
 		if c.PrefixCache && (c.PrefixBlockTokens < 1 || c.PrefixBlockTokens > c.KVCacheTokens) {
 			bad("prefix_block_tokens", "%d not in [1, kv_cache_tokens %d]", c.PrefixBlockTokens, c.KVCacheTokens)
 		}
+	}
+	if c.RequestLogWrites && c.RequestLog == "" {
+		bad("request_log_writes", "set without request_log")
 	}
 	f := c.Faults
 	for _, r := range []struct {

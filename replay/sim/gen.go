@@ -297,6 +297,15 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	// Arrival is stamped before the body is read and parsed, so the server's own request
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
+	conn := connFrom(r.Context())
+	var readNs int64
+	if conn != nil {
+		// The read that delivered the head is earlier still, and is the request's true
+		// arrival: the fixed schedule starts there.
+		if t := conn.lastRead(); !t.IsZero() && t.Before(recv) {
+			recv, readNs = t, t.UnixNano()
+		}
+	}
 	rid := r.Header.Get(RequestIDHeader)
 	if len(rid) > maxRequestIDBytes {
 		rid = rid[:maxRequestIDBytes]
@@ -306,7 +315,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	var rec *logRecord
 	if s.reqLog != nil {
-		rec = &logRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled"}
+		rec = &logRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs}
 		if chat {
 			rec.API = "chat"
 		}
@@ -476,18 +485,52 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if rc.Flush() != nil {
 		return
 	}
+	sent := 0
+	if f, ok := src.(*fixedSource); ok && conn != nil && !s.noPrecise && pl.clean() && r.ProtoAtLeast(1, 1) {
+		// net/http frames an HTTP/1.1 body of unknown length in chunks, which the
+		// scheduler writes itself.
+		n, complete, ok := s.servePrecise(ctx, conn, f, ck, p.includeUsage, rec)
+		if !ok {
+			return
+		}
+		if complete {
+			s.finished(&pl)
+			if rec != nil {
+				rec.Outcome = "ok"
+			}
+			setTrailers()
+			return
+		}
+		sent = n
+	}
 	bp := bufPool.Get().(*[]byte)
 	buf := (*bp)[:0]
 	defer func() { *bp = buf[:0]; bufPool.Put(bp) }()
+	bufTokens := 0 // tokens in buf, for the request log
+	logWrites := rec != nil && s.cfg.RequestLogWrites
+	stampWrite := func() {
+		if bufTokens == 0 || rec == nil {
+			return
+		}
+		t := time.Now().UnixNano()
+		if rec.FirstWriteUnixNs == 0 {
+			rec.FirstWriteUnixNs = t
+		}
+		if logWrites {
+			rec.WriteUnixNs = append(rec.WriteUnixNs, t)
+			rec.WriteTokens = append(rec.WriteTokens, bufTokens)
+		}
+		bufTokens = 0
+	}
 	flush := func() bool {
 		if len(buf) == 0 {
 			return true
 		}
+		stampWrite()
 		_, err := w.Write(buf)
 		buf = buf[:0]
 		return err == nil && rc.Flush() == nil
 	}
-	sent := 0
 	for sent < pl.target {
 		n, ok := src.next(ctx, sent)
 		if !ok {
@@ -527,8 +570,10 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 				}
 			}
 			buf = ck.appendToken(buf, sent)
+			bufTokens++
 			if len(buf) > writeBatch {
 				// A lagging stream catches up in bounded writes rather than growing buf.
+				stampWrite()
 				if _, err := w.Write(buf); err != nil {
 					return
 				}

@@ -29,7 +29,7 @@ type simCollector struct {
 	pcQueries, pcHits, pcBlocks, pcFree, pcEvict   *prometheus.Desc // prefix cache on
 	logDropped                                     *prometheus.Desc // request log on
 	steps, modelTime, lag, badRequests, faults     *prometheus.Desc
-	fixedLate                                      *prometheus.Desc // fixed profile
+	fixedLate, fixedStreams                        *prometheus.Desc // fixed profile
 }
 
 func newSimCollector(s *Server) *simCollector {
@@ -65,6 +65,7 @@ func newSimCollector(s *Server) *simCollector {
 	}
 	if s.cfg.Fixed {
 		c.fixedLate = d("llmreplay_sim_fixed_write_lateness_seconds", "How late the fixed profile's writes left the handler, by token (first or later): the sim's own share of a client's TTFT and ITL error.", "token")
+		c.fixedStreams = d("llmreplay_sim_fixed_precise_streams_total", "Fixed-profile streams written by the precise writer (a deadline thread writing each chunk to the socket), and of those the ones handed back to their handler because a write did not complete at once (a slow reader).", "outcome")
 	}
 	return c
 }
@@ -72,7 +73,7 @@ func newSimCollector(s *Server) *simCollector {
 func (c *simCollector) descs() []*prometheus.Desc {
 	all := []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.promptTok, c.genTok, c.success,
 		c.pcQueries, c.pcHits, c.pcBlocks, c.pcFree, c.pcEvict, c.logDropped,
-		c.kvUsed, c.steps, c.modelTime, c.lag, c.badRequests, c.faults, c.fixedLate}
+		c.kvUsed, c.steps, c.modelTime, c.lag, c.badRequests, c.faults, c.fixedLate, c.fixedStreams}
 	out := all[:0]
 	for _, d := range all {
 		if d != nil {
@@ -161,5 +162,7 @@ func (c *simCollector) Collect(ch chan<- prometheus.Metric) {
 			cum += uint64(h.counts[len(lateBounds)].Load())
 			ch <- prometheus.MustNewConstHistogram(c.fixedLate, cum, float64(h.sumNS.Load())/1e9, buckets, tok)
 		}
+		counter(c.fixedStreams, float64(s.fixedPrecise.Load()), "all")
+		counter(c.fixedStreams, float64(s.fixedFallbacks.Load()), "fallback")
 	}
 }

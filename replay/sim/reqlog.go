@@ -107,4 +107,15 @@ type logRecord struct {
 	ArrivalNs int64 `json:"arrival_ns,omitempty"`
 	FirstNs   int64 `json:"first_ns,omitempty"`
 	LastNs    int64 `json:"last_ns,omitempty"`
+
+	// Wall-clock stamps (CLOCK_REALTIME, ns since 1970) of what the server did, when known:
+	// when the read that delivered the request's head returned, and just before the write
+	// that carried the first token (streams). With Config.RequestLogWrites, every body
+	// write that carried tokens: its stamp and its token count (they sum to
+	// completion_tokens when the stream ended ok). A write cut short by a slow reader
+	// counts at the write that completes it.
+	ReadUnixNs       int64   `json:"read_unix_ns,omitempty"`
+	FirstWriteUnixNs int64   `json:"first_write_unix_ns,omitempty"`
+	WriteUnixNs      []int64 `json:"write_unix_ns,omitempty"`
+	WriteTokens      []int   `json:"write_tokens,omitempty"`
 }

@@ -57,6 +57,16 @@ type Server struct {
 
 	reqLog   *requestLog // nil unless Config.RequestLog
 	stopOnce sync.Once
+
+	// The fixed profile's precise writer (Linux), started by the first stream that can use
+	// it; fixedFallbacks counts the streams it handed back to their handler (slow readers).
+	sched          *scheduler
+	schedOnce      sync.Once
+	fixedFallbacks atomic.Int64
+	fixedPrecise   atomic.Int64 // streams handed to the precise writer
+
+	noPrecise       bool              // tests: every stream takes the goroutine path
+	preciseReturned func(st *pstream) // tests: called as servePrecise returns
 }
 
 // New validates cfg and starts the engine loop. Close stops it.
@@ -147,7 +157,15 @@ func (s *Server) stop() {
 		if s.eng != nil {
 			s.eng.close()
 		}
+		s.schedOnce.Do(func() {}) // none is started after this
+		s.sched.close()
 	})
+}
+
+// scheduler returns the precise writer, starting it on first use; nil when there is none.
+func (s *Server) precise() *scheduler {
+	s.schedOnce.Do(func() { s.sched = newScheduler() })
+	return s.sched
 }
 
 // Running is a Server listening on a TCP address.
@@ -173,13 +191,13 @@ func Start(ctx context.Context, addr string, cfg Config) (*Running, error) {
 	}
 	r := &Running{
 		srv:  srv,
-		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		ln:   ln,
+		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext},
+		ln:   stampListener{ln},
 		done: make(chan struct{}),
 	}
 	go func() {
 		defer close(r.done)
-		if err := r.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := r.hs.Serve(r.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			r.err = err
 		}
 	}()
@@ -493,6 +511,11 @@ type plan struct {
 	disconnectAt int
 	wordOff      int
 	id           uint64
+}
+
+// clean reports whether the plan streams without a fault (the precise writer's case).
+func (p *plan) clean() bool {
+	return p.status == 0 && p.slowFirst == 0 && p.stallAt < 0 && p.malformedAt < 0 && p.disconnectAt < 0
 }
 
 func (s *Server) realDur(d time.Duration) time.Duration {
