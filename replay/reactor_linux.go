@@ -39,10 +39,11 @@ import (
 // through its eventfd at once. A peer's FIN or reset is an epoll event (EPOLLRDHUP,
 // EPOLLHUP, EPOLLERR), read at once.
 
-// rawReactorThreads is the number of reactor threads. One thread reads 300 streams of
-// 100 tokens a second on a 2-vCPU machine at a fraction of a core; a second one costs more
-// wake-ups than it saves there (bench notes in the issue 18 report). Larger machines get
-// one more per 4 CPUs, for many thousands of streams.
+// rawReactorThreads is the number of reactor threads: one per 4 CPUs, at least one. One
+// thread reads 300 streams of 100 tokens a second on a 2-vCPU machine with room to spare,
+// and two measured no less CPU per token there (replaybench fidelity, issue 18: 15.9 and
+// 15.3 µs/token with two, 15.5 and 15.1 with one, same sitting); a reactor thread beyond
+// the CPUs the process has only adds wake-ups and hand-offs of Ps.
 var rawReactorThreads = max(1, runtime.NumCPU()/4)
 
 // reactorScan is how often a reactor with streams checks their deadlines.
