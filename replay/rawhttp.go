@@ -25,11 +25,13 @@ import (
 // The raw client is the replayer's own HTTP/1.1 client for plain-http endpoints, the
 // usual case of an engine on the same host or network. It exists for cost and timing:
 //
-//   - a stream is read inside one syscall.RawConn.Read call, one read(2) per readiness
-//     event, each stamped at once. net/http's body reader cannot wait before it reads, so
-//     every chunk costs it a read that returns EAGAIN, a park, a wake-up and the read
-//     that gets the bytes; with read(2) at ~1.7 µs on a virtual machine that was most
-//     of the replayer's CPU per token (docs/replay.md, "Fidelity and cost").
+//   - a stream is read by the stream reactor (reactor_linux.go): a locked thread waiting
+//     in epoll reads each ready connection once per readiness event and stamps the read
+//     at once. net/http's body reader cannot wait before it reads, so every chunk costs
+//     it a read that returns EAGAIN, a park, a wake-up and the read that gets the bytes;
+//     with read(2) at ~1.7 µs on a virtual machine that was most of the replayer's CPU
+//     per token (docs/replay.md, "Fidelity and cost"). The request's goroutine waits once
+//     per response, not once per chunk.
 //   - a due request goes out in one writev from the dispatcher itself, on a pooled
 //     connection, with no hand-off to a connection's writer goroutine and back.
 //
@@ -39,26 +41,19 @@ import (
 // says close. HTTPS, proxies and HTTP/2 go through net/http (ClientOptions.HTTPClient).
 
 // rawBuilt says the raw client is in this build: it reads and writes its sockets with
-// Linux's read(2) and writev(2) through RawSyscall, inside the runtime's netpoller, and is
-// proven on Linux only (rawhttp_other.go stands in elsewhere).
+// Linux's read(2), writev(2) and epoll, on descriptors it owns (outside the runtime's
+// netpoller), and is proven on Linux only (rawhttp_other.go stands in elsewhere).
 const rawBuilt = true
 
 const (
 	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
 	rawMaxHead    = maxResponseHead
 	rawDrainAfter = 2 * time.Second
-	// rawProbe bounds how long a stream waits for a readiness event before it reads once
-	// anyway. A read that empties the socket is followed by a wait, not by a second read
-	// that would return EAGAIN; but a FIN that arrives with the last data shares its
-	// readiness event, so an end of stream can only be seen by reading again. Probing
-	// every 200 ms costs a stream one read per 200 ms (a 10 ms ITL stream reads 20 times
-	// in that span) and delays noticing a dropped connection by at most that: the timings
-	// of data are unaffected, each chunk being stamped when read.
-	rawProbe = 200 * time.Millisecond
-	// rawMaxFullReads bounds the reads one readiness callback makes while each fills the
+	// rawMaxFullReads bounds the reads one readiness event gets while each fills the
 	// buffer (1 MiB at 16 KiB): a server that sends faster than the stream is parsed never
-	// lets the socket drain, and the request's deadline and the run's stop are checked only
-	// between callbacks.
+	// lets the socket drain, and the reactor's other streams, deadlines and cancellations
+	// are served only between events. (A FIN is an event of its own, EPOLLRDHUP: no probe
+	// read is needed to see the end of a stream.)
 	rawMaxFullReads = 64
 	// rawRetryWithin bounds when a request that a reused connection loses before any byte
 	// of a response is sent again. A connection the server closed while idle fails at once
@@ -69,10 +64,7 @@ const (
 	rawRetryWithin = time.Second
 )
 
-var (
-	errRawHeadTooLarge = fmt.Errorf("response headers over %d bytes", rawMaxHead)
-	aLongTimeAgo       = time.Unix(1, 0)
-)
+var errRawHeadTooLarge = fmt.Errorf("response headers over %d bytes", rawMaxHead)
 
 // rawTransport is the connection pool and request head of the raw client.
 type rawTransport struct {
@@ -89,10 +81,20 @@ type rawTransport struct {
 	bufs sync.Pool // *[]byte read buffers
 }
 
+// rawConn is a connection's socket: a descriptor the raw client owns, non-blocking, in
+// no epoll but a reactor's while a response is read from it. Whoever holds the rawConn
+// (the pool, or one request) closes it, once.
 type rawConn struct {
-	c      *net.TCPConn
-	rc     syscall.RawConn
+	fd     int
 	reused bool
+}
+
+// close closes the socket; a second call does nothing.
+func (cn *rawConn) close() {
+	if cn.fd >= 0 {
+		syscall.Close(cn.fd)
+		cn.fd = -1
+	}
 }
 
 // newRawTransport serves POSTs to u; modelsURL is GET BASE/models, for prewarm.
@@ -172,22 +174,45 @@ func (t *rawTransport) dial(ctx context.Context, deadline time.Time) (*rawConn, 
 	if err != nil {
 		return nil, err
 	}
-	tc := c.(*net.TCPConn)
-	rc, err := tc.SyscallConn()
+	fd, err := ownSocket(c.(*net.TCPConn))
+	c.Close()
 	if err != nil {
-		c.Close()
 		return nil, err
 	}
-	return &rawConn{c: tc, rc: rc}, nil
+	return &rawConn{fd: fd}, nil
+}
+
+// ownSocket returns a duplicate of c's socket (close-on-exec, non-blocking as c's: the
+// flag is the socket's). Closing c then takes c's descriptor out of the runtime's
+// netpoller (it deregisters a descriptor before closing it) and leaves the socket open
+// through the duplicate, which no epoll but a reactor's will hold. Dialing with net.Dialer
+// keeps its name resolution, address fallback, timeout, context and keep-alive settings.
+func ownSocket(c *net.TCPConn) (int, error) {
+	sc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	cerr := sc.Control(func(s uintptr) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			err = os.NewSyscallError("fcntl", e)
+			return
+		}
+		fd = int(r)
+	})
+	if cerr != nil {
+		return -1, cerr
+	}
+	return fd, err
 }
 
 // put returns a connection whose last response ended cleanly to the pool.
 func (t *rawTransport) put(cn *rawConn) {
-	cn.c.SetDeadline(time.Time{})
 	t.mu.Lock()
 	if len(t.idle) >= t.maxIdle {
 		t.mu.Unlock()
-		cn.c.Close()
+		cn.close()
 		return
 	}
 	t.idle = append(t.idle, cn)
@@ -201,7 +226,7 @@ func (t *rawTransport) closeIdle() {
 	t.idle = nil
 	t.mu.Unlock()
 	for _, cn := range idle {
-		cn.c.Close()
+		cn.close()
 	}
 }
 
@@ -220,17 +245,16 @@ func (t *rawTransport) prewarm(ctx context.Context, n int) int {
 			if err != nil {
 				return
 			}
-			cn.c.SetDeadline(deadline)
-			if _, err := cn.c.Write(t.models); err != nil {
-				cn.c.Close()
+			if err := writeAll(ctx, cn.fd, [][]byte{t.models}, deadline); err != nil {
+				cn.close()
 				return
 			}
 			bp := t.bufs.Get().(*[]byte)
 			defer t.bufs.Put(bp)
 			p := &rawResp{buf: *bp, res: &Result{}, conn: cn, deadline: deadline, discard: true}
 			err = p.run(ctx)
-			if err != nil || p.state != rsDone || p.closeConn || p.status != http.StatusOK {
-				cn.c.Close()
+			if err != nil || p.state != rsDone || p.closeConn || p.status != http.StatusOK || p.lo != p.hi {
+				cn.close()
 				return
 			}
 			conns <- cn
@@ -322,34 +346,88 @@ func (c *Client) startNow(clk clock, r *request) *rawStart {
 func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
 	st := &rawStart{cn: cn}
 	head := c.raw.headOf(r)
-	st.sentNS = clk.now()
-	cerr := cn.rc.Write(func(fd uintptr) bool {
-		iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
-		iov[0].SetLen(len(head))
-		cnt := 1
-		if len(r.body) > 0 {
-			iov[1].Base = &r.body[0]
-			iov[1].SetLen(len(r.body))
-			cnt = 2
-		}
-		for {
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
-			switch e {
-			case 0:
-				st.written = int(n)
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-			default:
-				st.err = os.NewSyscallError("writev", e)
-			}
-			return true
-		}
-	})
-	if cerr != nil && st.err == nil {
-		st.err = cerr
+	iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
+	iov[0].SetLen(len(head))
+	cnt := 1
+	if len(r.body) > 0 {
+		iov[1].Base = &r.body[0]
+		iov[1].SetLen(len(r.body))
+		cnt = 2
 	}
-	return st
+	st.sentNS = clk.now()
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(cn.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
+		switch e {
+		case 0:
+			st.written = int(n)
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+		default:
+			st.err = os.NewSyscallError("writev", e)
+		}
+		return st
+	}
+}
+
+// rawWriteWait bounds one wait for a socket's room in writeAll: the request's deadline
+// and its context are checked between waits.
+const rawWriteWait = 50 * time.Millisecond
+
+// writeAll writes bufs to the non-blocking socket fd, waiting in poll(2) while the socket
+// is full (a message larger than the socket's buffer: a huge prompt). It fails with
+// os.ErrDeadlineExceeded, as a connection's deadline would, when deadline passes or ctx
+// ends first.
+func writeAll(ctx context.Context, fd int, bufs [][]byte, deadline time.Time) error {
+	for {
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if len(bufs) == 0 {
+			return nil
+		}
+		var iov [2]syscall.Iovec
+		cnt := 0
+		for _, b := range bufs {
+			if cnt == len(iov) {
+				break
+			}
+			if len(b) > 0 {
+				iov[cnt].Base = &b[0]
+				iov[cnt].SetLen(len(b))
+				cnt++
+			}
+		}
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
+		switch e {
+		case 0:
+			for w := int(n); w > 0 && len(bufs) > 0; {
+				k := min(w, len(bufs[0]))
+				bufs[0] = bufs[0][k:]
+				w -= k
+				if len(bufs[0]) == 0 {
+					bufs = bufs[1:]
+				}
+			}
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			wait := rawWriteWait
+			if !deadline.IsZero() {
+				wait = min(wait, time.Until(deadline))
+			}
+			if ctx.Err() != nil || wait <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			pfd := struct {
+				fd             int32
+				events, revent int16
+			}{fd: int32(fd), events: 0x4} // POLLOUT
+			ts := syscall.NsecToTimespec(int64(wait))
+			syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		default:
+			return os.NewSyscallError("writev", e)
+		}
+	}
 }
 
 // doRaw is Client.do over the raw client; pre, when set, is the send the dispatcher
@@ -386,24 +464,21 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
 	onTokens func(int), deadline time.Time, buf []byte, mayRetry bool) (retry bool) {
 	cn := st.cn
-	cn.c.SetDeadline(deadline)
-	stopCancel := context.AfterFunc(ctx, func() { cn.c.SetDeadline(aLongTimeAgo) })
 	head := c.raw.headOf(r)
 	err := st.err
 	sent := st.sentNS
 	if err == nil && st.written < len(head)+len(r.body) {
-		var bufs net.Buffers
+		var bufs [][]byte
 		if w := st.written; w < len(head) {
-			bufs = net.Buffers{head[w:], r.body}
+			bufs = [][]byte{head[w:], r.body}
 		} else {
-			bufs = net.Buffers{r.body[w-len(head):]}
+			bufs = [][]byte{r.body[w-len(head):]}
 		}
-		_, err = bufs.WriteTo(cn.c)
+		err = writeAll(ctx, cn.fd, bufs, deadline)
 		sent = clk.now()
 	}
 	if err != nil {
-		stopCancel()
-		cn.c.Close()
+		cn.close()
 		if mayRetry && ctx.Err() == nil && connLost(err) {
 			return true
 		}
@@ -417,10 +492,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 	p.st.answer = r.answerBuf()
 	sse.reset(nil)
 	err = p.run(ctx)
-	reusable := p.state == rsDone && !p.closeConn && err == nil && p.lo == p.hi
-	if !stopCancel() {
-		reusable = false // the run was canceled while this response was read
-	}
+	reusable := p.state == rsDone && !p.closeConn && err == nil && p.lo == p.hi && !p.canceled
 	switch {
 	case p.mode == modeSSE:
 		switch {
@@ -440,7 +512,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		// res was filled when the head arrived
 	default: // no complete head
 		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-sent < int64(rawRetryWithin) {
-			cn.c.Close()
+			cn.close()
 			res.HTTPStatus = results.Null
 			return true
 		}
@@ -449,7 +521,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 	if reusable {
 		c.raw.put(cn)
 	} else {
-		cn.c.Close()
+		cn.close()
 	}
 	return false
 }
@@ -507,6 +579,12 @@ type rawResp struct {
 	sse  *sseReader
 	st   streamState
 
+	fd       int           // the connection's socket, while the reactor reads it
+	done     chan struct{} // closed by the reactor when the response is over or failed
+	opErr    error         // a read's error
+	timedOut bool          // the deadline passed, or the context ended (canceled)
+	canceled bool          // the context ended while the response was read
+
 	buf       []byte // raw bytes; unconsumed are buf[lo:hi]
 	lo, hi    int
 	eof       bool
@@ -524,82 +602,32 @@ type rawResp struct {
 	discard   bool      // read the body only to its end (prewarm's GET)
 }
 
-// run reads until the response is complete, fails, or the deadline passes. Inside one
-// RawConn.Read, each callback reads once per readiness event and returns to wait as soon
-// as a read leaves the socket empty (it returned less than the room given), so a
-// streamed chunk costs one read(2), stamped before any byte is parsed. The wait is cut
-// every rawProbe to read once regardless (see rawProbe).
+// run reads until the response is complete, fails, or the deadline passes: it hands p
+// to the connection's reactor, which reads and parses the stream on its thread, and waits
+// once for the reactor to be done with it. ctx's end (the run's hard stop) ends the read
+// at once, as a passed deadline would.
 func (p *rawResp) run(ctx context.Context) error {
-	var opErr error
-	yield := false
-	read := func(fd uintptr) bool {
-		for full := 0; ; full++ {
-			if full == rawMaxFullReads {
-				yield = true // the socket still holds data: RawConn.Read calls back at once
-				return true
-			}
-			if !p.makeRoom() {
-				p.err = errRawHeadTooLarge
-				return true
-			}
-			room := len(p.buf) - p.hi
-			n, err := rawRead(int(fd), p.buf[p.hi:])
-			if err == syscall.EINTR {
-				continue
-			}
-			if err == syscall.EAGAIN {
-				return false
-			}
-			if err != nil {
-				opErr = os.NewSyscallError("read", err)
-				return true
-			}
-			stamp := p.clk.now()
-			if n == 0 {
-				p.eof = true
-			} else {
-				p.hi += n
-				p.gotBytes = true
-			}
-			if p.process(stamp) || p.eof {
-				return true
-			}
-			if n < room {
-				return false
-			}
-		}
+	r, err := reactorFor(p.conn.fd)
+	if err != nil {
+		return err
 	}
-	for {
-		probe := time.Now().Add(rawProbe)
-		if !p.deadline.IsZero() && p.deadline.Before(probe) {
-			probe = p.deadline
-		}
-		p.conn.c.SetReadDeadline(probe)
-		if ctx.Err() != nil { // canceled: the hook's deadline may just have been overwritten
-			p.conn.c.SetReadDeadline(aLongTimeAgo)
-		}
-		yield = false
-		err := p.conn.rc.Read(read)
-		if yield && p.err == nil && opErr == nil {
-			if ctx.Err() != nil || (!p.deadline.IsZero() && !time.Now().Before(p.deadline)) {
-				return os.ErrDeadlineExceeded // as the connection's deadline would have said
-			}
-			continue
-		}
-		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil &&
-			(p.deadline.IsZero() || time.Now().Before(p.deadline)) {
-			continue // a probe, not the request's deadline
-		}
-		switch {
-		case p.err != nil:
-			return p.err
-		case opErr != nil:
-			return opErr
-		case err != nil:
-			return err
-		}
-		return nil
+	p.fd = p.conn.fd
+	p.done = make(chan struct{})
+	if err := r.add(p); err != nil {
+		return err
 	}
+	stop := context.AfterFunc(ctx, func() { r.cancel(p) })
+	<-p.done
+	p.canceled = !stop()
+	switch {
+	case p.err != nil:
+		return p.err
+	case p.opErr != nil:
+		return p.opErr
+	case p.timedOut:
+		return os.ErrDeadlineExceeded // as the connection's deadline said
+	}
+	return nil
 }
 
 // makeRoom moves unconsumed bytes to the front and grows the buffer for a long head.

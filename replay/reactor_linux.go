@@ -1,0 +1,270 @@
+//go:build linux
+
+package replay
+
+import (
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/llmreplay/llmreplay/internal/osthread"
+)
+
+// The stream reactor reads the raw client's responses. A few goroutines, each locked to
+// its OS thread, each wait in their own epoll over their share of the connections that
+// have a response in flight, and read each ready connection once per readiness: the read
+// is stamped with the run clock as it returns, and the bytes are framed and parsed in
+// place (rawResp.process). The request's goroutine waits once, for the response's end,
+// not once per chunk: a goroutine parked and woken by the netpoller per chunk cost a
+// quarter of the replayer's CPU in the scheduler (issue 18).
+//
+// The sockets are not in Go's netpoller: rawTransport.dial takes a duplicate of the dialed
+// socket's descriptor and closes the net.Conn, which removes it from the runtime's epoll
+// (else that epoll would be woken by every chunk too). A connection is in a reactor's epoll
+// only while a response is read from it: add registers it, finish removes it before the
+// request's goroutine is told, so the owner of a rawConn never closes a descriptor a
+// reactor still reads.
+//
+// The reactors are a process-wide set, started on the first response and never stopped:
+// rawReactorThreads goroutines (each holding one locked thread, an epoll and an eventfd).
+// A Client has no end its users must call, and a reactor with no stream waits in epoll
+// with no timeout, which costs nothing. Tests that count goroutines and descriptors count
+// after the set has started (TestRawRunLeavesNoGoroutinesOrFDs).
+//
+// Deadlines (the request's timeout, the drain after [DONE]) are checked every
+// reactorScan by the thread itself; a cancellation (the run's hard stop) wakes the thread
+// through its eventfd at once. A peer's FIN or reset is an epoll event (EPOLLRDHUP,
+// EPOLLHUP, EPOLLERR), read at once.
+
+// rawReactorThreads is the number of reactor threads: one per 4 CPUs, at least one. One
+// thread reads 300 streams of 100 tokens a second on a 2-vCPU machine with room to spare,
+// and two measured no less CPU per token there (replaybench fidelity, issue 18: 15.9 and
+// 15.3 µs/token with two, 15.5 and 15.1 with one, same sitting); a reactor thread beyond
+// the CPUs the process has only adds wake-ups and hand-offs of Ps.
+var rawReactorThreads = max(1, runtime.NumCPU()/4)
+
+// reactorScan is how often a reactor with streams checks their deadlines.
+const reactorScan = 50 * time.Millisecond
+
+type reactor struct {
+	ep  int // epoll
+	efd int // eventfd: a cancellation, or a first stream while the thread waits untimed
+
+	mu       sync.Mutex
+	streams  map[int32]*rawResp // by descriptor
+	canceled []*rawResp
+	untimed  bool // the thread waits with no timeout: a new stream must wake it
+}
+
+var (
+	reactorsOnce sync.Once
+	reactors     []*reactor
+	reactorsErr  error
+)
+
+// reactorFor returns the reactor that reads fd's responses, starting the set if needed.
+func reactorFor(fd int) (*reactor, error) {
+	reactorsOnce.Do(func() {
+		for range rawReactorThreads {
+			r, err := newReactor()
+			if err != nil {
+				reactorsErr = err
+				return
+			}
+			reactors = append(reactors, r)
+			go r.loop()
+		}
+	})
+	if len(reactors) == 0 {
+		return nil, reactorsErr
+	}
+	return reactors[fd%len(reactors)], nil
+}
+
+func newReactor() (*reactor, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	efd, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if e != 0 {
+		syscall.Close(ep)
+		return nil, os.NewSyscallError("eventfd2", e)
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(efd)}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, int(efd), &ev); err != nil {
+		syscall.Close(ep)
+		syscall.Close(int(efd))
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &reactor{ep: ep, efd: int(efd), streams: make(map[int32]*rawResp)}, nil
+}
+
+// add starts reading p's response (p.fd, p.done set). From here until p.done is closed,
+// p belongs to the reactor's thread.
+func (r *reactor) add(p *rawResp) error {
+	r.mu.Lock()
+	r.streams[int32(p.fd)] = p
+	wake := r.untimed
+	r.untimed = false
+	r.mu.Unlock()
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(p.fd)}
+	if err := syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_ADD, p.fd, &ev); err != nil {
+		r.mu.Lock()
+		delete(r.streams, int32(p.fd))
+		r.mu.Unlock()
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	if wake { // its deadline must be watched
+		r.wake()
+	}
+	return nil
+}
+
+// cancel ends p's read promptly, as its deadline would (ctx canceled); a p already
+// finished is left alone.
+func (r *reactor) cancel(p *rawResp) {
+	r.mu.Lock()
+	r.canceled = append(r.canceled, p)
+	r.mu.Unlock()
+	r.wake()
+}
+
+func (r *reactor) wake() {
+	one := uint64(1)
+	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(r.efd), uintptr(unsafe.Pointer(&one)), 8)
+}
+
+// finish takes p out of the epoll and hands it back to its goroutine.
+func (r *reactor) finish(p *rawResp) {
+	syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, p.fd, nil)
+	r.mu.Lock()
+	delete(r.streams, int32(p.fd))
+	r.mu.Unlock()
+	close(p.done)
+}
+
+type readyStream struct {
+	p  *rawResp
+	ev uint32
+}
+
+func (r *reactor) loop() {
+	runtime.LockOSThread() // never unlocked: the thread is the reactor's for the process
+	evs := make([]syscall.EpollEvent, 256)
+	var ready []readyStream
+	var canceled, expired []*rawResp
+	var buf [8]byte
+	nextScan := time.Now().Add(reactorScan)
+	for {
+		r.mu.Lock()
+		wait := -1
+		if len(r.streams) > 0 {
+			wait = max(0, int(time.Until(nextScan)/time.Millisecond)+1)
+		} else {
+			r.untimed = true
+		}
+		r.mu.Unlock()
+		n, err := osthread.EpollWait(r.ep, evs, wait)
+		if err != nil {
+			n = 0 // EINTR
+		}
+		ready = ready[:0]
+		r.mu.Lock()
+		r.untimed = false
+		for _, ev := range evs[:n] {
+			if ev.Fd == int32(r.efd) {
+				syscall.RawSyscall(syscall.SYS_READ, uintptr(r.efd), uintptr(unsafe.Pointer(&buf[0])), 8)
+				continue
+			}
+			if p := r.streams[ev.Fd]; p != nil {
+				ready = append(ready, readyStream{p, ev.Events})
+			}
+		}
+		canceled = append(canceled[:0], r.canceled...)
+		clear(r.canceled)
+		r.canceled = r.canceled[:0]
+		r.mu.Unlock()
+
+		for _, s := range ready {
+			if s.p.onReady(s.ev) {
+				r.finish(s.p)
+			}
+		}
+		for _, p := range canceled {
+			r.mu.Lock()
+			live := r.streams[int32(p.fd)] == p
+			r.mu.Unlock()
+			if live {
+				p.timedOut = true
+				r.finish(p)
+			}
+		}
+		clear(canceled)
+		if now := time.Now(); !now.Before(nextScan) {
+			nextScan = now.Add(reactorScan)
+			expired = expired[:0]
+			r.mu.Lock()
+			for _, p := range r.streams {
+				if !p.deadline.IsZero() && !now.Before(p.deadline) {
+					expired = append(expired, p)
+				}
+			}
+			r.mu.Unlock()
+			for _, p := range expired {
+				p.timedOut = true
+				r.finish(p)
+			}
+			clear(expired)
+		}
+	}
+}
+
+// onReady reads p's connection after a readiness event ev: once if the read leaves the
+// socket empty (it returned less than the room given), again while reads fill the buffer
+// (up to rawMaxFullReads: the epoll is level-triggered, so a socket still holding data is
+// ready again at the next wait, after the other streams had their turn), and until the
+// end of the stream or EAGAIN when the peer has closed or failed (ev says so: the read
+// that returns 0 or the error must be made). It reports whether the response is over.
+func (p *rawResp) onReady(ev uint32) bool {
+	hup := ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+	for full := 0; full < rawMaxFullReads; {
+		if !p.makeRoom() {
+			p.err = errRawHeadTooLarge
+			return true
+		}
+		room := len(p.buf) - p.hi
+		n, err := rawRead(p.fd, p.buf[p.hi:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err == syscall.EAGAIN {
+			return false
+		}
+		if err != nil {
+			p.opErr = os.NewSyscallError("read", err)
+			return true
+		}
+		stamp := p.clk.now()
+		if n == 0 {
+			p.eof = true
+		} else {
+			p.hi += n
+			p.gotBytes = true
+		}
+		if p.process(stamp) || p.eof {
+			return true
+		}
+		if n < room {
+			if !hup {
+				return false
+			}
+		} else {
+			full++
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+//go:build linux
+
+package replay
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/sim"
+)
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents) - 1 // the directory's own descriptor
+}
+
+// TestRawRunLeavesNoGoroutinesOrFDs: runs of the raw client against the simulated engine,
+// with faults (503s, disconnects, malformed streams, stalls cut by the timeout) and one
+// run aborted mid-stream, leave as many goroutines and open descriptors as they found once
+// the client is closed. The reactors are a process-wide set started by the first run (a
+// warm-up, before the counts are taken): reactor_linux.go says why they are not stopped.
+func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
+	cfg, err := sim.Profile("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TimeScale = 10
+	for _, f := range []string{"503=0.1", "disconnect=0.15", "malformed=0.1", "stall=0.1:3s"} {
+		if err := sim.ParseFault(f, &cfg.Faults); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	srv, err := sim.Start(sctx, "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	base, _ := BaseURL(srv.BaseURL())
+	run := func(ctx context.Context, n int) []Result {
+		c, err := NewClient(ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: cfg.Model,
+			Timeout: 300 * time.Millisecond, MaxInflight: 64, HTTPClient: HTTPClientRaw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Prewarm(ctx, 4)
+		_, res, _ := runTrace(t, ctx, c, uniformTrace(n, 2*time.Millisecond, 20, 8), func(o *Options) { o.Grace = 0 })
+		return res
+	}
+	settled := func(g0, f0 int) (int, int) {
+		var g, f int
+		for range 100 {
+			g, f = runtime.NumGoroutine(), openFDs(t)
+			if g <= g0 && f <= f0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return g, f
+	}
+	run(context.Background(), 5) // starts the reactors
+	g0, f0 := settled(0, 0)      // whatever the warm-up's ends leave settling, a second
+	g0, f0 = settled(g0, f0)
+
+	res := run(context.Background(), 60)
+	st := byStatus(res)
+	if st[results.StatusOK] == 0 || st[results.StatusOK] == len(res) {
+		t.Errorf("statuses %v: want some ok and some faults", st)
+	}
+	ctx, abort := context.WithCancel(context.Background())
+	time.AfterFunc(40*time.Millisecond, abort)
+	res = run(ctx, 60)
+	if st := byStatus(res); st[results.StatusCanceled] == 0 {
+		t.Errorf("aborted run: statuses %v, want some canceled", st)
+	}
+	if g, f := settled(g0, f0); g > g0 || f > f0 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("after the runs: %d goroutines (%d before), %d descriptors (%d before)\n%s",
+			g, g0, f, f0, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestRawSocketsOutsideGoNetpoller: a raw connection's socket is in no epoll while idle
+// (not in the runtime's: the reactor's thread alone is woken by its data), and in its
+// reactor's epoll alone while a response is read.
+func TestRawSocketsOutsideGoNetpoller(t *testing.T) {
+	srv := &vllmServer{ttft: 200 * time.Millisecond, itl: time.Millisecond}
+	base := startServer(t, srv)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	if c.Prewarm(context.Background(), 1) != 1 {
+		t.Fatal("prewarm failed")
+	}
+	cn := c.raw.takeIdle()
+	if cn == nil {
+		t.Fatal("no pooled connection")
+	}
+	defer cn.close()
+	if eps := epollsWatching(t, cn.fd); len(eps) != 0 {
+		t.Fatalf("idle socket %d is in epoll %v", cn.fd, eps)
+	}
+	r, err := reactorFor(cn.fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &request{id: 1, body: []byte(`{"prompt":"a","max_tokens":2}`)}
+	res := newResult(1, 0, 0, 1, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st := c.writeNow(clock{start: time.Now()}, cn, req)
+		sse := newSSEReader(nil, nil, 4<<10, DefaultMaxLine)
+		c.exchange(context.Background(), clock{start: time.Now()}, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
+	}()
+	time.Sleep(100 * time.Millisecond) // the server holds the first token 200 ms
+	eps := epollsWatching(t, cn.fd)
+	<-done
+	if len(eps) != 1 || eps[0] != r.ep {
+		t.Fatalf("socket %d in flight is in epolls %v, want only the reactor's %d", cn.fd, eps, r.ep)
+	}
+	if res.Status != results.StatusOK {
+		t.Fatalf("status %s %q", res.Status, res.Error)
+	}
+}
+
+// epollsWatching returns the process's epoll descriptors that watch fd
+// (/proc/self/fdinfo: an epoll's lines "tfd: N events: ...").
+func epollsWatching(t *testing.T, fd int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []int
+	for _, e := range ents {
+		link, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(info), "\n") {
+			f := strings.Fields(l)
+			if len(f) >= 2 && f[0] == "tfd:" && f[1] == strconv.Itoa(fd) {
+				n, _ := strconv.Atoi(e.Name())
+				eps = append(eps, n)
+			}
+		}
+	}
+	return eps
+}
