@@ -4,8 +4,13 @@ package replay
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,4 +151,112 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	if g := runtime.NumGoroutine(); g > g0+2 {
 		t.Errorf("%d goroutines after the run, %d before", g, g0)
 	}
+}
+
+// BenchmarkDueWaiters runs the thread waiter and the timer waiter (with its yield loop)
+// side by side in one process, on the same Poisson due times (300/s for 3 s), each on
+// its own goroutine, and reports how late each returned (ms): a comparison in one sitting,
+// under whatever else the machine runs at that moment. With busy=true, GOMAXPROCS
+// goroutines that never block keep every P busy: the thread waiter's wake then finds no
+// idle P and queues for one (exitsyscall's slow path).
+//
+//	go test -run '^$' -bench DueWaiters -benchtime 1x ./replay
+func BenchmarkDueWaiters(b *testing.B) {
+	for _, busy := range []bool{false, true} {
+		b.Run(map[bool]string{false: "idle", true: "busy"}[busy], func(b *testing.B) {
+			var stopBusy atomic.Bool
+			var wg sync.WaitGroup
+			if busy {
+				for range runtime.GOMAXPROCS(0) {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for !stopBusy.Load() {
+						}
+					}()
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			var dues []int64
+			for t := int64(time.Millisecond); t < int64(3*time.Second); t += int64(rng.ExpFloat64() / 300 * 1e9) {
+				dues = append(dues, t)
+			}
+			for range b.N {
+				clk := clock{start: time.Now()}
+				stop := make(chan struct{})
+				late := make([][]float64, 2)
+				var ww sync.WaitGroup
+				for k := range 2 {
+					ww.Add(1)
+					go func() {
+						defer ww.Done()
+						var w dueWaiter
+						if k == 0 {
+							w = preciseWaiter(clk, stop)
+						} else {
+							w = newWaiter(clk, stop)
+						}
+						defer w.release()
+						for _, d := range dues {
+							w.until(d)
+							late[k] = append(late[k], float64(clk.now()-d)/1e6)
+						}
+					}()
+				}
+				ww.Wait()
+				for k, name := range []string{"thread", "timer"} {
+					x := late[k]
+					slices.Sort(x)
+					b.ReportMetric(x[len(x)/2], name+"-p50-ms")
+					b.ReportMetric(x[len(x)*99/100], name+"-p99-ms")
+					b.ReportMetric(x[len(x)-1], name+"-max-ms")
+				}
+			}
+			stopBusy.Store(true)
+			wg.Wait()
+		})
+	}
+}
+
+// BenchmarkDueWaiterCPU runs one waiter alone over the same Poisson due times (300/s for
+// 3 s) and reports the process's CPU time over the run (ms; the rest of the process is
+// idle): what the timer waiter's yield loop costs against the thread's sleeps.
+//
+//	go test -run '^$' -bench DueWaiterCPU -benchtime 1x ./replay
+func BenchmarkDueWaiterCPU(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var dues []int64
+	for t := int64(time.Millisecond); t < int64(3*time.Second); t += int64(rng.ExpFloat64() / 300 * 1e9) {
+		dues = append(dues, t)
+	}
+	for _, kind := range []string{"thread", "timer"} {
+		b.Run(kind, func(b *testing.B) {
+			for range b.N {
+				cpu0 := processCPU()
+				clk := clock{start: time.Now()}
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					var w dueWaiter
+					if kind == "thread" {
+						w = preciseWaiter(clk, nil)
+					} else {
+						w = newWaiter(clk, nil)
+					}
+					defer w.release()
+					for _, d := range dues {
+						w.until(d)
+					}
+				}()
+				<-done
+				b.ReportMetric(float64(processCPU()-cpu0)/1e6, "cpu-ms")
+			}
+		})
+	}
+}
+
+func processCPU() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)
 }
