@@ -24,15 +24,17 @@ import (
 // read returns then, where a clock_nanosleep could only be cut short by a signal.
 //
 // A wake serves every write due within writeEarly of it, so a write may leave up to
-// writeEarly before its due time: each sleep costs two system calls and a hand-off of the
-// thread's P (another thread may be woken to run it), and with the writes of 300 streams
-// at an ITL of 10 ms ~30 µs apart, serving those due in the next 50 µs in one wake cut the
-// sim's CPU per token by ~15% (replaybench fidelity, 2 vCPUs), at an error the size of the
-// thread's own wake-up latency.
+// writeEarly before its due time (the lateness histogram counts it as 0; the request
+// log's stamps are the true times). Each sleep costs two system calls and a hand-off of
+// the thread's P, which with the sim on one core means waking another thread to run the
+// P's goroutines, and the writes of 300 streams at an ITL of 10 ms are ~30 µs apart:
+// serving those due in the next 300 µs rather than 50 µs in one wake cut the sim's CPU
+// per token from 19.1 and 17.6 to 14.9 and 13.6 µs (replaybench fidelity pinned, a loaded
+// machine). 200 µs is well under the replayer's own TTFT error target (p99 1 ms).
 //
 // One thread: at 30k writes a second of ~5 µs each it is busy ~15% of the time, and
 // one writer keeps the chunks that fall due together in deadline order.
-const writeEarly = 50 * time.Microsecond
+const writeEarly = 200 * time.Microsecond
 
 type scheduler struct {
 	tfd  int
