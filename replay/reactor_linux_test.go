@@ -3,11 +3,14 @@
 package replay
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,4 +165,61 @@ func epollsWatching(t *testing.T, fd int) []int {
 		}
 	}
 	return eps
+}
+
+// TestRawWriteAllWaitsForRoom: a message larger than the socket's buffer goes out whole,
+// the writer waiting for room while the peer reads slowly; with no reader, the deadline
+// and the context's end each stop it with os.ErrDeadlineExceeded (what exchange words as
+// a timeout or a cancellation).
+func TestRawWriteAllWaitsForRoom(t *testing.T) {
+	pair := func() (int, int) {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fds[0], fds[1]
+	}
+	w, r := pair()
+	defer syscall.Close(w)
+	defer syscall.Close(r)
+	head := bytes.Repeat([]byte("h"), 1000)
+	body := make([]byte, 8<<20)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	got := make(chan []byte)
+	go func() {
+		var all []byte
+		b := make([]byte, 64<<10)
+		for len(all) < len(head)+len(body) {
+			n, err := syscall.Read(r, b)
+			if err == syscall.EAGAIN {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err != nil || n == 0 {
+				break
+			}
+			all = append(all, b[:n]...)
+		}
+		got <- all
+	}()
+	if err := writeAll(context.Background(), w, [][]byte{head, body}, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if all := <-got; !bytes.Equal(all, append(head, body...)) {
+		t.Fatalf("peer read %d bytes, not the %d written", len(all), len(head)+len(body))
+	}
+
+	w2, r2 := pair()
+	defer syscall.Close(w2)
+	defer syscall.Close(r2)
+	if err := writeAll(context.Background(), w2, [][]byte{body}, time.Now().Add(100*time.Millisecond)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("no reader, deadline: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if err := writeAll(ctx, w2, [][]byte{body}, time.Time{}); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("no reader, canceled: %v", err)
+	}
 }
