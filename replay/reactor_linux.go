@@ -28,11 +28,11 @@ import (
 // request's goroutine is told, so the owner of a rawConn never closes a descriptor a
 // reactor still reads.
 //
-// The reactors are a process-wide set, started on the first response and never stopped:
-// rawReactorThreads goroutines (each holding one locked thread, an epoll and an eventfd).
-// A Client has no end its users must call, and a reactor with no stream waits in epoll
-// with no timeout, which costs nothing. Tests that count goroutines and descriptors count
-// after the set has started (TestRawRunLeavesNoGoroutinesOrFDs).
+// The reactors are a process-wide set of rawReactorThreads goroutines (each holding one
+// locked thread, an epoll and an eventfd), started by the first response to read. A
+// Client has no end its users must call, so a reactor ends by itself once it has had no
+// stream for reactorIdle: a run leaves the goroutines and descriptors it found (issue 18),
+// and the next response starts the reactor again (TestRawRunLeavesNoGoroutinesOrFDs).
 //
 // Deadlines (the request's timeout, the drain after [DONE]) are checked every
 // reactorScan by the thread itself; a cancellation (the run's hard stop) wakes the thread
@@ -49,39 +49,69 @@ var rawReactorThreads = max(1, runtime.NumCPU()/4)
 // reactorScan is how often a reactor with streams checks their deadlines.
 const reactorScan = 50 * time.Millisecond
 
+// reactorIdle is how long a reactor with no stream waits before it ends (a variable for
+// tests).
+var reactorIdle = time.Second
+
 type reactor struct {
 	ep  int // epoll
 	efd int // eventfd: a cancellation, or a first stream while the thread waits untimed
 
 	mu       sync.Mutex
 	streams  map[int32]*rawResp // by descriptor
+	pending  int                // handed out by reactorFor, not yet added (or failed to be)
 	canceled []*rawResp
-	untimed  bool // the thread waits with no timeout: a new stream must wake it
+	untimed  bool // the thread waits without the deadline scan: a new stream must wake it
+	exited   bool // the loop has ended and closed ep and efd
 }
 
 var (
-	reactorsOnce sync.Once
-	reactors     []*reactor
-	reactorsErr  error
+	reactorsMu sync.Mutex
+	reactors   []*reactor // a slot is nil until started, and again once its reactor ended
 )
 
-// reactorFor returns the reactor that reads fd's responses, starting the set if needed.
+// reactorFor returns the reactor that will read fd's responses, starting it if needed.
+// The caller must add (or drop) exactly one stream to it: until then the reactor counts
+// it as pending and does not end.
 func reactorFor(fd int) (*reactor, error) {
-	reactorsOnce.Do(func() {
-		for range rawReactorThreads {
-			r, err := newReactor()
-			if err != nil {
-				reactorsErr = err
-				return
-			}
-			reactors = append(reactors, r)
-			go r.loop()
-		}
-	})
-	if len(reactors) == 0 {
-		return nil, reactorsErr
+	reactorsMu.Lock()
+	defer reactorsMu.Unlock()
+	if reactors == nil {
+		reactors = make([]*reactor, rawReactorThreads)
 	}
-	return reactors[fd%len(reactors)], nil
+	i := fd % len(reactors)
+	r := reactors[i]
+	if r == nil {
+		var err error
+		if r, err = newReactor(); err != nil {
+			return nil, err
+		}
+		reactors[i] = r
+		go r.loop(i)
+	}
+	r.mu.Lock()
+	r.pending++
+	r.mu.Unlock()
+	return r, nil
+}
+
+// retire ends slot i's reactor r if it still has no stream; it reports whether it did.
+// Called by r's own thread, which then returns.
+func (r *reactor) retire(i int) bool {
+	reactorsMu.Lock()
+	defer reactorsMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.streams) > 0 || r.pending > 0 {
+		return false
+	}
+	r.exited = true
+	syscall.Close(r.ep)
+	syscall.Close(r.efd)
+	if reactors[i] == r {
+		reactors[i] = nil
+	}
+	return true
 }
 
 func newReactor() (*reactor, error) {
@@ -107,6 +137,7 @@ func newReactor() (*reactor, error) {
 // p belongs to the reactor's thread.
 func (r *reactor) add(p *rawResp) error {
 	r.mu.Lock()
+	r.pending--
 	r.streams[int32(p.fd)] = p
 	wake := r.untimed
 	r.untimed = false
@@ -128,12 +159,26 @@ func (r *reactor) add(p *rawResp) error {
 // finished is left alone.
 func (r *reactor) cancel(p *rawResp) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exited { // p ended long ago (its reactor has since retired)
+		return
+	}
 	r.canceled = append(r.canceled, p)
-	r.mu.Unlock()
-	r.wake()
+	r.wakeLocked()
 }
 
 func (r *reactor) wake() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wakeLocked()
+}
+
+// wakeLocked wakes the thread through its eventfd; r.mu is held, so the descriptor is
+// not closed (by retire) under the write.
+func (r *reactor) wakeLocked() {
+	if r.exited {
+		return
+	}
 	one := uint64(1)
 	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(r.efd), uintptr(unsafe.Pointer(&one)), 8)
 }
@@ -152,8 +197,9 @@ type readyStream struct {
 	ev uint32
 }
 
-func (r *reactor) loop() {
-	runtime.LockOSThread() // never unlocked: the thread is the reactor's for the process
+// loop is reactor r's thread, in slot i of the set.
+func (r *reactor) loop(i int) {
+	runtime.LockOSThread() // never unlocked: the thread ends with the reactor
 	evs := make([]syscall.EpollEvent, 256)
 	var ready []readyStream
 	var canceled, expired []*rawResp
@@ -161,7 +207,8 @@ func (r *reactor) loop() {
 	nextScan := time.Now().Add(reactorScan)
 	for {
 		r.mu.Lock()
-		wait := -1
+		idle := len(r.streams) == 0 && r.pending == 0
+		wait := int(reactorIdle / time.Millisecond)
 		if len(r.streams) > 0 {
 			wait = max(0, int(time.Until(nextScan)/time.Millisecond)+1)
 		} else {
@@ -171,6 +218,9 @@ func (r *reactor) loop() {
 		n, err := osthread.EpollWait(r.ep, evs, wait)
 		if err != nil {
 			n = 0 // EINTR
+		}
+		if n == 0 && idle && r.retire(i) {
+			return
 		}
 		ready = ready[:0]
 		r.mu.Lock()

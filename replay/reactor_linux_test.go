@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,8 +32,9 @@ func openFDs(t *testing.T) int {
 // TestRawRunLeavesNoGoroutinesOrFDs: runs of the raw client against the simulated engine,
 // with faults (503s, disconnects, malformed streams, stalls cut by the timeout) and one
 // run aborted mid-stream, leave as many goroutines and open descriptors as they found once
-// the client is closed. The reactors are a process-wide set started by the first run (a
-// warm-up, before the counts are taken): reactor_linux.go says why they are not stopped.
+// the client is closed: the reactor threads included, which end once idle for
+// reactorIdle (the counts are taken after a warm-up run's reactor has ended, and again
+// after the runs, when the reactor started by them must have ended too).
 func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 	cfg, err := sim.Profile("tiny")
 	if err != nil {
@@ -74,8 +76,23 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 		}
 		return g, f
 	}
-	run(context.Background(), 5) // starts the reactors
-	g0, f0 := settled(0, 0)      // whatever the warm-up's ends leave settling, a second
+	// retired waits (10 s at most) until no reactor runs: each ends reactorIdle after its
+	// last stream.
+	retired := func(when string) {
+		for range 200 {
+			reactorsMu.Lock()
+			running := slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
+			reactorsMu.Unlock()
+			if !running {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("%s: a reactor still runs 10 s after its last stream", when)
+	}
+	run(context.Background(), 5) // the sim's and the client's first-use state
+	retired("after the warm-up")
+	g0, f0 := settled(0, 0) // whatever the warm-up's ends leave settling, a second
 	g0, f0 = settled(g0, f0)
 
 	res := run(context.Background(), 60)
@@ -89,6 +106,7 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 	if st := byStatus(res); st[results.StatusCanceled] == 0 {
 		t.Errorf("aborted run: statuses %v, want some canceled", st)
 	}
+	retired("after the runs")
 	if g, f := settled(g0, f0); g > g0 || f > f0 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("after the runs: %d goroutines (%d before), %d descriptors (%d before)\n%s",
