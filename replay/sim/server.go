@@ -189,6 +189,12 @@ func Start(ctx context.Context, addr string, cfg Config) (*Running, error) {
 		srv.Close()
 		return nil, fmt.Errorf("sim: listen %s: %w", addr, err)
 	}
+	if cfg.Fixed {
+		// The precise writer serves the streams of a listening fixed profile: start it
+		// with the server, not on the first stream, so it is part of the server's own
+		// footprint (a client's leak checks count goroutines after Start).
+		srv.precise()
+	}
 	r := &Running{
 		srv:  srv,
 		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext},
