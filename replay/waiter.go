@@ -49,31 +49,8 @@ func (w *waiter) noSpin() { w.margin, w.minMargin, w.maxMargin = 0, 0, 0 }
 // until waits until the run clock reaches dueNS, on the absolute deadline (never a
 // relative sleep that would accumulate drift). It returns false if stop closes first.
 func (w *waiter) until(dueNS int64) bool {
-	for {
-		d := time.Duration(dueNS - w.clk.now())
-		if d <= 0 {
-			return true
-		}
-		if d > w.margin {
-			s := min(d-w.margin, maxSleep)
-			target := w.clk.now() + int64(s)
-			w.timer.Reset(s)
-			select {
-			case <-w.timer.C:
-			case <-w.stop:
-				w.timer.Stop()
-				return false
-			}
-			w.adapt(time.Duration(w.clk.now() - target))
-			continue
-		}
-		select {
-		case <-w.stop:
-			return false
-		default:
-		}
-		runtime.Gosched()
-	}
+	reached, _ := w.untilWoken(dueNS, nil) // a nil channel never fires
+	return reached
 }
 
 // adapt sets the yield window after a timer that woke overshoot past its target: it
