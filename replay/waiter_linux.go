@@ -27,6 +27,7 @@ type threadWaiter struct {
 	// (monoBase): a sleep to base+dueNS ends when the run clock has reached dueNS.
 	base   int64
 	sleeps atomic.Int64 // clock_nanosleep calls, for the tests
+	slack  int          // the thread's timer slack before it was set to 1 ns
 }
 
 // lockedWaiters counts the threads locked by threadWaiters not yet released (tests).
@@ -36,10 +37,14 @@ var lockedWaiters atomic.Int64
 func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 	runtime.LockOSThread()
 	lockedWaiters.Add(1)
-	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk)}
+	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
+	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
+	slack := osthread.SetTimerSlack(1)
+	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack}
 }
 
 func (w *threadWaiter) release() {
+	osthread.SetTimerSlack(w.slack)
 	lockedWaiters.Add(-1)
 	runtime.UnlockOSThread()
 }

@@ -29,6 +29,7 @@ func startGoSleeper(period time.Duration) *goSleeper {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		defer osthread.SetTimerSlack(osthread.SetTimerSlack(1)) // as the C sleeper and the dispatcher
 		var late []int64
 		next := osthread.Monotonic() + int64(period)
 		for !s.stop.Load() {

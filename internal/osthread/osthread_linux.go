@@ -68,6 +68,18 @@ func SleepUntil(deadline int64) {
 	}
 }
 
+// SetTimerSlack sets the calling thread's timer slack (prctl PR_SET_TIMERSLACK) to ns and
+// returns the one it had. Linux lets a normal thread's timed sleeps end up to its slack
+// (50 µs by default) after their deadline, to group wake-ups; a thread whose job is to
+// wake on time sets it to 1 ns. Call it on a goroutine locked to its thread, and set the
+// old value back before unlocking it (the thread returns to the runtime's pool).
+func SetTimerSlack(ns int) (prev int) {
+	const prSetTimerSlack, prGetTimerSlack = 29, 30
+	r, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prGetTimerSlack, 0, 0)
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, uintptr(ns), 0)
+	return int(r)
+}
+
 // EpollWait is syscall.EpollWait with the P handed off while it waits.
 func EpollWait(epfd int, events []syscall.EpollEvent, msec int) (int, error) {
 	var p unsafe.Pointer

@@ -100,3 +100,15 @@ func TestEpollWaitAndRead(t *testing.T) {
 		t.Fatalf("read %d %q %v", m, b[:max(m, 0)], err)
 	}
 }
+
+func TestSetTimerSlack(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev := SetTimerSlack(1)
+	if prev <= 0 {
+		t.Fatalf("previous slack %d, want the thread's (50000 ns by default)", prev)
+	}
+	if got := SetTimerSlack(prev); got != 1 {
+		t.Fatalf("slack read back %d, want 1", got)
+	}
+}
