@@ -13,22 +13,15 @@ import (
 	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/sim"
 )
 
 // serverRecord is what replaybench reads of one line of `llmreplay sim --request-log`
-// (replay/sim/reqlog.go logRecord; issue 18 contract 2). The *_unix_ns stamps are
+// (replay/sim/reqlog.go LogRecord; issue 18 contract 2). The *_unix_ns stamps are
 // CLOCK_REALTIME: read_unix_ns when the read that delivered the request's head returned,
 // first_write_unix_ns just before the write(2) carrying the first token, and with
 // --request-log-writes every body write that carried tokens with its token count.
-type serverRecord struct {
-	RequestID        string  `json:"request_id"`
-	Outcome          string  `json:"outcome"`
-	Stream           bool    `json:"stream"`
-	ReadUnixNS       int64   `json:"read_unix_ns"`
-	FirstWriteUnixNS int64   `json:"first_write_unix_ns"`
-	WriteUnixNS      []int64 `json:"write_unix_ns"`
-	WriteTokens      []int   `json:"write_tokens"`
-}
+type serverRecord = sim.LogRecord
 
 // serverLog is a request log read into memory, keyed by X-Request-Id.
 type serverLog struct {
@@ -54,16 +47,16 @@ func readServerLog(r io.Reader) (*serverLog, error) {
 		if err := json.Unmarshal(sc.Bytes(), rec); err != nil {
 			return nil, fmt.Errorf("request log line %d: %w", l.lines, err)
 		}
-		if rec.ReadUnixNS > 0 {
+		if rec.ReadUnixNs > 0 {
 			l.read++
 		}
-		if rec.FirstWriteUnixNS > 0 {
+		if rec.FirstWriteUnixNs > 0 {
 			l.first++
 		}
-		if rec.ReadUnixNS > 0 && rec.FirstWriteUnixNS > 0 {
+		if rec.ReadUnixNs > 0 && rec.FirstWriteUnixNs > 0 {
 			l.stamped++
 		}
-		if len(rec.WriteUnixNS) > 0 {
+		if len(rec.WriteUnixNs) > 0 {
 			l.writes++
 		}
 		if rec.RequestID != "" {
@@ -131,17 +124,17 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 		}
 		j.OK++
 		s := l.byID[prefix+strconv.FormatInt(r.RequestID, 10)]
-		if s == nil || s.ReadUnixNS <= 0 || s.FirstWriteUnixNS <= 0 {
+		if s == nil || s.ReadUnixNs <= 0 || s.FirstWriteUnixNs <= 0 {
 			continue
 		}
 		j.Joined++
 		clientTTFT := r.FirstTokenNS - r.SentNS
-		serverTTFT := s.FirstWriteUnixNS - s.ReadUnixNS
+		serverTTFT := s.FirstWriteUnixNs - s.ReadUnixNs
 		own = append(own, ms(clientTTFT-serverTTFT))
 		late = append(late, ms(serverTTFT-int64(nominalTTFT)))
-		send = append(send, ms(s.ReadUnixNS-(meta.RunStartUnixNS+r.SentNS)))
-		recv = append(recv, ms(meta.RunStartUnixNS+r.FirstTokenNS-s.FirstWriteUnixNS))
-		if len(s.WriteUnixNS) == 0 {
+		send = append(send, ms(s.ReadUnixNs-(meta.RunStartUnixNS+r.SentNS)))
+		recv = append(recv, ms(meta.RunStartUnixNS+r.FirstTokenNS-s.FirstWriteUnixNs))
+		if len(s.WriteUnixNs) == 0 {
 			continue
 		}
 		at, ok := writeArrivals(r, s)
@@ -151,7 +144,7 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 		}
 		j.ITLStreams++
 		for k := 1; k < len(at); k++ {
-			itl = append(itl, ms((at[k]-at[k-1])-(s.WriteUnixNS[k]-s.WriteUnixNS[k-1])))
+			itl = append(itl, ms((at[k]-at[k-1])-(s.WriteUnixNs[k]-s.WriteUnixNs[k-1])))
 		}
 	}
 	j.OwnTTFTErr, j.SimFirstLate = summarize(own), summarize(late)
@@ -166,7 +159,7 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 // so the first token of write k is in the client chunk that holds token sum(write_tokens[:k]).
 // ok is false when the totals differ or a client chunk would straddle two writes.
 func writeArrivals(r *replay.Result, s *serverRecord) (at []int64, ok bool) {
-	if len(s.WriteUnixNS) == 0 || len(s.WriteTokens) != len(s.WriteUnixNS) || len(r.ChunkNS) == 0 {
+	if len(s.WriteUnixNs) == 0 || len(s.WriteTokens) != len(s.WriteUnixNs) || len(r.ChunkNS) == 0 {
 		return nil, false
 	}
 	tok := func(j int) int { return 1 }
@@ -183,7 +176,7 @@ func writeArrivals(r *replay.Result, s *serverRecord) (at []int64, ok bool) {
 	if total != wtotal {
 		return nil, false
 	}
-	at = make([]int64, len(s.WriteUnixNS))
+	at = make([]int64, len(s.WriteUnixNs))
 	j, before, first := 0, 0, 0 // before: tokens in the chunks ahead of j; first: write k's first token
 	for k, n := range s.WriteTokens {
 		for before+tok(j) <= first {

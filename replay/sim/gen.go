@@ -313,9 +313,9 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	if rid != "" {
 		w.Header().Set(RequestIDHeader, rid)
 	}
-	var rec *logRecord
+	var rec *LogRecord
 	if s.reqLog != nil {
-		rec = &logRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs}
+		rec = &LogRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs}
 		if chat {
 			rec.API = "chat"
 		}
@@ -599,7 +599,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 }
 
 // logRequest queues rec's line in the request log.
-func (s *Server) logRequest(rec *logRecord) {
+func (s *Server) logRequest(rec *LogRecord) {
 	rec.Time = time.Now().UTC().Format(time.RFC3339Nano)
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -632,7 +632,7 @@ type promptDetails struct {
 }
 
 // serveWhole answers a non-streaming request once every token exists.
-func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *params, ck *chunker, src tokenSource, pl *plan, id string, setTrailers func(), rec *logRecord) {
+func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *params, ck *chunker, src tokenSource, pl *plan, id string, setTrailers func(), rec *LogRecord) {
 	for sent := 0; sent < pl.target; {
 		n, ok := src.next(ctx, sent)
 		if !ok {

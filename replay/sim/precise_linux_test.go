@@ -324,15 +324,15 @@ func TestPreciseSlowReaderFallsBack(t *testing.T) {
 	checkStamps(t, recs[0], tokens)
 }
 
-func readLog(t *testing.T, path string) []logRecord {
+func readLog(t *testing.T, path string) []LogRecord {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []logRecord
+	var recs []LogRecord
 	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-		var rec logRecord
+		var rec LogRecord
 		if err := json.Unmarshal(l, &rec); err != nil {
 			t.Fatalf("%s: %v", l, err)
 		}
@@ -343,7 +343,7 @@ func readLog(t *testing.T, path string) []logRecord {
 
 // checkStamps checks a stream's server-side stamps: read <= first write = the first of
 // the writes, non-decreasing, whose tokens sum to the completion.
-func checkStamps(t *testing.T, rec logRecord, tokens int) {
+func checkStamps(t *testing.T, rec LogRecord, tokens int) {
 	t.Helper()
 	if rec.Outcome != "ok" || rec.CompletionTokens != tokens {
 		t.Fatalf("outcome %s, %d tokens, want ok and %d", rec.Outcome, rec.CompletionTokens, tokens)

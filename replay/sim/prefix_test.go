@@ -440,9 +440,9 @@ func TestRequestLog(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("%d lines:\n%s", len(lines), b)
 	}
-	var recs []logRecord
+	var recs []LogRecord
 	for _, l := range lines {
-		var rec logRecord
+		var rec LogRecord
 		if err := json.Unmarshal([]byte(l), &rec); err != nil {
 			t.Fatalf("%q: %v", l, err)
 		}

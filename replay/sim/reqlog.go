@@ -89,8 +89,9 @@ func (l *requestLog) close() error {
 	return l.err
 }
 
-// logRecord is one line of the request log.
-type logRecord struct {
+// LogRecord is one line of the request log (--request-log): exported so that its readers
+// (bench/replaybench) decode the one definition.
+type LogRecord struct {
 	Time      string `json:"time"`                 // when the handler returned, RFC 3339 UTC
 	RequestID string `json:"request_id,omitempty"` // the client's X-Request-Id
 	ID        string `json:"id,omitempty"`         // the response id (cmpl-..., chatcmpl-...)
