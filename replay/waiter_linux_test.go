@@ -10,10 +10,10 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/cputime"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
@@ -176,11 +176,7 @@ func BenchmarkDueWaiters(b *testing.B) {
 					}()
 				}
 			}
-			rng := rand.New(rand.NewPCG(1, 2))
-			var dues []int64
-			for t := int64(time.Millisecond); t < int64(3*time.Second); t += int64(rng.ExpFloat64() / 300 * 1e9) {
-				dues = append(dues, t)
-			}
+			dues := benchDues()
 			for range b.N {
 				clk := clock{start: time.Now()}
 				stop := make(chan struct{})
@@ -190,12 +186,7 @@ func BenchmarkDueWaiters(b *testing.B) {
 					ww.Add(1)
 					go func() {
 						defer ww.Done()
-						var w dueWaiter
-						if k == 0 {
-							w = preciseWaiter(clk, stop)
-						} else {
-							w = newWaiter(clk, stop)
-						}
+						w := benchWaiter(k == 0, clk, stop)
 						defer w.release()
 						for _, d := range dues {
 							w.until(d)
@@ -224,39 +215,42 @@ func BenchmarkDueWaiters(b *testing.B) {
 //
 //	go test -run '^$' -bench DueWaiterCPU -benchtime 1x ./replay
 func BenchmarkDueWaiterCPU(b *testing.B) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	var dues []int64
-	for t := int64(time.Millisecond); t < int64(3*time.Second); t += int64(rng.ExpFloat64() / 300 * 1e9) {
-		dues = append(dues, t)
-	}
+	dues := benchDues()
 	for _, kind := range []string{"thread", "timer"} {
 		b.Run(kind, func(b *testing.B) {
 			for range b.N {
-				cpu0 := processCPU()
+				cpu0 := cputime.Process()
 				clk := clock{start: time.Now()}
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					var w dueWaiter
-					if kind == "thread" {
-						w = preciseWaiter(clk, nil)
-					} else {
-						w = newWaiter(clk, nil)
-					}
+					w := benchWaiter(kind == "thread", clk, nil)
 					defer w.release()
 					for _, d := range dues {
 						w.until(d)
 					}
 				}()
 				<-done
-				b.ReportMetric(float64(processCPU()-cpu0)/1e6, "cpu-ms")
+				b.ReportMetric(float64(cputime.Process()-cpu0)/1e6, "cpu-ms")
 			}
 		})
 	}
 }
 
-func processCPU() int64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime)
+// benchDues is the benchmarks' schedule: Poisson due times, 300/s for 3 s.
+func benchDues() []int64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var dues []int64
+	for t := int64(time.Millisecond); t < int64(3*time.Second); t += int64(rng.ExpFloat64() / 300 * 1e9) {
+		dues = append(dues, t)
+	}
+	return dues
+}
+
+// benchWaiter is the thread waiter when thread is set, else the timer waiter.
+func benchWaiter(thread bool, clk clock, stop <-chan struct{}) dueWaiter {
+	if thread {
+		return preciseWaiter(clk, stop)
+	}
+	return newWaiter(clk, stop)
 }
