@@ -298,12 +298,17 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
 	conn := connFrom(r.Context())
-	var readNs int64
+	var readNs, arriveNs int64
 	if conn != nil {
-		// The read that delivered the head is earlier still, and is the request's true
-		// arrival: the fixed schedule starts there.
-		if t := conn.lastRead(); !t.IsZero() && t.Before(recv) {
-			recv, readNs = t, t.UnixNano()
+		// The read that delivered the head is earlier still, and the kernel's receive
+		// time of its bytes earlier again: that is the request's true arrival, where
+		// the schedule starts (stamp.go).
+		read, arrive := conn.lastRead()
+		if !read.IsZero() && read.Before(recv) {
+			recv, readNs = read, read.UnixNano()
+		}
+		if !arrive.IsZero() && arrive.Before(recv) {
+			recv, arriveNs = arrive, arrive.UnixNano()
 		}
 	}
 	rid := r.Header.Get(RequestIDHeader)
@@ -315,7 +320,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	var rec *LogRecord
 	if s.reqLog != nil {
-		rec = &LogRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs}
+		rec = &LogRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs, ArriveUnixNs: arriveNs}
 		if chat {
 			rec.API = "chat"
 		}

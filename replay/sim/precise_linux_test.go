@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 )
 
 // rawResponse is one HTTP/1.1 response read off the wire with its chunk framing checked.
@@ -380,6 +382,12 @@ func TestRequestLogServerStamps(t *testing.T) {
 		plain   bool
 	}{{"fixed-precise", "fixed", false}, {"fixed-goroutine", "fixed", true}, {"tiny", "tiny", false}} {
 		t.Run(tc.name, func(t *testing.T) {
+			release, err := rxstamp.Hold(5 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+
 			cfg, _ := Profile(tc.profile)
 			cfg.RequestLog = filepath.Join(t.TempDir(), "req.jsonl")
 			cfg.RequestLogWrites = true
@@ -424,10 +432,26 @@ func TestRequestLogServerStamps(t *testing.T) {
 			if len(recs) != 3 {
 				t.Fatalf("%d log lines, want 3", len(recs))
 			}
+			arrived := 0
 			for i, rec := range recs {
 				if rec.ReadUnixNs < sentNs[i] || (i+1 < len(sentNs) && rec.ReadUnixNs >= sentNs[i+1]) {
 					t.Errorf("request %d read at %d: not between its send %d and the next", i, rec.ReadUnixNs, sentNs[i])
 				}
+				if rec.ArriveUnixNs == 0 {
+					continue // unstamped by the kernel (rxstamp.Hold): the read's stamp is the arrival
+				}
+				arrived++
+				if rec.ArriveUnixNs < sentNs[i] || rec.ArriveUnixNs > rec.ReadUnixNs {
+					t.Errorf("request %d arrived at %d: not between its send %d and its read %d", i, rec.ArriveUnixNs, sentNs[i], rec.ReadUnixNs)
+				}
+				// The schedule starts at the arrival: the first token is due TTFT after it
+				// (the precise writer may send it up to writeEarly before).
+				if cfg.Fixed && rec.Stream && rec.FirstWriteUnixNs-rec.ArriveUnixNs < int64(cfg.FixedTTFT-writeEarly) {
+					t.Errorf("request %d: first write %v after its arrival, TTFT %v", i, time.Duration(rec.FirstWriteUnixNs-rec.ArriveUnixNs), cfg.FixedTTFT)
+				}
+			}
+			if arrived == 0 {
+				t.Error("no request has the kernel's arrival stamp")
 			}
 			checkStamps(t, recs[0], tokens)
 			checkStamps(t, recs[1], tokens)

@@ -110,11 +110,13 @@ type LogRecord struct {
 	LastNs    int64 `json:"last_ns,omitempty"`
 
 	// Wall-clock stamps (CLOCK_REALTIME, ns since 1970) of what the server did, when known:
-	// when the read that delivered the request's head returned, and just before the write
-	// that carried the first token (streams). With Config.RequestLogWrites, every body
+	// when the bytes of the request's head reached the server's socket (the kernel's
+	// receive timestamp, Linux), when the read that delivered them returned, and just
+	// before the write that carried the first token (streams). With Config.RequestLogWrites, every body
 	// write that carried tokens: its stamp and its token count (they sum to
 	// completion_tokens when the stream ended ok). A write cut short by a slow reader
 	// counts at the write that completes it.
+	ArriveUnixNs     int64   `json:"arrive_unix_ns,omitempty"`
 	ReadUnixNs       int64   `json:"read_unix_ns,omitempty"`
 	FirstWriteUnixNs int64   `json:"first_write_unix_ns,omitempty"`
 	WriteUnixNs      []int64 `json:"write_unix_ns,omitempty"`
