@@ -19,6 +19,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -179,6 +180,9 @@ func (t *rawTransport) dial(ctx context.Context, deadline time.Time) (*rawConn, 
 	if err != nil {
 		return nil, err
 	}
+	// The kernel's receive timestamps date each chunk (rawResp.stamp); without them
+	// (an old kernel, a seccomp filter) the read's return does.
+	rxstamp.Enable(fd)
 	return &rawConn{fd: fd}, nil
 }
 
@@ -600,6 +604,7 @@ type rawResp struct {
 	encoding  string    // the response's Content-Encoding, when not identity
 	deadline  time.Time // the request's (zero: none)
 	discard   bool      // read the body only to its end (prewarm's GET)
+	lastStamp int64     // the last read's stamp (run clock): stamps never go back
 }
 
 // run reads until the response is complete, fails, or the deadline passes: it hands p
@@ -900,20 +905,4 @@ func (p *rawResp) parseHead(h []byte) error {
 		p.mode = modeSSE
 	}
 	return nil
-}
-
-// rawRead is read(2) without the runtime's syscall bookkeeping: the socket is
-// non-blocking, so the call never blocks, and leaving the P in the running state keeps
-// sysmon from waking every 20 µs to look at Ps in syscalls (each of its wake-ups is a
-// context switch, which a virtual machine makes expensive: 14% of the replayer's CPU
-// went to sysmon with syscall.Read).
-func rawRead(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
 }

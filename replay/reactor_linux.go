@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 )
 
 // The stream reactor reads the raw client's responses. A few goroutines, each locked to
@@ -204,6 +205,7 @@ func (r *reactor) loop(i int) {
 	var ready []readyStream
 	var canceled, expired []*rawResp
 	var buf [8]byte
+	var oob [rxstamp.OOBSize]byte
 	nextScan := time.Now().Add(reactorScan)
 	for {
 		r.mu.Lock()
@@ -240,7 +242,7 @@ func (r *reactor) loop(i int) {
 		r.mu.Unlock()
 
 		for _, s := range ready {
-			if s.p.onReady(s.ev) {
+			if s.p.onReady(s.ev, oob[:]) {
 				r.finish(s.p)
 			}
 		}
@@ -273,13 +275,14 @@ func (r *reactor) loop(i int) {
 	}
 }
 
-// onReady reads p's connection after a readiness event ev: once if the read leaves the
+// onReady reads p's connection after a readiness event ev (oob: the reactor's control
+// buffer for the kernel's receive timestamps): once if the read leaves the
 // socket empty (it returned less than the room given), again while reads fill the buffer
 // (up to rawMaxFullReads: the epoll is level-triggered, so a socket still holding data is
 // ready again at the next wait, after the other streams had their turn), and until the
 // end of the stream or EAGAIN when the peer has closed or failed (ev says so: the read
 // that returns 0 or the error must be made). It reports whether the response is over.
-func (p *rawResp) onReady(ev uint32) bool {
+func (p *rawResp) onReady(ev uint32, oob []byte) bool {
 	hup := ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
 	for full := 0; full < rawMaxFullReads; {
 		if !p.makeRoom() {
@@ -287,18 +290,18 @@ func (p *rawResp) onReady(ev uint32) bool {
 			return true
 		}
 		room := len(p.buf) - p.hi
-		n, err := rawRead(p.fd, p.buf[p.hi:])
+		n, arrived, err := rxstamp.Recv(p.fd, p.buf[p.hi:], oob)
 		if err == syscall.EINTR {
 			continue
 		}
 		if err == syscall.EAGAIN {
 			return false
 		}
-		if err != nil {
+		if err != 0 {
 			p.opErr = os.NewSyscallError("read", err)
 			return true
 		}
-		stamp := p.clk.now()
+		stamp := p.stamp(arrived)
 		if n == 0 {
 			p.eof = true
 		} else {
@@ -317,4 +320,25 @@ func (p *rawResp) onReady(ev uint32) bool {
 		}
 	}
 	return false
+}
+
+// stamp is the run-clock time of a read that returned bytes the kernel received at
+// arrived (CLOCK_REALTIME ns, SO_TIMESTAMPNS of the last segment read; 0: unstamped).
+// The bytes' arrival, not the read's return, is what a chunk time means (docs/metrics.md):
+// the time the reactor thread took to wake and get a P back is the replayer's, not the
+// server's, and it is milliseconds at the tail on a busy machine. One clock reading gives
+// both clocks (time.Now carries the wall and the monotonic reading), so the arrival is put
+// on the run clock by their difference at the read; the result is clamped between the
+// stream's last stamp (never before the request was sent) and the read's return, so a
+// step of the wall clock can never order chunks wrongly or date one in the future.
+func (p *rawResp) stamp(arrived int64) int64 {
+	now := time.Now()
+	read := int64(now.Sub(p.clk.start))
+	s := read
+	if arrived > 0 {
+		s = min(read, arrived-(now.UnixNano()-read))
+	}
+	s = max(s, p.lastStamp, p.res.SentNS)
+	p.lastStamp = s
+	return s
 }

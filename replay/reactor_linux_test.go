@@ -3,9 +3,15 @@
 package replay
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -15,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 )
@@ -239,5 +246,137 @@ func TestRawWriteAllWaitsForRoom(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, cancel)
 	if err := writeAll(ctx, w2, [][]byte{body}, time.Time{}); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("no reader, canceled: %v", err)
+	}
+}
+
+// TestRawChunkStampIsArrival: a chunk is dated when its bytes reached the client's
+// socket (the kernel's receive timestamp), not when the reactor got round to reading
+// them. The test holds the reactor back (its lock) while the server writes, and lets it
+// read 20 ms after the write returned: the chunk's time must fall inside the server's
+// write call. (The kernel may, rarely, leave a segment unstamped just after stamping was
+// switched on, and the read's return dates it then: three tries, one must be exact.)
+func TestRawChunkStampIsArrival(t *testing.T) {
+	release, err := rxstamp.Hold(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	base, _ := url.Parse("http://" + ln.Addr().String() + "/v1")
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	const body = "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"finish_reason\":\"length\"}]}\n\n"
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n", len(body), body) + "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+
+	exact := 0
+	for try := 0; try < 3 && exact == 0; try++ {
+		cn, err := c.raw.dial(context.Background(), time.Time{}) // a new one: exchange pools it after
+		if err != nil {
+			t.Fatal(err)
+		}
+		type window struct{ before, after int64 }
+		wrote := make(chan window, 1)
+		write := make(chan struct{})
+		go func() { // the server: one request, one response written when told
+			s, err := ln.Accept()
+			if err != nil {
+				wrote <- window{}
+				return
+			}
+			defer s.Close()
+			req, err := http.ReadRequest(bufio.NewReader(s))
+			if err == nil {
+				io.Copy(io.Discard, req.Body)
+			}
+			<-write
+			before := time.Now().UnixNano()
+			s.Write([]byte(resp))
+			wrote <- window{before, time.Now().UnixNano()}
+			io.Copy(io.Discard, s) // until the client closes
+		}()
+		clk := clock{start: time.Now()}
+		req := &request{id: 1, body: []byte(`{"prompt":"a","max_tokens":1}`)}
+		res := newResult(1, 0, 0, 1, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			st := c.writeNow(clk, cn, req)
+			sse := newSSEReader(nil, nil, 4<<10, DefaultMaxLine)
+			c.exchange(context.Background(), clk, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
+		}()
+		// Hold the reactor once it reads this stream.
+		var r *reactor
+		for wait := time.Now(); r == nil; {
+			if time.Since(wait) > 5*time.Second {
+				t.Fatal("the stream never reached a reactor")
+			}
+			reactorsMu.Lock()
+			if reactors != nil {
+				if rr := reactors[cn.fd%len(reactors)]; rr != nil {
+					rr.mu.Lock()
+					if rr.streams[int32(cn.fd)] != nil {
+						r = rr
+					} else {
+						rr.mu.Unlock()
+					}
+				}
+			}
+			reactorsMu.Unlock()
+			if r == nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		close(write)
+		w := <-wrote
+		time.Sleep(20 * time.Millisecond)
+		r.mu.Unlock()
+		<-done
+		if res.Status != results.StatusOK || res.FirstTokenNS == results.Null {
+			t.Fatalf("status %s %q", res.Status, res.Error)
+		}
+		got := clk.start.UnixNano() + res.FirstTokenNS
+		const tol = 50_000 // ns: the wall and monotonic readings of one time.Now
+		if got < w.before-tol {
+			t.Fatalf("chunk dated %d ns before the server began writing it", w.before-got)
+		}
+		if got <= w.after+tol {
+			exact++
+		} else {
+			t.Logf("try %d: chunk dated %.3f ms after the server's write returned (unstamped?)", try, float64(got-w.after)/1e6)
+		}
+	}
+	if exact == 0 {
+		t.Fatal("no try dated the chunk at its arrival: the reactor's read dated it")
+	}
+}
+
+// rawResp.stamp puts the kernel's arrival on the run clock and never dates a chunk after
+// the read, before the request's send, or before the stream's previous chunk.
+func TestRawStampClamps(t *testing.T) {
+	start := time.Now().Add(-time.Second)
+	p := &rawResp{clk: clock{start: start}, res: &Result{SentNS: int64(500 * time.Millisecond)}}
+	wall := func(run time.Duration) int64 { return start.UnixNano() + int64(run) }
+	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
+	if got := p.stamp(wall(900 * time.Millisecond)); got < int64(899*time.Millisecond) || got > int64(901*time.Millisecond) {
+		t.Errorf("arrival at 900 ms stamped %.3f ms", ms(got))
+	}
+	if got := p.stamp(wall(800 * time.Millisecond)); got < int64(899*time.Millisecond) {
+		t.Errorf("an arrival before the previous chunk's stamped %.3f ms, before it", ms(got))
+	}
+	p.lastStamp = 0
+	if got := p.stamp(wall(100 * time.Millisecond)); got != p.res.SentNS {
+		t.Errorf("an arrival before the send stamped %.3f ms, want the send's %.3f", ms(got), ms(p.res.SentNS))
+	}
+	before := int64(time.Since(start))
+	if got := p.stamp(wall(time.Hour)); got < before || got > int64(time.Since(start)) {
+		t.Errorf("an arrival in the future stamped %.3f ms, want the read's (%.3f ms or a little after)", ms(got), ms(before))
+	}
+	before = int64(time.Since(start))
+	if got := p.stamp(0); got < before || got > int64(time.Since(start)) {
+		t.Errorf("an unstamped read stamped %.3f ms, want the read's (%.3f ms or a little after)", ms(got), ms(before))
 	}
 }
