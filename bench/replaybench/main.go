@@ -550,10 +550,11 @@ func fidelity() error {
 	fmt.Printf("  goroutine 1 ms sleep late ms: p50 %.3f p99 %.3f   (time.Sleep every 10 ms: Go's timers, another floor)\n", o.hicP50, o.hicP99)
 	fmt.Printf("  TTFT - %v ms (client vs nominal): %s   (target p99 <= 3 pinned)\n", *ttft, fmtDist(o.ttftErrP50, o.ttftErrP99, o.ttftErrMax))
 	if why == "" {
-		fmt.Printf("  replayer's own TTFT error ms (client TTFT - server TTFT, %d of %d ok joined): %s   (target p99 <= 1)\n", j.Joined, j.OK, j.OwnTTFTErr)
-		fmt.Printf("    one-way, CLOCK_REALTIME: request (server read - client send) %s; first chunk (client read - server write) %s\n", j.SendLeg, j.RecvLeg)
+		fmt.Printf("  replayer's own TTFT error ms (client TTFT - server TTFT, %d of %d ok joined, %d dated by the kernel's arrival stamp, the rest by the sim's read): %s   (target p99 <= 1)\n", j.Joined, j.OK, j.Arrived, j.OwnTTFTErr)
+		fmt.Printf("    one-way, CLOCK_REALTIME: request (server arrival - client send) %s; first chunk (client chunk time - server write) %s\n", j.SendLeg, j.RecvLeg)
+		fmt.Printf("    the sim's read of a request returned after its arrival by ms: %s   (the sim's own wake-up, outside every figure here)\n", j.SimRead)
 		fmt.Printf("    ITL error per server write ms (client gap between two writes' arrivals - server gap between the writes, %d gaps in %d streams; %d streams did not pair by token count): %s\n", j.ITLErr.N, j.ITLStreams, j.ITLSkipped, j.ITLErr)
-		fmt.Printf("  sim's own first-write lateness ms (first_write - (read + %v), its request log): %s\n", *ttft, j.SimFirstLate)
+		fmt.Printf("  sim's own first-write lateness ms (first_write - (arrival + %v), its request log): %s\n", *ttft, j.SimFirstLate)
 	} else {
 		fmt.Printf("  replayer's own TTFT error: server record unavailable: %s\n", why)
 	}

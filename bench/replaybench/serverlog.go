@@ -18,7 +18,9 @@ import (
 
 // serverRecord is what replaybench reads of one line of `llmreplay sim --request-log`
 // (replay/sim/reqlog.go LogRecord; issue 18 contract 2). The *_unix_ns stamps are
-// CLOCK_REALTIME: read_unix_ns when the read that delivered the request's head returned,
+// CLOCK_REALTIME: arrive_unix_ns when the request's bytes reached the sim's socket (the
+// kernel's receive timestamp; since 2026-12-03), read_unix_ns when the read that
+// delivered the request's head returned,
 // first_write_unix_ns just before the write(2) carrying the first token, and with
 // --request-log-writes every body write that carried tokens with its token count.
 type serverRecord = sim.LogRecord
@@ -93,12 +95,20 @@ type serverJoin struct {
 	OK     int // results with status ok and a TTFT
 	Joined int // of them, found in the log with both server stamps
 
+	// Arrived is how many joined lines have arrive_unix_ns: the server's instant of a
+	// request is its arrival (the kernel's stamp) where it has one, else its read.
+	Arrived int
+
 	// OwnTTFTErr is client TTFT (first_token_ns - sent_ns, run clock) minus server TTFT
-	// (first_write_unix_ns - read_unix_ns): what the replayer adds to a TTFT.
+	// (first_write_unix_ns - the request's arrival): what the replayer adds to a TTFT.
 	OwnTTFTErr dist
-	// SimFirstLate is first_write - (read + nominal TTFT): the sim's own lateness.
+	// SimFirstLate is first_write - (arrival + nominal TTFT): the sim's own lateness.
 	SimFirstLate dist
-	// SendLeg is read_unix_ns - (run_start_unix_ns + sent_ns) and RecvLeg is
+	// SimRead is read_unix_ns - arrive_unix_ns: how long after its bytes arrived the sim's
+	// read of a request returned (its goroutine's wake-up and a P): no longer part of any
+	// figure above, since the sim's schedule starts at the arrival.
+	SimRead dist
+	// SendLeg is arrival - (run_start_unix_ns + sent_ns) and RecvLeg is
 	// (run_start_unix_ns + first_token_ns) - first_write_unix_ns, each on CLOCK_REALTIME
 	// (the run clock is CLOCK_MONOTONIC from run_start_unix_ns, so a wall-clock step during
 	// the run shifts them; their sum is OwnTTFTErr exactly).
@@ -115,7 +125,7 @@ type serverJoin struct {
 // and computes the replayer's own errors against the server's stamps.
 func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nominalTTFT time.Duration) serverJoin {
 	var j serverJoin
-	var own, late, send, recv, itl []float64
+	var own, late, send, recv, itl, simRead []float64
 	prefix := meta.RunID + "-"
 	for i := range res {
 		r := &res[i]
@@ -128,11 +138,17 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 			continue
 		}
 		j.Joined++
+		arrival := s.ReadUnixNs
+		if s.ArriveUnixNs > 0 {
+			j.Arrived++
+			arrival = s.ArriveUnixNs
+			simRead = append(simRead, ms(s.ReadUnixNs-s.ArriveUnixNs))
+		}
 		clientTTFT := r.FirstTokenNS - r.SentNS
-		serverTTFT := s.FirstWriteUnixNs - s.ReadUnixNs
+		serverTTFT := s.FirstWriteUnixNs - arrival
 		own = append(own, ms(clientTTFT-serverTTFT))
 		late = append(late, ms(serverTTFT-int64(nominalTTFT)))
-		send = append(send, ms(s.ReadUnixNs-(meta.RunStartUnixNS+r.SentNS)))
+		send = append(send, ms(arrival-(meta.RunStartUnixNS+r.SentNS)))
 		recv = append(recv, ms(meta.RunStartUnixNS+r.FirstTokenNS-s.FirstWriteUnixNs))
 		if len(s.WriteUnixNs) == 0 {
 			continue
@@ -149,6 +165,7 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 	}
 	j.OwnTTFTErr, j.SimFirstLate = summarize(own), summarize(late)
 	j.SendLeg, j.RecvLeg, j.ITLErr = summarize(send), summarize(recv), summarize(itl)
+	j.SimRead = summarize(simRead)
 	return j
 }
 

@@ -141,3 +141,38 @@ func TestSummarize(t *testing.T) {
 		t.Fatal("median of nothing is not NaN")
 	}
 }
+
+// A line with the kernel's arrival stamp is joined on it: the server's TTFT, the sim's
+// lateness and the request leg start at the arrival, and the sim's read comes after.
+func TestJoinServerLogArrival(t *testing.T) {
+	const start = int64(1_796_000_000_000_000_000)
+	meta := &results.RunMeta{RunID: "00000000000000ab", RunStartUnixNS: start}
+	// Sent at 1 ms, arrived 0.1 ms later, read 3 ms after that; first write 50.5 ms after
+	// the arrival, first chunk at the client 0.2 ms after the write.
+	arrive := start + msNS + msNS/10
+	read, fw := arrive+3*msNS, arrive+50*msNS+msNS/2
+	res := []replay.Result{okResult(0, msNS, fw+msNS/5-start, fw+msNS/5-start-msNS)}
+	line := fmt.Sprintf(`{"request_id":"00000000000000ab-0","outcome":"ok","stream":true,"arrive_unix_ns":%d,"read_unix_ns":%d,"first_write_unix_ns":%d}`, arrive, read, fw)
+	l, err := readServerLog(strings.NewReader(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := joinServerLog(res, meta, l, 50*time.Millisecond)
+	if j.Joined != 1 || j.Arrived != 1 {
+		t.Fatalf("joined %d arrived %d, want 1 and 1", j.Joined, j.Arrived)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"own TTFT error", j.OwnTTFTErr.Max, 0.3},
+		{"request leg", j.SendLeg.Max, 0.1},
+		{"first-chunk leg", j.RecvLeg.Max, 0.2},
+		{"sim first-write lateness", j.SimFirstLate.Max, 0.5},
+		{"sim read after arrival", j.SimRead.Max, 3},
+	} {
+		if math.Abs(c.got-c.want) > 1e-9 {
+			t.Errorf("%s = %v ms, want %v", c.name, c.got, c.want)
+		}
+	}
+}
