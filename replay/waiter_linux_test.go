@@ -115,9 +115,26 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 		reqs = append(reqs, trace.Request{ID: int64(i), Arrival: at, PromptTokens: 3, OutputTokens: 1})
 	}
 	locked := make(chan int64, n)
+	procs := make(chan int, n)
+	p0 := runtime.GOMAXPROCS(0)
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
-		o.seams.record = func(*Result) { locked <- lockedWaiters.Load() }
+		o.seams.record = func(*Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
 	})
+	close(procs)
+	want := p0
+	if p0 >= 2 {
+		want = p0 + 1 // the dispatcher's P, while it dispatches (records also come after)
+	}
+	mostP := 0
+	for p := range procs {
+		mostP = max(mostP, p)
+	}
+	if mostP != want {
+		t.Errorf("GOMAXPROCS at most %d during the run (%d before it), want %d", mostP, p0, want)
+	}
+	if p := runtime.GOMAXPROCS(0); p != p0 {
+		t.Errorf("GOMAXPROCS %d after the run, want %d as before", p, p0)
+	}
 	if len(res) != n {
 		t.Fatalf("%d records, want %d", len(res), n)
 	}
@@ -253,4 +270,37 @@ func benchWaiter(thread bool, clk clock, stop <-chan struct{}) dueWaiter {
 		return preciseWaiter(clk, stop)
 	}
 	return newWaiter(clk, stop)
+}
+
+// The dispatcher's extra P: one for any number of overlapping open loops, set back by the
+// last; none on one P; not set back over a change made by someone else meanwhile.
+func TestDispatcherP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(2)
+	addDispatcherP()
+	addDispatcherP()
+	if p := runtime.GOMAXPROCS(0); p != 3 {
+		t.Fatalf("two open loops on 2: GOMAXPROCS %d, want 3", p)
+	}
+	releaseDispatcherP()
+	if p := runtime.GOMAXPROCS(0); p != 3 {
+		t.Fatalf("one of two ended: GOMAXPROCS %d, want 3", p)
+	}
+	releaseDispatcherP()
+	if p := runtime.GOMAXPROCS(0); p != 2 {
+		t.Fatalf("both ended: GOMAXPROCS %d, want 2", p)
+	}
+	runtime.GOMAXPROCS(1)
+	addDispatcherP()
+	if p := runtime.GOMAXPROCS(0); p != 1 {
+		t.Fatalf("on one P: GOMAXPROCS %d, want 1", p)
+	}
+	releaseDispatcherP()
+	runtime.GOMAXPROCS(4)
+	addDispatcherP()
+	runtime.GOMAXPROCS(8) // the user's own change
+	releaseDispatcherP()
+	if p := runtime.GOMAXPROCS(0); p != 8 {
+		t.Fatalf("changed meanwhile: GOMAXPROCS %d, want 8 left alone", p)
+	}
 }
