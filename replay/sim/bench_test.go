@@ -106,7 +106,7 @@ func BenchmarkFixedStreams(b *testing.B) {
 			cfg, _ := Profile("fixed")
 			cfg.FixedTTFT, cfg.FixedITL = 5*time.Millisecond, 5*time.Millisecond
 			r := startSim(b, cfg)
-			r.srv.noPrecise = path == "goroutine"
+			r.srv.noPrecise.Store(path == "goroutine")
 			benchStreamsOn(b, r, 300, 500, true)
 		})
 	}
@@ -217,7 +217,7 @@ func benchFixedAccuracy(b *testing.B, goroutine bool) {
 	cfg, _ := Profile("fixed")
 	cfg.FixedTTFT, cfg.FixedITL = 20*time.Millisecond, 5*time.Millisecond
 	r := startSim(b, cfg)
-	r.srv.noPrecise = goroutine
+	r.srv.noPrecise.Store(goroutine)
 	r.Server().lateness = &latenessLog{}
 	url := r.BaseURL() + "/completions"
 	const streams, perReq = 16, 20

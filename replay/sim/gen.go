@@ -491,7 +491,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	sent := 0
-	if f, ok := src.(*fixedSource); ok && conn != nil && !s.noPrecise && pl.clean() && r.ProtoAtLeast(1, 1) {
+	if f, ok := src.(*fixedSource); ok && conn != nil && !s.noPrecise.Load() && pl.clean() && r.ProtoAtLeast(1, 1) {
 		// net/http frames an HTTP/1.1 body of unknown length in chunks, which the
 		// scheduler writes itself.
 		n, complete, ok := s.servePrecise(ctx, conn, f, ck, p.includeUsage, rec)

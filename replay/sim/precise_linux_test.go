@@ -110,7 +110,7 @@ func TestPreciseWireMatchesGoroutinePath(t *testing.T) {
 	cfg, _ := Profile("fixed")
 	cfg.FixedTTFT, cfg.FixedITL = 3*time.Millisecond, time.Millisecond
 	precise, plain := startSim(t, cfg), startSim(t, cfg)
-	plain.srv.noPrecise = true
+	plain.srv.noPrecise.Store(true)
 	reqs := []struct{ path, body string }{
 		{"/v1/completions", `{"prompt":"hi","max_tokens":12,"ignore_eos":true,"stream":true}`},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`},
@@ -397,7 +397,7 @@ func TestRequestLogServerStamps(t *testing.T) {
 				cfg.TimeScale = 100
 			}
 			r := startSim(t, cfg)
-			r.srv.noPrecise = tc.plain
+			r.srv.noPrecise.Store(tc.plain)
 			conn, err := net.Dial("tcp", r.Addr().String())
 			if err != nil {
 				t.Fatal(err)
