@@ -47,6 +47,9 @@ import (
 // the CPUs the process has only adds wake-ups and hand-offs of Ps.
 var rawReactorThreads = max(1, runtime.NumCPU()/4)
 
+// ReactorThreadName is the reactor threads' name (top -H, /proc/self/task/TID/comm).
+const ReactorThreadName = "llmr-reactor"
+
 // reactorScan is how often a reactor with streams checks their deadlines.
 const reactorScan = 50 * time.Millisecond
 
@@ -201,6 +204,7 @@ type readyStream struct {
 // loop is reactor r's thread, in slot i of the set.
 func (r *reactor) loop(i int) {
 	runtime.LockOSThread() // never unlocked: the thread ends with the reactor
+	osthread.SetName(ReactorThreadName)
 	evs := make([]syscall.EpollEvent, 256)
 	var ready []readyStream
 	var canceled, expired []*rawResp

@@ -275,6 +275,7 @@ type outcome struct {
 	ttftErrMax                float64
 	tokens                    int64
 	cpu, wall                 time.Duration
+	reactorCPU                time.Duration // of the threads named replay.ReactorThreadName, during the run
 	results                   string
 	hicP50, hicP99            float64 // ms: the 1 ms goroutine sleeper
 	sleepP50, sleepP99        float64 // ms: the C-like sleeper (contract 1) at the mean gap
@@ -325,6 +326,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 		return nil, err
 	}
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName(), period: period}
+	o.reactorCPU = threadsCPU(replay.ReactorThreadName) // before the reactor retires (1 s idle) and its thread ends
 	o.hicP50, o.hicP99 = hic.end()
 	o.sleepP50, o.sleepP99, o.sleepMax = slp.end()
 	o.n = int(sum.Requests)
@@ -460,6 +462,7 @@ type runSummary struct {
 	SleeperMax   float64 `json:"sleeper_max"`
 	HiccupP99    float64 `json:"goroutine_sleep_1ms_p99"`
 	CPUPerToken  float64 `json:"cpu_us_per_token"`
+	ReactorPerTk float64 `json:"reactor_cpu_us_per_token,omitempty"`
 	SimPerToken  float64 `json:"sim_cpu_us_per_token"`
 	FloorPerChnk float64 `json:"floor_us_per_chunk,omitempty"`
 	// ServerRecord is "" when the join ran, else why it did not.
@@ -540,7 +543,7 @@ func fidelity() error {
 	sum := &runSummary{Mode: "fidelity", Rate: *rate, Requests: o.n, Sent: o.sent, OK: o.ok,
 		LateP50: o.lateP50, LateP99: o.lateP99, LateMax: o.lateMax, TTFTNomP50: o.ttftErrP50, TTFTNomP99: o.ttftErrP99,
 		SleeperP50: o.sleepP50, SleeperP99: o.sleepP99, SleeperMax: o.sleepMax, HiccupP99: o.hicP99,
-		CPUPerToken: float64(o.cpu) / 1e3 / float64(max(o.tokens, 1)), SimPerToken: float64(simUsed) / 1e3 / float64(max(o.tokens, 1)),
+		CPUPerToken: float64(o.cpu) / 1e3 / float64(max(o.tokens, 1)), ReactorPerTk: float64(o.reactorCPU) / 1e3 / float64(max(o.tokens, 1)), SimPerToken: float64(simUsed) / 1e3 / float64(max(o.tokens, 1)),
 		ServerRecord: why, Server: j, Goroutines: o.goroutines, FDs: o.fds}
 	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
 	fmt.Printf("  replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s; load average %s\n", cpusAllowed("self"), runtime.GOMAXPROCS(0), simCPUs, loadavg())
@@ -565,6 +568,10 @@ func fidelity() error {
 	}
 	fmt.Printf("  replayer CPU %v for %d streamed tokens: %.2f µs/token (target <= 1.3 x `replaybench floor` µs/chunk); wall %v\n",
 		o.cpu.Round(time.Millisecond), o.tokens, sum.CPUPerToken, o.wall.Round(time.Millisecond))
+	if o.reactorCPU > 0 {
+		fmt.Printf("    of which the reactor threads (%s: they read and parse the streams, the floor client's counterpart) %v: %.2f µs/token; the rest (dispatch, requests' goroutines, results, runtime, the two sleepers) %.2f\n",
+			replay.ReactorThreadName, o.reactorCPU.Round(time.Millisecond), sum.ReactorPerTk, sum.CPUPerToken-sum.ReactorPerTk)
+	}
 	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, sum.SimPerToken)
 	fmt.Printf("  replayer goroutines %d -> %d, file descriptors %d -> %d (before the run; after it and Session.Close, %v later)%s\n",
 		o.goroutines[0], o.goroutines[1], o.fds[0], o.fds[1], o.settled.Round(time.Millisecond), leakNote(o))

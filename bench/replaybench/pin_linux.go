@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // pinnedEnv marks a replaybench that pinSelf has already re-executed under taskset.
@@ -30,4 +32,25 @@ func pinSelf(list string) error {
 	env := append(os.Environ(), pinnedEnv+"="+list)
 	err = syscall.Exec(ts, append([]string{"taskset", "-c", list, self}, os.Args[1:]...), env)
 	return fmt.Errorf("exec taskset: %w", err)
+}
+
+// threadsCPU is the CPU time of this process's threads named name (/proc/self/task:
+// comm, and schedstat's first field, the ns a thread has run), summed.
+func threadsCPU(name string) time.Duration {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var sum time.Duration
+	for _, t := range tasks {
+		comm, err := os.ReadFile("/proc/self/task/" + t.Name() + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != name {
+			continue
+		}
+		st, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		var ns int64
+		fmt.Sscan(string(st), &ns)
+		sum += time.Duration(ns)
+	}
+	return sum
 }

@@ -173,6 +173,13 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 			ratio[i] = un[i].CPUPerToken / fl[i].FloorPerChnk
 		}
 	}
+	rratio := make([]float64, len(un))
+	for i := range un {
+		rratio[i] = math.NaN()
+		if un[i] != nil && fl[i] != nil && fl[i].FloorPerChnk > 0 && un[i].ReactorPerTk > 0 {
+			rratio[i] = un[i].ReactorPerTk / fl[i].FloorPerChnk
+		}
+	}
 	le := func(b float64) func(float64) bool { return func(m float64) bool { return m <= b } }
 	cpu := func(r *runSummary) float64 { return r.CPUPerToken }
 	late := func(r *runSummary) float64 { return r.LateP99 }
@@ -186,6 +193,8 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 		{name: "floor: minimal epoll client CPU, µs/chunk", vals: figure(fl, func(r *runSummary) float64 { return r.FloorPerChnk }), format: "%.2f"},
 		{name: "unpinned: replayer CPU, µs/token", vals: figure(un, cpu), format: "%.2f"},
 		{name: "unpinned: CPU per token / floor per chunk (same round)", vals: ratio, target: "<= 1.3", check: le(1.3), format: "%.2f"},
+		{name: "unpinned: reactor threads' CPU, µs/token", vals: figure(un, func(r *runSummary) float64 { return r.ReactorPerTk }), format: "%.2f"},
+		{name: "unpinned: reactor per token / floor per chunk", vals: rratio, format: "%.2f"},
 		{name: "unpinned: schedule lateness p99, ms", vals: figure(un, late)},
 		{name: "unpinned: C-like sleeper late p99, ms", vals: figure(un, slp)},
 		{name: "unpinned: lateness p99 - sleeper p99, ms", vals: figure(un, over), target: "<= +0.2", check: le(0.2)},

@@ -105,3 +105,60 @@ func Read(fd int, b []byte) (int, error) {
 	}
 	return int(r), nil
 }
+
+// SetName names the calling thread (prctl PR_SET_NAME; at most 15 bytes are kept), as
+// `top -H`, `ps -L` and /proc/self/task/TID/comm show it, and returns the name it had.
+// Call it on a goroutine locked to its thread, and set the old name back before unlocking
+// it (the thread returns to the runtime's pool).
+func SetName(name string) (prev string) {
+	const prSetName, prGetName = 15, 16
+	var old, b [16]byte
+	syscall.RawSyscall(syscall.SYS_PRCTL, prGetName, uintptr(unsafe.Pointer(&old[0])), 0)
+	copy(b[:15], name)
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetName, uintptr(unsafe.Pointer(&b[0])), 0)
+	for i, c := range old {
+		if c == 0 {
+			return string(old[:i])
+		}
+	}
+	return string(old[:])
+}
+
+// SleepWritev sleeps the calling thread until CLOCK_MONOTONIC reaches deadline (ns,
+// TIMER_ABSTIME, as SleepUntil), then reads CLOCK_MONOTONIC and calls writev(fd, iov,
+// iovcnt), all before the goroutine takes a P back: the write leaves when the thread
+// wakes, not when the runtime next has a P for it (the wait SleepUntil's caller pays
+// before it can write: p99 0.2-0.5 ms on a busy 2-vCPU machine). woke is the reading
+// taken just before the write. fd must be non-blocking; the memory iov points to must be
+// kept alive by the caller (it is, through the values it passed). The sleep is not cut
+// short by anything but a signal, after which it resumes to the same deadline.
+func SleepWritev(deadline int64, fd int, iov *syscall.Iovec, iovcnt int) (woke int64, n int, err syscall.Errno) {
+	ts := syscall.NsecToTimespec(deadline)
+	var now syscall.Timespec
+	r, e := sleepWritev(&ts, &now, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(iovcnt))
+	return now.Nano(), int(r), e
+}
+
+// sleepWritev is SleepWritev's system calls, made in the syscall state: nosplit, nothing
+// but raw system calls on values in this frame and its caller's.
+//
+//go:nosplit
+//go:norace
+func sleepWritev(ts, now *syscall.Timespec, fd, iov, iovcnt uintptr) (n uintptr, err syscall.Errno) {
+	entersyscallblock()
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_CLOCK_NANOSLEEP, clockMonotonic, timerAbstime, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+		if e != syscall.EINTR {
+			break
+		}
+	}
+	syscall.RawSyscall6(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(now)), 0, 0, 0, 0)
+	for {
+		n, _, err = syscall.RawSyscall6(syscall.SYS_WRITEV, fd, iov, iovcnt, 0, 0, 0)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	exitsyscall()
+	return
+}
