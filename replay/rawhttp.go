@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -460,6 +461,38 @@ func (c *Client) startNow(clk clock, r *request) *rawStart {
 		return nil
 	}
 	return c.writeNow(clk, cn, r)
+}
+
+// startAt takes a pooled connection and sends r on it at r's due time from the
+// dispatcher's thread (threadWaiter.sendAt: the writev leaves as the thread wakes, stamped
+// just before it); nil when the pool has no idle connection.
+func (c *Client) startAt(w *threadWaiter, r *request) *rawStart {
+	cn := c.raw.takeIdle()
+	if cn == nil {
+		return nil
+	}
+	st := &rawStart{cn: cn}
+	head := c.raw.headOf(r)
+	iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
+	iov[0].SetLen(len(head))
+	cnt := 1
+	if len(r.body) > 0 {
+		iov[1].Base = &r.body[0]
+		iov[1].SetLen(len(r.body))
+		cnt = 2
+	}
+	sent, n, e := w.sendAt(r.dueNS, cn.fd, &iov[0], cnt)
+	st.sentNS = sent
+	switch e {
+	case 0:
+		st.written = n
+	case syscall.EAGAIN: // nothing went: exchange writes it all
+	default:
+		st.err = os.NewSyscallError("writev", e)
+	}
+	runtime.KeepAlive(head)
+	runtime.KeepAlive(r.body)
+	return st
 }
 
 // writeNow writes what cn's socket takes of r's message at once, never waiting: one

@@ -652,6 +652,13 @@ func (r *runner) openLoop() {
 		if !ok {
 			return
 		}
+		sent, ok := r.sendAtDue(w, req)
+		if !ok {
+			return
+		}
+		if sent {
+			continue
+		}
 		if !w.until(req.dueNS) {
 			return
 		}
@@ -665,10 +672,7 @@ func (r *runner) openLoop() {
 // connection set-up stands between the due time and the write, and a new goroutine reads
 // the response. Otherwise (no idle connection, or net/http) the goroutine does it all.
 func (r *runner) dispatch(req *request) {
-	if late := r.clk.now() - req.dueNS; late > int64(r.o.MaxLateness) {
-		r.prog.Late.Add(1)
-		r.prog.LastLateNS.Store(late)
-	}
+	r.countLate(r.clk.now() - req.dueNS)
 	if r.inflight.Load() >= int64(r.o.MaxInflight) {
 		res := r.resultOf(req)
 		res.Status = results.StatusDropped
@@ -682,7 +686,20 @@ func (r *runner) dispatch(req *request) {
 		return
 	}
 	r.withRunID(req)
-	pre := r.o.Client.startNow(r.clk, req)
+	r.launch(req, r.o.Client.startNow(r.clk, req))
+}
+
+// countLate counts a send later than MaxLateness in the progress.
+func (r *runner) countLate(late int64) {
+	if late > int64(r.o.MaxLateness) {
+		r.prog.Late.Add(1)
+		r.prog.LastLateNS.Store(late)
+	}
+}
+
+// launch hands req to a new goroutine that sends it (or, with pre, finishes the send the
+// dispatcher began) and reads its response.
+func (r *runner) launch(req *request, pre *rawStart) {
 	r.inflight.Add(1)
 	r.prog.InFlight.Add(1)
 	r.wg.Add(1)

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
 )
@@ -29,6 +31,7 @@ type threadWaiter struct {
 	base   int64
 	sleeps atomic.Int64 // clock_nanosleep calls, for the tests
 	slack  int          // the thread's timer slack before it was set to 1 ns
+	name   string       // the thread's name before it was named llmr-dispatch
 }
 
 // The dispatcher's P. The thread gives its P up while it sleeps (osthread.SleepUntil) and
@@ -83,11 +86,13 @@ func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
 	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
 	slack := osthread.SetTimerSlack(1)
-	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack}
+	name := osthread.SetName("llmr-dispatch")
+	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack, name: name}
 }
 
 func (w *threadWaiter) release() {
 	releaseDispatcherP()
+	osthread.SetName(w.name)
 	osthread.SetTimerSlack(w.slack)
 	lockedWaiters.Add(-1)
 	runtime.UnlockOSThread()
@@ -127,4 +132,45 @@ func (w *threadWaiter) until(dueNS int64) bool {
 		w.sleeps.Add(1)
 		osthread.SleepUntil(w.base + min(dueNS, now+int64(maxSleep)))
 	}
+}
+
+// sendAt sleeps until the run clock reaches dueNS and writes iov to fd as the thread
+// wakes, before it takes its P back (osthread.SleepWritev); sentNS is the run clock just
+// before the write. The caller is at most sendWindow before dueNS (the sleep is not cut
+// for a stop).
+func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) (sentNS int64, n int, err syscall.Errno) {
+	w.sleeps.Add(1)
+	woke, n, err := osthread.SleepWritev(w.base+dueNS, fd, iov, cnt)
+	return max(woke-w.base, dueNS), n, err
+}
+
+// sendWindow is how long before a due time the open loop commits to sending the request
+// from the dispatcher's thread: it takes the connection there and makes its last sleep
+// (which no stop cuts short) from there.
+const sendWindow = 2 * time.Millisecond
+
+// sendAtDue sends req at its due time from the dispatcher's thread when it can: w is the
+// thread waiter, the client is the raw one, fewer than MaxInflight requests are in flight
+// (only this dispatcher adds to them, so it stays so until the send) and the pool has an
+// idle connection. sent says it did; ok is false when the run stopped while it waited.
+// Otherwise the caller waits for the due time and dispatches as before.
+func (r *runner) sendAtDue(w dueWaiter, req *request) (sent, ok bool) {
+	tw, is := w.(*threadWaiter)
+	if !is || r.o.Client.raw == nil || r.o.seams.do != nil {
+		return false, true
+	}
+	if !w.until(req.dueNS - int64(sendWindow)) {
+		return false, false
+	}
+	if r.inflight.Load() >= int64(r.o.MaxInflight) {
+		return false, true // dispatch records it dropped at its due time
+	}
+	r.withRunID(req)
+	pre := r.o.Client.startAt(tw, req)
+	if pre == nil {
+		return false, true
+	}
+	r.countLate(pre.sentNS - req.dueNS)
+	r.launch(req, pre)
+	return true, true
 }

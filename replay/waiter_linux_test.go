@@ -5,15 +5,18 @@ package replay
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"runtime"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/cputime"
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
@@ -302,5 +305,77 @@ func TestDispatcherP(t *testing.T) {
 	releaseDispatcherP()
 	if p := runtime.GOMAXPROCS(0); p != 8 {
 		t.Fatalf("changed meanwhile: GOMAXPROCS %d, want 8 left alone", p)
+	}
+}
+
+// sendAt writes at the due time, never before: the stamp it returns is at or after the due
+// time on the run clock, the bytes all go, and they reach the peer's socket (the kernel's
+// receive timestamp, on the wall clock) no earlier than the due instant either.
+func TestThreadWaiterSendAt(t *testing.T) {
+	release, err := rxstamp.Hold(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fd, err := ownSocket(c.(*net.TCPConn))
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	sraw, _ := s.(*net.TCPConn).SyscallConn()
+	sraw.Control(func(sfd uintptr) { rxstamp.Enable(int(sfd)) })
+
+	clk := clock{start: time.Now()}
+	w, wrelease := newTestThreadWaiter(clk, make(chan struct{}))
+	defer wrelease()
+	msg := []byte("hello, due time")
+	b, oob := make([]byte, 64), make([]byte, rxstamp.OOBSize)
+	stamped := 0
+	for i := range 20 {
+		due := clk.now() + int64(time.Duration(i%4)*500*time.Microsecond) // 0 to 1.5 ms ahead
+		iov := syscall.Iovec{Base: &msg[0]}
+		iov.SetLen(len(msg))
+		sent, n, e := w.sendAt(due, fd, &iov, 1)
+		if e != 0 || n != len(msg) {
+			t.Fatalf("send %d: wrote %d of %d, %v", i, n, len(msg), e)
+		}
+		if sent < due {
+			t.Fatalf("send %d stamped %d, before its due time %d", i, sent, due)
+		}
+		var got int
+		var arrived int64
+		rerr := sraw.Read(func(sfd uintptr) bool {
+			var en syscall.Errno
+			got, arrived, en = rxstamp.Recv(int(sfd), b, oob)
+			return en != syscall.EAGAIN
+		})
+		if rerr != nil || string(b[:got]) != string(msg) {
+			t.Fatalf("peer read %q, %v", b[:got], rerr)
+		}
+		const tol = 50_000 // ns: the wall and monotonic readings of one time.Now
+		if arrived != 0 {
+			stamped++
+		}
+		if dueWall := clk.start.UnixNano() + due; arrived != 0 && arrived < dueWall-tol {
+			t.Fatalf("send %d reached the peer %d ns before its due time", i, dueWall-arrived)
+		}
+	}
+	if stamped == 0 {
+		t.Fatal("no send's arrival was stamped by the kernel: nothing checked")
 	}
 }
