@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -63,6 +64,7 @@ var (
 	pformat  = flag.String("prompt-format", "text", "replay --prompt-format: text (what any --endpoint gets by default; the sim tokenizes every prompt, ~2.5 µs a token of its CPU on the same cores) or token-ids (the sim counts them by length)")
 	cpus     = flag.String("cpus", "", "run replaybench (the replayer) under taskset -c LIST: it re-executes itself under taskset before anything runs, since Go starts threads before main (e.g. -cpus 0 -procs 1 -sim-cpus 1: a core each)")
 	srvRec   = flag.Bool("server-record", true, "fidelity: start the sim with --request-log FILE --request-log-writes and join its record to the results (the replayer's own TTFT error)")
+	fstamps  = flag.Bool("floor-stamps", false, "floor: read with recvmsg and the kernel's receive timestamps (SO_TIMESTAMPNS), as the replayer's reactor does, instead of read(2)")
 	summary  = flag.String("summary", "", "write the run's figures as JSON to this file (what suite reads)")
 )
 
@@ -709,6 +711,9 @@ func floor() error {
 				syscall.Close(fd)
 				continue
 			}
+			if *fstamps {
+				rxstamp.Enable(fd)
+			}
 			syscall.Write(fd, msg)
 			syscall.SetNonblock(fd, true)
 			ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(fd)}
@@ -723,7 +728,8 @@ func floor() error {
 	syscall.Getrusage(rusageThread, &ru0)
 	events := make([]syscall.EpollEvent, 256)
 	buf := make([]byte, 64<<10)
-	var chunks, reads, closed, wakes int64
+	oob := make([]byte, rxstamp.OOBSize)
+	var chunks, reads, closed, wakes, stamped int64
 	deadline := time.Now().Add(*dur + 30*time.Second)
 	for closed < n && time.Now().Before(deadline) {
 		k, err := syscall.EpollWait(epfd, events, 50)
@@ -733,7 +739,18 @@ func floor() error {
 		wakes++
 		for _, ev := range events[:max(k, 0)] {
 			fd := int(ev.Fd)
-			m, err := syscall.Read(fd, buf)
+			var m int
+			var err error
+			if *fstamps {
+				n, ns, e := rxstamp.Recv(fd, buf, oob)
+				if m = n; e != 0 {
+					m, err = -1, e
+				} else if ns != 0 {
+					stamped++
+				}
+			} else {
+				m, err = syscall.Read(fd, buf)
+			}
 			reads++
 			if m > 0 {
 				chunks += int64(bytes.Count(buf[:m], []byte("data: {")))
@@ -751,7 +768,11 @@ func floor() error {
 	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) + syscall.TimevalToNsec(ru1.Stime) -
 		syscall.TimevalToNsec(ru0.Utime) - syscall.TimevalToNsec(ru0.Stime))
 	perChunk := float64(cpu) / 1e3 / float64(max(chunks, 1))
-	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads, %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing); load %s\n",
-		*rate, closed, chunks, reads, wakes, cpu.Round(time.Millisecond), perChunk, loadavg())
+	how := "read(2)"
+	if *fstamps {
+		how = fmt.Sprintf("recvmsg with the kernel's receive timestamps, %d reads stamped", stamped)
+	}
+	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads (%s), %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing); load %s\n",
+		*rate, closed, chunks, reads, how, wakes, cpu.Round(time.Millisecond), perChunk, loadavg())
 	return writeSummary(&runSummary{Mode: "floor", Rate: *rate, Requests: int(n), OK: int(closed), FloorPerChnk: perChunk})
 }
