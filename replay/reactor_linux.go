@@ -67,6 +67,8 @@ type reactor struct {
 	canceled []*rawResp
 	untimed  bool // the thread waits without the deadline scan: a new stream must wake it
 	exited   bool // the loop has ended and closed ep and efd
+
+	hold bool // the thread keeps its P while it waits in epoll (it has an extra P of its own)
 }
 
 var (
@@ -91,6 +93,7 @@ func reactorFor(fd int) (*reactor, error) {
 			return nil, err
 		}
 		reactors[i] = r
+		r.hold = claimP(&extraP.reactors) // a P of its own, kept while it waits (extrap_linux.go)
 		go r.loop(i)
 	}
 	r.mu.Lock()
@@ -114,6 +117,9 @@ func (r *reactor) retire(i int) bool {
 	syscall.Close(r.efd)
 	if reactors[i] == r {
 		reactors[i] = nil
+	}
+	if r.hold {
+		releaseP(&extraP.reactors)
 	}
 	return true
 }
@@ -221,7 +227,13 @@ func (r *reactor) loop(i int) {
 			r.untimed = true
 		}
 		r.mu.Unlock()
-		n, err := osthread.EpollWait(r.ep, evs, wait)
+		var n int
+		var err error
+		if r.hold {
+			n, err = osthread.EpollWaitHold(r.ep, evs, wait)
+		} else {
+			n, err = osthread.EpollWait(r.ep, evs, wait)
+		}
 		if err != nil {
 			n = 0 // EINTR
 		}

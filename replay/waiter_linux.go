@@ -4,7 +4,6 @@ package replay
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,47 +33,6 @@ type threadWaiter struct {
 	name   string       // the thread's name before it was named llmr-dispatch
 }
 
-// The dispatcher's P. The thread gives its P up while it sleeps (osthread.SleepUntil) and
-// must get one back when it wakes: an idle one at once, else it waits until a goroutine
-// running on one blocks or is preempted. That wait was the dispatcher's lateness beyond
-// the C sleeper's floor (the sleep's own wake-up matched the floor): p99 0.39 and 0.53 ms
-// at 300 req/s on 2 vCPUs, 0.21 and 0.26 ms with GOMAXPROCS one higher (replaybench
-// fidelity, one sitting, issue 18). So while an open loop dispatches on a thread,
-// GOMAXPROCS is one above what it was: the goroutines keep as many Ps as before when the
-// dispatcher is awake, and one is usually idle when it wakes. Not on a process given one
-// CPU (GOMAXPROCS 1): there a second P lets two threads of goroutines share the CPU by
-// the kernel's time slices (the simulated engine on one core measured p99 12 ms that way).
-// Runs that overlap in one process share the one extra P; the last to end sets GOMAXPROCS
-// back, unless something else changed it meanwhile.
-var dispatcherP struct {
-	sync.Mutex
-	n    int // open loops dispatching on a thread
-	base int // GOMAXPROCS before the first; 0: not raised
-}
-
-func addDispatcherP() {
-	dispatcherP.Lock()
-	defer dispatcherP.Unlock()
-	dispatcherP.n++
-	if dispatcherP.n > 1 {
-		return
-	}
-	dispatcherP.base = 0
-	if p := runtime.GOMAXPROCS(0); p >= 2 {
-		dispatcherP.base = p
-		runtime.GOMAXPROCS(p + 1)
-	}
-}
-
-func releaseDispatcherP() {
-	dispatcherP.Lock()
-	defer dispatcherP.Unlock()
-	dispatcherP.n--
-	if dispatcherP.n == 0 && dispatcherP.base > 0 && runtime.GOMAXPROCS(0) == dispatcherP.base+1 {
-		runtime.GOMAXPROCS(dispatcherP.base)
-	}
-}
-
 // lockedWaiters counts the threads locked by threadWaiters not yet released (tests).
 var lockedWaiters atomic.Int64
 
@@ -82,7 +40,7 @@ var lockedWaiters atomic.Int64
 func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 	runtime.LockOSThread()
 	lockedWaiters.Add(1)
-	addDispatcherP()
+	claimP(&extraP.dispatchers)
 	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
 	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
 	slack := osthread.SetTimerSlack(1)
@@ -91,7 +49,7 @@ func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 }
 
 func (w *threadWaiter) release() {
-	releaseDispatcherP()
+	releaseP(&extraP.dispatchers)
 	osthread.SetName(w.name)
 	osthread.SetTimerSlack(w.slack)
 	lockedWaiters.Add(-1)
