@@ -473,14 +473,7 @@ func (c *Client) startAt(w *threadWaiter, r *request) *rawStart {
 	}
 	st := &rawStart{cn: cn}
 	head := c.raw.headOf(r)
-	iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
-	iov[0].SetLen(len(head))
-	cnt := 1
-	if len(r.body) > 0 {
-		iov[1].Base = &r.body[0]
-		iov[1].SetLen(len(r.body))
-		cnt = 2
-	}
+	iov, cnt := messageIovec(head, r.body)
 	sent, n, e := w.sendAt(r.dueNS, cn.fd, &iov[0], cnt)
 	st.sentNS = sent
 	switch e {
@@ -495,6 +488,19 @@ func (c *Client) startAt(w *threadWaiter, r *request) *rawStart {
 	return st
 }
 
+// messageIovec is the writev vector of a request's head and body (cnt entries).
+func messageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
+	iov[0].Base = &head[0]
+	iov[0].SetLen(len(head))
+	cnt = 1
+	if len(body) > 0 {
+		iov[1].Base = &body[0]
+		iov[1].SetLen(len(body))
+		cnt = 2
+	}
+	return iov, cnt
+}
+
 // writeNow writes what cn's socket takes of r's message at once, never waiting: one
 // writev(2). exchange writes any rest.
 //
@@ -507,14 +513,7 @@ func (c *Client) startAt(w *threadWaiter, r *request) *rawStart {
 func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
 	st := &rawStart{cn: cn}
 	head := c.raw.headOf(r)
-	iov := [2]syscall.Iovec{{Base: &head[0]}, {}}
-	iov[0].SetLen(len(head))
-	cnt := 1
-	if len(r.body) > 0 {
-		iov[1].Base = &r.body[0]
-		iov[1].SetLen(len(r.body))
-		cnt = 2
-	}
+	iov, cnt := messageIovec(head, r.body)
 	st.sentNS = clk.now()
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(cn.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))

@@ -259,16 +259,7 @@ func TestRawWriteAllWaitsForRoom(t *testing.T) {
 // write call. (The kernel may, rarely, leave a segment unstamped just after stamping was
 // switched on, and the read's return dates it then: three tries, one must be exact.)
 func TestRawChunkStampIsArrival(t *testing.T) {
-	release, err := rxstamp.Hold(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := stampedListener(t)
 	base, _ := url.Parse("http://" + ln.Addr().String() + "/v1")
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	const body = "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" tok\",\"finish_reason\":\"length\"}]}\n\n"
@@ -382,4 +373,21 @@ func TestRawStampClamps(t *testing.T) {
 	if got := p.stamp(0); got < before || got > int64(time.Since(start)) {
 		t.Errorf("an unstamped read stamped %.3f ms, want the read's (%.3f ms or a little after)", ms(got), ms(before))
 	}
+}
+
+// stampedListener holds the kernel's receive stamping on (rxstamp.Hold) and listens on
+// loopback, both until the test ends.
+func stampedListener(t *testing.T) net.Listener {
+	t.Helper()
+	release, err := rxstamp.Hold(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }

@@ -329,16 +329,7 @@ func TestExtraP(t *testing.T) {
 // time on the run clock, the bytes all go, and they reach the peer's socket (the kernel's
 // receive timestamp, on the wall clock) no earlier than the due instant either.
 func TestThreadWaiterSendAt(t *testing.T) {
-	release, err := rxstamp.Hold(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer release()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := stampedListener(t)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
