@@ -217,10 +217,21 @@ func (r *reactor) loop(i int) {
 	var buf [8]byte
 	var oob [rxstamp.OOBSize]byte
 	nextScan := time.Now().Add(reactorScan)
+	var idleSince time.Time // when the reactor last found itself with no stream
 	for {
 		r.mu.Lock()
 		idle := len(r.streams) == 0 && r.pending == 0
+		if !idle {
+			idleSince = time.Time{}
+		} else if idleSince.IsZero() {
+			idleSince = time.Now()
+		}
+		// A wait may end early with no event (EINTR: the runtime's preemption signal ends a
+		// held wait every 10 ms): the reactor retires only once idle for reactorIdle.
 		wait := int(reactorIdle / time.Millisecond)
+		if idle {
+			wait = max(1, int((reactorIdle-time.Since(idleSince))/time.Millisecond)+1)
+		}
 		if len(r.streams) > 0 {
 			wait = max(0, int(time.Until(nextScan)/time.Millisecond)+1)
 		} else {
@@ -237,7 +248,7 @@ func (r *reactor) loop(i int) {
 		if err != nil {
 			n = 0 // EINTR
 		}
-		if n == 0 && idle && r.retire(i) {
+		if n == 0 && idle && time.Since(idleSince) >= reactorIdle && r.retire(i) {
 			return
 		}
 		ready = ready[:0]

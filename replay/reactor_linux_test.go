@@ -391,3 +391,34 @@ func stampedListener(t *testing.T) net.Listener {
 	t.Cleanup(func() { ln.Close() })
 	return ln
 }
+
+// A reactor lives reactorIdle past its last stream, whatever ends its waits early (a held
+// wait ends at every preemption signal, each 10 ms): it is not stopped and started again
+// between two requests a few milliseconds apart (each start and end also moves GOMAXPROCS,
+// a stop of the world).
+func TestReactorOutlivesShortIdle(t *testing.T) {
+	defer func(d time.Duration) { reactorIdle = d }(reactorIdle)
+	reactorIdle = 300 * time.Millisecond
+	waitFor(t, "earlier reactors retired", func() bool {
+		reactorsMu.Lock()
+		defer reactorsMu.Unlock()
+		return !slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
+	})
+	base := startServer(t, &vllmServer{})
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	if c.Prewarm(context.Background(), 1) != 1 { // one response read by a reactor
+		t.Fatal("prewarm failed")
+	}
+	time.Sleep(100 * time.Millisecond) // idle for a third of reactorIdle: ten preemption ticks
+	reactorsMu.Lock()
+	alive := slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
+	reactorsMu.Unlock()
+	if !alive {
+		t.Fatal("the reactor retired within 100 ms of its last stream, reactorIdle 300 ms")
+	}
+	waitFor(t, "reactor retired", func() bool {
+		reactorsMu.Lock()
+		defer reactorsMu.Unlock()
+		return !slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
+	})
+}

@@ -320,15 +320,17 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	period := time.Duration(float64(time.Second) / ratePerSec)
 	slp := startSleeper(period)
 	hic := startHiccups()
+	reactorCPU := threadCPU(replay.ReactorThreadName)
 	cpu0, t0 := cpuTime(), time.Now()
 	sum, err := replay.Run(ctx, sess.Options)
 	if err != nil {
 		slp.end()
 		hic.end()
+		reactorCPU()
 		return nil, err
 	}
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName(), period: period}
-	o.reactorCPU = threadsCPU(replay.ReactorThreadName) // before the reactor retires (1 s idle) and its thread ends
+	o.reactorCPU = reactorCPU()
 	o.hicP50, o.hicP99 = hic.end()
 	o.sleepP50, o.sleepP99, o.sleepMax = slp.end()
 	o.n = int(sum.Requests)

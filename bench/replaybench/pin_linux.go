@@ -34,23 +34,47 @@ func pinSelf(list string) error {
 	return fmt.Errorf("exec taskset: %w", err)
 }
 
-// threadsCPU is the CPU time of this process's threads named name (/proc/self/task:
-// comm, and schedstat's first field, the ns a thread has run), summed.
-func threadsCPU(name string) time.Duration {
-	tasks, _ := os.ReadDir("/proc/self/task")
-	var sum time.Duration
-	for _, t := range tasks {
-		comm, err := os.ReadFile("/proc/self/task/" + t.Name() + "/comm")
-		if err != nil || strings.TrimSpace(string(comm)) != name {
-			continue
+// threadCPU samples the CPU time of this process's threads named name (/proc/self/task:
+// comm, and schedstat's first field, the ns a thread has run) every 50 ms until end is
+// called, which returns their sum: the last sample of each thread, so that a thread that
+// ended during the run (a reactor retires a second after its last stream) still counts,
+// less at most its last 50 ms.
+func threadCPU(name string) (end func() time.Duration) {
+	last := map[string]int64{}
+	sample := func() {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, t := range tasks {
+			comm, err := os.ReadFile("/proc/self/task/" + t.Name() + "/comm")
+			if err != nil || strings.TrimSpace(string(comm)) != name {
+				continue
+			}
+			st, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+			if err != nil {
+				continue
+			}
+			var ns int64
+			fmt.Sscan(string(st), &ns)
+			last[t.Name()] = max(last[t.Name()], ns)
 		}
-		st, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
-		if err != nil {
-			continue
-		}
-		var ns int64
-		fmt.Sscan(string(st), &ns)
-		sum += time.Duration(ns)
 	}
-	return sum
+	stop, done := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			sample()
+			select {
+			case <-tick.C:
+			case <-stop:
+				sample()
+				var sum int64
+				for _, ns := range last {
+					sum += ns
+				}
+				done <- time.Duration(sum)
+				return
+			}
+		}
+	}()
+	return func() time.Duration { close(stop); return <-done }
 }
