@@ -204,7 +204,8 @@ const rawSpareRetry = time.Second
 
 // rawSpareIdle is how long the filler waits for a pool that runs low again before it
 // ends: a run leaves the goroutines it found (a variable for tests).
-var rawSpareIdle = time.Second
+// Atomic: fillers of earlier tests' clients may still read it when a test changes it.
+var rawSpareIdle = func() *atomic.Int64 { var d atomic.Int64; d.Store(int64(time.Second)); return &d }()
 
 // wantSpareLocked starts the filler, or wakes it; t.mu is held.
 func (t *rawTransport) wantSpareLocked() {
@@ -232,7 +233,7 @@ func (t *rawTransport) wantSpareLocked() {
 // at a failed dial, or when closeIdle has run since it started (gen).
 func (t *rawTransport) fillSpare(ctx context.Context, cancel context.CancelFunc, gen int) {
 	defer cancel()
-	idle := time.NewTimer(rawSpareIdle)
+	idle := time.NewTimer(time.Duration(rawSpareIdle.Load()))
 	defer idle.Stop()
 	for {
 		t.mu.Lock()
@@ -244,7 +245,7 @@ func (t *rawTransport) fillSpare(ctx context.Context, cancel context.CancelFunc,
 		need := len(t.idle) < min(rawSpare, t.maxIdle)
 		t.mu.Unlock()
 		if !need {
-			idle.Reset(rawSpareIdle)
+			idle.Reset(time.Duration(rawSpareIdle.Load()))
 			select {
 			case <-t.fillWake:
 				continue

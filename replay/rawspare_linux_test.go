@@ -35,8 +35,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // descriptor; a failed dial stops it for rawSpareRetry; a client with few connections
 // open (sequential requests) gets no spares.
 func TestRawSpareConnections(t *testing.T) {
-	defer func(d time.Duration) { rawSpareIdle = d }(rawSpareIdle)
-	rawSpareIdle = 50 * time.Millisecond
+	defer rawSpareIdle.Store(rawSpareIdle.Load())
+	rawSpareIdle.Store(int64(50 * time.Millisecond))
 	base := startServer(t, &vllmServer{})
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	tr := c.raw

@@ -397,13 +397,14 @@ func stampedListener(t *testing.T) net.Listener {
 // between two requests a few milliseconds apart (each start and end also moves GOMAXPROCS,
 // a stop of the world).
 func TestReactorOutlivesShortIdle(t *testing.T) {
-	defer func(d time.Duration) { reactorIdle = d }(reactorIdle)
-	reactorIdle = 300 * time.Millisecond
+	// No reactor may read reactorIdle while it is changed: earlier tests' retire first.
 	waitFor(t, "earlier reactors retired", func() bool {
 		reactorsMu.Lock()
 		defer reactorsMu.Unlock()
 		return !slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
 	})
+	defer func(d time.Duration) { reactorIdle = d }(reactorIdle)
+	reactorIdle = 300 * time.Millisecond
 	base := startServer(t, &vllmServer{})
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	if c.Prewarm(context.Background(), 1) != 1 { // one response read by a reactor
