@@ -263,10 +263,12 @@ func (t *rawTransport) fillSpare(ctx context.Context, cancel context.CancelFunc,
 		cn, err := t.dial(ctx, time.Now().Add(10*time.Second))
 		t.mu.Lock()
 		switch {
+		case t.gen != gen: // closeIdle ran (and canceled a dial in progress: not a failure)
+			t.filling = false
 		case err != nil:
 			t.fillFail = time.Now()
 			t.filling = false
-		case t.gen != gen || len(t.idle) >= t.maxIdle:
+		case len(t.idle) >= t.maxIdle:
 			t.filling = false
 		default:
 			cn.reused = true // pooled: the server may close it while it waits, as any idle one

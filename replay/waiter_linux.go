@@ -33,6 +33,9 @@ type threadWaiter struct {
 	name   string       // the thread's name before it was named llmr-dispatch
 }
 
+// DispatcherThreadName is the open loop's thread's name while it dispatches (top -H).
+const DispatcherThreadName = "llmr-dispatch"
+
 // lockedWaiters counts the threads locked by threadWaiters not yet released (tests).
 var lockedWaiters atomic.Int64
 
@@ -44,7 +47,7 @@ func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
 	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
 	slack := osthread.SetTimerSlack(1)
-	name := osthread.SetName("llmr-dispatch")
+	name := osthread.SetName(DispatcherThreadName)
 	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack, name: name}
 }
 
