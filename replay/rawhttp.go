@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/llmreplay/llmreplay/internal/raceio"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -517,6 +518,7 @@ func (c *Client) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
 	st := &rawStart{cn: cn}
 	head := c.raw.headOf(r)
 	iov, cnt := messageIovec(head, r.body)
+	raceio.Release(cn.fd)
 	st.sentNS = clk.now()
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(cn.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
@@ -561,6 +563,7 @@ func writeAll(ctx context.Context, fd int, bufs [][]byte, deadline time.Time) er
 				cnt++
 			}
 		}
+		raceio.Release(fd)
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
 		switch e {
 		case 0:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
+	"github.com/llmreplay/llmreplay/internal/raceio"
 )
 
 // threadWaiter waits for due times on a thread of its own: the goroutine is locked to
@@ -101,6 +102,7 @@ func (w *threadWaiter) until(dueNS int64) bool {
 // for a stop).
 func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) (sentNS int64, n int, err syscall.Errno) {
 	w.sleeps.Add(1)
+	raceio.Release(fd)
 	woke, n, err := osthread.SleepWritev(w.base+dueNS, fd, iov, cnt)
 	return max(woke-w.base, dueNS), n, err
 }

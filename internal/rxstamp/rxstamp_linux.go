@@ -17,6 +17,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/llmreplay/llmreplay/internal/raceio"
 )
 
 // Supported reports whether this platform has receive timestamps.
@@ -63,6 +65,7 @@ func Recv(fd int, b, oob []byte) (n int, ns int64, errno syscall.Errno) {
 	if e != 0 {
 		return 0, 0, e
 	}
+	raceio.Acquire(fd)
 	return int(r), Parse(oob[:msg.Controllen]), 0
 }
 

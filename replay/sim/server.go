@@ -65,7 +65,7 @@ type Server struct {
 	fixedFallbacks atomic.Int64
 	fixedPrecise   atomic.Int64 // streams handed to the precise writer
 
-	noPrecise       atomic.Bool       // tests: every stream takes the goroutine path (atomic: set after Start; the stamping read is not an internal/poll read, so the race detector sees no order through the socket)
+	noPrecise       atomic.Bool       // tests: every stream takes the goroutine path (set at any time, also while streams start)
 	preciseReturned func(st *pstream) // tests: called as servePrecise returns
 }
 
