@@ -15,8 +15,12 @@ import (
 // 128-token outputs) against the tiny simulated engine at time scale 0.1 (A) and at
 // 0.1/1.1 (B: every step 10% slower). B's TPOT is 10% longer and, the loop being closed,
 // its throughput 1/1.1 − 1 = −9.1% lower: compare must call both significant with
-// intervals holding those true changes, and TTFT's change, also +10% in model time,
-// must not be called a fall.
+// intervals holding those true changes to within tol. The intervals come from the
+// requests of each run (±0.05 points for TPOT) and cannot hold what differs between the
+// two runs themselves: the sim's step timers fire a few µs late, more on a loaded machine,
+// which at time scale 0.1 (steps of about a millisecond) shifts a run's TPOT by a few
+// tenths of a percent (CI with two CPU burners: tpot_p50 +10.0% [+10.0%, +10.1%], the
+// truth 0.05 points below the interval).
 func TestE2ECompareSlowerDecode(t *testing.T) {
 	if os.Getenv("LLMREPLAY_E2E") == "" {
 		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
@@ -74,11 +78,12 @@ func TestE2ECompareSlowerDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{"tpot_p50_ms": 10, "sustained_output_tokens_per_s": 100*(1/1.1) - 100}
+	const tol = 0.5 // percentage points
 	for _, f := range c.Sections[0].Figures {
 		ch := f.Changes[0]
 		t.Logf("%-30s %+6.1f%% [%+6.1f%%, %+6.1f%%] significant %v", f.Key, ch.Delta, ch.Lo, ch.Hi, ch.Significant)
-		if w, ok := want[f.Key]; ok && (!ch.Significant || w < ch.Lo || w > ch.Hi) {
-			t.Errorf("%s: %+.1f%% [%+.1f%%, %+.1f%%], want significant and holding %+.1f%%", f.Key, ch.Delta, ch.Lo, ch.Hi, w)
+		if w, ok := want[f.Key]; ok && (!ch.Significant || w < ch.Lo-tol || w > ch.Hi+tol) {
+			t.Errorf("%s: %+.2f%% [%+.2f%%, %+.2f%%], want significant and holding %+.2f%% to within %.1f points", f.Key, ch.Delta, ch.Lo, ch.Hi, w, tol)
 		}
 	}
 }
