@@ -12,10 +12,11 @@ import (
 // until a goroutine running on one blocks or is preempted, and every such return also
 // wakes the runtime's sysmon when all Ps were idle. So GOMAXPROCS is raised while they run:
 //
-//   - by one while any open loop dispatches on a thread (threadWaiter): that wait was the
+//   - by one for each open loop dispatching on a thread (threadWaiter): that wait was the
 //     dispatcher's lateness beyond the C sleeper's floor, p99 0.39 and 0.53 ms at 300
-//     req/s on 2 vCPUs, 0.21 and 0.26 ms with the extra P (replaybench fidelity, issue 18);
-//     it now also writes before taking its P back (threadWaiter.sendAt);
+//     req/s on 2 vCPUs, 0.21 and 0.26 ms with an extra P shared by all dispatchers
+//     (replaybench fidelity, issue 18); each now keeps its P while it sleeps
+//     (osthread.SleepHold), so it needs one of its own;
 //   - by one for each running stream reactor, which then keeps its P while it waits in
 //     epoll (osthread.EpollWaitHold) instead of handing it off at every wait: the hand-offs
 //     and the sysmon wake-ups they caused were ~15% of the replayer's CPU samples (perf by
@@ -29,7 +30,7 @@ import (
 // something else changed it meanwhile (then it is left as it is).
 var extraP struct {
 	sync.Mutex
-	dispatchers int // open loops dispatching on a thread (all share one P)
+	dispatchers int // open loops dispatching on a thread, each holding a P
 	reactors    int // reactors holding a P
 	base        int // GOMAXPROCS before the first claim
 	set         int // what it was set to; 0: not raised
@@ -60,13 +61,7 @@ func releaseP(kind *int) {
 	adjustLocked()
 }
 
-func extraLocked() int {
-	n := extraP.reactors
-	if extraP.dispatchers > 0 {
-		n++
-	}
-	return n
-}
+func extraLocked() int { return extraP.reactors + extraP.dispatchers }
 
 // adjustLocked sets GOMAXPROCS to base plus the extra Ps claimed; false when base < 2.
 func adjustLocked() bool {

@@ -14,13 +14,16 @@ import (
 
 // threadWaiter waits for due times on a thread of its own: the goroutine is locked to
 // its OS thread, which sleeps in clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) to each
-// deadline (osthread.SleepUntil, which hands the goroutine's P to the other goroutines
-// while it sleeps). The kernel's hrtimer wakes the thread itself: no Go timer (whose waits
-// under 1 ms the netpoller rounds up to 1 ms when the process is idle), no scheduler
-// hand-off before the wake, and no yield loop burning a core before each due time. After
-// the wake, the thread needs a P back (exitsyscall): an idle one at once, or it queues
-// until a running goroutine yields one; that wait is the part of its lateness the
-// sleeper floor of replaybench (a C thread, no P) does not have.
+// deadline. The kernel's hrtimer wakes the thread itself: no Go timer (whose waits under
+// 1 ms the netpoller rounds up to 1 ms when the process is idle), no scheduler hand-off
+// before the wake, and no yield loop burning a core before each due time.
+//
+// With a P of its own (hold: GOMAXPROCS raised by one for each dispatching thread,
+// extrap_linux.go) the thread keeps its P while it sleeps (osthread.SleepHold) and runs as
+// it wakes, as replaybench's C sleeper does. Without one (a process on one P) it hands the
+// P to the other goroutines while it sleeps (osthread.SleepUntil) and needs one back when
+// it wakes (exitsyscall): an idle one at once, or it queues until a running goroutine
+// yields one, and the next due time may pass meanwhile.
 //
 // It sleeps at most maxSleep at a time, so that a stop is seen within maxSleep.
 type threadWaiter struct {
@@ -29,8 +32,9 @@ type threadWaiter struct {
 	// base is CLOCK_MONOTONIC (ns) when the run clock was 0, or a little after
 	// (monoBase): a sleep to base+dueNS ends when the run clock has reached dueNS.
 	base   int64
-	sleeps atomic.Int64 // clock_nanosleep calls, for the tests
+	sleeps atomic.Int64 // sleeps that reached their deadline, for the tests
 	slack  int          // the thread's timer slack before it was set to 1 ns
+	hold   bool         // the thread has a P of its own and keeps it while it sleeps
 	name   string       // the thread's name before it was named llmr-dispatch
 }
 
@@ -44,12 +48,12 @@ var lockedWaiters atomic.Int64
 func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 	runtime.LockOSThread()
 	lockedWaiters.Add(1)
-	claimP(&extraP.dispatchers)
+	hold := claimP(&extraP.dispatchers)
 	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
 	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
 	slack := osthread.SetTimerSlack(1)
 	name := osthread.SetName(DispatcherThreadName)
-	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack, name: name}
+	return &threadWaiter{clk: clk, stop: stop, base: monoBase(clk), slack: slack, name: name, hold: hold}
 }
 
 func (w *threadWaiter) release() {
@@ -91,19 +95,32 @@ func (w *threadWaiter) until(dueNS int64) bool {
 			return false
 		default:
 		}
+		if deadline := w.base + min(dueNS, now+int64(maxSleep)); !w.hold {
+			osthread.SleepUntil(deadline)
+		} else {
+			// A signal (sysmon's preemption request every 10 ms of running, as the
+			// runtime sees a held sleep) ends it early: the calls here honour the
+			// request, and the slice goes on to the same deadline.
+			for !osthread.SleepHold(deadline) {
+				select {
+				case <-w.stop:
+					return false
+				default:
+				}
+			}
+		}
 		w.sleeps.Add(1)
-		osthread.SleepUntil(w.base + min(dueNS, now+int64(maxSleep)))
 	}
 }
 
 // sendAt sleeps until the run clock reaches dueNS and writes iov to fd as the thread
-// wakes, before it takes its P back (osthread.SleepWritev); sentNS is the run clock just
-// before the write. The caller is at most sendWindow before dueNS (the sleep is not cut
-// for a stop).
+// wakes, before anything else (osthread.SleepWritev: without hold, before it takes its P
+// back); sentNS is the run clock just before the write. The caller is at most sendWindow
+// before dueNS (the sleep is not cut for a stop, nor for the runtime's preemption).
 func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) (sentNS int64, n int, err syscall.Errno) {
 	w.sleeps.Add(1)
 	raceio.Release(fd)
-	woke, n, err := osthread.SleepWritev(w.base+dueNS, fd, iov, cnt)
+	woke, n, err := osthread.SleepWritev(w.base+dueNS, fd, iov, cnt, w.hold)
 	return max(woke-w.base, dueNS), n, err
 }
 

@@ -4,6 +4,7 @@ package replay
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -30,11 +31,28 @@ func newTestThreadWaiter(clk clock, stop <-chan struct{}) (*threadWaiter, func()
 // The thread waiter never returns before the run clock reaches the due time, and the
 // mapping of the run clock to CLOCK_MONOTONIC (monoBase) never makes a sleep end early:
 // a due time within one slice takes at most one clock_nanosleep, whatever the load.
-// Returns come in the order of the due times asked (ties and past ones at once).
+// Returns come in the order of the due times asked (ties and past ones at once). Both
+// ways of sleeping: keeping the P (a P of its own) and handing it off (GOMAXPROCS 1).
 func TestThreadWaiterNeverEarly(t *testing.T) {
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			if !hold {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			} else if runtime.GOMAXPROCS(0) < 2 {
+				t.Skip("one P: the waiter cannot have one of its own")
+			}
+			testThreadWaiterNeverEarly(t, hold)
+		})
+	}
+}
+
+func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
 	clk := clock{start: time.Now()}
 	w, release := newTestThreadWaiter(clk, make(chan struct{}))
 	defer release()
+	if w.hold != hold {
+		t.Fatalf("waiter hold = %v, want %v", w.hold, hold)
+	}
 	var dues []int64
 	for i := range 60 {
 		d := int64(i) * int64(300*time.Microsecond)
@@ -298,11 +316,11 @@ func TestExtraP(t *testing.T) {
 	if !claimP(&extraP.dispatchers) || !claimP(&extraP.dispatchers) {
 		t.Fatal("no P granted on 2")
 	}
-	want("two open loops on 2", 3)
+	want("two open loops on 2", 4)
 	if !claimP(&extraP.reactors) {
 		t.Fatal("no P granted to a reactor")
 	}
-	want("and a reactor", 4)
+	want("and a reactor", 5)
 	releaseP(&extraP.dispatchers)
 	want("one of two open loops ended", 4)
 	releaseP(&extraP.dispatchers)

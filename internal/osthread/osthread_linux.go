@@ -132,20 +132,26 @@ func SetName(name string) (prev string) {
 // taken just before the write. fd must be non-blocking; the memory iov points to must be
 // kept alive by the caller (it is, through the values it passed). The sleep is not cut
 // short by anything but a signal, after which it resumes to the same deadline.
-func SleepWritev(deadline int64, fd int, iov *syscall.Iovec, iovcnt int) (woke int64, n int, err syscall.Errno) {
+//
+// With hold, the goroutine keeps its P throughout (raw system calls, as SleepHold): for a
+// thread with a P of its own. A preemption request (sysmon's, a stop of the world's) then
+// waits until the write is made: a caller sleeps so at most a few milliseconds.
+func SleepWritev(deadline int64, fd int, iov *syscall.Iovec, iovcnt int, hold bool) (woke int64, n int, err syscall.Errno) {
 	ts := syscall.NsecToTimespec(deadline)
 	var now syscall.Timespec
-	r, e := sleepWritev(&ts, &now, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(iovcnt))
+	r, e := sleepWritev(&ts, &now, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(iovcnt), hold)
 	return now.Nano(), int(r), e
 }
 
-// sleepWritev is SleepWritev's system calls, made in the syscall state: nosplit, nothing
-// but raw system calls on values in this frame and its caller's.
+// sleepWritev is SleepWritev's system calls, made in the syscall state unless hold:
+// nosplit, nothing but raw system calls on values in this frame and its caller's.
 //
 //go:nosplit
 //go:norace
-func sleepWritev(ts, now *syscall.Timespec, fd, iov, iovcnt uintptr) (n uintptr, err syscall.Errno) {
-	entersyscallblock()
+func sleepWritev(ts, now *syscall.Timespec, fd, iov, iovcnt uintptr, hold bool) (n uintptr, err syscall.Errno) {
+	if !hold {
+		entersyscallblock()
+	}
 	for {
 		_, _, e := syscall.RawSyscall6(syscall.SYS_CLOCK_NANOSLEEP, clockMonotonic, timerAbstime, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
 		if e != syscall.EINTR {
@@ -159,8 +165,24 @@ func sleepWritev(ts, now *syscall.Timespec, fd, iov, iovcnt uintptr) (n uintptr,
 			break
 		}
 	}
-	exitsyscall()
+	if !hold {
+		exitsyscall()
+	}
 	return
+}
+
+// SleepHold sleeps the calling thread until CLOCK_MONOTONIC reaches deadline (ns,
+// TIMER_ABSTIME), keeping the goroutine's P while it sleeps, without even the runtime's
+// syscall bookkeeping (a raw system call, as EpollWaitHold): for a locked thread with a P
+// of its own (GOMAXPROCS raised for it), which then wakes with its P and runs at once,
+// where SleepUntil's thread must get a P back and may wait for one. The runtime sees the
+// goroutine running: sysmon's preemption signal after 10 ms, or a stop of the world's,
+// ends the sleep early with false, and the caller's next function call honours the
+// request. True when the deadline was reached.
+func SleepHold(deadline int64) bool {
+	ts := syscall.NsecToTimespec(deadline)
+	_, _, e := syscall.RawSyscall6(syscall.SYS_CLOCK_NANOSLEEP, clockMonotonic, timerAbstime, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return e == 0
 }
 
 // EpollWaitHold is epoll_wait that keeps the goroutine's P while it waits, without even

@@ -5,6 +5,7 @@ package osthread
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -110,5 +111,63 @@ func TestSetTimerSlack(t *testing.T) {
 	}
 	if got := SetTimerSlack(prev); got != 1 {
 		t.Fatalf("slack read back %d, want 1", got)
+	}
+}
+
+// TestSleepHold: the sleep never ends before its deadline when it says it reached it,
+// and a stop of the world (runtime.GC) does not wait for a long held sleep: the
+// preemption signal ends it early (false), and the loop around it lets the runtime stop
+// the goroutine. Without the early end, GC would return only after the sleeper's 30 s.
+func TestSleepHold(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1))
+	runtime.LockOSThread()
+	for range 20 {
+		d := Monotonic() + int64(time.Millisecond)
+		for !SleepHold(d) {
+		}
+		if now := Monotonic(); now < d {
+			t.Fatalf("woke %d ns before the deadline", d-now)
+		}
+	}
+	runtime.UnlockOSThread()
+
+	var early, done, stop atomic.Int64
+	var tid atomic.Int64
+	started := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid.Store(int64(syscall.Gettid()))
+		d := Monotonic() + int64(30*time.Second)
+		close(started)
+		for !SleepHold(d) {
+			early.Add(1)
+			if stop.Load() != 0 {
+				return
+			}
+		}
+		done.Store(1)
+	}()
+	<-started
+	time.Sleep(10 * time.Millisecond) // asleep in the kernel by now, most likely
+	runtime.GC()
+	if done.Load() != 0 {
+		t.Error("GC returned only after the held sleep's 30 s")
+	}
+	if early.Load() == 0 {
+		t.Error("GC completed without ending the held sleep: it did not stop the sleeper")
+	}
+	// End the sleeper: SIGURG (the runtime's own preemption signal, otherwise ignored)
+	// ends its sleep early, and it sees stop.
+	stop.Store(1)
+	for {
+		syscall.Tgkill(syscall.Getpid(), int(tid.Load()), syscall.SIGURG)
+		select {
+		case <-ended:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
