@@ -552,6 +552,19 @@ func fidelity() error {
 	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
 	fmt.Printf("  replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s; load average %s\n", cpusAllowed("self"), runtime.GOMAXPROCS(0), simCPUs, loadavg())
 	fmt.Printf("  sent %d/%d, ok %d\n", o.sent, o.n, o.ok)
+	notOK := 0
+	for _, r := range res {
+		if r.Status != results.StatusOK {
+			if notOK < 5 {
+				fmt.Printf("    NOT OK: request %d, status %s, sent at %.3f s, %d of %d output tokens, HTTP %d: %s\n",
+					r.RequestID, r.Status, float64(r.SentNS)/1e9, r.OutputTokens, r.OutputTokensTarget, r.HTTPStatus, r.Error)
+			}
+			notOK++
+		}
+	}
+	if notOK > 5 {
+		fmt.Printf("    ... and %d more not ok\n", notOK-5)
+	}
 	fmt.Printf("  schedule lateness ms:  %s   (target p99 <= C-like sleeper p99 + 0.2 unpinned, <= 1 pinned)\n", fmtDist(o.lateP50, o.lateP99, o.lateMax))
 	fmt.Printf("  C-like sleeper late ms: %s   (a thread outside Go's scheduler sleeping to absolute deadlines %v apart, the mean gap: the floor for the lateness above)\n", fmtDist(o.sleepP50, o.sleepP99, o.sleepMax), o.period.Round(time.Microsecond))
 	fmt.Printf("  goroutine 1 ms sleep late ms: p50 %.3f p99 %.3f   (time.Sleep every 10 ms: Go's timers, another floor)\n", o.hicP50, o.hicP99)
