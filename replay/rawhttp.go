@@ -206,7 +206,9 @@ const rawSpareRetry = time.Second
 // rawSpareIdle is how long the filler waits for a pool that runs low again before it
 // ends: a run leaves the goroutines it found (a variable for tests).
 // Atomic: fillers of earlier tests' clients may still read it when a test changes it.
-var rawSpareIdle = func() *atomic.Int64 { var d atomic.Int64; d.Store(int64(time.Second)); return &d }()
+var rawSpareIdle atomic.Int64 // ns
+
+func init() { rawSpareIdle.Store(int64(time.Second)) }
 
 // wantSpareLocked starts the filler, or wakes it; t.mu is held.
 func (t *rawTransport) wantSpareLocked() {

@@ -90,10 +90,8 @@ func (w *threadWaiter) until(dueNS int64) bool {
 		if now >= dueNS {
 			return true
 		}
-		select {
-		case <-w.stop:
+		if w.stopped() {
 			return false
-		default:
 		}
 		if deadline := w.base + min(dueNS, now+int64(maxSleep)); !w.hold {
 			osthread.SleepUntil(deadline)
@@ -102,14 +100,22 @@ func (w *threadWaiter) until(dueNS int64) bool {
 			// runtime sees a held sleep) ends it early: the calls here honour the
 			// request, and the slice goes on to the same deadline.
 			for !osthread.SleepHold(deadline) {
-				select {
-				case <-w.stop:
+				if w.stopped() {
 					return false
-				default:
 				}
 			}
 		}
 		w.sleeps.Add(1)
+	}
+}
+
+// stopped reports whether stop is closed.
+func (w *threadWaiter) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
 	}
 }
 

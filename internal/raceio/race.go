@@ -4,9 +4,6 @@ package raceio
 
 import "syscall"
 
-// Enabled reports whether the race detector is on.
-const Enabled = true
-
 // Acquire, after a raw read from the socket fd, orders what follows after every write
 // made through package syscall (or Release) before it: a zero-length read(2), which a
 // socket answers with 0 and syscall.Read follows with its acquire.
