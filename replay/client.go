@@ -557,6 +557,11 @@ func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse
 	} else {
 		c.doHTTP(ctx, clk, r, res, sse, onTokens)
 	}
+	c.scrub(res)
+}
+
+// scrub takes the client's secrets out of res's error text.
+func (c *Client) scrub(res *Result) {
 	if res.Error != "" && len(c.secrets) > 0 {
 		res.Error = Scrub(res.Error, c.secrets)
 	}
@@ -694,6 +699,12 @@ const chunkPrealloc = 256
 
 // over reports whether the stream needs no more events: [DONE] came or it failed.
 func (st *streamState) over() bool { return st.done || st.failed }
+
+// mustCount reports whether end will count the output with the tokenizer (the server
+// reported no usage): work for a goroutine, not for a reactor's thread.
+func (st *streamState) mustCount() bool {
+	return !st.failed && !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil
+}
 
 func (st *streamState) fail(s results.Status, msg string) {
 	st.res.Status, st.res.Error, st.failed = s, msg, true

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -58,5 +59,64 @@ func TestPrepare(t *testing.T) {
 	cfg.Endpoint = ""
 	if _, err := Prepare(context.Background(), cfg, Env{}); !IsConfigError(err) {
 		t.Errorf("Prepare with no endpoint and no StartSim: %v", err)
+	}
+}
+
+// TestHandOverLowWater: past a full look-ahead the preparer waits until the dispatcher has
+// taken it down to half (one wake-up per half look-ahead), then fills it again; nothing
+// is lost or reordered.
+func TestHandOverLowWater(t *testing.T) {
+	const look, total = 8, 100
+	r := &runner{prepared: make(chan *request, look), lowWater: look / 2, prepLow: make(chan struct{}, 1)}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	r.stopped = stopped
+	go func() {
+		for i := range total {
+			if !r.handOver(&request{id: int64(i)}) {
+				return
+			}
+		}
+		close(r.prepared)
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for i := 0; !cond(); i++ {
+			if i == 10000 {
+				t.Fatalf("10 s without %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("a full look-ahead with the preparer waiting", func() bool { return r.prepWaiting.Load() && len(r.prepared) == look })
+	next := int64(0)
+	take := func(k int) {
+		t.Helper()
+		for range k {
+			q, ok := r.next()
+			if !ok || q.id != next {
+				t.Fatalf("took %v (ok %v), want request %d", q, ok, next)
+			}
+			next++
+		}
+	}
+	take(look/2 - 1)
+	if l, w := len(r.prepared), r.prepWaiting.Load(); l != look/2+1 || !w {
+		t.Fatalf("after %d taken: %d in the look-ahead, preparer waiting %v; want %d and true (no wake-up above half)", look/2-1, l, w, look/2+1)
+	}
+	take(1)
+	waitFor("the preparer filling the look-ahead again", func() bool { return len(r.prepared) == look })
+	for {
+		q, ok := r.next()
+		if !ok {
+			break
+		}
+		if q.id != next {
+			t.Fatalf("took request %d, want %d", q.id, next)
+		}
+		next++
+	}
+	if next != total {
+		t.Fatalf("took %d requests, want %d", next, total)
 	}
 }

@@ -609,7 +609,13 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 	}
 	bp := c.raw.bufs.Get().(*[]byte)
 	defer c.raw.bufs.Put(bp)
-	for attempt := 0; ; attempt++ {
+	c.rawAttempts(ctx, clk, r, res, sse, onTokens, pre, deadline, *bp, 0)
+}
+
+// rawAttempts is doRaw's loop from attempt on.
+func (c *Client) rawAttempts(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int),
+	pre *rawStart, deadline time.Time, buf []byte, attempt int) {
+	for ; ; attempt++ {
 		st := pre
 		pre = nil
 		if st == nil {
@@ -620,11 +626,63 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 			}
 			st = c.writeNow(clk, cn, r)
 		}
-		if !c.exchange(ctx, clk, st, r, res, sse, onTokens, deadline, *bp, attempt == 0 && st.cn.reused) {
+		if !c.exchange(ctx, clk, st, r, res, sse, onTokens, deadline, buf, attempt == 0 && st.cn.reused) {
 			return
 		}
 		res.SentNS = results.Null
 	}
+}
+
+// doRawAsync is doRaw for a request whose whole message the dispatcher has written (pre,
+// rawAsyncOK): no goroutine waits for its response. The reactor that reads it finishes
+// the exchange on its own thread and calls done (res complete, the client done with r and
+// sse). A goroutine per request, parked on its response and woken by the reactor, cost two
+// wake-ups of a thread per request (its start, its end: each a futex wake, another
+// thread's spin and its sleep), the largest part of the replayer's CPU outside the reactor
+// (issue 18). What may take long goes to a goroutine still: a send again on a new
+// connection (a dial) and counting the output with the tokenizer.
+func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int),
+	pre *rawStart, done func()) {
+	var deadline time.Time
+	if c.opts.Timeout > 0 {
+		deadline = time.Now().Add(c.opts.Timeout)
+	}
+	bp := c.raw.bufs.Get().(*[]byte)
+	end := func() {
+		c.raw.bufs.Put(bp)
+		c.scrub(res)
+		done()
+	}
+	mayRetry := pre.cn.reused
+	// p is the closures' argument, never a captured variable: the reactor may be done with
+	// p before exchangeStart returns it.
+	finish := func(p *rawResp) {
+		if c.exchangeEnd(ctx, clk, p, res, mayRetry) {
+			res.SentNS = results.Null
+			go func() {
+				c.rawAttempts(ctx, clk, r, res, sse, onTokens, nil, deadline, *bp, 1)
+				end()
+			}()
+			return
+		}
+		end()
+	}
+	p, started := c.exchangeStart(ctx, clk, pre, r, res, sse, onTokens, deadline, *bp, func(p *rawResp) {
+		if p.st.mustCount() {
+			go finish(p)
+			return
+		}
+		finish(p)
+	})
+	if !started {
+		finish(p)
+	}
+}
+
+// rawAsyncOK reports whether doRawAsync can take st: the dispatcher wrote r's whole
+// message.
+func (c *Client) rawAsyncOK(st *rawStart, r *request) bool {
+	return st != nil && st.err == nil && st.written == len(c.raw.headOf(r))+len(r.body)
 }
 
 // exchange finishes sending r on st.cn and reads the response into res. It returns true
@@ -653,13 +711,41 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 		res.Status, res.Error = c.rawBeforeResponse(ctx, err)
 		return false
 	}
-	res.SentNS = sent
+	st = &rawStart{cn: cn, written: st.written, sentNS: sent}
+	p, started := c.exchangeStart(ctx, clk, st, r, res, sse, onTokens, deadline, buf, nil)
+	if started {
+		<-p.done
+	}
+	return c.exchangeEnd(ctx, clk, p, res, mayRetry)
+}
 
-	p := &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: cn, deadline: deadline}
+// exchangeStart hands the response to r, whose message st wrote whole, to a reactor.
+// With onDone nil the reactor closes p.done when the response is over; else it calls
+// onDone on its thread. started is false when the response could not be handed over
+// (p.startErr says why): exchangeEnd is then the caller's to call at once.
+func (c *Client) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
+	onTokens func(int), deadline time.Time, buf []byte, onDone func(*rawResp)) (p *rawResp, started bool) {
+	res.SentNS = st.sentNS
+	p = &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: st.cn, deadline: deadline, onDone: onDone}
 	p.st.begin(c, res, onTokens)
 	p.st.answer = r.answerBuf()
 	sse.reset(nil)
-	err = p.run(ctx)
+	if err := p.start(ctx); err != nil {
+		p.startErr = err
+		return p, false
+	}
+	return p, true
+}
+
+// exchangeEnd completes res from p's response once it is over, and returns the connection
+// to the pool or closes it. It returns true when the request should be sent again on
+// another connection.
+func (c *Client) exchangeEnd(ctx context.Context, clk clock, p *rawResp, res *Result, mayRetry bool) (retry bool) {
+	cn := p.conn
+	err := p.startErr
+	if err == nil {
+		err = p.result()
+	}
 	reusable := p.state == rsDone && !p.closeConn && err == nil && p.lo == p.hi && !p.canceled
 	switch {
 	case p.mode == modeSSE:
@@ -679,7 +765,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
-		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-sent < int64(rawRetryWithin) {
+		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-res.SentNS < int64(rawRetryWithin) {
 			cn.close()
 			res.HTTPStatus = results.Null
 			return true
@@ -747,11 +833,14 @@ type rawResp struct {
 	sse  *sseReader
 	st   streamState
 
-	fd       int           // the connection's socket, while the reactor reads it
-	done     chan struct{} // closed by the reactor when the response is over or failed
-	opErr    error         // a read's error
-	timedOut bool          // the deadline passed, or the context ended (canceled)
-	canceled bool          // the context ended while the response was read
+	fd       int            // the connection's socket, while the reactor reads it
+	done     chan struct{}  // closed by the reactor when the response is over or failed
+	onDone   func(*rawResp) // when set, called by the reactor instead (done is nil)
+	stop     func() bool    // stops the context.AfterFunc that cancels the read
+	startErr error          // the response could not be handed to a reactor
+	opErr    error          // a read's error
+	timedOut bool           // the deadline passed, or the context ended (canceled)
+	canceled bool           // the context ended while the response was read
 
 	buf       []byte // raw bytes; unconsumed are buf[lo:hi]
 	lo, hi    int
@@ -776,18 +865,42 @@ type rawResp struct {
 // once for the reactor to be done with it. ctx's end (the run's hard stop) ends the read
 // at once, as a passed deadline would.
 func (p *rawResp) run(ctx context.Context) error {
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	<-p.done
+	return p.result()
+}
+
+// start hands p to its connection's reactor. From then until the reactor closes p.done
+// (or, with p.onDone set, calls it) p belongs to the reactor's thread; a stop of ctx
+// ends the read at once.
+func (p *rawResp) start(ctx context.Context) error {
 	r, err := reactorFor(p.conn.fd)
 	if err != nil {
 		return err
 	}
 	p.fd = p.conn.fd
-	p.done = make(chan struct{})
+	if p.onDone == nil {
+		p.done = make(chan struct{})
+	}
+	// Before add: once added, p may be over (onDone called) before add returns. A stop
+	// of ctx before add finds p not yet read and is lost (reactor.cancel), hence the
+	// check after it.
+	p.stop = context.AfterFunc(ctx, func() { r.cancel(p) })
 	if err := r.add(p); err != nil {
+		p.stop()
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { r.cancel(p) })
-	<-p.done
-	p.canceled = !stop()
+	if ctx.Err() != nil {
+		r.cancel(p)
+	}
+	return nil
+}
+
+// result is the error that ended p's read, once the reactor is done with p.
+func (p *rawResp) result() error {
+	p.canceled = !p.stop()
 	switch {
 	case p.err != nil:
 		return p.err

@@ -193,12 +193,17 @@ func (r *reactor) wakeLocked() {
 	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(r.efd), uintptr(unsafe.Pointer(&one)), 8)
 }
 
-// finish takes p out of the epoll and hands it back to its goroutine.
+// finish takes p out of the epoll and hands it back: to its goroutine, or to p.onDone,
+// called here on the reactor's thread (doRawAsync).
 func (r *reactor) finish(p *rawResp) {
 	syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, p.fd, nil)
 	r.mu.Lock()
 	delete(r.streams, int32(p.fd))
 	r.mu.Unlock()
+	if p.onDone != nil {
+		p.onDone(p)
+		return
+	}
 	close(p.done)
 }
 

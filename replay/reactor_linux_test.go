@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/trace"
 )
 
 // openFDs counts the process's open descriptors.
@@ -422,4 +424,95 @@ func TestReactorOutlivesShortIdle(t *testing.T) {
 		defer reactorsMu.Unlock()
 		return !slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
 	})
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn (a function's full name).
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fn+"(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestOpenLoopNoGoroutinePerResponse: a request the dispatcher wrote whole on a pooled
+// connection is ended by the reactor that reads its response (doRawAsync): with n
+// responses in flight at once (the server holds each until all n are), no goroutine of
+// the replayer runs a request, and every record is complete.
+func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
+	const n = 40
+	srv := &vllmServer{itl: time.Millisecond, holdFor: n}
+	base := startServer(t, srv)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	if got := c.Prewarm(context.Background(), n); got != n {
+		t.Fatalf("prewarmed %d connections, want %d", got, n)
+	}
+	var reqs []trace.Request
+	for i := range n {
+		reqs = append(reqs, trace.Request{ID: int64(i), Arrival: time.Duration(i) * time.Millisecond, PromptTokens: 3, OutputTokens: 5})
+	}
+	inSend := -1
+	var once sync.Once
+	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
+		o.seams.ended = func(*Result) {
+			// The first request to end: the other n-1 are still in flight.
+			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
+		}
+	})
+	if m := srv.maxSeen.Load(); m != n {
+		t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
+	}
+	if inSend != 0 {
+		t.Errorf("with %d responses in flight, %d goroutines in runner.send, want 0", n-1, inSend)
+	}
+	if len(res) != n {
+		t.Fatalf("%d records, want %d", len(res), n)
+	}
+	for _, r := range res {
+		if r.Status != results.StatusOK || len(r.ChunkNS) != 5 || r.OutputTokens != 5 {
+			t.Errorf("request %d: %s %q, %d chunks, %d output tokens", r.RequestID, r.Status, r.Error, len(r.ChunkNS), r.OutputTokens)
+		}
+	}
+}
+
+// TestOpenLoopAbortEndsReactorRequests: a hard stop ends at once every request the
+// reactors hold (doRawAsync): all n are recorded canceled, and Run returns.
+func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
+	const n = 20
+	srv := &vllmServer{release: make(chan struct{})}
+	defer close(srv.release)
+	base := startServer(t, srv)
+	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	if got := c.Prewarm(context.Background(), n); got != n {
+		t.Fatalf("prewarmed %d connections, want %d", got, n)
+	}
+	ctx, _, abort := WithStop(context.Background())
+	defer abort()
+	go func() {
+		for srv.inflight.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+		abort()
+	}()
+	inSend := -1
+	var once sync.Once
+	_, res, _ := runTrace(t, ctx, c, uniformTrace(n, time.Millisecond, 3, 5), func(o *Options) {
+		o.seams.ended = func(*Result) {
+			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
+		}
+	})
+	if len(res) != n {
+		t.Fatalf("%d records, want %d", len(res), n)
+	}
+	for _, r := range res {
+		if r.Status != results.StatusCanceled {
+			t.Errorf("request %d: %s %q, want canceled", r.RequestID, r.Status, r.Error)
+		}
+	}
+	if inSend != 0 {
+		t.Errorf("%d goroutines in runner.send as the first request ended, want 0", inSend)
+	}
 }

@@ -116,6 +116,9 @@ type seams struct {
 	noSpin bool
 	// record, when set, sees every record the writer takes, before the journal does.
 	record func(*Result)
+	// ended, when set, sees every request's record as the request ends, on the thread
+	// that ends it (a request's goroutine, or a reactor's), before the writer does.
+	ended func(*Result)
 	// scrapeRT, when set, is the scraper's transport instead of a network one.
 	scrapeRT http.RoundTripper
 }
@@ -253,6 +256,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		r.setRunID(o.Meta, o.Start)
 	}
 	r.prepared = make(chan *request, o.LookAhead)
+	if r.sess == nil {
+		r.lowWater, r.prepLow = o.LookAhead/2, make(chan struct{}, 1)
+	}
 	r.preparerDone = make(chan struct{})
 	go r.prepare()
 	// The caller may close the Source once Run returns: the preparer must be out of it.
@@ -332,7 +338,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
 	r.meta = &meta
-	r.results = make(chan *Result, 8192)
+	r.results = newResultQueue()
 
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
@@ -360,7 +366,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if r.sess != nil {
 		<-r.preparerDone // it records the turns of sessions ended by a failed turn
 	}
-	close(r.results)
+	r.results.close()
 	<-writerDone
 
 	closeErr := journal.Close()
@@ -469,11 +475,16 @@ type runner struct {
 
 	prepared     chan *request
 	preparerDone chan struct{} // closed when prepare returns
-	results      chan *Result
-	wg           sync.WaitGroup // requests in flight
-	inflight     atomic.Int64
-	prepErr      atomic.Pointer[error]
-	ssePool      sync.Pool
+	// The look-ahead's low-water mark (handOver): 0 for sessions, else half of it.
+	lowWater    int
+	prepQueued  atomic.Int64  // in prepared, as counted by handOver and next
+	prepWaiting atomic.Bool   // handOver waits for prepLow
+	prepLow     chan struct{} // cap 1
+	results     *resultQueue
+	wg          sync.WaitGroup // requests in flight
+	inflight    atomic.Int64
+	prepErr     atomic.Pointer[error]
+	ssePool     sync.Pool
 
 	sess    *sessions       // sequential sessions; nil otherwise
 	turnIdx map[int64]int32 // independent mode: turns read per session (the preparer's)
@@ -594,18 +605,54 @@ func (r *runner) prepare() {
 				req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), runID == nil)
 			}
 		}
-		select {
-		case r.prepared <- req:
-			r.prog.Planned.Add(1)
-			if r.sess != nil && r.sess.needHead.Load() {
-				r.sess.signal()
-			}
-		case <-r.stopped:
+		if !r.handOver(req) {
 			return
+		}
+		r.prog.Planned.Add(1)
+		if r.sess != nil && r.sess.needHead.Load() {
+			r.sess.signal()
 		}
 	}
 	if err := src.Err(); err != nil {
 		r.fail(fmt.Errorf("replay: read trace: %w", err))
+	}
+}
+
+// handOver puts req in the look-ahead; false when the run stopped first. Past a full
+// look-ahead (the preparer runs ahead of the schedule), the plain loops' preparer waits
+// until next has taken it down to half (r.lowWater): one wake-up of this goroutine per
+// half look-ahead, not one per request, each of which woke a thread too (resultQueue).
+// Sessions' dispatchers take from the channel in their own selects: there the preparer
+// waits on the channel.
+//
+// Lost wake-ups: the preparer sets prepWaiting and then reads prepQueued; next lowers
+// prepQueued and then reads prepWaiting. Both are atomics, sequentially consistent: if
+// the preparer read a count that was not low, next's read after its own decrement sees
+// it waiting.
+func (r *runner) handOver(req *request) bool {
+	for r.lowWater > 0 {
+		select {
+		case r.prepared <- req:
+			r.prepQueued.Add(1)
+			return true
+		default:
+		}
+		r.prepWaiting.Store(true)
+		if r.prepQueued.Load() <= int64(r.lowWater) {
+			r.prepWaiting.Store(false)
+			continue
+		}
+		select {
+		case <-r.prepLow:
+		case <-r.stopped:
+			return false
+		}
+	}
+	select {
+	case r.prepared <- req:
+		return true
+	case <-r.stopped:
+		return false
 	}
 }
 
@@ -637,6 +684,12 @@ func (r *runner) fail(err error) {
 func (r *runner) next() (*request, bool) {
 	select {
 	case q, ok := <-r.prepared:
+		if ok && r.lowWater > 0 && r.prepQueued.Add(-1) <= int64(r.lowWater) && r.prepWaiting.CompareAndSwap(true, false) {
+			select {
+			case r.prepLow <- struct{}{}:
+			default:
+			}
+		}
 		return q, ok
 	case <-r.stopped:
 		return nil, false
@@ -681,7 +734,7 @@ func (r *runner) dispatch(req *request) {
 			r.turnEnded(req, res, r.clk.now())
 		}
 		if !req.warmup {
-			r.results <- res
+			r.results.put(res)
 		}
 		return
 	}
@@ -703,6 +756,13 @@ func (r *runner) launch(req *request, pre *rawStart) {
 	r.inflight.Add(1)
 	r.prog.InFlight.Add(1)
 	r.wg.Add(1)
+	if req.conv == nil && r.o.seams.do == nil && r.o.Client.raw != nil && r.o.Client.rawAsyncOK(pre, req) {
+		// The whole message is written: the reactor reading the response ends the request
+		// on its own thread (doRawAsync), and no goroutine is started for it.
+		res, sse := r.sendBegin(req)
+		r.o.Client.doRawAsync(r.hard, r.clk, req, res, sse, r.onTokens, pre, func() { r.sendEnd(req, res, sse) })
+		return
+	}
 	go r.send(req, pre)
 }
 
@@ -759,7 +819,17 @@ func (r *runner) closedLoop() {
 // when the request ended (its response was over), read before the bookkeeping and the
 // hand-off to the writer: a closed-loop worker is free from then on.
 func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
-	defer r.wg.Done()
+	res, sse := r.sendBegin(req)
+	if do := r.o.seams.do; do != nil {
+		do(r.hard, r.clk, req, res)
+	} else {
+		r.o.Client.do(r.hard, r.clk, req, res, sse, r.onTokens, pre)
+	}
+	return r.sendEnd(req, res, sse)
+}
+
+// sendBegin starts the record of req, launched (r.wg counts it), and counts it sent.
+func (r *runner) sendBegin(req *request) (*Result, *sseReader) {
 	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
 	res := r.resultOf(req)
 	sse, _ := r.ssePool.Get().(*sseReader)
@@ -767,11 +837,12 @@ func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
 	}
 	r.prog.Sent.Add(1)
-	if do := r.o.seams.do; do != nil {
-		do(r.hard, r.clk, req, res)
-	} else {
-		r.o.Client.do(r.hard, r.clk, req, res, sse, func(n int) { r.prog.OutputTokens.Add(int64(n)) }, pre)
-	}
+	return res, sse
+}
+
+// sendEnd ends req, whose record res is complete: see send.
+func (r *runner) sendEnd(req *request, res *Result, sse *sseReader) (freeNS int64) {
+	defer r.wg.Done()
 	freeNS = r.clk.now()
 	sse.reset(nil)
 	r.ssePool.Put(sse)
@@ -781,24 +852,45 @@ func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 	if req.conv != nil {
 		r.turnEnded(req, res, freeNS) // queues the session's next turn, if read
 	}
+	if f := r.o.seams.ended; f != nil {
+		f(res)
+	}
 	if !req.warmup {
-		r.results <- res
+		r.results.put(res)
 	}
 	return freeNS
 }
 
-// write is the writer goroutine: it journals each record, flushing at least every
-// FlushInterval, and accumulates the summary.
+// onTokens counts streamed output tokens in the progress.
+func (r *runner) onTokens(n int) { r.prog.OutputTokens.Add(int64(n)) }
+
+// write is the writer goroutine: it journals each record (taking them from the queue in
+// batches, resultQueue), flushing at least every FlushInterval, and accumulates the
+// summary.
 func (r *runner) write(j *Journal, sum *summary) error {
 	tick := time.NewTicker(r.o.FlushInterval)
 	defer tick.Stop()
+	drain := time.NewTicker(resultDrain)
+	defer drain.Stop()
 	var err error
+	var batch []*Result
 	for {
 		select {
-		case res, ok := <-r.results:
-			if !ok {
-				return err
+		case <-r.results.wake:
+		case <-drain.C:
+		case <-tick.C:
+			if err == nil {
+				if e := j.Flush(); e != nil {
+					err = e
+					r.fail(e)
+				}
 			}
+			continue
+		}
+		var closed bool
+		batch, closed = r.results.take(batch)
+		for i, res := range batch {
+			batch[i] = nil
 			sum.add(res)
 			if f := r.o.seams.record; f != nil {
 				f(res)
@@ -817,13 +909,9 @@ func (r *runner) write(j *Journal, sum *summary) error {
 					r.fail(e)
 				}
 			}
-		case <-tick.C:
-			if err == nil {
-				if e := j.Flush(); e != nil {
-					err = e
-					r.fail(e)
-				}
-			}
+		}
+		if closed {
+			return err
 		}
 	}
 }

@@ -335,7 +335,7 @@ func (r *runner) recordEnded(c *conv, tp *turnPlan) {
 	res.SessionID, res.Turn = c.id, tp.turn
 	res.Status = results.StatusDropped
 	res.Error = fmt.Sprintf("not sent: turn %d of the session failed (--on-turn-error end-session)", c.failed)
-	r.results <- res
+	r.results.put(res)
 }
 
 // buildTurn builds the request of turn tp of c, whose predecessor has ended (c.endNS):

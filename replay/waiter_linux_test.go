@@ -139,10 +139,10 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	procs := make(chan int, n)
 	p0 := runtime.GOMAXPROCS(0)
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
-		o.seams.record = func(*Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
+		o.seams.ended = func(*Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
 	})
 	close(procs)
-	// The dispatcher's P while it dispatches (records also come after), and the reactor's
+	// The dispatcher's P while it dispatches (requests also end after), and the reactor's
 	// (a reactor started by an earlier test may hold its P already: p0 counts it then).
 	extraP.Lock()
 	b0 := extraP.base
