@@ -34,8 +34,9 @@ import (
 //     at once. net/http's body reader cannot wait before it reads, so every chunk costs
 //     it a read that returns EAGAIN, a park, a wake-up and the read that gets the bytes;
 //     with read(2) at ~1.7 µs on a virtual machine that was most of the replayer's CPU
-//     per token (docs/replay.md, "Fidelity and cost"). The request's goroutine waits once
-//     per response, not once per chunk.
+//     per token (docs/replay.md, "Fidelity and cost"). The reactor ends a request the
+//     dispatcher wrote whole itself (doRawAsync); any other request's goroutine waits
+//     once per response, not once per chunk.
 //   - a due request goes out in one writev from the dispatcher itself, on a pooled
 //     connection, with no hand-off to a connection's writer goroutine and back.
 //

@@ -18,16 +18,18 @@ import (
 // its OS thread, each wait in their own epoll over their share of the connections that
 // have a response in flight, and read each ready connection once per readiness: the read
 // is stamped with the run clock as it returns, and the bytes are framed and parsed in
-// place (rawResp.process). The request's goroutine waits once, for the response's end,
-// not once per chunk: a goroutine parked and woken by the netpoller per chunk cost a
-// quarter of the replayer's CPU in the scheduler (issue 18).
+// place (rawResp.process). A request the dispatcher wrote whole has no goroutine: the
+// reactor ends it on its thread once its response is over (doRawAsync). Any other
+// request's goroutine waits once, for the response's end. A goroutine parked and woken by
+// the netpoller per chunk cost a quarter of the replayer's CPU in the scheduler, and a
+// goroutine per request still cost two thread wake-ups per request (issue 18).
 //
 // The sockets are not in Go's netpoller: rawTransport.dial takes a duplicate of the dialed
 // socket's descriptor and closes the net.Conn, which removes it from the runtime's epoll
 // (else that epoll would be woken by every chunk too). A connection is in a reactor's epoll
 // only while a response is read from it: add registers it, finish removes it before the
-// request's goroutine is told, so the owner of a rawConn never closes a descriptor a
-// reactor still reads.
+// request's goroutine is told (or the request is ended), so the owner of a rawConn never
+// closes a descriptor a reactor still reads.
 //
 // The reactors are a process-wide set of rawReactorThreads goroutines (each holding one
 // locked thread, an epoll and an eventfd), started by the first response to read. A

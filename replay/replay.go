@@ -722,8 +722,9 @@ func (r *runner) openLoop() {
 // dispatch sends req now, or records it dropped when MaxInflight requests are in flight
 // (a dropped turn of a sequential session ends as a failed one). With the raw client and a
 // pooled connection, the dispatcher writes the request itself: no goroutine hand-off or
-// connection set-up stands between the due time and the write, and a new goroutine reads
-// the response. Otherwise (no idle connection, or net/http) the goroutine does it all.
+// connection set-up stands between the due time and the write, and the reactor reads the
+// response and ends the request (launch). Otherwise (no idle connection, a message the
+// socket did not take whole, or net/http) a new goroutine does the rest.
 func (r *runner) dispatch(req *request) {
 	r.countLate(r.clk.now() - req.dueNS)
 	if r.inflight.Load() >= int64(r.o.MaxInflight) {
@@ -751,7 +752,8 @@ func (r *runner) countLate(late int64) {
 }
 
 // launch hands req to a new goroutine that sends it (or, with pre, finishes the send the
-// dispatcher began) and reads its response.
+// dispatcher began) and reads its response; or, when the dispatcher wrote req's whole
+// message (pre), to the reactor that reads the response (doRawAsync).
 func (r *runner) launch(req *request, pre *rawStart) {
 	r.inflight.Add(1)
 	r.prog.InFlight.Add(1)
