@@ -98,6 +98,13 @@ type ClientOptions struct {
 	// SessionHeader names the session-affinity header, sent with the trace's session id on
 	// every request that has one; "" sends none (route.go).
 	SessionHeader string
+	// ReadBatch (raw client): while a reactor reads at least reactorBatchMin responses of
+	// requests it ends itself (open loop), and none that a goroutine waits for, it waits
+	// ReadBatch after each wake before it looks for ready streams again, and reads what
+	// arrived meanwhile in one wake. Chunk times stay the kernel's arrival stamps; a chunk
+	// read together with a later one of the same stream (both arrived within ReadBatch)
+	// is dated by the later one's arrival. 0 reads every chunk as it arrives.
+	ReadBatch time.Duration
 }
 
 // Validate checks the options.
@@ -116,6 +123,9 @@ func (o *ClientOptions) Validate() error {
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
+	}
+	if o.ReadBatch < 0 || o.ReadBatch > MaxReadBatch {
+		return fmt.Errorf("client: read batch %v is not between 0 and %v", o.ReadBatch, MaxReadBatch)
 	}
 	if o.TokenIDPrompts && o.API != APICompletions {
 		return errors.New("client: token-id prompts need the completions API")
@@ -239,6 +249,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		mu.User = nil
 		mu.Path += "/models"
 		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight, o.SessionHeader)
+		c.raw.readBatch = int64(o.ReadBatch)
 	}
 	return c, nil
 }

@@ -28,7 +28,8 @@ type Config struct {
 	// APIKey is sent as a bearer token. It is never serialised, stored or printed.
 	APIKey     string `json:"-"`
 	Insecure   bool
-	HTTPClient string // --http-client: auto, raw or net/http
+	HTTPClient string        // --http-client: auto, raw or net/http
+	ReadBatch  time.Duration // --read-batch: ClientOptions.ReadBatch
 	// SessionHeader (--session-header) names the session-affinity header; "" sends none.
 	SessionHeader string
 	ModelMap      string // --model-map: TRACE=SERVED,...; "" = the trace's models as served, else --model
@@ -93,7 +94,7 @@ type Config struct {
 // DefaultConfig returns the flag defaults of `llmreplay replay`.
 func DefaultConfig() Config {
 	return Config{
-		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto",
+		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto", ReadBatch: DefaultReadBatch,
 		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
@@ -125,6 +126,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseHTTPClient(c.HTTPClient); err != nil {
 		return configErrorf("--http-client: %v", err)
+	}
+	if c.ReadBatch < 0 || c.ReadBatch > MaxReadBatch {
+		return configErrorf("--read-batch %v: must be between 0 (read every chunk as it arrives) and %v", c.ReadBatch, MaxReadBatch)
 	}
 	if c.SpeedupSet && !(c.Speedup > 0) {
 		return configErrorf("--speedup %v: must be positive", c.Speedup)

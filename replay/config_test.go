@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ramp-up open loop", func(c *Config) { c.RampUp = time.Second }, "--ramp-up 1s: only with --concurrency"},
 		{"ramp-up negative", func(c *Config) { c.Concurrency, c.ConcurrencySet, c.RampUp = 4, true, -time.Second }, "--ramp-up -1s: must not be negative"},
 		{"max-inflight 0", func(c *Config) { c.MaxInflight = 0 }, "--max-inflight 0: must be at least 1"},
+		{"read-batch negative", func(c *Config) { c.ReadBatch = -time.Millisecond }, "--read-batch -1ms: must be between 0"},
+		{"read-batch too long", func(c *Config) { c.ReadBatch = 11 * time.Millisecond }, "--read-batch 11ms: must be between 0 (read every chunk as it arrives) and 10ms"},
 		{"http-client", func(c *Config) { c.HTTPClient = "curl" }, "--http-client: "},
 		{"api", func(c *Config) { c.API = "embeddings" }, "--api: "},
 		{"backend", func(c *Config) { c.Backend = "x" }, "--backend: "},

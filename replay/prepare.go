@@ -363,6 +363,7 @@ func (p *preparer) client(context.Context) error {
 		BaseURL: p.base, API: p.api, Backend: p.backend, Model: p.modelID, APIKey: cfg.APIKey, Header: p.header,
 		Timeout: cfg.Timeout, MaxInflight: max(cfg.MaxInflight, cfg.Concurrency), Insecure: cfg.Insecure,
 		CountTokens: p.enc.Count, TokenIDPrompts: p.tokenIDs, HTTPClient: cfg.HTTPClient, SessionHeader: cfg.SessionHeader,
+		ReadBatch: cfg.ReadBatch,
 	})
 	if err != nil {
 		return err

@@ -93,6 +93,8 @@ type rawTransport struct {
 	open     atomic.Int64       // connections dialed and not yet closed, pooled or in use
 
 	bufs sync.Pool // *[]byte read buffers
+
+	readBatch int64 // ClientOptions.ReadBatch, ns
 }
 
 // rawConn is a connection's socket: a descriptor the raw client owns, non-blocking, in
@@ -728,6 +730,9 @@ func (c *Client) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *
 	onTokens func(int), deadline time.Time, buf []byte, onDone func(*rawResp)) (p *rawResp, started bool) {
 	res.SentNS = st.sentNS
 	p = &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: st.cn, deadline: deadline, onDone: onDone}
+	if onDone != nil { // nothing waits for the response's end: its reads may be batched
+		p.batch = c.raw.readBatch
+	}
 	p.st.begin(c, res, onTokens)
 	p.st.answer = r.answerBuf()
 	sse.reset(nil)
@@ -839,6 +844,7 @@ type rawResp struct {
 	onDone   func(*rawResp) // when set, called by the reactor instead (done is nil)
 	stop     func() bool    // stops the context.AfterFunc that cancels the read
 	startErr error          // the response could not be handed to a reactor
+	batch    int64          // ClientOptions.ReadBatch when the reactor may batch its reads; 0: read at once
 	opErr    error          // a read's error
 	timedOut bool           // the deadline passed, or the context ended (canceled)
 	canceled bool           // the context ended while the response was read

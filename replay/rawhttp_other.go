@@ -14,7 +14,10 @@ import (
 // useRaw never chooses it, Client.raw stays nil and these stand-ins are never called.
 const rawBuilt = false
 
-type rawTransport struct{ head []byte }
+type rawTransport struct {
+	head      []byte
+	readBatch int64
+}
 
 type rawStart struct{}
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -59,6 +60,18 @@ const reactorScan = 50 * time.Millisecond
 // tests).
 var reactorIdle = time.Second
 
+// reactorBatchMin is how many streams a reactor must read, all of them batchable
+// (rawResp.batch), before it batches its reads: below it, wake-ups are few, and every
+// chunk is read as it arrives.
+const reactorBatchMin = 64
+
+// reactorBatchWaits counts the reactors' batching waits (tests; replaybench prints it).
+var reactorBatchWaits atomic.Int64
+
+// ReactorBatchWaits returns how many times a reactor has waited to batch its reads
+// (ClientOptions.ReadBatch) in this process.
+func ReactorBatchWaits() int64 { return reactorBatchWaits.Load() }
+
 type reactor struct {
 	ep  int // epoll
 	efd int // eventfd: a cancellation, or a first stream while the thread waits untimed
@@ -66,6 +79,8 @@ type reactor struct {
 	mu       sync.Mutex
 	streams  map[int32]*rawResp // by descriptor
 	pending  int                // handed out by reactorFor, not yet added (or failed to be)
+	prompt   int                // streams whose reads must not be batched (rawResp.batch 0)
+	batch    int64              // the batch wait of the last batchable stream added, ns
 	canceled []*rawResp
 	untimed  bool // the thread waits without the deadline scan: a new stream must wake it
 	exited   bool // the loop has ended and closed ep and efd
@@ -151,6 +166,7 @@ func (r *reactor) add(p *rawResp) error {
 	r.mu.Lock()
 	r.pending--
 	r.streams[int32(p.fd)] = p
+	r.counted(p, 1)
 	wake := r.untimed
 	r.untimed = false
 	r.mu.Unlock()
@@ -158,6 +174,7 @@ func (r *reactor) add(p *rawResp) error {
 	if err := syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_ADD, p.fd, &ev); err != nil {
 		r.mu.Lock()
 		delete(r.streams, int32(p.fd))
+		r.counted(p, -1)
 		r.mu.Unlock()
 		return os.NewSyscallError("epoll_ctl", err)
 	}
@@ -201,12 +218,34 @@ func (r *reactor) finish(p *rawResp) {
 	syscall.EpollCtl(r.ep, syscall.EPOLL_CTL_DEL, p.fd, nil)
 	r.mu.Lock()
 	delete(r.streams, int32(p.fd))
+	r.counted(p, -1)
 	r.mu.Unlock()
 	if p.onDone != nil {
 		p.onDone(p)
 		return
 	}
 	close(p.done)
+}
+
+// counted counts p in (d 1) or out of (d -1) the streams; r.mu is held.
+func (r *reactor) counted(p *rawResp, d int) {
+	if p.batch == 0 {
+		r.prompt += d
+	} else if d > 0 {
+		r.batch = p.batch
+	}
+}
+
+// batchWait is how long the reactor waits after a wake before it looks for ready
+// streams again: ClientOptions.ReadBatch while it reads at least reactorBatchMin
+// streams and every one of them may be batched, else 0.
+func (r *reactor) batchWait() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prompt > 0 || len(r.streams) < reactorBatchMin {
+		return 0
+	}
+	return r.batch
 }
 
 type readyStream struct {
@@ -255,6 +294,7 @@ func (r *reactor) loop(i int) {
 		if err != nil {
 			n = 0 // EINTR
 		}
+		woke := osthread.Monotonic()
 		if n == 0 && idle && time.Since(idleSince) >= reactorIdle && r.retire(i) {
 			return
 		}
@@ -290,6 +330,19 @@ func (r *reactor) loop(i int) {
 			}
 		}
 		clear(canceled)
+		// Batching: the next wait starts ReadBatch after this wake, so whatever arrives
+		// meanwhile is read in one wake-up instead of one each. A wake-up costs a thread
+		// switch each way; the chunks keep their kernel arrival stamps.
+		if n > 0 {
+			if w := r.batchWait(); w > 0 {
+				reactorBatchWaits.Add(1)
+				if r.hold {
+					osthread.SleepHold(woke + w) // a signal ends it early: no harm
+				} else {
+					osthread.SleepUntil(woke + w)
+				}
+			}
+		}
 		if now := time.Now(); !now.Before(nextScan) {
 			nextScan = now.Add(reactorScan)
 			expired = expired[:0]

@@ -516,3 +516,53 @@ func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 		t.Errorf("%d goroutines in runner.send as the first request ended, want 0", inSend)
 	}
 }
+
+// TestReactorBatchesOnlyWhenAllowed: with reactorBatchMin or more responses in flight
+// that the reactor ends itself (open loop), the reactor batches its reads
+// (ClientOptions.ReadBatch); never with ReadBatch 0, nor in a closed loop, whose workers
+// wait for each response's end. Every record is complete either way.
+func TestReactorBatchesOnlyWhenAllowed(t *testing.T) {
+	const n = reactorBatchMin + 16
+	for _, tc := range []struct {
+		name   string
+		batch  time.Duration
+		closed bool
+		want   bool
+	}{
+		{"open loop", time.Millisecond, false, true},
+		{"read-batch 0", 0, false, false},
+		{"closed loop", time.Millisecond, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &vllmServer{itl: time.Millisecond, holdFor: n}
+			base := startServer(t, srv)
+			c := newTestClient(t, base, func(o *ClientOptions) {
+				o.HTTPClient, o.ReadBatch, o.MaxInflight = HTTPClientRaw, tc.batch, 2*n
+			})
+			if got := c.Prewarm(context.Background(), n); got != n {
+				t.Fatalf("prewarmed %d connections, want %d", got, n)
+			}
+			w0 := reactorBatchWaits.Load()
+			_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, 100*time.Microsecond, 3, 20), func(o *Options) {
+				if tc.closed {
+					o.Concurrency, o.Speedup = n, 0
+				}
+			})
+			if m := srv.maxSeen.Load(); m != n {
+				t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
+			}
+			if waits := reactorBatchWaits.Load() - w0; (waits > 0) != tc.want {
+				t.Errorf("%d batching waits, want them: %v", waits, tc.want)
+			}
+			if len(res) != n {
+				t.Fatalf("%d records, want %d", len(res), n)
+			}
+			for _, r := range res {
+				// chunk_ns: offsets from sent_ns
+				if r.Status != results.StatusOK || len(r.ChunkNS) != 20 || !slices.IsSorted(r.ChunkNS) || r.ChunkNS[0] < 0 {
+					t.Errorf("request %d: %s %q, chunks %v", r.RequestID, r.Status, r.Error, r.ChunkNS)
+				}
+			}
+		})
+	}
+}

@@ -34,6 +34,11 @@ func (f PrompterFunc) AppendPrompt(dst []byte, r *trace.Request) ([]byte, error)
 // Defaults of Options.
 const (
 	DefaultMaxInflight = 4096
+	// DefaultReadBatch is ClientOptions.ReadBatch's default (--read-batch): CPU per
+	// streamed token against ITL error (docs/replay.md, "Fidelity and cost").
+	DefaultReadBatch = time.Millisecond
+	// MaxReadBatch bounds it: it is also how late a chunk can be dated.
+	MaxReadBatch       = 10 * time.Millisecond
 	DefaultLookAhead   = 256
 	DefaultGrace       = 30 * time.Second
 	DefaultMaxLateness = 10 * time.Millisecond

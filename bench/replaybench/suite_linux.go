@@ -187,6 +187,7 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 	over := func(r *runSummary) float64 { return r.LateP99 - r.SleeperP99 }
 	ownP99 := own(func(j *serverJoin) float64 { return j.OwnTTFTErr.P99 })
 	simLate := own(func(j *serverJoin) float64 { return j.SimFirstLate.P99 })
+	itlErr := own(func(j *serverJoin) float64 { return j.ITLErr.P99 })
 	nom := func(r *runSummary) float64 { return r.TTFTNomP99 }
 	hic := func(r *runSummary) float64 { return r.HiccupP99 }
 	rows := []suiteRow{
@@ -200,12 +201,14 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 		{name: "unpinned: lateness p99 - sleeper p99, ms", vals: figure(un, over), target: "<= +0.2", check: le(0.2)},
 		{name: "unpinned: 1 ms goroutine sleep late p99, ms", vals: figure(un, hic)},
 		{name: "unpinned: replayer's own TTFT error p99, ms", vals: figure(un, ownP99), target: "<= 1", check: le(1)},
+		{name: "unpinned: ITL error per server write p99, ms", vals: figure(un, itlErr)},
 		{name: "unpinned: TTFT - nominal p99, ms", vals: figure(un, nom)},
 		{name: "unpinned: sim first-write lateness p99, ms", vals: figure(un, simLate)},
 		{name: "pinned: replayer CPU, µs/token", vals: figure(pn, cpu), format: "%.2f"},
 		{name: "pinned: schedule lateness p99, ms", vals: figure(pn, late), target: "<= 1", check: le(1)},
 		{name: "pinned: C-like sleeper late p99, ms", vals: figure(pn, slp)},
 		{name: "pinned: replayer's own TTFT error p99, ms", vals: figure(pn, ownP99), target: "<= 1", check: le(1)},
+		{name: "pinned: ITL error per server write p99, ms", vals: figure(pn, itlErr)},
 		{name: "pinned: TTFT - nominal p99, ms", vals: figure(pn, nom), target: "<= 3", check: le(3)},
 		{name: "pinned: sim first-write lateness p99, ms", vals: figure(pn, simLate)},
 	}

@@ -103,6 +103,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.APIKey, "api-key", f.APIKey, "API key sent as a bearer token (default: $LLMREPLAY_API_KEY, else $OPENAI_API_KEY); never printed or stored")
 	fs.BoolVar(&f.Insecure, "insecure", f.Insecure, "skip TLS certificate verification")
 	fs.StringVar(&f.HTTPClient, "http-client", f.HTTPClient, "HTTP client: raw (llmreplay's own HTTP/1.1 client, one read per streamed chunk; http:// on linux), net/http (Go's; https, proxies, HTTP/2); auto: raw for http:// without a proxy, else net/http")
+	fs.DurationVar(&f.ReadBatch, "read-batch", f.ReadBatch, "raw client, open loop, 64 or more streams in flight: read the streams at most once per `D`, not at each chunk's arrival (less CPU per token; chunk times stay the kernel's arrival stamps, but a chunk that arrived within D before the next one of its stream is dated by that one); 0 = read every chunk as it arrives; at most 10ms")
 	fs.Float64Var(&f.Speedup, "speedup", f.Speedup, "replay X times faster than recorded (default 1; the bundled sample: its own speedup)")
 	fs.Float64Var(&f.Rate, "rate", f.Rate, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.Concurrency, "concurrency", f.Concurrency, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
