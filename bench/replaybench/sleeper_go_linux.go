@@ -21,6 +21,7 @@ import (
 type goSleeper struct {
 	stop atomic.Bool
 	done chan []int64
+	cpu  time.Duration // its thread's CPU time, once done
 }
 
 func startGoSleeper(period time.Duration) *goSleeper {
@@ -31,12 +32,14 @@ func startGoSleeper(period time.Duration) *goSleeper {
 		defer runtime.UnlockOSThread()
 		defer osthread.SetTimerSlack(osthread.SetTimerSlack(1)) // as the C sleeper and the dispatcher
 		var late []int64
+		c0 := threadCPUClock()
 		next := osthread.Monotonic() + int64(period)
 		for !s.stop.Load() {
 			osthread.SleepUntil(next)
 			late = append(late, osthread.Monotonic()-next)
 			next += int64(period)
 		}
+		s.cpu = time.Duration(threadCPUClock() - c0)
 		s.done <- late
 	}()
 	return s
@@ -44,8 +47,16 @@ func startGoSleeper(period time.Duration) *goSleeper {
 
 // end stops the sleeper: p50, p99 and max lateness, ms.
 func (s *goSleeper) end() (p50, p99, max float64) {
+	p50, p99, max, _ = s.endCPU()
+	return p50, p99, max
+}
+
+// endCPU is end, and the sleeper thread's CPU time (its wakes' share of the runtime's
+// work on other threads is not in it).
+func (s *goSleeper) endCPU() (p50, p99, max float64, cpu time.Duration) {
 	s.stop.Store(true)
-	return lateStats(<-s.done)
+	p50, p99, max = lateStats(<-s.done)
+	return p50, p99, max, s.cpu
 }
 
 // lateStats returns the p50, p99 and maximum of ns, in ms (sorting ns).

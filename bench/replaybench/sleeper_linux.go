@@ -17,6 +17,7 @@ typedef struct {
 	int stop;            // set by sleeper_end (atomic)
 	int64_t *late;       // ns each wake came after its deadline
 	size_t n, cap;
+	int64_t cpu;         // the thread's own CPU time at its end, ns (CLOCK_THREAD_CPUTIME_ID)
 	pthread_t th;
 } sleeper_t;
 
@@ -54,6 +55,9 @@ static void *sleeper_run(void *arg) {
 		s->late[s->n++] = late;
 		next += s->period;
 	}
+	struct timespec c;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+	s->cpu = (int64_t)c.tv_sec * 1000000000LL + c.tv_nsec;
 	return NULL;
 }
 
@@ -101,8 +105,15 @@ func startSleeper(period time.Duration) *sleeper {
 // end stops the sleeper and returns the p50, p99 and maximum of how late its wakes were,
 // in milliseconds (zeros if it could not start or never woke).
 func (s *sleeper) end() (p50, p99, max float64) {
+	p50, p99, max, _ = s.endCPU()
+	return p50, p99, max
+}
+
+// endCPU is end, and the sleeper thread's own CPU time: the benchmark's instrument, taken
+// out of the replayer's CPU as the sampler's is.
+func (s *sleeper) endCPU() (p50, p99, max float64, cpu time.Duration) {
 	if s.c == nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	C.sleeper_end(s.c)
 	defer func() {
@@ -110,8 +121,10 @@ func (s *sleeper) end() (p50, p99, max float64) {
 		C.free(unsafe.Pointer(s.c))
 		s.c = nil
 	}()
+	cpu = time.Duration(s.c.cpu)
 	if s.c.n == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, cpu
 	}
-	return lateStats(unsafe.Slice((*int64)(unsafe.Pointer(s.c.late)), int(s.c.n)))
+	p50, p99, max = lateStats(unsafe.Slice((*int64)(unsafe.Pointer(s.c.late)), int(s.c.n)))
+	return p50, p99, max, cpu
 }

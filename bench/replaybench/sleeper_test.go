@@ -84,3 +84,22 @@ func BenchmarkSleepers(b *testing.B) {
 		}
 	}
 }
+
+// TestSleeperCPU: each sleeper reports its thread's CPU time (what fidelity takes out of
+// the replayer's figure): more than none after it woke, and no more than the process's.
+func TestSleeperCPU(t *testing.T) {
+	p0 := cpuTime()
+	c, g := startSleeper(time.Millisecond), startGoSleeper(time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	_, _, _, cc := c.endCPU()
+	_, _, _, gc := g.endCPU()
+	proc := cpuTime() - p0
+	for _, s := range []struct {
+		name string
+		cpu  time.Duration
+	}{{"C sleeper", cc}, {"Go sleeper", gc}} {
+		if s.cpu <= 0 || s.cpu > proc {
+			t.Errorf("%s: thread CPU %v, process CPU %v: want more than 0 and no more than the process's", s.name, s.cpu, proc)
+		}
+	}
+}
