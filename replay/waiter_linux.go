@@ -33,9 +33,12 @@ type threadWaiter struct {
 	// (monoBase): a sleep to base+dueNS ends when the run clock has reached dueNS.
 	base   int64
 	sleeps atomic.Int64 // sleeps that reached their deadline, for the tests
-	slack  int          // the thread's timer slack before it was set to 1 ns
-	hold   bool         // the thread has a P of its own and keeps it while it sleeps
-	name   string       // the thread's name before it was named llmr-dispatch
+	// onSlice, when set (tests), sees each slice as it is decided: the run clock then
+	// and the run-clock time the slice sleeps to.
+	onSlice func(now, end int64)
+	slack   int    // the thread's timer slack before it was set to 1 ns
+	hold    bool   // the thread has a P of its own and keeps it while it sleeps
+	name    string // the thread's name before it was named llmr-dispatch
 }
 
 // DispatcherThreadName is the open loop's thread's name while it dispatches (top -H).
@@ -93,7 +96,11 @@ func (w *threadWaiter) until(dueNS int64) bool {
 		if w.stopped() {
 			return false
 		}
-		if deadline := w.base + min(dueNS, now+int64(maxSleep)); !w.hold {
+		end := min(dueNS, now+int64(maxSleep))
+		if w.onSlice != nil {
+			w.onSlice(now, end)
+		}
+		if deadline := w.base + end; !w.hold {
 			osthread.SleepUntil(deadline)
 		} else {
 			// A signal (sysmon's preemption request every 10 ms of running, as the

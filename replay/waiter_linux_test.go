@@ -79,15 +79,25 @@ func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
 	if !sort.SliceIsSorted(at, func(i, j int) bool { return at[i] < at[j] }) {
 		t.Error("returns out of order")
 	}
-	// A deadline a few slices away: maxSleep at a time, then the rest.
+	// A deadline a few slices away: maxSleep at a time, then the rest. How many slices it
+	// takes depends on how late each wake was (a late one leaves less to sleep); what the
+	// waiter decides is each slice's end: at most maxSleep after the clock reading it was
+	// computed from, never past the due time, the last one the due time itself.
 	due := clk.now() + int64(2*maxSleep+maxSleep/2)
-	before := w.sleeps.Load()
+	var slices [][2]int64
+	w.onSlice = func(now, end int64) { slices = append(slices, [2]int64{now, end}) }
 	w.until(due)
+	w.onSlice = nil
 	if now := clk.now(); now < due {
 		t.Fatalf("long wait returned %d ns early", due-now)
 	}
-	if n := w.sleeps.Load() - before; n < 3 || n > 4 {
-		t.Errorf("a wait of 2.5 slices slept %d times, want 3 (at most one more)", n)
+	if len(slices) == 0 || slices[len(slices)-1][1] != due {
+		t.Fatalf("a wait of 2.5 slices slept in slices %v, the last not ending at the due time %d", slices, due)
+	}
+	for _, s := range slices {
+		if s[1]-s[0] > int64(maxSleep) || s[1] > due {
+			t.Errorf("slice from %d to %d: longer than %v, or past the due time %d", s[0], s[1], maxSleep, due)
+		}
 	}
 }
 
