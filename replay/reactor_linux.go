@@ -236,12 +236,10 @@ func (r *reactor) counted(p *rawResp, d int) {
 	}
 }
 
-// batchWait is how long the reactor waits after a wake before it looks for ready
+// batchWaitLocked is how long the reactor waits after a wake before it looks for ready
 // streams again: ClientOptions.ReadBatch while it reads at least reactorBatchMin
-// streams and every one of them may be batched, else 0.
-func (r *reactor) batchWait() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// streams and every one of them may be batched, else 0. r.mu is held.
+func (r *reactor) batchWaitLocked() int64 {
 	if r.prompt > 0 || len(r.streams) < reactorBatchMin {
 		return 0
 	}
@@ -313,6 +311,10 @@ func (r *reactor) loop(i int) {
 		canceled = append(canceled[:0], r.canceled...)
 		clear(r.canceled)
 		r.canceled = r.canceled[:0]
+		var batch int64 // decided at the wake, with the streams it found
+		if n > 0 {
+			batch = r.batchWaitLocked()
+		}
 		r.mu.Unlock()
 
 		for _, s := range ready {
@@ -333,14 +335,12 @@ func (r *reactor) loop(i int) {
 		// Batching: the next wait starts ReadBatch after this wake, so whatever arrives
 		// meanwhile is read in one wake-up instead of one each. A wake-up costs a thread
 		// switch each way; the chunks keep their kernel arrival stamps.
-		if n > 0 {
-			if w := r.batchWait(); w > 0 {
-				reactorBatchWaits.Add(1)
-				if r.hold {
-					osthread.SleepHold(woke + w) // a signal ends it early: no harm
-				} else {
-					osthread.SleepUntil(woke + w)
-				}
+		if batch > 0 {
+			reactorBatchWaits.Add(1)
+			if r.hold {
+				osthread.SleepHold(woke + batch) // a signal ends it early: no harm
+			} else {
+				osthread.SleepUntil(woke + batch)
 			}
 		}
 		if now := time.Now(); !now.Before(nextScan) {
