@@ -15,6 +15,11 @@ import (
 // net/http (so net/http has chosen chunked framing and holds nothing buffered), hands the
 // stream over, and waits; net/http writes the terminating chunk when it returns.
 
+// WriteEarly is how long before its due time the precise writer may write a token: one
+// wake serves every write due within it (precise_linux.go says why). A client's TTFT can
+// be that much shorter than the fixed profile's, never more.
+const WriteEarly = 200 * time.Microsecond
+
 // Outcomes of a precise stream.
 const (
 	preciseOK       = iota + 1 // every chunk, [DONE] included, was written

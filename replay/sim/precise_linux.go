@@ -34,7 +34,7 @@ import (
 //
 // One thread: at 30k writes a second of ~5 µs each it is busy ~15% of the time, and
 // one writer keeps the chunks that fall due together in deadline order.
-const writeEarly = 200 * time.Microsecond
+const writeEarly = WriteEarly
 
 type scheduler struct {
 	tfd  int
