@@ -714,7 +714,13 @@ func (st *streamState) over() bool { return st.done || st.failed }
 // mustCount reports whether end will count the output with the tokenizer (the server
 // reported no usage): work for a goroutine, not for a reactor's thread.
 func (st *streamState) mustCount() bool {
-	return !st.failed && !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil
+	return !st.failed && st.countsText()
+}
+
+// countsText reports whether the output is counted from its text: no usage was reported,
+// and the client has a tokenizer.
+func (st *streamState) countsText() bool {
+	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil
 }
 
 func (st *streamState) fail(s results.Status, msg string) {
@@ -810,7 +816,7 @@ func (st *streamState) end() {
 	if st.everyUsage && len(st.chunkTokens) > 0 && len(st.chunkTokens) == len(res.ChunkNS) {
 		res.ChunkTokens = st.chunkTokens
 	}
-	if !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil {
+	if st.countsText() {
 		res.OutputTokens = int32(st.c.opts.CountTokens(string(st.text)))
 		res.OutputTokensSource = results.SourceTokenizer
 	} else if !st.usageSeen && len(res.ChunkNS) == 0 {
