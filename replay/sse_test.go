@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -21,6 +22,88 @@ func readAll(r io.Reader, maxLine int) ([]event, error) {
 		out = append(out, event{string(s.Event()), string(s.Data())})
 	}
 	return out, s.Err()
+}
+
+// pushAll feeds in to a reader's push side in writes of split bytes (stamped 1, 2, ...),
+// as the raw client's reactor does; with direct, whole events at a write's start are
+// taken by direct first (rawResp.deliver). It returns each event as "stamp event data",
+// and the error that stopped the reader.
+func pushAll(in []byte, split, maxLine int, direct bool) ([]string, error) {
+	s := newSSEReader(nil, nil, 16, maxLine)
+	var out []string
+	for stamp := int64(1); len(in) > 0; stamp++ {
+		b := in[:min(split, len(in))]
+		in = in[len(b):]
+		for len(b) > 0 {
+			if direct {
+				if data, n := s.direct(b); n > 0 {
+					b = b[n:]
+					out = append(out, fmt.Sprintf("%d %q %q", stamp, "", data))
+					continue
+				}
+			}
+			n := s.write(b, stamp)
+			b = b[n:]
+			for s.nextBuffered() {
+				out = append(out, fmt.Sprintf("%d %q %q", s.Stamp(), s.Event(), s.Data()))
+			}
+			if s.Err() != nil {
+				return out, s.Err()
+			}
+			if n == 0 {
+				return out, io.ErrNoProgress
+			}
+		}
+	}
+	return out, nil
+}
+
+// TestSSEDirect: direct takes the events engines stream without a copy, leaves every
+// other shape to the buffered path, and what a stream gives does not change with it.
+func TestSSEDirect(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		data string // "" with n 0: not taken
+		n    int
+	}{
+		{"data: {\"a\":1}\n\ndata: x", `{"a":1}`, 15},
+		{"data:{}\r\n\r\n", "{}", 11},
+		{"data:  x\n\n", " x", 10},
+		{"data: x\n", "", 0},            // the blank line has not arrived
+		{"data: x\r\n\r", "", 0},        // nor all of it
+		{"data: x\r\n\n", "", 0},        // mixed endings: the buffered path reads them
+		{"data: x\rdata: y\n\n", "", 0}, // a CR ends a line
+		{"event: e\ndata: x\n\n", "", 0},
+		{": ping\n\n", "", 0},
+		{"data: a\ndata: b\n\n", "", 0}, // two data lines: not a blank line after the first
+		{"datum: x\n\n", "", 0},
+	} {
+		s := newSSEReader(nil, nil, 16, DefaultMaxLine)
+		data, n := s.direct([]byte(tc.in))
+		if n != tc.n || string(data) != tc.data {
+			t.Errorf("direct(%q) = %q, %d; want %q, %d", tc.in, data, n, tc.data, tc.n)
+		}
+	}
+	s := newSSEReader(nil, nil, 16, DefaultMaxLine)
+	s.write([]byte("data: a"), 1)
+	if _, n := s.direct([]byte("data: x\n\n")); n != 0 {
+		t.Error("direct took an event while the reader held bytes")
+	}
+	s = newSSEReader(nil, nil, 16, 4)
+	if _, n := s.direct([]byte("data: x\n\n")); n != 0 {
+		t.Error("direct took a line over the cap")
+	}
+	in := []byte("data: a\n\ndata:b\r\n\r\nevent: e\ndata: c\n\n: x\n\ndata: d\n\ndata: e\ndata: f\n\ndata: [DONE]\n\n")
+	for split := 1; split <= len(in); split++ {
+		want, err := pushAll(in, split, DefaultMaxLine, false)
+		if err != nil || len(want) != 6 {
+			t.Fatalf("split %d, buffered path: %q, %v", split, want, err)
+		}
+		got, err := pushAll(in, split, DefaultMaxLine, true)
+		if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("split %d: %q, %v; want %q", split, got, err, want)
+		}
+	}
 }
 
 func TestSSEReader(t *testing.T) {
@@ -134,6 +217,13 @@ func FuzzSSEReader(f *testing.F) {
 			if whole[i] != parts[i] {
 				t.Fatalf("event %d differs: %q vs %q", i, whole[i], parts[i])
 			}
+		}
+		// The push side gives the same events at the same stamps with and without direct.
+		maxLine := int(split%5)*8 + 8
+		buffered, err1 := pushAll(in, int(split%17)+1, maxLine, false)
+		direct, err2 := pushAll(in, int(split%17)+1, maxLine, true)
+		if fmt.Sprint(err1) != fmt.Sprint(err2) || strings.Join(buffered, "|") != strings.Join(direct, "|") {
+			t.Fatalf("push side: direct %q, %v; buffered %q, %v", direct, err2, buffered, err1)
 		}
 	})
 }
