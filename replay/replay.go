@@ -197,7 +197,9 @@ type Progress struct {
 	Done         atomic.Int64 // recorded (every status)
 	Errors       atomic.Int64 // recorded with a status other than ok, dropped, canceled
 	Dropped      atomic.Int64
+	_            [56]byte     // OutputTokens, added per chunk by the stream reactor's thread, has a cache line of its own
 	OutputTokens atomic.Int64 // streamed so far (per chunk; 1 per chunk when the server does not say)
+	_            [56]byte
 	Late         atomic.Int64 // dispatches later than MaxLateness
 	LastLateNS   atomic.Int64 // lateness of the latest late dispatch
 	StartUnixNS  atomic.Int64 // 0 until the run starts
