@@ -11,8 +11,12 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/llmreplay/llmreplay/internal/osthread"
+	"github.com/llmreplay/llmreplay/internal/raceio"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
+	"github.com/llmreplay/llmreplay/internal/uring"
 )
 
 // The stream reactor reads the raw client's responses. A few goroutines, each locked to
@@ -71,6 +75,30 @@ var reactorBatchWaits atomic.Int64
 // ReactorBatchWaits returns how many times a reactor has waited to batch its reads
 // (ClientOptions.ReadBatch) in this process.
 func ReactorBatchWaits() int64 { return reactorBatchWaits.Load() }
+
+// reactorRing says whether a reactor reads the streams it found ready in one io_uring
+// submission (readRing) rather than one recvmsg each; SetReactorRing sets it, and a
+// reactor started after reads it. Where the kernel has no io_uring (or filters it), the
+// reactor reads with recvmsg whatever this says.
+var reactorRing atomic.Bool
+
+func init() { reactorRing.Store(true) }
+
+// SetReactorRing chooses whether reactors started from now on read through io_uring
+// (true, the default) or with one recvmsg(2) per stream (replaybench -ring=false).
+func SetReactorRing(on bool) { reactorRing.Store(on) }
+
+// reactorRingReads counts the reads made through the reactors' rings (tests; replaybench
+// prints it).
+var reactorRingReads atomic.Int64
+
+// ReactorRingReads returns how many stream reads the reactors made through io_uring in
+// this process.
+func ReactorRingReads() int64 { return reactorRingReads.Load() }
+
+// reactorRingMin is the fewest ready streams a reactor reads through its ring: one read
+// is one system call either way.
+const reactorRingMin = 2
 
 type reactor struct {
 	ep  int // epoll
@@ -251,11 +279,34 @@ type readyStream struct {
 	ev uint32
 }
 
+// ringRead is one stream's read in a ring submission: the message, its one iovec (the
+// stream's buffer from p.hi) and the control buffer for the receive stamp.
+type ringRead struct {
+	msg  unix.Msghdr
+	iov  unix.Iovec
+	oob  [rxstamp.OOBSize]byte
+	p    *rawResp
+	room int
+	res  int32
+	done bool
+}
+
 // loop is reactor r's thread, in slot i of the set.
 func (r *reactor) loop(i int) {
 	runtime.LockOSThread() // never unlocked: the thread ends with the reactor
 	osthread.SetName(ReactorThreadName)
 	evs := make([]syscall.EpollEvent, 256)
+	var ring *uring.Ring
+	var reads []ringRead
+	if reactorRing.Load() {
+		// A ring of its own, made on its thread. Without one (an old kernel, io_uring
+		// disabled or filtered) the reactor reads with recvmsg.
+		if rg, err := uring.New(uint32(len(evs))); err == nil && rg.Entries() >= len(evs) {
+			ring, reads = rg, make([]ringRead, len(evs))
+		} else if err == nil {
+			rg.Close()
+		}
+	}
 	var ready []readyStream
 	var canceled, expired []*rawResp
 	var buf [8]byte
@@ -294,6 +345,9 @@ func (r *reactor) loop(i int) {
 		}
 		woke := osthread.Monotonic()
 		if n == 0 && idle && time.Since(idleSince) >= reactorIdle && r.retire(i) {
+			if ring != nil {
+				ring.Close()
+			}
 			return
 		}
 		ready = ready[:0]
@@ -317,9 +371,16 @@ func (r *reactor) loop(i int) {
 		}
 		r.mu.Unlock()
 
-		for _, s := range ready {
-			if s.p.onReady(s.ev, oob[:]) {
-				r.finish(s.p)
+		if ring != nil && len(ready) >= reactorRingMin {
+			if !r.readRing(ring, ready, reads, oob[:]) {
+				ring.Close() // what the kernel did not take is dropped with it
+				ring, reads = nil, nil
+			}
+		} else {
+			for _, s := range ready {
+				if s.p.onReady(s.ev, oob[:]) {
+					r.finish(s.p)
+				}
 			}
 		}
 		for _, p := range canceled {
@@ -362,6 +423,75 @@ func (r *reactor) loop(i int) {
 	}
 }
 
+// readRing reads every ready stream once in one io_uring submission, then takes each
+// read as onReady takes its first: a stream whose read filled its buffer, or whose peer
+// has closed, is read on with recvmsg (readOn), and one that is over is finished. The
+// reads are non-blocking, so each has completed when Submit returns (uring.New checked
+// that the kernel completes them at once). It reports false when the kernel did not take
+// every read: the ring must not be used again (a read left in it would run at the next
+// submission, into a buffer moved on from), and the streams it did not read were read
+// with recvmsg.
+func (r *reactor) readRing(ring *uring.Ring, ready []readyStream, reads []ringRead, oob []byte) bool {
+	queued := 0
+	for i, s := range ready {
+		p, rd := s.p, &reads[i]
+		rd.p, rd.done = nil, false
+		if !p.makeRoom() {
+			p.err = errRawHeadTooLarge
+			r.finish(p)
+			continue
+		}
+		rd.p, rd.room = p, len(p.buf)-p.hi
+		rd.iov.Base = &p.buf[p.hi]
+		rd.iov.SetLen(rd.room)
+		rd.msg = unix.Msghdr{Iov: &rd.iov, Control: &rd.oob[0]}
+		rd.msg.SetIovlen(1)
+		rd.msg.SetControllen(len(rd.oob))
+		ring.PrepRecvmsg(p.fd, &rd.msg, uint64(i)) // the ring has a slot per epoll event
+		queued++
+	}
+	took, err := ring.Submit()
+	reaped := ring.Reap(func(i uint64, res int32) {
+		reads[i].res, reads[i].done = res, true
+	})
+	reactorRingReads.Add(int64(took))
+	for i, s := range ready {
+		rd := &reads[i]
+		p := rd.p
+		if p == nil {
+			continue
+		}
+		rd.p = nil
+		hup := hangUp(s.ev)
+		if !rd.done { // not taken: read it as onReady would
+			if p.readOn(hup, oob, 0) {
+				r.finish(p)
+			}
+			continue
+		}
+		n, errno, arrived := 0, syscall.Errno(0), int64(0)
+		if rd.res < 0 {
+			errno = syscall.Errno(-rd.res)
+		} else {
+			n = int(rd.res)
+			raceio.Acquire(p.fd)
+			arrived = rxstamp.Parse(rd.oob[:rd.msg.Controllen])
+		}
+		over, again := p.afterRead(n, arrived, errno, rd.room, hup)
+		if !over && again {
+			full := 0
+			if errno == 0 && n == rd.room {
+				full = 1
+			}
+			over = p.readOn(hup, oob, full)
+		}
+		if over {
+			r.finish(p)
+		}
+	}
+	return err == nil && took == queued && reaped == queued
+}
+
 // onReady reads p's connection after a readiness event ev (oob: the reactor's control
 // buffer for the kernel's receive timestamps): once if the read leaves the
 // socket empty (it returned less than the room given), again while reads fill the buffer
@@ -370,43 +500,63 @@ func (r *reactor) loop(i int) {
 // end of the stream or EAGAIN when the peer has closed or failed (ev says so: the read
 // that returns 0 or the error must be made). It reports whether the response is over.
 func (p *rawResp) onReady(ev uint32, oob []byte) bool {
-	hup := ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
-	for full := 0; full < rawMaxFullReads; {
+	return p.readOn(hangUp(ev), oob, 0)
+}
+
+// hangUp reports whether a readiness event says the peer closed or the connection failed.
+func hangUp(ev uint32) bool {
+	return ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+}
+
+// readOn is onReady's loop, after full reads that filled the buffer.
+func (p *rawResp) readOn(hup bool, oob []byte, full int) bool {
+	for full < rawMaxFullReads {
 		if !p.makeRoom() {
 			p.err = errRawHeadTooLarge
 			return true
 		}
 		room := len(p.buf) - p.hi
 		n, arrived, err := rxstamp.Recv(p.fd, p.buf[p.hi:], oob)
-		if err == syscall.EINTR {
-			continue
+		over, again := p.afterRead(n, arrived, err, room, hup)
+		if over {
+			return true
 		}
-		if err == syscall.EAGAIN {
+		if !again {
 			return false
 		}
-		if err != 0 {
-			p.opErr = os.NewSyscallError("read", err)
-			return true
-		}
-		stamp := p.stamp(arrived)
-		if n == 0 {
-			p.eof = true
-		} else {
-			p.hi += n
-			p.gotBytes = true
-		}
-		if p.process(stamp) || p.eof {
-			return true
-		}
-		if n < room {
-			if !hup {
-				return false
-			}
-		} else {
+		if err == 0 && n == room {
 			full++
 		}
 	}
 	return false
+}
+
+// afterRead takes the outcome of one read of room bytes into p.buf[p.hi:] (n bytes, the
+// kernel's receive stamp arrived, or errno): over when the response is over, again when
+// the socket must be read again now (the read filled the buffer, was interrupted, or left
+// bytes of a peer that has closed).
+func (p *rawResp) afterRead(n int, arrived int64, errno syscall.Errno, room int, hup bool) (over, again bool) {
+	switch errno {
+	case 0:
+	case syscall.EINTR:
+		return false, true
+	case syscall.EAGAIN:
+		return false, false
+	default:
+		p.opErr = os.NewSyscallError("read", errno)
+		return true, false
+	}
+	stamp := p.stamp(arrived)
+	if n == 0 {
+		p.eof = true
+	} else {
+		p.hi += n
+		p.gotBytes = true
+	}
+	if p.process(stamp) || p.eof {
+		return true, false
+	}
+	return false, n == room || hup
 }
 
 // stamp is the run-clock time of a read that returned bytes the kernel received at

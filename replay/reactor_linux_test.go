@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
+	"github.com/llmreplay/llmreplay/internal/uring"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/sim"
 	"github.com/llmreplay/llmreplay/trace"
@@ -85,20 +86,7 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 		}
 		return g, f
 	}
-	// retired waits (10 s at most) until no reactor runs: each ends reactorIdle after its
-	// last stream.
-	retired := func(when string) {
-		for range 200 {
-			reactorsMu.Lock()
-			running := slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
-			reactorsMu.Unlock()
-			if !running {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("%s: a reactor still runs 10 s after its last stream", when)
-	}
+	retired := func(when string) { waitRetired(t, when) }
 	run(context.Background(), 5) // the sim's and the client's first-use state
 	retired("after the warm-up")
 	g0, f0 := settled(0, 0) // whatever the warm-up's ends leave settling, a second
@@ -121,6 +109,22 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 		t.Fatalf("after the runs: %d goroutines (%d before), %d descriptors (%d before)\n%s",
 			g, g0, f, f0, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// waitRetired waits (10 s at most) until no reactor runs: each ends reactorIdle after its
+// last stream.
+func waitRetired(t *testing.T, when string) {
+	t.Helper()
+	for range 200 {
+		reactorsMu.Lock()
+		running := slices.ContainsFunc(reactors, func(r *reactor) bool { return r != nil })
+		reactorsMu.Unlock()
+		if !running {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: a reactor still runs 10 s after its last stream", when)
 }
 
 // TestRawSocketsOutsideGoNetpoller: a raw connection's socket is in no epoll while idle
@@ -564,5 +568,50 @@ func TestReactorBatchesOnlyWhenAllowed(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReactorRingReads: streams found ready together are read through the reactor's
+// io_uring, one submission for them all (ReactorRingReads counts the reads), and the
+// records are those one recvmsg a read gives: every request ok with all its chunks, in
+// order. The streams burst (tokens written back to back once all n are in flight), so
+// reads fill the buffer and go on with recvmsg (readOn) after the ring's read.
+func TestReactorRingReads(t *testing.T) {
+	if r, err := uring.New(8); err != nil {
+		t.Skip("no io_uring here:", err)
+	} else {
+		r.Close()
+	}
+	const n, tokens = reactorBatchMin + 16, 200
+	run := func(ring bool) (int64, []Result) {
+		waitRetired(t, "before the run") // a reactor takes the setting when it starts
+		SetReactorRing(ring)
+		defer SetReactorRing(true)
+		srv := &vllmServer{holdFor: n}
+		base := startServer(t, srv)
+		c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient, o.MaxInflight = HTTPClientRaw, 2*n })
+		if got := c.Prewarm(context.Background(), n); got != n {
+			t.Fatalf("prewarmed %d connections, want %d", got, n)
+		}
+		r0 := reactorRingReads.Load()
+		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, 100*time.Microsecond, 3, tokens), nil)
+		if m := srv.maxSeen.Load(); m != n {
+			t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
+		}
+		return reactorRingReads.Load() - r0, res
+	}
+	for _, ring := range []bool{true, false} {
+		reads, res := run(ring)
+		if (reads > 0) != ring {
+			t.Errorf("ring %v: %d reads through io_uring", ring, reads)
+		}
+		if len(res) != n {
+			t.Fatalf("ring %v: %d records, want %d", ring, len(res), n)
+		}
+		for _, r := range res {
+			if r.Status != results.StatusOK || len(r.ChunkNS) != tokens || r.OutputTokens != tokens || !slices.IsSorted(r.ChunkNS) || r.ChunkNS[0] < 0 {
+				t.Errorf("ring %v, request %d: %s %q, %d chunks, %d tokens", ring, r.RequestID, r.Status, r.Error, len(r.ChunkNS), r.OutputTokens)
+			}
+		}
 	}
 }

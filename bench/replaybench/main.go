@@ -60,6 +60,7 @@ var (
 	procs    = flag.Int("procs", 0, "GOMAXPROCS of the replayer (0: the runtime's default); the sim keeps its own")
 	simCPUs  = flag.String("sim-cpus", "", "run the sim under taskset -c LIST (e.g. 1, with the replayer under taskset -c 0 and -procs 1: as if on separate machines)")
 	hclient  = flag.String("http-client", "auto", "replayer's HTTP client: auto, raw or net/http (replay --http-client)")
+	ring     = flag.Bool("ring", true, "the reactor reads the streams it finds ready in one io_uring submission (false: one recvmsg(2) each)")
 	rbatch   = flag.Duration("read-batch", replay.DefaultReadBatch, "replay --read-batch: with 64 or more streams in flight, the reactor reads at most once per this (0: every chunk as it arrives)")
 	prewarm  = flag.Int("prewarm", 64, "keep-alive connections opened before each run (replay --prewarm)")
 	pformat  = flag.String("prompt-format", "text", "replay --prompt-format: text (what any --endpoint gets by default; the sim tokenizes every prompt, ~2.5 µs a token of its CPU on the same cores) or token-ids (the sim counts them by length)")
@@ -73,6 +74,7 @@ const defaultRates = "300,600,1000,1500,2000,2500,3000"
 
 func main() {
 	flag.Parse()
+	replay.SetReactorRing(*ring)
 	if *cpus != "" {
 		if err := pinSelf(*cpus); err != nil {
 			fmt.Fprintln(os.Stderr, "replaybench: -cpus:", err)
@@ -291,6 +293,7 @@ type outcome struct {
 	goroutines, fds           [2]int // before the run; after it and Session.Close
 	settled                   time.Duration
 	batchWaits                int64 // the reactors' batching waits during the run (--read-batch)
+	ringReads                 int64 // the reactors' reads through io_uring during the run
 }
 
 // replayOnce replays src at its own times against base with the code `llmreplay replay`
@@ -326,7 +329,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	slp := startSleeper(period)
 	hic := startHiccups()
 	reactorCPU := threadCPU(replay.ReactorThreadName)
-	cpu0, t0, bw0 := cpuTime(), time.Now(), replay.ReactorBatchWaits()
+	cpu0, t0, bw0, rr0 := cpuTime(), time.Now(), replay.ReactorBatchWaits(), replay.ReactorRingReads()
 	sum, err := replay.Run(ctx, sess.Options)
 	if err != nil {
 		slp.end()
@@ -337,6 +340,7 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName(), period: period}
 	o.reactorCPU, o.samplerCPU = reactorCPU()
 	o.batchWaits = replay.ReactorBatchWaits() - bw0
+	o.ringReads = replay.ReactorRingReads() - rr0
 	o.hicP50, o.hicP99 = hic.end()
 	o.sleepP50, o.sleepP99, o.sleepMax, o.sleeperCPU = slp.endCPU()
 	o.cpu -= o.samplerCPU + o.sleeperCPU // the benchmark's own instruments, not the replayer
@@ -478,6 +482,7 @@ type runSummary struct {
 	FloorPerChnk float64 `json:"floor_us_per_chunk,omitempty"`
 	ReadBatchMS  float64 `json:"read_batch_ms"`
 	BatchWaits   int64   `json:"batch_waits"`
+	RingReads    int64   `json:"ring_reads"`
 	// ServerRecord is "" when the join ran, else why it did not.
 	ServerRecord string     `json:"server_record_unavailable,omitempty"`
 	Server       serverJoin `json:"server"`
@@ -557,7 +562,7 @@ func fidelity() error {
 		LateP50: o.lateP50, LateP99: o.lateP99, LateMax: o.lateMax, TTFTNomP50: o.ttftErrP50, TTFTNomP99: o.ttftErrP99,
 		SleeperP50: o.sleepP50, SleeperP99: o.sleepP99, SleeperMax: o.sleepMax, HiccupP99: o.hicP99,
 		CPUPerToken: float64(o.cpu) / 1e3 / float64(max(o.tokens, 1)), ReactorPerTk: float64(o.reactorCPU) / 1e3 / float64(max(o.tokens, 1)), SimPerToken: float64(simUsed) / 1e3 / float64(max(o.tokens, 1)),
-		ReadBatchMS: float64(*rbatch) / 1e6, BatchWaits: o.batchWaits,
+		ReadBatchMS: float64(*rbatch) / 1e6, BatchWaits: o.batchWaits, RingReads: o.ringReads,
 		ServerRecord: why, Server: j, Goroutines: o.goroutines, FDs: o.fds}
 	fmt.Printf("fidelity: %.0f req/s Poisson, %d requests, %d output tokens each, fixed sim (TTFT %v, ITL %v) in a separate process; %s client\n", *rate, n, *outTok, *ttft, *itl, o.client)
 	fmt.Printf("  replayer on CPUs %s (GOMAXPROCS %d), sim on CPUs %s; load average %s\n", cpusAllowed("self"), runtime.GOMAXPROCS(0), simCPUs, loadavg())
@@ -599,7 +604,7 @@ func fidelity() error {
 		fmt.Printf("    of which the reactor threads (%s: they read and parse the streams, the floor client's counterpart) %v: %.2f µs/token; the rest (dispatch, requests' goroutines, results, runtime, the goroutine sleeper) %.2f\n",
 			replay.ReactorThreadName, o.reactorCPU.Round(time.Millisecond), sum.ReactorPerTk, sum.CPUPerToken-sum.ReactorPerTk)
 	}
-	fmt.Printf("    reads: --read-batch %v; the reactors waited %d times to batch them (%.0f a second)\n", *rbatch, o.batchWaits, float64(o.batchWaits)/o.wall.Seconds())
+	fmt.Printf("    reads: --read-batch %v; the reactors waited %d times to batch them (%.0f a second); %d reads through io_uring (-ring %v)\n", *rbatch, o.batchWaits, float64(o.batchWaits)/o.wall.Seconds(), o.ringReads, *ring)
 	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, sum.SimPerToken)
 	fmt.Printf("  replayer goroutines %d -> %d, file descriptors %d -> %d (before the run; after it and Session.Close, %v later)%s\n",
 		o.goroutines[0], o.goroutines[1], o.fds[0], o.fds[1], o.settled.Round(time.Millisecond), leakNote(o))
