@@ -36,8 +36,12 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/llmreplay/llmreplay/internal/osthread"
 	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
+	"github.com/llmreplay/llmreplay/internal/uring"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -66,6 +70,8 @@ var (
 	pformat  = flag.String("prompt-format", "text", "replay --prompt-format: text (what any --endpoint gets by default; the sim tokenizes every prompt, ~2.5 µs a token of its CPU on the same cores) or token-ids (the sim counts them by length)")
 	cpus     = flag.String("cpus", "", "run replaybench (the replayer) under taskset -c LIST: it re-executes itself under taskset before anything runs, since Go starts threads before main (e.g. -cpus 0 -procs 1 -sim-cpus 1: a core each)")
 	srvRec   = flag.Bool("server-record", true, "fidelity: start the sim with --request-log FILE --request-log-writes and join its record to the results (the replayer's own TTFT error)")
+	fring    = flag.Bool("floor-ring", false, "floor: read the sockets an epoll wake finds ready in one io_uring submission (recvmsg with receive timestamps), as the replayer's reactor does; not the reference floor")
+	fbatch   = flag.Duration("floor-batch", 0, "floor: wait this long after each wake before the next epoll_wait, as the replayer's --read-batch does; not the reference floor")
 	fstamps  = flag.Bool("floor-stamps", false, "floor: read with recvmsg and the kernel's receive timestamps (SO_TIMESTAMPNS), as the replayer's reactor does, instead of read(2)")
 	summary  = flag.String("summary", "", "write the run's figures as JSON to this file (what suite reads)")
 )
@@ -742,7 +748,7 @@ func floor() error {
 				syscall.Close(fd)
 				continue
 			}
-			if *fstamps {
+			if *fstamps || *fring {
 				rxstamp.Enable(fd)
 			}
 			syscall.Write(fd, msg)
@@ -760,6 +766,15 @@ func floor() error {
 	events := make([]syscall.EpollEvent, 256)
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, rxstamp.OOBSize)
+	var ring *uring.Ring
+	var rreads []floorRead
+	if *fring {
+		if ring, err = uring.New(uint32(len(events))); err != nil {
+			return fmt.Errorf("floor -floor-ring: %w", err)
+		}
+		defer ring.Close()
+		rreads = make([]floorRead, len(events))
+	}
 	var chunks, reads, closed, wakes, stamped int64
 	deadline := time.Now().Add(*dur + 30*time.Second)
 	for closed < n && time.Now().Before(deadline) {
@@ -767,12 +782,29 @@ func floor() error {
 		if err != nil && err != syscall.EINTR {
 			return err
 		}
+		woke := osthread.Monotonic()
 		wakes++
-		for _, ev := range events[:max(k, 0)] {
+		if ring != nil {
+			for i, ev := range events[:max(k, 0)] {
+				rreads[i].prep(ring, int(ev.Fd), uint64(i))
+			}
+			ring.Submit()
+			ring.Reap(func(i uint64, res int32) { rreads[i].res = res })
+		}
+		for i, ev := range events[:max(k, 0)] {
 			fd := int(ev.Fd)
 			var m int
 			var err error
-			if *fstamps {
+			got := buf
+			if ring != nil {
+				rd := &rreads[i]
+				if m = int(rd.res); rd.res < 0 {
+					m, err = -1, syscall.Errno(-rd.res)
+				} else if rxstamp.Parse(rd.oob[:rd.msg.Controllen]) != 0 {
+					stamped++
+				}
+				got = rd.buf[:]
+			} else if *fstamps {
 				n, ns, e := rxstamp.Recv(fd, buf, oob)
 				if m = n; e != 0 {
 					m, err = -1, e
@@ -784,7 +816,7 @@ func floor() error {
 			}
 			reads++
 			if m > 0 {
-				chunks += int64(bytes.Count(buf[:m], []byte("data: {")))
+				chunks += int64(bytes.Count(got[:m], []byte("data: {")))
 				continue
 			}
 			if err == syscall.EAGAIN {
@@ -794,16 +826,43 @@ func floor() error {
 			syscall.Close(fd)
 			closed++
 		}
+		if *fbatch > 0 {
+			osthread.SleepUntil(woke + int64(*fbatch))
+		}
 	}
 	syscall.Getrusage(rusageThread, &ru1)
 	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) + syscall.TimevalToNsec(ru1.Stime) -
 		syscall.TimevalToNsec(ru0.Utime) - syscall.TimevalToNsec(ru0.Stime))
 	perChunk := float64(cpu) / 1e3 / float64(max(chunks, 1))
 	how := "read(2)"
-	if *fstamps {
+	if ring != nil {
+		how = fmt.Sprintf("recvmsg with the kernel's receive timestamps, through io_uring, one submission a wake; %d reads stamped", stamped)
+	} else if *fstamps {
 		how = fmt.Sprintf("recvmsg with the kernel's receive timestamps, %d reads stamped", stamped)
+	}
+	if *fbatch > 0 {
+		how += fmt.Sprintf(", waits %v after each wake", *fbatch)
 	}
 	fmt.Printf("floor: %.0f req/s, %d streams, %d chunks, %d reads (%s), %d epoll wake-ups; minimal epoll client thread CPU %v: %.2f µs/chunk (read + wake-ups, no parsing); load %s\n",
 		*rate, closed, chunks, reads, how, wakes, cpu.Round(time.Millisecond), perChunk, loadavg())
 	return writeSummary(&runSummary{Mode: "floor", Rate: *rate, Requests: int(n), OK: int(closed), FloorPerChnk: perChunk})
+}
+
+// floorRead is one socket's read in the floor client's io_uring submission (-floor-ring).
+type floorRead struct {
+	msg unix.Msghdr
+	iov unix.Iovec
+	buf [16 << 10]byte
+	oob [rxstamp.OOBSize]byte
+	res int32
+}
+
+func (rd *floorRead) prep(ring *uring.Ring, fd int, i uint64) {
+	rd.iov.Base = &rd.buf[0]
+	rd.iov.SetLen(len(rd.buf))
+	rd.msg = unix.Msghdr{Iov: &rd.iov, Control: &rd.oob[0]}
+	rd.msg.SetIovlen(1)
+	rd.msg.SetControllen(len(rd.oob))
+	rd.res = -int32(syscall.EAGAIN)
+	ring.PrepRecvmsg(fd, &rd.msg, i)
 }

@@ -15,8 +15,10 @@ import (
 	"time"
 )
 
-// suite measures issue 18's targets in one sitting: n rounds of floor, fidelity unpinned
-// and fidelity pinned (replayer and sim on a core each), interleaved so that the machine's
+// suite measures issue 18's targets in one sitting: n rounds of floor, the floor client
+// with the reactor's io_uring reads and read batching (a figure beside the reference floor,
+// not a target's), fidelity unpinned and fidelity pinned (replayer and sim on a core
+// each), interleaved so that the machine's
 // drift falls on all three alike, then one sweep at 20 output tokens against the sim on
 // its own core; it prints every run's lines as they come and the medians at the end.
 // Each run is a child replaybench process, so that its getrusage, its goroutines and file
@@ -50,11 +52,11 @@ func suite(args []string) error {
 	sweepCommon := passThrough("cpus", "sim-cpus", "procs", "summary", "rates", "cpuprofile", "duration", "output-tokens")
 	sd := min(*sweepDur, *dur)
 	nRates := len(strings.Split(*sweepRates, ","))
-	est := time.Duration(*rounds*3) * (*dur + 3*time.Second)
+	est := time.Duration(*rounds*4) * (*dur + 3*time.Second)
 	if !*noSweep {
 		est += time.Duration(nRates) * (sd + 3*time.Second)
 	}
-	fmt.Printf("suite: %d rounds of floor, fidelity, fidelity pinned (-cpus %s -procs 1 -sim-cpus %s), %v each", *rounds, *pinR, *pinS, *dur)
+	fmt.Printf("suite: %d rounds of floor, floor with io_uring and read batching, fidelity, fidelity pinned (-cpus %s -procs 1 -sim-cpus %s), %v each", *rounds, *pinR, *pinS, *dur)
 	if !*noSweep {
 		fmt.Printf(", then a sweep of %d rates at %d output tokens, %v each, sim on CPUs %s", nRates, *sweepTok, sd, *pinS)
 	}
@@ -85,10 +87,11 @@ func suite(args []string) error {
 		}
 		return s
 	}
-	var fl, un, pn []*runSummary
+	var fl, fm, un, pn []*runSummary
 	for i := 1; i <= *rounds; i++ {
 		r := fmt.Sprintf("round %d/%d", i, *rounds)
 		fl = append(fl, run(r+" floor", common, "floor"))
+		fm = append(fm, run(r+" floor with io_uring and read batching", common, "-floor-ring", "-floor-batch", rbatch.String(), "floor"))
 		un = append(un, run(r+" fidelity unpinned", common, "fidelity"))
 		pn = append(pn, run(r+" fidelity pinned", common, "-cpus", *pinR, "-procs", "1", "-sim-cpus", *pinS, "fidelity"))
 	}
@@ -101,7 +104,7 @@ func suite(args []string) error {
 		sw = run("sweep", sweepCommon, append(a, "sweep")...)
 	}
 	fmt.Println()
-	printSuite(os.Stdout, fl, un, pn, sw, *sweepTok, *pinS)
+	printSuite(os.Stdout, fl, fm, un, pn, sw, *sweepTok, *pinS)
 	if len(failed) > 0 {
 		return fmt.Errorf("suite: %d runs failed: %s", len(failed), strings.Join(failed, "; "))
 	}
@@ -164,41 +167,44 @@ func finite(v []float64) []float64 {
 	return out
 }
 
-// printSuite prints the median table of the suite's runs (fl, un, pn by round; sw the sweep).
-func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTok int, pinS string) {
-	ratio := make([]float64, len(un))
-	for i := range un {
-		ratio[i] = math.NaN()
-		if un[i] != nil && fl[i] != nil && fl[i].FloorPerChnk > 0 {
-			ratio[i] = un[i].CPUPerToken / fl[i].FloorPerChnk
+// printSuite prints the median table of the suite's runs (fl, fm, un, pn by round, fm
+// the floor client with io_uring and read batching; sw the sweep).
+func printSuite(out io.Writer, fl, fm, un, pn []*runSummary, sw *runSummary, sweepTok int, pinS string) {
+	// over gives, per round, a figure of the unpinned run over the same round's floor.
+	over := func(floor []*runSummary, f func(*runSummary) float64) []float64 {
+		v := make([]float64, len(un))
+		for i := range un {
+			v[i] = math.NaN()
+			if i < len(floor) && un[i] != nil && floor[i] != nil && floor[i].FloorPerChnk > 0 && f(un[i]) > 0 {
+				v[i] = f(un[i]) / floor[i].FloorPerChnk
+			}
 		}
+		return v
 	}
-	rratio := make([]float64, len(un))
-	for i := range un {
-		rratio[i] = math.NaN()
-		if un[i] != nil && fl[i] != nil && fl[i].FloorPerChnk > 0 && un[i].ReactorPerTk > 0 {
-			rratio[i] = un[i].ReactorPerTk / fl[i].FloorPerChnk
-		}
-	}
+	reactor := func(r *runSummary) float64 { return r.ReactorPerTk }
+	floorCPU := func(r *runSummary) float64 { return r.FloorPerChnk }
 	le := func(b float64) func(float64) bool { return func(m float64) bool { return m <= b } }
 	cpu := func(r *runSummary) float64 { return r.CPUPerToken }
 	late := func(r *runSummary) float64 { return r.LateP99 }
 	slp := func(r *runSummary) float64 { return r.SleeperP99 }
-	over := func(r *runSummary) float64 { return r.LateP99 - r.SleeperP99 }
+	lateOver := func(r *runSummary) float64 { return r.LateP99 - r.SleeperP99 }
 	ownP99 := own(func(j *serverJoin) float64 { return j.OwnTTFTErr.P99 })
 	simLate := own(func(j *serverJoin) float64 { return j.SimFirstLate.P99 })
 	itlErr := own(func(j *serverJoin) float64 { return j.ITLErr.P99 })
 	nom := func(r *runSummary) float64 { return r.TTFTNomP99 }
 	hic := func(r *runSummary) float64 { return r.HiccupP99 }
 	rows := []suiteRow{
-		{name: "floor: minimal epoll client CPU, µs/chunk", vals: figure(fl, func(r *runSummary) float64 { return r.FloorPerChnk }), format: "%.2f"},
+		{name: "floor: minimal epoll client CPU, µs/chunk", vals: figure(fl, floorCPU), format: "%.2f"},
+		{name: "floor with io_uring and read batching, µs/chunk", vals: figure(fm, floorCPU), format: "%.2f"},
 		{name: "unpinned: replayer CPU, µs/token", vals: figure(un, cpu), format: "%.2f"},
-		{name: "unpinned: CPU per token / floor per chunk (same round)", vals: ratio, target: "<= 1.3", check: le(1.3), format: "%.2f"},
-		{name: "unpinned: reactor threads' CPU, µs/token", vals: figure(un, func(r *runSummary) float64 { return r.ReactorPerTk }), format: "%.2f"},
-		{name: "unpinned: reactor per token / floor per chunk", vals: rratio, format: "%.2f"},
+		{name: "unpinned: CPU per token / floor per chunk (same round)", vals: over(fl, cpu), target: "<= 1.3", check: le(1.3), format: "%.2f"},
+		{name: "unpinned: reactor threads' CPU, µs/token", vals: figure(un, reactor), format: "%.2f"},
+		{name: "unpinned: reactor per token / floor per chunk", vals: over(fl, reactor), format: "%.2f"},
+		{name: "unpinned: CPU per token / io_uring+batching floor", vals: over(fm, cpu), format: "%.2f"},
+		{name: "unpinned: reactor per token / io_uring+batching floor", vals: over(fm, reactor), format: "%.2f"},
 		{name: "unpinned: schedule lateness p99, ms", vals: figure(un, late)},
 		{name: "unpinned: C-like sleeper late p99, ms", vals: figure(un, slp)},
-		{name: "unpinned: lateness p99 - sleeper p99, ms", vals: figure(un, over), target: "<= +0.2", check: le(0.2)},
+		{name: "unpinned: lateness p99 - sleeper p99, ms", vals: figure(un, lateOver), target: "<= +0.2", check: le(0.2)},
 		{name: "unpinned: 1 ms goroutine sleep late p99, ms", vals: figure(un, hic)},
 		{name: "unpinned: replayer's own TTFT error p99, ms", vals: figure(un, ownP99), target: "<= 1", check: le(1)},
 		{name: "unpinned: ITL error per server write p99, ms", vals: figure(un, itlErr)},
@@ -277,7 +283,7 @@ func printSuite(out io.Writer, fl, un, pn []*runSummary, sw *runSummary, sweepTo
 			break
 		}
 	}
-	fmt.Fprintln(out, "The C-like sleeper is a thread outside the Go runtime sleeping to absolute deadlines (clock_nanosleep TIMER_ABSTIME) one mean gap of the offered rate apart, in the replayer's process: the floor for schedule lateness. The 1 ms goroutine sleep is Go's timers, another floor. CPU ratio: each round's fidelity CPU per streamed token over the same round's floor CPU per chunk (one token a chunk).")
+	fmt.Fprintln(out, "The C-like sleeper is a thread outside the Go runtime sleeping to absolute deadlines (clock_nanosleep TIMER_ABSTIME) one mean gap of the offered rate apart, in the replayer's process: the floor for schedule lateness. The 1 ms goroutine sleep is Go's timers, another floor. CPU ratio: each round's fidelity CPU per streamed token over the same round's floor CPU per chunk (one token a chunk). The reference floor reads each ready socket with one read(2) a wake-up; the replayer's reactor reads the sockets it finds ready in one io_uring submission and waits --read-batch after each wake, which the second floor does too: the replayer's cost beside a client that reads as it does but parses nothing.")
 }
 
 func yes(b bool) string {

@@ -22,7 +22,8 @@ func TestPrintSuite(t *testing.T) {
 	pn[2].OK = 99
 	sw := &runSummary{SweepBest: 1500, Sweep: []sweepPt{{Rate: 1500, N: 10, OK: 10, LateP99: 3}, {Rate: 2000, N: 10, OK: 9, LateP99: 8}}}
 	var b bytes.Buffer
-	printSuite(&b, fl, un, pn, sw, 20, "1")
+	fm := []*runSummary{{FloorPerChnk: 4}, nil, {FloorPerChnk: 5}}
+	printSuite(&b, fl, fm, un, pn, sw, 20, "1")
 	out := b.String()
 	row := func(name string) []string {
 		t.Helper()
@@ -43,6 +44,7 @@ func TestPrintSuite(t *testing.T) {
 	}
 	// Rounds 1 and 2: 12/10 and 12/8; round 3 has no floor.
 	check("unpinned: CPU per token / floor per chunk (same round)", "1.20 1.50 -", "1.35", "<= 1.3 NOT met")
+	check("unpinned: CPU per token / io_uring+batching floor", "3.00 - 4.00", "3.50")
 	check("unpinned: lateness p99 - sleeper p99, ms", "0.100 0.300 8.000", "0.300", "<= +0.2 NOT met")
 	check("unpinned: replayer's own TTFT error p99, ms", "0.500 0.700 -", "0.600", "<= 1 met")
 	check("pinned: schedule lateness p99, ms", "0.800 - 0.900", "0.850", "<= 1 met")
