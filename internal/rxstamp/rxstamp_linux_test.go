@@ -12,40 +12,13 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/llmreplay/llmreplay/internal/socktest"
 )
 
 // pair returns a connected loopback TCP pair: the client's socket as a raw descriptor
 // (a duplicate, non-blocking) and the server's net.Conn.
-func pair(t *testing.T) (int, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	f, err := c.(*net.TCPConn).File()
-	c.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := syscall.Dup(int(f.Fd()))
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	syscall.SetNonblock(fd, true)
-	t.Cleanup(func() { syscall.Close(fd) })
-	return fd, s
-}
+func pair(t *testing.T) (int, net.Conn) { return socktest.Pair(t, nil) }
 
 // enable turns stamps on for fd and waits until the kernel stamps what arrives: the
 // kernel switches its stamping on for the whole system when the first socket asks, from

@@ -13,35 +13,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
+	"github.com/llmreplay/llmreplay/internal/socktest"
 )
 
 // tcpPair returns a loopback connection's two ends: the client's socket as a descriptor
 // of its own (non-blocking, receive timestamps on) and the server's net.Conn.
 func tcpPair(t *testing.T, ln net.Listener) (int, net.Conn) {
 	t.Helper()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := c.(*net.TCPConn).File()
-	c.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Dup(int(f.Fd()))
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix.SetNonblock(fd, true)
+	fd, s := socktest.Pair(t, ln)
 	if err := rxstamp.Enable(fd); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd); s.Close() })
 	return fd, s
 }
 
