@@ -615,3 +615,130 @@ func TestReactorRingReads(t *testing.T) {
 		}
 	}
 }
+
+// TestReactorRingFaultsAsRecvmsg: streams that a server cuts while the reactor reads them
+// (a reset, a close mid-stream) and streams it completes, all ready at once, end in the
+// same records whether the reactor reads through its io_uring or with one recvmsg each:
+// the reads' errors, ends of stream and closed peers go the same way through both.
+func TestReactorRingFaultsAsRecvmsg(t *testing.T) {
+	if r, err := uring.New(8); err != nil {
+		t.Skip("no io_uring here:", err)
+	} else {
+		r.Close()
+	}
+	const n = reactorBatchMin + 16 // enough for the reactor to batch: its wakes find many ready
+	run := func(ring bool) (int64, []string) {
+		waitRetired(t, "before the run") // a reactor takes the setting when it starts
+		SetReactorRing(ring)
+		defer SetReactorRing(true)
+		base := startCuttingServer(t, n)
+		c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient, o.MaxInflight = HTTPClientRaw, 2*n })
+		if got := c.Prewarm(context.Background(), n); got != n {
+			t.Fatalf("prewarmed %d connections, want %d", got, n)
+		}
+		r0 := reactorRingReads.Load()
+		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, 100*time.Microsecond, 3, 5), nil)
+		var got []string
+		for _, r := range res {
+			got = append(got, fmt.Sprintf("%s %d chunks %q", r.Status, len(r.ChunkNS), r.Error))
+		}
+		slices.Sort(got)
+		return reactorRingReads.Load() - r0, got
+	}
+	ringReads, withRing := run(true)
+	t.Logf("ring reads %d\n%s", ringReads, strings.Join(slices.Compact(slices.Clone(withRing)), "\n"))
+	_, without := run(false)
+	if ringReads == 0 {
+		t.Error("no read went through the ring")
+	}
+	if strings.Join(withRing, "\n") != strings.Join(without, "\n") {
+		t.Errorf("records through the ring:\n%s\nwith recvmsg:\n%s", strings.Join(withRing, "\n"), strings.Join(without, "\n"))
+	}
+	st := map[string]int{}
+	for _, r := range without {
+		st[strings.Fields(r)[0]]++
+	}
+	if len(without) != n || st[string(results.StatusOK)] != n/3 {
+		t.Errorf("%d records, statuses %v: want %d, a third ok", len(without), st, n)
+	}
+}
+
+// startCuttingServer serves GET (a prewarm) with an empty JSON body, and holds each POST
+// until n have come; then it streams two events to each, and ends the k-th POST's stream
+// (k from 0, in arrival order) with a reset when k%3 == 0, a close when k%3 == 1, and
+// three more events, [DONE] and the body's end when k%3 == 2.
+func startCuttingServer(t *testing.T, n int) *url.URL {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	posts := 0
+	all := make(chan struct{})
+	event := func(w io.Writer, data string) {
+		e := "data: " + data + "\n\n"
+		fmt.Fprintf(w, "%x\r\n%s\r\n", len(e), e)
+	}
+	tok := `{"choices":[{"index":0,"text":"a"}]}`
+	serve := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if req.Method == http.MethodGet {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+				continue
+			}
+			mu.Lock()
+			k := posts
+			if posts++; posts == n {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(10 * time.Second):
+				return
+			}
+			w := bufio.NewWriter(c)
+			io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			event(w, tok)
+			event(w, tok)
+			if k%3 == 2 {
+				for range 3 {
+					event(w, tok)
+				}
+				event(w, "[DONE]")
+				io.WriteString(w, "0\r\n\r\n")
+			}
+			w.Flush()
+			switch k % 3 {
+			case 0:
+				c.(*net.TCPConn).SetLinger(0) // the close sends a reset
+				return
+			case 1:
+				return
+			}
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	u, err := BaseURL("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
