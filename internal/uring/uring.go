@@ -10,5 +10,5 @@
 // -EAGAIN when the socket is empty, instead of arming a poll and completing it later into
 // a buffer its caller has moved on from. New checks this on the running kernel and fails
 // if it does not hold. No Go io_uring package is served to this project (the module proxy
-// refused the two known ones), and this subset is a hundred lines.
+// refused the two known ones), and this subset is about 200 lines of code.
 package uring
