@@ -11,8 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/llmreplay/llmreplay/internal/osthread"
 	"github.com/llmreplay/llmreplay/internal/raceio"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
@@ -279,12 +277,10 @@ type readyStream struct {
 	ev uint32
 }
 
-// ringRead is one stream's read in a ring submission: the message, its one iovec (the
-// stream's buffer from p.hi) and the control buffer for the receive stamp.
+// ringRead is one stream's read in a ring submission: the message (into the stream's
+// buffer from p.hi, with room for the receive stamp) and the read's result.
 type ringRead struct {
-	msg  unix.Msghdr
-	iov  unix.Iovec
-	oob  [rxstamp.OOBSize]byte
+	m    rxstamp.Msg
 	p    *rawResp
 	room int
 	res  int32
@@ -442,12 +438,7 @@ func (r *reactor) readRing(ring *uring.Ring, ready []readyStream, reads []ringRe
 			continue
 		}
 		rd.p, rd.room = p, len(p.buf)-p.hi
-		rd.iov.Base = &p.buf[p.hi]
-		rd.iov.SetLen(rd.room)
-		rd.msg = unix.Msghdr{Iov: &rd.iov, Control: &rd.oob[0]}
-		rd.msg.SetIovlen(1)
-		rd.msg.SetControllen(len(rd.oob))
-		ring.PrepRecvmsg(p.fd, &rd.msg, uint64(i)) // the ring has a slot per epoll event
+		ring.PrepRecvmsg(p.fd, rd.m.Header(p.buf[p.hi:]), uint64(i)) // the ring has a slot per epoll event
 		queued++
 	}
 	took, err := ring.Submit()
@@ -475,7 +466,7 @@ func (r *reactor) readRing(ring *uring.Ring, ready []readyStream, reads []ringRe
 		} else {
 			n = int(rd.res)
 			raceio.Acquire(p.fd)
-			arrived = rxstamp.Parse(rd.oob[:rd.msg.Controllen])
+			arrived = rd.m.Stamp()
 		}
 		over, again := p.afterRead(n, arrived, errno, rd.room, hup)
 		if !over && again {

@@ -36,8 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/llmreplay/llmreplay/internal/osthread"
 	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
@@ -800,7 +798,7 @@ func floor() error {
 				rd := &rreads[i]
 				if m = int(rd.res); rd.res < 0 {
 					m, err = -1, syscall.Errno(-rd.res)
-				} else if rxstamp.Parse(rd.oob[:rd.msg.Controllen]) != 0 {
+				} else if rd.m.Stamp() != 0 {
 					stamped++
 				}
 				got = rd.buf[:]
@@ -850,19 +848,12 @@ func floor() error {
 
 // floorRead is one socket's read in the floor client's io_uring submission (-floor-ring).
 type floorRead struct {
-	msg unix.Msghdr
-	iov unix.Iovec
+	m   rxstamp.Msg
 	buf [16 << 10]byte
-	oob [rxstamp.OOBSize]byte
 	res int32
 }
 
 func (rd *floorRead) prep(ring *uring.Ring, fd int, i uint64) {
-	rd.iov.Base = &rd.buf[0]
-	rd.iov.SetLen(len(rd.buf))
-	rd.msg = unix.Msghdr{Iov: &rd.iov, Control: &rd.oob[0]}
-	rd.msg.SetIovlen(1)
-	rd.msg.SetControllen(len(rd.oob))
 	rd.res = -int32(syscall.EAGAIN)
-	ring.PrepRecvmsg(fd, &rd.msg, i)
+	ring.PrepRecvmsg(fd, rd.m.Header(rd.buf[:]), i)
 }

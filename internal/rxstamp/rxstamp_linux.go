@@ -49,6 +49,8 @@ func (e *syscallError) Unwrap() error { return e.err }
 // gave none: timestamps not enabled, or n == 0). It is a raw system call: it never blocks
 // and never gives up the P (call it on a socket epoll said is ready, or handle EAGAIN).
 func Recv(fd int, b, oob []byte) (n int, ns int64, errno syscall.Errno) {
+	// Built here, not by a helper that Msg shares: a pointer stored through a parameter
+	// escapes, and Recv must not allocate (TestRecvDoesNotAllocate).
 	var iov unix.Iovec
 	if len(b) > 0 {
 		iov.Base = &b[0]
@@ -68,6 +70,32 @@ func Recv(fd int, b, oob []byte) (n int, ns int64, errno syscall.Errno) {
 	raceio.Acquire(fd)
 	return int(r), Parse(oob[:msg.Controllen]), 0
 }
+
+// Msg is the recvmsg(2) message Recv builds on its stack, in memory of its own: for a read
+// submitted elsewhere (an io_uring) whose stamp is read back once it has completed.
+type Msg struct {
+	hdr unix.Msghdr
+	iov unix.Iovec
+	oob [OOBSize]byte
+}
+
+// Header points m at b and returns the message to read into it; m and b must stay live
+// until the read has completed.
+func (m *Msg) Header(b []byte) *unix.Msghdr {
+	m.iov = unix.Iovec{}
+	if len(b) > 0 {
+		m.iov.Base = &b[0]
+		m.iov.SetLen(len(b))
+	}
+	m.hdr = unix.Msghdr{Iov: &m.iov, Control: &m.oob[0]}
+	m.hdr.SetIovlen(1)
+	m.hdr.SetControllen(len(m.oob))
+	return &m.hdr
+}
+
+// Stamp is the kernel's receive time of the last segment the completed read took,
+// CLOCK_REALTIME ns (0: none), as Recv returns it.
+func (m *Msg) Stamp() int64 { return Parse(m.oob[:m.hdr.Controllen]) }
 
 // Parse returns the SCM_TIMESTAMPNS instant (ns) in the control messages oob, 0 if none.
 func Parse(oob []byte) int64 {

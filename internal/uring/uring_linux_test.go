@@ -28,10 +28,8 @@ func tcpPair(t *testing.T, ln net.Listener) (int, net.Conn) {
 }
 
 type read struct {
-	msg unix.Msghdr
-	iov unix.Iovec
+	m   rxstamp.Msg
 	buf [64]byte
-	oob [rxstamp.OOBSize]byte
 }
 
 // TestRingRecvmsgBatch: one Submit reads every socket of a batch: the bytes each peer
@@ -69,13 +67,7 @@ func TestRingRecvmsgBatch(t *testing.T) {
 	for round := range 2 { // the ring's slots are reused
 		for i := range reads {
 			rd := &reads[i]
-			rd.iov.Base = &rd.buf[0]
-			rd.iov.SetLen(len(rd.buf))
-			rd.msg.Iov = &rd.iov
-			rd.msg.SetIovlen(1)
-			rd.msg.Control = &rd.oob[0]
-			rd.msg.SetControllen(len(rd.oob))
-			if !r.PrepRecvmsg(fds[i], &rd.msg, uint64(100+i)) {
+			if !r.PrepRecvmsg(fds[i], rd.m.Header(rd.buf[:]), uint64(100+i)) {
 				t.Fatal("no slot")
 			}
 		}
@@ -96,7 +88,7 @@ func TestRingRecvmsgBatch(t *testing.T) {
 				if res != int32(len(want)) || !bytes.Equal(reads[i].buf[:res], []byte(want)) {
 					t.Errorf("socket %d: read %d %q, want %q", i, res, reads[i].buf[:max(res, 0)], want)
 				}
-				stamp := rxstamp.Parse(reads[i].oob[:reads[i].msg.Controllen])
+				stamp := reads[i].m.Stamp()
 				if stamp < before-int64(time.Second) || stamp > time.Now().UnixNano() {
 					t.Errorf("socket %d: receive stamp %d not around %d", i, stamp, before)
 				}
