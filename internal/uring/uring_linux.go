@@ -12,11 +12,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// Supported reports whether this platform can have a ring (New may still fail: the kernel
-// may be too old, or io_uring disabled or filtered).
-const Supported = true
+	"github.com/llmreplay/llmreplay/internal/rxstamp"
+)
 
 const (
 	sysSetup = 425 // io_uring_setup
@@ -151,13 +149,8 @@ func (r *Ring) probe() error {
 	defer unix.Close(fds[0])
 	defer unix.Close(fds[1])
 	var buf [8]byte
-	var iov unix.Iovec
-	iov.Base = &buf[0]
-	iov.SetLen(len(buf))
-	var msg unix.Msghdr
-	msg.Iov = &iov
-	msg.SetIovlen(1)
-	if !r.PrepRecvmsg(fds[0], &msg, 7) {
+	var msg rxstamp.Msg
+	if !r.PrepRecvmsg(fds[0], msg.Header(buf[:]), 7) {
 		return errors.New("io_uring: no submission slot")
 	}
 	if _, err := r.Submit(); err != nil {
