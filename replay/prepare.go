@@ -30,7 +30,7 @@ type Env struct {
 	Flags map[string]string
 	// StartSim starts the simulated engine with the named profile on a loopback port and
 	// returns its base URL and how to stop it; called when Config.Endpoint is empty (replay
-	// does not import replay/sim: cmd glues).
+	// does not import sim: cmd glues).
 	StartSim func(ctx context.Context, profile string) (baseURL string, stop func(), err error)
 }
 

@@ -25,7 +25,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/internal/uring"
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
 )
 

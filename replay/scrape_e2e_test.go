@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 )
 
 // inFlight returns the in-flight count of the results at t: rows with sent_ns <= t < end_ns

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 )
 
 // TestSimFaults replays against the simulated engine with every fault it injects and

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 

@@ -13,11 +13,11 @@ import (
 	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 )
 
 // serverRecord is what replaybench reads of one line of `llmreplay sim --request-log`
-// (replay/sim/reqlog.go LogRecord; issue 18 contract 2). The *_unix_ns stamps are
+// (sim/reqlog.go LogRecord; issue 18 contract 2). The *_unix_ns stamps are
 // CLOCK_REALTIME: arrive_unix_ns when the request's bytes reached the sim's socket (the
 // kernel's receive timestamp; since 2026-12-03), read_unix_ns when the read that
 // delivered the request's head returned,

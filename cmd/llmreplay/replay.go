@@ -13,7 +13,7 @@ import (
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -210,7 +210,7 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 }
 
 // checkReplayConfig validates cfg, with what only cmd can check (analysis parses --slo;
-// replay/sim knows the profiles), and makes its errors usage errors.
+// sim knows the profiles), and makes its errors usage errors.
 func checkReplayConfig(cfg *replay.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return usagef("replay: %v", err)

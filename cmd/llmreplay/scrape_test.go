@@ -12,7 +12,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 )
 
 // simBehind serves the simulated engine (profile tiny) with its /metrics replaced by

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/spf13/pflag"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay/sim"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
