@@ -562,7 +562,7 @@ func (c clock) now() int64 { return int64(time.Since(c.start)) }
 // (a hard stop: the result is canceled); the per-request timeout is applied here.
 // do never returns an error: what happened is in res, whose error text never holds one
 // of the client's secrets (a server may echo them).
-func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+func (c *Client) do(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	if c.raw != nil {
 		c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
 	} else {
@@ -572,14 +572,14 @@ func (c *Client) do(ctx context.Context, clk clock, r *request, res *Result, sse
 }
 
 // scrub takes the client's secrets out of res's error text.
-func (c *Client) scrub(res *Result) {
+func (c *Client) scrub(res *results.Result) {
 	if res.Error != "" && len(c.secrets) > 0 {
 		res.Error = Scrub(res.Error, c.secrets)
 	}
 }
 
 // doHTTP is Client.do over net/http.
-func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int)) {
+func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int)) {
 	rctx := ctx
 	if c.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -640,12 +640,12 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *Result,
 }
 
 // readStream reads the SSE stream into res (the pull side, over net/http's body).
-func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int)) {
+func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *results.Result, onTokens func(int)) {
 	c.readStreamInto(ctx, rctx, sse, res, onTokens, nil)
 }
 
 // readStreamInto is readStream that also appends the output text to *answer, when set.
-func (c *Client) readStreamInto(ctx, rctx context.Context, sse *sseReader, res *Result, onTokens func(int), answer *[]byte) {
+func (c *Client) readStreamInto(ctx, rctx context.Context, sse *sseReader, res *results.Result, onTokens func(int), answer *[]byte) {
 	var st streamState
 	st.begin(c, res, onTokens)
 	st.answer = answer
@@ -669,7 +669,7 @@ func (c *Client) readStreamInto(ctx, rctx context.Context, sse *sseReader, res *
 // loop above and the raw client's push parser, so a stream means the same to either.
 type streamState struct {
 	c           *Client
-	res         *Result
+	res         *results.Result
 	onTokens    func(int)
 	text        []byte
 	done        bool // [DONE] seen
@@ -692,7 +692,7 @@ type streamState struct {
 // (12 bytes a chunk) and the text kept for token counting or a conversation's history.
 func maxOutputChunks(maxTokens int32) int { return 2*max(int(maxTokens), 0) + 16 }
 
-func (st *streamState) begin(c *Client, res *Result, onTokens func(int)) {
+func (st *streamState) begin(c *Client, res *results.Result, onTokens func(int)) {
 	// A chunk a token, as servers stream: one allocation each for the chunk times and
 	// counts instead of the ~8 that append's doubling takes to 100 (2.8% of the
 	// replayer's CPU at 300 req/s, growslice in the profile); at most chunkPrealloc, so

@@ -157,7 +157,7 @@ func uniformTrace(n int, gap time.Duration, prompt, output int32) []trace.Reques
 }
 
 // runTrace replays reqs at speedup 1 against c and reads the results back.
-func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []Result, *results.RunMeta) {
+func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []results.Result, *results.RunMeta) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.parquet")
 	o := Options{Source: trace.NewSliceSource(reqs), Client: c, Prompter: wordPrompter, Speedup: 1, Output: out, Grace: time.Second}
@@ -168,14 +168,14 @@ func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	res, meta, err := ReadFile(o.Output)
+	res, meta, err := results.ReadFile(o.Output)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sum, res, meta
 }
 
-func byStatus(res []Result) map[results.Status]int {
+func byStatus(res []results.Result) map[results.Status]int {
 	m := map[results.Status]int{}
 	for _, r := range res {
 		m[r.Status]++

@@ -50,7 +50,7 @@ func uniqueOutput(name string) string {
 }
 
 func occupied(out string) bool {
-	for _, p := range []string{out, out + JournalSuffix, results.MetricsPath(out), results.MetricsPath(out) + JournalSuffix} {
+	for _, p := range []string{out, out + results.JournalSuffix, results.MetricsPath(out), results.MetricsPath(out) + results.JournalSuffix} {
 		if _, err := os.Lstat(p); err == nil || !errors.Is(err, fs.ErrNotExist) {
 			return true
 		}
@@ -74,7 +74,7 @@ func CheckOutput(path string, force bool) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return configErrorf("-o %s: %v", path, pathErr(err))
 	}
-	for _, j := range []string{path + JournalSuffix, results.MetricsPath(path) + JournalSuffix} {
+	for _, j := range []string{path + results.JournalSuffix, results.MetricsPath(path) + results.JournalSuffix} {
 		if _, err := os.Lstat(j); err == nil && !force {
 			return configErrorf("-o %s: the journal %s of an earlier run to this output is there (that run did not finish); its records are kept until you run `llmreplay recover %s`, or give --force to discard them", path, j, j)
 		}

@@ -57,7 +57,7 @@ func TestCheckOutput(t *testing.T) {
 	existing := filepath.Join(dir, "old.parquet")
 	touch(t, existing)
 	unfinished := filepath.Join(dir, "crashed.parquet")
-	touch(t, unfinished+JournalSuffix)
+	touch(t, unfinished+results.JournalSuffix)
 	withMetrics := filepath.Join(dir, "m.parquet")
 	touch(t, results.MetricsPath(withMetrics))
 	notDir := filepath.Join(existing, "x.parquet")
@@ -70,7 +70,7 @@ func TestCheckOutput(t *testing.T) {
 		{folder, true, "is a folder"},
 		{existing, false, "file exists"},
 		{existing, true, ""},
-		{unfinished, false, "llmreplay recover " + unfinished + JournalSuffix},
+		{unfinished, false, "llmreplay recover " + unfinished + results.JournalSuffix},
 		{unfinished, true, ""},
 		{withMetrics, false, "metrics file"},
 		{filepath.Join(dir, "no-such-dir", "r.parquet"), false, "no such file or directory"},
@@ -168,7 +168,7 @@ func TestPrepareEndpointMustAnswer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--api-key") || strings.Contains(err.Error(), "sk-Secret-123") {
 		t.Errorf("401: %v", err)
 	}
-	if _, err := os.Stat(out + JournalSuffix); err == nil {
+	if _, err := os.Stat(out + results.JournalSuffix); err == nil {
 		t.Error("a journal was created for a run that never started")
 	}
 }
@@ -186,15 +186,15 @@ func TestRunKeepsJournalWhenResultsCannotBeWritten(t *testing.T) {
 	o := Options{Source: trace.NewSliceSource(uniformTrace(4, time.Millisecond, 4, 3)), Client: c, Prompter: wordPrompter,
 		Speedup: 1, Output: out, Grace: time.Second}
 	_, err := Run(context.Background(), o)
-	j := out + JournalSuffix
+	j := out + results.JournalSuffix
 	if err == nil || !strings.Contains(err.Error(), "llmreplay recover "+j+" -o "+out) {
 		t.Fatalf("Run: %v, want the recover command", err)
 	}
 	fixed := filepath.Join(filepath.Dir(out), "fixed.parquet")
-	if _, err := ConvertJournal(j, fixed); err != nil {
+	if _, err := results.ConvertJournal(j, fixed); err != nil {
 		t.Fatalf("the journal was not kept whole: %v", err)
 	}
-	res, _, err := ReadFile(fixed)
+	res, _, err := results.ReadFile(fixed)
 	if err != nil || len(res) != 4 {
 		t.Fatalf("recovered %d records, err %v", len(res), err)
 	}

@@ -389,7 +389,7 @@ func (t *rawTransport) prewarm(ctx context.Context, n int) int {
 			}
 			bp := t.bufs.Get().(*[]byte)
 			defer t.bufs.Put(bp)
-			p := &rawResp{buf: *bp, res: &Result{}, conn: cn, deadline: deadline, discard: true}
+			p := &rawResp{buf: *bp, res: &results.Result{}, conn: cn, deadline: deadline, discard: true}
 			err = p.run(ctx)
 			if err != nil || p.state != rsDone || p.closeConn || p.status != http.StatusOK || p.lo != p.hi {
 				cn.close()
@@ -605,7 +605,7 @@ func writeAll(ctx context.Context, fd int, bufs [][]byte, deadline time.Time) er
 // began. A request that a reused connection loses within rawRetryWithin of its send and
 // before any byte of a response (the server closed it while idle) is sent once more on a
 // new connection, as net/http does; its send time is then the second send's.
-func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	var deadline time.Time
 	if c.opts.Timeout > 0 {
 		deadline = time.Now().Add(c.opts.Timeout)
@@ -616,7 +616,7 @@ func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, 
 }
 
 // rawAttempts is doRaw's loop from attempt on.
-func (c *Client) rawAttempts(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int),
+func (c *Client) rawAttempts(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
 	pre *rawStart, deadline time.Time, buf []byte, attempt int) {
 	for ; ; attempt++ {
 		st := pre
@@ -644,7 +644,7 @@ func (c *Client) rawAttempts(ctx context.Context, clk clock, r *request, res *Re
 // thread's spin and its sleep), the largest part of the replayer's CPU outside the reactor
 // (issue 18). What may take long goes to a goroutine still: a send again on a new
 // connection (a dial) and counting the output with the tokenizer.
-func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int),
+func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
 	pre *rawStart, done func()) {
 	var deadline time.Time
 	if c.opts.Timeout > 0 {
@@ -690,7 +690,7 @@ func (c *Client) rawAsyncOK(st *rawStart, r *request) bool {
 
 // exchange finishes sending r on st.cn and reads the response into res. It returns true
 // when the request should be sent again on another connection (st.cn is closed then).
-func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
+func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *results.Result, sse *sseReader,
 	onTokens func(int), deadline time.Time, buf []byte, mayRetry bool) (retry bool) {
 	cn := st.cn
 	head := c.raw.headOf(r)
@@ -726,7 +726,7 @@ func (c *Client) exchange(ctx context.Context, clk clock, st *rawStart, r *reque
 // With onDone nil the reactor closes p.done when the response is over; else it calls
 // onDone on its thread. started is false when the response could not be handed over
 // (p.startErr says why): exchangeEnd is then the caller's to call at once.
-func (c *Client) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *request, res *Result, sse *sseReader,
+func (c *Client) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *request, res *results.Result, sse *sseReader,
 	onTokens func(int), deadline time.Time, buf []byte, onDone func(*rawResp)) (p *rawResp, started bool) {
 	res.SentNS = st.sentNS
 	p = &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: st.cn, deadline: deadline, onDone: onDone}
@@ -746,7 +746,7 @@ func (c *Client) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *
 // exchangeEnd completes res from p's response once it is over, and returns the connection
 // to the pool or closes it. It returns true when the request should be sent again on
 // another connection.
-func (c *Client) exchangeEnd(ctx context.Context, clk clock, p *rawResp, res *Result, mayRetry bool) (retry bool) {
+func (c *Client) exchangeEnd(ctx context.Context, clk clock, p *rawResp, res *results.Result, mayRetry bool) (retry bool) {
 	cn := p.conn
 	err := p.startErr
 	if err == nil {
@@ -835,7 +835,7 @@ const (
 type rawResp struct {
 	conn *rawConn
 	clk  clock
-	res  *Result
+	res  *results.Result
 	sse  *sseReader
 	st   streamState
 

@@ -35,13 +35,13 @@ func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool)
 
 func (t *rawTransport) headCap() int { return 0 }
 
-func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
 	res.Status, res.Error = results.StatusTransportError, errRawNotBuilt.Error()
 }
 
 func (c *Client) rawAsyncOK(st *rawStart, r *request) bool { return false }
 
-func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *Result, sse *sseReader, onTokens func(int),
+func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
 	pre *rawStart, done func()) {
 	c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
 	done()

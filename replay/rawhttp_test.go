@@ -22,10 +22,10 @@ import (
 
 // feedResponse runs the raw client's response parser over resp as if it arrived in
 // reads of split bytes (0: all at once), then, if eof, as if the server closed.
-func feedResponse(t *testing.T, resp string, split int, eof bool) (*rawResp, *Result) {
+func feedResponse(t *testing.T, resp string, split int, eof bool) (*rawResp, *results.Result) {
 	t.Helper()
 	c := &Client{opts: ClientOptions{MaxLine: DefaultMaxLine}}
-	res := newResult(1, 0, 0, 3, 4)
+	res := results.NewResult(1, 0, 0, 3, 4)
 	res.SentNS = 0
 	p := &rawResp{buf: make([]byte, 64), res: res, sse: newSSEReader(nil, nil, 16, DefaultMaxLine)}
 	p.st.begin(c, res, nil)
@@ -154,7 +154,7 @@ func TestRawHeadTooLarge(t *testing.T) {
 
 // replayRaw replays n requests every gap with the raw client against a vllmServer whose
 // http.Server configure adjusts, and returns the records; opts, when set, adjusts the run.
-func replayRaw(t *testing.T, n int, gap time.Duration, configure func(*http.Server), opts ...func(*Options)) []Result {
+func replayRaw(t *testing.T, n int, gap time.Duration, configure func(*http.Server), opts ...func(*Options)) []results.Result {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
 	configure(ts.Config)
@@ -335,7 +335,7 @@ func FuzzRawResponse(f *testing.F) {
 		if len(resp) > 1<<16 {
 			return
 		}
-		summary := func(p *rawResp, res *Result) string {
+		summary := func(p *rawResp, res *results.Result) string {
 			errText := ""
 			if p.err != nil {
 				errText = p.err.Error()

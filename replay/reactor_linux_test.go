@@ -64,7 +64,7 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 	}
 	defer srv.Close()
 	base, _ := BaseURL(srv.BaseURL())
-	run := func(ctx context.Context, n int) []Result {
+	run := func(ctx context.Context, n int) []results.Result {
 		c, err := NewClient(ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: cfg.Model,
 			Timeout: 300 * time.Millisecond, MaxInflight: 64, HTTPClient: HTTPClientRaw})
 		if err != nil {
@@ -153,7 +153,7 @@ func TestRawSocketsOutsideGoNetpoller(t *testing.T) {
 	r.pending-- // only asked which reactor: no stream of this call's (else it would never retire)
 	r.mu.Unlock()
 	req := &request{id: 1, body: []byte(`{"prompt":"a","max_tokens":2}`)}
-	res := newResult(1, 0, 0, 1, 2)
+	res := results.NewResult(1, 0, 0, 1, 2)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -300,7 +300,7 @@ func TestRawChunkStampIsArrival(t *testing.T) {
 		}()
 		clk := clock{start: time.Now()}
 		req := &request{id: 1, body: []byte(`{"prompt":"a","max_tokens":1}`)}
-		res := newResult(1, 0, 0, 1, 1)
+		res := results.NewResult(1, 0, 0, 1, 1)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -358,7 +358,7 @@ func TestRawChunkStampIsArrival(t *testing.T) {
 // the read, before the request's send, or before the stream's previous chunk.
 func TestRawStampClamps(t *testing.T) {
 	start := time.Now().Add(-time.Second)
-	p := &rawResp{clk: clock{start: start}, res: &Result{SentNS: int64(500 * time.Millisecond)}}
+	p := &rawResp{clk: clock{start: start}, res: &results.Result{SentNS: int64(500 * time.Millisecond)}}
 	wall := func(run time.Duration) int64 { return start.UnixNano() + int64(run) }
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	if got := p.stamp(wall(900 * time.Millisecond)); got < int64(899*time.Millisecond) || got > int64(901*time.Millisecond) {
@@ -461,7 +461,7 @@ func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 	inSend := -1
 	var once sync.Once
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
-		o.seams.ended = func(*Result) {
+		o.seams.ended = func(*results.Result) {
 			// The first request to end: the other n-1 are still in flight.
 			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
 		}
@@ -504,7 +504,7 @@ func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 	inSend := -1
 	var once sync.Once
 	_, res, _ := runTrace(t, ctx, c, uniformTrace(n, time.Millisecond, 3, 5), func(o *Options) {
-		o.seams.ended = func(*Result) {
+		o.seams.ended = func(*results.Result) {
 			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
 		}
 	})
@@ -583,7 +583,7 @@ func TestReactorRingReads(t *testing.T) {
 		r.Close()
 	}
 	const n, tokens = reactorBatchMin + 16, 200
-	run := func(ring bool) (int64, []Result) {
+	run := func(ring bool) (int64, []results.Result) {
 		waitRetired(t, "before the run") // a reactor takes the setting when it starts
 		SetReactorRing(ring)
 		defer SetReactorRing(true)

@@ -66,9 +66,9 @@ type Options struct {
 	Shard       int32
 	Prewarm     int // keep-alive connections opened before the run starts (Client.Prewarm)
 
-	Output        string          // results file; the journal is Output + JournalSuffix
+	Output        string          // results file; the journal is Output + results.JournalSuffix
 	KeepJournal   bool            // keep the journal after a successful conversion
-	FlushInterval time.Duration   // journal flush period; 0 = DefaultFlushInterval
+	FlushInterval time.Duration   // journal flush period; 0 = results.DefaultFlushInterval
 	Meta          results.RunMeta // run metadata; Run fills RunStartUnixNS, RunID and Mode
 	Start         time.Time       // run start; zero = when Run starts dispatching
 	// Origin is the trace arrival that is due at the run start when HasOrigin is set; else
@@ -116,14 +116,14 @@ type Options struct {
 type seams struct {
 	// do, when set, performs each request instead of the Client (after the dispatcher's
 	// Client.startNow, which does nothing for a net/http Client).
-	do func(ctx context.Context, clk clock, req *request, res *Result)
+	do func(ctx context.Context, clk clock, req *request, res *results.Result)
 	// noSpin makes the waiter sleep on its timer up to each deadline, with no yield loop.
 	noSpin bool
 	// record, when set, sees every record the writer takes, before the journal does.
-	record func(*Result)
+	record func(*results.Result)
 	// ended, when set, sees every request's record as the request ends, on the thread
 	// that ends it (a request's goroutine, or a reactor's), before the writer does.
-	ended func(*Result)
+	ended func(*results.Result)
 	// scrapeRT, when set, is the scraper's transport instead of a network one.
 	scrapeRT http.RoundTripper
 }
@@ -170,7 +170,7 @@ func (o *Options) Validate() error {
 	// when all their bodies are built (Run's waitPrepared).
 	o.LookAhead = max(o.LookAhead, o.Concurrency)
 	if o.FlushInterval <= 0 {
-		o.FlushInterval = DefaultFlushInterval
+		o.FlushInterval = results.DefaultFlushInterval
 	}
 	if o.MaxLateness <= 0 {
 		o.MaxLateness = DefaultMaxLateness
@@ -306,8 +306,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}
 		meta.ScrapeIntervalNS, meta.MetricsFile = int64(o.ScrapeInterval), filepath.Base(metricsPath)
 	}
-	journalPath := o.Output + JournalSuffix
-	journal, err := CreateJournal(journalPath, &meta)
+	journalPath := o.Output + results.JournalSuffix
+	journal, err := results.CreateJournal(journalPath, &meta)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	var metricsErr error
 	stopScraper := func() {}
 	if len(o.Scrape) > 0 {
-		mj, err := CreateMetricsJournal(metricsPath+JournalSuffix, &meta)
+		mj, err := results.CreateMetricsJournal(metricsPath+results.JournalSuffix, &meta)
 		if err != nil {
 			journal.Close()
 			os.Remove(journalPath) // nothing was sent: no run to recover
@@ -391,7 +391,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err := errors.Join(writeErr, closeErr); err != nil {
 		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
-	info, err := ConvertJournal(journalPath, o.Output)
+	info, err := results.ConvertJournal(journalPath, o.Output)
 	if err != nil {
 		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
 	}
@@ -405,14 +405,14 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		// The results file is written; a metrics file that cannot be is an error of the run,
 		// its journal kept for recover.
 		if metricsErr == nil {
-			_, metricsErr = ConvertMetricsJournal(metricsPath+JournalSuffix, metricsPath)
+			_, metricsErr = results.ConvertMetricsJournal(metricsPath+results.JournalSuffix, metricsPath)
 		}
 		if metricsErr != nil {
 			return finish(), errors.Join(runErr, metricsErr, fmt.Errorf("replay: the results file %s is written; the server samples are kept in %s: `llmreplay recover %s` turns them into %s",
-				o.Output, metricsPath+JournalSuffix, shellQuote(metricsPath+JournalSuffix), metricsPath))
+				o.Output, metricsPath+results.JournalSuffix, shellQuote(metricsPath+results.JournalSuffix), metricsPath))
 		}
 		if !o.KeepJournal {
-			os.Remove(metricsPath + JournalSuffix)
+			os.Remove(metricsPath + results.JournalSuffix)
 		}
 	}
 	s := finish()
@@ -838,7 +838,7 @@ func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
 }
 
 // sendBegin starts the record of req, launched (r.wg counts it), and counts it sent.
-func (r *runner) sendBegin(req *request) (*Result, *sseReader) {
+func (r *runner) sendBegin(req *request) (*results.Result, *sseReader) {
 	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
 	res := r.resultOf(req)
 	sse, _ := r.ssePool.Get().(*sseReader)
@@ -850,7 +850,7 @@ func (r *runner) sendBegin(req *request) (*Result, *sseReader) {
 }
 
 // sendEnd ends req, whose record res is complete: see send.
-func (r *runner) sendEnd(req *request, res *Result, sse *sseReader) (freeNS int64) {
+func (r *runner) sendEnd(req *request, res *results.Result, sse *sseReader) (freeNS int64) {
 	defer r.wg.Done()
 	freeNS = r.clk.now()
 	sse.reset(nil)
@@ -876,13 +876,13 @@ func (r *runner) onTokens(n int) { r.prog.OutputTokens.Add(int64(n)) }
 // write is the writer goroutine: it journals each record (taking them from the queue in
 // batches, resultQueue), flushing at least every FlushInterval, and accumulates the
 // summary.
-func (r *runner) write(j *Journal, sum *summary) error {
+func (r *runner) write(j *results.Journal, sum *summary) error {
 	tick := time.NewTicker(r.o.FlushInterval)
 	defer tick.Stop()
 	drain := time.NewTicker(resultDrain)
 	defer drain.Stop()
 	var err error
-	var batch []*Result
+	var batch []*results.Result
 	for {
 		select {
 		case <-r.results.wake:

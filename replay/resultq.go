@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/replay/results"
+
 	"sync"
 	"time"
 )
@@ -13,7 +15,7 @@ import (
 // cost per request that a batch pays once (issue 18).
 type resultQueue struct {
 	mu     sync.Mutex
-	batch  []*Result
+	batch  []*results.Result
 	closed bool
 	wake   chan struct{} // cap 1: a full batch, or the close
 }
@@ -29,7 +31,7 @@ func newResultQueue() *resultQueue {
 	return &resultQueue{wake: make(chan struct{}, 1)}
 }
 
-func (q *resultQueue) put(res *Result) {
+func (q *resultQueue) put(res *results.Result) {
 	q.mu.Lock()
 	q.batch = append(q.batch, res)
 	full := len(q.batch) == resultBatch
@@ -56,7 +58,7 @@ func (q *resultQueue) close() {
 
 // take swaps the queued records for spare (emptied, its capacity reused) and reports
 // whether the queue is closed: no record follows those returned.
-func (q *resultQueue) take(spare []*Result) (batch []*Result, closed bool) {
+func (q *resultQueue) take(spare []*results.Result) (batch []*results.Result, closed bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	batch, q.batch = q.batch, spare[:0]

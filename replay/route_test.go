@@ -115,7 +115,7 @@ func TestRoutingHeaders(t *testing.T) {
 }
 
 // checkRouted checks what rec saw against the trace and the results.
-func checkRouted(t *testing.T, rec *recorder, reqs []trace.Request, res []Result, runID string, mapped bool) {
+func checkRouted(t *testing.T, rec *recorder, reqs []trace.Request, res []results.Result, runID string, mapped bool) {
 	t.Helper()
 	if len(res) != len(reqs) || len(rec.seen) != len(reqs) {
 		t.Fatalf("%d results, %d requests seen, want %d", len(res), len(rec.seen), len(reqs))
@@ -284,7 +284,7 @@ func TestPrepareModels(t *testing.T) {
 				if _, err := Run(context.Background(), sess.Options); err != nil {
 					t.Fatal(err)
 				}
-				res, _, err := ReadFile(cfg.Output)
+				res, _, err := results.ReadFile(cfg.Output)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -443,7 +443,7 @@ func TestPrepareSessionHeader(t *testing.T) {
 	if _, err := Run(context.Background(), sess.Options); err != nil {
 		t.Fatal(err)
 	}
-	res, meta, err := ReadFile(cfg.Output)
+	res, meta, err := results.ReadFile(cfg.Output)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,16 +87,7 @@ type scrapeResult struct {
 
 // ownRows returns the scraper's own rows of the attempt (results.MetricScrape*).
 func (s *scrapeResult) ownRows() [3]prom.Sample {
-	up := prom.Sample{Name: results.MetricScrapeUp, Type: results.MetricTypeScrape, Value: 1}
-	if s.err != "" {
-		up.Value = 0
-		up.Labels = []prom.Label{{Name: "error", Value: s.err}}
-	}
-	return [3]prom.Sample{
-		up,
-		{Name: results.MetricScrapeDuration, Type: results.MetricTypeScrape, Value: s.dur.Seconds()},
-		{Name: results.MetricScrapeSamples, Type: results.MetricTypeScrape, Value: float64(len(s.samples))},
-	}
+	return results.ScrapeRows(s.err, s.dur, len(s.samples))
 }
 
 // ScrapeStat is what the scraping of one source came to, for the end of the run.
@@ -294,10 +285,16 @@ func Probe(ctx context.Context, u *url.URL, insecure bool) (int, error) {
 	return len(samples), err
 }
 
+// journalScrape appends one scrape to j: its samples, then the scraper's own rows.
+func journalScrape(j *results.MetricsJournal, sc *scrapeResult) error {
+	own := sc.ownRows()
+	return j.AddSamples(sc.tNS, sc.source, sc.samples, own[:])
+}
+
 // writeMetrics is the metrics writer goroutine: it journals each scrape, flushing at least
 // every flush, until the scraper closes its channel. After a write error it keeps reading
 // (and drops) so that the scrapers never block.
-func writeMetrics(j *MetricsJournal, in <-chan *scrapeResult, flush time.Duration) error {
+func writeMetrics(j *results.MetricsJournal, in <-chan *scrapeResult, flush time.Duration) error {
 	tick := time.NewTicker(flush)
 	defer tick.Stop()
 	var err error
@@ -308,7 +305,7 @@ func writeMetrics(j *MetricsJournal, in <-chan *scrapeResult, flush time.Duratio
 				return err
 			}
 			if err == nil {
-				err = j.Add(sc)
+				err = journalScrape(j, sc)
 			}
 		case <-tick.C:
 			if err == nil {

@@ -14,7 +14,7 @@ import (
 
 // inFlight returns the in-flight count of the results at t: rows with sent_ns <= t < end_ns
 // (a row sent but never ended counts until the end of time).
-func inFlight(res []Result, t int64) int {
+func inFlight(res []results.Result, t int64) int {
 	n := 0
 	for i := range res {
 		r := &res[i]
@@ -73,7 +73,7 @@ func TestE2EScrapeAgreesWithResults(t *testing.T) {
 	for _, n := range sum.ScrapeNotes() {
 		t.Logf("%s (a loaded machine: the engine's /metrics waits for its step)", n)
 	}
-	res, _, err := ReadFile(cfg.Output)
+	res, _, err := results.ReadFile(cfg.Output)
 	if err != nil {
 		t.Fatal(err)
 	}

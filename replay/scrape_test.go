@@ -207,7 +207,7 @@ func TestSynctestScrapeNeverDelaysRequests(t *testing.T) {
 				if len(notes) != 1 || notes[0] != wantNote {
 					t.Errorf("notes %q, want one: %q", notes, wantNote)
 				}
-				if _, err := os.Stat(results.MetricsPath(out) + JournalSuffix); !os.IsNotExist(err) {
+				if _, err := os.Stat(results.MetricsPath(out) + results.JournalSuffix); !os.IsNotExist(err) {
 					t.Errorf("metrics journal left behind: %v", err)
 				}
 			})
@@ -281,7 +281,7 @@ type countingEndpoint struct {
 	inflight atomic.Int64
 }
 
-func (c *countingEndpoint) do(ctx context.Context, clk clock, req *request, res *Result) {
+func (c *countingEndpoint) do(ctx context.Context, clk clock, req *request, res *results.Result) {
 	c.inflight.Add(1)
 	defer c.inflight.Add(-1)
 	c.fakeEndpoint.do(ctx, clk, req, res)
@@ -391,7 +391,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 func TestMetricsJournalRecovered(t *testing.T) {
 	dir := t.TempDir()
 	jp := filepath.Join(dir, "r.metrics.parquet.journal")
-	j, err := CreateMetricsJournal(jp, &results.RunMeta{RunID: "feed", Flags: map[string]string{}})
+	j, err := results.CreateMetricsJournal(jp, &results.RunMeta{RunID: "feed", Flags: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,12 +399,12 @@ func TestMetricsJournalRecovered(t *testing.T) {
 	if sc.samples, err = prom.Parse(strings.NewReader("# TYPE g gauge\ng{a=\"1\"} 2\ng{a=\"2\"} 3\n"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Add(sc); err != nil {
+	if err := journalScrape(j, sc); err != nil {
 		t.Fatal(err)
 	}
 	j.Flush()
 	sc.tNS = 6
-	j.Add(sc)
+	journalScrape(j, sc)
 	j.Flush()
 	size, _ := os.Stat(jp)
 	j.Close()
@@ -413,7 +413,7 @@ func TestMetricsJournalRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "r.metrics.parquet")
-	info, err := ConvertMetricsJournal(jp, out)
+	info, err := results.ConvertMetricsJournal(jp, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,10 +425,10 @@ func TestMetricsJournalRecovered(t *testing.T) {
 		rows[3].Metric != results.MetricScrapeDuration || rows[3].Value != 0.003 || rows[4].Value != 2 {
 		t.Errorf("rows %+v", rows)
 	}
-	if f, err := JournalFormat(jp); err != nil || f != results.MetricsFormat {
-		t.Errorf("JournalFormat = %q, %v", f, err)
+	if f, err := results.JournalFormat(jp); err != nil || f != results.MetricsFormat {
+		t.Errorf("results.JournalFormat = %q, %v", f, err)
 	}
-	if _, err := ConvertJournal(jp, filepath.Join(dir, "x.parquet")); err == nil {
+	if _, err := results.ConvertJournal(jp, filepath.Join(dir, "x.parquet")); err == nil {
 		t.Error("a metrics journal converted as a results file")
 	}
 }
@@ -461,7 +461,7 @@ func BenchmarkMetricsJournalAdd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	j, err := CreateMetricsJournal(filepath.Join(b.TempDir(), "m.journal"), &results.RunMeta{Flags: map[string]string{}})
+	j, err := results.CreateMetricsJournal(filepath.Join(b.TempDir(), "m.journal"), &results.RunMeta{Flags: map[string]string{}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func BenchmarkMetricsJournalAdd(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		sc.tNS = int64(i)
-		if err := j.Add(sc); err != nil {
+		if err := journalScrape(j, sc); err != nil {
 			b.Fatal(err)
 		}
 		if i%10 == 9 {

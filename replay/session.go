@@ -331,7 +331,7 @@ func (r *runner) recordEnded(c *conv, tp *turnPlan) {
 	if tp.warmup {
 		return
 	}
-	res := newResult(tp.tr.ID, r.o.Shard, tp.dueNS, tp.tr.PromptTokens, tp.tr.OutputTokens)
+	res := results.NewResult(tp.tr.ID, r.o.Shard, tp.dueNS, tp.tr.PromptTokens, tp.tr.OutputTokens)
 	res.SessionID, res.Turn = c.id, tp.turn
 	res.Status = results.StatusDropped
 	res.Error = fmt.Sprintf("not sent: turn %d of the session failed (--on-turn-error end-session)", c.failed)
@@ -430,7 +430,7 @@ func (r *runner) finishBody(req *request, tr *trace.Request, c *conv, prompt []b
 // turnEnded is the part of a session's turn after its response: it records the end,
 // takes the answer into the history, applies --on-turn-error, and returns the session's
 // next turn, when it is already read, built and queued for the dispatcher.
-func (r *runner) turnEnded(req *request, res *Result, endNS int64) {
+func (r *runner) turnEnded(req *request, res *results.Result, endNS int64) {
 	s := r.sess
 	c := req.conv
 	ok := res.Status == results.StatusOK
@@ -474,7 +474,7 @@ func (r *runner) turnEnded(req *request, res *Result, endNS int64) {
 // history returns the session's history after req: what it sent, then what it received
 // (chat: as an assistant message; an empty one when it received nothing, so that roles
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
-func (r *runner) history(req *request, res *Result) ([]byte, int32) {
+func (r *runner) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
 	if r.o.Client.opts.API == APIChat {
 		h = append(h, `,{"role":"assistant","content":`...)
@@ -491,8 +491,8 @@ func (r *runner) history(req *request, res *Result) ([]byte, int32) {
 }
 
 // resultOf returns the record of req with every measured field null.
-func (r *runner) resultOf(req *request) *Result {
-	res := newResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
+func (r *runner) resultOf(req *request) *results.Result {
+	res := results.NewResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
 	if req.hasSession {
 		res.SessionID, res.Turn, res.SessionWaitNS = req.session, req.turn, req.sessionWaitNS
 	}

@@ -37,14 +37,14 @@ func sessionTrace(sessions, turns int, sessGap, turnGap time.Duration) []trace.R
 // are in them whether or not the results file has their columns yet.
 type records struct {
 	mu   sync.Mutex
-	byID map[int64]Result
+	byID map[int64]results.Result
 }
 
-func (rc *records) add(r *Result) {
+func (rc *records) add(r *results.Result) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if rc.byID == nil {
-		rc.byID = map[int64]Result{}
+		rc.byID = map[int64]results.Result{}
 	}
 	rc.byID[r.RequestID] = *r
 }
@@ -57,7 +57,7 @@ func (rc *records) add(r *Result) {
 func checkSessionRecords(t *testing.T, reqs []trace.Request, rc *records, sequential bool, think time.Duration) (overlaps, waited int) {
 	t.Helper()
 	turn := map[int64]int32{}
-	prev := map[int64]Result{}
+	prev := map[int64]results.Result{}
 	if len(rc.byID) != len(reqs) {
 		t.Errorf("%d records, want %d", len(rc.byID), len(reqs))
 	}
@@ -203,7 +203,7 @@ func TestSynctestOnTurnError(t *testing.T) {
 				sent := map[int64]bool{}
 				sr := runSynctest(t, context.Background(), trace.NewSliceSource(reqs), f, func(o *Options) {
 					o.Sessions, o.OnTurnError, o.seams.record = SessionsSequential, policy, rc.add
-					o.seams.do = func(ctx context.Context, clk clock, req *request, res *Result) {
+					o.seams.do = func(ctx context.Context, clk clock, req *request, res *results.Result) {
 						mu.Lock()
 						sent[req.id] = true
 						mu.Unlock()
@@ -504,7 +504,7 @@ func TestSynctestClosedLoopSessionsStayOnAWorker(t *testing.T) {
 		f := &fakeEndpoint{d: 100 * time.Millisecond}
 		sr := runSynctest(t, context.Background(), trace.NewSliceSource(reqs), f, func(o *Options) {
 			o.Concurrency, o.Sessions, o.ThinkTime, o.seams.record = 2, SessionsSequential, ThinkTime{Fixed: 50 * time.Millisecond}, rc.add
-			o.seams.do = func(ctx context.Context, clk clock, req *request, res *Result) {
+			o.seams.do = func(ctx context.Context, clk clock, req *request, res *results.Result) {
 				mu.Lock()
 				inflight[req.session]++
 				if inflight[req.session] > 1 {

@@ -252,7 +252,7 @@ func FuzzReadStream(f *testing.F) {
 	f.Add([]byte("event: error\ndata: {}\n\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c := &Client{opts: ClientOptions{CountTokens: func(s string) int { return len(s) }}}
-		res := newResult(1, 0, 0, 1, 1)
+		res := results.NewResult(1, 0, 0, 1, 1)
 		res.SentNS = 0
 		s := newSSEReader(bytes.NewReader(body), func() int64 { return 5 }, 64, 1024)
 		ctx := context.Background()

@@ -29,7 +29,7 @@ type fakeEndpoint struct {
 	ends map[int64]time.Duration
 }
 
-func (f *fakeEndpoint) do(ctx context.Context, clk clock, req *request, res *Result) {
+func (f *fakeEndpoint) do(ctx context.Context, clk clock, req *request, res *results.Result) {
 	res.SentNS = clk.now()
 	t := time.NewTimer(f.d)
 	defer t.Stop()
@@ -72,7 +72,7 @@ func dueAt(at ...time.Duration) []trace.Request {
 type syncRun struct {
 	sum     *Summary
 	err     error
-	res     []Result
+	res     []results.Result
 	took    time.Duration // virtual time from the run start to Run's return
 	prog    *Progress
 	endsAt  map[int64]time.Duration
@@ -106,7 +106,7 @@ func runSynctest(t *testing.T, ctx context.Context, src trace.Source, f *fakeEnd
 	sr.sum, sr.err = Run(ctx, o)
 	sr.took = time.Since(start)
 	sr.endsAt = f.endsAt()
-	res, _, err := ReadFile(o.Output)
+	res, _, err := results.ReadFile(o.Output)
 	if err != nil {
 		t.Fatalf("results file: %v", err)
 	}

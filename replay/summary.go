@@ -168,7 +168,7 @@ func newSummary(mode string, maxLate time.Duration) *summary {
 	return &summary{s: Summary{Mode: mode, ByStatus: map[results.Status]int64{}, FirstSentNS: results.Null, LastEndNS: results.Null, MaxLateness: maxLate}}
 }
 
-func (a *summary) add(r *Result) {
+func (a *summary) add(r *results.Result) {
 	s := &a.s
 	s.Requests++
 	s.ByStatus[r.Status]++

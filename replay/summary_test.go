@@ -12,7 +12,7 @@ import (
 func TestSummaryPercentilesType7(t *testing.T) {
 	a := newSummary(results.ModeOpen, 0)
 	for i := 1; i <= 100; i++ {
-		a.add(&Result{Status: results.StatusOK, ScheduledNS: 0, SentNS: int64(101-i) * 1e6, FirstTokenNS: results.Null, EndNS: results.Null, OutputTokens: results.Null})
+		a.add(&results.Result{Status: results.StatusOK, ScheduledNS: 0, SentNS: int64(101-i) * 1e6, FirstTokenNS: results.Null, EndNS: results.Null, OutputTokens: results.Null})
 	}
 	s := a.finish()
 	// Lateness 1..100 ms: type-7 p99 = 99 + 0.01 = 99.01 (nearest rank would give 99).
@@ -31,7 +31,7 @@ func TestSummaryClosedLoopFirstWave(t *testing.T) {
 	a := newSummary(results.ModeClosed, 0)
 	a.closedLoop(100)
 	for _, r := range []struct{ sched, sent int64 }{{0, 30e6}, {100, 20e6 + 100}, {101, 101 + 2e6}, {5e6, 5e6 + 4e6}, {7, results.Null}} {
-		a.add(&Result{Status: results.StatusOK, ScheduledNS: r.sched, SentNS: r.sent, FirstTokenNS: results.Null, EndNS: results.Null, OutputTokens: results.Null})
+		a.add(&results.Result{Status: results.StatusOK, ScheduledNS: r.sched, SentNS: r.sent, FirstTokenNS: results.Null, EndNS: results.Null, OutputTokens: results.Null})
 	}
 	s := a.finish()
 	fw := s.FirstWave

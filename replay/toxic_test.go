@@ -234,7 +234,7 @@ func testToxic(t *testing.T, hc string, tc toxicCase) {
 	if ctx.Err() != nil {
 		t.Errorf("the run outlasted the request timeout %v plus the grace %v", timeout, toxicGrace)
 	}
-	res, _, err := ReadFile(out)
+	res, _, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func testToxic(t *testing.T, hc string, tc toxicCase) {
 }
 
 // checkOneRecordEach holds res to exactly one record per request of reqs.
-func checkOneRecordEach(t *testing.T, reqs []trace.Request, res []Result) {
+func checkOneRecordEach(t *testing.T, reqs []trace.Request, res []results.Result) {
 	t.Helper()
 	seen := map[int64]int{}
 	for _, r := range res {

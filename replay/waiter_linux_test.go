@@ -149,7 +149,7 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	procs := make(chan int, n)
 	p0 := runtime.GOMAXPROCS(0)
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
-		o.seams.ended = func(*Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
+		o.seams.ended = func(*results.Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
 	})
 	close(procs)
 	// The dispatcher's P while it dispatches (requests also end after), and the reactor's

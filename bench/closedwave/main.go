@@ -18,7 +18,6 @@ import (
 	"slices"
 
 	"github.com/llmreplay/llmreplay/internal/quantile"
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -32,12 +31,12 @@ func main() {
 }
 
 func report(path string) error {
-	res, meta, err := replay.ReadFile(path)
+	res, meta, err := results.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	c := meta.Concurrency
-	var sent []*replay.Result
+	var sent []*results.Result
 	for i := range res {
 		if res[i].SentNS != results.Null {
 			sent = append(sent, &res[i])
@@ -46,8 +45,8 @@ func report(path string) error {
 	if c < 1 || len(sent) < c {
 		return fmt.Errorf("%s: %d sent requests, concurrency %d: not a closed-loop run with a whole first wave", path, len(sent), c)
 	}
-	slices.SortFunc(sent, func(a, b *replay.Result) int { return int(a.SentNS - b.SentNS) })
-	late := func(rs []*replay.Result) float64 {
+	slices.SortFunc(sent, func(a, b *results.Result) int { return int(a.SentNS - b.SentNS) })
+	late := func(rs []*results.Result) float64 {
 		if len(rs) == 0 {
 			return math.NaN()
 		}

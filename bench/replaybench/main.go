@@ -377,7 +377,7 @@ func openFDs() int {
 }
 
 // ttftError returns type-7 percentiles of measured TTFT - nominal TTFT over res.
-func ttftError(o *outcome, res []replay.Result, nominal time.Duration) {
+func ttftError(o *outcome, res []results.Result, nominal time.Duration) {
 	var errs []float64
 	for _, r := range res {
 		if v, ok := r.TTFT(); ok {
@@ -549,7 +549,7 @@ func fidelity() error {
 	}
 	defer os.RemoveAll(filepath.Dir(o.results))
 	simUsed := simCPU() - sim0
-	res, meta, err := replay.ReadFile(o.results)
+	res, meta, err := results.ReadFile(o.results)
 	if err != nil {
 		return err
 	}
@@ -627,7 +627,7 @@ func fmtDist(p50, p99, mx float64) string {
 }
 
 // joinLog reads the sim's request log and joins it to res; why says why there is no join.
-func joinLog(path string, res []replay.Result, meta *results.RunMeta) (serverJoin, string) {
+func joinLog(path string, res []results.Result, meta *results.RunMeta) (serverJoin, string) {
 	f, err := os.Open(path)
 	if err != nil {
 		return serverJoin{}, err.Error()
@@ -666,7 +666,7 @@ func sweep() error {
 		if err != nil {
 			return err
 		}
-		if res, _, err := replay.ReadFile(o.results); err == nil {
+		if res, _, err := results.ReadFile(o.results); err == nil {
 			ttftError(o, res, *ttft)
 		}
 		fmt.Printf("sweep: %6.0f req/s: %d requests, sent %d, ok %d, lateness p50 %.3f p99 %.3f max %.3f ms, TTFT - %v p99 %.3f ms, %.2f µs CPU/token; C-like sleeper late p99 %.3f ms, 1 ms goroutine sleep late p99 %.3f ms; load %s\n",

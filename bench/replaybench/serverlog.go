@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/quantile"
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
@@ -123,7 +122,7 @@ type serverJoin struct {
 
 // joinServerLog joins ok results to the log by X-Request-Id = RUNID-ID (replay.RequestIDHeader)
 // and computes the replayer's own errors against the server's stamps.
-func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nominalTTFT time.Duration) serverJoin {
+func joinServerLog(res []results.Result, meta *results.RunMeta, l *serverLog, nominalTTFT time.Duration) serverJoin {
 	var j serverJoin
 	var own, late, send, recv, itl, simRead []float64
 	prefix := meta.RunID + "-"
@@ -175,7 +174,7 @@ func joinServerLog(res []replay.Result, meta *results.RunMeta, l *serverLog, nom
 // r.ChunkTokens each (one each when the client did not learn it, as from the fixed sim),
 // so the first token of write k is in the client chunk that holds token sum(write_tokens[:k]).
 // ok is false when the totals differ or a client chunk would straddle two writes.
-func writeArrivals(r *replay.Result, s *serverRecord) (at []int64, ok bool) {
+func writeArrivals(r *results.Result, s *serverRecord) (at []int64, ok bool) {
 	if len(s.WriteUnixNs) == 0 || len(s.WriteTokens) != len(s.WriteUnixNs) || len(r.ChunkNS) == 0 {
 		return nil, false
 	}

@@ -7,20 +7,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 const msNS = int64(time.Millisecond)
 
-func okResult(id, sent, first int64, chunks ...int64) replay.Result {
-	return replay.Result{RequestID: id, Status: results.StatusOK, SentNS: sent, FirstTokenNS: first, ChunkNS: chunks, EndNS: first}
+func okResult(id, sent, first int64, chunks ...int64) results.Result {
+	return results.Result{RequestID: id, Status: results.StatusOK, SentNS: sent, FirstTokenNS: first, ChunkNS: chunks, EndNS: first}
 }
 
 func TestJoinServerLog(t *testing.T) {
 	const start = int64(1_796_000_000_000_000_000)
 	meta := &results.RunMeta{RunID: "00000000000000ab", RunStartUnixNS: start}
-	res := []replay.Result{
+	res := []results.Result{
 		// sent at 1 ms; first chunk 52 ms after; chunks 10.5 and 9.5 ms apart.
 		okResult(0, 1*msNS, 53*msNS, 52*msNS, 62*msNS+msNS/2, 72*msNS),
 		okResult(1, 2*msNS, 60*msNS, 58*msNS), // not in the log
@@ -106,7 +105,7 @@ func TestJoinServerLogWithoutStamps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := joinServerLog([]replay.Result{okResult(0, 1, 2, 1)}, meta, l, 0)
+	j := joinServerLog([]results.Result{okResult(0, 1, 2, 1)}, meta, l, 0)
 	if j.OK != 1 || j.Joined != 0 || l.stamped != 0 || j.OwnTTFTErr.N != 0 {
 		t.Fatalf("got ok %d joined %d stamped %d, want 1 0 0", j.OK, j.Joined, l.stamped)
 	}
@@ -151,7 +150,7 @@ func TestJoinServerLogArrival(t *testing.T) {
 	// the arrival, first chunk at the client 0.2 ms after the write.
 	arrive := start + msNS + msNS/10
 	read, fw := arrive+3*msNS, arrive+50*msNS+msNS/2
-	res := []replay.Result{okResult(0, msNS, fw+msNS/5-start, fw+msNS/5-start-msNS)}
+	res := []results.Result{okResult(0, msNS, fw+msNS/5-start, fw+msNS/5-start-msNS)}
 	line := fmt.Sprintf(`{"request_id":"00000000000000ab-0","outcome":"ok","stream":true,"arrive_unix_ns":%d,"read_unix_ns":%d,"first_write_unix_ns":%d}`, arrive, read, fw)
 	l, err := readServerLog(strings.NewReader(line))
 	if err != nil {

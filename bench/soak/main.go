@@ -309,7 +309,7 @@ func soak(args []string) (bool, error) {
 	out := filepath.Join(c.dir, "results.parquet")
 	samplesPath, progressPath := filepath.Join(c.dir, "samples.jsonl"), filepath.Join(c.dir, "progress.log")
 	hiccupsPath := filepath.Join(c.dir, "hiccups.log")
-	for _, p := range []string{out, out + replay.JournalSuffix, samplesPath, progressPath, hiccupsPath} {
+	for _, p := range []string{out, out + results.JournalSuffix, samplesPath, progressPath, hiccupsPath} {
 		os.Remove(p)
 	}
 	self, _ := os.Executable()
@@ -350,7 +350,7 @@ func soak(args []string) (bool, error) {
 		rep.Process.Signal(syscall.SIGKILL)
 		<-exited
 		fmt.Printf("kill -9 of the replayer at %v\n", killAt.Sub(start).Round(time.Millisecond))
-		b, err := exec.Command(c.llmreplay, "recover", out+replay.JournalSuffix, "-o", out).CombinedOutput()
+		b, err := exec.Command(c.llmreplay, "recover", out+results.JournalSuffix, "-o", out).CombinedOutput()
 		if err != nil {
 			return false, fmt.Errorf("recover: %v: %s", err, b)
 		}
@@ -452,7 +452,7 @@ func check(c config, tracePath, out, samplesPath, progressPath, hiccupsPath stri
 		}
 		fmt.Printf("%s %s\n", word, fmt.Sprintf(format, a...))
 	}
-	res, meta, err := replay.ReadFile(out)
+	res, meta, err := results.ReadFile(out)
 	if err != nil {
 		return false, err
 	}

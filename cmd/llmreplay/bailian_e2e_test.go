@@ -79,7 +79,7 @@ func TestE2EBailianSequential(t *testing.T) {
 	if err := run(ctx, []string{"replay", "--trace", tr, "--sim-profile", "tiny", "--quiet", "-o", res}, &out, &errb); err != nil {
 		t.Fatalf("replay: %v\n%s", err, errb.String())
 	}
-	rows, meta, err := replay.ReadFile(res)
+	rows, meta, err := results.ReadFile(res)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"github.com/llmreplay/llmreplay/replay/results"
+
 	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/llmreplay/llmreplay/replay"
 )
 
 // TestReplayCalibrate: the in-process engine adds a chat template to every prompt; with
@@ -24,7 +24,7 @@ func TestReplayCalibrate(t *testing.T) {
 		if err := runReplay(context.Background(), args, &stdout, &stderr); err != nil {
 			t.Fatalf("replay %v: %v\n%s", args, err, stderr.String())
 		}
-		res, meta, err := replay.ReadFile(out)
+		res, meta, err := results.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -37,19 +36,19 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	journal := fs.Arg(0)
 	if *out == "" {
-		if !strings.HasSuffix(journal, replay.JournalSuffix) {
-			return usagef("recover: %s does not end in %s: give -o", journal, replay.JournalSuffix)
+		if !strings.HasSuffix(journal, results.JournalSuffix) {
+			return usagef("recover: %s does not end in %s: give -o", journal, results.JournalSuffix)
 		}
-		*out = strings.TrimSuffix(journal, replay.JournalSuffix)
+		*out = strings.TrimSuffix(journal, results.JournalSuffix)
 	}
-	format, err := replay.JournalFormat(journal)
+	format, err := results.JournalFormat(journal)
 	if err != nil {
 		return err
 	}
 	if format == results.MetricsFormat {
 		return recoverMetrics(journal, *out, stdout, stderr)
 	}
-	info, err := replay.ConvertJournal(journal, *out)
+	info, err := results.ConvertJournal(journal, *out)
 	if err != nil {
 		return err
 	}
@@ -59,7 +58,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// The run's metrics journal, when it scraped: beside the results journal, named after
 	// the results file it was for (results.MetricsPath + .journal).
-	mj := results.MetricsPath(strings.TrimSuffix(journal, replay.JournalSuffix)) + replay.JournalSuffix
+	mj := results.MetricsPath(strings.TrimSuffix(journal, results.JournalSuffix)) + results.JournalSuffix
 	if _, err := os.Stat(mj); err == nil {
 		return recoverMetrics(mj, results.MetricsPath(*out), stdout, stderr)
 	}
@@ -68,7 +67,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // recoverMetrics converts a metrics journal.
 func recoverMetrics(journal, out string, stdout, stderr io.Writer) error {
-	info, err := replay.ConvertMetricsJournal(journal, out)
+	info, err := results.ConvertMetricsJournal(journal, out)
 	if err != nil {
 		return err
 	}

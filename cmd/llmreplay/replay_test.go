@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -33,7 +32,7 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if !strings.Contains(stderr.String(), "started the simulated engine") {
 		t.Errorf("stderr does not say the sim was started:\n%s", stderr.String())
 	}
-	res, meta, err := replay.ReadFile(out)
+	res, meta, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +59,7 @@ func TestReplayDefaultsToSampleAndSim(t *testing.T) {
 	if want := autoClient(); meta.Flags["http-client"] != want {
 		t.Errorf("flags.http-client = %q, want what auto chose (%s)", meta.Flags["http-client"], want)
 	}
-	if _, err := os.Stat(out + replay.JournalSuffix); !os.IsNotExist(err) {
+	if _, err := os.Stat(out + results.JournalSuffix); !os.IsNotExist(err) {
 		t.Errorf("journal left behind after a clean run")
 	}
 	if !strings.Contains(stdout.String(), "results: "+out) || !strings.Contains(stdout.String(), "TTFT") {
@@ -196,7 +195,7 @@ func testInterrupt(t *testing.T, bin string) {
 		cmd.Process.Kill()
 		t.Fatalf("did not exit after two SIGINTs\n%s", text())
 	}
-	res, _, err := replay.ReadFile(out)
+	res, _, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatalf("results file after interrupt: %v\n%s", err, text())
 	}
@@ -269,10 +268,10 @@ func testKill9ThenRecover(t *testing.T, bin string) {
 		t.Fatal("a results file exists although the run was killed")
 	}
 	var so, se bytes.Buffer
-	if err := run(context.Background(), []string{"recover", out + replay.JournalSuffix}, &so, &se); err != nil {
+	if err := run(context.Background(), []string{"recover", out + results.JournalSuffix}, &so, &se); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
-	res, meta, err := replay.ReadFile(out)
+	res, meta, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

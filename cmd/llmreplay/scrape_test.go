@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
@@ -63,7 +62,7 @@ func TestReplayScrapesByDefault(t *testing.T) {
 	if !strings.Contains(stdout.String(), "metrics: "+results.MetricsPath(out)) {
 		t.Errorf("stdout does not name the metrics file:\n%s", stdout.String())
 	}
-	_, meta, err := replay.ReadFile(out)
+	_, meta, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +85,7 @@ func TestReplayScrapesByDefault(t *testing.T) {
 	}
 	stdout.Reset()
 	out2 := filepath.Join(dir, "again.parquet")
-	if err := run(context.Background(), []string{"recover", out + replay.JournalSuffix, "-o", out2}, &stdout, &stderr); err != nil {
+	if err := run(context.Background(), []string{"recover", out + results.JournalSuffix, "-o", out2}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(stdout.String(), "recovered 20 records") || !strings.Contains(stdout.String(), "metric samples of run "+meta.RunID+" into "+results.MetricsPath(out2)) {
@@ -94,7 +93,7 @@ func TestReplayScrapesByDefault(t *testing.T) {
 	}
 	// A metrics journal given alone.
 	stdout.Reset()
-	if err := run(context.Background(), []string{"recover", results.MetricsPath(out) + replay.JournalSuffix}, &stdout, &stderr); err != nil {
+	if err := run(context.Background(), []string{"recover", results.MetricsPath(out) + results.JournalSuffix}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(results.MetricsPath(out)); err != nil || !strings.Contains(stdout.String(), "metric samples") {
@@ -143,7 +142,7 @@ func TestReplayScrapeFailures(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
-	res, meta, err := replay.ReadFile(out)
+	res, meta, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

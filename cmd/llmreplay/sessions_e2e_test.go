@@ -91,14 +91,14 @@ func TestE2ESessionsResults(t *testing.T) {
 		if err := run(ctx, args, &out, &errb); err != nil {
 			t.Fatalf("%s: replay: %v\n%s", mode, err, errb.String())
 		}
-		rows, _, err := replay.ReadFile(res)
+		rows, _, err := results.ReadFile(res)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(rows) != len(arrival) {
 			t.Fatalf("%s: %d rows, the trace has %d", mode, len(rows), len(arrival))
 		}
-		bySession := map[int64][]replay.Result{}
+		bySession := map[int64][]results.Result{}
 		var late []int64
 		for _, r := range rows {
 			if r.Status != results.StatusOK || r.SessionID == results.Null || r.Turn == results.Null {

@@ -114,7 +114,7 @@ func TestE2EShards(t *testing.T) {
 	}
 	// Each shard scrapes the engine's /metrics by default, into a file named after its own.
 	for i, sh := range shards {
-		_, meta, err := replay.ReadFile(sh)
+		_, meta, err := results.ReadFile(sh)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestE2EShards(t *testing.T) {
 	}
 
 	// The partition and the schedule.
-	singleRes, _, err := replay.ReadFile(single)
+	singleRes, _, err := results.ReadFile(single)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestE2EShards(t *testing.T) {
 	seen := map[int64]int{}
 	var runStart int64
 	for i, path := range shards {
-		res, meta, err := replay.ReadFile(path)
+		res, meta, err := results.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func writeLatenessRun(t *testing.T, lateMS []float64) string {
 	t.Helper()
 	dir := t.TempDir()
 	jpath, out := filepath.Join(dir, "r.parquet.journal"), filepath.Join(dir, "r.parquet")
-	j, err := replay.CreateJournal(jpath, &results.RunMeta{RunID: "boundary", Mode: results.ModeOpen, MaxLatenessMS: 10,
+	j, err := results.CreateJournal(jpath, &results.RunMeta{RunID: "boundary", Mode: results.ModeOpen, MaxLatenessMS: 10,
 		RunStartUnixNS: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC).UnixNano()})
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func writeLatenessRun(t *testing.T, lateMS []float64) string {
 	for i, l := range lateMS {
 		sched := int64(i) * 10e6
 		sent := sched + int64(l*1e6)
-		r := &replay.Result{RequestID: int64(i), ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
+		r := &results.Result{RequestID: int64(i), ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
 			ChunkNS: []int64{5e6, 9e6}, PromptTokens: 10, PromptTokensServer: results.Null, OutputTokensTarget: 2,
 			OutputTokens: 2, OutputTokensSource: results.SourceUsage, Status: results.StatusOK, HTTPStatus: 200}
 		if err := j.Add(r); err != nil {
@@ -39,7 +39,7 @@ func writeLatenessRun(t *testing.T, lateMS []float64) string {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replay.ConvertJournal(jpath, out); err != nil {
+	if _, err := results.ConvertJournal(jpath, out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -107,14 +107,14 @@ func writeClosedRun(t *testing.T, first, steady []float64) string {
 	t.Helper()
 	dir := t.TempDir()
 	jpath, out := filepath.Join(dir, "r.parquet.journal"), filepath.Join(dir, "r.parquet")
-	j, err := replay.CreateJournal(jpath, &results.RunMeta{RunID: "closed", Mode: results.ModeClosed, Concurrency: len(first), MaxLatenessMS: 10,
+	j, err := results.CreateJournal(jpath, &results.RunMeta{RunID: "closed", Mode: results.ModeClosed, Concurrency: len(first), MaxLatenessMS: 10,
 		RunStartUnixNS: time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC).UnixNano()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	add := func(id, sched int64, lateMS float64) {
 		sent := sched + int64(lateMS*1e6)
-		r := &replay.Result{RequestID: id, ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
+		r := &results.Result{RequestID: id, ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
 			ChunkNS: []int64{5e6, 9e6}, PromptTokens: 10, PromptTokensServer: results.Null, OutputTokensTarget: 2,
 			OutputTokens: 2, OutputTokensSource: results.SourceUsage, Status: results.StatusOK, HTTPStatus: 200}
 		if err := j.Add(r); err != nil {
@@ -130,7 +130,7 @@ func writeClosedRun(t *testing.T, first, steady []float64) string {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := replay.ConvertJournal(jpath, out); err != nil {
+	if _, err := results.ConvertJournal(jpath, out); err != nil {
 		t.Fatal(err)
 	}
 	return out

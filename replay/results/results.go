@@ -1,10 +1,10 @@
-// Package results is the results contract of llmreplay (docs/results-format.md): the column
-// names, the Arrow schema with its nullability, the request statuses, the run metadata and
-// its JSON, the metadata keys, the null convention of Go records, and a check of a file's
-// schema by column name. It imports Arrow and the standard library only, so that the
-// writer (the journal in package replay) and the readers (replay.ReadFile, package analysis)
-// share one definition. A column added in a later revision is added to the columns table below, and
-// nowhere else in this package.
+// Package results is the results contract of llmreplay (docs/results-format.md) and the
+// record beside its codecs: the column names, the Arrow schema with its nullability, the
+// request statuses, the run metadata and its JSON, the metadata keys, the null convention,
+// a check of a file's schema by column name; and Result (one row), the crash-safe journal
+// that writes results and metrics, its conversion to Parquet, and ReadFile. The replayer and
+// the analysis share this one definition. A column added in a later revision is added to the
+// columns table below, and nowhere else in this package.
 package results
 
 import (
@@ -132,7 +132,7 @@ func schemaOf(cs []Column) *arrow.Schema {
 	return arrow.NewSchema(fs, nil)
 }
 
-// Null is the value a nullable integer field of a Go record (replay.Result's *NS, token and
+// Null is the value a nullable integer field of a Go record (Result's *NS, token and
 // http_status fields) holds when its column is null: no offset, token count or HTTP status
 // is negative. Strings use "" and lists nil.
 const Null = -1

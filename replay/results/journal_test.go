@@ -1,26 +1,24 @@
-package replay
+package results
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 func testRecords(n int) []*Result {
 	out := make([]*Result, n)
 	for i := range out {
-		r := newResult(int64(i), 0, int64(i)*1000, 10, 5)
+		r := NewResult(int64(i), 0, int64(i)*1000, 10, 5)
 		if i%3 == 0 {
-			r.Status = results.StatusDropped
+			r.Status = StatusDropped
 		} else {
-			r.Status = results.StatusOK
+			r.Status = StatusOK
 			r.SentNS = r.ScheduledNS + 50
 			r.ChunkNS = []int64{100, 200, 300}
 			r.ChunkTokens = []int32{1, 2, 2}
 			r.FirstTokenNS, r.EndNS = r.SentNS+100, r.SentNS+300
-			r.OutputTokens, r.OutputTokensSource = 5, results.SourceUsage
+			r.OutputTokens, r.OutputTokensSource = 5, SourceUsage
 			r.HTTPStatus = 200
 		}
 		out[i] = r
@@ -33,7 +31,7 @@ func testRecords(n int) []*Result {
 func TestJournalRoundTripAndCut(t *testing.T) {
 	dir := t.TempDir()
 	jpath := filepath.Join(dir, "r.parquet.journal")
-	meta := &results.RunMeta{RunID: "abc", Mode: results.ModeOpen, Flags: map[string]string{"speedup": "2"}}
+	meta := &RunMeta{RunID: "abc", Mode: ModeOpen, Flags: map[string]string{"speedup": "2"}}
 	j, err := CreateJournal(jpath, meta)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package replay
+package results
 
 import (
 	"context"
@@ -13,13 +13,11 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
-
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // ReadFile reads a whole results file into memory: for tests, benchmarks and small runs
 // (the analysis package streams).
-func ReadFile(path string) ([]Result, *results.RunMeta, error) {
+func ReadFile(path string) ([]Result, *RunMeta, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: %w", err)
@@ -41,11 +39,11 @@ func ReadFile(path string) ([]Result, *results.RunMeta, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: schema: %w", path, err)
 	}
-	meta, err := results.ParseRunMeta(schema)
+	meta, err := ParseRunMeta(schema)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
 	}
-	layout, err := results.Check(schema)
+	layout, err := Check(schema)
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
 	}
@@ -77,33 +75,33 @@ type resultArrays struct {
 	turn, promptCached                     *array.Int32
 }
 
-func (c *resultArrays) locate(rec arrow.Record, l *results.Layout) error {
-	x := results.NewArrays(rec, l)
-	c.requestID = results.Array[*array.Int64](x, results.ColRequestID)
-	c.shard = results.Array[*array.Int32](x, results.ColShard)
-	c.scheduled = results.Array[*array.Int64](x, results.ColScheduledNS)
-	c.sent = results.Array[*array.Int64](x, results.ColSentNS)
-	c.first = results.Array[*array.Int64](x, results.ColFirstTokenNS)
-	c.end = results.Array[*array.Int64](x, results.ColEndNS)
-	c.chunkNS = results.Array[*array.List](x, results.ColChunkNS)
-	c.chunkTokens = results.Array[*array.List](x, results.ColChunkTokens)
-	c.prompt = results.Array[*array.Int32](x, results.ColPromptTokens)
-	c.promptServer = results.Array[*array.Int32](x, results.ColPromptTokensServer)
-	c.target = results.Array[*array.Int32](x, results.ColOutputTokensTarget)
-	c.output = results.Array[*array.Int32](x, results.ColOutputTokens)
-	c.source = results.Array[*array.String](x, results.ColOutputTokensSource)
-	c.status = results.Array[*array.String](x, results.ColStatus)
-	c.httpStatus = results.Array[*array.Int32](x, results.ColHTTPStatus)
-	c.errMsg = results.Array[*array.String](x, results.ColError)
-	c.sessionID = results.Array[*array.Int64](x, results.ColSessionID)
-	c.turn = results.Array[*array.Int32](x, results.ColTurn)
-	c.sessionWait = results.Array[*array.Int64](x, results.ColSessionWaitNS)
-	c.promptCached = results.Array[*array.Int32](x, results.ColPromptTokensCached)
+func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
+	x := NewArrays(rec, l)
+	c.requestID = Array[*array.Int64](x, ColRequestID)
+	c.shard = Array[*array.Int32](x, ColShard)
+	c.scheduled = Array[*array.Int64](x, ColScheduledNS)
+	c.sent = Array[*array.Int64](x, ColSentNS)
+	c.first = Array[*array.Int64](x, ColFirstTokenNS)
+	c.end = Array[*array.Int64](x, ColEndNS)
+	c.chunkNS = Array[*array.List](x, ColChunkNS)
+	c.chunkTokens = Array[*array.List](x, ColChunkTokens)
+	c.prompt = Array[*array.Int32](x, ColPromptTokens)
+	c.promptServer = Array[*array.Int32](x, ColPromptTokensServer)
+	c.target = Array[*array.Int32](x, ColOutputTokensTarget)
+	c.output = Array[*array.Int32](x, ColOutputTokens)
+	c.source = Array[*array.String](x, ColOutputTokensSource)
+	c.status = Array[*array.String](x, ColStatus)
+	c.httpStatus = Array[*array.Int32](x, ColHTTPStatus)
+	c.errMsg = Array[*array.String](x, ColError)
+	c.sessionID = Array[*array.Int64](x, ColSessionID)
+	c.turn = Array[*array.Int32](x, ColTurn)
+	c.sessionWait = Array[*array.Int64](x, ColSessionWaitNS)
+	c.promptCached = Array[*array.Int32](x, ColPromptTokensCached)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
 	return x.Err()
 }
 
-func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, error) {
+func appendRecord(out []Result, rec arrow.Record, l *Layout) ([]Result, error) {
 	var c resultArrays
 	if err := c.locate(rec, l); err != nil {
 		return out, err
@@ -111,19 +109,19 @@ func appendRecord(out []Result, rec arrow.Record, l *results.Layout) ([]Result, 
 	chunkNSv, ok1 := c.chunkNS.ListValues().(*array.Int64)
 	chunkTokv, ok2 := c.chunkTokens.ListValues().(*array.Int32)
 	if !ok1 || !ok2 {
-		return out, fmt.Errorf("%s or %s holds the wrong element type", results.ColChunkNS, results.ColChunkTokens)
+		return out, fmt.Errorf("%s or %s holds the wrong element type", ColChunkNS, ColChunkTokens)
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
 		r := Result{
 			RequestID: c.requestID.Value(i), Shard: c.shard.Value(i), ScheduledNS: c.scheduled.Value(i),
-			SentNS: results.Int64At(c.sent, i), FirstTokenNS: results.Int64At(c.first, i), EndNS: results.Int64At(c.end, i),
-			PromptTokens: c.prompt.Value(i), PromptTokensServer: results.Int32At(c.promptServer, i),
-			OutputTokensTarget: c.target.Value(i), OutputTokens: results.Int32At(c.output, i),
-			OutputTokensSource: results.StringAt(c.source, i), Status: results.Status(results.StringAt(c.status, i)),
-			HTTPStatus: results.Int32At(c.httpStatus, i), Error: results.StringAt(c.errMsg, i),
+			SentNS: Int64At(c.sent, i), FirstTokenNS: Int64At(c.first, i), EndNS: Int64At(c.end, i),
+			PromptTokens: c.prompt.Value(i), PromptTokensServer: Int32At(c.promptServer, i),
+			OutputTokensTarget: c.target.Value(i), OutputTokens: Int32At(c.output, i),
+			OutputTokensSource: StringAt(c.source, i), Status: Status(StringAt(c.status, i)),
+			HTTPStatus: Int32At(c.httpStatus, i), Error: StringAt(c.errMsg, i),
 			// Revision 1.1: an older file lacks the columns and they read as null.
-			SessionID: results.Int64At(c.sessionID, i), Turn: results.Int32At(c.turn, i),
-			SessionWaitNS: results.Int64At(c.sessionWait, i), PromptTokensCached: results.Int32At(c.promptCached, i),
+			SessionID: Int64At(c.sessionID, i), Turn: Int32At(c.turn, i),
+			SessionWaitNS: Int64At(c.sessionWait, i), PromptTokensCached: Int32At(c.promptCached, i),
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)

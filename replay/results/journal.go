@@ -1,4 +1,4 @@
-package replay
+package results
 
 import (
 	"fmt"
@@ -16,7 +16,6 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // JournalSuffix is appended to a results path to name its journal.
@@ -113,8 +112,8 @@ func (j *ipcStream) Close() error {
 
 // CreateJournal creates (truncating) the journal file at path and writes its schema with
 // the run metadata.
-func CreateJournal(path string, run *results.RunMeta) (*Journal, error) {
-	schema, err := results.SchemaWithRun(run)
+func CreateJournal(path string, run *RunMeta) (*Journal, error) {
+	schema, err := SchemaWithRun(run)
 	if err != nil {
 		return nil, fmt.Errorf("replay: create journal %s: %w", path, err)
 	}
@@ -162,33 +161,33 @@ type resultBuilders struct {
 // bind binds every column of b's schema; it fails on a column of the schema that Result
 // does not fill, so the writer cannot fall behind the contract.
 func (c *resultBuilders) bind(b *array.RecordBuilder) error {
-	bs, err := results.NewBuilders(b)
+	bs, err := NewBuilders(b)
 	if err != nil {
 		return err
 	}
-	c.requestID = results.Builder[*array.Int64Builder](bs, results.ColRequestID)
-	c.shard = results.Builder[*array.Int32Builder](bs, results.ColShard)
-	c.scheduled = results.Builder[*array.Int64Builder](bs, results.ColScheduledNS)
-	c.sent = results.Builder[*array.Int64Builder](bs, results.ColSentNS)
-	c.first = results.Builder[*array.Int64Builder](bs, results.ColFirstTokenNS)
-	c.end = results.Builder[*array.Int64Builder](bs, results.ColEndNS)
-	c.chunkNS = results.Builder[*array.ListBuilder](bs, results.ColChunkNS)
-	c.chunkTokens = results.Builder[*array.ListBuilder](bs, results.ColChunkTokens)
-	c.prompt = results.Builder[*array.Int32Builder](bs, results.ColPromptTokens)
-	c.promptServer = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensServer)
-	c.target = results.Builder[*array.Int32Builder](bs, results.ColOutputTokensTarget)
-	c.output = results.Builder[*array.Int32Builder](bs, results.ColOutputTokens)
-	c.source = results.Builder[*array.StringBuilder](bs, results.ColOutputTokensSource)
-	c.status = results.Builder[*array.StringBuilder](bs, results.ColStatus)
-	c.httpStatus = results.Builder[*array.Int32Builder](bs, results.ColHTTPStatus)
-	c.errMsg = results.Builder[*array.StringBuilder](bs, results.ColError)
-	c.ttft = results.Builder[*array.Float64Builder](bs, results.ColTTFTMS)
-	c.tpot = results.Builder[*array.Float64Builder](bs, results.ColTPOTMS)
-	c.e2e = results.Builder[*array.Float64Builder](bs, results.ColE2EMS)
-	c.sessionID = results.Builder[*array.Int64Builder](bs, results.ColSessionID)
-	c.turn = results.Builder[*array.Int32Builder](bs, results.ColTurn)
-	c.sessionWait = results.Builder[*array.Int64Builder](bs, results.ColSessionWaitNS)
-	c.promptCached = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensCached)
+	c.requestID = Builder[*array.Int64Builder](bs, ColRequestID)
+	c.shard = Builder[*array.Int32Builder](bs, ColShard)
+	c.scheduled = Builder[*array.Int64Builder](bs, ColScheduledNS)
+	c.sent = Builder[*array.Int64Builder](bs, ColSentNS)
+	c.first = Builder[*array.Int64Builder](bs, ColFirstTokenNS)
+	c.end = Builder[*array.Int64Builder](bs, ColEndNS)
+	c.chunkNS = Builder[*array.ListBuilder](bs, ColChunkNS)
+	c.chunkTokens = Builder[*array.ListBuilder](bs, ColChunkTokens)
+	c.prompt = Builder[*array.Int32Builder](bs, ColPromptTokens)
+	c.promptServer = Builder[*array.Int32Builder](bs, ColPromptTokensServer)
+	c.target = Builder[*array.Int32Builder](bs, ColOutputTokensTarget)
+	c.output = Builder[*array.Int32Builder](bs, ColOutputTokens)
+	c.source = Builder[*array.StringBuilder](bs, ColOutputTokensSource)
+	c.status = Builder[*array.StringBuilder](bs, ColStatus)
+	c.httpStatus = Builder[*array.Int32Builder](bs, ColHTTPStatus)
+	c.errMsg = Builder[*array.StringBuilder](bs, ColError)
+	c.ttft = Builder[*array.Float64Builder](bs, ColTTFTMS)
+	c.tpot = Builder[*array.Float64Builder](bs, ColTPOTMS)
+	c.e2e = Builder[*array.Float64Builder](bs, ColE2EMS)
+	c.sessionID = Builder[*array.Int64Builder](bs, ColSessionID)
+	c.turn = Builder[*array.Int32Builder](bs, ColTurn)
+	c.sessionWait = Builder[*array.Int64Builder](bs, ColSessionWaitNS)
+	c.promptCached = Builder[*array.Int32Builder](bs, ColPromptTokensCached)
 	if err := bs.Done(); err != nil {
 		return err
 	}
@@ -196,7 +195,7 @@ func (c *resultBuilders) bind(b *array.RecordBuilder) error {
 	c.chunkNSv, ok1 = c.chunkNS.ValueBuilder().(*array.Int64Builder)
 	c.chunkTokensv, ok2 = c.chunkTokens.ValueBuilder().(*array.Int32Builder)
 	if !ok1 || !ok2 {
-		return fmt.Errorf("list builders of %s or %s hold the wrong type", results.ColChunkNS, results.ColChunkTokens)
+		return fmt.Errorf("list builders of %s or %s hold the wrong type", ColChunkNS, ColChunkTokens)
 	}
 	return nil
 }
@@ -213,9 +212,9 @@ func (c *resultBuilders) append(r *Result) {
 	c.requestID.Append(r.RequestID)
 	c.shard.Append(r.Shard)
 	c.scheduled.Append(r.ScheduledNS)
-	results.AppendInt64(c.sent, r.SentNS)
-	results.AppendInt64(c.first, r.FirstTokenNS)
-	results.AppendInt64(c.end, r.EndNS)
+	AppendInt64(c.sent, r.SentNS)
+	AppendInt64(c.first, r.FirstTokenNS)
+	AppendInt64(c.end, r.EndNS)
 	c.chunkNS.Append(true)
 	c.chunkNSv.AppendValues(r.ChunkNS, nil)
 	if r.ChunkTokens == nil {
@@ -225,12 +224,12 @@ func (c *resultBuilders) append(r *Result) {
 		c.chunkTokensv.AppendValues(r.ChunkTokens, nil)
 	}
 	c.prompt.Append(r.PromptTokens)
-	results.AppendInt32(c.promptServer, r.PromptTokensServer)
+	AppendInt32(c.promptServer, r.PromptTokensServer)
 	c.target.Append(r.OutputTokensTarget)
-	results.AppendInt32(c.output, r.OutputTokens)
+	AppendInt32(c.output, r.OutputTokens)
 	c.source.Append(r.OutputTokensSource)
 	c.status.Append(string(r.Status))
-	results.AppendInt32(c.httpStatus, r.HTTPStatus)
+	AppendInt32(c.httpStatus, r.HTTPStatus)
 	if r.Error == "" {
 		c.errMsg.AppendNull()
 	} else {
@@ -242,17 +241,17 @@ func (c *resultBuilders) append(r *Result) {
 	appendF64(c.tpot, v, ok)
 	v, ok = r.E2E()
 	appendF64(c.e2e, v, ok)
-	results.AppendInt64(c.sessionID, r.SessionID)
-	results.AppendInt32(c.turn, r.Turn)
-	results.AppendInt64(c.sessionWait, r.SessionWaitNS)
-	results.AppendInt32(c.promptCached, r.PromptTokensCached)
+	AppendInt64(c.sessionID, r.SessionID)
+	AppendInt32(c.turn, r.Turn)
+	AppendInt64(c.sessionWait, r.SessionWaitNS)
+	AppendInt32(c.promptCached, r.PromptTokensCached)
 }
 
 // ConvertInfo tells what ConvertJournal found.
 type ConvertInfo struct {
-	Rows int64            // records written to the results file
-	Run  *results.RunMeta // the run metadata of the journal
-	Tail error            // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
+	Rows int64    // records written to the results file
+	Run  *RunMeta // the run metadata of the journal
+	Tail error    // why reading stopped before a clean end of stream (a killed run's cut batch); nil after a clean close
 }
 
 // parquetRowGroup bounds a row group: big enough for efficient scans, small enough that
@@ -264,11 +263,11 @@ const parquetRowGroup = 32 * 1024
 // keeps every whole batch; when the journal ends in a cut batch (a killed run), the
 // records before it are kept and info.Tail says what was cut.
 func ConvertJournal(journal, out string) (ConvertInfo, error) {
-	return convertIPC(journal, out, "results", func(s *arrow.Schema) (*results.RunMeta, error) {
-		if _, err := results.Check(s); err != nil {
+	return convertIPC(journal, out, "results", func(s *arrow.Schema) (*RunMeta, error) {
+		if _, err := Check(s); err != nil {
 			return nil, err
 		}
-		return results.ParseRunMeta(s)
+		return ParseRunMeta(s)
 	})
 }
 

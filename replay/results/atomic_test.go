@@ -1,4 +1,4 @@
-package replay
+package results
 
 import (
 	"os"
@@ -6,17 +6,16 @@ import (
 	"testing"
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile/atomicfiletest"
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // TestResultsFileMode: the journal and the results file ConvertJournal makes of it are
-// 0644 under the umask (results.parquet was 0600, unreadable by a notebook server running
+// 0644 under the umask (parquet was 0600, unreadable by a notebook server running
 // as another user), replacing an existing results file leaves no temporary file, and a
 // conversion whose rename fails leaves none either.
 func TestResultsFileMode(t *testing.T) {
 	dir := t.TempDir()
-	jpath := filepath.Join(dir, "results.parquet"+JournalSuffix)
-	j, err := CreateJournal(jpath, &results.RunMeta{RunID: "abc", Mode: results.ModeOpen, Flags: map[string]string{}})
+	jpath := filepath.Join(dir, "parquet"+JournalSuffix)
+	j, err := CreateJournal(jpath, &RunMeta{RunID: "abc", Mode: ModeOpen, Flags: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +29,7 @@ func TestResultsFileMode(t *testing.T) {
 	}
 	atomicfiletest.Check(t, jpath)
 
-	out := filepath.Join(dir, "results.parquet")
+	out := filepath.Join(dir, "parquet")
 	for range 2 { // absent, then present
 		if _, err := ConvertJournal(jpath, out); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package replay
+package results
 
 import (
 	"context"
@@ -16,31 +16,29 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
-
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // fullRecords returns records in which every column of the contract holds a value in some
 // row and is null in another (for the nullable ones), every value distinct per row.
 func fullRecords() []*Result {
-	ok := newResult(7, 3, 1_000, 11, 4)
-	ok.Status, ok.HTTPStatus = results.StatusOK, 200
+	ok := NewResult(7, 3, 1_000, 11, 4)
+	ok.Status, ok.HTTPStatus = StatusOK, 200
 	ok.SentNS = 1_050
 	ok.ChunkNS, ok.ChunkTokens = []int64{100, 250, 400}, []int32{1, 2, 1}
 	ok.FirstTokenNS, ok.EndNS = ok.SentNS+100, ok.SentNS+400
-	ok.PromptTokensServer, ok.OutputTokens, ok.OutputTokensSource = 12, 4, results.SourceUsage
+	ok.PromptTokensServer, ok.OutputTokens, ok.OutputTokensSource = 12, 4, SourceUsage
 	ok.SessionID, ok.Turn, ok.SessionWaitNS, ok.PromptTokensCached = 1<<40+5, 2, 37_000, 8
 
-	tok := newResult(8, 3, 2_000, 13, 6)
-	tok.Status, tok.HTTPStatus, tok.Error = results.StatusStreamError, 200, "stream broken after 2 output chunks"
+	tok := NewResult(8, 3, 2_000, 13, 6)
+	tok.Status, tok.HTTPStatus, tok.Error = StatusStreamError, 200, "stream broken after 2 output chunks"
 	tok.SentNS = 2_010
 	tok.ChunkNS = []int64{30, 90}
 	tok.FirstTokenNS, tok.EndNS = tok.SentNS+30, tok.SentNS+90
-	tok.OutputTokens, tok.OutputTokensSource = 2, results.SourceTokenizer
+	tok.OutputTokens, tok.OutputTokensSource = 2, SourceTokenizer
 	tok.SessionID, tok.Turn, tok.PromptTokensCached = 0, 0, 0 // a first turn: no wait; nothing cached
 
-	drop := newResult(9, 3, 3_000, 15, 8)
-	drop.Status, drop.Error = results.StatusDropped, "max-inflight reached"
+	drop := NewResult(9, 3, 3_000, 15, 8)
+	drop.Status, drop.Error = StatusDropped, "max-inflight reached"
 	drop.ChunkNS = []int64{} // chunk_ns is never null: an empty list reads back as one
 	return []*Result{ok, tok, drop}
 }
@@ -50,7 +48,7 @@ func writeResultsFile(t *testing.T, recs []*Result) string {
 	t.Helper()
 	dir := t.TempDir()
 	jp := filepath.Join(dir, "r.parquet.journal")
-	j, err := CreateJournal(jp, &results.RunMeta{RunID: "c0ffee", Mode: results.ModeOpen, Flags: map[string]string{}})
+	j, err := CreateJournal(jp, &RunMeta{RunID: "c0ffee", Mode: ModeOpen, Flags: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +70,7 @@ func writeResultsFile(t *testing.T, recs []*Result) string {
 // sameFields reports how got differs from the contract's schema, field by field.
 func sameFields(got *arrow.Schema) string {
 	var diffs []string
-	want := results.Schema.Fields()
+	want := Schema.Fields()
 	if got.NumFields() != len(want) {
 		diffs = append(diffs, "field count")
 	}
@@ -121,7 +119,7 @@ func TestWriterSchemaIsTheContract(t *testing.T) {
 	if d := sameFields(tbl.Schema()); d != "" {
 		t.Errorf("results file schema differs from the contract: %s", d)
 	}
-	for i, c := range results.Columns() {
+	for i, c := range Columns() {
 		col := tbl.Column(i)
 		if col.Len()-col.NullN() == 0 {
 			t.Errorf("column %s: no value written in any row", c.Name)
@@ -134,7 +132,7 @@ func TestWriterSchemaIsTheContract(t *testing.T) {
 
 // derivedColumns are written from other fields (Result.TTFT, TPOT, E2E) and not read back
 // into a Result.
-var derivedColumns = []string{results.ColTTFTMS, results.ColTPOTMS, results.ColE2EMS}
+var derivedColumns = []string{ColTTFTMS, ColTPOTMS, ColE2EMS}
 
 // TestEveryColumnReadBack: ReadFile gives back every field of every record, so every
 // non-derived column is read; and the reader locates one array per such column.
@@ -152,11 +150,11 @@ func TestEveryColumnReadBack(t *testing.T) {
 			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], *recs[i])
 		}
 	}
-	if n := reflect.TypeFor[resultArrays]().NumField(); n+len(derivedColumns) != len(results.Columns()) {
-		t.Errorf("the reader locates %d arrays and %d columns are derived; the contract has %d columns", n, len(derivedColumns), len(results.Columns()))
+	if n := reflect.TypeFor[resultArrays]().NumField(); n+len(derivedColumns) != len(Columns()) {
+		t.Errorf("the reader locates %d arrays and %d columns are derived; the contract has %d columns", n, len(derivedColumns), len(Columns()))
 	}
-	if n := reflect.TypeFor[resultBuilders]().NumField(); n-2 != len(results.Columns()) { // + the two list value builders
-		t.Errorf("the writer holds %d column builders; the contract has %d columns", n-2, len(results.Columns()))
+	if n := reflect.TypeFor[resultBuilders]().NumField(); n-2 != len(Columns()) { // + the two list value builders
+		t.Errorf("the writer holds %d column builders; the contract has %d columns", n-2, len(Columns()))
 	}
 }
 
@@ -235,15 +233,15 @@ func TestReadFileByName(t *testing.T) {
 	noStatus := rewrite(t, in, func(fs []arrow.Field) []arrow.Field {
 		var out []arrow.Field
 		for _, f := range fs {
-			if f.Name != results.ColStatus {
+			if f.Name != ColStatus {
 				out = append(out, f)
 			}
 		}
 		return out
 	})
 	_, _, err = ReadFile(noStatus)
-	var ce *results.Error
-	if !errors.As(err, &ce) || ce.Column != results.ColStatus || !strings.Contains(err.Error(), noStatus) {
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Column != ColStatus || !strings.Contains(err.Error(), noStatus) {
 		t.Errorf("missing status column: %v; want an error naming the column and the file", err)
 	}
 }
@@ -257,9 +255,9 @@ func TestConvertJournalChecksByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := append([]arrow.Field(nil), results.Schema.Fields()...)
+	fs := append([]arrow.Field(nil), Schema.Fields()...)
 	fs[1].Type = arrow.PrimitiveTypes.Int64 // shard
-	md := arrow.NewMetadata([]string{results.MetaFormat, results.MetaRun}, []string{results.Format, "{}"})
+	md := arrow.NewMetadata([]string{MetaFormat, MetaRun}, []string{Format, "{}"})
 	w := ipc.NewWriter(f, ipc.WithSchema(arrow.NewSchema(fs, &md)))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -277,7 +275,7 @@ func TestConvertJournalChecksByName(t *testing.T) {
 func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 	recs := fullRecords()
 	rev11 := map[string]bool{}
-	for _, c := range results.Columns() {
+	for _, c := range Columns() {
 		if c.Since == 1 {
 			rev11[c.Name] = true
 		}
@@ -303,7 +301,7 @@ func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 	}
 	for i := range got {
 		want := *recs[i]
-		want.SessionID, want.Turn, want.SessionWaitNS, want.PromptTokensCached = results.Null, results.Null, results.Null, results.Null
+		want.SessionID, want.Turn, want.SessionWaitNS, want.PromptTokensCached = Null, Null, Null, Null
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], want)
 		}

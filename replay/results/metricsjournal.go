@@ -1,6 +1,8 @@
-package replay
+package results
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +15,10 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/internal/prom"
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // MetricsJournal appends scraped samples to a crash-safe Arrow IPC stream with the
-// metrics/v1 schema (results.MetricsSchemaWithRun): the metrics file's journal, as Journal
+// metrics/v1 schema (MetricsSchemaWithRun): the metrics file's journal, as Journal
 // is the results file's. One goroutine (the run's metrics writer) owns it.
 type MetricsJournal struct {
 	ipcStream
@@ -32,8 +33,8 @@ type MetricsJournal struct {
 // CreateMetricsJournal creates (truncating) the metrics journal at path and writes its
 // schema with the run metadata, so that even a run killed before its first scrape leaves a
 // journal recover turns into a valid, empty metrics file.
-func CreateMetricsJournal(path string, run *results.RunMeta) (*MetricsJournal, error) {
-	schema, err := results.MetricsSchemaWithRun(run)
+func CreateMetricsJournal(path string, run *RunMeta) (*MetricsJournal, error) {
+	schema, err := MetricsSchemaWithRun(run)
 	if err != nil {
 		return nil, fmt.Errorf("replay: create metrics journal %s: %w", path, err)
 	}
@@ -59,12 +60,12 @@ func (j *MetricsJournal) bind(s *arrow.Schema) error {
 		return j.b.Field(i[0])
 	}
 	var ok [7]bool
-	j.tNS, ok[0] = field(results.ColMetricTNS).(*array.Int64Builder)
-	j.source, ok[1] = field(results.ColMetricSource).(*array.StringBuilder)
-	j.metric, ok[2] = field(results.ColMetricName).(*array.StringBuilder)
-	j.typ, ok[3] = field(results.ColMetricType).(*array.StringBuilder)
-	j.labels, ok[4] = field(results.ColMetricLabels).(*array.MapBuilder)
-	j.value, ok[5] = field(results.ColMetricValue).(*array.Float64Builder)
+	j.tNS, ok[0] = field(ColMetricTNS).(*array.Int64Builder)
+	j.source, ok[1] = field(ColMetricSource).(*array.StringBuilder)
+	j.metric, ok[2] = field(ColMetricName).(*array.StringBuilder)
+	j.typ, ok[3] = field(ColMetricType).(*array.StringBuilder)
+	j.labels, ok[4] = field(ColMetricLabels).(*array.MapBuilder)
+	j.value, ok[5] = field(ColMetricValue).(*array.Float64Builder)
 	ok[6] = true
 	if ok[4] {
 		j.labelKeys, ok[6] = j.labels.KeyBuilder().(*array.StringBuilder)
@@ -76,8 +77,8 @@ func (j *MetricsJournal) bind(s *arrow.Schema) error {
 			return fmt.Errorf("metrics schema: column %d of the contract has no builder of its type", i)
 		}
 	}
-	if s.NumFields() != len(results.MetricsSchema.Fields()) {
-		return fmt.Errorf("metrics schema: %d columns, the contract has %d", s.NumFields(), len(results.MetricsSchema.Fields()))
+	if s.NumFields() != len(MetricsSchema.Fields()) {
+		return fmt.Errorf("metrics schema: %d columns, the contract has %d", s.NumFields(), len(MetricsSchema.Fields()))
 	}
 	return nil
 }
@@ -98,14 +99,29 @@ func (j *MetricsJournal) AddSample(tNS int64, source string, s *prom.Sample) {
 	j.rows++
 }
 
-// Add appends one scrape: its samples, then the scraper's own rows (results.MetricScrape*).
-// It writes the pending batch when it is full.
-func (j *MetricsJournal) Add(sc *scrapeResult) error {
-	for i := range sc.samples {
-		j.AddSample(sc.tNS, sc.source, &sc.samples[i])
+// ScrapeRows returns the scraper's own rows of one attempt (MetricScrape*): up (0, with the
+// error as a label, when the attempt found no exposition), its duration, and how many
+// samples it found.
+func ScrapeRows(errMsg string, dur time.Duration, samples int) [3]prom.Sample {
+	up := prom.Sample{Name: MetricScrapeUp, Type: MetricTypeScrape, Value: 1}
+	if errMsg != "" {
+		up.Value = 0
+		up.Labels = []prom.Label{{Name: "error", Value: errMsg}}
 	}
-	for _, s := range sc.ownRows() {
-		j.AddSample(sc.tNS, sc.source, &s)
+	return [3]prom.Sample{
+		up,
+		{Name: MetricScrapeDuration, Type: MetricTypeScrape, Value: dur.Seconds()},
+		{Name: MetricScrapeSamples, Type: MetricTypeScrape, Value: float64(samples)},
+	}
+}
+
+// AddSamples appends samples scraped from source at tNS, batch after batch (a scrape's
+// samples, then the scraper's own rows), and writes the pending batch when it is full.
+func (j *MetricsJournal) AddSamples(tNS int64, source string, batches ...[]prom.Sample) error {
+	for _, b := range batches {
+		for i := range b {
+			j.AddSample(tNS, source, &b[i])
+		}
 	}
 	if j.pending >= journalBatchRows {
 		return j.Flush()
@@ -117,10 +133,10 @@ func (j *MetricsJournal) Add(sc *scrapeResult) error {
 // out, as ConvertJournal does for results: through a temporary file renamed on success,
 // keeping every whole batch of a killed run's journal (info.Tail says what was cut).
 func ConvertMetricsJournal(journal, out string) (ConvertInfo, error) {
-	return convertIPC(journal, out, "metrics", results.CheckMetrics)
+	return convertIPC(journal, out, "metrics", CheckMetrics)
 }
 
-// JournalFormat returns the format (results.Format or results.MetricsFormat) of the
+// JournalFormat returns the format (Format or MetricsFormat) of the
 // journal at path, from its schema metadata.
 func JournalFormat(path string) (string, error) {
 	f, err := os.Open(path)
@@ -134,14 +150,14 @@ func JournalFormat(path string) (string, error) {
 	}
 	defer rdr.Release()
 	md := rdr.Schema().Metadata()
-	if i := md.FindKey(results.MetaFormat); i >= 0 {
+	if i := md.FindKey(MetaFormat); i >= 0 {
 		return md.Values()[i], nil
 	}
-	return "", fmt.Errorf("replay: journal %s: schema metadata lacks %s", path, results.MetaFormat)
+	return "", fmt.Errorf("replay: journal %s: schema metadata lacks %s", path, MetaFormat)
 }
 
 // convertIPC is ConvertJournal's body for a journal whose schema check returns its run.
-func convertIPC(journal, out, what string, check func(*arrow.Schema) (*results.RunMeta, error)) (info ConvertInfo, err error) {
+func convertIPC(journal, out, what string, check func(*arrow.Schema) (*RunMeta, error)) (info ConvertInfo, err error) {
 	f, err := os.Open(journal)
 	if err != nil {
 		return info, fmt.Errorf("replay: open journal: %w", err)

@@ -1,4 +1,4 @@
-package replay
+package results
 
 import (
 	"encoding/json"
@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/prom"
-	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
 // root) and returns its rows. Missing node or the npm package: skip locally, fail in CI.
 func duckdb(t *testing.T, sql string) []map[string]any {
 	t.Helper()
-	root, _ := filepath.Abs("..")
+	root, _ := filepath.Abs("../..")
 	node, err := exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
@@ -51,7 +50,7 @@ func duckdb(t *testing.T, sql string) []map[string]any {
 func TestResultsReadByDuckDB(t *testing.T) {
 	dir := t.TempDir()
 	jp := filepath.Join(dir, "r.parquet.journal")
-	j, err := CreateJournal(jp, &results.RunMeta{RunID: "feed", Mode: results.ModeOpen, Flags: map[string]string{}})
+	j, err := CreateJournal(jp, &RunMeta{RunID: "feed", Mode: ModeOpen, Flags: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +63,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 				r.SessionWaitNS = int64(i) * 1000
 			}
 		}
-		if r.Status == results.StatusOK && i%2 == 0 {
+		if r.Status == StatusOK && i%2 == 0 {
 			r.PromptTokensCached = 4
 		}
 		j.Add(r)
@@ -100,7 +99,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
 		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE",
 		"BIGINT", "INTEGER", "BIGINT", "INTEGER"}
-	for i, f := range results.Schema.Fields() {
+	for i, f := range Schema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
 		}
@@ -110,7 +109,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	for _, r := range md {
 		got[r["k"].(string)] = r["v"].(string)
 	}
-	if got[results.MetaFormat] != results.Format || got[results.MetaRun] == "" {
+	if got[MetaFormat] != Format || got[MetaRun] == "" {
 		t.Errorf("metadata seen by DuckDB: %v", got)
 	}
 }
@@ -120,7 +119,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 // scraped at or before its sent_ns (an ASOF join on the shared run clock).
 func TestMetricsReadByDuckDB(t *testing.T) {
 	dir := t.TempDir()
-	run := &results.RunMeta{RunID: "feed", Mode: results.ModeOpen, Flags: map[string]string{}}
+	run := &RunMeta{RunID: "feed", Mode: ModeOpen, Flags: map[string]string{}}
 	jp := filepath.Join(dir, "r.parquet.journal")
 	j, err := CreateJournal(jp, run)
 	if err != nil {
@@ -129,7 +128,7 @@ func TestMetricsReadByDuckDB(t *testing.T) {
 	want := 0.0
 	for i, r := range testRecords(30) {
 		j.Add(r)
-		if r.Status == results.StatusOK {
+		if r.Status == StatusOK {
 			want += float64(i / 5) // sent at i·1000+50 ns: the scrape of 5000·(i/5) ns is the last before it
 		}
 	}
@@ -140,7 +139,7 @@ func TestMetricsReadByDuckDB(t *testing.T) {
 	if _, err := ConvertJournal(jp, out); err != nil {
 		t.Fatal(err)
 	}
-	mp := results.MetricsPath(out)
+	mp := MetricsPath(out)
 	mj, err := CreateMetricsJournal(mp+JournalSuffix, run)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +150,8 @@ func TestMetricsReadByDuckDB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mj.Add(&scrapeResult{tNS: int64(k) * 5000, source: "http://h:8000/metrics", samples: samples, dur: time.Millisecond})
+		own := ScrapeRows("", time.Millisecond, len(samples))
+		mj.AddSamples(int64(k)*5000, "http://h:8000/metrics", samples, own[:])
 	}
 	if err := mj.Close(); err != nil {
 		t.Fatal(err)
@@ -166,19 +166,19 @@ func TestMetricsReadByDuckDB(t *testing.T) {
 	if rows[0]["n"] != 20.0 || rows[0]["running"] != want || rows[0]["scrapes"] != 6.0 || rows[0]["model"] != "m" {
 		t.Errorf("ASOF join: %v, want 20 rows, running %v over 6 scrapes, model m", rows[0], want)
 	}
-	own := duckdb(t, fmt.Sprintf(`SELECT type, count(*)::INT AS n, sum(value) AS v FROM '%s' WHERE metric = '%s' GROUP BY type`, mp, results.MetricScrapeUp))
-	if len(own) != 1 || own[0]["type"] != results.MetricTypeScrape || own[0]["n"] != 7.0 || own[0]["v"] != 7.0 {
+	own := duckdb(t, fmt.Sprintf(`SELECT type, count(*)::INT AS n, sum(value) AS v FROM '%s' WHERE metric = '%s' GROUP BY type`, mp, MetricScrapeUp))
+	if len(own) != 1 || own[0]["type"] != MetricTypeScrape || own[0]["n"] != 7.0 || own[0]["v"] != 7.0 {
 		t.Errorf("scrape_up rows: %v", own)
 	}
 	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, mp))
 	wantTypes := []string{"BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "MAP(VARCHAR, VARCHAR)", "DOUBLE"}
-	for i, f := range results.MetricsSchema.Fields() {
+	for i, f := range MetricsSchema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
 		}
 	}
-	md := duckdb(t, fmt.Sprintf(`SELECT decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) = '%s'`, mp, results.MetaFormat))
-	if len(md) != 1 || md[0]["v"] != results.MetricsFormat {
+	md := duckdb(t, fmt.Sprintf(`SELECT decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) = '%s'`, mp, MetaFormat))
+	if len(md) != 1 || md[0]["v"] != MetricsFormat {
 		t.Errorf("format seen by DuckDB: %v", md)
 	}
 }
