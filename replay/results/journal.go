@@ -45,7 +45,6 @@ type ipcStream struct {
 	w          *ipc.Writer
 	b          *array.RecordBuilder
 	pending    int
-	rows       int64
 }
 
 // create creates (truncating) the stream's file and writes its schema, so that even a run
@@ -68,12 +67,6 @@ func (j *ipcStream) create(schema *arrow.Schema) error {
 	}
 	return nil
 }
-
-// Path returns the journal's file name.
-func (j *ipcStream) Path() string { return j.path }
-
-// Rows returns the number of rows added so far.
-func (j *ipcStream) Rows() int64 { return j.rows }
 
 // Flush writes the pending rows, if any, as one batch to the file (one write to the
 // operating system, so the batch survives the process being killed).
@@ -136,7 +129,6 @@ func CreateJournal(path string, run *RunMeta) (*Journal, error) {
 func (j *Journal) Add(r *Result) error {
 	j.cols.append(r)
 	j.pending++
-	j.rows++
 	if j.pending >= journalBatchRows {
 		return j.Flush()
 	}

@@ -96,7 +96,6 @@ func (j *MetricsJournal) AddSample(tNS int64, source string, s *prom.Sample) {
 	}
 	j.value.Append(s.Value)
 	j.pending++
-	j.rows++
 }
 
 // ScrapeRows returns the scraper's own rows of one attempt (MetricScrape*): up (0, with the
