@@ -25,7 +25,7 @@ type Result struct {
 	HTTPStatus         int32  // Null when no response
 	Error              string // short message, "" when none; never a credential
 
-	// Conversations (issue 14; results revision 1.1): Null when the trace row has
+	// Conversations (results revision 1.1): Null when the trace row has
 	// no session, the replay did not wait, or the server did not say.
 	SessionID          int64 // the trace's session_id
 	Turn               int32 // 0-based index of the request in its session, in trace order

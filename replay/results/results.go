@@ -45,7 +45,7 @@ const (
 	ColTPOTMS             = "tpot_ms"
 	ColE2EMS              = "e2e_ms"
 
-	// Revision 1.1 (issue 14, conversations): null when the trace row has no session, the
+	// Revision 1.1 (conversations): null when the trace row has no session, the
 	// turn did not wait (or the replay was not sequential) or the server did not say.
 	ColSessionID          = "session_id"
 	ColTurn               = "turn"
