@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
@@ -63,8 +64,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
 	cfg := replay.DefaultConfig()
 	addReplayFlags(fs, &cfg)
-	var repeat int
-	addRepeatFlag(fs, &repeat, "replay")
+	var repeats int
+	addRepeatFlag(fs, &repeats, "replay")
 	cool := fs.Duration("cooldown", defaultCooldown, "with --repeat: pause between repeats")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -73,20 +74,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("replay: unexpected argument %q", fs.Arg(0))
 	}
 	setGiven(fs, &cfg)
-	if err := checkRepeat("replay", repeat, &cfg); err != nil {
-		return err
+	if err := repeat.Check(repeats, &cfg); err != nil {
+		return usagef("replay: %v", err)
 	}
 	if *cool < 0 {
 		return usagef("replay: --cooldown %v: want a duration >= 0", *cool)
 	}
 	flags := behaviourFlags(fs)
-	if repeat == 1 {
+	if repeats == 1 {
 		// The run metadata of a run that is not repeated is what it was before --repeat.
 		delete(flags, "repeat")
 		delete(flags, "cooldown")
 		return doReplay(ctx, cfg, flags, stdout, stderr)
 	}
-	return doReplayRepeats(ctx, cfg, flags, repeat, *cool, stdout, stderr)
+	return doReplayRepeats(ctx, cfg, flags, repeats, *cool, stdout, stderr)
 }
 
 // addReplayFlags defines replay's flags on fs, with cfg's values as defaults; sweep defines

@@ -22,6 +22,7 @@ import (
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/internal/prom"
+	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -333,8 +334,8 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 	if sp.axis, sp.loads, err = sp.sf.axis(); err != nil {
 		return nil, err
 	}
-	if err := checkRepeat("sweep", sp.sf.repeat, &sp.cfg); err != nil {
-		return nil, err
+	if err := repeat.Check(sp.sf.repeat, &sp.cfg); err != nil {
+		return nil, usagef("sweep: %v", err)
 	}
 	if sp.sf.cooldown < 0 {
 		return nil, usagef("sweep: --cooldown %v: want a duration >= 0", sp.sf.cooldown)
@@ -535,7 +536,7 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	started := time.Now()
 	group := ""
 	for r := 1; r <= n; r++ {
-		if sw.ran > 0 && !cooldown(sw.ctx, sw.sf.cooldown) {
+		if sw.ran > 0 && !repeat.Cooldown(sw.ctx, sw.sf.cooldown) {
 			sw.removeAll(repeats)
 			return analysis.SweepRow{}, sw.ctx.Err()
 		}
@@ -545,7 +546,7 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 		}
 		rcfg, rflags, ro := cfg, flags, repeatOf{}
 		if n > 1 {
-			rcfg, rflags = repeatConfig(cfg, flags, r, n)
+			rcfg, rflags = repeat.Config(cfg, flags, r, n)
 			ro = repeatOf{index: r, count: n, group: group}
 			repeats = append(repeats, filepath.Base(rcfg.Output))
 			fmt.Fprintf(sw.stderr, "llmreplay: sweep: point %d: %s %s, repeat %d of %d -> %s\n", len(sw.state.Points)+1, sw.axis, fmtLoadFlag(load), r, n, rcfg.Output)
@@ -603,7 +604,8 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 // from the blocks an earlier point left in its cache, and measure cache hits, not the load.
 // The prompt builder offsets request and block ids by the seed (docs/prompts.md), so seeds
 // 2^40 apart share no prompt unless the trace's ids span more than 2^40.
-// pointSeedShift spaces the points' prompt seeds (pointConfig).
+// pointSeedShift spaces the points' prompt seeds (pointConfig): 2^40 apart, room for
+// repeat.Max repeats of 2^32 each between two points.
 const pointSeedShift = 40
 
 func (sw *sweeper) pointConfig(load float64, path string, n int) (replay.Config, map[string]string) {
