@@ -20,14 +20,8 @@ import (
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/sweep"
 )
-
-// TestRepeatSeedsBelowNextPoint: a sweep point's repeats stay below the next point's seed.
-func TestRepeatSeedsBelowNextPoint(t *testing.T) {
-	if uint64(repeat.Max-1)<<repeat.SeedShift >= 1<<pointSeedShift {
-		t.Errorf("the last repeat's seed offset reaches the next sweep point's")
-	}
-}
 
 func TestRepeatRejected(t *testing.T) {
 	for _, c := range []struct {
@@ -249,7 +243,7 @@ func TestSweepRepeats(t *testing.T) {
 	if hits := metricValue(string(page), "vllm:prefix_cache_hits_total"); hits != 0 {
 		t.Errorf("prefix cache: %v hits over six runs; want none", hits)
 	}
-	st, err := readSweepState(dir)
+	st, err := sweep.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +260,15 @@ func TestSweepRepeats(t *testing.T) {
 	if !strings.Contains(errb.String(), "3 repeats: sustained") {
 		t.Errorf("no repeated point's progress line:\n%s", errb.String())
 	}
+	var rep struct {
+		Points []struct {
+			Load      float64 `json:"load"`
+			Sustained float64 `json:"sustained_output_tokens_per_s"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &rep); err != nil || len(rep.Points) != len(st.Points) {
+		t.Fatalf("sweep JSON points %+v (%v)", rep.Points, err)
+	}
 	for i, p := range st.Points {
 		if want := repeat.Path(p.File, 3, 3); len(p.Repeats) != 3 || p.Repeats[2] != want {
 			t.Fatalf("point %d: repeats %v, want 3 ending in %s", i+1, p.Repeats, want)
@@ -281,7 +284,7 @@ func TestSweepRepeats(t *testing.T) {
 			if r == 0 {
 				group = m.RunID
 			}
-			want := strconv.FormatUint(5+uint64(i)<<pointSeedShift+uint64(r)<<repeat.SeedShift, 10)
+			want := strconv.FormatUint(5+uint64(i)<<40+uint64(r)<<repeat.SeedShift, 10) // points 2^40 apart
 			if m.Flags["seed"] != want || m.Repeat != r+1 || m.RepeatCount != 3 || m.RepeatGroup != group {
 				t.Errorf("point %d repeat %d: seed %s, repeat %d of %d, group %q; want seed %s, %d of 3, group %q",
 					i+1, r+1, m.Flags["seed"], m.Repeat, m.RepeatCount, m.RepeatGroup, want, r+1, group)
@@ -293,12 +296,8 @@ func TestSweepRepeats(t *testing.T) {
 			sus = append(sus, row.Point().SustainedTokensPerSecond)
 		}
 		slices.Sort(sus)
-		row, err := (&sweeper{ctx: context.Background(), dir: dir, axis: "speedup"}).analyse(p.Load, p.File, p.Repeats...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := row.Point().SustainedTokensPerSecond; got != sus[1] {
-			t.Errorf("point %d: row's sustained %v, want the median repeat's %v (of %v)", i+1, got, sus[1], sus)
+		if got := rep.Points[i]; got.Load != p.Load || got.Sustained != sus[1] {
+			t.Errorf("point %d: row at %v sustained %v, want at %v the median repeat's %v (of %v)", i+1, got.Load, got.Sustained, p.Load, sus[1], sus)
 		}
 	}
 }

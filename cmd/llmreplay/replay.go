@@ -210,20 +210,30 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 	return runID, strictCheck(stdout, rep, sum, cfg.Strict)
 }
 
-// checkReplayConfig validates cfg, with what only cmd can check (analysis parses --slo;
-// sim knows the profiles), and makes its errors usage errors.
+// checkReplayConfig validates cfg, with what only cmd can check (replayConfigProblem), and
+// makes its errors usage errors.
 func checkReplayConfig(cfg *replay.Config) error {
-	if err := cfg.Validate(); err != nil {
+	if err := replayConfigProblem(cfg); err != nil {
 		return usagef("replay: %v", err)
+	}
+	return nil
+}
+
+// replayConfigProblem returns what is wrong with cfg, in the words of the flags: its
+// Validate's finding, or what only cmd can check (analysis parses --slo; sim knows the
+// profiles).
+func replayConfigProblem(cfg *replay.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	if cfg.SLO != "" {
 		if _, err := analysis.ParseSLO(cfg.SLO); err != nil {
-			return usagef("replay: --slo: %v", err)
+			return fmt.Errorf("--slo: %w", err)
 		}
 	}
 	if cfg.Endpoint == "" {
 		if _, err := sim.Profile(cfg.SimProfile); err != nil {
-			return usagef("replay: --sim-profile: %v", err)
+			return fmt.Errorf("--sim-profile: %w", err)
 		}
 	}
 	return nil
