@@ -18,64 +18,10 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
-	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/sweep"
 )
-
-func TestRepeatPath(t *testing.T) {
-	for _, c := range []struct {
-		out  string
-		r, n int
-		want string
-	}{
-		{"results.parquet", 1, 1, "results.parquet"},
-		{"results.parquet", 1, 3, "results.r1.parquet"},
-		{"x/run.parquet", 3, 3, "x/run.r3.parquet"},
-		{"run.parquet", 2, 12, "run.r02.parquet"},
-		{"run.parquet", 12, 12, "run.r12.parquet"},
-		{"run", 2, 3, "run.r2"},
-	} {
-		if got := repeatPath(c.out, c.r, c.n); got != c.want {
-			t.Errorf("repeatPath(%q, %d, %d) = %q, want %q", c.out, c.r, c.n, got, c.want)
-		}
-	}
-	// The glob matches every repeat and not the metrics files beside them; the names sort
-	// in repeat order.
-	for _, n := range []int{3, 12} {
-		glob := repeatGlob("d/results.parquet", n)
-		var names []string
-		for r := 1; r <= n; r++ {
-			p := repeatPath("d/results.parquet", r, n)
-			names = append(names, p)
-			if ok, _ := filepath.Match(glob, p); !ok {
-				t.Errorf("glob %q does not match %q", glob, p)
-			}
-			if ok, _ := filepath.Match(glob, strings.TrimSuffix(p, ".parquet")+".metrics.parquet"); ok {
-				t.Errorf("glob %q matches the metrics file of %q", glob, p)
-			}
-		}
-		if !slices.IsSorted(names) {
-			t.Errorf("repeat files do not sort in order: %v", names)
-		}
-	}
-}
-
-// TestRepeatConfigSeeds: repeat 1 is the run without --repeat (same seed), repeat r adds
-// (r−1)·2^32, and a sweep point's repeats stay below the next point's seed.
-func TestRepeatConfigSeeds(t *testing.T) {
-	cfg := replay.DefaultConfig()
-	cfg.Seed = 7
-	for r := 1; r <= 3; r++ {
-		c, flags := repeatConfig(cfg, map[string]string{"seed": "7"}, r, 3)
-		want := 7 + uint64(r-1)<<32
-		if c.Seed != want || flags["seed"] != strconv.FormatUint(want, 10) {
-			t.Errorf("repeat %d: seed %d (flag %s), want %d", r, c.Seed, flags["seed"], want)
-		}
-	}
-	if uint64(maxRepeats-1)<<repeatSeedShift >= 1<<pointSeedShift {
-		t.Errorf("the last repeat's seed offset reaches the next sweep point's")
-	}
-}
 
 func TestRepeatRejected(t *testing.T) {
 	for _, c := range []struct {
@@ -138,7 +84,7 @@ func TestReplayRepeats(t *testing.T) {
 	var group string
 	var files []string
 	for r := 1; r <= 3; r++ {
-		p := repeatPath(out, r, 3)
+		p := repeat.Path(out, r, 3)
 		files = append(files, p)
 		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, p)
 		if err != nil {
@@ -151,14 +97,14 @@ func TestReplayRepeats(t *testing.T) {
 		if m.Repeat != r || m.RepeatCount != 3 || m.RepeatGroup != group || group == "" {
 			t.Errorf("repeat %d: metadata repeat %d of %d, group %q; want %d of 3, group %q", r, m.Repeat, m.RepeatCount, m.RepeatGroup, r, group)
 		}
-		if want := strconv.FormatUint(5+uint64(r-1)<<repeatSeedShift, 10); m.Flags["seed"] != want {
+		if want := strconv.FormatUint(5+uint64(r-1)<<repeat.SeedShift, 10); m.Flags["seed"] != want {
 			t.Errorf("repeat %d: seed %q, want %s", r, m.Flags["seed"], want)
 		}
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("%s written: the repeats' files are named per repeat", out)
 	}
-	if s := stdout.String(); !strings.Contains(s, "Repeats: 3 of 3, group "+group) || !strings.Contains(s, repeatGlob(out, 3)) {
+	if s := stdout.String(); !strings.Contains(s, "Repeats: 3 of 3, group "+group) || !strings.Contains(s, repeat.Glob(out, 3)) {
 		t.Errorf("replay did not print the report across repeats and the files' glob:\n%s", s)
 	}
 
@@ -247,7 +193,7 @@ func TestReplayRepeatsStop(t *testing.T) {
 	go func() {
 		// Stop once repeat 1's file exists: during the (long) cooldown before repeat 2.
 		for ctx.Err() == nil {
-			if _, err := os.Stat(repeatPath(out, 1, 3)); err == nil {
+			if _, err := os.Stat(repeat.Path(out, 1, 3)); err == nil {
 				cancel()
 				return
 			}
@@ -260,11 +206,11 @@ func TestReplayRepeatsStop(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay: %v", err)
 	}
-	if _, err := os.Stat(repeatPath(out, 1, 3)); err != nil {
+	if _, err := os.Stat(repeat.Path(out, 1, 3)); err != nil {
 		t.Errorf("repeat 1 not kept: %v", err)
 	}
 	for _, r := range []int{2, 3} {
-		if _, err := os.Stat(repeatPath(out, r, 3)); err == nil {
+		if _, err := os.Stat(repeat.Path(out, r, 3)); err == nil {
 			t.Errorf("repeat %d ran after the stop", r)
 		}
 	}
@@ -297,7 +243,7 @@ func TestSweepRepeats(t *testing.T) {
 	if hits := metricValue(string(page), "vllm:prefix_cache_hits_total"); hits != 0 {
 		t.Errorf("prefix cache: %v hits over six runs; want none", hits)
 	}
-	st, err := readSweepState(dir)
+	st, err := sweep.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,8 +260,17 @@ func TestSweepRepeats(t *testing.T) {
 	if !strings.Contains(errb.String(), "3 repeats: sustained") {
 		t.Errorf("no repeated point's progress line:\n%s", errb.String())
 	}
+	var rep struct {
+		Points []struct {
+			Load      float64 `json:"load"`
+			Sustained float64 `json:"sustained_output_tokens_per_s"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &rep); err != nil || len(rep.Points) != len(st.Points) {
+		t.Fatalf("sweep JSON points %+v (%v)", rep.Points, err)
+	}
 	for i, p := range st.Points {
-		if want := repeatPath(p.File, 3, 3); len(p.Repeats) != 3 || p.Repeats[2] != want {
+		if want := repeat.Path(p.File, 3, 3); len(p.Repeats) != 3 || p.Repeats[2] != want {
 			t.Fatalf("point %d: repeats %v, want 3 ending in %s", i+1, p.Repeats, want)
 		}
 		var sus []float64
@@ -329,7 +284,7 @@ func TestSweepRepeats(t *testing.T) {
 			if r == 0 {
 				group = m.RunID
 			}
-			want := strconv.FormatUint(5+uint64(i)<<pointSeedShift+uint64(r)<<repeatSeedShift, 10)
+			want := strconv.FormatUint(5+uint64(i)<<40+uint64(r)<<repeat.SeedShift, 10) // points 2^40 apart
 			if m.Flags["seed"] != want || m.Repeat != r+1 || m.RepeatCount != 3 || m.RepeatGroup != group {
 				t.Errorf("point %d repeat %d: seed %s, repeat %d of %d, group %q; want seed %s, %d of 3, group %q",
 					i+1, r+1, m.Flags["seed"], m.Repeat, m.RepeatCount, m.RepeatGroup, want, r+1, group)
@@ -341,12 +296,8 @@ func TestSweepRepeats(t *testing.T) {
 			sus = append(sus, row.Point().SustainedTokensPerSecond)
 		}
 		slices.Sort(sus)
-		row, err := (&sweeper{ctx: context.Background(), dir: dir, axis: "speedup"}).analyse(p.Load, p.File, p.Repeats...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := row.Point().SustainedTokensPerSecond; got != sus[1] {
-			t.Errorf("point %d: row's sustained %v, want the median repeat's %v (of %v)", i+1, got, sus[1], sus)
+		if got := rep.Points[i]; got.Load != p.Load || got.Sustained != sus[1] {
+			t.Errorf("point %d: row at %v sustained %v, want at %v the median repeat's %v (of %v)", i+1, got.Load, got.Sustained, p.Load, sus[1], sus)
 		}
 	}
 }
@@ -373,7 +324,7 @@ func TestReplayRepeatsStrict(t *testing.T) {
 	if !errors.As(err, &ee) || ee.code != 3 {
 		t.Fatalf("replay --strict of client-limited repeats: %v, want exit status 3", err)
 	}
-	if _, err := os.Stat(repeatPath(out, 2, 2)); err != nil {
+	if _, err := os.Stat(repeat.Path(out, 2, 2)); err != nil {
 		t.Errorf("repeat 2 did not run after repeat 1 was client-limited: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
@@ -63,8 +64,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("replay", "llmreplay replay [--trace T] [--endpoint URL] [--speedup X | --rate R | --concurrency N] [flags]", replayExamples, stdout)
 	cfg := replay.DefaultConfig()
 	addReplayFlags(fs, &cfg)
-	var repeat int
-	addRepeatFlag(fs, &repeat, "replay")
+	var repeats int
+	addRepeatFlag(fs, &repeats, "replay")
 	cool := fs.Duration("cooldown", defaultCooldown, "with --repeat: pause between repeats")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -73,20 +74,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("replay: unexpected argument %q", fs.Arg(0))
 	}
 	setGiven(fs, &cfg)
-	if err := checkRepeat("replay", repeat, &cfg); err != nil {
-		return err
+	if err := repeat.Check(repeats, &cfg); err != nil {
+		return usagef("replay: %v", err)
 	}
 	if *cool < 0 {
 		return usagef("replay: --cooldown %v: want a duration >= 0", *cool)
 	}
 	flags := behaviourFlags(fs)
-	if repeat == 1 {
+	if repeats == 1 {
 		// The run metadata of a run that is not repeated is what it was before --repeat.
 		delete(flags, "repeat")
 		delete(flags, "cooldown")
 		return doReplay(ctx, cfg, flags, stdout, stderr)
 	}
-	return doReplayRepeats(ctx, cfg, flags, repeat, *cool, stdout, stderr)
+	return doReplayRepeats(ctx, cfg, flags, repeats, *cool, stdout, stderr)
 }
 
 // addReplayFlags defines replay's flags on fs, with cfg's values as defaults; sweep defines
@@ -209,20 +210,30 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 	return runID, strictCheck(stdout, rep, sum, cfg.Strict)
 }
 
-// checkReplayConfig validates cfg, with what only cmd can check (analysis parses --slo;
-// sim knows the profiles), and makes its errors usage errors.
+// checkReplayConfig validates cfg, with what only cmd can check (replayConfigProblem), and
+// makes its errors usage errors.
 func checkReplayConfig(cfg *replay.Config) error {
-	if err := cfg.Validate(); err != nil {
+	if err := replayConfigProblem(cfg); err != nil {
 		return usagef("replay: %v", err)
+	}
+	return nil
+}
+
+// replayConfigProblem returns what is wrong with cfg, in the words of the flags: its
+// Validate's finding, or what only cmd can check (analysis parses --slo; sim knows the
+// profiles).
+func replayConfigProblem(cfg *replay.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	if cfg.SLO != "" {
 		if _, err := analysis.ParseSLO(cfg.SLO); err != nil {
-			return usagef("replay: --slo: %v", err)
+			return fmt.Errorf("--slo: %w", err)
 		}
 	}
 	if cfg.Endpoint == "" {
 		if _, err := sim.Profile(cfg.SimProfile); err != nil {
-			return usagef("replay: --sim-profile: %v", err)
+			return fmt.Errorf("--sim-profile: %w", err)
 		}
 	}
 	return nil

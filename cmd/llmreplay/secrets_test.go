@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
-	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/sim"
 )
 
@@ -104,53 +101,5 @@ func TestSecretsNeverWritten(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "results: ") || files < 10 {
 		t.Errorf("the runs wrote too little to be checked: %d files; stdout:\n%s", files, stdout.String())
-	}
-}
-
-// TestSweepStateWithholdsSecrets: every form of the secret flags is left out of the stored
-// command line and named as withheld; an endpoint without credentials is kept.
-func TestSweepStateWithholdsSecrets(t *testing.T) {
-	const pw, key, hv = "pw-Secret1", "sk-Secret2", "hv-Secret3"
-	ep := "http://u:" + pw + "@127.0.0.1:9/v1"
-	for _, tc := range []struct {
-		args     []string
-		withheld string
-		kept     string
-	}{
-		{[]string{"--speedups", "1", "--endpoint", ep, "-o", "d"}, "endpoint", "--speedups 1 -o d"},
-		{[]string{"--endpoint=" + ep, "--speedups", "1"}, "endpoint", "--speedups 1"},
-		{[]string{"-e" + ep, "--speedups", "1"}, "endpoint", "--speedups 1"},
-		{[]string{"-e", "http://127.0.0.1:9/v1", "--speedups", "1"}, "", "-e http://127.0.0.1:9/v1 --speedups 1"},
-		{[]string{"--api-key", key, "--speedups", "1"}, "api-key", "--speedups 1"},
-		{[]string{"--api-key=" + key, "-H", "X-S: " + hv, "--header=X-T: " + hv, "-HX-U: " + hv}, "api-key,header", ""},
-	} {
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		cfg := replay.DefaultConfig()
-		addReplayFlags(fs, &cfg)
-		fs.Float64Slice("speedups", nil, "")
-		if err := fs.Parse(tc.args); err != nil {
-			t.Fatal(err)
-		}
-		st, err := newSweepState(tc.args, &cfg, fs)
-		if err != nil {
-			t.Fatalf("%q: %v", tc.args, err)
-		}
-		if got := strings.Join(st.Withheld, ","); got != tc.withheld {
-			t.Errorf("%q: withheld %q, want %q", tc.args, got, tc.withheld)
-		}
-		if got := strings.Join(st.Args, " "); got != tc.kept {
-			t.Errorf("%q: stored %q, want %q", tc.args, got, tc.kept)
-		}
-	}
-	// A form the scan does not know (flags bundled with -e) is refused, not stored.
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	cfg := replay.DefaultConfig()
-	addReplayFlags(fs, &cfg)
-	args := []string{"-qe", ep}
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := newSweepState(args, &cfg, fs); err == nil {
-		t.Errorf("%q: stored", args)
 	}
 }

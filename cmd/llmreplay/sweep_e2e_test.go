@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/sweep"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -126,7 +127,7 @@ func TestE2ESweepAutoFindsSimCapacity(t *testing.T) {
 	if l.PassLoad > lambdaStar*1.1 || l.FailLoad < lambdaStar*0.6 {
 		t.Errorf("SLO limit [%.2f, %.2f) req/s is inconsistent with the model's %.2f req/s", l.PassLoad, l.FailLoad, lambdaStar)
 	}
-	for _, f := range []string{"sweep.parquet", "sweep.json", "sweep.txt", "sweep.html", sweepStateFile} {
+	for _, f := range []string{"sweep.parquet", "sweep.json", "sweep.txt", "sweep.html", sweep.StateFile} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("sweep output: %v", err)
 		}

@@ -18,35 +18,8 @@ import (
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/sweep"
 )
-
-func TestParseBusy(t *testing.T) {
-	page := `# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="m"} 3.0
-vllm:num_requests_waiting{engine="0",model_name="m"} 2
-vllm:num_requests_waiting_by_reason{reason="capacity"} 7
-sglang:num_queue_reqs 1
-`
-	busy, known := parseBusy(strings.NewReader(page), nil)
-	if !known || busy != 6 {
-		t.Errorf("parseBusy = %v, %v; want 6, true (the _by_reason gauge is not a match)", busy, known)
-	}
-	if _, known := parseBusy(strings.NewReader("# nothing\nfoo 1\n"), nil); known {
-		t.Error("a page without the gauges was taken as known")
-	}
-	// OpenMetrics, as negotiated by prom.Accept: parsed by expfmt, # EOF and all.
-	om := "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 4\n" +
-		"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 1.5\n# EOF\n"
-	h := http.Header{"Content-Type": {"application/openmetrics-text; version=1.0.0; charset=utf-8"}}
-	if busy, known := parseBusy(strings.NewReader(om), h); !known || busy != 5.5 {
-		t.Errorf("OpenMetrics: parseBusy = %v, %v; want 5.5, true", busy, known)
-	}
-	// A malformed exposition is not taken as idle-with-numbers: it is unknown.
-	if _, known := parseBusy(strings.NewReader("vllm:num_requests_running{ 3\n"), nil); known {
-		t.Error("a malformed page was taken as known")
-	}
-}
 
 func TestSweepUsageErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -114,12 +87,12 @@ func TestSweepResume(t *testing.T) {
 		t.Fatalf("first sweep: %v\n%s", err, errb.String())
 	}
 	// As if the sweep had been started over two loads and interrupted after the first.
-	st, err := readSweepState(dir)
+	st, err := sweep.ReadState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.Args = append([]string{"--speedups", "40,80"}, common...)
-	if err := writeSweepState(dir, st); err != nil {
+	if err := st.Write(dir); err != nil {
 		t.Fatal(err)
 	}
 	if err := runSweep(context.Background(), []string{"--speedups", "40"}, io.Discard, io.Discard); err == nil {
@@ -186,7 +159,7 @@ func TestSweepGracefulStop(t *testing.T) {
 	if !strings.Contains(errb.String(), "llmreplay: stopping: no more requests") {
 		t.Errorf("no stop message:\n%s", errb.String())
 	}
-	st, err := readSweepState(dir)
+	st, err := sweep.ReadState(dir)
 	if err != nil || len(st.Points) != 1 || st.Points[0].Load != 40 {
 		t.Fatalf("state after the stop: %+v, %v", st, err)
 	}
@@ -278,7 +251,7 @@ func TestSweepPointsSendFreshPrompts(t *testing.T) {
 			if queries < 60*16 || hits != 0 {
 				t.Errorf("prefix cache after three points of 20 requests: %v tokens queried, %v hit; want >= %d queried and no hit", queries, hits, 60*16)
 			}
-			st, err := readSweepState(dir)
+			st, err := sweep.ReadState(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +260,7 @@ func TestSweepPointsSendFreshPrompts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got, want := d.Runs[0].Flags["seed"], strconv.FormatUint(5+uint64(i)<<pointSeedShift, 10); got != want {
+				if got, want := d.Runs[0].Flags["seed"], strconv.FormatUint(5+uint64(i)<<40, 10); got != want { // points 2^40 apart
 					t.Errorf("point %d: run metadata seed %q, want %q", i+1, got, want)
 				}
 			}

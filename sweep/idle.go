@@ -1,0 +1,85 @@
+package sweep
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/llmreplay/llmreplay/internal/prom"
+	"github.com/llmreplay/llmreplay/replay"
+)
+
+// busyGauges are the engines' gauges of requests running and waiting that the idle check
+// sums: vLLM's, SGLang's, TGI's and the llama.cpp server's (the simulated engine exposes
+// vLLM's).
+var busyGauges = []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs",
+	"tgi_queue_size", "tgi_batch_current_size", "llamacpp:requests_processing", "llamacpp:requests_deferred"}
+
+// idlePoll is how often the idle check scrapes a busy endpoint.
+const idlePoll = time.Second
+
+// waitIdle polls the endpoint's Prometheus /metrics until no request is running or
+// waiting, so a point does not start while the previous one's requests still occupy the
+// engine; after timeout it says so on log and returns. An endpoint without /metrics, or
+// without any of busyGauges, is taken as idle.
+func waitIdle(ctx context.Context, endpoint string, timeout time.Duration, log io.Writer) {
+	base, err := replay.BaseURL(endpoint)
+	if err != nil {
+		return
+	}
+	root := replay.MetricsURL(base)
+	client := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		busy, known := scrapeBusy(ctx, client, root.String())
+		if !known || busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(log, "llmreplay: sweep: WARNING: the endpoint still has %g requests running or waiting after %v; starting the point anyway\n", busy, timeout)
+			return
+		}
+		select {
+		case <-time.After(idlePoll):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// scrapeBusy sums the running and waiting request gauges of a Prometheus exposition.
+func scrapeBusy(ctx context.Context, client *http.Client, url string) (busy float64, known bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, false
+	}
+	req.Header.Set("Accept", prom.Accept)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	return parseBusy(io.LimitReader(resp.Body, replay.MaxExposition), resp.Header)
+}
+
+// parseBusy sums busyGauges over their label sets; known is false when the exposition does
+// not parse or has none of them.
+func parseBusy(r io.Reader, h http.Header) (busy float64, known bool) {
+	samples, err := prom.Parse(r, h)
+	if err != nil {
+		return 0, false
+	}
+	for _, s := range samples {
+		if slices.Contains(busyGauges, s.Name) {
+			busy += s.Value
+			known = true
+		}
+	}
+	return busy, known
+}
