@@ -167,12 +167,6 @@ func (w *Writer) SetMeta(meta Meta) error {
 	return nil
 }
 
-// Meta returns the metadata the Writer stores.
-func (w *Writer) Meta() Meta { return w.meta }
-
-// Rows returns the number of rows written so far.
-func (w *Writer) Rows() int64 { return w.rows }
-
 func (w *Writer) errorf(format string, a ...any) error {
 	msg := fmt.Sprintf(format, a...)
 	if w.label != "" {

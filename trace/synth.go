@@ -165,7 +165,7 @@ func gammaRand(r *rand.Rand, k float64) float64 {
 	}
 }
 
-// Dist is a length distribution in DESIGN.md's DIST syntax:
+// Dist is a length distribution in the DIST syntax of docs/trace-format.md (`trace synth`):
 //
 //	fixed:N           always N
 //	uniform:A,B       integers A..B inclusive, equally likely

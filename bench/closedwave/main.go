@@ -5,8 +5,9 @@
 //   - wave: the run clock at which the C-th request went out (C = the run's concurrency),
 //     i.e. how long it took to put one request on each worker's connection;
 //   - lateness p99 (type 7) of every sent request, and of the requests after the first C
-//     sent (the steady state; before issue 13 a closed loop stamped scheduled_ns when a
-//     worker took a request, so its lateness could not see the first wave's dials).
+//     sent (the steady state; older builds stamped a closed loop's scheduled_ns when a
+//     worker took a request, so their lateness could not see the first wave's dials, and
+//     this tool measures old and new builds alike).
 //
 // Usage: closedwave results.parquet...
 package main

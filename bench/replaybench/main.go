@@ -10,7 +10,7 @@
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay sweep      # highest rate with lateness p99 < 5 ms
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay memory     # 1,000,000 requests vs tiny: peak RSS
 //	go run ./bench/replaybench -llmreplay /tmp/llmreplay floor      # CPU per chunk of a minimal epoll client
-//	go run ./bench/replaybench -llmreplay /tmp/llmreplay suite      # issue 18's targets: floor and fidelity interleaved, medians
+//	go run ./bench/replaybench -llmreplay /tmp/llmreplay suite      # the fidelity targets: floor and fidelity interleaved, medians
 package main
 
 import (
@@ -441,11 +441,12 @@ func fixedArgs() []string {
 }
 
 // simHasServerRecord says whether bin's sim has --request-log-writes, the flag that came
-// with the server stamps of issue 18 (contract 2); why says what is missing when not.
+// with the server's per-request stamps (the record TTFT error is split by); why says what
+// is missing when not.
 func simHasServerRecord() (ok bool, why string) {
 	out, _ := exec.Command(*bin, "sim", "--help").CombinedOutput()
 	if !bytes.Contains(out, []byte("--request-log-writes")) {
-		return false, fmt.Sprintf("%s sim has no --request-log-writes (a build before issue 18's server stamps)", *bin)
+		return false, fmt.Sprintf("%s sim has no --request-log-writes (a build older than the sim's server stamps)", *bin)
 	}
 	return true, ""
 }

@@ -16,7 +16,9 @@ import (
 )
 
 // serverRecord is what replaybench reads of one line of `llmreplay sim --request-log`
-// (sim/reqlog.go LogRecord; issue 18 contract 2). The *_unix_ns stamps are
+// (sim/reqlog.go LogRecord: the server's own record of each request, joined to the
+// client's by X-Request-Id so that TTFT error splits into the replayer's and the sim's).
+// The *_unix_ns stamps are
 // CLOCK_REALTIME: arrive_unix_ns when the request's bytes reached the sim's socket (the
 // kernel's receive timestamp; since 2026-12-03), read_unix_ns when the read that
 // delivered the request's head returned,

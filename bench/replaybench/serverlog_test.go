@@ -24,7 +24,7 @@ func TestJoinServerLog(t *testing.T) {
 		okResult(0, 1*msNS, 53*msNS, 52*msNS, 62*msNS+msNS/2, 72*msNS),
 		okResult(1, 2*msNS, 60*msNS, 58*msNS), // not in the log
 		{RequestID: 2, Status: results.StatusHTTPError, SentNS: 3 * msNS, FirstTokenNS: results.Null, EndNS: results.Null},
-		okResult(3, 4*msNS, 60*msNS, 56*msNS),                   // in the log without the issue-18 stamps
+		okResult(3, 4*msNS, 60*msNS, 56*msNS),                   // in the log without the server stamps
 		okResult(4, 5*msNS, 58*msNS, 53*msNS, 63*msNS),          // two chunks, three writes: no ITL
 		okResult(5, 6*msNS, 60*msNS, 54*msNS, 64*msNS, 74*msNS), // three tokens, the writes four
 		// Three chunks of a token: the first write carried two (the sim was behind).
@@ -97,7 +97,7 @@ func TestJoinServerLog(t *testing.T) {
 	near("ITL error p50", j.ITLErr.P50, 0.5)
 }
 
-// A log from a sim without the issue-18 fields joins nothing: the harness then says the
+// A log from a sim without the server-stamp fields joins nothing: the harness then says the
 // server record is unavailable.
 func TestJoinServerLogWithoutStamps(t *testing.T) {
 	meta := &results.RunMeta{RunID: "r", RunStartUnixNS: 1}

@@ -87,7 +87,8 @@ import (
 	"unsafe"
 )
 
-// sleeper is the C-like floor under the dispatcher's lateness (issue 18): a pthread
+// sleeper is the C-like floor under the dispatcher's lateness (the least lateness any
+// thread on this machine gets, so the dispatcher's is read beside it): a pthread
 // created in C that sleeps to absolute deadlines k·period apart
 // (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)) and records how late each wake is,
 // with no Go runtime involvement while it sleeps or wakes (no P to get back, no signals:

@@ -15,7 +15,9 @@ import (
 	"time"
 )
 
-// suite measures issue 18's targets in one sitting: n rounds of floor, the floor client
+// suite measures the fidelity targets (docs/replay.md, "Fidelity and cost": CPU per token
+// beside the floor's, lateness beside the C sleeper's, the replayer's own TTFT error) in
+// one sitting: n rounds of floor, the floor client
 // with the reactor's io_uring reads and read batching (a figure beside the reference floor,
 // not a target's), fidelity unpinned and fidelity pinned (replayer and sim on a core
 // each), interleaved so that the machine's

@@ -13,7 +13,8 @@ import (
 
 // TestWrongKindOfFileSaysWhatItIs: a file of the wrong kind given to any command gets one
 // printable line saying what the file is and what was probably meant, never its binary
-// content (issue 17: `trace import --from azure x.parquet` printed the Parquet header).
+// content (`trace import --from azure x.parquet` once printed the Parquet header into the
+// terminal as the "bad CSV line").
 func TestWrongKindOfFileSaysWhatItIs(t *testing.T) {
 	dir := t.TempDir()
 	csv := filepath.Join(tracesDir(t), "AzureLLMInferenceTrace_code.csv")

@@ -1,6 +1,3 @@
-// Package kubernetes holds no code: its test checks the manifests in this folder by strict
-// decoding into the Kubernetes API types (no cluster is needed), so a typo in a field name,
-// a wrong type or a shard count that disagrees with itself fails CI instead of a deploy.
 package kubernetes
 
 import (

@@ -12,29 +12,20 @@
 // (runtime.entersyscallblock, which gVisor uses the same way and the runtime keeps
 // linkable for it, go.dev/issue/67401), so the other goroutines run on it while the
 // thread sleeps; on return the thread takes an idle P, or waits for one.
+//
+// Those two runtime functions are reached by //go:linkname (handoff_linux.go), which a Go
+// release may refuse. Built with the tag llmreplay_nolinkname, the package uses no
+// linkname (handoff_nolinkname_linux.go): the blocking calls go through syscall.Syscall6
+// and keep their P until sysmon retakes it, as any Go program's system calls do. Only the
+// hand-off is lost; every function keeps its meaning.
 package osthread
 
 import (
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
-
-//go:linkname entersyscallblock runtime.entersyscallblock
-func entersyscallblock()
-
-//go:linkname exitsyscall runtime.exitsyscall
-func exitsyscall()
-
-// Block6 is syscall.Syscall6 for a call that blocks: the P is handed off at entry.
-//
-//go:nosplit
-//go:norace
-func Block6(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
-	entersyscallblock()
-	r1, r2, err = syscall.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
-	exitsyscall()
-	return
-}
 
 // Monotonic is CLOCK_MONOTONIC in nanoseconds: the clock Go's monotonic readings
 // (time.Since, time.Until) are on, and the one SleepUntil takes.
@@ -45,8 +36,8 @@ func Monotonic() int64 {
 }
 
 const (
-	clockMonotonic = 1
-	timerAbstime   = 1
+	clockMonotonic = unix.CLOCK_MONOTONIC
+	timerAbstime   = unix.TIMER_ABSTIME
 )
 
 func clockGettime(id int, ts *syscall.Timespec) {
@@ -74,9 +65,8 @@ func SleepUntil(deadline int64) {
 // wake on time sets it to 1 ns. Call it on a goroutine locked to its thread, and set the
 // old value back before unlocking it (the thread returns to the runtime's pool).
 func SetTimerSlack(ns int) (prev int) {
-	const prSetTimerSlack, prGetTimerSlack = 29, 30
-	r, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, prGetTimerSlack, 0, 0)
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, uintptr(ns), 0)
+	r, _, _ := syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_GET_TIMERSLACK, 0, 0)
+	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_TIMERSLACK, uintptr(ns), 0)
 	return int(r)
 }
 
@@ -111,11 +101,10 @@ func Read(fd int, b []byte) (int, error) {
 // Call it on a goroutine locked to its thread, and set the old name back before unlocking
 // it (the thread returns to the runtime's pool).
 func SetName(name string) (prev string) {
-	const prSetName, prGetName = 15, 16
 	var old, b [16]byte
-	syscall.RawSyscall(syscall.SYS_PRCTL, prGetName, uintptr(unsafe.Pointer(&old[0])), 0)
+	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_GET_NAME, uintptr(unsafe.Pointer(&old[0])), 0)
 	copy(b[:15], name)
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetName, uintptr(unsafe.Pointer(&b[0])), 0)
+	syscall.RawSyscall(syscall.SYS_PRCTL, unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0)
 	for i, c := range old {
 		if c == 0 {
 			return string(old[:i])
@@ -141,34 +130,6 @@ func SleepWritev(deadline int64, fd int, iov *syscall.Iovec, iovcnt int, hold bo
 	var now syscall.Timespec
 	r, e := sleepWritev(&ts, &now, uintptr(fd), uintptr(unsafe.Pointer(iov)), uintptr(iovcnt), hold)
 	return now.Nano(), int(r), e
-}
-
-// sleepWritev is SleepWritev's system calls, made in the syscall state unless hold:
-// nosplit, nothing but raw system calls on values in this frame and its caller's.
-//
-//go:nosplit
-//go:norace
-func sleepWritev(ts, now *syscall.Timespec, fd, iov, iovcnt uintptr, hold bool) (n uintptr, err syscall.Errno) {
-	if !hold {
-		entersyscallblock()
-	}
-	for {
-		_, _, e := syscall.RawSyscall6(syscall.SYS_CLOCK_NANOSLEEP, clockMonotonic, timerAbstime, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
-		if e != syscall.EINTR {
-			break
-		}
-	}
-	syscall.RawSyscall6(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(now)), 0, 0, 0, 0)
-	for {
-		n, _, err = syscall.RawSyscall6(syscall.SYS_WRITEV, fd, iov, iovcnt, 0, 0, 0)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if !hold {
-		exitsyscall()
-	}
-	return
 }
 
 // SleepHold sleeps the calling thread until CLOCK_MONOTONIC reaches deadline (ns,

@@ -4,7 +4,7 @@
 // submitted, so a reactor that found n streams ready reads them all in one io_uring_enter
 // instead of n recvmsg calls. On this project's machines a system call's entry and exit
 // cost about 1 µs (a trivial getppid, measured), as much as the read's own work, so the
-// batch takes most of that off every chunk (issue 18).
+// batch takes most of that off every chunk.
 //
 // Every operation is non-blocking (MSG_DONTWAIT): the kernel completes it at once, with
 // -EAGAIN when the socket is empty, instead of arming a poll and completing it later into

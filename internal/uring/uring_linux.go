@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,10 +15,12 @@ import (
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 )
 
+// The system-call numbers come from golang.org/x/sys/unix, which has them for every Linux
+// architecture. It has none of io_uring's own constants or structures, so those below are
+// written out from the kernel's ABI (include/uapi/linux/io_uring.h), which the kernel keeps
+// stable: opcodes, flags and offsets are only ever added, and the structures only grow into
+// their reserved fields. TestLayout checks the structures' sizes against the header's.
 const (
-	sysSetup = 425 // io_uring_setup
-	sysEnter = 426 // io_uring_enter
-
 	opRecvmsg = 10 // IORING_OP_RECVMSG
 
 	enterGetEvents = 1 << 0 // IORING_ENTER_GETEVENTS
@@ -28,20 +29,23 @@ const (
 	featNoDrop       = 1 << 1 // IORING_FEAT_NODROP
 	featSubmitStable = 1 << 2 // IORING_FEAT_SUBMIT_STABLE
 
-	offSQRing = 0
-	offSQEs   = 0x10000000
+	offSQRing = 0          // IORING_OFF_SQ_RING
+	offSQEs   = 0x10000000 // IORING_OFF_SQES
 )
 
+// sqringOffsets is struct io_sqring_offsets (40 bytes).
 type sqringOffsets struct {
 	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
 	userAddr                                                        uint64
 }
 
+// cqringOffsets is struct io_cqring_offsets (40 bytes).
 type cqringOffsets struct {
 	head, tail, ringMask, ringEntries, overflow, cqes, flags, resv1 uint32
 	userAddr                                                        uint64
 }
 
+// params is struct io_uring_params (120 bytes).
 type params struct {
 	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFd uint32
 	resv                                                                   [3]uint32
@@ -99,7 +103,7 @@ type Ring struct {
 // feature the reactor relies on; callers then read with recvmsg(2) as before.
 func New(entries uint32) (*Ring, error) {
 	var p params
-	fd, _, e := syscall.RawSyscall(sysSetup, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
+	fd, _, e := unix.RawSyscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
 	if e != 0 {
 		return nil, os.NewSyscallError("io_uring_setup", e)
 	}
@@ -167,7 +171,7 @@ func (r *Ring) probe() error {
 	if !got {
 		return errors.New("io_uring: a non-blocking recvmsg on an empty socket did not complete at once")
 	}
-	if syscall.Errno(-res) != syscall.EAGAIN {
+	if unix.Errno(-res) != unix.EAGAIN {
 		return fmt.Errorf("io_uring: a recvmsg on an empty socket gave %d, not EAGAIN", res)
 	}
 	return nil
@@ -204,8 +208,8 @@ func (r *Ring) Submit() (int, error) {
 	atomic.StoreUint32(r.sqTail, r.tail)
 	r.queued = 0
 	for {
-		got, _, e := syscall.RawSyscall6(sysEnter, uintptr(r.fd), uintptr(n), 0, enterGetEvents, 0, 0)
-		if e == syscall.EINTR {
+		got, _, e := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), 0, enterGetEvents, 0, 0)
+		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
@@ -241,7 +245,7 @@ func (r *Ring) Close() error {
 		r.ring = nil
 	}
 	if r.fd >= 0 {
-		err := syscall.Close(r.fd)
+		err := unix.Close(r.fd)
 		r.fd = -1
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -129,5 +130,39 @@ func TestRingFull(t *testing.T) {
 	}
 	if !r.PrepRecvmsg(fds[0], &msgs[0], 9) {
 		t.Fatal("no slot after the submit")
+	}
+}
+
+// TestLayout: the structures written out in uring_linux.go have the sizes and the field
+// offsets of include/uapi/linux/io_uring.h (x/sys/unix has none of them), so the kernel
+// reads and writes the fields this package means.
+func TestLayout(t *testing.T) {
+	var s sqe
+	var p params
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(io_uring_sqe)", unsafe.Sizeof(s), 64},
+		{"sizeof(io_uring_cqe)", unsafe.Sizeof(cqe{}), 16},
+		{"sizeof(io_uring_params)", unsafe.Sizeof(p), 120},
+		{"sizeof(io_sqring_offsets)", unsafe.Sizeof(sqringOffsets{}), 40},
+		{"sizeof(io_cqring_offsets)", unsafe.Sizeof(cqringOffsets{}), 40},
+		{"io_uring_sqe.fd", unsafe.Offsetof(s.fd), 4},
+		{"io_uring_sqe.off", unsafe.Offsetof(s.off), 8},
+		{"io_uring_sqe.addr", unsafe.Offsetof(s.addr), 16},
+		{"io_uring_sqe.len", unsafe.Offsetof(s.len), 24},
+		{"io_uring_sqe.msg_flags", unsafe.Offsetof(s.msgFlags), 28},
+		{"io_uring_sqe.user_data", unsafe.Offsetof(s.userData), 32},
+		{"io_uring_sqe.addr3", unsafe.Offsetof(s.addr3), 48},
+		{"io_uring_params.features", unsafe.Offsetof(p.features), 20},
+		{"io_uring_params.sq_off", unsafe.Offsetof(p.sqOff), 40},
+		{"io_uring_params.cq_off", unsafe.Offsetof(p.cqOff), 80},
+		{"io_cqring_offsets.cqes", unsafe.Offsetof(p.cqOff.cqes), 20},
+		{"io_cqring_offsets.user_addr", unsafe.Offsetof(p.cqOff.userAddr), 32},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
 	}
 }
