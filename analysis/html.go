@@ -350,9 +350,15 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	t := r.Throughput
 	q := r.Requests
 	p("<table><tr><th>requests</th><td>%d total, %d ok, %d failed, %d dropped, %d canceled</td></tr>\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
-	p("<tr><th>overall output tok/s</th><td>%s (over %s s)</td></tr>\n", f2(t.OutputTokensPerS), f3(t.DurationS))
-	p("<tr><th>sustained output tok/s</th><td>%s in [%s s, %s s)</td></tr>\n", f2(t.SustainedOutputTokensPerS), f3(t.WindowStartS), f3(t.WindowEndS))
-	p("<tr><th>peak 1 s output tok/s</th><td>%s</td></tr>\n", f2(t.PeakOutputTokensPerS))
+	for i := range reportFigures {
+		if f := &reportFigures[i]; f.HTML != "" && f.present(r) {
+			cell := f.Format(f.float(r))
+			if f.HTMLNote != nil {
+				cell += " " + f.HTMLNote(r)
+			}
+			p("<tr><th>%s</th><td>%s</td></tr>\n", e(f.HTML), e(cell))
+		}
+	}
 	if g := r.Goodput; g != nil {
 		p("<tr><th>goodput (%s)</th><td>%s req/s, %s tok/s, attainment %s</td></tr>\n", e(g.SLO.String()), f3(g.RequestsPerS), f2(g.OutputTokensPerS), pct(g.Attainment))
 	}
@@ -373,15 +379,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		rp.writeHTML(p, e)
 	}
 	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
-	for _, m := range []struct {
-		n string
-		q Quantiles
-	}{{"TTFT", r.TTFT}, {"TPOT", r.TPOT}, {"ITL (per chunk)", r.ITL}, {"ITL (per token)", r.ITLPerToken}, {"E2E", r.E2E}, {"schedule lateness", r.Lateness}} {
-		if m.q.N == 0 {
+	for _, f := range sectionFigures(r, "latency") {
+		q := f.Dist(r)
+		if q.N == 0 {
 			continue
 		}
 		p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
+			e(f.Text), q.N, f3(q.Mean), f3(q.P50), f3(q.P90), f3(q.P95), f3(q.P99), f3(q.P999), f3(q.Max))
 	}
 	p("</table><p>Percentiles: %s.</p>\n", e(PercentileMethod))
 	p("<h2>Per-user speed, tok/s</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p10</th><th>p1</th><th>min</th></tr>\n")

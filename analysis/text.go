@@ -98,31 +98,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	} else {
 		p("\nThroughput (overall: ok requests over %s s, first sent %s s to last end %s s)\n", f3(t.DurationS), f3(t.FirstSentS), f3(t.LastEndS))
 	}
-	p("  %-30s %12s\n", "requests/s", f3(t.RequestsPerS))
-	p("  %-30s %12s\n", "output tok/s", f2(t.OutputTokensPerS))
-	p("  %-30s %12s\n", "total tok/s (prompt+output)", f2(t.TotalTokensPerS))
-	win := "no steady-state window"
-	if r.Repeats != nil {
-		win = "over the repeats' steady-state windows"
-	}
-	if !math.IsNaN(t.WindowStartS) {
-		how := "given"
-		if t.WarmupDetected {
-			how = "detected by MSER-5"
-		}
-		win = fmt.Sprintf("window [%s s, %s s), warm-up %s s %s", f3(t.WindowStartS), f3(t.WindowEndS), f3(t.WarmupS), how)
-	}
-	p("  %-30s %12s   %s\n", "sustained output tok/s", f2(t.SustainedOutputTokensPerS), win)
-	peak := ""
-	if !math.IsNaN(t.PeakAtS) {
-		peak = fmt.Sprintf("[%s s, %s s)", f3(t.PeakAtS), f3(t.PeakAtS+1))
-	}
-	p("  %-30s %12s   %s\n", "peak 1 s output tok/s", f2(t.PeakOutputTokensPerS), peak)
+	r.writeSection(p, "throughput")
 	if g := r.Goodput; g != nil {
 		p("\nGoodput (SLO %s; attainment over %d non-canceled requests)\n", g.SLO, q.Total-q.Canceled)
-		p("  %-30s %12s\n", "good requests/s", f3(g.RequestsPerS))
-		p("  %-30s %12s\n", "good output tok/s", f2(g.OutputTokensPerS))
-		p("  %-30s %12s   %d good\n", "SLO attainment", pct(g.Attainment), g.Good)
+		r.writeSection(p, "goodput")
 	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
@@ -133,14 +112,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
 	}
-	row("TTFT", r.TTFT)
-	row("TPOT", r.TPOT)
-	row("ITL (per chunk)", r.ITL)
-	if r.ITLPerToken.N > 0 {
-		row("ITL (per token)", r.ITLPerToken)
+	for _, f := range sectionFigures(r, "latency") {
+		if q := f.Dist(r); q.N > 0 || !f.OnlyIfSampled {
+			row(f.Text, q)
+		}
 	}
-	row("E2E", r.E2E)
-	row("schedule lateness", r.Lateness)
 
 	u := r.PerUser
 	p("\nPer-user speed, tok/s (ok requests with output_tokens > 1; slow tail p10, p1, min)\n")
@@ -290,6 +266,17 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// writeSection writes the lines of a text section's scalar figures (figures.go).
+func (r *Report) writeSection(p func(string, ...any), section string) {
+	for _, f := range sectionFigures(r, section) {
+		p("  %-30s %12s", f.Text, f.Format(f.float(r)))
+		if f.Note != nil {
+			p("   %s", f.Note(r))
+		}
+		p("\n")
+	}
 }
 
 func orDash(s string) string {
