@@ -81,6 +81,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Repeats != nil {
 		r.Repeats.writeText(bw)
 	}
+	r.writeTextFigures(p)
+	r.writeTextClosed(p)
+	r.writeTextConversations(p)
+	if s := r.Server; s != nil {
+		s.writeText(p)
+	}
+	r.writeTextTokensFlags(p)
+	r.writeTextBuckets(p)
+	return bw.Flush()
+}
+
+// writeTextFigures writes the requests, throughput, goodput, latency and per-user sections.
+func (r *Report) writeTextFigures(p func(string, ...any)) {
 	q := r.Requests
 	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
 	if q.Failed > 0 {
@@ -105,16 +118,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
-	row := func(name string, x Quantiles) {
-		if x.N == 0 {
-			p("  %-22s %9d %10s\n", name, 0, "-")
-			return
-		}
-		p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
-	}
 	for _, f := range sectionFigures(r, "latency") {
 		if q := f.Dist(r); q.N > 0 || !f.OnlyIfSampled {
-			row(f.Text, q)
+			latencyRow(p, f.Text, q)
 		}
 	}
 
@@ -131,7 +137,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		p("  %-30s %9d %10s %10s %10s %10s %10s\n", m.name, m.s.N, f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min))
 	}
+}
 
+// latencyRow writes one row of a latency table, ms.
+func latencyRow(p func(string, ...any), name string, x Quantiles) {
+	if x.N == 0 {
+		p("  %-22s %9d %10s\n", name, 0, "-")
+		return
+	}
+	p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
+}
+
+// writeTextClosed writes a closed-loop run's section.
+func (r *Report) writeTextClosed(p func(string, ...any)) {
+	t, u := r.Throughput, r.PerUser
 	if c := r.Closed; c != nil {
 		p("\nClosed loop: concurrency %d, ramp-up %s s\n", c.Concurrency, f3(c.RampUpS))
 		p("  %-30s %s req/s; output %s tok/s overall, %s sustained; per user %s tok/s mean, %s p50 (1/TPOT %s mean, %s p50)\n",
@@ -140,10 +159,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  %-30s %d requests (scheduled by the last worker's start, %s s), last sent at %s ms\n", "first wave:",
 			c.FirstWaveRequests, f3(float64(results.LastWorkerStart(c.Concurrency, time.Duration(math.Round(c.RampUpS*1e9))))/1e9), f1(c.FirstWaveSendS*1e3))
 		p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "schedule lateness, ms", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
-		row("first wave", c.FirstWaveLateness)
-		row("steady state", c.SteadyLateness)
+		latencyRow(p, "first wave", c.FirstWaveLateness)
+		latencyRow(p, "steady state", c.SteadyLateness)
 	}
+}
 
+// writeTextConversations writes the prefix cache, turn overlap and session waits.
+func (r *Report) writeTextConversations(p func(string, ...any)) {
 	if c := r.Conversations; c != nil {
 		pc := c.PrefixCache
 		p("\nConversations\n")
@@ -191,11 +213,10 @@ func (r *Report) WriteText(w io.Writer) error {
 				w.Waited, w.Turns, pct(100*w.WaitedShare), p50, p99, w.OverBound, w.Bound)
 		}
 	}
+}
 
-	if s := r.Server; s != nil {
-		s.writeText(p)
-	}
-
+// writeTextTokensFlags writes the token reconciliation and the run-level verdicts.
+func (r *Report) writeTextTokensFlags(p func(string, ...any)) {
 	k := r.Tokens
 	p("\nTokens (ok requests)\n")
 	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
@@ -238,7 +259,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  reshaped by the server: %s (%d of %d later turns waited for their predecessor over %v; bound %s)\n",
 			yesno(w.Reshaped), w.OverBound, w.Turns, w.Bound, pct(100*ReshapedShare))
 	}
+}
 
+// writeTextBuckets writes the breakdowns by length and the warnings.
+func (r *Report) writeTextBuckets(p func(string, ...any)) {
 	for _, bd := range []struct {
 		title string
 		bs    []Bucket
@@ -265,7 +289,6 @@ func (r *Report) WriteText(w io.Writer) error {
 			p("  - %s\n", w)
 		}
 	}
-	return bw.Flush()
 }
 
 // writeSection writes the lines of a text section's scalar figures (figures.go).
