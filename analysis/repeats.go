@@ -242,21 +242,27 @@ func (rp *Repeats) writeText(w io.Writer) {
 	}
 }
 
-// writeHTML writes the repeats table of the HTML report (p prints, e escapes).
-func (rp *Repeats) writeHTML(p func(string, ...any), e func(string) string) {
-	p("<h2>Repeats: %d of %d, group %s</h2><table><tr><th>figure</th><th>pooled</th><th>median</th><th>min – max</th>", len(rp.Index), rp.Count, e(rp.Group))
+// repeatsHTML is the repeats table of the HTML report.
+type repeatsHTML struct {
+	N, Count int
+	Group    string
+	Header   []string
+	Rows     []htmlRow
+}
+
+func (rp *Repeats) html() *repeatsHTML {
+	h := &repeatsHTML{N: len(rp.Index), Count: rp.Count, Group: rp.Group, Header: []string{"figure", "pooled", "median", "min – max"}}
 	for _, i := range rp.Index {
-		p("<th>r%d</th>", i)
+		h.Header = append(h.Header, fmt.Sprintf("r%d", i))
 	}
-	p("</tr>\n")
 	for _, f := range rp.Figures {
-		p("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s – %s</td>", e(f.Label), f2(f.Pooled), f2(f.Median), f2(f.Min), f2(f.Max))
+		cells := []string{f.Label, f2(f.Pooled), f2(f.Median), f2(f.Min) + " – " + f2(f.Max)}
 		for _, v := range f.Values {
-			p("<td>%s</td>", f2(v))
+			cells = append(cells, f2(v))
 		}
-		p("</tr>\n")
+		h.Rows = append(h.Rows, dataRow(cells...))
 	}
-	p("</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, \"Repeats\").</p>\n")
+	return h
 }
 
 // jsonRepeats is the report's "repeats" key (docs/metrics.md, "Repeats").

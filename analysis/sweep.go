@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
 	"sort"
@@ -554,14 +554,10 @@ func writeColRows(path, format string, rows [][]col) error {
 // WriteHTML writes a self-contained page: throughput against offered load and latency
 // against load, the knee marked, and the table.
 func (s *SweepReport) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	e := html.EscapeString
 	var text strings.Builder
-	s.WriteText(&text)
-	p("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>llmreplay sweep</title>\n")
-	p("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
-	p("<style>%s</style></head><body>\n<h1>llmreplay sweep over %s</h1>\n", htmlStyle, e(s.Axis))
+	if err := s.WriteText(&text); err != nil {
+		return err
+	}
 	var off, sus, ttft50, ttft99, tpot99 [][2]float64
 	maxX, maxY, maxLat := 0.0, 0.0, 0.0
 	for _, r := range s.Rows {
@@ -580,7 +576,7 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			}
 		}
 	}
-	var plots []string
+	var plots []*svgPlot
 	if s.closed() {
 		plots = s.closedPlots()
 	} else {
@@ -592,7 +588,7 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
 		}
 		tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
-		plots = append(plots, tp.String())
+		plots = append(plots, tp)
 	}
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	lp := newPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
@@ -607,16 +603,35 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
 	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
-	plots = append(append(plots, lp.String()), s.serverPlots()...)
-	p("<div class=\"grid-2\">\n%s\n</div>\n", strings.Join(plots, "\n"))
-	p("<h2>Points</h2><pre>%s</pre>\n", e(text.String()))
-	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
+	plots = append(append(plots, lp), s.serverPlots()...)
+	bw := bufio.NewWriter(w)
+	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: htmlStyle, Script: htmlScript, Axis: s.Axis, Plots: plots, Text: text.String()})
+	if err != nil {
+		return fmt.Errorf("analysis: sweep html: %w", err)
+	}
 	return bw.Flush()
 }
 
+// sweepPage is what sweepTemplate reads.
+type sweepPage struct {
+	Title  string
+	Style  template.CSS
+	Script template.JS
+	Axis   string
+	Plots  []*svgPlot
+	Text   string
+}
+
+var sweepTemplate = pageTemplate(htmlHead + `<h1>llmreplay sweep over {{.Axis}}</h1>
+<div class="grid-2">
+{{range $i, $p := .Plots}}{{if $i}}{{"\n"}}{{end}}{{template "svg" $p}}{{end}}
+</div>
+<h2>Points</h2><pre>{{.Text}}</pre>
+` + htmlFoot)
+
 // closedPlots are a closed-loop sweep's plots against concurrency on a log axis: output
 // throughput (overall and sustained) with the knee marked, and per-user speed.
-func (s *SweepReport) closedPlots() []string {
+func (s *SweepReport) closedPlots() []*svgPlot {
 	var all, sus, mean, p50, inv [][2]float64
 	for _, r := range s.Rows {
 		t, u := r.Report.Throughput, r.Report.PerUser
@@ -647,7 +662,7 @@ func (s *SweepReport) closedPlots() []string {
 		up.vline(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
 	}
 	up.legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
-	return []string{tp.String(), up.String()}
+	return []*svgPlot{tp, up}
 }
 
 // WriteHTMLFile writes the sweep page to path through a temporary file.
