@@ -520,12 +520,8 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 // pairedFigure reports whether paired runs resample the windows of the figure at key
 // together (its declaration's CompareSpec.Paired).
 func pairedFigure(key string) bool {
-	for i := range reportFigures {
-		if f := &reportFigures[i]; f.Key == key {
-			return f.Compare != nil && f.Compare.Paired
-		}
-	}
-	return false
+	f := figureByKey(key)
+	return f != nil && f.Compare != nil && f.Compare.Paired
 }
 
 // scaledBlock is the estimate of a throughput figure: its reported value, and replicates

@@ -63,6 +63,16 @@ type CompareSpec struct {
 	Paired bool
 }
 
+// figureByKey returns the declared figure named key, or nil.
+func figureByKey(key string) *Figure {
+	for i := range reportFigures {
+		if reportFigures[i].Key == key {
+			return &reportFigures[i]
+		}
+	}
+	return nil
+}
+
 func (f *Figure) present(r *Report) bool { return f.Present == nil || f.Present(r) }
 
 // float returns a scalar figure's value as a float64 (NaN for a string).

@@ -210,25 +210,8 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 		s.writeSpreadText(p)
 		return bw.Flush()
 	}
-	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-		s.Axis, "offer r/s", "offer tok/s", "sustain t/s", "ratio", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
-	for _, r := range s.Rows {
-		pt := r.Point()
-		rep := r.Report
-		ratio := math.NaN()
-		if pt.OfferedTokensPerSecond > 0 {
-			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
-		}
-		good, att := math.NaN(), math.NaN()
-		if g := rep.Goodput; g != nil {
-			good, att = g.RequestsPerS, g.Attainment
-		}
-		flags := pointFlags(rep)
-		p("%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-			fmtLoad(r.Load), f2(r.Offered.WindowRequestsPerS), f1(pt.OfferedTokensPerSecond), f1(pt.SustainedTokensPerSecond),
-			f2(ratio), f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
-			f2(good), pct(att), pct(100*r.ErrorRate()), flags)
-	}
+	p("\n\n")
+	s.writePointsTable(p)
 	p("\nLatencies in ms; offered and sustained over each point's steady-state window; goodput in req/s.\n")
 	if s.Axis != "concurrency" {
 		p("%s\n", s.describe(s.Saturation, fmt.Sprintf("saturation (sustained >= %.0f%% of offered, not overloaded)", s.Options.MinRatio*100)))
@@ -268,19 +251,7 @@ func goodputOf(rep *Report) (good, att float64) {
 
 // writeClosedText writes a closed-loop sweep's table: no offered load, per-user speed.
 func (s *SweepReport) writeClosedText(p func(string, ...any)) {
-	p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-		"concurrency", "req/s", "out tok/s", "sustain t/s", "user mean", "user p50", "1/TPOT p50",
-		"TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
-	for _, r := range s.Rows {
-		rep := r.Report
-		good, att := goodputOf(rep)
-		u := rep.PerUser
-		p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-			fmtLoad(r.Load), f2(rep.Throughput.RequestsPerS), f1(rep.Throughput.OutputTokensPerS), f1(rep.Throughput.SustainedOutputTokensPerS),
-			f1(u.TokensPerS.Mean), f1(u.TokensPerS.P50), f1(u.InvTPOT.P50),
-			f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
-			f2(good), pct(att), pct(100*r.ErrorRate()), pointFlags(rep))
-	}
+	s.writePointsTable(p)
 	p("\nClosed loop: each point keeps its concurrency's requests in flight, so it offers no load of its own.\n")
 	p("out tok/s over the whole run, sustained over each point's steady-state window; user mean and p50: of each ok\n")
 	p("request's output tokens / (E2E - TTFT), tok/s per user; 1/TPOT p50: of (output tokens - 1) / (E2E - TTFT);\n")
@@ -341,16 +312,16 @@ func f1(v float64) string {
 
 // sweepJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
 type sweepJSON struct {
-	Axis       string     `json:"axis"`
-	Auto       bool       `json:"auto"`
-	SLO        string     `json:"slo"`
-	Attainment float64    `json:"attainment_target"`
-	MinRatio   *float64   `json:"min_ratio,omitempty"` // open loop only
-	MinGain    *float64   `json:"min_gain,omitempty"`  // closed loop only
-	Saturation boundJSON  `json:"saturation"`
-	SLOLimit   *boundJSON `json:"slo_limit"`
-	Points     []any      `json:"points"` // sweepRowJSON, or closedRowJSON on the concurrency axis
-	Notes      []string   `json:"notes"`
+	Axis       string       `json:"axis"`
+	Auto       bool         `json:"auto"`
+	SLO        string       `json:"slo"`
+	Attainment float64      `json:"attainment_target"`
+	MinRatio   *float64     `json:"min_ratio,omitempty"` // open loop only
+	MinGain    *float64     `json:"min_gain,omitempty"`  // closed loop only
+	Saturation boundJSON    `json:"saturation"`
+	SLOLimit   *boundJSON   `json:"slo_limit"`
+	Points     []jsonObject `json:"points"` // sweepColumns' JSON columns on the sweep's axis
+	Notes      []string     `json:"notes"`
 
 	// The knee brackets of a sweep with repeated points (docs/metrics.md, "Sweep").
 	SaturationBracket *bracketJSON `json:"saturation_bracket,omitempty"`
@@ -369,53 +340,6 @@ type boundJSON struct {
 	Summary         string `json:"summary"`
 }
 
-type sweepRowJSON struct {
-	Load                      float64 `json:"load"`
-	File                      string  `json:"file"`
-	OfferedRequestsPerS       num     `json:"offered_requests_per_s"`
-	OfferedOutputTokensPerS   num     `json:"offered_output_tokens_per_s"`
-	RequestsPerS              num     `json:"requests_per_s"`
-	OutputTokensPerS          num     `json:"output_tokens_per_s"`
-	SustainedOutputTokensPerS num     `json:"sustained_output_tokens_per_s"`
-	TTFT                      latJSON `json:"ttft_ms"`
-	TPOT                      latJSON `json:"tpot_ms"`
-	E2E                       latJSON `json:"e2e_ms"`
-	GoodputRequestsPerS       num     `json:"goodput_requests_per_s"`
-	Attainment                num     `json:"attainment"`
-	ErrorRate                 num     `json:"error_rate"`
-	ClientLimited             bool    `json:"client_limited"`
-	Overloaded                bool    `json:"overloaded"`
-	Server                    *svJSON `json:"server,omitempty"` // absent when the point scraped nothing
-
-	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
-}
-
-// closedRowJSON is a closed-loop point: no offered load, per-user speed.
-type closedRowJSON struct {
-	Load                      float64     `json:"load"`
-	File                      string      `json:"file"`
-	RequestsPerS              num         `json:"requests_per_s"`
-	OutputTokensPerS          num         `json:"output_tokens_per_s"`
-	SustainedOutputTokensPerS num         `json:"sustained_output_tokens_per_s"`
-	PerUser                   jsonPerUser `json:"per_user"`
-	TTFT                      latJSON     `json:"ttft_ms"`
-	TPOT                      latJSON     `json:"tpot_ms"`
-	E2E                       latJSON     `json:"e2e_ms"`
-	GoodputRequestsPerS       num         `json:"goodput_requests_per_s"`
-	Attainment                num         `json:"attainment"`
-	ErrorRate                 num         `json:"error_rate"`
-	ClientLimited             bool        `json:"client_limited"`
-	Overloaded                bool        `json:"overloaded"`
-	Server                    *svJSON     `json:"server,omitempty"` // absent when the point scraped nothing
-
-	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
-}
-
-type latJSON struct {
-	P50 num `json:"p50"`
-	P99 num `json:"p99"`
-}
-
 func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
 	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
 		Summary: s.describe(b, what), PassLoad: num(math.NaN()), FailLoad: num(math.NaN())}
@@ -431,7 +355,7 @@ func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
 // WriteJSON writes the sweep as one JSON object.
 func (s *SweepReport) WriteJSON(w io.Writer) error {
 	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
-		Points: []any{}, Notes: []string{}}
+		Points: []jsonObject{}, Notes: []string{}}
 	if s.closed() {
 		out.MinGain = &s.Options.MinGain
 		out.Saturation = s.boundJSON(s.Saturation, "saturation")
@@ -449,36 +373,10 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 		out.SLOLimit = &b
 	}
 	for _, r := range s.Rows {
-		rep := r.Report
-		good, att := goodputOf(rep)
-		if rep.Flags.ClientLimited {
+		if r.Report.Flags.ClientLimited {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
 		}
-		if s.closed() {
-			out.Points = append(out.Points, closedRowJSON{Load: r.Load, File: r.File,
-				RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
-				SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
-				PerUser:                   jsonPerUser{js(rep.PerUser.TokensPerS), js(rep.PerUser.InvTPOT)},
-				TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
-				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
-				GoodputRequestsPerS: num(good), Attainment: num(att / 100),
-				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-				Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)})
-			continue
-		}
-		pt := r.Point()
-		j := sweepRowJSON{Load: r.Load, File: r.File,
-			OfferedRequestsPerS: num(r.Offered.WindowRequestsPerS), OfferedOutputTokensPerS: num(pt.OfferedTokensPerSecond),
-			RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
-			SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
-			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
-			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
-			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-			Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)}
-		if rep.Goodput != nil {
-			j.GoodputRequestsPerS, j.Attainment = num(good), num(att/100)
-		}
-		out.Points = append(out.Points, j)
+		out.Points = append(out.Points, s.pointJSON(r))
 	}
 	out.SaturationBracket, out.SLOLimitBracket = s.bracketJSON(s.SaturationBracket, "saturation"), s.bracketJSON(s.SLOBracket, "SLO limit")
 	enc := json.NewEncoder(w)
