@@ -281,6 +281,15 @@ func (o *jsonObject) set(key string, v any) {
 	*o = append(*o, jsonField{key, v})
 }
 
+// setPath sets the value at a dot-separated path, making the objects on the way.
+func (o *jsonObject) setPath(path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, k := range parts[:len(parts)-1] {
+		o = o.child(k)
+	}
+	o.set(parts[len(parts)-1], v)
+}
+
 // child returns the object at key, appending an empty one when new.
 func (o *jsonObject) child(key string) *jsonObject {
 	for i := range *o {
@@ -326,12 +335,7 @@ func figureObject(r *Report, path string) jsonObject {
 		if f.JSON == "" || !ok || !f.present(r) || (path == "" && strings.Contains(rest, ".")) {
 			continue
 		}
-		parts := strings.Split(rest, ".")
-		obj := &o
-		for _, p := range parts[:len(parts)-1] {
-			obj = obj.child(p)
-		}
-		obj.set(parts[len(parts)-1], f.jsonValue(r))
+		o.setPath(rest, f.jsonValue(r))
 	}
 	return o
 }

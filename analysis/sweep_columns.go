@@ -213,12 +213,7 @@ func (s *SweepReport) pointJSON(r SweepRow) jsonObject {
 		if v == nil {
 			continue
 		}
-		parts := strings.Split(c.JSON, ".")
-		obj := &o
-		for _, k := range parts[:len(parts)-1] {
-			obj = obj.child(k)
-		}
-		obj.set(parts[len(parts)-1], v)
+		o.setPath(c.JSON, v)
 	}
 	return o
 }
