@@ -187,7 +187,7 @@ type bucketTable struct {
 	Rows  []htmlRow
 }
 
-// The page's head, shared by every page.
+// htmlHead is the head of every page.
 const htmlHead = `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">

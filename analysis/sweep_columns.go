@@ -158,7 +158,7 @@ var sweepColumns = []sweepColumn{
 
 func loadCell(_ *SweepReport, r SweepRow) string { return fmtLoad(r.Load) }
 
-// axis is the sweep's axis as a column mask.
+// axes is the sweep's axis as a column mask.
 func (s *SweepReport) axes() sweepAxes {
 	if s.closed() {
 		return onClosed
