@@ -73,6 +73,30 @@ func figureByKey(key string) *Figure {
 	return nil
 }
 
+// figureFloat reads the declared scalar figure key from a report (NaN for a key not
+// declared: the goldens of whatever reads it would show it).
+func figureFloat(key string) func(*Report) float64 {
+	return func(r *Report) float64 {
+		if f := figureByKey(key); f != nil && f.Value != nil {
+			return f.float(r)
+		}
+		return math.NaN()
+	}
+}
+
+// figureQuantile reads a percentile (p picks it) of the declared distribution key.
+func figureQuantile(key string, p func(Quantiles) float64) func(*Report) float64 {
+	return func(r *Report) float64 {
+		if f := figureByKey(key); f != nil && f.Dist != nil {
+			return p(f.Dist(r))
+		}
+		return math.NaN()
+	}
+}
+
+func p50(q Quantiles) float64 { return q.P50 }
+func p99(q Quantiles) float64 { return q.P99 }
+
 func (f *Figure) present(r *Report) bool { return f.Present == nil || f.Present(r) }
 
 // float returns a scalar figure's value as a float64 (NaN for a string).

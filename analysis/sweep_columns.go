@@ -35,29 +35,17 @@ type sweepColumn struct {
 	Value  func(s *SweepReport, r SweepRow) any
 }
 
-// sweepFigure reads the declared figure key's value from a point's report (NaN for a key
-// not declared, which the sweep goldens would show as null).
+// sweepFigure reads the declared figure key's value from a point's report.
 func sweepFigure(key string) func(*SweepReport, SweepRow) float64 {
-	return func(_ *SweepReport, r SweepRow) float64 {
-		if f := figureByKey(key); f != nil && f.Value != nil {
-			return f.float(r.Report)
-		}
-		return math.NaN()
-	}
+	get := figureFloat(key)
+	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
 }
 
 // sweepQuantile is a declared distribution's percentile p (P50 or P99) at a point.
 func sweepQuantile(key string, p func(Quantiles) float64) func(*SweepReport, SweepRow) float64 {
-	return func(_ *SweepReport, r SweepRow) float64 {
-		if f := figureByKey(key); f != nil && f.Dist != nil {
-			return p(f.Dist(r.Report))
-		}
-		return math.NaN()
-	}
+	get := figureQuantile(key, p)
+	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
 }
-
-func p50(q Quantiles) float64 { return q.P50 }
-func p99(q Quantiles) float64 { return q.P99 }
 
 // cell and value adapt a float getter to a text cell (formatted by format) and a JSON
 // number (null when undefined).
