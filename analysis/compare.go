@@ -14,7 +14,6 @@ import (
 
 	"github.com/apache/arrow/go/v15/parquet/file"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -479,7 +478,7 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 	for i := range tps {
 		for k := range tps[i] {
 			for _, t := range tps[i][k] {
-				if paired && pairedFigures[t.key] {
+				if paired && pairedFigure(t.key) {
 					continue
 				}
 				ests[i][k][t.key] = scaledBlock(b, t.value, t.xs, BlockLength(t.xs, t.minBlock), fmt.Sprintf("%s/%s/%d/%s", point, label(i), k+1, t.key))
@@ -499,7 +498,7 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 			return tpSeries{}, false
 		}
 		for _, t0 := range tps[0][k] {
-			if !pairedFigures[t0.key] {
+			if !pairedFigure(t0.key) {
 				continue
 			}
 			l, n := 1, len(t0.xs)
@@ -517,8 +516,12 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 	}
 }
 
-// pairedFigures are the throughputs whose windows paired runs resample together.
-var pairedFigures = map[string]bool{"sustained_output_tokens_per_s": true}
+// pairedFigure reports whether paired runs resample the windows of the figure at key
+// together (its declaration's CompareSpec.Paired).
+func pairedFigure(key string) bool {
+	f := figureByKey(key)
+	return f != nil && f.Compare != nil && f.Compare.Paired
+}
 
 // scaledBlock is the estimate of a throughput figure: its reported value, and replicates
 // that move with the block bootstrap of its per-window series (value × replicate mean /
@@ -628,198 +631,6 @@ func combineRepeats(ests []map[string]Estimate, b Bootstrap, stream string) map[
 		out[k] = e
 	}
 	return out
-}
-
-// figures computes the headline figures of one run (d, analysed as r) with their
-// replicates; tag names the run in the random streams.
-func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[string]Estimate, []tpSeries) {
-	var figs []CompareFigure
-	var tps []tpSeries
-	ests := map[string]Estimate{}
-	add := func(f CompareFigure, e Estimate) {
-		figs = append(figs, f)
-		ests[f.Key] = e
-	}
-	stream := func(key string) string { return tag + "/" + key }
-	t := r.Throughput
-	minBlock := 1
-	if r.E2E.N > 0 {
-		minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
-	}
-	// Throughputs: the value as reported, the series for the block bootstrap (throughputs).
-	scaled := func(f CompareFigure, value float64, series []float64) {
-		figs = append(figs, f)
-		tps = append(tps, tpSeries{f.Key, value, series, minBlock})
-	}
-	var sustained []float64
-	if !math.IsNaN(t.WindowStartS) {
-		lo, hi := int64(math.Round(t.WindowStartS*1e9))/binNS, int64(math.Round(t.WindowEndS*1e9))/binNS
-		sustained = windows(d.tokenBins, lo, hi)
-	}
-	scaled(CompareFigure{"sustained_output_tokens_per_s", "sustained output tok/s", "tok/s", true}, t.SustainedOutputTokensPerS, sustained)
-	// Overall rates: windows over [first sent, last end).
-	var done, good, total []float64
-	var lo, hi int64
-	if !math.IsNaN(t.DurationS) {
-		lo, hi = int64(math.Round(t.FirstSentS*1e9))/binNS, int64(math.Round(t.LastEndS*1e9))/binNS+1
-		n := int((hi - lo + 9) / 10)
-		done, good, total = make([]float64, n), make([]float64, n), make([]float64, n)
-		slo := r.Options.SLO
-		for i, s := range d.status {
-			if s != stOK {
-				continue
-			}
-			w := int((d.end[i]/binNS - lo) / 10)
-			if w < 0 || w >= n {
-				continue
-			}
-			done[w]++
-			tok := int64(d.prompt[i])
-			if d.promptServer[i] != null32 {
-				tok = int64(d.promptServer[i])
-			}
-			if d.outTokens[i] != null32 {
-				tok += int64(d.outTokens[i])
-			}
-			total[w] += float64(tok)
-			if !slo.IsZero() && d.meets(i, slo) {
-				good[w]++
-			}
-		}
-	}
-	scaled(CompareFigure{"requests_per_s", "request throughput req/s", "req/s", true}, t.RequestsPerS, done)
-	scaled(CompareFigure{"output_tokens_per_s", "output token throughput tok/s", "tok/s", true}, t.OutputTokensPerS, windows(d.tokenBins, lo, hi))
-	scaled(CompareFigure{"total_tokens_per_s", "total token throughput tok/s", "tok/s", true}, t.TotalTokensPerS, total)
-
-	// Requests in arrival (scheduled) order: neighbours share the server's state, so the
-	// dependence between them is measured along it (effective).
-	order := make([]int, d.N())
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(x, y int) bool { return d.scheduled[order[x]] < d.scheduled[order[y]] })
-	// effective returns how many independent requests a sample in arrival order is worth
-	// for the share of its values at or below v: n / VarianceInflation of that indicator.
-	effective := func(xs []float64, below func(x float64) bool) int64 {
-		ind := make([]float64, len(xs))
-		for i, x := range xs {
-			if below(x) {
-				ind[i] = 1
-			}
-		}
-		return max(1, int64(math.Round(float64(len(xs))/VarianceInflation(ind))))
-	}
-	// Latency percentiles over ok requests.
-	ok := int(r.Requests.OK)
-	ttft, tpot, e2e := make([]float64, 0, ok), make([]float64, 0, ok), make([]float64, 0, ok)
-	for _, i := range order {
-		if d.status[i] != stOK {
-			continue
-		}
-		ttft = append(ttft, d.ttftMS(i))
-		e2e = append(e2e, d.e2eMS(i))
-		if v := d.tpotMS(i); !math.IsNaN(v) {
-			tpot = append(tpot, v)
-		}
-	}
-	itlN, itlAt := d.itl.ranks()
-	tpotM := map[float64]int64{}
-	for _, m := range []struct {
-		key, name string
-		xs        []float64
-	}{{"ttft", "TTFT", ttft}, {"tpot", "TPOT", tpot}, {"itl", "ITL", nil}, {"e2e", "E2E", e2e}} {
-		arrival := slices.Clone(m.xs)
-		n, at := int64(len(m.xs)), func(r int64) float64 { return m.xs[r] }
-		if m.key == "itl" {
-			n, at = itlN, itlAt
-		} else {
-			sortFloat64s(m.xs)
-		}
-		for _, p := range []struct {
-			name string
-			p    float64
-		}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
-			key := m.key + "_" + p.name + "_ms"
-			var e Estimate
-			switch {
-			case n == 0:
-				e = undefined()
-			case m.key == "itl":
-				// A request's gaps are not independent: resample as many as the requests
-				// TPOT's percentile is worth.
-				e = b.QuantileM(n, min(n, tpotM[p.p]), at, p.p, stream(key))
-			default:
-				lo, frac := quantile.Rank7(n, p.p)
-				v := at(lo)
-				if frac > 0 {
-					v += frac * (at(lo+1) - v)
-				}
-				eff := effective(arrival, func(x float64) bool { return x <= v })
-				if m.key == "tpot" {
-					tpotM[p.p] = eff
-				}
-				e = b.QuantileM(n, eff, at, p.p, stream(key))
-			}
-			add(CompareFigure{key, m.name + " " + p.name + " ms", "ms", true}, e)
-		}
-	}
-
-	// Shares of requests, m out of n with m from the dependence along arrival order.
-	share := func(key string, in, hit func(i int) bool) Estimate {
-		var xs []float64
-		var k int64
-		for _, i := range order {
-			if !in(i) {
-				continue
-			}
-			x := 0.0
-			if hit(i) {
-				x, k = 1, k+1
-			}
-			xs = append(xs, x)
-		}
-		n := int64(len(xs))
-		eff := n
-		if k > 0 && k < n {
-			eff = effective(xs, func(x float64) bool { return x == 1 })
-		}
-		return b.ProportionM(k, n, eff, stream(key)).Scale(100)
-	}
-	all := func(int) bool { return true }
-	if g := r.Goodput; g != nil {
-		slo := r.Options.SLO
-		scaled(CompareFigure{"goodput_requests_per_s", "goodput req/s", "req/s", true}, g.RequestsPerS, good)
-		add(CompareFigure{"slo_attainment_pct", "SLO attainment %", "%", false},
-			share("attainment", func(i int) bool { return d.status[i] != stCanceled }, func(i int) bool { return d.meets(i, slo) }))
-	}
-	add(CompareFigure{"error_rate_pct", "error rate %", "%", false}, share("errors", all, func(i int) bool {
-		s := d.status[i]
-		return s != stOK && s != stDropped && s != stCanceled
-	}))
-	add(CompareFigure{"drop_rate_pct", "drop rate %", "%", false}, share("drops", all, func(i int) bool { return d.status[i] == stDropped }))
-	if c := r.Conversations; c != nil && c.PrefixCache.PromptTokens > 0 && d.cached != nil {
-		var cached, prompt []float64
-		for i, s := range d.status {
-			if s != stOK || d.cached[i] == null32 {
-				continue
-			}
-			p := d.prompt[i]
-			if d.promptServer[i] != null32 {
-				p = d.promptServer[i]
-			}
-			cached, prompt = append(cached, float64(d.cached[i])), append(prompt, float64(p))
-		}
-		reps := b.Resample(len(cached), 1, stream("prefix_cache"), func(w []int32, out []float64) {
-			var sc, sp float64
-			for i, k := range w {
-				sc += float64(k) * cached[i]
-				sp += float64(k) * prompt[i]
-			}
-			out[0] = 100 * sc / sp
-		})
-		add(CompareFigure{"prefix_cache_hit_rate_pct", "prefix-cache hit rate %", "%", false}, Estimate{Value: 100 * c.PrefixCache.HitRate, Reps: reps[0]})
-	}
-	return figs, ests, tps
 }
 
 // windows sums the 10 ms bins [lo, hi) into 100 ms windows (the last one partial).

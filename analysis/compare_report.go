@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
 	"path/filepath"
@@ -293,71 +293,74 @@ func seriesClass(i int) string { return fmt.Sprintf("s%d", i%3+1) }
 // WriteHTML writes a self-contained page: each section's table, the runs' TTFT and TPOT
 // CDFs side by side and their throughput over time, drawn by the analyze report's plot code.
 func (c *Comparison) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	e := html.EscapeString
-	p("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>llmreplay compare</title>\n")
-	p("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
-	p("<style>%s</style></head><body>\n<h1>llmreplay compare</h1>\n", htmlStyle)
-	if len(c.Differences) > 0 {
-		p("<p class=\"warn flag\">Different runs (compared with --allow-different):</p><ul>")
-		for _, d := range c.Differences {
-			p("<li class=\"warn\">%s</li>", e(d))
-		}
-		p("</ul>\n")
-	}
+	pg := comparePage{Title: "llmreplay compare", Style: htmlStyle, Script: htmlScript, Differences: c.Differences, Method: c.Method, Warnings: c.Warnings}
+	ci := fmt.Sprintf("%g%% CI", 100*c.Options.Bootstrap.Confidence)
 	for k, s := range c.Sections {
-		if s.Point != "" {
-			p("<h2>%s</h2>\n", e(s.Point))
-		}
-		p("<table>")
+		h := compareSectionHTML{Point: s.Point, Header: []string{"figure"}, Plots: c.plots(k, s)}
 		for _, r := range s.Runs {
-			p("<tr><th>%s</th><td style=\"text-align:left\">%s</td><td style=\"text-align:left\">%s</td></tr>", e(r.Label), e(r.Path), e(r.describe()))
-		}
-		p("</table>\n<table><tr><th>figure</th>")
-		for _, r := range s.Runs {
-			p("<th>%s</th>", e(r.Label))
+			h.Runs = append(h.Runs, htmlRow{Head: r.Label, Cells: []htmlCell{{Text: r.Path, Left: true}, {Text: r.describe(), Left: true}}})
+			h.Header = append(h.Header, r.Label)
 		}
 		for _, r := range s.Runs[1:] {
-			p("<th>%s vs A</th><th>%g%% CI</th><th></th>", e(r.Label), 100*c.Options.Bootstrap.Confidence)
+			h.Header = append(h.Header, r.Label+" vs A", ci, "")
 		}
-		p("</tr>\n")
 		for _, row := range s.Rows {
-			p("<tr><td>%s</td>", e(row.Name))
+			hr := dataRow(row.Name)
 			for _, v := range row.Values {
-				p("<td>%s</td>", e(fmtValue(v)))
+				hr.Cells = append(hr.Cells, htmlCell{Text: fmtValue(v)})
 			}
 			for _, ch := range row.Changes[1:] {
 				d, ci, mark := ch.cells()
 				cls := ""
 				if ch.Significant() {
-					cls = " class=\"flag\""
+					cls = "flag"
 				}
-				p("<td%s>%s</td><td>%s</td><td>%s</td>", cls, e(d), e(ci), e(mark))
+				hr.Cells = append(hr.Cells, htmlCell{Text: d, Class: cls}, htmlCell{Text: ci}, htmlCell{Text: mark})
 			}
-			p("</tr>\n")
+			h.Rows = append(h.Rows, hr)
 		}
-		p("</table>\n<div class=\"grid-2\">\n")
-		for _, pl := range c.plots(k, s) {
-			p("%s\n", pl)
-		}
-		p("</div>\n")
+		pg.Sections = append(pg.Sections, h)
 	}
-	p("<p>%s</p>\n", e(c.Method))
-	if len(c.Warnings) > 0 {
-		p("<h2>Warnings</h2><ul>")
-		for _, wn := range c.Warnings {
-			p("<li class=\"warn\">%s</li>", e(wn))
-		}
-		p("</ul>\n")
+	bw := bufio.NewWriter(w)
+	if err := compareTemplate.Execute(bw, pg); err != nil {
+		return fmt.Errorf("analysis: compare html: %w", err)
 	}
-	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
 	return bw.Flush()
 }
 
+// comparePage is what compareTemplate reads.
+type comparePage struct {
+	Title       string
+	Style       template.CSS
+	Script      template.JS
+	Differences []string
+	Sections    []compareSectionHTML
+	Method      string
+	Warnings    []string
+}
+
+type compareSectionHTML struct {
+	Point      string
+	Runs, Rows []htmlRow
+	Header     []string
+	Plots      []*svgPlot
+}
+
+var compareTemplate = pageTemplate(htmlHead + `<h1>llmreplay compare</h1>
+{{with .Differences}}<p class="warn flag">Different runs (compared with --allow-different):</p><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
+{{end}}{{range .Sections}}{{with .Point}}<h2>{{.}}</h2>
+{{end}}<table>{{template "rows" .Runs}}</table>
+<table>{{template "header" .Header}}{{template "rows" .Rows}}</table>
+<div class="grid-2">
+{{range .Plots}}{{template "svg" .}}
+{{end}}</div>
+{{end}}<p>{{.Method}}</p>
+{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
+{{end}}` + htmlFoot)
+
 // plots draws section k's CDFs and throughput over time, every run on the same axes.
-func (c *Comparison) plots(k int, s CompareSection) []string {
-	var out []string
+func (c *Comparison) plots(k int, s CompareSection) []*svgPlot {
+	var out []*svgPlot
 	legend := func(pl *svgPlot) {
 		var items [][2]string
 		for i, r := range s.Runs {
@@ -394,7 +397,7 @@ func (c *Comparison) plots(k int, s CompareSection) []string {
 			pl.line(m.curve(r), seriesClass(i))
 		}
 		legend(pl)
-		out = append(out, pl.String())
+		out = append(out, pl)
 	}
 	var xhi, yhi float64
 	for _, r := range s.reports {
@@ -416,7 +419,7 @@ func (c *Comparison) plots(k int, s CompareSection) []string {
 			pl.line(pts, seriesClass(i))
 		}
 		legend(pl)
-		out = append(out, pl.String())
+		out = append(out, pl)
 	}
 	return out
 }

@@ -3,7 +3,7 @@ package analysis
 import (
 	"bufio"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
 	"strings"
@@ -12,182 +12,6 @@ import (
 // The HTML report is one self-contained page: inline CSS, SVG plots drawn here in Go, and a
 // few lines of inline script that only check the plots rendered (a marker the browser test
 // reads). It loads nothing from the network.
-
-const plotW, plotH = 640.0, 260.0
-const padL, padR, padT, padB = 64.0, 16.0, 28.0, 40.0
-
-// axis maps data to pixels; log axes take log10 of positive values.
-type axis struct {
-	lo, hi float64
-	log    bool
-	p0, p1 float64 // pixel range
-}
-
-func (a axis) px(v float64) float64 {
-	lo, hi := a.lo, a.hi
-	if a.log {
-		v, lo, hi = math.Log10(math.Max(v, 1e-12)), math.Log10(lo), math.Log10(hi)
-	}
-	if hi == lo {
-		return (a.p0 + a.p1) / 2
-	}
-	return a.p0 + (v-lo)/(hi-lo)*(a.p1-a.p0)
-}
-
-// niceTicks returns about n round tick values covering [lo, hi].
-func niceTicks(lo, hi float64, n int) []float64 {
-	if !(hi > lo) {
-		return []float64{lo}
-	}
-	raw := (hi - lo) / float64(n)
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	var out []float64
-	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
-		out = append(out, v)
-	}
-	return out
-}
-
-func logTicks(lo, hi float64) []float64 {
-	var out []float64
-	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if v >= lo*(1-1e-9) && v <= hi*(1+1e-9) {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
-}
-
-func fmtTick(v float64) string {
-	switch a := math.Abs(v); {
-	case a == 0:
-		return "0"
-	case a >= 1e6:
-		return fmt.Sprintf("%gM", v/1e6)
-	case a >= 1e4:
-		return fmt.Sprintf("%gk", v/1e3)
-	}
-	return fmt.Sprintf("%g", math.Round(v*1000)/1000)
-}
-
-// svgPlot accumulates one chart.
-type svgPlot struct {
-	b    strings.Builder
-	x, y axis
-	id   string
-}
-
-func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *svgPlot {
-	if !(xhi > xlo) {
-		xhi = xlo + 1
-	}
-	if !(yhi > ylo) {
-		yhi = ylo + 1
-	}
-	p := &svgPlot{id: id,
-		x: axis{lo: xlo, hi: xhi, log: xlog, p0: padL, p1: plotW - padR},
-		y: axis{lo: ylo, hi: yhi, log: ylog, p0: plotH - padB, p1: padT}}
-	fmt.Fprintf(&p.b, `<svg class="plot" id="%s" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %g %g" width="%g" height="%g" role="img" aria-label="%s">`,
-		id, plotW, plotH, plotW, plotH, html.EscapeString(title))
-	fmt.Fprintf(&p.b, `<text x="%g" y="16" class="title">%s</text>`, padL, html.EscapeString(title))
-	xt := niceTicks(xlo, xhi, 6)
-	if xlog {
-		xt = logTicks(xlo, xhi)
-	}
-	yt := niceTicks(ylo, yhi, 5)
-	if ylog {
-		yt = logTicks(ylo, yhi)
-	}
-	for _, v := range yt {
-		py := p.y.px(v)
-		fmt.Fprintf(&p.b, `<line class="grid" x1="%g" x2="%g" y1="%.1f" y2="%.1f"/><text class="tick" x="%g" y="%.1f" text-anchor="end">%s</text>`,
-			padL, plotW-padR, py, py, padL-6, py+4, fmtTick(v))
-	}
-	for _, v := range xt {
-		px := p.x.px(v)
-		fmt.Fprintf(&p.b, `<line class="grid" x1="%.1f" x2="%.1f" y1="%g" y2="%g"/><text class="tick" x="%.1f" y="%g" text-anchor="middle">%s</text>`,
-			px, px, padT, plotH-padB, px, plotH-padB+16, fmtTick(v))
-	}
-	fmt.Fprintf(&p.b, `<rect class="frame" x="%g" y="%g" width="%g" height="%g"/>`, padL, padT, plotW-padL-padR, plotH-padT-padB)
-	fmt.Fprintf(&p.b, `<text class="label" x="%g" y="%g" text-anchor="middle">%s</text>`, (padL+plotW-padR)/2, plotH-6, html.EscapeString(xlabel))
-	fmt.Fprintf(&p.b, `<text class="label" transform="translate(14 %g) rotate(-90)" text-anchor="middle">%s</text>`, (padT+plotH-padB)/2, html.EscapeString(ylabel))
-	return p
-}
-
-func (p *svgPlot) clip(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
-
-// line draws a polyline through the finite points.
-func (p *svgPlot) line(pts [][2]float64, class string) {
-	var sb strings.Builder
-	n := 0
-	for _, q := range pts {
-		if math.IsNaN(q[0]) || math.IsNaN(q[1]) || math.IsInf(q[1], 0) {
-			continue
-		}
-		x := p.clip(p.x.px(q[0]), padL, plotW-padR)
-		y := p.clip(p.y.px(q[1]), padT, plotH-padB)
-		fmt.Fprintf(&sb, "%.1f,%.1f ", x, y)
-		n++
-	}
-	if n > 0 {
-		fmt.Fprintf(&p.b, `<polyline class="%s" points="%s"/>`, class, strings.TrimSpace(sb.String()))
-	}
-}
-
-func (p *svgPlot) dots(pts [][2]float64, class string) {
-	for _, q := range pts {
-		if q[0] <= 0 && p.x.log || math.IsNaN(q[1]) {
-			continue
-		}
-		fmt.Fprintf(&p.b, `<circle class="%s" cx="%.1f" cy="%.1f" r="1.6"/>`, class,
-			p.clip(p.x.px(q[0]), padL, plotW-padR), p.clip(p.y.px(q[1]), padT, plotH-padB))
-	}
-}
-
-// band shades [x0, x1) (the steady-state window).
-func (p *svgPlot) band(x0, x1 float64, label string) {
-	a, b := p.clip(p.x.px(x0), padL, plotW-padR), p.clip(p.x.px(x1), padL, plotW-padR)
-	fmt.Fprintf(&p.b, `<rect class="band" x="%.1f" y="%g" width="%.1f" height="%g"><title>%s</title></rect>`, a, padT, b-a, plotH-padT-padB, html.EscapeString(label))
-}
-
-func (p *svgPlot) hline(v float64, class, label string) {
-	y := p.y.px(v)
-	if y < padT || y > plotH-padB {
-		return
-	}
-	fmt.Fprintf(&p.b, `<line class="%s" x1="%g" x2="%g" y1="%.1f" y2="%.1f"/><text class="note" x="%g" y="%.1f" text-anchor="end">%s</text>`,
-		class, padL, plotW-padR, y, y, plotW-padR-4, y-4, html.EscapeString(label))
-}
-
-func (p *svgPlot) vline(v float64, class, label string) {
-	x := p.x.px(v)
-	if x < padL || x > plotW-padR {
-		return
-	}
-	fmt.Fprintf(&p.b, `<line class="%s" x1="%.1f" x2="%.1f" y1="%g" y2="%g"/><text class="note" x="%.1f" y="%g">%s</text>`,
-		class, x, x, padT, plotH-padB, x+3, padT+12, html.EscapeString(label))
-}
-
-func (p *svgPlot) legend(items ...[2]string) {
-	x := padL + 8
-	for _, it := range items {
-		fmt.Fprintf(&p.b, `<line class="%s" x1="%g" x2="%g" y1="%g" y2="%g"/><text class="note" x="%g" y="%g">%s</text>`,
-			it[0], x, x+18, padT+12, padT+12, x+22, padT+16, html.EscapeString(it[1]))
-		x += 30 + 7*float64(len(it[1]))
-	}
-}
-
-func (p *svgPlot) String() string { return p.b.String() + "</svg>" }
 
 func maxOf(pts [][2]float64, k int) float64 {
 	m := 0.0
@@ -199,7 +23,7 @@ func maxOf(pts [][2]float64, k int) float64 {
 	return m
 }
 
-func (r *Report) timePlots() []string {
+func (r *Report) timePlots() []*svgPlot {
 	if len(r.Series) == 0 {
 		return nil
 	}
@@ -233,12 +57,12 @@ func (r *Report) timePlots() []string {
 	p3.line(ttft50, "s1")
 	p3.line(ttft99, "s3")
 	p3.legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
-	return append([]string{p1.String(), p2.String(), p3.String()}, r.serverPlots(xhi, window)...)
+	return append([]*svgPlot{p1, p2, p3}, r.serverPlots(xhi, window)...)
 }
 
-func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo float64) string {
+func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo float64) *svgPlot {
 	if len(curve) == 0 {
-		return ""
+		return nil
 	}
 	lo, hi := math.Max(curve[0][0], 1e-3), curve[len(curve)-1][0]
 	logx := hi/lo > 50
@@ -252,12 +76,12 @@ func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo 
 	if slo > 0 {
 		p.vline(slo, "slo", "SLO")
 	}
-	return p.String()
+	return p
 }
 
-func (r *Report) promptPlot() string {
+func (r *Report) promptPlot() *svgPlot {
 	if len(r.promptTTFT) == 0 {
-		return ""
+		return nil
 	}
 	lo, hi := math.Inf(1), 0.0
 	for _, q := range r.promptTTFT {
@@ -289,28 +113,24 @@ func (r *Report) promptPlot() string {
 	if r.Options.SLO.TTFT > 0 {
 		p.hline(float64(r.Options.SLO.TTFT)/1e6, "slo", "TTFT SLO")
 	}
-	return p.String()
+	return p
 }
 
-func (r *Report) attainmentPlot(id, title string, bs []Bucket) string {
+func (r *Report) attainmentPlot(id, title string, bs []Bucket) *svgPlot {
 	if r.Goodput == nil || len(bs) == 0 {
-		return ""
+		return nil
 	}
 	p := newPlot(id, title, "", "% meeting every SLO", 0, float64(len(bs)), false, 0, 100, false)
-	w := (plotW - padL - padR) / float64(len(bs))
+	// The x ticks of a bar chart are the labels under the bars, not numbers: the style
+	// hides the numeric ones.
+	p.Class = "plot bars"
 	for i, b := range bs {
 		if math.IsNaN(b.Attainment) {
 			continue
 		}
-		x := padL + float64(i)*w
-		y := p.y.px(b.Attainment)
-		fmt.Fprintf(&p.b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %.1f%% of %d</title></rect>`,
-			x+w*0.15, y, w*0.7, plotH-padB-y, html.EscapeString(b.Label()), b.Attainment, b.Requests)
-		fmt.Fprintf(&p.b, `<text class="tick" x="%.1f" y="%g" text-anchor="middle">%s</text>`, x+w/2, plotH-padB+30, html.EscapeString(b.Label()))
-		fmt.Fprintf(&p.b, `<text class="note" x="%.1f" y="%.1f" text-anchor="middle">%.0f%%</text>`, x+w/2, y-3, b.Attainment)
+		p.bar(i, len(bs), b.Attainment, b.Label(), fmt.Sprintf("%s: %.1f%% of %d", b.Label(), b.Attainment, b.Requests))
 	}
-	// The x ticks of a bar chart are the labels above, not numbers: hide the numeric ones.
-	return strings.Replace(p.String(), `<svg class="plot"`, `<svg class="plot bars"`, 1)
+	return p
 }
 
 const htmlStyle = `body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -333,155 +153,251 @@ if(b.width>0&&b.height>0&&m>0){ok++}else{bad.push(s.id)}});
 var e=document.getElementById('render-check');e.textContent='plots rendered: '+ok+' of '+ps.length+(bad.length?' (empty: '+bad.join(', ')+')':'');
 e.setAttribute('data-rendered',String(ok));e.setAttribute('data-plots',String(ps.length));})();`
 
+// reportPage is what reportTemplate reads.
+type reportPage struct {
+	Title            string
+	Style            template.CSS
+	Script           template.JS
+	Summary          []htmlRow
+	Repeats          *repeatsHTML
+	Latency, PerUser []htmlRow
+	PercentileMethod string
+	Closed           *closedHTML
+	Conversations    *conversationsHTML
+	Warnings         []string
+	TimePlots        []*svgPlot
+	Distributions    []*svgPlot // nil ones are left out
+	SLO              bool
+	Attainment       []*svgPlot
+	Text             string
+}
+
+type closedHTML struct{ Rows, Lateness []htmlRow }
+
+// conversationsHTML: Overlap is the turn-overlap row's value ("" for none), between Rows
+// and Sessions.
+type conversationsHTML struct {
+	Rows, Sessions []htmlRow
+	Overlap        string
+	Buckets        []bucketTable
+}
+
+type bucketTable struct {
+	Title string
+	Rows  []htmlRow
+}
+
+// htmlHead is the head of every page.
+const htmlHead = `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<style>{{.Style}}</style></head><body>
+`
+
+// htmlFoot is the render check's marker and script, and the page's end.
+const htmlFoot = `<p id="render-check" data-rendered="0">plots not checked (scripts disabled)</p>
+<script>{{.Script}}</script>
+</body></html>
+`
+
+var reportTemplate = pageTemplate(htmlHead + `<h1>{{.Title}}</h1>
+<table>{{template "rows" .Summary}}</table>
+{{with .Repeats}}<h2>Repeats: {{.N}} of {{.Count}}, group {{.Group}}</h2><table>{{template "header" .Header}}{{template "rows" .Rows}}` +
+	`</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, "Repeats").</p>
+{{end}}<h2>Latency, ms</h2><table>{{template "header" .LatencyHeader}}{{template "rows" .Latency}}</table><p>Percentiles: {{.PercentileMethod}}.</p>
+<h2>Per-user speed, tok/s</h2><table>{{template "header" .PerUserHeader}}{{template "rows" .PerUser}}` +
+	`</table><p>Each ok request with more than one output token; the slow tail (p10, p1, min) is the one that matters for a speed.</p>
+{{with .Closed}}<h2>Closed loop</h2><table>{{template "rows" .Rows}}</table>
+<table>{{template "header" .Header}}{{template "rows" .Lateness}}</table>
+{{end}}{{with .Conversations}}<h2>Conversations</h2><table>{{template "rows" .Rows}}` +
+	`{{with .Overlap}}<tr><th>turns sent before their predecessor's answer ended</th><td>{{.}}</td></tr>{{"\n"}}{{end}}{{template "rows" .Sessions}}</table>
+{{range .Buckets}}<table>{{template "header" .Header}}{{template "rows" .Rows}}</table>
+{{end}}{{end}}{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
+{{end}}<h2>Over time</h2><div class="grid-2">
+{{range .TimePlots}}{{template "svg" .}}
+{{end}}</div><h2>Distributions</h2><div class="grid-2">
+{{range .Distributions}}{{with .}}{{template "svg" .}}{{end}}
+{{end}}</div>
+{{if .SLO}}<h2>SLO attainment by bucket</h2><div class="grid-2">
+{{range .Attainment}}{{with .}}{{template "svg" .}}{{end}}
+{{end}}</div>
+{{else}}<h2>SLO attainment by bucket</h2><p>No SLO given (use --slo ttft=..,tpot=..,e2e=..).</p>
+{{end}}<h2>Full text report</h2><pre>{{.Text}}</pre>
+` + htmlFoot)
+
 // WriteHTML writes the self-contained HTML report.
 func (r *Report) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	e := html.EscapeString
 	var text strings.Builder
-	r.WriteText(&text)
+	if err := r.WriteText(&text); err != nil {
+		return err
+	}
 	title := "llmreplay report"
 	if len(r.Runs) > 0 && r.Runs[0].Model != "" {
 		title += ": " + r.Runs[0].Model
 	}
-	p("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>%s</title>\n", e(title))
-	p("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
-	p("<style>%s</style></head><body>\n<h1>%s</h1>\n", htmlStyle, e(title))
-	t := r.Throughput
-	q := r.Requests
-	p("<table><tr><th>requests</th><td>%d total, %d ok, %d failed, %d dropped, %d canceled</td></tr>\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
-	p("<tr><th>overall output tok/s</th><td>%s (over %s s)</td></tr>\n", f2(t.OutputTokensPerS), f3(t.DurationS))
-	p("<tr><th>sustained output tok/s</th><td>%s in [%s s, %s s)</td></tr>\n", f2(t.SustainedOutputTokensPerS), f3(t.WindowStartS), f3(t.WindowEndS))
-	p("<tr><th>peak 1 s output tok/s</th><td>%s</td></tr>\n", f2(t.PeakOutputTokensPerS))
-	if g := r.Goodput; g != nil {
-		p("<tr><th>goodput (%s)</th><td>%s req/s, %s tok/s, attainment %s</td></tr>\n", e(g.SLO.String()), f3(g.RequestsPerS), f2(g.OutputTokensPerS), pct(g.Attainment))
-	}
-	if r.Closed != nil {
-		p("<tr><th>client-limited</th><td class=\"flag\">%s</td><td>judged on the %s</td></tr>", yesno(r.Flags.ClientLimited), e(r.basis()))
-	} else {
-		p("<tr><th>client-limited</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.ClientLimited))
-	}
-	p("<tr><th>overloaded</th><td class=\"flag\">%s</td></tr>", yesno(r.Flags.Overloaded))
-	if b := r.Buffered; b.Streams > 0 {
-		p("<tr><th>stream buffered</th><td class=\"flag\">%s</td><td>%d of %d streams arrived %g or more chunks per read, %s ms or more apart</td></tr>", yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS))
-	}
-	if c := r.Conversations; c != nil && c.Sessions != nil {
-		p("<tr><th>reshaped by the server</th><td class=\"flag\">%s</td></tr>", yesno(c.Sessions.Reshaped))
-	}
-	p("</table>\n")
+	pg := reportPage{Title: title, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
+		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
+		Distributions: []*svgPlot{
+			r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6),
+			r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6),
+			r.promptPlot()},
+		SLO: r.Goodput != nil, Text: text.String()}
 	if rp := r.Repeats; rp != nil {
-		rp.writeHTML(p, e)
+		pg.Repeats = rp.html()
 	}
-	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
-	for _, m := range []struct {
-		n string
-		q Quantiles
-	}{{"TTFT", r.TTFT}, {"TPOT", r.TPOT}, {"ITL (per chunk)", r.ITL}, {"ITL (per token)", r.ITLPerToken}, {"E2E", r.E2E}, {"schedule lateness", r.Lateness}} {
-		if m.q.N == 0 {
-			continue
+	for _, f := range sectionFigures(r, "latency") {
+		if q := f.Dist(r); q.N > 0 {
+			pg.Latency = append(pg.Latency, quantileRow(f.Text, q))
 		}
-		p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
 	}
-	p("</table><p>Percentiles: %s.</p>\n", e(PercentileMethod))
-	p("<h2>Per-user speed, tok/s</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p10</th><th>p1</th><th>min</th></tr>\n")
 	for _, m := range []struct {
 		n string
 		s Speeds
 	}{{"output tokens / (E2E − TTFT)", r.PerUser.TokensPerS}, {"1 / TPOT", r.PerUser.InvTPOT}} {
-		p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			m.n, m.s.N, f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min))
+		pg.PerUser = append(pg.PerUser, dataRow(m.n, fmt.Sprint(m.s.N), f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min)))
 	}
-	p("</table><p>Each ok request with more than one output token; the slow tail (p10, p1, min) is the one that matters for a speed.</p>\n")
-	if c := r.Closed; c != nil {
-		u := r.PerUser
-		p("<h2>Closed loop</h2><table><tr><th>concurrency</th><td>%d</td></tr><tr><th>ramp-up</th><td>%s s</td></tr>\n", c.Concurrency, f3(c.RampUpS))
-		p("<tr><th>requests/s</th><td>%s</td></tr><tr><th>output tok/s</th><td>%s overall, %s sustained</td></tr>\n",
-			f3(t.RequestsPerS), f2(t.OutputTokensPerS), f2(t.SustainedOutputTokensPerS))
-		p("<tr><th>per-user tok/s</th><td>%s mean, %s p50 (1/TPOT %s mean, %s p50)</td></tr>\n", f2(u.TokensPerS.Mean), f2(u.TokensPerS.P50), f2(u.InvTPOT.Mean), f2(u.InvTPOT.P50))
-		p("<tr><th>first wave</th><td>%d requests, sent in %s ms</td></tr></table>\n", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3))
-		p("<table><tr><th>schedule lateness, ms</th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
-		for _, m := range []struct {
-			n string
-			q Quantiles
-		}{{"first wave", c.FirstWaveLateness}, {"steady state (judged for client-limited)", c.SteadyLateness}} {
-			if m.q.N == 0 {
-				p("<tr><td>%s</td><td>0</td><td>-</td></tr>\n", m.n)
-				continue
-			}
-			p("<tr><td>%s</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-				m.n, m.q.N, f3(m.q.Mean), f3(m.q.P50), f3(m.q.P90), f3(m.q.P95), f3(m.q.P99), f3(m.q.P999), f3(m.q.Max))
-		}
-		p("</table>\n")
+	if pg.SLO {
+		pg.Attainment = []*svgPlot{r.attainmentPlot("plot-att-prompt", "SLO attainment by prompt length (tokens)", r.ByPrompt),
+			r.attainmentPlot("plot-att-output", "SLO attainment by target output length (tokens)", r.ByOutput)}
 	}
-	if c := r.Conversations; c != nil {
-		pc := c.PrefixCache
-		best := "unknown (the trace has no prefix blocks)"
-		if !math.IsNaN(pc.BestRate) {
-			best = pct(100*pc.BestRate) + " (" + bestRuleText(pc.BestRule) + ")"
-			if pc.AboveBest() {
-				best += ": the measured rate is ABOVE it (the server had these prompts cached before the run, or a bug)"
-			}
-		}
-		p("<h2>Conversations</h2><table><tr><th>prefix-cache hit rate</th><td>%s of %d prompt tokens over %d ok requests whose server said</td></tr>\n",
-			pct(100*pc.HitRate), pc.PromptTokens, pc.Requests)
-		p("<tr><th>best the replay allows</th><td>%s</td></tr>\n", e(best))
-		if o := c.Overlap; o != nil {
-			p("<tr><th>turns sent before their predecessor's answer ended</th><td>%d of %d later turns (%s)</td></tr>\n",
-				o.Overlapped, o.Turns, pct(100*o.Share))
-		}
-		if w := c.Sessions; w != nil {
-			p("<tr><th>turns that waited</th><td>%d of %d (%s); p50 %s ms, p99 %s ms; %d over %v</td></tr>\n",
-				w.Waited, w.Turns, pct(100*w.WaitedShare), f3(w.Wait.P50), f3(w.Wait.P99), w.OverBound, w.Bound)
-		}
-		p("</table>\n")
-		for _, bd := range []struct {
-			title string
-			bs    []CacheBucket
-		}{{"turn", pc.ByTurn}, {"prompt tokens", pc.ByPrompt}} {
-			if len(bd.bs) == 0 || pc.Requests == 0 {
-				continue
-			}
-			p("<table><tr><th>%s</th><th>n</th><th>cached</th><th>prompt</th><th>hit rate</th></tr>\n", bd.title)
-			for _, b := range bd.bs {
-				label := Bucket{Lo: b.Lo, Hi: b.Hi}.Label()
-				if bd.title == "turn" {
-					label = fmt.Sprint(b.Lo)
-					if b.Hi == 0 {
-						label = fmt.Sprintf(">= %d", b.Lo)
-					}
-				}
-				p("<tr><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td></tr>\n", e(label), b.Requests, b.CachedTokens, b.PromptTokens, pct(100*b.HitRate))
-			}
-			p("</table>\n")
-		}
+	bw := bufio.NewWriter(w)
+	if err := reportTemplate.Execute(bw, pg); err != nil {
+		return fmt.Errorf("analysis: html report: %w", err)
 	}
-	if len(r.Warnings) > 0 {
-		p("<h2>Warnings</h2><ul>")
-		for _, w := range r.Warnings {
-			p("<li class=\"warn\">%s</li>", e(w))
-		}
-		p("</ul>\n")
-	}
-	p("<h2>Over time</h2><div class=\"grid-2\">\n")
-	for _, s := range r.timePlots() {
-		p("%s\n", s)
-	}
-	p("</div><h2>Distributions</h2><div class=\"grid-2\">\n")
-	p("%s\n", r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6))
-	p("%s\n", r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6))
-	p("%s\n", r.promptPlot())
-	p("</div>\n")
-	if r.Goodput != nil {
-		p("<h2>SLO attainment by bucket</h2><div class=\"grid-2\">\n%s\n%s\n</div>\n",
-			r.attainmentPlot("plot-att-prompt", "SLO attainment by prompt length (tokens)", r.ByPrompt),
-			r.attainmentPlot("plot-att-output", "SLO attainment by target output length (tokens)", r.ByOutput))
-	} else {
-		p("<h2>SLO attainment by bucket</h2><p>No SLO given (use --slo ttft=..,tpot=..,e2e=..).</p>\n")
-	}
-	p("<h2>Full text report</h2><pre>%s</pre>\n", e(text.String()))
-	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
 	return bw.Flush()
+}
+
+// LatencyHeader and PerUserHeader are the column titles of the latency and per-user tables.
+func (reportPage) LatencyHeader() []string {
+	return []string{"", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max"}
+}
+
+func (reportPage) PerUserHeader() []string {
+	return []string{"", "n", "mean", "p50", "p10", "p1", "min"}
+}
+
+// Header is the closed loop's lateness table's column titles.
+func (closedHTML) Header() []string {
+	return []string{"schedule lateness, ms", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max"}
+}
+
+// Header is a prefix-cache breakdown's column titles.
+func (b bucketTable) Header() []string { return []string{b.Title, "n", "cached", "prompt", "hit rate"} }
+
+// quantileRow is a latency table's row, ms.
+func quantileRow(name string, q Quantiles) htmlRow {
+	return dataRow(name, fmt.Sprint(q.N), f3(q.Mean), f3(q.P50), f3(q.P90), f3(q.P95), f3(q.P99), f3(q.P999), f3(q.Max))
+}
+
+// summaryRows are the headline table: requests, the declared figures with an HTML label,
+// goodput and the flags.
+func (r *Report) summaryRows() []htmlRow {
+	q := r.Requests
+	rows := []htmlRow{kvRow("requests", fmt.Sprintf("%d total, %d ok, %d failed, %d dropped, %d canceled", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled), true)}
+	for i := range reportFigures {
+		if f := &reportFigures[i]; f.HTML != "" && f.present(r) {
+			cell := f.Format(f.float(r))
+			if f.HTMLNote != nil {
+				cell += " " + f.HTMLNote(r)
+			}
+			rows = append(rows, kvRow(f.HTML, cell, true))
+		}
+	}
+	if g := r.Goodput; g != nil {
+		rows = append(rows, kvRow("goodput ("+g.SLO.String()+")", fmt.Sprintf("%s req/s, %s tok/s, attainment %s", f3(g.RequestsPerS), f2(g.OutputTokensPerS), pct(g.Attainment)), true))
+	}
+	flag := func(head string, v bool, note string) {
+		row := htmlRow{Head: head, Cells: []htmlCell{{Text: yesno(v), Class: "flag"}}}
+		if note != "" {
+			row.Cells = append(row.Cells, htmlCell{Text: note})
+		}
+		rows = append(rows, row)
+	}
+	if r.Closed != nil {
+		flag("client-limited", r.Flags.ClientLimited, "judged on the "+r.basis())
+	} else {
+		flag("client-limited", r.Flags.ClientLimited, "")
+	}
+	flag("overloaded", r.Flags.Overloaded, "")
+	if b := r.Buffered; b.Streams > 0 {
+		flag("stream buffered", b.Flagged, fmt.Sprintf("%d of %d streams arrived %g or more chunks per read, %s ms or more apart", b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS)))
+	}
+	if c := r.Conversations; c != nil && c.Sessions != nil {
+		flag("reshaped by the server", c.Sessions.Reshaped, "")
+	}
+	return rows
+}
+
+// closedHTML is a closed-loop run's section; nil for an open loop.
+func (r *Report) closedHTML() *closedHTML {
+	c := r.Closed
+	if c == nil {
+		return nil
+	}
+	t, u := r.Throughput, r.PerUser
+	h := &closedHTML{Rows: []htmlRow{kvRow("concurrency", fmt.Sprint(c.Concurrency), false), kvRow("ramp-up", f3(c.RampUpS)+" s", true),
+		kvRow("requests/s", f3(t.RequestsPerS), false),
+		kvRow("output tok/s", f2(t.OutputTokensPerS)+" overall, "+f2(t.SustainedOutputTokensPerS)+" sustained", true),
+		kvRow("per-user tok/s", fmt.Sprintf("%s mean, %s p50 (1/TPOT %s mean, %s p50)", f2(u.TokensPerS.Mean), f2(u.TokensPerS.P50), f2(u.InvTPOT.Mean), f2(u.InvTPOT.P50)), true),
+		kvRow("first wave", fmt.Sprintf("%d requests, sent in %s ms", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3)), false)}}
+	for _, m := range []struct {
+		n string
+		q Quantiles
+	}{{"first wave", c.FirstWaveLateness}, {"steady state (judged for client-limited)", c.SteadyLateness}} {
+		if m.q.N == 0 {
+			h.Lateness = append(h.Lateness, dataRow(m.n, "0", "-"))
+			continue
+		}
+		h.Lateness = append(h.Lateness, quantileRow(m.n, m.q))
+	}
+	return h
+}
+
+// conversationsHTML is the prefix cache, turn overlap and session waits; nil without them.
+func (r *Report) conversationsHTML() *conversationsHTML {
+	c := r.Conversations
+	if c == nil {
+		return nil
+	}
+	pc := c.PrefixCache
+	best := "unknown (the trace has no prefix blocks)"
+	if !math.IsNaN(pc.BestRate) {
+		best = pct(100*pc.BestRate) + " (" + bestRuleText(pc.BestRule) + ")"
+		if pc.AboveBest() {
+			best += ": the measured rate is ABOVE it (the server had these prompts cached before the run, or a bug)"
+		}
+	}
+	h := &conversationsHTML{Rows: []htmlRow{
+		kvRow("prefix-cache hit rate", fmt.Sprintf("%s of %d prompt tokens over %d ok requests whose server said", pct(100*pc.HitRate), pc.PromptTokens, pc.Requests), true),
+		kvRow("best the replay allows", best, true)}}
+	if o := c.Overlap; o != nil {
+		h.Overlap = fmt.Sprintf("%d of %d later turns (%s)", o.Overlapped, o.Turns, pct(100*o.Share))
+	}
+	if w := c.Sessions; w != nil {
+		h.Sessions = append(h.Sessions, kvRow("turns that waited", fmt.Sprintf("%d of %d (%s); p50 %s ms, p99 %s ms; %d over %v",
+			w.Waited, w.Turns, pct(100*w.WaitedShare), f3(w.Wait.P50), f3(w.Wait.P99), w.OverBound, w.Bound), true))
+	}
+	for _, bd := range []struct {
+		title string
+		bs    []CacheBucket
+	}{{"turn", pc.ByTurn}, {"prompt tokens", pc.ByPrompt}} {
+		if len(bd.bs) == 0 || pc.Requests == 0 {
+			continue
+		}
+		t := bucketTable{Title: bd.title}
+		for _, b := range bd.bs {
+			label := Bucket{Lo: b.Lo, Hi: b.Hi}.Label()
+			if bd.title == "turn" {
+				label = fmt.Sprint(b.Lo)
+				if b.Hi == 0 {
+					label = fmt.Sprintf(">= %d", b.Lo)
+				}
+			}
+			t.Rows = append(t.Rows, dataRow(label, fmt.Sprint(b.Requests), fmt.Sprint(b.CachedTokens), fmt.Sprint(b.PromptTokens), pct(100*b.HitRate)))
+		}
+		h.Buckets = append(h.Buckets, t)
+	}
+	return h
 }
 
 // WriteHTMLFile writes the HTML report to path through a temporary file.

@@ -20,49 +20,12 @@ func (n num) MarshalJSON() ([]byte, error) {
 
 // The JSON shapes. The top-level keys and the keys of requests, throughput, the latency
 // objects, goodput and flags are a contract (docs/metrics.md): never rename them silently.
-type jsonReport struct {
-	Requests   jsonRequests   `json:"requests"`
-	Throughput jsonThroughput `json:"throughput"`
-	TTFT       jsonQuantiles  `json:"ttft_ms"`
-	TPOT       jsonQuantiles  `json:"tpot_ms"`
-	ITL        jsonQuantiles  `json:"itl_ms"`
-	E2E        jsonQuantiles  `json:"e2e_ms"`
-	Lateness   jsonQuantiles  `json:"schedule_lateness_ms"`
-	Goodput    *jsonGoodput   `json:"goodput"`
-	PerUser    jsonPerUser    `json:"per_user"`
-	Closed     *jsonClosed    `json:"closed_loop"`
-	// Conversations is absent (not null) for a run without sessions, cached-token counts
-	// or prefix blocks, so that such a report is byte for byte what it was.
-	Conversations *jsonConversations `json:"conversations,omitempty"`
-	Server        *jsonServer        `json:"server,omitempty"` // absent, not null, when nothing was scraped
-	Flags         jsonFlags          `json:"flags"`
-	Breakdown     jsonBreakdown      `json:"breakdown"`
-	Warnings      []string           `json:"warnings"`
-
-	// Repeats is absent for a run that was not repeated (docs/metrics.md, "Repeats").
-	Repeats *jsonRepeats `json:"repeats,omitempty"`
-}
-
-type jsonRequests struct {
-	Total    int64 `json:"total"`
-	OK       int64 `json:"ok"`
-	Failed   int64 `json:"failed"`
-	Dropped  int64 `json:"dropped"`
-	Canceled int64 `json:"canceled"`
-}
+// The report's headline figures come from their declaration (figures.go, figureObject);
+// the shapes below are the rest.
 
 type jsonWindow struct {
 	StartS num `json:"start_s"`
 	EndS   num `json:"end_s"`
-}
-
-type jsonThroughput struct {
-	RequestsPerS              num        `json:"requests_per_s"`
-	OutputTokensPerS          num        `json:"output_tokens_per_s"`
-	TotalTokensPerS           num        `json:"total_tokens_per_s"`
-	SustainedOutputTokensPerS num        `json:"sustained_output_tokens_per_s"`
-	PeakOutputTokensPerS      num        `json:"peak_output_tokens_per_s"`
-	Window                    jsonWindow `json:"window"`
 }
 
 type jsonQuantiles struct {
@@ -73,12 +36,6 @@ type jsonQuantiles struct {
 	P99  num `json:"p99"`
 	P999 num `json:"p99_9"`
 	Max  num `json:"max"`
-}
-
-type jsonGoodput struct {
-	RequestsPerS     num `json:"requests_per_s"`
-	OutputTokensPerS num `json:"output_tokens_per_s"`
-	Attainment       num `json:"attainment"`
 }
 
 // jsonSpeeds is a Speeds: n, mean, p50 and the slow tail, tokens per second.
@@ -200,26 +157,14 @@ type jsonBreakdown struct {
 	PercentileMethod string           `json:"percentile_method"`
 	Samples          map[string]int64 `json:"samples"`
 	ByStatus         map[string]int64 `json:"by_status"`
-	ITLPerToken      *jsonQuantiles   `json:"itl_per_token_ms"`
-	Window           jsonWindowDetail `json:"window"`
-	Duration         jsonDuration     `json:"duration"`
+	ITLPerToken      any              `json:"itl_per_token_ms"`
+	Window           jsonObject       `json:"window"`
+	Duration         jsonObject       `json:"duration"`
 	SLO              jsonSLO          `json:"slo"`
 	Tokens           jsonTokens       `json:"tokens"`
 	Overload         jsonOverload     `json:"overload"`
 	ByPrompt         []jsonBucket     `json:"by_prompt_tokens"`
 	ByOutput         []jsonBucket     `json:"by_output_tokens"`
-}
-
-type jsonWindowDetail struct {
-	WarmupS        num  `json:"warmup_s"`
-	WarmupDetected bool `json:"warmup_detected"`
-	PeakStartS     num  `json:"peak_start_s"`
-}
-
-type jsonDuration struct {
-	FirstSentS num `json:"first_sent_s"`
-	LastEndS   num `json:"last_end_s"`
-	DurationS  num `json:"duration_s"`
 }
 
 type jsonSLO struct {
@@ -305,68 +250,81 @@ func ms(d float64) num {
 	return num(d / 1e6)
 }
 
-func (r *Report) toJSON() jsonReport {
-	t := r.Throughput
-	j := jsonReport{
-		Requests: jsonRequests{r.Requests.Total, r.Requests.OK, r.Requests.Failed, r.Requests.Dropped, r.Requests.Canceled},
-		Throughput: jsonThroughput{
-			RequestsPerS: num(t.RequestsPerS), OutputTokensPerS: num(t.OutputTokensPerS), TotalTokensPerS: num(t.TotalTokensPerS),
-			SustainedOutputTokensPerS: num(t.SustainedOutputTokensPerS), PeakOutputTokensPerS: num(t.PeakOutputTokensPerS),
-			Window: jsonWindow{num(t.WindowStartS), num(t.WindowEndS)},
-		},
-		TTFT: jq(r.TTFT), TPOT: jq(r.TPOT), ITL: jq(r.ITL), E2E: jq(r.E2E), Lateness: jq(r.Lateness),
-		Flags: jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
-			StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
-				num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}},
-		Warnings: append([]string{}, r.Warnings...),
-	}
-	if r.Repeats != nil {
-		j.Repeats = r.Repeats.toJSON()
-	}
-	if g := r.Goodput; g != nil {
-		j.Goodput = &jsonGoodput{num(g.RequestsPerS), num(g.OutputTokensPerS), num(g.Attainment)}
-	}
-	j.PerUser = jsonPerUser{js(r.PerUser.TokensPerS), js(r.PerUser.InvTPOT)}
+// toJSON is the report's JSON object: the headline figures where their declaration puts
+// them (figureObject), the other sections in their shapes.
+func (r *Report) toJSON() jsonObject {
+	j := jsonObject{{"requests", figureObject(r, "requests")}, {"throughput", figureObject(r, "throughput")}}
+	j = append(j, figureObject(r, "")...)
+	j = append(j, jsonField{"goodput", figureObject(r, "goodput")},
+		jsonField{"per_user", jsonPerUser{js(r.PerUser.TokensPerS), js(r.PerUser.InvTPOT)}})
+	var closed *jsonClosed
 	if c := r.Closed; c != nil {
-		j.Closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: num(c.RampUpS),
+		closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: num(c.RampUpS),
 			FirstWave:    jsonFirstWave{c.FirstWaveRequests, c.FirstWaveLateness.N, num(c.FirstWaveSendS), jq(c.FirstWaveLateness)},
 			SteadyState:  jsonSteady{c.SteadyLateness.N, jq(c.SteadyLateness)},
 			LimitedBasis: ClosedBasis}
 	}
+	j = append(j, jsonField{"closed_loop", closed})
+	flags := jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
+		StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
+			num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}}
+	// Conversations and server are absent (not null) for a run without them, so that such
+	// a report is byte for byte what it was before they existed.
 	if c := r.Conversations; c != nil {
-		pc := c.PrefixCache
-		j.Conversations = &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
-			PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
-		if pc.BestRule != "" {
-			rule := pc.BestRule
-			j.Conversations.PrefixCache.BestRule = &rule
-		}
-		if o := c.Overlap; o != nil {
-			j.Conversations.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: num(o.Share)}
-		}
+		j = append(j, jsonField{"conversations", r.conversationsJSON()})
 		if w := c.Sessions; w != nil {
-			j.Conversations.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
-				OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
 			reshaped := w.Reshaped
-			j.Flags.ReshapedByServer = &reshaped
+			flags.ReshapedByServer = &reshaped
 		}
 	}
 	if s := r.Server; s != nil {
-		j.Server = s.toJSON()
+		j = append(j, jsonField{"server", s.toJSON()})
 	}
-	b := &j.Breakdown
+	j = append(j, jsonField{"flags", flags}, jsonField{"breakdown", r.breakdownJSON()}, jsonField{"warnings", append([]string{}, r.Warnings...)})
+	if r.Repeats != nil { // absent for a run that was not repeated (docs/metrics.md, "Repeats")
+		j = append(j, jsonField{"repeats", r.Repeats.toJSON()})
+	}
+	return j
+}
+
+func (r *Report) conversationsJSON() *jsonConversations {
+	c := r.Conversations
+	pc := c.PrefixCache
+	j := &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
+		PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
+	if pc.BestRule != "" {
+		rule := pc.BestRule
+		j.PrefixCache.BestRule = &rule
+	}
+	if o := c.Overlap; o != nil {
+		j.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: num(o.Share)}
+	}
+	if w := c.Sessions; w != nil {
+		j.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
+			OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
+	}
+	return j
+}
+
+func (r *Report) breakdownJSON() jsonBreakdown {
+	var b jsonBreakdown
 	b.PercentileMethod = PercentileMethod
-	b.Samples = map[string]int64{"ttft_ms": r.TTFT.N, "tpot_ms": r.TPOT.N, "itl_ms": r.ITL.N, "e2e_ms": r.E2E.N, "schedule_lateness_ms": r.Lateness.N, "itl_per_token_ms": r.ITLPerToken.N}
+	b.Samples = distributionSamples(r)
 	b.ByStatus = map[string]int64{}
 	for _, s := range statuses {
 		b.ByStatus[string(s)] = r.Requests.ByStatus[string(s)]
 	}
-	if r.ITLPerToken.N > 0 {
-		q := jq(r.ITLPerToken)
-		b.ITLPerToken = &q
+	bd := figureObject(r, "breakdown")
+	for _, f := range bd {
+		switch f.key {
+		case "itl_per_token_ms":
+			b.ITLPerToken = f.value
+		case "window":
+			b.Window = *f.value.(*jsonObject)
+		case "duration":
+			b.Duration = *f.value.(*jsonObject)
+		}
 	}
-	b.Window = jsonWindowDetail{num(t.WarmupS), t.WarmupDetected, num(t.PeakAtS)}
-	b.Duration = jsonDuration{num(t.FirstSentS), num(t.LastEndS), num(t.DurationS)}
 	slo := r.Options.SLO
 	b.SLO = jsonSLO{TTFTMS: ms(float64(slo.TTFT)), TPOTMS: ms(float64(slo.TPOT)), E2EMS: ms(float64(slo.E2E))}
 	if r.Goodput != nil {
@@ -377,7 +335,7 @@ func (r *Report) toJSON() jsonReport {
 		k.Chunks, k.ChunkTokens, k.WithChunkTokens, k.ChunkTokensMismatch, k.PromptTarget, k.PromptServer, k.PromptWithServerCount, k.PromptMismatch}
 	b.Overload = jsonOverload{jt(r.Flags.InflightTrend), jt(r.Flags.TTFTTrend), num(float64(r.Flags.MaxLateness) / 1e6)}
 	b.ByPrompt, b.ByOutput = jb(r.ByPrompt), jb(r.ByOutput)
-	return j
+	return b
 }
 
 // WriteJSON writes the report as one indented JSON object (docs/metrics.md lists the keys).

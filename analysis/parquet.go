@@ -64,36 +64,13 @@ func quantileCols(prefix string, q Quantiles) []col {
 		{prefix + "_p95", q.P95}, {prefix + "_p99", q.P99}, {prefix + "_p99_9", q.P999}, {prefix + "_max", q.Max}}
 }
 
-// summaryCols is the flat summary row: the JSON report's headline figures, with
-// underscore-joined names (docs/metrics.md).
+// summaryCols is the flat summary row: the declared figures' columns (figures.go), then
+// the other sections' with underscore-joined names (docs/metrics.md).
 func (r *Report) summaryCols() []col {
-	t := r.Throughput
-	cs := []col{
-		{"run_id", r.runID()}, {"files", strings.Join(r.Files, ",")}, {"run_start_unix_ns", r.BaseUnixNS},
-		{"requests_total", r.Requests.Total}, {"requests_ok", r.Requests.OK}, {"requests_failed", r.Requests.Failed},
-		{"requests_dropped", r.Requests.Dropped}, {"requests_canceled", r.Requests.Canceled},
-		{"duration_s", t.DurationS}, {"requests_per_s", t.RequestsPerS}, {"output_tokens_per_s", t.OutputTokensPerS},
-		{"total_tokens_per_s", t.TotalTokensPerS}, {"sustained_output_tokens_per_s", t.SustainedOutputTokensPerS},
-		{"peak_output_tokens_per_s", t.PeakOutputTokensPerS}, {"window_start_s", t.WindowStartS}, {"window_end_s", t.WindowEndS},
-		{"warmup_s", t.WarmupS}, {"warmup_detected", t.WarmupDetected},
-	}
-	cs = append(cs, quantileCols("ttft_ms", r.TTFT)...)
-	cs = append(cs, quantileCols("tpot_ms", r.TPOT)...)
-	cs = append(cs, quantileCols("itl_ms", r.ITL)...)
-	cs = append(cs, quantileCols("itl_per_token_ms", r.ITLPerToken)...)
-	cs = append(cs, quantileCols("e2e_ms", r.E2E)...)
-	cs = append(cs, quantileCols("schedule_lateness_ms", r.Lateness)...)
+	cs := []col{{"run_id", r.runID()}, {"files", strings.Join(r.Files, ",")}, {"run_start_unix_ns", r.BaseUnixNS}}
+	cs = append(cs, r.summaryFigureCols()...)
+	cs = append(cs, col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})
 	nan := math.NaN()
-	g := Goodput{RequestsPerS: nan, OutputTokensPerS: nan, Attainment: nan}
-	if r.Goodput != nil {
-		g = *r.Goodput
-	}
-	cs = append(cs, col{"slo", r.Options.SLO.String()}, col{"goodput_requests_per_s", g.RequestsPerS},
-		col{"goodput_output_tokens_per_s", g.OutputTokensPerS}, col{"goodput_attainment", g.Attainment},
-		col{"client_limited", r.Flags.ClientLimited}, col{"overloaded", r.Flags.Overloaded}, col{"stream_buffered", r.Flags.Buffered},
-		col{"output_tokens_target", r.Tokens.OutputTarget}, col{"output_tokens", r.Tokens.Output},
-		col{"requests_shorter_than_target", r.Tokens.Shorter}, col{"requests_longer_than_target", r.Tokens.Longer},
-		col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})
 	cs = append(cs, speedCols("per_user_tokens_per_s", r.PerUser.TokensPerS)...)
 	cs = append(cs, speedCols("per_user_inv_tpot_per_s", r.PerUser.InvTPOT)...)
 	// Closed loop: the same columns on every row (an open-loop row has closed_loop false,

@@ -167,28 +167,24 @@ func repeatFigures(pooled *Report, reps []*Report) []RepeatFigure {
 		key, label string
 		get        func(*Report) float64
 	}
+	// The values are the declared figures' (figures.go); the keys and labels are the
+	// repeats table's own, a contract of its JSON (docs/metrics.md, "Repeats").
 	figs := []fig{
-		{"sustained_output_tokens_per_s", "sustained output tok/s", func(r *Report) float64 { return r.Throughput.SustainedOutputTokensPerS }},
-		{"output_tokens_per_s", "output tok/s (overall)", func(r *Report) float64 { return r.Throughput.OutputTokensPerS }},
-		{"requests_per_s", "requests/s (overall)", func(r *Report) float64 { return r.Throughput.RequestsPerS }},
-		{"ttft_p50_ms", "TTFT p50 ms", func(r *Report) float64 { return r.TTFT.P50 }},
-		{"ttft_p99_ms", "TTFT p99 ms", func(r *Report) float64 { return r.TTFT.P99 }},
-		{"tpot_p50_ms", "TPOT p50 ms", func(r *Report) float64 { return r.TPOT.P50 }},
-		{"tpot_p99_ms", "TPOT p99 ms", func(r *Report) float64 { return r.TPOT.P99 }},
-		{"e2e_p50_ms", "E2E p50 ms", func(r *Report) float64 { return r.E2E.P50 }},
-		{"e2e_p99_ms", "E2E p99 ms", func(r *Report) float64 { return r.E2E.P99 }},
+		{"sustained_output_tokens_per_s", "sustained output tok/s", figureFloat("sustained_output_tokens_per_s")},
+		{"output_tokens_per_s", "output tok/s (overall)", figureFloat("output_tokens_per_s")},
+		{"requests_per_s", "requests/s (overall)", figureFloat("requests_per_s")},
+		{"ttft_p50_ms", "TTFT p50 ms", figureQuantile("ttft", p50)},
+		{"ttft_p99_ms", "TTFT p99 ms", figureQuantile("ttft", p99)},
+		{"tpot_p50_ms", "TPOT p50 ms", figureQuantile("tpot", p50)},
+		{"tpot_p99_ms", "TPOT p99 ms", figureQuantile("tpot", p99)},
+		{"e2e_p50_ms", "E2E p50 ms", figureQuantile("e2e", p50)},
+		{"e2e_p99_ms", "E2E p99 ms", figureQuantile("e2e", p99)},
 	}
 	if pooled.Goodput != nil {
-		figs = append(figs,
-			fig{"goodput_requests_per_s", "goodput req/s", func(r *Report) float64 { return repeatGoodput(r, func(g *Goodput) float64 { return g.RequestsPerS }) }},
-			fig{"attainment_pct", "SLO attainment %", func(r *Report) float64 { return repeatGoodput(r, func(g *Goodput) float64 { return g.Attainment }) }})
+		figs = append(figs, fig{"goodput_requests_per_s", "goodput req/s", figureFloat("goodput_requests_per_s")},
+			fig{"attainment_pct", "SLO attainment %", figureFloat("slo_attainment_pct")})
 	}
-	figs = append(figs, fig{"error_pct", "errors % (failed/total)", func(r *Report) float64 {
-		if r.Requests.Total == 0 {
-			return math.NaN()
-		}
-		return 100 * float64(r.Requests.Failed) / float64(r.Requests.Total)
-	}})
+	figs = append(figs, fig{"error_pct", "errors % (failed/total)", figureFloat("error_rate_pct")})
 	out := make([]RepeatFigure, 0, len(figs))
 	for _, f := range figs {
 		rf := RepeatFigure{Key: f.key, Label: f.label, Pooled: f.get(pooled), Median: math.NaN(), Min: math.NaN(), Max: math.NaN()}
@@ -208,13 +204,6 @@ func repeatFigures(pooled *Report, reps []*Report) []RepeatFigure {
 		out = append(out, rf)
 	}
 	return out
-}
-
-func repeatGoodput(r *Report, f func(*Goodput) float64) float64 {
-	if r.Goodput == nil {
-		return math.NaN()
-	}
-	return f(r.Goodput)
 }
 
 func joinInts(v []int) string {
@@ -242,21 +231,27 @@ func (rp *Repeats) writeText(w io.Writer) {
 	}
 }
 
-// writeHTML writes the repeats table of the HTML report (p prints, e escapes).
-func (rp *Repeats) writeHTML(p func(string, ...any), e func(string) string) {
-	p("<h2>Repeats: %d of %d, group %s</h2><table><tr><th>figure</th><th>pooled</th><th>median</th><th>min – max</th>", len(rp.Index), rp.Count, e(rp.Group))
+// repeatsHTML is the repeats table of the HTML report.
+type repeatsHTML struct {
+	N, Count int
+	Group    string
+	Header   []string
+	Rows     []htmlRow
+}
+
+func (rp *Repeats) html() *repeatsHTML {
+	h := &repeatsHTML{N: len(rp.Index), Count: rp.Count, Group: rp.Group, Header: []string{"figure", "pooled", "median", "min – max"}}
 	for _, i := range rp.Index {
-		p("<th>r%d</th>", i)
+		h.Header = append(h.Header, fmt.Sprintf("r%d", i))
 	}
-	p("</tr>\n")
 	for _, f := range rp.Figures {
-		p("<tr><td>%s</td><td>%s</td><td>%s</td><td>%s – %s</td>", e(f.Label), f2(f.Pooled), f2(f.Median), f2(f.Min), f2(f.Max))
+		cells := []string{f.Label, f2(f.Pooled), f2(f.Median), f2(f.Min) + " – " + f2(f.Max)}
 		for _, v := range f.Values {
-			p("<td>%s</td>", f2(v))
+			cells = append(cells, f2(v))
 		}
-		p("</tr>\n")
+		h.Rows = append(h.Rows, dataRow(cells...))
 	}
-	p("</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, \"Repeats\").</p>\n")
+	return h
 }
 
 // jsonRepeats is the report's "repeats" key (docs/metrics.md, "Repeats").

@@ -597,7 +597,7 @@ func (s *Server) summaryCols() []col {
 // waiting requests beside the client's in-flight count, so the queue is seen to build
 // before TTFT rises; and KV-cache usage with GPU utilisation, both in percent. A panel
 // with nothing scraped is left out (the page's check wants marks in every plot).
-func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
+func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []*svgPlot {
 	if r.Server == nil {
 		return nil
 	}
@@ -615,7 +615,7 @@ func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
 		anyQ = anyQ || has(s.ServerRunning) || has(s.ServerWaiting)
 		anyP = anyP || has(s.KVUsage) || has(s.GPUUtil)
 	}
-	var out []string
+	var out []*svgPlot
 	if anyQ {
 		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
 		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
@@ -624,7 +624,7 @@ func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
 		p.line(run, "s2")
 		p.line(wait, "s3")
 		p.legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
-		out = append(out, p.String())
+		out = append(out, p)
 	}
 	if anyP {
 		p := newPlot("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
@@ -633,7 +633,7 @@ func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []string {
 		p.line(kv, "s1")
 		p.line(util, "s3")
 		p.legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
-		out = append(out, p.String())
+		out = append(out, p)
 	}
 	return out
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
 	"math"
 	"sort"
@@ -210,25 +210,8 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 		s.writeSpreadText(p)
 		return bw.Flush()
 	}
-	p("\n\n%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-		s.Axis, "offer r/s", "offer tok/s", "sustain t/s", "ratio", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
-	for _, r := range s.Rows {
-		pt := r.Point()
-		rep := r.Report
-		ratio := math.NaN()
-		if pt.OfferedTokensPerSecond > 0 {
-			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
-		}
-		good, att := math.NaN(), math.NaN()
-		if g := rep.Goodput; g != nil {
-			good, att = g.RequestsPerS, g.Attainment
-		}
-		flags := pointFlags(rep)
-		p("%10s %10s %11s %11s %6s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-			fmtLoad(r.Load), f2(r.Offered.WindowRequestsPerS), f1(pt.OfferedTokensPerSecond), f1(pt.SustainedTokensPerSecond),
-			f2(ratio), f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
-			f2(good), pct(att), pct(100*r.ErrorRate()), flags)
-	}
+	p("\n\n")
+	s.writePointsTable(p)
 	p("\nLatencies in ms; offered and sustained over each point's steady-state window; goodput in req/s.\n")
 	if s.Axis != "concurrency" {
 		p("%s\n", s.describe(s.Saturation, fmt.Sprintf("saturation (sustained >= %.0f%% of offered, not overloaded)", s.Options.MinRatio*100)))
@@ -268,19 +251,7 @@ func goodputOf(rep *Report) (good, att float64) {
 
 // writeClosedText writes a closed-loop sweep's table: no offered load, per-user speed.
 func (s *SweepReport) writeClosedText(p func(string, ...any)) {
-	p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-		"concurrency", "req/s", "out tok/s", "sustain t/s", "user mean", "user p50", "1/TPOT p50",
-		"TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "goodput", "attain", "errors", "flags")
-	for _, r := range s.Rows {
-		rep := r.Report
-		good, att := goodputOf(rep)
-		u := rep.PerUser
-		p("%11s %8s %10s %11s %10s %10s %10s %9s %9s %9s %9s %9s %8s %7s %7s  %s\n",
-			fmtLoad(r.Load), f2(rep.Throughput.RequestsPerS), f1(rep.Throughput.OutputTokensPerS), f1(rep.Throughput.SustainedOutputTokensPerS),
-			f1(u.TokensPerS.Mean), f1(u.TokensPerS.P50), f1(u.InvTPOT.P50),
-			f1(rep.TTFT.P50), f1(rep.TTFT.P99), f1(rep.TPOT.P50), f1(rep.TPOT.P99), f1(rep.E2E.P99),
-			f2(good), pct(att), pct(100*r.ErrorRate()), pointFlags(rep))
-	}
+	s.writePointsTable(p)
 	p("\nClosed loop: each point keeps its concurrency's requests in flight, so it offers no load of its own.\n")
 	p("out tok/s over the whole run, sustained over each point's steady-state window; user mean and p50: of each ok\n")
 	p("request's output tokens / (E2E - TTFT), tok/s per user; 1/TPOT p50: of (output tokens - 1) / (E2E - TTFT);\n")
@@ -341,16 +312,16 @@ func f1(v float64) string {
 
 // sweepJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
 type sweepJSON struct {
-	Axis       string     `json:"axis"`
-	Auto       bool       `json:"auto"`
-	SLO        string     `json:"slo"`
-	Attainment float64    `json:"attainment_target"`
-	MinRatio   *float64   `json:"min_ratio,omitempty"` // open loop only
-	MinGain    *float64   `json:"min_gain,omitempty"`  // closed loop only
-	Saturation boundJSON  `json:"saturation"`
-	SLOLimit   *boundJSON `json:"slo_limit"`
-	Points     []any      `json:"points"` // sweepRowJSON, or closedRowJSON on the concurrency axis
-	Notes      []string   `json:"notes"`
+	Axis       string       `json:"axis"`
+	Auto       bool         `json:"auto"`
+	SLO        string       `json:"slo"`
+	Attainment float64      `json:"attainment_target"`
+	MinRatio   *float64     `json:"min_ratio,omitempty"` // open loop only
+	MinGain    *float64     `json:"min_gain,omitempty"`  // closed loop only
+	Saturation boundJSON    `json:"saturation"`
+	SLOLimit   *boundJSON   `json:"slo_limit"`
+	Points     []jsonObject `json:"points"` // sweepColumns' JSON columns on the sweep's axis
+	Notes      []string     `json:"notes"`
 
 	// The knee brackets of a sweep with repeated points (docs/metrics.md, "Sweep").
 	SaturationBracket *bracketJSON `json:"saturation_bracket,omitempty"`
@@ -369,53 +340,6 @@ type boundJSON struct {
 	Summary         string `json:"summary"`
 }
 
-type sweepRowJSON struct {
-	Load                      float64 `json:"load"`
-	File                      string  `json:"file"`
-	OfferedRequestsPerS       num     `json:"offered_requests_per_s"`
-	OfferedOutputTokensPerS   num     `json:"offered_output_tokens_per_s"`
-	RequestsPerS              num     `json:"requests_per_s"`
-	OutputTokensPerS          num     `json:"output_tokens_per_s"`
-	SustainedOutputTokensPerS num     `json:"sustained_output_tokens_per_s"`
-	TTFT                      latJSON `json:"ttft_ms"`
-	TPOT                      latJSON `json:"tpot_ms"`
-	E2E                       latJSON `json:"e2e_ms"`
-	GoodputRequestsPerS       num     `json:"goodput_requests_per_s"`
-	Attainment                num     `json:"attainment"`
-	ErrorRate                 num     `json:"error_rate"`
-	ClientLimited             bool    `json:"client_limited"`
-	Overloaded                bool    `json:"overloaded"`
-	Server                    *svJSON `json:"server,omitempty"` // absent when the point scraped nothing
-
-	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
-}
-
-// closedRowJSON is a closed-loop point: no offered load, per-user speed.
-type closedRowJSON struct {
-	Load                      float64     `json:"load"`
-	File                      string      `json:"file"`
-	RequestsPerS              num         `json:"requests_per_s"`
-	OutputTokensPerS          num         `json:"output_tokens_per_s"`
-	SustainedOutputTokensPerS num         `json:"sustained_output_tokens_per_s"`
-	PerUser                   jsonPerUser `json:"per_user"`
-	TTFT                      latJSON     `json:"ttft_ms"`
-	TPOT                      latJSON     `json:"tpot_ms"`
-	E2E                       latJSON     `json:"e2e_ms"`
-	GoodputRequestsPerS       num         `json:"goodput_requests_per_s"`
-	Attainment                num         `json:"attainment"`
-	ErrorRate                 num         `json:"error_rate"`
-	ClientLimited             bool        `json:"client_limited"`
-	Overloaded                bool        `json:"overloaded"`
-	Server                    *svJSON     `json:"server,omitempty"` // absent when the point scraped nothing
-
-	Intervals *spreadJSON `json:"intervals,omitempty"` // a repeated point's
-}
-
-type latJSON struct {
-	P50 num `json:"p50"`
-	P99 num `json:"p99"`
-}
-
 func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
 	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
 		Summary: s.describe(b, what), PassLoad: num(math.NaN()), FailLoad: num(math.NaN())}
@@ -431,7 +355,7 @@ func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
 // WriteJSON writes the sweep as one JSON object.
 func (s *SweepReport) WriteJSON(w io.Writer) error {
 	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
-		Points: []any{}, Notes: []string{}}
+		Points: []jsonObject{}, Notes: []string{}}
 	if s.closed() {
 		out.MinGain = &s.Options.MinGain
 		out.Saturation = s.boundJSON(s.Saturation, "saturation")
@@ -449,36 +373,10 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 		out.SLOLimit = &b
 	}
 	for _, r := range s.Rows {
-		rep := r.Report
-		good, att := goodputOf(rep)
-		if rep.Flags.ClientLimited {
+		if r.Report.Flags.ClientLimited {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
 		}
-		if s.closed() {
-			out.Points = append(out.Points, closedRowJSON{Load: r.Load, File: r.File,
-				RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
-				SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
-				PerUser:                   jsonPerUser{js(rep.PerUser.TokensPerS), js(rep.PerUser.InvTPOT)},
-				TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
-				E2E:                 latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
-				GoodputRequestsPerS: num(good), Attainment: num(att / 100),
-				ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-				Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)})
-			continue
-		}
-		pt := r.Point()
-		j := sweepRowJSON{Load: r.Load, File: r.File,
-			OfferedRequestsPerS: num(r.Offered.WindowRequestsPerS), OfferedOutputTokensPerS: num(pt.OfferedTokensPerSecond),
-			RequestsPerS: num(rep.Throughput.RequestsPerS), OutputTokensPerS: num(rep.Throughput.OutputTokensPerS),
-			SustainedOutputTokensPerS: num(rep.Throughput.SustainedOutputTokensPerS),
-			TTFT:                      latJSON{num(rep.TTFT.P50), num(rep.TTFT.P99)}, TPOT: latJSON{num(rep.TPOT.P50), num(rep.TPOT.P99)},
-			E2E:       latJSON{num(rep.E2E.P50), num(rep.E2E.P99)},
-			ErrorRate: num(r.ErrorRate()), ClientLimited: rep.Flags.ClientLimited, Overloaded: rep.Flags.Overloaded,
-			Server: sweepServerOf(rep), Intervals: spreadOf(r.Spread)}
-		if rep.Goodput != nil {
-			j.GoodputRequestsPerS, j.Attainment = num(good), num(att/100)
-		}
-		out.Points = append(out.Points, j)
+		out.Points = append(out.Points, s.pointJSON(r))
 	}
 	out.SaturationBracket, out.SLOLimitBracket = s.bracketJSON(s.SaturationBracket, "saturation"), s.bracketJSON(s.SLOBracket, "SLO limit")
 	enc := json.NewEncoder(w)
@@ -554,14 +452,10 @@ func writeColRows(path, format string, rows [][]col) error {
 // WriteHTML writes a self-contained page: throughput against offered load and latency
 // against load, the knee marked, and the table.
 func (s *SweepReport) WriteHTML(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	e := html.EscapeString
 	var text strings.Builder
-	s.WriteText(&text)
-	p("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>llmreplay sweep</title>\n")
-	p("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n")
-	p("<style>%s</style></head><body>\n<h1>llmreplay sweep over %s</h1>\n", htmlStyle, e(s.Axis))
+	if err := s.WriteText(&text); err != nil {
+		return err
+	}
 	var off, sus, ttft50, ttft99, tpot99 [][2]float64
 	maxX, maxY, maxLat := 0.0, 0.0, 0.0
 	for _, r := range s.Rows {
@@ -580,7 +474,7 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			}
 		}
 	}
-	var plots []string
+	var plots []*svgPlot
 	if s.closed() {
 		plots = s.closedPlots()
 	} else {
@@ -592,7 +486,7 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
 		}
 		tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
-		plots = append(plots, tp.String())
+		plots = append(plots, tp)
 	}
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	lp := newPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
@@ -607,16 +501,35 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
 	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
-	plots = append(append(plots, lp.String()), s.serverPlots()...)
-	p("<div class=\"grid-2\">\n%s\n</div>\n", strings.Join(plots, "\n"))
-	p("<h2>Points</h2><pre>%s</pre>\n", e(text.String()))
-	p("<p id=\"render-check\" data-rendered=\"0\">plots not checked (scripts disabled)</p>\n<script>%s</script>\n</body></html>\n", htmlScript)
+	plots = append(append(plots, lp), s.serverPlots()...)
+	bw := bufio.NewWriter(w)
+	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: htmlStyle, Script: htmlScript, Axis: s.Axis, Plots: plots, Text: text.String()})
+	if err != nil {
+		return fmt.Errorf("analysis: sweep html: %w", err)
+	}
 	return bw.Flush()
 }
 
+// sweepPage is what sweepTemplate reads.
+type sweepPage struct {
+	Title  string
+	Style  template.CSS
+	Script template.JS
+	Axis   string
+	Plots  []*svgPlot
+	Text   string
+}
+
+var sweepTemplate = pageTemplate(htmlHead + `<h1>llmreplay sweep over {{.Axis}}</h1>
+<div class="grid-2">
+{{range $i, $p := .Plots}}{{if $i}}{{"\n"}}{{end}}{{template "svg" $p}}{{end}}
+</div>
+<h2>Points</h2><pre>{{.Text}}</pre>
+` + htmlFoot)
+
 // closedPlots are a closed-loop sweep's plots against concurrency on a log axis: output
 // throughput (overall and sustained) with the knee marked, and per-user speed.
-func (s *SweepReport) closedPlots() []string {
+func (s *SweepReport) closedPlots() []*svgPlot {
 	var all, sus, mean, p50, inv [][2]float64
 	for _, r := range s.Rows {
 		t, u := r.Report.Throughput, r.Report.PerUser
@@ -647,7 +560,7 @@ func (s *SweepReport) closedPlots() []string {
 		up.vline(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
 	}
 	up.legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
-	return []string{tp.String(), up.String()}
+	return []*svgPlot{tp, up}
 }
 
 // WriteHTMLFile writes the sweep page to path through a temporary file.

@@ -121,7 +121,7 @@ func (s *SweepReport) explainBound(b Bound, what string) string {
 // serverPlots is the sweep page's server panel: the engine's KV-cache usage (mean, max) and
 // waiting requests (mean) against load, on the latency plot's axis; none when no point
 // scraped.
-func (s *SweepReport) serverPlots() []string {
+func (s *SweepReport) serverPlots() []*svgPlot {
 	if !s.hasServer() {
 		return nil
 	}
@@ -137,20 +137,20 @@ func (s *SweepReport) serverPlots() []string {
 	}
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	logX := maxL/minL >= 8
-	var out []string
+	var out []*svgPlot
 	if hasFinite(kvMean) {
 		kp := newPlot("plot-sweep-kv", "Engine KV-cache usage vs load (scraped)", s.Axis, "%", minL, maxL, logX, 0, 105, false)
 		kp.line(kvMean, "s1")
 		kp.line(kvMax, "s3")
 		kp.dots(kvMean, "dot")
 		kp.legend([2]string{"s1", "mean"}, [2]string{"s3", "max"})
-		out = append(out, kp.String())
+		out = append(out, kp)
 	}
 	if hasFinite(wait) {
 		wp := newPlot("plot-sweep-waiting", "Engine waiting requests vs load (scraped, mean)", s.Axis, "requests", minL, maxL, logX, 0, maxOf(wait, 1)*1.1, false)
 		wp.line(wait, "s3")
 		wp.dots(wait, "dot")
-		out = append(out, wp.String())
+		out = append(out, wp)
 	}
 	return out
 }

@@ -81,6 +81,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Repeats != nil {
 		r.Repeats.writeText(bw)
 	}
+	r.writeTextFigures(p)
+	r.writeTextClosed(p)
+	r.writeTextConversations(p)
+	if s := r.Server; s != nil {
+		s.writeText(p)
+	}
+	r.writeTextTokensFlags(p)
+	r.writeTextBuckets(p)
+	return bw.Flush()
+}
+
+// writeTextFigures writes the requests, throughput, goodput, latency and per-user sections.
+func (r *Report) writeTextFigures(p func(string, ...any)) {
 	q := r.Requests
 	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
 	if q.Failed > 0 {
@@ -98,49 +111,18 @@ func (r *Report) WriteText(w io.Writer) error {
 	} else {
 		p("\nThroughput (overall: ok requests over %s s, first sent %s s to last end %s s)\n", f3(t.DurationS), f3(t.FirstSentS), f3(t.LastEndS))
 	}
-	p("  %-30s %12s\n", "requests/s", f3(t.RequestsPerS))
-	p("  %-30s %12s\n", "output tok/s", f2(t.OutputTokensPerS))
-	p("  %-30s %12s\n", "total tok/s (prompt+output)", f2(t.TotalTokensPerS))
-	win := "no steady-state window"
-	if r.Repeats != nil {
-		win = "over the repeats' steady-state windows"
-	}
-	if !math.IsNaN(t.WindowStartS) {
-		how := "given"
-		if t.WarmupDetected {
-			how = "detected by MSER-5"
-		}
-		win = fmt.Sprintf("window [%s s, %s s), warm-up %s s %s", f3(t.WindowStartS), f3(t.WindowEndS), f3(t.WarmupS), how)
-	}
-	p("  %-30s %12s   %s\n", "sustained output tok/s", f2(t.SustainedOutputTokensPerS), win)
-	peak := ""
-	if !math.IsNaN(t.PeakAtS) {
-		peak = fmt.Sprintf("[%s s, %s s)", f3(t.PeakAtS), f3(t.PeakAtS+1))
-	}
-	p("  %-30s %12s   %s\n", "peak 1 s output tok/s", f2(t.PeakOutputTokensPerS), peak)
+	r.writeSection(p, "throughput")
 	if g := r.Goodput; g != nil {
 		p("\nGoodput (SLO %s; attainment over %d non-canceled requests)\n", g.SLO, q.Total-q.Canceled)
-		p("  %-30s %12s\n", "good requests/s", f3(g.RequestsPerS))
-		p("  %-30s %12s\n", "good output tok/s", f2(g.OutputTokensPerS))
-		p("  %-30s %12s   %d good\n", "SLO attainment", pct(g.Attainment), g.Good)
+		r.writeSection(p, "goodput")
 	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
-	row := func(name string, x Quantiles) {
-		if x.N == 0 {
-			p("  %-22s %9d %10s\n", name, 0, "-")
-			return
+	for _, f := range sectionFigures(r, "latency") {
+		if q := f.Dist(r); q.N > 0 || !f.OnlyIfSampled {
+			latencyRow(p, f.Text, q)
 		}
-		p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
 	}
-	row("TTFT", r.TTFT)
-	row("TPOT", r.TPOT)
-	row("ITL (per chunk)", r.ITL)
-	if r.ITLPerToken.N > 0 {
-		row("ITL (per token)", r.ITLPerToken)
-	}
-	row("E2E", r.E2E)
-	row("schedule lateness", r.Lateness)
 
 	u := r.PerUser
 	p("\nPer-user speed, tok/s (ok requests with output_tokens > 1; slow tail p10, p1, min)\n")
@@ -155,7 +137,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		p("  %-30s %9d %10s %10s %10s %10s %10s\n", m.name, m.s.N, f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min))
 	}
+}
 
+// latencyRow writes one row of a latency table, ms.
+func latencyRow(p func(string, ...any), name string, x Quantiles) {
+	if x.N == 0 {
+		p("  %-22s %9d %10s\n", name, 0, "-")
+		return
+	}
+	p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
+}
+
+// writeTextClosed writes a closed-loop run's section.
+func (r *Report) writeTextClosed(p func(string, ...any)) {
+	t, u := r.Throughput, r.PerUser
 	if c := r.Closed; c != nil {
 		p("\nClosed loop: concurrency %d, ramp-up %s s\n", c.Concurrency, f3(c.RampUpS))
 		p("  %-30s %s req/s; output %s tok/s overall, %s sustained; per user %s tok/s mean, %s p50 (1/TPOT %s mean, %s p50)\n",
@@ -164,10 +159,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  %-30s %d requests (scheduled by the last worker's start, %s s), last sent at %s ms\n", "first wave:",
 			c.FirstWaveRequests, f3(float64(results.LastWorkerStart(c.Concurrency, time.Duration(math.Round(c.RampUpS*1e9))))/1e9), f1(c.FirstWaveSendS*1e3))
 		p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "schedule lateness, ms", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
-		row("first wave", c.FirstWaveLateness)
-		row("steady state", c.SteadyLateness)
+		latencyRow(p, "first wave", c.FirstWaveLateness)
+		latencyRow(p, "steady state", c.SteadyLateness)
 	}
+}
 
+// writeTextConversations writes the prefix cache, turn overlap and session waits.
+func (r *Report) writeTextConversations(p func(string, ...any)) {
 	if c := r.Conversations; c != nil {
 		pc := c.PrefixCache
 		p("\nConversations\n")
@@ -215,11 +213,10 @@ func (r *Report) WriteText(w io.Writer) error {
 				w.Waited, w.Turns, pct(100*w.WaitedShare), p50, p99, w.OverBound, w.Bound)
 		}
 	}
+}
 
-	if s := r.Server; s != nil {
-		s.writeText(p)
-	}
-
+// writeTextTokensFlags writes the token reconciliation and the run-level verdicts.
+func (r *Report) writeTextTokensFlags(p func(string, ...any)) {
 	k := r.Tokens
 	p("\nTokens (ok requests)\n")
 	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
@@ -262,7 +259,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("  reshaped by the server: %s (%d of %d later turns waited for their predecessor over %v; bound %s)\n",
 			yesno(w.Reshaped), w.OverBound, w.Turns, w.Bound, pct(100*ReshapedShare))
 	}
+}
 
+// writeTextBuckets writes the breakdowns by length and the warnings.
+func (r *Report) writeTextBuckets(p func(string, ...any)) {
 	for _, bd := range []struct {
 		title string
 		bs    []Bucket
@@ -289,7 +289,17 @@ func (r *Report) WriteText(w io.Writer) error {
 			p("  - %s\n", w)
 		}
 	}
-	return bw.Flush()
+}
+
+// writeSection writes the lines of a text section's scalar figures (figures.go).
+func (r *Report) writeSection(p func(string, ...any), section string) {
+	for _, f := range sectionFigures(r, section) {
+		p("  %-30s %12s", f.Text, f.Format(f.float(r)))
+		if f.Note != nil {
+			p("   %s", f.Note(r))
+		}
+		p("\n")
+	}
 }
 
 func orDash(s string) string {

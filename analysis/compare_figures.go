@@ -1,0 +1,268 @@
+package analysis
+
+import (
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/llmreplay/llmreplay/internal/quantile"
+)
+
+// The figures compare shows, one run's at a time: which, from the declaration
+// (figures.go); how each is resampled, here.
+
+// figures computes the figures compare shows (the declared figures with a CompareSpec,
+// figures.go; the paired ones first) of one run (d, analysed as r) with their replicates;
+// tag names the run in the random streams.
+func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[string]Estimate, []tpSeries) {
+	rf := newRunFigures(d, r, b, tag)
+	for _, paired := range []bool{true, false} {
+		for i := range reportFigures {
+			f := &reportFigures[i]
+			if f.Compare == nil || f.Compare.Paired != paired || !f.present(r) {
+				continue
+			}
+			rf.figure(f)
+		}
+	}
+	return rf.figs, rf.ests, rf.tps
+}
+
+// runFigures accumulates one run's compare figures.
+type runFigures struct {
+	d        *Data
+	r        *Report
+	b        Bootstrap
+	tag      string
+	figs     []CompareFigure
+	ests     map[string]Estimate
+	tps      []tpSeries
+	minBlock int
+	// series are the throughputs' per-window series (throughputSeries).
+	series map[string][]float64
+	// order is the requests in arrival (scheduled) order: neighbours share the server's
+	// state, so the dependence between them is measured along it (effective).
+	order []int
+	// tpotM: TPOT's effective sample size by percentile, which ITL's resamples take.
+	tpotM map[float64]int64
+}
+
+func newRunFigures(d *Data, r *Report, b Bootstrap, tag string) *runFigures {
+	rf := &runFigures{d: d, r: r, b: b, tag: tag, ests: map[string]Estimate{}, minBlock: 1, tpotM: map[float64]int64{}}
+	if r.E2E.N > 0 {
+		rf.minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
+	}
+	rf.series = throughputSeries(d, r)
+	rf.order = make([]int, d.N())
+	for i := range rf.order {
+		rf.order[i] = i
+	}
+	sort.SliceStable(rf.order, func(x, y int) bool { return d.scheduled[rf.order[x]] < d.scheduled[rf.order[y]] })
+	return rf
+}
+
+func (rf *runFigures) stream(key string) string { return rf.tag + "/" + key }
+
+func (rf *runFigures) add(f CompareFigure, e Estimate) {
+	rf.figs = append(rf.figs, f)
+	rf.ests[f.Key] = e
+}
+
+// figure adds f's compare rows: a distribution's percentiles, a throughput's value with its
+// series for the block bootstrap (throughputs), a share of requests, or, for a figure
+// compare has no resampling for, its value alone.
+func (rf *runFigures) figure(f *Figure) {
+	cf := CompareFigure{Key: f.Key, Name: f.Compare.Name, Unit: f.Unit, Relative: f.Compare.Relative}
+	if f.Dist != nil {
+		rf.quantiles(f)
+		return
+	}
+	if xs, ok := rf.series[f.Key]; ok {
+		rf.figs = append(rf.figs, cf)
+		rf.tps = append(rf.tps, tpSeries{f.Key, f.float(rf.r), xs, rf.minBlock})
+		return
+	}
+	d := rf.d
+	all := func(int) bool { return true }
+	switch f.Key {
+	case "slo_attainment_pct":
+		slo := rf.r.Options.SLO
+		rf.add(cf, rf.share("attainment", func(i int) bool { return d.status[i] != stCanceled }, func(i int) bool { return d.meets(i, slo) }))
+	case "error_rate_pct":
+		rf.add(cf, rf.share("errors", all, func(i int) bool {
+			s := d.status[i]
+			return s != stOK && s != stDropped && s != stCanceled
+		}))
+	case "drop_rate_pct":
+		rf.add(cf, rf.share("drops", all, func(i int) bool { return d.status[i] == stDropped }))
+	case "prefix_cache_hit_rate_pct":
+		if d.cached != nil {
+			rf.add(cf, rf.prefixCache(f))
+		}
+	default:
+		rf.add(cf, Estimate{Value: f.float(rf.r)})
+	}
+}
+
+// throughputSeries are the per-window series of the throughputs: the output tokens of the
+// steady-state window (sustained) and, over [first sent, last end), the ok requests, their
+// output tokens, their prompt and output tokens and the good requests ending in each.
+func throughputSeries(d *Data, r *Report) map[string][]float64 {
+	t := r.Throughput
+	var sustained []float64
+	if !math.IsNaN(t.WindowStartS) {
+		lo, hi := int64(math.Round(t.WindowStartS*1e9))/binNS, int64(math.Round(t.WindowEndS*1e9))/binNS
+		sustained = windows(d.tokenBins, lo, hi)
+	}
+	var done, good, total []float64
+	var lo, hi int64
+	if !math.IsNaN(t.DurationS) {
+		lo, hi = int64(math.Round(t.FirstSentS*1e9))/binNS, int64(math.Round(t.LastEndS*1e9))/binNS+1
+		n := int((hi - lo + 9) / 10)
+		done, good, total = make([]float64, n), make([]float64, n), make([]float64, n)
+		slo := r.Options.SLO
+		for i, s := range d.status {
+			if s != stOK {
+				continue
+			}
+			w := int((d.end[i]/binNS - lo) / 10)
+			if w < 0 || w >= n {
+				continue
+			}
+			done[w]++
+			tok := int64(d.prompt[i])
+			if d.promptServer[i] != null32 {
+				tok = int64(d.promptServer[i])
+			}
+			if d.outTokens[i] != null32 {
+				tok += int64(d.outTokens[i])
+			}
+			total[w] += float64(tok)
+			if !slo.IsZero() && d.meets(i, slo) {
+				good[w]++
+			}
+		}
+	}
+	return map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
+		"output_tokens_per_s": windows(d.tokenBins, lo, hi), "total_tokens_per_s": total, "goodput_requests_per_s": good}
+}
+
+// effective returns how many independent requests a sample in arrival order is worth for
+// the share of its values at or below v: n / VarianceInflation of that indicator.
+func effective(xs []float64, below func(x float64) bool) int64 {
+	ind := make([]float64, len(xs))
+	for i, x := range xs {
+		if below(x) {
+			ind[i] = 1
+		}
+	}
+	return max(1, int64(math.Round(float64(len(xs))/VarianceInflation(ind))))
+}
+
+// quantiles adds a latency distribution's p50, p90 and p99, over ok requests, resampled m
+// out of n with m from the dependence along arrival order; ITL's gaps as many as TPOT's m.
+func (rf *runFigures) quantiles(f *Figure) {
+	d := rf.d
+	var xs []float64
+	n, at := int64(0), func(int64) float64 { return 0 }
+	if f.Key == "itl" {
+		n, at = d.itl.ranks()
+	} else {
+		xs = make([]float64, 0, rf.r.Requests.OK)
+		for _, i := range rf.order {
+			if d.status[i] != stOK {
+				continue
+			}
+			switch f.Key {
+			case "ttft":
+				xs = append(xs, d.ttftMS(i))
+			case "e2e":
+				xs = append(xs, d.e2eMS(i))
+			case "tpot":
+				if v := d.tpotMS(i); !math.IsNaN(v) {
+					xs = append(xs, v)
+				}
+			}
+		}
+	}
+	arrival := slices.Clone(xs)
+	if f.Key != "itl" {
+		sortFloat64s(xs)
+		n, at = int64(len(xs)), func(r int64) float64 { return xs[r] }
+	}
+	for _, p := range []struct {
+		name string
+		p    float64
+	}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
+		key := f.Key + "_" + p.name + "_ms"
+		var e Estimate
+		switch {
+		case n == 0:
+			e = undefined()
+		case f.Key == "itl":
+			// A request's gaps are not independent: resample as many as the requests
+			// TPOT's percentile is worth.
+			e = rf.b.QuantileM(n, min(n, rf.tpotM[p.p]), at, p.p, rf.stream(key))
+		default:
+			lo, frac := quantile.Rank7(n, p.p)
+			v := at(lo)
+			if frac > 0 {
+				v += frac * (at(lo+1) - v)
+			}
+			eff := effective(arrival, func(x float64) bool { return x <= v })
+			if f.Key == "tpot" {
+				rf.tpotM[p.p] = eff
+			}
+			e = rf.b.QuantileM(n, eff, at, p.p, rf.stream(key))
+		}
+		rf.add(CompareFigure{key, f.Compare.Name + " " + p.name + " ms", f.Unit, f.Compare.Relative}, e)
+	}
+}
+
+// share is a share of requests in percent, m out of n with m from the dependence along
+// arrival order.
+func (rf *runFigures) share(key string, in, hit func(i int) bool) Estimate {
+	var xs []float64
+	var k int64
+	for _, i := range rf.order {
+		if !in(i) {
+			continue
+		}
+		x := 0.0
+		if hit(i) {
+			x, k = 1, k+1
+		}
+		xs = append(xs, x)
+	}
+	n := int64(len(xs))
+	eff := n
+	if k > 0 && k < n {
+		eff = effective(xs, func(x float64) bool { return x == 1 })
+	}
+	return rf.b.ProportionM(k, n, eff, rf.stream(key)).Scale(100)
+}
+
+// prefixCache is the prefix-cache hit rate in percent, its requests resampled.
+func (rf *runFigures) prefixCache(f *Figure) Estimate {
+	d := rf.d
+	var cached, prompt []float64
+	for i, s := range d.status {
+		if s != stOK || d.cached[i] == null32 {
+			continue
+		}
+		p := d.prompt[i]
+		if d.promptServer[i] != null32 {
+			p = d.promptServer[i]
+		}
+		cached, prompt = append(cached, float64(d.cached[i])), append(prompt, float64(p))
+	}
+	reps := rf.b.Resample(len(cached), 1, rf.stream("prefix_cache"), func(w []int32, out []float64) {
+		var sc, sp float64
+		for i, k := range w {
+			sc += float64(k) * cached[i]
+			sp += float64(k) * prompt[i]
+		}
+		out[0] = 100 * sc / sp
+	})
+	return Estimate{Value: f.float(rf.r), Reps: reps[0]}
+}

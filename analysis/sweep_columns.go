@@ -1,0 +1,207 @@
+package analysis
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// The sweep's points are one list of columns (sweepColumns): the text table and the JSON
+// points read it, on the open-loop axes and the concurrency axis alike, so that a column
+// is added once. The columns that are headline figures take their values from the figures'
+// declaration (figures.go).
+
+// sweepAxes says on which axes a column shows: open loop (speedup, rate), closed loop
+// (concurrency) or both.
+type sweepAxes uint8
+
+const (
+	onOpen sweepAxes = 1 << iota
+	onClosed
+	onBoth = onOpen | onClosed
+)
+
+// sweepColumn is one column of a sweep's points. Text: Head over Width characters (Width 0:
+// the last, unpadded column) on the Text axes, each point's Cell. JSON: the path (dot-
+// separated: "ttft_ms.p50") on the JSON axes, each point's Value (nil leaves the key out).
+type sweepColumn struct {
+	Head  string
+	Width int
+	Text  sweepAxes
+	Cell  func(s *SweepReport, r SweepRow) string
+
+	JSON   string
+	OnJSON sweepAxes
+	Value  func(s *SweepReport, r SweepRow) any
+}
+
+// sweepFigure reads the declared figure key's value from a point's report.
+func sweepFigure(key string) func(*SweepReport, SweepRow) float64 {
+	get := figureFloat(key)
+	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
+}
+
+// sweepQuantile is a declared distribution's percentile p (P50 or P99) at a point.
+func sweepQuantile(key string, p func(Quantiles) float64) func(*SweepReport, SweepRow) float64 {
+	get := figureQuantile(key, p)
+	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
+}
+
+// cell and value adapt a float getter to a text cell (formatted by format) and a JSON
+// number (null when undefined).
+func cell(get func(*SweepReport, SweepRow) float64, format func(float64) string) func(*SweepReport, SweepRow) string {
+	return func(s *SweepReport, r SweepRow) string { return format(get(s, r)) }
+}
+
+func value(get func(*SweepReport, SweepRow) float64) func(*SweepReport, SweepRow) any {
+	return func(s *SweepReport, r SweepRow) any { return num(get(s, r)) }
+}
+
+// figureColumn is a headline figure's column: its declared key as the JSON key, on both
+// axes in JSON, in the text on the axes given.
+func figureColumn(key, head string, width int, text sweepAxes, format func(float64) string) sweepColumn {
+	get := sweepFigure(key)
+	return sweepColumn{Head: head, Width: width, Text: text, Cell: cell(get, format), JSON: key, OnJSON: onBoth, Value: value(get)}
+}
+
+// latencyColumn is a percentile of a declared latency distribution: "TTFT p99" in the
+// text, ttft_ms.p99 in the JSON.
+func latencyColumn(key, name, pn string, p func(Quantiles) float64, text bool) sweepColumn {
+	get := sweepQuantile(key, p)
+	c := sweepColumn{Head: name + " " + pn, Width: 9, Cell: cell(get, f1), JSON: key + "_ms." + pn, OnJSON: onBoth, Value: value(get)}
+	if text {
+		c.Text = onBoth
+	}
+	return c
+}
+
+// sweepGoodput and sweepAttainment: without an SLO NaN, which an open-loop point's JSON
+// writes as 0 and a closed-loop point's as null (as they always have).
+func sweepGoodput(_ *SweepReport, r SweepRow) float64 { good, _ := goodputOf(r.Report); return good }
+
+func sweepAttainment(_ *SweepReport, r SweepRow) float64 { _, att := goodputOf(r.Report); return att }
+
+func zeroOnOpen(get func(*SweepReport, SweepRow) float64, scale float64) func(*SweepReport, SweepRow) any {
+	return func(s *SweepReport, r SweepRow) any {
+		if !s.closed() && r.Report.Goodput == nil {
+			return num(0)
+		}
+		return num(get(s, r) * scale)
+	}
+}
+
+// sweepColumns are the sweep's point columns, in order.
+var sweepColumns = []sweepColumn{
+	{Width: 10, Text: onOpen, Cell: loadCell},
+	{Width: 11, Text: onClosed, Cell: loadCell, JSON: "load", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Load }},
+	{JSON: "file", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.File }},
+	{Head: "offer r/s", Width: 10, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f2(r.Offered.WindowRequestsPerS) },
+		JSON: "offered_requests_per_s", OnJSON: onOpen, Value: func(_ *SweepReport, r SweepRow) any { return num(r.Offered.WindowRequestsPerS) }},
+	{Head: "offer tok/s", Width: 11, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Point().OfferedTokensPerSecond) },
+		JSON: "offered_output_tokens_per_s", OnJSON: onOpen, Value: func(_ *SweepReport, r SweepRow) any { return num(r.Point().OfferedTokensPerSecond) }},
+	figureColumn("requests_per_s", "req/s", 8, onClosed, f2),
+	figureColumn("output_tokens_per_s", "out tok/s", 10, onClosed, f1),
+	// The open loop's table prints the knee's sustained throughput (0 when undefined).
+	{Head: "sustain t/s", Width: 11, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Point().SustainedTokensPerSecond) }},
+	figureColumn("sustained_output_tokens_per_s", "sustain t/s", 11, onClosed, f1),
+	{Head: "ratio", Width: 6, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string {
+		pt, ratio := r.Point(), math.NaN()
+		if pt.OfferedTokensPerSecond > 0 {
+			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
+		}
+		return f2(ratio)
+	}},
+	{Head: "user mean", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.TokensPerS.Mean) },
+		JSON: "per_user", OnJSON: onClosed, Value: func(_ *SweepReport, r SweepRow) any {
+			return jsonPerUser{js(r.Report.PerUser.TokensPerS), js(r.Report.PerUser.InvTPOT)}
+		}},
+	{Head: "user p50", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.TokensPerS.P50) }},
+	{Head: "1/TPOT p50", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.InvTPOT.P50) }},
+	latencyColumn("ttft", "TTFT", "p50", p50, true),
+	latencyColumn("ttft", "TTFT", "p99", p99, true),
+	latencyColumn("tpot", "TPOT", "p50", p50, true),
+	latencyColumn("tpot", "TPOT", "p99", p99, true),
+	latencyColumn("e2e", "E2E", "p50", p50, false),
+	latencyColumn("e2e", "E2E", "p99", p99, true),
+	{Head: "goodput", Width: 8, Text: onBoth, Cell: cell(sweepGoodput, f2), JSON: "goodput_requests_per_s", OnJSON: onBoth, Value: zeroOnOpen(sweepGoodput, 1)},
+	{Head: "attain", Width: 7, Text: onBoth, Cell: cell(sweepAttainment, pct), JSON: "attainment", OnJSON: onBoth, Value: zeroOnOpen(sweepAttainment, 1.0/100)},
+	{Head: "errors", Width: 7, Text: onBoth, Cell: func(_ *SweepReport, r SweepRow) string { return pct(100 * r.ErrorRate()) },
+		JSON: "error_rate", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return num(r.ErrorRate()) }},
+	{JSON: "client_limited", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Report.Flags.ClientLimited }},
+	{JSON: "overloaded", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Report.Flags.Overloaded }},
+	{Head: "flags", Text: onBoth, Cell: func(_ *SweepReport, r SweepRow) string { return pointFlags(r.Report) }},
+	{JSON: "server", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any {
+		if v := sweepServerOf(r.Report); v != nil { // absent when the point scraped nothing
+			return v
+		}
+		return nil
+	}},
+	{JSON: "intervals", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any {
+		if v := spreadOf(r.Spread); v != nil { // a repeated point's
+			return v
+		}
+		return nil
+	}},
+}
+
+func loadCell(_ *SweepReport, r SweepRow) string { return fmtLoad(r.Load) }
+
+// axes is the sweep's axis as a column mask.
+func (s *SweepReport) axes() sweepAxes {
+	if s.closed() {
+		return onClosed
+	}
+	return onOpen
+}
+
+// tableLine is one line of the points' table: the cells of the text columns on this axis.
+func (s *SweepReport) tableLine(cells func(c *sweepColumn) string) string {
+	var b strings.Builder
+	first := true
+	for i := range sweepColumns {
+		c := &sweepColumns[i]
+		if c.Text&s.axes() == 0 {
+			continue
+		}
+		switch {
+		case first:
+			fmt.Fprintf(&b, "%*s", c.Width, cells(c))
+		case c.Width == 0:
+			b.WriteString("  " + cells(c))
+		default:
+			fmt.Fprintf(&b, " %*s", c.Width, cells(c))
+		}
+		first = false
+	}
+	return b.String()
+}
+
+// writePointsTable writes the points' table: a header line and a line per point.
+func (s *SweepReport) writePointsTable(p func(string, ...any)) {
+	p("%s\n", s.tableLine(func(c *sweepColumn) string {
+		if c.Head == "" {
+			return s.Axis
+		}
+		return c.Head
+	}))
+	for _, r := range s.Rows {
+		p("%s\n", s.tableLine(func(c *sweepColumn) string { return c.Cell(s, r) }))
+	}
+}
+
+// pointJSON is a point's JSON object: the JSON columns on this axis.
+func (s *SweepReport) pointJSON(r SweepRow) jsonObject {
+	o := jsonObject{}
+	for i := range sweepColumns {
+		c := &sweepColumns[i]
+		if c.OnJSON&s.axes() == 0 {
+			continue
+		}
+		v := c.Value(s, r)
+		if v == nil {
+			continue
+		}
+		o.setPath(c.JSON, v)
+	}
+	return o
+}
