@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // The HTML report is one self-contained page: inline CSS, SVG plots drawn here in Go, and a
@@ -236,7 +238,7 @@ func (r *Report) timePlots() []string {
 	return append([]string{p1.String(), p2.String(), p3.String()}, r.serverPlots(xhi, window)...)
 }
 
-func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo float64) string {
+func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) string {
 	if len(curve) == 0 {
 		return ""
 	}
@@ -375,7 +377,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	p("<h2>Latency, ms</h2><table><tr><th></th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 	for _, m := range []struct {
 		n string
-		q Quantiles
+		q stats.Quantiles
 	}{{"TTFT", r.TTFT}, {"TPOT", r.TPOT}, {"ITL (per chunk)", r.ITL}, {"ITL (per token)", r.ITLPerToken}, {"E2E", r.E2E}, {"schedule lateness", r.Lateness}} {
 		if m.q.N == 0 {
 			continue
@@ -403,7 +405,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		p("<table><tr><th>schedule lateness, ms</th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 		for _, m := range []struct {
 			n string
-			q Quantiles
+			q stats.Quantiles
 		}{{"first wave", c.FirstWaveLateness}, {"steady state (judged for client-limited)", c.SteadyLateness}} {
 			if m.q.N == 0 {
 				p("<tr><td>%s</td><td>0</td><td>-</td></tr>\n", m.n)

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
-	"github.com/montanaflynn/stats"
+	"github.com/llmreplay/llmreplay/stats"
+	mstats "github.com/montanaflynn/stats"
 )
 
 // MSER-5 parameters: the output-token series is read in 100 ms bins, averaged in batches of
@@ -110,8 +110,8 @@ func fitTrend(ts, ys []float64, length float64) Trend {
 	// error by hand: the library's LinearRegression returns fitted points, not the slope,
 	// and it has no autocorrelation-robust variance, which a time series of overlapping
 	// in-flight counts needs (plain OLS errors would flag noise as a trend).
-	mx, _ := stats.Mean(x)
-	my, _ := stats.Mean(y)
+	mx, _ := mstats.Mean(x)
+	my, _ := mstats.Mean(y)
 	var sxx, sxy float64
 	for i := range x {
 		sxx += (x[i] - mx) * (x[i] - mx)
@@ -220,7 +220,7 @@ func (r *Report) series(d *Data) {
 		s[k].noServerColumns()
 		if len(ttfts[k]) > 0 {
 			slices.Sort(ttfts[k])
-			s[k].TTFTP50, s[k].TTFTP99 = quantile.Type7(ttfts[k], 0.5), quantile.Type7(ttfts[k], 0.99)
+			s[k].TTFTP50, s[k].TTFTP99 = stats.Type7(ttfts[k], 0.5), stats.Type7(ttfts[k], 0.99)
 		}
 	}
 	r.Series = s
@@ -231,7 +231,7 @@ func (r *Report) series(d *Data) {
 // as Summarize gives it: of every sent request in open loop, of the steady state after the
 // first wave in closed loop, ClosedLoop.SteadyLateness) has a type-7 p99 above bound, so the
 // endpoint was not offered the load the schedule asked for.
-func ClientLimited(lateness Quantiles, bound time.Duration) bool {
+func ClientLimited(lateness stats.Quantiles, bound time.Duration) bool {
 	return lateness.N > 0 && lateness.P99 > float64(bound)/1e6
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 func f3(v float64) string {
@@ -126,7 +127,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
-	row := func(name string, x Quantiles) {
+	row := func(name string, x stats.Quantiles) {
 		if x.N == 0 {
 			p("  %-22s %9d %10s\n", name, 0, "-")
 			return
@@ -273,7 +274,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		p("\nBy %s, ms\n", bd.title)
 		p("  %-18s %8s %8s %10s %10s %10s %10s %10s %10s\n", "bucket", "n", "ok", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "SLO att.")
 		for _, b := range bd.bs {
-			cell := func(x Quantiles, v float64) string {
+			cell := func(x stats.Quantiles, v float64) string {
 				if x.N == 0 {
 					return "-"
 				}

@@ -24,6 +24,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 func init() {
@@ -104,7 +105,7 @@ type sweepPlan struct {
 	axis  string
 	loads []float64
 	dir   string
-	ko    analysis.KneeOptions
+	ko    stats.KneeOptions
 	aopts analysis.Options
 }
 
@@ -349,7 +350,7 @@ func parseSweep(args []string, stdout io.Writer) (*sweepPlan, error) {
 	if !(sf.minGain > 0 && sf.minGain < 1) {
 		return nil, usagef("sweep: --min-gain %v: want a fraction in (0, 1), such as 0.1 for 10%%", sf.minGain)
 	}
-	sp.ko = analysis.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio, MinGain: sf.minGain,
+	sp.ko = stats.KneeOptions{Start: sf.start, Max: sf.max, Resolution: sf.resolution, MinRatio: sf.minRatio, MinGain: sf.minGain,
 		Attainment: sf.attainmentPct / 100, HasSLO: sp.cfg.SLO != "", MaxPoints: sf.maxPoints}
 	if sf.auto {
 		if err := sp.ko.Validate(); err != nil {
@@ -406,19 +407,19 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 }
 
 // runPoints runs the sweep's points: the list, or the --auto search.
-func (sw *sweeper) runPoints(sp *sweepPlan) (*analysis.KneeResult, error) {
+func (sw *sweeper) runPoints(sp *sweepPlan) (*stats.KneeResult, error) {
 	if sp.sf.auto {
-		probe := func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
+		probe := func(ctx context.Context, load float64) (stats.SweepPoint, error) {
 			row, err := sw.point(load)
 			if err != nil {
-				return analysis.SweepPoint{}, err
+				return stats.SweepPoint{}, err
 			}
 			return row.Point(), nil
 		}
 		if sp.axis == "concurrency" {
-			return analysis.SearchConcurrency(sw.ctx, probe, sp.ko)
+			return stats.SearchConcurrency(sw.ctx, probe, sp.ko)
 		}
-		return analysis.SearchKnee(sw.ctx, probe, sp.ko)
+		return stats.SearchKnee(sw.ctx, probe, sp.ko)
 	}
 	for _, l := range sp.loads {
 		if _, err := sw.point(l); err != nil {
@@ -429,7 +430,7 @@ func (sw *sweeper) runPoints(sp *sweepPlan) (*analysis.KneeResult, error) {
 }
 
 // finish writes and prints the sweep's report from the finished points.
-func (sw *sweeper) finish(sp *sweepPlan, knee *analysis.KneeResult, runErr error) error {
+func (sw *sweeper) finish(sp *sweepPlan, knee *stats.KneeResult, runErr error) error {
 	if len(sw.rows) == 0 {
 		if runErr != nil {
 			return runErr

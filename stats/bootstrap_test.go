@@ -1,4 +1,4 @@
-package analysis
+package stats
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 func TestBootstrapValidate(t *testing.T) {
@@ -53,7 +51,7 @@ func TestBootstrapDeterministic(t *testing.T) {
 	if other := b.QuantileSorted(xs, 0.99, "ttft"); slices.Equal(a1.Reps, other.Reps) {
 		t.Error("two seeds gave the same replicates")
 	}
-	if want := quantile.Type7(xs, 0.99); a1.Value != want {
+	if want := Type7(xs, 0.99); a1.Value != want {
 		t.Errorf("Value %v, want the type-7 p99 %v", a1.Value, want)
 	}
 	w1 := b.Resample(100, 1, "x", func(w []int32, out []float64) { out[0] = float64(w[0]) })
@@ -108,7 +106,7 @@ func TestBootstrapQuantileExact(t *testing.T) {
 					rs[k] = xs[rng.IntN(n)]
 				}
 				slices.Sort(rs)
-				plain[i] = quantile.Type7(rs, p)
+				plain[i] = Type7(rs, p)
 			}
 			crit := 1.95 * math.Sqrt(2.0/reps) // alpha = 0.001
 			if d := ks(fast, plain); d > crit {
@@ -123,7 +121,7 @@ func TestBootstrapQuantileExact(t *testing.T) {
 					rm[k] = xs[rng.IntN(n)]
 				}
 				slices.Sort(rm)
-				plain[i] = quantile.Type7(rm, p)
+				plain[i] = Type7(rm, p)
 			}
 			if d := ks(fastM, plain); d > crit {
 				t.Errorf("n=%d m=%d p=%v: KS distance %.4f between order-statistic and plain m-out-of-n bootstrap > %.4f", n, m, p, d, crit)
@@ -190,7 +188,7 @@ func TestCompare(t *testing.T) {
 	if c := Compare(zero, b, 0.95, true); !math.IsNaN(c.Delta) || c.CI.Valid() {
 		t.Errorf("0 vs 110: %+v, want undefined", c)
 	}
-	if c := Compare(undefined(), b, 0.95, true); c.CI.Valid() || c.Significant() {
+	if c := Compare(Undefined(), b, 0.95, true); c.CI.Valid() || c.Significant() {
 		t.Errorf("undefined baseline: %+v", c)
 	}
 }
@@ -367,7 +365,7 @@ func TestBootstrapDependentRequests(t *testing.T) {
 			arrival := burstyLatencies(rng, n, 100)
 			sorted := slices.Clone(arrival)
 			slices.Sort(sorted)
-			v := quantile.Type7(sorted, 0.9)
+			v := Type7(sorted, 0.9)
 			ind := make([]float64, n)
 			for i, x := range arrival {
 				if x <= v {
