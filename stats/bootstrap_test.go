@@ -193,6 +193,52 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// CombineRepeats: the value is the mean of the repeats', each replicate a mean of r of the
+// repeats' replicates at that index (drawn with replacement), the same draw for every
+// figure; a figure undefined in any repeat is undefined; one repeat passes through.
+func TestCombineRepeats(t *testing.T) {
+	b := Bootstrap{Resamples: 200, Seed: 3}
+	rep := func(v, spread float64) Estimate {
+		e := Estimate{Value: v, Reps: make([]float64, b.Resamples)}
+		for i := range e.Reps {
+			e.Reps[i] = v + spread*float64(i%5-2)
+		}
+		return e
+	}
+	one := []map[string]Estimate{{"x": rep(10, 1)}}
+	if got := CombineRepeats(one, b, "s"); got["x"].Value != 10 || len(got["x"].Reps) != b.Resamples {
+		t.Errorf("one repeat: %+v", got["x"].Value)
+	}
+	ests := []map[string]Estimate{
+		{"x": rep(10, 0), "y": rep(1, 0), "u": rep(5, 0)},
+		{"x": rep(20, 0), "y": rep(2, 0), "u": Undefined()},
+		{"x": rep(30, 0), "y": rep(3, 0), "u": rep(5, 0)},
+	}
+	got := CombineRepeats(ests, b, "s")
+	if math.Abs(got["x"].Value-20) > 1e-9 || math.Abs(got["y"].Value-2) > 1e-9 {
+		t.Errorf("values x %v y %v, want the means 20 and 2", got["x"].Value, got["y"].Value)
+	}
+	if u := got["u"]; !math.IsNaN(u.Value) || u.Reps != nil {
+		t.Errorf("u undefined in one repeat: %+v, want Undefined", u)
+	}
+	distinct := map[float64]bool{}
+	for i, x := range got["x"].Reps {
+		// Repeats without spread of their own: x's replicate is 10 × the mean of the drawn
+		// repeat numbers, y's the same mean; the same draw makes x = 10 y exactly.
+		if y := got["y"].Reps[i]; math.Abs(x-10*y) > 1e-9 || x < 10 || x > 30 {
+			t.Fatalf("replicate %d: x %v y %v, want x = 10 y in [10, 30]", i, x, y)
+		}
+		distinct[x] = true
+	}
+	if len(distinct) < 5 {
+		t.Errorf("%d distinct replicates of 200: the repeats are not resampled", len(distinct))
+	}
+	again := CombineRepeats(ests, b, "s")
+	if !slices.Equal(again["x"].Reps, got["x"].Reps) {
+		t.Error("the same seed and stream gave other replicates")
+	}
+}
+
 // TestBootstrapCoverage checks the interval's promise by simulation: two runs' latency
 // samples (lognormal, 2000 each) where run B is run A's distribution 10% slower, 200
 // trials; the 95% interval of each percentile's change must hold the true +10% in 90–99%

@@ -83,3 +83,43 @@ func BenchmarkHist(b *testing.B) {
 		h.Summary()
 	}
 }
+
+// CountUS per sample plus AddTotals once must hold what Add does sample by sample, and
+// Ranks must walk the same order statistics Summary interpolates between.
+func TestHistCountUSAndRanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var byAdd, byCount Hist
+	var sum, mx float64
+	var rounded []float64
+	const n = 5000
+	for i := range n {
+		ns := math.Round(rng.ExpFloat64() * 20e6)
+		if i%50 == 7 {
+			ns = 1.5e9 + math.Round(rng.Float64()*1e9) // past the dense range
+		}
+		byAdd.Add(ns, 1)
+		us := (int64(ns) + 500) / 1000
+		byCount.CountUS(us)
+		sum += ns
+		mx = max(mx, ns)
+		rounded = append(rounded, float64(us)/1e3)
+	}
+	byCount.AddTotals(n, sum, mx)
+	if a, c := byAdd.Summary(), byCount.Summary(); a != c {
+		t.Fatalf("CountUS+AddTotals summary %+v, Add %+v", c, a)
+	}
+	Summarize(rounded) // sorts
+	gotN, at := byCount.Ranks()
+	if gotN != n {
+		t.Fatalf("Ranks n = %d, want %d", gotN, n)
+	}
+	for _, r := range []int64{0, 1, n / 2, n - 101, n - 2, n - 1} {
+		if got := at(r); math.Abs(got-rounded[r]) > 1e-9 {
+			t.Errorf("rank %d = %v ms, want %v", r, got, rounded[r])
+		}
+	}
+	var empty Hist
+	if n, at := empty.Ranks(); n != 0 || at != nil {
+		t.Errorf("empty Ranks = %d, %v", n, at != nil)
+	}
+}
