@@ -47,13 +47,16 @@ func (h *Hist) Add(ns float64, w int64) {
 // sample and AddTotals once for the lot, keeping the per-sample cost to one increment.
 // Add(ns, 1) is CountUS(round(ns/1000)) plus AddTotals(1, ns, ns).
 func (h *Hist) CountUS(us int64) {
-	if us < usDense && h.dense != nil {
-		h.dense[us]++
+	if d := h.dense; us < int64(len(d)) {
+		d[us]++
 		return
 	}
 	h.countSlow(us)
 }
 
+// countSlow is CountUS's rare path, kept out of line so that the common one inlines small.
+//
+//go:noinline
 func (h *Hist) countSlow(us int64) {
 	if us < usDense {
 		h.dense = make([]int64, usDense)
