@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // Report is the analysis of one run (or of several pooled with AllowMixed). Durations and
@@ -25,10 +25,10 @@ type Report struct {
 	Requests   Requests
 	Throughput Throughput
 	// Latencies of ok requests (Lateness: of every sent request), ms.
-	TTFT, TPOT, ITL, E2E, Lateness Quantiles
+	TTFT, TPOT, ITL, E2E, Lateness stats.Quantiles
 	// ITLPerToken is the per-token ITL when chunk_tokens says some chunks carry several
 	// tokens; N == 0 otherwise (it would repeat ITL).
-	ITLPerToken Quantiles
+	ITLPerToken stats.Quantiles
 	Goodput     *Goodput    // nil when no SLO
 	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
 	Closed      *ClosedLoop // nil for open-loop runs
@@ -97,10 +97,10 @@ type ClosedLoop struct {
 	// last worker's start. FirstWaveSendS runs from the run start to the last of them sent.
 	FirstWaveRequests int64
 	FirstWaveSendS    float64
-	FirstWaveLateness Quantiles
+	FirstWaveLateness stats.Quantiles
 	// SteadyLateness is the schedule lateness of the requests after the first wave; a
 	// closed-loop run's client-limited decision judges it (docs/metrics.md).
-	SteadyLateness Quantiles
+	SteadyLateness stats.Quantiles
 }
 
 // Flags are the run-level verdicts.
@@ -140,7 +140,7 @@ type Tokens struct {
 type Bucket struct {
 	Lo, Hi          int64
 	Requests, OK    int64
-	TTFT, TPOT, E2E Quantiles
+	TTFT, TPOT, E2E stats.Quantiles
 	Attainment      float64 // NaN without SLO or without requests
 }
 
@@ -286,7 +286,7 @@ func (r *Report) latencies(d *Data) {
 			tpot = append(tpot, v)
 		}
 	}
-	r.TTFT, r.TPOT, r.E2E, r.Lateness = summarize(ttft), summarize(tpot), summarize(e2e), summarize(late)
+	r.TTFT, r.TPOT, r.E2E, r.Lateness = stats.Summarize(ttft), stats.Summarize(tpot), stats.Summarize(e2e), stats.Summarize(late)
 	r.ttftCurve, r.tpotCurve = quantileCurve(ttft), quantileCurve(tpot) // sorted by summarize
 	step := max(1, int(r.TTFT.N/3000))
 	k := 0
@@ -298,9 +298,9 @@ func (r *Report) latencies(d *Data) {
 			k++
 		}
 	}
-	r.ITL = d.itl.summary()
+	r.ITL = d.itl.Summary()
 	if d.multiTokenChunks {
-		r.ITLPerToken = d.itlTok.summary()
+		r.ITLPerToken = d.itlTok.Summary()
 	}
 }
 
@@ -318,10 +318,10 @@ func quantileCurve(sorted []float64) [][2]float64 {
 		}
 		if p == 1 {
 			for _, tp := range []float64{0.995, 0.999, 0.9999} {
-				out = append(out, [2]float64{quantile.Type7(sorted, tp), tp})
+				out = append(out, [2]float64{stats.Type7(sorted, tp), tp})
 			}
 		}
-		out = append(out, [2]float64{quantile.Type7(sorted, p), p})
+		out = append(out, [2]float64{stats.Type7(sorted, p), p})
 	}
 	return out
 }
@@ -534,13 +534,13 @@ func (r *Report) tokens(d *Data) {
 func (r *Report) sampleWarnings() {
 	ms := []struct {
 		name string
-		q    Quantiles
+		q    stats.Quantiles
 	}{{"ttft", r.TTFT}, {"tpot", r.TPOT}, {"itl", r.ITL}, {"e2e", r.E2E}, {"schedule lateness", r.Lateness}}
 	if c := r.Closed; c != nil {
 		// The closed loop's client-limited decision rests on this p99.
 		ms = append(ms, struct {
 			name string
-			q    Quantiles
+			q    stats.Quantiles
 		}{"steady-state schedule lateness", c.SteadyLateness})
 	}
 	for _, m := range ms {
@@ -638,7 +638,7 @@ func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
 		if a.reqs == 0 {
 			continue
 		}
-		b := Bucket{Requests: a.reqs, OK: a.ok, TTFT: summarize(a.ttft), TPOT: summarize(a.tpot), E2E: summarize(a.e2e), Attainment: math.NaN()}
+		b := Bucket{Requests: a.reqs, OK: a.ok, TTFT: stats.Summarize(a.ttft), TPOT: stats.Summarize(a.tpot), E2E: stats.Summarize(a.e2e), Attainment: math.NaN()}
 		if k > 0 {
 			b.Lo = edges[k-1]
 		}

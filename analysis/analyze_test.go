@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -37,111 +36,6 @@ func load(t *testing.T, rows []row, metas ...results.RunMeta) *Data {
 		t.Fatal(err)
 	}
 	return d
-}
-
-func TestSummarizeType7(t *testing.T) {
-	xs := []float64{10, 1, 9, 2, 8, 3, 7, 4, 6, 5}
-	q := summarize(xs)
-	near(t, "mean", q.Mean, 5.5)
-	near(t, "p50", q.P50, 5.5)
-	near(t, "p90", q.P90, 9.1)
-	near(t, "p95", q.P95, 9.55)
-	near(t, "p99", q.P99, 9.91)
-	near(t, "p99.9", q.P999, 9.991)
-	near(t, "max", q.Max, 10)
-	one := summarize([]float64{42})
-	near(t, "single p99", one.P99, 42)
-	if summarize(nil).N != 0 {
-		t.Error("empty summarize has samples")
-	}
-}
-
-// The µs histogram must give exactly the type-7 percentiles of the samples rounded to the
-// microsecond (so within 0.5 µs of the unrounded ones), weights meaning repetition, and the
-// exact mean and max.
-func TestUSHistMatchesSort(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{1, 2, 3, 10, 1000, 100000} {
-		for _, weighted := range []bool{false, true} {
-			var h, h2 usHist
-			var rounded, exact []float64
-			for i := 0; i < n; i++ {
-				ns := rng.ExpFloat64() * 30e6
-				switch i % 7 {
-				case 3:
-					ns = 2e9 + rng.Float64()*1e9 // past the dense range
-				case 5:
-					ns = 20e6 // ties
-				}
-				w := int64(1)
-				if weighted {
-					w = int64(rng.IntN(4))
-				}
-				if i%2 == 0 {
-					h.add(ns, w)
-				} else {
-					h2.add(ns, w)
-				}
-				for k := int64(0); k < w; k++ {
-					rounded = append(rounded, math.Round(ns/1e3)/1e3)
-					exact = append(exact, ns/1e6)
-				}
-			}
-			h.merge(&h2)
-			got, want, ex := h.summary(), summarize(rounded), summarize(exact)
-			if got.N != want.N {
-				t.Fatalf("n=%d: N %d, want %d", n, got.N, want.N)
-			}
-			if want.N == 0 {
-				continue
-			}
-			for _, f := range []struct {
-				name string
-				g, w float64
-			}{{"p50", got.P50, want.P50}, {"p90", got.P90, want.P90}, {"p95", got.P95, want.P95}, {"p99", got.P99, want.P99}, {"p999", got.P999, want.P999}, {"max", got.Max, ex.Max}, {"mean", got.Mean, ex.Mean}} {
-				if math.Abs(f.g-f.w) > 1e-9*math.Max(1, math.Abs(f.w)) {
-					t.Errorf("n=%d weighted=%v %s = %v, want %v", n, weighted, f.name, f.g, f.w)
-				}
-			}
-			// Held against internal/quantile directly too (summarize sorted rounded in place).
-			gotPs := [...]float64{got.P50, got.P90, got.P95, got.P99, got.P999}
-			for i, p := range reportedPs {
-				if w := quantile.Type7(rounded, p); math.Abs(gotPs[i]-w) > 1e-9*math.Max(1, math.Abs(w)) {
-					t.Errorf("n=%d weighted=%v p%v = %v, quantile.Type7 of the µs-rounded samples %v", n, weighted, 100*p, gotPs[i], w)
-				}
-			}
-			if math.Abs(got.P99-ex.P99) > 0.0005 {
-				t.Errorf("n=%d: p99 %v is more than 0.5 µs from the unrounded %v", n, got.P99, ex.P99)
-			}
-		}
-	}
-}
-
-func TestSortFloat64s(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{0, 1, 100, 5000, 200000} {
-		xs := make([]float64, n)
-		for i := range xs {
-			switch i % 4 {
-			case 0:
-				xs[i] = rng.NormFloat64() * 1e3
-			case 1:
-				xs[i] = rng.ExpFloat64()
-			case 2:
-				xs[i] = 0
-			default:
-				xs[i] = math.Copysign(0, -1) + float64(i%3)
-			}
-		}
-		want := slices.Clone(xs)
-		slices.Sort(want)
-		sortFloat64s(xs)
-		for i := range xs {
-			if xs[i] != want[i] {
-				t.Fatalf("n=%d: [%d] = %v, want %v", n, i, xs[i], want[i])
-			}
-		}
-	}
 }
 
 // smallRun is a hand-built run whose every figure is worked out in the test.

@@ -147,20 +147,3 @@ func BenchmarkAnalyze1M(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkUSHist: counting 10^7 chunk gaps.
-func BenchmarkUSHist(b *testing.B) {
-	rng := rand.New(rand.NewPCG(1, 1))
-	xs := make([]float64, 10_000_000)
-	for i := range xs {
-		xs[i] = 20e6 + rng.ExpFloat64()*5e6
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		var h usHist
-		for _, x := range xs {
-			h.add(x, 1)
-		}
-		h.summary()
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // ClosedBasis is the JSON path of the figure a closed-loop run's client-limited decision
@@ -60,7 +61,7 @@ func (r *Report) closedLoop(d *Data) {
 	if sentMax != math.MinInt64 {
 		c.FirstWaveSendS = float64(sentMax) / 1e9
 	}
-	c.FirstWaveLateness, c.SteadyLateness = summarize(first), summarize(steady)
+	c.FirstWaveLateness, c.SteadyLateness = stats.Summarize(first), stats.Summarize(steady)
 	if c.FirstWaveRequests == 0 && len(d.scheduled) > 0 {
 		r.warnf("closed loop: no request scheduled by the last worker's start (%.3f s), so no first wave: the file does not follow the closed loop's schedule contract (a replayer older than it?), and every request's lateness is judged", float64(last)/1e9)
 	}

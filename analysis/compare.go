@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +24,7 @@ import (
 const compareWindowNS = 10 * binNS
 
 // CompareMethod is printed under every comparison table (docs/compare.md explains it).
-func CompareMethod(b Bootstrap) string {
+func CompareMethod(b stats.Bootstrap) string {
 	b = b.WithDefaults()
 	return fmt.Sprintf("%g%% intervals of the change against run A: %s, %d resamples, seed %d. "+
 		"Percentiles (%s) and error, drop and attainment rates: requests resampled m out of n, m = n / (1 + 2 sum of the autocorrelations "+
@@ -31,7 +33,7 @@ func CompareMethod(b Bootstrap) string {
 		"Throughputs: circular block bootstrap of %d ms windows (sustained: of the steady-state window; overall: of the whole run), "+
 		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z; runs of one trace, mode and speed resample the same blocks (paired). "+
 		"Repeats of a run: repeats resampled too. ~: the interval holds zero.",
-		100*b.Confidence, BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
+		100*b.Confidence, stats.BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
 }
 
 // ReadRunMeta returns the run metadata of a results file without reading its rows.
@@ -208,7 +210,7 @@ func resolveSweep(path string, files []string) (CompareArg, error) {
 
 // CompareOptions control Compare.
 type CompareOptions struct {
-	Bootstrap Bootstrap
+	Bootstrap stats.Bootstrap
 	Analysis  Options // as for analyze; its SLO applies to every run (default: run A's)
 	// AllowDifferent compares runs of different traces, speeds or modes (the differences
 	// are printed on top); otherwise they are refused.
@@ -224,11 +226,11 @@ type CompareFigure struct {
 }
 
 // CompareRow is one figure across the runs: Values[i] is run i's, Changes[i] run i's
-// change against run 0 (Changes[0] is the zero Change).
+// change against run 0 (Changes[0] is the zero stats.Change).
 type CompareRow struct {
 	CompareFigure
 	Values  []float64
-	Changes []Change
+	Changes []stats.Change
 }
 
 // CompareRunInfo describes one run of a comparison.
@@ -381,7 +383,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		paired = paired && len(diffs) == 0
 	}
 	var figs []CompareFigure
-	ests := make([][]map[string]Estimate, len(runs)) // run, repeat
+	ests := make([][]map[string]stats.Estimate, len(runs)) // run, repeat
 	tps := make([][][]tpSeries, len(runs))
 	for i, run := range runs {
 		info := &s.Runs[i]
@@ -409,27 +411,27 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		}
 	}
 	c.throughputs(point, paired, ests, tps)
-	per := make([]map[string]Estimate, len(runs))
+	per := make([]map[string]stats.Estimate, len(runs))
 	for i := range runs {
 		stream := fmt.Sprintf("%s/%s/repeats", point, s.Runs[i].Label)
 		if paired { // repeat k of every run drawn together: their schedules are the same
 			stream = point + "/paired/repeats"
 		}
-		per[i] = combineRepeats(ests[i], opts.Bootstrap, stream)
+		per[i] = stats.CombineRepeats(ests[i], opts.Bootstrap, stream)
 	}
 	for _, f := range figs {
 		row := CompareRow{CompareFigure: f}
 		for i := range runs {
 			e, ok := per[i][f.Key]
 			if !ok {
-				e = undefined()
+				e = stats.Undefined()
 			}
 			row.Values = append(row.Values, e.Value)
 			if i == 0 {
-				row.Changes = append(row.Changes, Change{Delta: math.NaN(), CI: noCI, Relative: f.Relative})
+				row.Changes = append(row.Changes, stats.Change{Delta: math.NaN(), CI: stats.NoCI(), Relative: f.Relative})
 				continue
 			}
-			row.Changes = append(row.Changes, Compare(per[0][f.Key], e, opts.Bootstrap.Confidence, f.Relative))
+			row.Changes = append(row.Changes, stats.Compare(per[0][f.Key], e, opts.Bootstrap.Confidence, f.Relative))
 		}
 		s.Rows = append(s.Rows, row)
 	}
@@ -473,7 +475,7 @@ type tpSeries struct {
 // same requests gave a zero-width interval around the spans' 0.02% difference, called
 // significant in every such pair (35% of bench/compare-false-alarm.sh's pairs). They are
 // resampled run by run.
-func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]Estimate, tps [][][]tpSeries) {
+func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]stats.Estimate, tps [][][]tpSeries) {
 	b := c.Options.Bootstrap
 	for i := range tps {
 		for k := range tps[i] {
@@ -481,7 +483,7 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 				if paired && pairedFigure(t.key) {
 					continue
 				}
-				ests[i][k][t.key] = scaledBlock(b, t.value, t.xs, BlockLength(t.xs, t.minBlock), fmt.Sprintf("%s/%s/%d/%s", point, label(i), k+1, t.key))
+				ests[i][k][t.key] = scaledBlock(b, t.value, t.xs, stats.BlockLength(t.xs, t.minBlock), fmt.Sprintf("%s/%s/%d/%s", point, label(i), k+1, t.key))
 			}
 		}
 	}
@@ -504,7 +506,7 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 			l, n := 1, len(t0.xs)
 			for i := range tps {
 				if t, ok := find(i, t0.key); ok {
-					l, n = max(l, BlockLength(t.xs, t.minBlock)), min(n, len(t.xs))
+					l, n = max(l, stats.BlockLength(t.xs, t.minBlock)), min(n, len(t.xs))
 				}
 			}
 			for i := range tps {
@@ -526,12 +528,12 @@ func pairedFigure(key string) bool {
 // scaledBlock is the estimate of a throughput figure: its reported value, and replicates
 // that move with the block bootstrap of its per-window series (value × replicate mean /
 // series mean).
-func scaledBlock(b Bootstrap, value float64, xs []float64, block int, stream string) Estimate {
+func scaledBlock(b stats.Bootstrap, value float64, xs []float64, block int, stream string) stats.Estimate {
 	if math.IsNaN(value) || len(xs) == 0 {
-		return undefined()
+		return stats.Undefined()
 	}
 	e := b.BlockMean(xs, block, stream)
-	out := Estimate{Value: value, Reps: make([]float64, len(e.Reps))}
+	out := stats.Estimate{Value: value, Reps: make([]float64, len(e.Reps))}
 	for i, v := range e.Reps {
 		switch {
 		case e.Value != 0:
@@ -539,7 +541,7 @@ func scaledBlock(b Bootstrap, value float64, xs []float64, block int, stream str
 		case value == 0:
 			out.Reps[i] = 0
 		default:
-			return undefined()
+			return stats.Undefined()
 		}
 	}
 	return out
@@ -586,53 +588,6 @@ func orOpen(m string) string {
 	return m
 }
 
-// combineRepeats returns one estimate per figure for a run of several repeats: the value is
-// the mean of the repeats' values, and each replicate the mean over repeats drawn with
-// replacement of their replicates, so that the spread between repeats (drift from run to
-// run) widens the interval as well as the spread within each.
-func combineRepeats(ests []map[string]Estimate, b Bootstrap, stream string) map[string]Estimate {
-	if len(ests) == 1 {
-		return ests[0]
-	}
-	out := map[string]Estimate{}
-	keys := make([]string, 0, len(ests[0]))
-	for k := range ests[0] {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	rng := b.rng(stream)
-	r := len(ests)
-	pick := make([]int, b.Resamples*r)
-	for i := range pick {
-		pick[i] = rng.IntN(r)
-	}
-	for _, k := range keys {
-		e := Estimate{Reps: make([]float64, b.Resamples)}
-		ok := true
-		for _, m := range ests {
-			x, has := m[k]
-			if !has || x.Reps == nil {
-				ok = false
-				break
-			}
-			e.Value += x.Value / float64(r)
-		}
-		if !ok {
-			out[k] = undefined()
-			continue
-		}
-		for i := range e.Reps {
-			var s float64
-			for j := range r {
-				s += ests[pick[i*r+j]][k].Reps[i]
-			}
-			e.Reps[i] = s / float64(r)
-		}
-		out[k] = e
-	}
-	return out
-}
-
 // windows sums the 10 ms bins [lo, hi) into 100 ms windows (the last one partial).
 func windows(bins []float64, lo, hi int64) []float64 {
 	if hi <= lo {
@@ -645,48 +600,4 @@ func windows(bins []float64, lo, hi int64) []float64 {
 		}
 	}
 	return out
-}
-
-// ranks returns the number of samples and the rank-r order statistic (0-based, ms) of h,
-// through a cumulative count over its dense part: O(log n) a lookup.
-func (h *usHist) ranks() (int64, func(int64) float64) {
-	if h == nil || h.n == 0 {
-		return 0, nil
-	}
-	cum := make([]int64, 0, len(h.dense))
-	var c int64
-	for _, v := range h.dense {
-		c += v
-		cum = append(cum, c)
-	}
-	idx := make([]int, len(h.over))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return h.over[idx[a]] < h.over[idx[b]] })
-	var ocum []int64
-	for _, i := range idx {
-		c += h.overW[i]
-		ocum = append(ocum, c)
-	}
-	dense := c - sumOver(h.overW)
-	return h.n, func(r int64) float64 {
-		if r < dense {
-			us := sort.Search(len(cum), func(i int) bool { return cum[i] > r })
-			return float64(us) / 1e3
-		}
-		k := sort.Search(len(ocum), func(i int) bool { return ocum[i] > r })
-		if k < len(idx) {
-			return h.over[idx[k]] / 1e3
-		}
-		return h.maxNS / 1e6
-	}
-}
-
-func sumOver(ws []int64) int64 {
-	var s int64
-	for _, w := range ws {
-		s += w
-	}
-	return s
 }

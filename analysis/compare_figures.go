@@ -1,11 +1,11 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"math"
 	"slices"
 	"sort"
-
-	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 // The figures compare shows, one run's at a time: which, from the declaration
@@ -14,7 +14,7 @@ import (
 // figures computes the figures compare shows (the declared figures with a CompareSpec,
 // figures.go; the paired ones first) of one run (d, analysed as r) with their replicates;
 // tag names the run in the random streams.
-func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[string]Estimate, []tpSeries) {
+func figures(d *Data, r *Report, b stats.Bootstrap, tag string) ([]CompareFigure, map[string]stats.Estimate, []tpSeries) {
 	rf := newRunFigures(d, r, b, tag)
 	for _, paired := range []bool{true, false} {
 		for i := range reportFigures {
@@ -32,10 +32,10 @@ func figures(d *Data, r *Report, b Bootstrap, tag string) ([]CompareFigure, map[
 type runFigures struct {
 	d        *Data
 	r        *Report
-	b        Bootstrap
+	b        stats.Bootstrap
 	tag      string
 	figs     []CompareFigure
-	ests     map[string]Estimate
+	ests     map[string]stats.Estimate
 	tps      []tpSeries
 	minBlock int
 	// series are the throughputs' per-window series (throughputSeries).
@@ -47,8 +47,8 @@ type runFigures struct {
 	tpotM map[float64]int64
 }
 
-func newRunFigures(d *Data, r *Report, b Bootstrap, tag string) *runFigures {
-	rf := &runFigures{d: d, r: r, b: b, tag: tag, ests: map[string]Estimate{}, minBlock: 1, tpotM: map[float64]int64{}}
+func newRunFigures(d *Data, r *Report, b stats.Bootstrap, tag string) *runFigures {
+	rf := &runFigures{d: d, r: r, b: b, tag: tag, ests: map[string]stats.Estimate{}, minBlock: 1, tpotM: map[float64]int64{}}
 	if r.E2E.N > 0 {
 		rf.minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
 	}
@@ -63,7 +63,7 @@ func newRunFigures(d *Data, r *Report, b Bootstrap, tag string) *runFigures {
 
 func (rf *runFigures) stream(key string) string { return rf.tag + "/" + key }
 
-func (rf *runFigures) add(f CompareFigure, e Estimate) {
+func (rf *runFigures) add(f CompareFigure, e stats.Estimate) {
 	rf.figs = append(rf.figs, f)
 	rf.ests[f.Key] = e
 }
@@ -100,7 +100,7 @@ func (rf *runFigures) figure(f *Figure) {
 			rf.add(cf, rf.prefixCache(f))
 		}
 	default:
-		rf.add(cf, Estimate{Value: f.float(rf.r)})
+		rf.add(cf, stats.Estimate{Value: f.float(rf.r)})
 	}
 }
 
@@ -148,7 +148,7 @@ func throughputSeries(d *Data, r *Report) map[string][]float64 {
 }
 
 // effective returns how many independent requests a sample in arrival order is worth for
-// the share of its values at or below v: n / VarianceInflation of that indicator.
+// the share of its values at or below v: n / stats.VarianceInflation of that indicator.
 func effective(xs []float64, below func(x float64) bool) int64 {
 	ind := make([]float64, len(xs))
 	for i, x := range xs {
@@ -156,7 +156,7 @@ func effective(xs []float64, below func(x float64) bool) int64 {
 			ind[i] = 1
 		}
 	}
-	return max(1, int64(math.Round(float64(len(xs))/VarianceInflation(ind))))
+	return max(1, int64(math.Round(float64(len(xs))/stats.VarianceInflation(ind))))
 }
 
 // quantiles adds a latency distribution's p50, p90 and p99, over ok requests, resampled m
@@ -166,7 +166,7 @@ func (rf *runFigures) quantiles(f *Figure) {
 	var xs []float64
 	n, at := int64(0), func(int64) float64 { return 0 }
 	if f.Key == "itl" {
-		n, at = d.itl.ranks()
+		n, at = d.itl.Ranks()
 	} else {
 		xs = make([]float64, 0, rf.r.Requests.OK)
 		for _, i := range rf.order {
@@ -187,7 +187,7 @@ func (rf *runFigures) quantiles(f *Figure) {
 	}
 	arrival := slices.Clone(xs)
 	if f.Key != "itl" {
-		sortFloat64s(xs)
+		stats.SortFloat64s(xs)
 		n, at = int64(len(xs)), func(r int64) float64 { return xs[r] }
 	}
 	for _, p := range []struct {
@@ -195,16 +195,16 @@ func (rf *runFigures) quantiles(f *Figure) {
 		p    float64
 	}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
 		key := f.Key + "_" + p.name + "_ms"
-		var e Estimate
+		var e stats.Estimate
 		switch {
 		case n == 0:
-			e = undefined()
+			e = stats.Undefined()
 		case f.Key == "itl":
 			// A request's gaps are not independent: resample as many as the requests
 			// TPOT's percentile is worth.
 			e = rf.b.QuantileM(n, min(n, rf.tpotM[p.p]), at, p.p, rf.stream(key))
 		default:
-			lo, frac := quantile.Rank7(n, p.p)
+			lo, frac := stats.Rank7(n, p.p)
 			v := at(lo)
 			if frac > 0 {
 				v += frac * (at(lo+1) - v)
@@ -221,7 +221,7 @@ func (rf *runFigures) quantiles(f *Figure) {
 
 // share is a share of requests in percent, m out of n with m from the dependence along
 // arrival order.
-func (rf *runFigures) share(key string, in, hit func(i int) bool) Estimate {
+func (rf *runFigures) share(key string, in, hit func(i int) bool) stats.Estimate {
 	var xs []float64
 	var k int64
 	for _, i := range rf.order {
@@ -243,7 +243,7 @@ func (rf *runFigures) share(key string, in, hit func(i int) bool) Estimate {
 }
 
 // prefixCache is the prefix-cache hit rate in percent, its requests resampled.
-func (rf *runFigures) prefixCache(f *Figure) Estimate {
+func (rf *runFigures) prefixCache(f *Figure) stats.Estimate {
 	d := rf.d
 	var cached, prompt []float64
 	for i, s := range d.status {
@@ -264,5 +264,5 @@ func (rf *runFigures) prefixCache(f *Figure) Estimate {
 		}
 		out[0] = 100 * sc / sp
 	})
-	return Estimate{Value: f.float(rf.r), Reps: reps[0]}
+	return stats.Estimate{Value: f.float(rf.r), Reps: reps[0]}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // CompareFormat is the llmreplay.format of compare.parquet.
@@ -46,8 +47,8 @@ func fmtDelta(v float64, relative bool) string {
 	return fmt.Sprintf("%+.1f%s", v, unit)
 }
 
-// cells are the change columns of one run against A: change, interval, mark.
-func (c Change) cells() (delta, ci, mark string) {
+// changeCells are the change columns of one run against A: change, interval, mark.
+func changeCells(c stats.Change) (delta, ci, mark string) {
 	delta = fmtDelta(c.Delta, c.Relative)
 	if !c.CI.Valid() {
 		return delta, "—", ""
@@ -131,7 +132,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 				l = append(l, fmtValue(v))
 			}
 			for _, ch := range row.Changes[1:] {
-				d, ci, mark := ch.cells()
+				d, ci, mark := changeCells(ch)
 				l = append(l, d, ci, mark)
 			}
 			lines = append(lines, l)
@@ -310,7 +311,7 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 				hr.Cells = append(hr.Cells, htmlCell{Text: fmtValue(v)})
 			}
 			for _, ch := range row.Changes[1:] {
-				d, ci, mark := ch.cells()
+				d, ci, mark := changeCells(ch)
 				cls := ""
 				if ch.Significant() {
 					cls = "flag"

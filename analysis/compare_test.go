@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // cmpRows is a synthetic open-loop run: 20 requests/s for 30 s (the same schedule whatever
@@ -194,7 +195,7 @@ func TestCompareGolden(t *testing.T) {
 	t.Chdir(dir)
 	makeSweep(t, "sweep-a", 1, 1, 2)
 	makeSweep(t, "sweep-b", 1.1, 1, 2)
-	c, err = compareFiles(t, CompareOptions{Bootstrap: Bootstrap{Resamples: 500}}, "sweep-a", "sweep-b")
+	c, err = compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 500}}, "sweep-a", "sweep-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestCompareParquetAndHTML(t *testing.T) {
 	dir := t.TempDir()
 	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
 	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: Bootstrap{Resamples: 200}}, a, b)
+	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 200}}, a, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func TestCompareHTMLRendersInChromium(t *testing.T) {
 	dir := t.TempDir()
 	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
 	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: Bootstrap{Resamples: 200}}, a, b)
+	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 200}}, a, b)
 	if err != nil {
 		t.Fatal(err)
 	}

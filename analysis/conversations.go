@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // ReshapedShare is the bound of the "reshaped by the server" flag: the run is marked when
@@ -83,10 +84,10 @@ type CacheBucket struct {
 // SessionWaits is how the server reshaped a sequential-session replay: the turns that
 // waited for their predecessor's end beyond their trace time.
 type SessionWaits struct {
-	Turns       int64     // rows with session_wait_ns (turns after the first, sequential mode)
-	Waited      int64     // of them, session_wait_ns > 0
-	WaitedShare float64   // Waited / Turns
-	Wait        Quantiles // ms, over the turns that waited
+	Turns       int64           // rows with session_wait_ns (turns after the first, sequential mode)
+	Waited      int64           // of them, session_wait_ns > 0
+	WaitedShare float64         // Waited / Turns
+	Wait        stats.Quantiles // ms, over the turns that waited
 	// OverBound counts turns that waited longer than Bound (Flags.MaxLateness); Reshaped
 	// is OverBound / Turns > ReshapedShare.
 	OverBound int64
@@ -205,7 +206,7 @@ func (r *Report) conversations(d *Data) {
 		if w.Turns > 0 {
 			w.WaitedShare = float64(w.Waited) / float64(w.Turns)
 			w.Reshaped = float64(w.OverBound)/float64(w.Turns) > ReshapedShare
-			w.Wait = summarize(waits)
+			w.Wait = stats.Summarize(waits)
 			c.Sessions = w
 		}
 	}

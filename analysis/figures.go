@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"encoding/json"
 	"fmt"
 	"math"
@@ -48,7 +50,7 @@ type Figure struct {
 	// Value returns a scalar: float64 (NaN when undefined), int64, bool or string.
 	Value func(*Report) any
 	// Dist returns a distribution, ms.
-	Dist func(*Report) Quantiles
+	Dist func(*Report) stats.Quantiles
 }
 
 // CompareSpec is how compare shows a figure. How it resamples the figure is compare's own
@@ -85,7 +87,7 @@ func figureFloat(key string) func(*Report) float64 {
 }
 
 // figureQuantile reads a percentile (p picks it) of the declared distribution key.
-func figureQuantile(key string, p func(Quantiles) float64) func(*Report) float64 {
+func figureQuantile(key string, p func(stats.Quantiles) float64) func(*Report) float64 {
 	return func(r *Report) float64 {
 		if f := figureByKey(key); f != nil && f.Dist != nil {
 			return p(f.Dist(r))
@@ -94,8 +96,8 @@ func figureQuantile(key string, p func(Quantiles) float64) func(*Report) float64
 	}
 }
 
-func p50(q Quantiles) float64 { return q.P50 }
-func p99(q Quantiles) float64 { return q.P99 }
+func p50(q stats.Quantiles) float64 { return q.P50 }
+func p99(q stats.Quantiles) float64 { return q.P99 }
 
 func (f *Figure) present(r *Report) bool { return f.Present == nil || f.Present(r) }
 
@@ -148,14 +150,14 @@ var reportFigures = []Figure{
 	{Key: "warmup_s", Unit: "s", JSON: "breakdown.window.warmup_s", Column: "warmup_s", Value: func(r *Report) any { return r.Throughput.WarmupS }},
 	{Key: "warmup_detected", JSON: "breakdown.window.warmup_detected", Column: "warmup_detected", Value: func(r *Report) any { return r.Throughput.WarmupDetected }},
 	{Key: "peak_start_s", Unit: "s", JSON: "breakdown.window.peak_start_s", Value: func(r *Report) any { return r.Throughput.PeakAtS }},
-	latencyFigure("ttft", "ttft_ms", "TTFT", "TTFT", func(r *Report) Quantiles { return r.TTFT }),
-	latencyFigure("tpot", "tpot_ms", "TPOT", "TPOT", func(r *Report) Quantiles { return r.TPOT }),
-	latencyFigure("itl", "itl_ms", "ITL (per chunk)", "ITL", func(r *Report) Quantiles { return r.ITL }),
+	latencyFigure("ttft", "ttft_ms", "TTFT", "TTFT", func(r *Report) stats.Quantiles { return r.TTFT }),
+	latencyFigure("tpot", "tpot_ms", "TPOT", "TPOT", func(r *Report) stats.Quantiles { return r.TPOT }),
+	latencyFigure("itl", "itl_ms", "ITL (per chunk)", "ITL", func(r *Report) stats.Quantiles { return r.ITL }),
 	{Key: "itl_per_token", Unit: "ms", JSON: "breakdown.itl_per_token_ms", Column: "itl_per_token_ms", Section: "latency", Text: "ITL (per token)",
-		OnlyIfSampled: true, Dist: func(r *Report) Quantiles { return r.ITLPerToken }},
-	latencyFigure("e2e", "e2e_ms", "E2E", "E2E", func(r *Report) Quantiles { return r.E2E }),
+		OnlyIfSampled: true, Dist: func(r *Report) stats.Quantiles { return r.ITLPerToken }},
+	latencyFigure("e2e", "e2e_ms", "E2E", "E2E", func(r *Report) stats.Quantiles { return r.E2E }),
 	{Key: "schedule_lateness", Unit: "ms", JSON: "schedule_lateness_ms", Column: "schedule_lateness_ms", Section: "latency", Text: "schedule lateness",
-		Dist: func(r *Report) Quantiles { return r.Lateness }},
+		Dist: func(r *Report) stats.Quantiles { return r.Lateness }},
 	{Key: "slo", Column: "slo", Value: func(r *Report) any { return r.Options.SLO.String() }},
 	{Key: "goodput_requests_per_s", Unit: "req/s", JSON: "goodput.requests_per_s", Column: "goodput_requests_per_s", Section: "goodput", Text: "good requests/s", Format: f3,
 		Present: hasGoodput, Compare: &CompareSpec{Name: "goodput req/s", Relative: true}, Value: goodputValue(func(g *Goodput) float64 { return g.RequestsPerS })},
@@ -184,7 +186,7 @@ func countFigure(column, json string, get func(*Report) int64) Figure {
 }
 
 // latencyFigure is a latency distribution of ok requests that compare shows (p50, p90, p99).
-func latencyFigure(key, json, text, compare string, get func(*Report) Quantiles) Figure {
+func latencyFigure(key, json, text, compare string, get func(*Report) stats.Quantiles) Figure {
 	return Figure{Key: key, Unit: "ms", JSON: json, Column: json, Section: "latency", Text: text,
 		Compare: &CompareSpec{Name: compare, Relative: true}, Dist: get}
 }

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -67,7 +69,7 @@ func TestFigureDeclaredOnce(t *testing.T) {
 	dir = t.TempDir()
 	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
 	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: Bootstrap{Resamples: 100}}, a, b)
+	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 100}}, a, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"bufio"
 	"fmt"
 	"html/template"
@@ -60,7 +62,7 @@ func (r *Report) timePlots() []*svgPlot {
 	return append([]*svgPlot{p1, p2, p3}, r.serverPlots(xhi, window)...)
 }
 
-func (r *Report) cdfPlot(id, title string, curve [][2]float64, q Quantiles, slo float64) *svgPlot {
+func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) *svgPlot {
 	if len(curve) == 0 {
 		return nil
 	}
@@ -285,7 +287,7 @@ func (closedHTML) Header() []string {
 func (b bucketTable) Header() []string { return []string{b.Title, "n", "cached", "prompt", "hit rate"} }
 
 // quantileRow is a latency table's row, ms.
-func quantileRow(name string, q Quantiles) htmlRow {
+func quantileRow(name string, q stats.Quantiles) htmlRow {
 	return dataRow(name, fmt.Sprint(q.N), f3(q.Mean), f3(q.P50), f3(q.P90), f3(q.P95), f3(q.P99), f3(q.P999), f3(q.Max))
 }
 
@@ -342,7 +344,7 @@ func (r *Report) closedHTML() *closedHTML {
 		kvRow("first wave", fmt.Sprintf("%d requests, sent in %s ms", c.FirstWaveRequests, f1(c.FirstWaveSendS*1e3)), false)}}
 	for _, m := range []struct {
 		n string
-		q Quantiles
+		q stats.Quantiles
 	}{{"first wave", c.FirstWaveLateness}, {"steady state (judged for client-limited)", c.SteadyLateness}} {
 		if m.q.N == 0 {
 			h.Lateness = append(h.Lateness, dataRow(m.n, "0", "-"))

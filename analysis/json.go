@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"strconv"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // num is a float that marshals NaN and ±Inf (undefined figures) as JSON null.
@@ -218,7 +220,7 @@ type jsonBucket struct {
 	Attainment num           `json:"attainment"`
 }
 
-func jq(q Quantiles) jsonQuantiles {
+func jq(q stats.Quantiles) jsonQuantiles {
 	if q.N == 0 {
 		n := num(math.NaN())
 		return jsonQuantiles{n, n, n, n, n, n, n}

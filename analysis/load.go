@@ -25,6 +25,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // statuses are the contract's statuses in its order; a request's status is stored as its
@@ -108,7 +109,7 @@ type Data struct {
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
-	itl, itlTok      usHist
+	itl, itlTok      stats.Hist
 	buf              bufTally  // the buffered-stream evidence (buffered.go)
 	multiTokenChunks bool      // some chunk_tokens entry is above 1
 	tokenBins        []float64 // output tokens of ok requests whose chunk arrived in [i*binNS, (i+1)*binNS)
@@ -332,7 +333,7 @@ func hasValues(pr *file.Reader, name string) bool {
 
 // worker holds what one decoding goroutine accumulates over the row groups it reads.
 type worker struct {
-	itl, itlTok                   usHist
+	itl, itlTok                   stats.Hist
 	buf                           bufTally
 	bins                          []float64
 	firstChunkMismatch, hasChunkT int64
@@ -354,8 +355,8 @@ type part struct {
 
 // merge adds a worker's samples, token bins and counters to d.
 func (d *Data) mergeWorker(w *worker) {
-	d.itl.merge(&w.itl)
-	d.itlTok.merge(&w.itlTok)
+	d.itl.Merge(&w.itl)
+	d.itlTok.Merge(&w.itlTok)
 	d.buf.merge(&w.buf)
 	d.firstChunkMismatch += w.firstChunkMismatch
 	d.hasChunkT += w.hasChunkT
@@ -953,10 +954,6 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 			}
 			bins := w.bins
 			h := &w.itl
-			if h.dense == nil {
-				h.dense = make([]int64, usDense)
-			}
-			dense := h.dense
 			tok0 := per
 			if hasTok {
 				tok0 = float64(ctk[0])
@@ -979,17 +976,12 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				if g == 0 {
 					zeros++
 				}
-				if us := (g + 500) / 1000; us < usDense {
-					dense[us]++
-				} else {
-					h.over = append(h.over, float64(us))
-					h.overW = append(h.overW, 1)
-				}
+				h.CountUS((g + 500) / 1000)
 				tok := per
 				if hasTok {
 					tok = float64(ctk[k])
 					if ctk[k] > 0 {
-						w.itlTok.add(float64(g)/float64(ctk[k]), int64(ctk[k]))
+						w.itlTok.Add(float64(g)/float64(ctk[k]), int64(ctk[k]))
 					}
 				}
 				b := (s + v) / binNS
@@ -1004,11 +996,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, pos []int, n
 				bins[b] += tok
 			}
 			if nc > 1 {
-				if h.n == 0 || float64(mx) > h.maxNS {
-					h.maxNS = float64(mx)
-				}
-				h.n += int64(nc - 1)
-				h.sumNS += float64(sum)
+				h.AddTotals(int64(nc-1), float64(sum), float64(mx))
 			}
 			w.buf.addStream(nc, zeros, sum)
 		}

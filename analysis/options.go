@@ -21,7 +21,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
+
+// PercentileMethod names how every percentile in a report is computed. It is printed in the
+// text report and documented in docs/metrics.md.
+const PercentileMethod = stats.Type7Name + "; ITL over gaps rounded to 1 us"
 
 // WarmupDetect asks Analyze to detect the warm-up (MSER-5, docs/metrics.md).
 const WarmupDetect time.Duration = -1

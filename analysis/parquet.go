@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // Format values of the files WriteParquetDir writes (schema metadata llmreplay.format).
@@ -55,10 +56,10 @@ type col struct {
 	v    any
 }
 
-func quantileCols(prefix string, q Quantiles) []col {
+func quantileCols(prefix string, q stats.Quantiles) []col {
 	nan := math.NaN()
 	if q.N == 0 {
-		q = Quantiles{Mean: nan, P50: nan, P90: nan, P95: nan, P99: nan, P999: nan, Max: nan}
+		q = stats.Quantiles{Mean: nan, P50: nan, P90: nan, P95: nan, P99: nan, P999: nan, Max: nan}
 	}
 	return []col{{prefix + "_n", q.N}, {prefix + "_mean", q.Mean}, {prefix + "_p50", q.P50}, {prefix + "_p90", q.P90},
 		{prefix + "_p95", q.P95}, {prefix + "_p99", q.P99}, {prefix + "_p99_9", q.P999}, {prefix + "_max", q.Max}}

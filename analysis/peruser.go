@@ -3,7 +3,7 @@ package analysis
 import (
 	"math"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // Speeds summarise a per-request rate where the slow end is the one that matters: mean,
@@ -18,8 +18,8 @@ func summarizeSpeeds(xs []float64) Speeds {
 		nan := math.NaN()
 		return Speeds{Mean: nan, P50: nan, P10: nan, P1: nan, Min: nan}
 	}
-	q := summarize(xs) // sorts xs; the mean is compensated
-	return Speeds{N: q.N, Mean: q.Mean, P50: q.P50, P10: quantile.Type7(xs, 0.10), P1: quantile.Type7(xs, 0.01), Min: xs[0]}
+	q := stats.Summarize(xs) // sorts xs; the mean is compensated
+	return Speeds{N: q.N, Mean: q.Mean, P50: q.P50, P10: stats.Type7(xs, 0.10), P1: stats.Type7(xs, 0.01), Min: xs[0]}
 }
 
 // PerUser is the decode speed each ok request saw, the figure the field quotes as "tok/s

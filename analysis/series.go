@@ -5,8 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
-	"github.com/montanaflynn/stats"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // MSER-5 parameters: the output-token series is read in 100 ms bins, averaged in batches of
@@ -17,14 +16,9 @@ const (
 	msserMinBatches = 10
 )
 
-// detectWarmup chooses the warm-up by MSER-5 (White 1997; Franklin and White 2008): over
-// the batch means Z_1..Z_m of the ok-request output-token rate between the first send and the
-// last arrival, it picks the truncation d in [0, m/2] that minimises
-//
-//	MSER(d) = sum_{i>d} (Z_i - mean(Z_{d+1..m}))^2 / (m-d)^2,
-//
-// the squared standard error of the mean of what is kept: dropping the ramp at the start
-// lowers the variance faster than it shrinks the sample. It returns d batches as a duration.
+// detectWarmup chooses the warm-up by MSER-5 (stats.MSER, White 1997; Franklin and White
+// 2008) over the batch means of the ok-request output-token rate between the first send and
+// the last arrival, and returns the truncation of d batches as a duration.
 //
 // A truncation at the limit d = m/2 is MSER's sign that the series never settled: the
 // caller warns.
@@ -47,28 +41,8 @@ func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (d time.Duration, 
 		}
 		z[j] = s
 	}
-	// Suffix sums give each MSER(d) in O(1).
-	var sum, sq float64
-	sufSum := make([]float64, m+1)
-	sufSq := make([]float64, m+1)
-	for j := m - 1; j >= 0; j-- {
-		sum += z[j]
-		sq += z[j] * z[j]
-		sufSum[j], sufSq[j] = sum, sq
-	}
-	best, bestD := math.Inf(1), 0
-	for d := 0; d <= m/2; d++ {
-		k := float64(m - d)
-		mean := sufSum[d] / k
-		ss := sufSq[d] - k*mean*mean
-		if ss < 0 {
-			ss = 0
-		}
-		if v := ss / (k * k); v < best*(1-1e-12) {
-			best, bestD = v, d
-		}
-	}
-	return time.Duration(int64(bestD*msserBatch) * msserBinNS), true, bestD == m/2
+	bestD, atLimit := stats.MSER(z)
+	return time.Duration(int64(bestD*msserBatch) * msserBinNS), true, atLimit
 }
 
 // Trend is an ordinary least-squares line y = a + Slope*t fitted to a series over the
@@ -92,7 +66,7 @@ const (
 	trendMinPoints = 10
 )
 
-// fitTrend fits y on t (NaN y are skipped), lag L = floor(4 (n/100)^(2/9)) with Bartlett weights.
+// fitTrend fits y on t (NaN y are skipped) by stats.SlopeHAC.
 func fitTrend(ts, ys []float64, length float64) Trend {
 	var x, y []float64
 	for i := range ys {
@@ -106,50 +80,13 @@ func fitTrend(ts, ys []float64, length float64) Trend {
 		tr.Points = 0
 		return tr
 	}
-	// The means from montanaflynn/stats; the OLS slope and its Newey-West (HAC) standard
-	// error by hand: the library's LinearRegression returns fitted points, not the slope,
-	// and it has no autocorrelation-robust variance, which a time series of overlapping
-	// in-flight counts needs (plain OLS errors would flag noise as a trend).
-	mx, _ := stats.Mean(x)
-	my, _ := stats.Mean(y)
-	var sxx, sxy float64
-	for i := range x {
-		sxx += (x[i] - mx) * (x[i] - mx)
-		sxy += (x[i] - mx) * (y[i] - my)
-	}
-	tr.Mean = my
-	if sxx == 0 {
+	b, t, mean, ok := stats.SlopeHAC(x, y)
+	tr.Mean = mean
+	if !ok {
 		return tr
 	}
-	b := sxy / sxx
-	a := my - b*mx
-	tr.Slope = b
+	tr.Slope, tr.T = b, t
 	tr.Rise = b * length
-	g := make([]float64, n) // score terms (x - mean) * residual
-	for i := range x {
-		g[i] = (x[i] - mx) * (y[i] - a - b*x[i])
-	}
-	L := int(math.Floor(4 * math.Pow(float64(n)/100, 2.0/9)))
-	var s float64
-	for i := range g {
-		s += g[i] * g[i]
-	}
-	for l := 1; l <= L && l < n; l++ {
-		w := 1 - float64(l)/float64(L+1)
-		var c float64
-		for i := l; i < n; i++ {
-			c += g[i] * g[i-l]
-		}
-		s += 2 * w * c
-	}
-	switch se := math.Sqrt(math.Max(s, 0)) / sxx; {
-	case se > 0:
-		tr.T = b / se
-	case b > 0:
-		tr.T = math.Inf(1)
-	case b < 0:
-		tr.T = math.Inf(-1)
-	}
 	tr.Up = tr.T > trendT && tr.Rise > trendRise*math.Abs(tr.Mean)
 	return tr
 }
@@ -220,7 +157,7 @@ func (r *Report) series(d *Data) {
 		s[k].noServerColumns()
 		if len(ttfts[k]) > 0 {
 			slices.Sort(ttfts[k])
-			s[k].TTFTP50, s[k].TTFTP99 = quantile.Type7(ttfts[k], 0.5), quantile.Type7(ttfts[k], 0.99)
+			s[k].TTFTP50, s[k].TTFTP99 = stats.Type7(ttfts[k], 0.5), stats.Type7(ttfts[k], 0.99)
 		}
 	}
 	r.Series = s
@@ -231,7 +168,7 @@ func (r *Report) series(d *Data) {
 // as Summarize gives it: of every sent request in open loop, of the steady state after the
 // first wave in closed loop, ClosedLoop.SteadyLateness) has a type-7 p99 above bound, so the
 // endpoint was not offered the load the schedule asked for.
-func ClientLimited(lateness Quantiles, bound time.Duration) bool {
+func ClientLimited(lateness stats.Quantiles, bound time.Duration) bool {
 	return lateness.N > 0 && lateness.P99 > float64(bound)/1e6
 }
 

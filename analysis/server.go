@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // The server section: what the engine's own Prometheus metrics said during the run, read
@@ -324,8 +324,8 @@ func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
 	if len(xs) == 0 {
 		return GaugeStats{Mean: nan, P99: nan, Max: nan}
 	}
-	q := summarize(xs)
-	return GaugeStats{N: q.N, Mean: q.Mean, P99: quantile.Type7(xs, 0.99), Max: q.Max}
+	q := stats.Summarize(xs)
+	return GaugeStats{N: q.N, Mean: q.Mean, P99: stats.Type7(xs, 0.99), Max: q.Max}
 }
 
 // counterIncrease sums the increases stamped in [lo, hi); NaN when the role has none

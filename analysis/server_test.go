@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // scrape is one scrape attempt of a source for writeMetrics: its samples (prom.Parse's
@@ -410,7 +411,7 @@ func serverSweep(t *testing.T) *SweepReport {
 		}
 		rows = append(rows, row)
 	}
-	return NewSweepReport("rate", rows, KneeOptions{}, nil)
+	return NewSweepReport("rate", rows, stats.KneeOptions{}, nil)
 }
 
 // TestSweepServerFigures: a sweep point carries its server figures in the text table, the
@@ -602,13 +603,13 @@ func TestSweepExplainsKnee(t *testing.T) {
 		return &Report{Server: &Server{KVUsage: GaugeStats{N: 1, Mean: kv, Max: kv}, Waiting: GaugeStats{N: 1, Mean: wait, Max: wait}, Preemptions: pre}}
 	}
 	s := &SweepReport{Axis: "rate", Rows: []SweepRow{{Load: 10, Report: srv(0.4, 0, 0)}, {Load: 20, Report: srv(0.99, 35, 12)}},
-		Saturation: Bound{Found: true, Bracketed: true, Pass: 10, Fail: 20}}
+		Saturation: stats.Bound{Found: true, Bracketed: true, Pass: 10, Fail: 20}}
 	got := s.explainBound(s.Saturation, "saturation")
 	want := "  engine at the saturation: at rate 10 (passes): KV cache 40.0% mean, 40.0% max; 0.0 waiting (mean), 0.0 max; 0 preemptions; at rate 20 (fails): KV cache 99.0% mean, 99.0% max; 35.0 waiting (mean), 35.0 max; 12 preemptions"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	if got := s.explainBound(Bound{}, "SLO limit"); got != "" {
+	if got := s.explainBound(stats.Bound{}, "SLO limit"); got != "" {
 		t.Errorf("a bound not found is explained: %q", got)
 	}
 }

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"bufio"
 	"encoding/json"
 	"errors"
@@ -46,8 +48,8 @@ func NewSweepRow(axis string, load float64, file string, d *Data, opts Options) 
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both
 // taken over the steady-state window; attainment is a fraction (NaN without an SLO).
-func (r SweepRow) Point() SweepPoint {
-	p := SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
+func (r SweepRow) Point() stats.SweepPoint {
+	p := stats.SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
 		SustainedTokensPerSecond: r.Report.Throughput.SustainedOutputTokensPerS,
 		Overloaded:               r.Report.Flags.Overloaded, ClientLimited: r.Report.Flags.ClientLimited,
 		Attainment: math.NaN()}
@@ -72,14 +74,14 @@ func (r SweepRow) ErrorRate() float64 {
 // SweepReport is a whole sweep: its points in load order and the knee found among them.
 type SweepReport struct {
 	Axis    string
-	Auto    bool // the points came from SearchKnee, not a given list
+	Auto    bool // the points came from stats.SearchKnee, not a given list
 	Rows    []SweepRow
-	Options KneeOptions
+	Options stats.KneeOptions
 	SLO     SLO
-	// Saturation and SLOLimit bound the knee. For a list sweep they come from BoundsOf over
-	// the listed points (the saturation of a concurrency sweep from SaturationOf); for
-	// --auto from SearchKnee or SearchConcurrency.
-	Saturation, SLOLimit Bound
+	// Saturation and SLOLimit bound the knee. For a list sweep they come from stats.BoundsOf over
+	// the listed points (the saturation of a concurrency sweep from stats.SaturationOf); for
+	// --auto from stats.SearchKnee or stats.SearchConcurrency.
+	Saturation, SLOLimit stats.Bound
 
 	// SaturationBracket and SLOBracket: the bounds at their lowest and highest plausible
 	// points given the repeated points' intervals (bracket); nil without repeated points.
@@ -88,13 +90,13 @@ type SweepReport struct {
 
 // closed reports whether the sweep's points are closed loops (the concurrency axis): they
 // offer no load, so the sweep has no offered or ratio columns, and saturation is where
-// doubling the concurrency stops paying (SaturationOf).
+// doubling the concurrency stops paying (stats.SaturationOf).
 func (s *SweepReport) closed() bool { return s.Axis == "concurrency" }
 
 // NewSweepReport orders rows by load and, unless auto bounds are given, finds the bounds
 // among the listed points. o's defaults are applied.
-func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResult) *SweepReport {
-	o.setDefaults()
+func NewSweepReport(axis string, rows []SweepRow, o stats.KneeOptions, auto *stats.KneeResult) *SweepReport {
+	o = o.WithDefaults()
 	s := &SweepReport{Axis: axis, Rows: append([]SweepRow(nil), rows...), Options: o}
 	sort.Slice(s.Rows, func(i, j int) bool { return s.Rows[i].Load < s.Rows[j].Load })
 	if len(s.Rows) > 0 {
@@ -106,54 +108,23 @@ func NewSweepReport(axis string, rows []SweepRow, o KneeOptions, auto *KneeResul
 		s.Saturation, s.SLOLimit = auto.Saturation, auto.SLO
 		return s
 	}
-	pts := make([]SweepPoint, len(s.Rows))
+	pts := make([]stats.SweepPoint, len(s.Rows))
 	for i, r := range s.Rows {
 		pts[i] = r.Point()
 	}
 	if s.closed() {
-		s.Saturation = SaturationOf(pts, o.MinGain)
+		s.Saturation = stats.SaturationOf(pts, o.MinGain)
 	} else {
-		s.Saturation = BoundsOf(pts, func(p SweepPoint) bool { return p.Tracks(o.MinRatio) })
+		s.Saturation = stats.BoundsOf(pts, func(p stats.SweepPoint) bool { return p.Tracks(o.MinRatio) })
 	}
 	if !s.SLO.IsZero() {
-		s.SLOLimit = BoundsOf(pts, func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) })
+		s.SLOLimit = stats.BoundsOf(pts, func(p stats.SweepPoint) bool { return p.MeetsSLO(o.Attainment) })
 	}
 	return s
 }
 
-// BoundsOf finds, among points in load order, the highest load below which every point
-// passes and the first failing load above it. Client-limited points are skipped: the
-// replayer, not the endpoint, limited them, so they neither pass nor fail it. When the scan
-// ends with every trustworthy point passing and client-limited points above them,
-// LimitedBy is "client".
-func BoundsOf(points []SweepPoint, pass func(SweepPoint) bool) Bound {
-	var b Bound
-	clientAbove := false
-	for _, p := range points {
-		if p.ClientLimited {
-			clientAbove = true
-			continue
-		}
-		if !pass(p) {
-			b.Fail, b.Bracketed, b.LimitedBy = p.Load, true, "endpoint"
-			break
-		}
-		b.Pass, b.Found = p.Load, true
-		clientAbove = false
-	}
-	switch {
-	case b.LimitedBy != "":
-	case clientAbove:
-		b.LimitedBy = "client"
-	default:
-		b.LimitedBy = "max"
-	}
-	b.NonMonotonic = nonMonotonic(b, points, pass)
-	return b
-}
-
 // describe says in words what a bound means on this sweep's axis.
-func (s *SweepReport) describe(b Bound, what string) string {
+func (s *SweepReport) describe(b stats.Bound, what string) string {
 	ax := s.Axis
 	switch {
 	case !b.Found && b.LimitedBy == "client":
@@ -265,7 +236,7 @@ func (s *SweepReport) writeClosedText(p func(string, ...any)) {
 	}
 }
 
-// describeSaturation says in words where a closed-loop sweep saturates (SaturationOf).
+// describeSaturation says in words where a closed-loop sweep saturates (stats.SaturationOf).
 func (s *SweepReport) describeSaturation() string {
 	b := s.Saturation
 	what := fmt.Sprintf("saturation (doubling the concurrency adds < %s sustained output tok/s)", pct(s.Options.MinGain*100))
@@ -295,12 +266,12 @@ func (s *SweepReport) describeSaturation() string {
 }
 
 // gainAt is the gain per doubling between a found saturation bound's two points.
-func (s *SweepReport) gainAt(b Bound) float64 {
+func (s *SweepReport) gainAt(b stats.Bound) float64 {
 	lo, hi := s.rowAt(b.Pass), s.rowAt(b.Fail)
 	if lo == nil || hi == nil {
 		return math.NaN()
 	}
-	return GainPerDoubling(b.Pass, lo.Point().SustainedTokensPerSecond, b.Fail, hi.Point().SustainedTokensPerSecond)
+	return stats.GainPerDoubling(b.Pass, lo.Point().SustainedTokensPerSecond, b.Fail, hi.Point().SustainedTokensPerSecond)
 }
 
 func f1(v float64) string {
@@ -340,7 +311,7 @@ type boundJSON struct {
 	Summary         string `json:"summary"`
 }
 
-func (s *SweepReport) boundJSON(b Bound, what string) boundJSON {
+func (s *SweepReport) boundJSON(b stats.Bound, what string) boundJSON {
 	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
 		Summary: s.describe(b, what), PassLoad: num(math.NaN()), FailLoad: num(math.NaN())}
 	if b.Found {

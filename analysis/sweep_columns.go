@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"fmt"
 	"math"
 	"strings"
@@ -42,7 +44,7 @@ func sweepFigure(key string) func(*SweepReport, SweepRow) float64 {
 }
 
 // sweepQuantile is a declared distribution's percentile p (P50 or P99) at a point.
-func sweepQuantile(key string, p func(Quantiles) float64) func(*SweepReport, SweepRow) float64 {
+func sweepQuantile(key string, p func(stats.Quantiles) float64) func(*SweepReport, SweepRow) float64 {
 	get := figureQuantile(key, p)
 	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
 }
@@ -66,7 +68,7 @@ func figureColumn(key, head string, width int, text sweepAxes, format func(float
 
 // latencyColumn is a percentile of a declared latency distribution: "TTFT p99" in the
 // text, ttft_ms.p99 in the JSON.
-func latencyColumn(key, name, pn string, p func(Quantiles) float64, text bool) sweepColumn {
+func latencyColumn(key, name, pn string, p func(stats.Quantiles) float64, text bool) sweepColumn {
 	get := sweepQuantile(key, p)
 	c := sweepColumn{Head: name + " " + pn, Width: 9, Cell: cell(get, f1), JSON: key + "_ms." + pn, OnJSON: onBoth, Value: value(get)}
 	if text {

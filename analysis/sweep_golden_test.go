@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/file"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // writeHTMLNoStyle writes s's page with the shared style sheet and render-check script
@@ -124,7 +125,7 @@ func closedSweep(t *testing.T, slo SLO) *SweepReport {
 		}
 		rows = append(rows, row)
 	}
-	return NewSweepReport("concurrency", rows, KneeOptions{}, nil)
+	return NewSweepReport("concurrency", rows, stats.KneeOptions{}, nil)
 }
 
 // TestClosedSweepGolden: a closed-loop sweep's table and JSON, byte for byte, and the knee

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // Span is an interval [Lo, Hi] of one figure at a repeated sweep point; NaN ends when the
@@ -28,14 +30,14 @@ type PointSpread struct {
 // How a repeated point's intervals are made: SpreadMethod with the repeats' data,
 // RangeMethod without (docs/metrics.md, "Sweep").
 const (
-	SpreadMethod = "the 95% bootstrap interval of the repeats pooled (" + BootstrapIntervalMethod +
+	SpreadMethod = "the 95% bootstrap interval of the repeats pooled (" + stats.BootstrapIntervalMethod +
 		"; requests for attainment and p99s, 1 s windows of each repeat's steady state, circular blocks, for sustained tok/s), widened to the range of the repeats' values"
 	RangeMethod = "the range of the repeats' values (min - max)"
 )
 
 // SpreadBootstrap is the bootstrap of the repeated points' intervals: the defaults (95%,
 // 2000 resamples), a fixed seed, so a sweep's report is the same each time it is made.
-var SpreadBootstrap = Bootstrap{Seed: 1}
+var SpreadBootstrap = stats.Bootstrap{Seed: 1}
 
 // NewRepeatedSweepRow returns the row of a repeated point from its repeats' rows (repeat
 // order) and, when given, their loaded data (the same order): the row of the median
@@ -86,7 +88,7 @@ func NewRepeatedSweepRow(rows []SweepRow, data []*Data) SweepRow {
 }
 
 // hull is the smallest span holding s and the interval c (s when c is undefined).
-func (s Span) hull(c CI) Span {
+func (s Span) hull(c stats.CI) Span {
 	if !c.Valid() {
 		return s
 	}
@@ -102,7 +104,7 @@ func (s Span) hull(c CI) Span {
 // of every repeat's steady-state window, in repeat order (BlockMean, the block length by
 // BlockLength; a partial last second is left out). Each figure draws from its own stream,
 // named by the load.
-func pooledCIs(rows []SweepRow, data []*Data, b Bootstrap, load string) (sus, att, ttft, tpot CI) {
+func pooledCIs(rows []SweepRow, data []*Data, b stats.Bootstrap, load string) (sus, att, ttft, tpot stats.CI) {
 	b = b.WithDefaults()
 	var ttfts, tpots, series []float64
 	var good, den int64
@@ -140,13 +142,13 @@ func pooledCIs(rows []SweepRow, data []*Data, b Bootstrap, load string) (sus, at
 	conf := b.Confidence
 	ttft = b.QuantileSorted(ttfts, 0.99, "sweep "+load+" ttft p99").CI(conf)
 	tpot = b.QuantileSorted(tpots, 0.99, "sweep "+load+" tpot p99").CI(conf)
-	att = noCI
+	att = stats.NoCI()
 	if rows[0].Report.Goodput != nil {
 		att = b.Proportion(good, den, "sweep "+load+" attainment").CI(conf)
 	}
-	sus = noCI
+	sus = stats.NoCI()
 	if len(series) >= 2 {
-		sus = b.BlockMean(series, BlockLength(series, 1), "sweep "+load+" sustained").CI(conf)
+		sus = b.BlockMean(series, stats.BlockLength(series, 1), "sweep "+load+" sustained").CI(conf)
 		sus.Lo = max(sus.Lo, 0) // a rate; the few-blocks widening may reach below 0
 	}
 	return sus, att, ttft, tpot
@@ -157,7 +159,7 @@ func pooledCIs(rows []SweepRow, data []*Data, b Bootstrap, load string) (sus, at
 // the bound found when every point is judged at the pessimistic end of its intervals, High
 // at the optimistic end.
 type KneeBracket struct {
-	Low, High Bound
+	Low, High stats.Bound
 }
 
 // repeated reports whether some row has intervals.
@@ -180,7 +182,7 @@ func (s *SweepReport) bracket() {
 		return
 	}
 	o := s.Options
-	lo, hi := make([]SweepPoint, len(s.Rows)), make([]SweepPoint, len(s.Rows))
+	lo, hi := make([]stats.SweepPoint, len(s.Rows)), make([]stats.SweepPoint, len(s.Rows))
 	for i, r := range s.Rows {
 		p := r.Point()
 		lo[i], hi[i] = p, p
@@ -191,29 +193,29 @@ func (s *SweepReport) bracket() {
 		}
 	}
 	if s.closed() {
-		gain := func(a, b []SweepPoint) func(i, j int) float64 {
+		gain := func(a, b []stats.SweepPoint) func(i, j int) float64 {
 			return func(i, j int) float64 {
-				return GainPerDoubling(s.Rows[i].Load, a[i].SustainedTokensPerSecond, s.Rows[j].Load, b[j].SustainedTokensPerSecond)
+				return stats.GainPerDoubling(s.Rows[i].Load, a[i].SustainedTokensPerSecond, s.Rows[j].Load, b[j].SustainedTokensPerSecond)
 			}
 		}
-		pts := make([]SweepPoint, len(s.Rows))
+		pts := make([]stats.SweepPoint, len(s.Rows))
 		for i, r := range s.Rows {
 			pts[i] = r.Point()
 		}
-		s.SaturationBracket = &KneeBracket{Low: saturationBy(pts, o.MinGain, gain(hi, lo)), High: saturationBy(pts, o.MinGain, gain(lo, hi))}
+		s.SaturationBracket = &KneeBracket{Low: stats.SaturationBy(pts, o.MinGain, gain(hi, lo)), High: stats.SaturationBy(pts, o.MinGain, gain(lo, hi))}
 	} else {
-		tracks := func(p SweepPoint) bool { return p.Tracks(o.MinRatio) }
-		s.SaturationBracket = &KneeBracket{Low: BoundsOf(lo, tracks), High: BoundsOf(hi, tracks)}
+		tracks := func(p stats.SweepPoint) bool { return p.Tracks(o.MinRatio) }
+		s.SaturationBracket = &KneeBracket{Low: stats.BoundsOf(lo, tracks), High: stats.BoundsOf(hi, tracks)}
 	}
 	if !s.SLO.IsZero() {
-		meets := func(p SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
-		s.SLOBracket = &KneeBracket{Low: BoundsOf(lo, meets), High: BoundsOf(hi, meets)}
+		meets := func(p stats.SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
+		s.SLOBracket = &KneeBracket{Low: stats.BoundsOf(lo, meets), High: stats.BoundsOf(hi, meets)}
 	}
 }
 
 // describeBracket says in words where a bracketed bound lies.
 func (s *SweepReport) describeBracket(b *KneeBracket, what string) string {
-	end := func(x Bound) string {
+	end := func(x stats.Bound) string {
 		switch {
 		case !x.Found && x.LimitedBy == "client":
 			return "unknown (the first point was client-limited)"

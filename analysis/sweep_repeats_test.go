@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // repRow is a made-up point row: sustained output tok/s, offered tok/s, attainment (%).
@@ -54,7 +56,7 @@ func TestKneeBracketOpenLoop(t *testing.T) {
 		repeatedRow("rate", 4, 400, []float64{350, 370, 390}, []float64{99.2, 97, 95}),
 		repeatedRow("rate", 8, 800, []float64{400, 410, 420}, []float64{50, 60, 70}),
 	}
-	s := NewSweepReport("rate", rows, KneeOptions{HasSLO: true}, nil)
+	s := NewSweepReport("rate", rows, stats.KneeOptions{HasSLO: true}, nil)
 	if b := s.Saturation; b.Pass != 2 || b.Fail != 4 {
 		t.Errorf("saturation from the median rows: %+v, want pass 2 fail 4", b)
 	}
@@ -129,7 +131,7 @@ func TestKneeBracketClosedLoop(t *testing.T) {
 		// 8 → 16: median 0 %; most 245/215−1 = 14 %: not saturated; the optimistic end does not reach it.
 		repeatedRow("concurrency", 16, 0, []float64{210, 220, 245}, []float64{100, 100, 100}),
 	}
-	s := NewSweepReport("concurrency", rows, KneeOptions{}, nil)
+	s := NewSweepReport("concurrency", rows, stats.KneeOptions{}, nil)
 	if b := s.Saturation; !b.Found || b.Pass != 4 {
 		t.Errorf("saturation from the median rows %+v, want 4", b)
 	}
@@ -137,7 +139,7 @@ func TestKneeBracketClosedLoop(t *testing.T) {
 	if br == nil || !br.Low.Found || br.Low.Pass != 2 || br.High.Found {
 		t.Fatalf("bracket %+v, want low 2 and high not reached", br)
 	}
-	if g := GainPerDoubling(2, 195, 4, 205); math.Abs(g-0.0513) > 1e-3 {
+	if g := stats.GainPerDoubling(2, 195, 4, 205); math.Abs(g-0.0513) > 1e-3 {
 		t.Errorf("fixture gain %v", g)
 	}
 	var txt bytes.Buffer
@@ -197,7 +199,7 @@ func TestRepeatedSweepRowBootstrap(t *testing.T) {
 	}
 	// The attainment's interval is the bootstrap of the pooled proportion.
 	good, den := 3*rep.Goodput.Good, 3*(rep.Requests.Total-rep.Requests.Canceled)
-	want := SpreadBootstrap.Proportion(good, den, "sweep 2 attainment").CI(DefaultConfidence)
+	want := SpreadBootstrap.Proportion(good, den, "sweep 2 attainment").CI(stats.DefaultConfidence)
 	if sp.Attainment.Lo != want.Lo || sp.Attainment.Hi != want.Hi {
 		t.Errorf("attainment interval %+v, want the pooled proportion's %+v", sp.Attainment, want)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // sweepOf builds a sweep report from the same analysed run at several loads, with made-up
@@ -24,7 +26,7 @@ func sweepOf(t *testing.T) *SweepReport {
 			Offered: Offered{WindowOutputTokensPerS: sus / ratio, WindowRequestsPerS: 1}})
 	}
 	// Loads 1 and 2 track (ratio >= 0.95); load 3 delivers 60% of what it is offered.
-	return NewSweepReport("speedup", rows, KneeOptions{}, nil)
+	return NewSweepReport("speedup", rows, stats.KneeOptions{}, nil)
 }
 
 func TestSweepReportOutputs(t *testing.T) {

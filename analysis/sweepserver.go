@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // The server figures of a sweep's points (docs/metrics.md, "Server metrics"): at each load,
@@ -74,7 +76,7 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 	}
 	p("KV-cache usage, prefix-cache hit rate in %%; running and waiting in requests; preemptions: the counter's increase; GPU utilisation in %%; failed: failed scrapes.\n")
 	for _, k := range []struct {
-		b    Bound
+		b    stats.Bound
 		what string
 	}{{s.Saturation, "saturation"}, {s.SLOLimit, "SLO limit"}} {
 		if line := s.explainBound(k.b, k.what); line != "" {
@@ -86,7 +88,7 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 // explainBound says what the engine did at a bound's passing and failing points: the KV
 // cache filling, the queue growing and preemptions starting explain a knee. Empty when the
 // bound was not found or neither point scraped.
-func (s *SweepReport) explainBound(b Bound, what string) string {
+func (s *SweepReport) explainBound(b stats.Bound, what string) string {
 	if !b.Found {
 		return ""
 	}

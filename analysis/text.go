@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"bufio"
 	"fmt"
 	"io"
@@ -140,7 +142,7 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 }
 
 // latencyRow writes one row of a latency table, ms.
-func latencyRow(p func(string, ...any), name string, x Quantiles) {
+func latencyRow(p func(string, ...any), name string, x stats.Quantiles) {
 	if x.N == 0 {
 		p("  %-22s %9d %10s\n", name, 0, "-")
 		return
@@ -273,7 +275,7 @@ func (r *Report) writeTextBuckets(p func(string, ...any)) {
 		p("\nBy %s, ms\n", bd.title)
 		p("  %-18s %8s %8s %10s %10s %10s %10s %10s %10s\n", "bucket", "n", "ok", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "SLO att.")
 		for _, b := range bd.bs {
-			cell := func(x Quantiles, v float64) string {
+			cell := func(x stats.Quantiles, v float64) string {
 				if x.N == 0 {
 					return "-"
 				}

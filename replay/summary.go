@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // Summary is a short account of a run, computed while it goes: what `replay` prints when
@@ -78,7 +78,7 @@ func percentiles(x []float64) Percentiles {
 		return Percentiles{}
 	}
 	slices.Sort(x)
-	return Percentiles{N: len(x), P50: quantile.Type7(x, 0.5), P90: quantile.Type7(x, 0.9), P99: quantile.Type7(x, 0.99), Max: x[len(x)-1]}
+	return Percentiles{N: len(x), P50: stats.Type7(x, 0.5), P90: stats.Type7(x, 0.9), P99: stats.Type7(x, 0.99), Max: x[len(x)-1]}
 }
 
 // OutputTokensPerSecond is output tokens of ok requests / (last end - first sent), the

@@ -1,6 +1,8 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"context"
 	"fmt"
 	"maps"
@@ -22,25 +24,25 @@ type sweeper struct {
 	cfg   *Config
 	state *State
 	aopts analysis.Options
-	ko    analysis.KneeOptions
+	ko    stats.KneeOptions
 	rows  map[float64]analysis.SweepRow
 	ran   int // replays run by this process (for the cooldown)
 }
 
 // runPoints runs the sweep's points: the list, or the Auto search.
-func (sw *sweeper) runPoints() (*analysis.KneeResult, error) {
+func (sw *sweeper) runPoints() (*stats.KneeResult, error) {
 	if sw.cfg.Auto {
-		probe := func(ctx context.Context, load float64) (analysis.SweepPoint, error) {
+		probe := func(ctx context.Context, load float64) (stats.SweepPoint, error) {
 			row, err := sw.point(load)
 			if err != nil {
-				return analysis.SweepPoint{}, err
+				return stats.SweepPoint{}, err
 			}
 			return row.Point(), nil
 		}
 		if sw.cfg.Axis == Concurrency {
-			return analysis.SearchConcurrency(sw.ctx, probe, sw.ko)
+			return stats.SearchConcurrency(sw.ctx, probe, sw.ko)
 		}
-		return analysis.SearchKnee(sw.ctx, probe, sw.ko)
+		return stats.SearchKnee(sw.ctx, probe, sw.ko)
 	}
 	for _, l := range sw.cfg.Loads {
 		if _, err := sw.point(l); err != nil {

@@ -10,6 +10,8 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/stats"
+
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +53,7 @@ type Config struct {
 	Loads []float64 // the points of a list sweep; none with Auto
 	Auto  bool      // search the saturation load and the highest load meeting the SLOs
 
-	// The search (with Auto) and the judging of every point, as in analysis.KneeOptions,
+	// The search (with Auto) and the judging of every point, as in stats.KneeOptions,
 	// but for Attainment, in percent of due requests.
 	Start, Max, Resolution float64
 	MaxPoints              int
@@ -186,8 +188,8 @@ func (c *Config) checkPoints() error {
 
 // kneeOptions returns the search's options. With Auto, analysis's defaults fill the zero
 // fields (--min-ratio 0 searches with 0.95), as the search itself would.
-func (c *Config) kneeOptions() analysis.KneeOptions {
-	ko := analysis.KneeOptions{Start: c.Start, Max: c.Max, Resolution: c.Resolution, MinRatio: c.MinRatio, MinGain: c.MinGain,
+func (c *Config) kneeOptions() stats.KneeOptions {
+	ko := stats.KneeOptions{Start: c.Start, Max: c.Max, Resolution: c.Resolution, MinRatio: c.MinRatio, MinGain: c.MinGain,
 		Attainment: c.Attainment / 100, HasSLO: c.Replay.SLO != "", MaxPoints: c.MaxPoints}
 	if c.Auto {
 		_ = ko.Validate() // for its defaults; Config.Validate has reported its errors
@@ -257,7 +259,7 @@ func Run(ctx context.Context, cfg *Config, resumed *State) error {
 }
 
 // finish writes and prints the sweep's report from the finished points.
-func (sw *sweeper) finish(knee *analysis.KneeResult, runErr error) error {
+func (sw *sweeper) finish(knee *stats.KneeResult, runErr error) error {
 	if len(sw.rows) == 0 {
 		if runErr != nil {
 			return runErr

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
-	"github.com/montanaflynn/stats"
+	"github.com/llmreplay/llmreplay/stats"
+	mstats "github.com/montanaflynn/stats"
 )
 
 // Lengths summarises a length column: mean and population standard deviation by
-// montanaflynn/stats; percentiles by quantile.Type7, which interpolates linearly between
+// montanaflynn/stats; percentiles by stats.Type7, which interpolates linearly between
 // order statistics (numpy's and pandas' default): the q-quantile of n sorted values
 // x₀..xₙ₋₁ is x_⌊h⌋ + (h−⌊h⌋)(x_⌊h⌋₊₁ − x_⌊h⌋) with h = (n−1)q.
 type Lengths struct {
@@ -141,8 +141,8 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	span := last - first
 	info.Span = time.Duration(span)
 	info.MeanRatePerSecond, _ = MeanRate(info.Count, info.Span)
-	if gapMean, err := stats.Mean(gaps); err == nil && gapMean > 0 {
-		gapSD, _ := stats.StandardDeviationPopulation(gaps)
+	if gapMean, err := mstats.Mean(gaps); err == nil && gapMean > 0 {
+		gapSD, _ := mstats.StandardDeviationPopulation(gaps)
 		info.InterArrivalCV = gapSD / gapMean
 	}
 	gaps = nil
@@ -173,10 +173,10 @@ func summarise(v []int32) Lengths {
 		l.Min, l.Max = min(l.Min, n), max(l.Max, n)
 		x[i] = float64(n)
 	}
-	l.Mean, _ = stats.Mean(x)
-	l.SD, _ = stats.StandardDeviationPopulation(x)
+	l.Mean, _ = mstats.Mean(x)
+	l.SD, _ = mstats.StandardDeviationPopulation(x)
 	slices.Sort(x)
-	l.P50, l.P90, l.P99 = quantile.Type7(x, 0.5), quantile.Type7(x, 0.9), quantile.Type7(x, 0.99)
+	l.P50, l.P90, l.P99 = stats.Type7(x, 0.5), stats.Type7(x, 0.9), stats.Type7(x, 0.99)
 	return l
 }
 

@@ -18,8 +18,8 @@ import (
 	"os"
 	"slices"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func report(path string) error {
 			x[i] = float64(r.SentNS-r.ScheduledNS) / 1e6
 		}
 		slices.Sort(x)
-		return quantile.Type7(x, 0.99)
+		return stats.Type7(x, 0.99)
 	}
 	at := func(q float64) float64 { return float64(sent[int(q*float64(c-1))].SentNS) / 1e6 }
 	fmt.Printf("C %d: %d sent, wave %.3f ms, lateness p99 %.3f ms, after the wave p99 %.3f ms (wave's sends at p50 %.3f p90 %.3f p99 %.3f ms)\n",

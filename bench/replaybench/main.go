@@ -37,11 +37,11 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/internal/uring"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -253,7 +253,7 @@ func (h *hiccups) end() (p50, p99 float64) {
 	if len(x) == 0 {
 		return 0, 0
 	}
-	return quantile.Type7(x, 0.5), quantile.Type7(x, 0.99)
+	return stats.Type7(x, 0.5), stats.Type7(x, 0.99)
 }
 
 func cpuTime() time.Duration {

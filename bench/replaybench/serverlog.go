@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // serverRecord is what replaybench reads of one line of `llmreplay sim --request-log`
@@ -80,7 +80,7 @@ func summarize(ms []float64) dist {
 		return dist{}
 	}
 	slices.Sort(ms)
-	return dist{N: len(ms), P50: quantile.Type7(ms, 0.5), P99: quantile.Type7(ms, 0.99), Max: ms[len(ms)-1]}
+	return dist{N: len(ms), P50: stats.Type7(ms, 0.5), P99: stats.Type7(ms, 0.99), Max: ms[len(ms)-1]}
 }
 
 func (d dist) String() string {
@@ -219,5 +219,5 @@ func median(xs []float64) float64 {
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return quantile.Type7(s, 0.5)
+	return stats.Type7(s, 0.5)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
-	"github.com/llmreplay/llmreplay/internal/quantile"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // goSleeper is the sleeper (sleeper_linux.go) in Go, the way replay's dispatcher waits
@@ -69,5 +69,5 @@ func lateStats(ns []int64) (p50, p99, max float64) {
 		ms[i] = float64(v) / 1e6
 	}
 	slices.Sort(ms)
-	return quantile.Type7(ms, 0.5), quantile.Type7(ms, 0.99), ms[len(ms)-1]
+	return stats.Type7(ms, 0.5), stats.Type7(ms, 0.99), ms[len(ms)-1]
 }

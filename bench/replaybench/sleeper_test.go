@@ -24,7 +24,7 @@ var (
 func TestSleeper(t *testing.T) {
 	c, g := startSleeper(*sleeperPeriod), startGoSleeper(*sleeperPeriod)
 	time.Sleep(*sleeperFor)
-	cs, gs := stats(c.end()), stats(g.end())
+	cs, gs := lateness3(c.end()), lateness3(g.end())
 	for _, s := range []struct {
 		name string
 		v    [3]float64
@@ -36,7 +36,7 @@ func TestSleeper(t *testing.T) {
 	}
 }
 
-func stats(p50, p99, max float64) [3]float64 { return [3]float64{p50, p99, max} }
+func lateness3(p50, p99, max float64) [3]float64 { return [3]float64{p50, p99, max} }
 
 // BenchmarkSleepers reports each sleeper's lateness (ms) at a 1 ms period, on an idle
 // process and with every P kept busy by goroutines that never block (busy): there the Go
@@ -68,11 +68,11 @@ func BenchmarkSleepers(b *testing.B) {
 					if kind == "C" {
 						s := startSleeper(time.Millisecond)
 						time.Sleep(2 * time.Second)
-						v = stats(s.end())
+						v = lateness3(s.end())
 					} else {
 						s := startGoSleeper(time.Millisecond)
 						time.Sleep(2 * time.Second)
-						v = stats(s.end())
+						v = lateness3(s.end())
 					}
 				}
 				stop.Store(true)

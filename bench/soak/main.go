@@ -48,9 +48,9 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/llmreplay/llmreplay/internal/quantile"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -581,8 +581,8 @@ func check(c config, tracePath, out, samplesPath, progressPath, hiccupsPath stri
 	for _, k := range keys {
 		v := win[k]
 		slices.Sort(v)
-		p99 := quantile.Type7(v, 0.99)
-		fmt.Printf("  %10v %7d %8.3f %8.3f %8.3f %8.1f\n", time.Duration(k)*c.window, len(v), quantile.Type7(v, 0.5), p99, v[len(v)-1], hic[k])
+		p99 := stats.Type7(v, 0.99)
+		fmt.Printf("  %10v %7d %8.3f %8.3f %8.3f %8.1f\n", time.Duration(k)*c.window, len(v), stats.Type7(v, 0.5), p99, v[len(v)-1], hic[k])
 		if len(v) >= 100 { // a window's p99 from fewer is its max
 			wt, wp = append(wt, float64(k)*float64(c.window)), append(wp, p99)
 		}
@@ -674,5 +674,5 @@ func slope(x, y []float64) float64 {
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
-	return quantile.Type7(s, 0.5)
+	return stats.Type7(s, 0.5)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 func init() {
@@ -31,8 +32,8 @@ const compareExamples = `  # Is B faster than A? Each figure's change against A 
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("compare", "llmreplay compare A B [C ...] [flags]", compareExamples, stdout)
-	confidence := fs.Float64("confidence", analysis.DefaultConfidence, "level of the confidence intervals, e.g. 0.95")
-	resamples := fs.Int("resamples", analysis.DefaultResamples, "bootstrap resamples per figure and run (at least 100)")
+	confidence := fs.Float64("confidence", stats.DefaultConfidence, "level of the confidence intervals, e.g. 0.95")
+	resamples := fs.Int("resamples", stats.DefaultResamples, "bootstrap resamples per figure and run (at least 100)")
 	seed := fs.Uint64("seed", 1, "seed of the bootstrap: the same runs and seed give the same intervals")
 	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, applied to every run, e.g. ttft=2s,tpot=100ms (default: run A's own --slo)")
 	allowDifferent := fs.Bool("allow-different", false, "compare runs of different traces, speedups, rates or modes (the differences are printed on top)")
@@ -42,7 +43,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	b := analysis.Bootstrap{Confidence: *confidence, Resamples: *resamples, Seed: *seed}
+	b := stats.Bootstrap{Confidence: *confidence, Resamples: *resamples, Seed: *seed}
 	if err := b.Validate(); err != nil {
 		return usagef("compare: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // strictCheck applies the report's client-limited verdict (analysis.ClientLimited, the one
@@ -16,7 +17,7 @@ import (
 // nil) it decides by the same function over the run's own lateness values, and prints the
 // warning the report would have.
 func strictCheck(w io.Writer, rep *analysis.Report, sum *replay.Summary, strict bool) error {
-	var lateness analysis.Quantiles
+	var lateness stats.Quantiles
 	var bound time.Duration
 	var limited bool
 	what := "schedule lateness"
@@ -27,7 +28,7 @@ func strictCheck(w io.Writer, rep *analysis.Report, sum *replay.Summary, strict 
 			lateness, what = c.SteadyLateness, "steady-state schedule lateness (after the closed loop's first wave)"
 		}
 	} else {
-		lateness, bound = analysis.Summarize(slices.Clone(sum.LatenessMS)), sum.MaxLateness
+		lateness, bound = stats.Summarize(slices.Clone(sum.LatenessMS)), sum.MaxLateness
 		if limited = analysis.ClientLimited(lateness, bound); limited {
 			fmt.Fprintf(w, "WARNING: client-limited: schedule lateness p99 %.3f ms > %v: the endpoint got less load than asked\n", lateness.P99, bound)
 		}

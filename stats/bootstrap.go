@@ -1,4 +1,4 @@
-package analysis
+package stats
 
 import (
 	"errors"
@@ -6,11 +6,10 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"sort"
 
-	"github.com/montanaflynn/stats"
+	mstats "github.com/montanaflynn/stats"
 	"gonum.org/v1/gonum/stat/distuv"
-
-	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 // The bootstrap defaults: a 95% interval from 2000 resamples. 2000 resamples put the 2.5%
@@ -24,14 +23,14 @@ const (
 )
 
 // BootstrapIntervalMethod names how an interval is read off the bootstrap distribution.
-const BootstrapIntervalMethod = "percentile bootstrap interval (" + quantile.Type7Name + ")"
+const BootstrapIntervalMethod = "percentile bootstrap interval (" + Type7Name + ")"
 
 // Bootstrap says how confidence intervals are computed: the level, the number of
 // resamples, and the seed. The same inputs, options and stream name give the same
 // interval: every figure draws from its own PCG stream, (Seed, FNV-1a of its name), so
 // adding a figure changes no other figure's interval.
 //
-// The resampling is ours, not stats.Sample's: montanaflynn/stats v0.14 draws from
+// The resampling is ours, not montanaflynn/stats' Sample's: v0.14 draws from
 // math/rand's global, unseeded source, so its intervals could not be reproduced.
 type Bootstrap struct {
 	Confidence float64 // in (0, 1); 0 means DefaultConfidence
@@ -94,26 +93,26 @@ func (c CI) Valid() bool { return !math.IsNaN(c.Lo) && !math.IsNaN(c.Hi) }
 // Contains reports whether x lies in c (false when c is not Valid).
 func (c CI) Contains(x float64) bool { return c.Valid() && c.Lo <= x && x <= c.Hi }
 
-// noCI is the interval of an undefined figure.
-var noCI = CI{math.NaN(), math.NaN()}
+// NoCI returns the interval of an undefined figure: both ends NaN.
+func NoCI() CI { return CI{math.NaN(), math.NaN()} }
 
 // percentileCI returns the central conf interval of reps: their (1−conf)/2 and (1+conf)/2
-// quantiles by stats.Percentile, which is quantile.Type7 (held by internal/quantile's
+// quantiles by montanaflynn/stats' Percentile, which is Type7 (held by
 // TestType7MatchesLibrary). Replicates that are NaN (a resample where the figure is
 // undefined) make the interval undefined: it would otherwise describe another population.
 func percentileCI(reps []float64, conf float64) CI {
 	if len(reps) == 0 {
-		return noCI
+		return NoCI()
 	}
 	for _, v := range reps {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return noCI
+			return NoCI()
 		}
 	}
-	lo, err1 := stats.Percentile(reps, 100*(1-conf)/2)
-	hi, err2 := stats.Percentile(reps, 100*(1+conf)/2)
+	lo, err1 := mstats.Percentile(reps, 100*(1-conf)/2)
+	hi, err2 := mstats.Percentile(reps, 100*(1+conf)/2)
 	if err1 != nil || err2 != nil {
-		return noCI
+		return NoCI()
 	}
 	return CI{lo, hi}
 }
@@ -139,7 +138,7 @@ func (c Change) Significant() bool { return c.CI.Valid() && !c.CI.Contains(0) }
 // bootstrap distribution of the change. A relative change whose baseline is zero is
 // undefined (Delta NaN), unless both runs are zero in every resample (no change).
 func Compare(a, b Estimate, conf float64, relative bool) Change {
-	c := Change{Delta: math.NaN(), CI: noCI, Relative: relative}
+	c := Change{Delta: math.NaN(), CI: NoCI(), Relative: relative}
 	if math.IsNaN(a.Value) || math.IsNaN(b.Value) {
 		return c
 	}
@@ -162,7 +161,7 @@ func Compare(a, b Estimate, conf float64, relative bool) Change {
 	c.Delta = 100 * (b.Value/a.Value - 1)
 	for i := range d {
 		if a.Reps[i] == 0 {
-			return Change{Delta: c.Delta, CI: noCI, Relative: true}
+			return Change{Delta: c.Delta, CI: NoCI(), Relative: true}
 		}
 		d[i] = 100 * (b.Reps[i]/a.Reps[i] - 1)
 	}
@@ -179,8 +178,8 @@ func allZero(xs []float64) bool {
 	return true
 }
 
-// undefined is the estimate of a figure with no samples.
-func undefined() Estimate { return Estimate{Value: math.NaN()} }
+// Undefined returns the estimate of a figure with no samples: Value NaN, no replicates.
+func Undefined() Estimate { return Estimate{Value: math.NaN()} }
 
 // QuantileSorted bootstraps the p-quantile (type 7, the reports' method) of the sorted
 // samples xs, which it does not modify. See Quantile.
@@ -209,10 +208,10 @@ func (b Bootstrap) Quantile(n int64, at func(rank int64) float64, p float64, str
 // n gaps treated as independent would give far too narrow an interval. m = n is Quantile.
 func (b Bootstrap) QuantileM(n, m int64, at func(rank int64) float64, p float64, stream string) Estimate {
 	if n == 0 || m <= 0 {
-		return undefined()
+		return Undefined()
 	}
 	b = b.WithDefaults()
-	lo, frac := quantile.Rank7(n, p)
+	lo, frac := Rank7(n, p)
 	val := at(lo)
 	if frac > 0 {
 		val += frac * (at(lo+1) - val)
@@ -220,7 +219,7 @@ func (b Bootstrap) QuantileM(n, m int64, at func(rank int64) float64, p float64,
 	e := Estimate{Value: val, Reps: make([]float64, b.Resamples)}
 	rng := b.rng(stream)
 	// The resample's ranks among its own m draws.
-	mlo, mfrac := quantile.Rank7(m, p)
+	mlo, mfrac := Rank7(m, p)
 	beta := distuv.Beta{Alpha: float64(mlo + 1), Beta: float64(m - mlo), Src: rng}
 	index := func(u float64) int64 { return min(int64(math.Floor(float64(n)*u)), n-1) }
 	for i := range e.Reps {
@@ -246,7 +245,7 @@ func (b Bootstrap) Proportion(k, n int64, stream string) Estimate {
 // items' indicator when neighbours are not independent: errors come in bursts).
 func (b Bootstrap) ProportionM(k, n, m int64, stream string) Estimate {
 	if n == 0 || m <= 0 {
-		return undefined()
+		return Undefined()
 	}
 	b = b.WithDefaults()
 	p := float64(k) / float64(n)
@@ -299,6 +298,54 @@ func (b Bootstrap) Resample(n, k int, stream string, stat func(w []int32, out []
 	return reps
 }
 
+// CombineRepeats returns one estimate per figure (the maps' keys) for a run of r repeats:
+// the value is the mean of the repeats' values, and replicate i the mean of replicate i of
+// r repeats drawn with replacement (the same draw for every figure), so that the spread
+// between repeats (drift from run to run) widens the interval as well as the spread within
+// each. A figure missing or undefined in any repeat is Undefined. One repeat is returned as is.
+func CombineRepeats(ests []map[string]Estimate, b Bootstrap, stream string) map[string]Estimate {
+	if len(ests) == 1 {
+		return ests[0]
+	}
+	out := map[string]Estimate{}
+	keys := make([]string, 0, len(ests[0]))
+	for k := range ests[0] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	rng := b.rng(stream)
+	r := len(ests)
+	pick := make([]int, b.Resamples*r)
+	for i := range pick {
+		pick[i] = rng.IntN(r)
+	}
+	for _, k := range keys {
+		e := Estimate{Reps: make([]float64, b.Resamples)}
+		ok := true
+		for _, m := range ests {
+			x, has := m[k]
+			if !has || x.Reps == nil {
+				ok = false
+				break
+			}
+			e.Value += x.Value / float64(r)
+		}
+		if !ok {
+			out[k] = Undefined()
+			continue
+		}
+		for i := range e.Reps {
+			var s float64
+			for j := range r {
+				s += ests[pick[i*r+j]][k].Reps[i]
+			}
+			e.Reps[i] = s / float64(r)
+		}
+		out[k] = e
+	}
+	return out
+}
+
 // BlockLength is the block length for BlockMean over the series xs: Politis and White's
 // (2004) automatic choice for the circular block bootstrap, with Patton, Politis and
 // White's (2009) correction, b = (2G²/D)^(1/3)·n^(1/3), from the flat-top-weighted sample
@@ -347,15 +394,15 @@ func batchInflation(xs []float64, k int) float64 {
 	if b < 2 {
 		return 1
 	}
-	v, err := stats.Variance(xs[:b*k])
+	v, err := mstats.Variance(xs[:b*k])
 	if err != nil || v == 0 {
 		return 1
 	}
 	means := make([]float64, k)
 	for i := range k {
-		means[i], _ = stats.Mean(xs[i*b : (i+1)*b])
+		means[i], _ = mstats.Mean(xs[i*b : (i+1)*b])
 	}
-	vm, err := stats.SampleVariance(means)
+	vm, err := mstats.SampleVariance(means)
 	if err != nil {
 		return 1
 	}
@@ -363,15 +410,15 @@ func batchInflation(xs []float64, k int) float64 {
 }
 
 // flatTop returns G = Σ λ(k/M)·|k|·ρ(k) and S = Σ λ(k/M)·ρ(k) over lags |k| <= M, for the
-// sample autocorrelations ρ of xs (stats.AutoCorrelation) and the flat-top window λ
-// (1 up to 1/2, then linear to 0 at 1). M = 2m̂, m̂ the first lag after which K_n
+// sample autocorrelations ρ of xs (montanaflynn/stats' AutoCorrelation) and the flat-top
+// window λ (1 up to 1/2, then linear to 0 at 1). M = 2m̂, m̂ the first lag after which K_n
 // autocorrelations in a row are insignificant, |ρ| < 2·√(log₁₀ n / n) (Politis and White
 // 2004), searched up to lag maxLag + K_n (Politis and White: √n; VarianceInflation looks
 // further, n/4, since requests can stay dependent over more than √n neighbours).
 func flatTop(xs []float64, maxLag int) (g, s float64) {
 	n := len(xs)
 	acf := func(k int) float64 {
-		r, err := stats.AutoCorrelation(xs, k)
+		r, err := mstats.AutoCorrelation(xs, k)
 		if err != nil { // a constant series: no dependence
 			return 0
 		}
@@ -428,7 +475,7 @@ func flatTop(xs []float64, maxLag int) (g, s float64) {
 func (b Bootstrap) BlockMean(xs []float64, block int, stream string) Estimate {
 	n := len(xs)
 	if n == 0 {
-		return undefined()
+		return Undefined()
 	}
 	b = b.WithDefaults()
 	block = min(max(block, 1), n)
@@ -437,7 +484,7 @@ func (b Bootstrap) BlockMean(xs []float64, block int, stream string) Estimate {
 	for i := range 2 * n {
 		pre[i+1] = pre[i] + xs[i%n]
 	}
-	mean, _ := stats.Mean(xs) // n > 0: no error
+	mean, _ := mstats.Mean(xs) // n > 0: no error
 	e := Estimate{Value: mean, Reps: make([]float64, b.Resamples)}
 	rng := b.rng(stream)
 	for i := range e.Reps {

@@ -1,4 +1,4 @@
-package analysis
+package stats
 
 import (
 	"context"
@@ -51,7 +51,8 @@ type KneeOptions struct {
 	MaxPoints  int     // upper bound on probes; default 40
 }
 
-func (o *KneeOptions) setDefaults() {
+// WithDefaults returns o with zero fields set to the defaults noted.
+func (o KneeOptions) WithDefaults() KneeOptions {
 	if o.Resolution == 0 {
 		o.Resolution = 0.05
 	}
@@ -67,11 +68,12 @@ func (o *KneeOptions) setDefaults() {
 	if o.MaxPoints == 0 {
 		o.MaxPoints = 40
 	}
+	return o
 }
 
 // Validate checks the options (defaults applied to zero fields first).
 func (o *KneeOptions) Validate() error {
-	o.setDefaults()
+	*o = o.WithDefaults()
 	switch {
 	case !(o.Start > 0):
 		return fmt.Errorf("knee: start load %v must be > 0", o.Start)
@@ -261,6 +263,37 @@ func nonMonotonic(b Bound, points []SweepPoint, pass func(SweepPoint) bool) bool
 	return false
 }
 
+// BoundsOf finds, among points in load order, the highest load below which every point
+// passes and the first failing load above it. Client-limited points are skipped: the
+// replayer, not the endpoint, limited them, so they neither pass nor fail it. When the scan
+// ends with every trustworthy point passing and client-limited points above them,
+// LimitedBy is "client".
+func BoundsOf(points []SweepPoint, pass func(SweepPoint) bool) Bound {
+	var b Bound
+	clientAbove := false
+	for _, p := range points {
+		if p.ClientLimited {
+			clientAbove = true
+			continue
+		}
+		if !pass(p) {
+			b.Fail, b.Bracketed, b.LimitedBy = p.Load, true, "endpoint"
+			break
+		}
+		b.Pass, b.Found = p.Load, true
+		clientAbove = false
+	}
+	switch {
+	case b.LimitedBy != "":
+	case clientAbove:
+		b.LimitedBy = "client"
+	default:
+		b.LimitedBy = "max"
+	}
+	b.NonMonotonic = nonMonotonic(b, points, pass)
+	return b
+}
+
 // GainPerDoubling is the throughput gain from concurrency c1 to c2 > c1, normalised to one
 // doubling: (t2/t1)^(1/log2(c2/c1)) − 1. From c to 2c it is t2/t1 − 1; from 256 to 1024 it
 // is the gain of the average doubling of the two. A step from no throughput to some is an
@@ -285,13 +318,15 @@ func GainPerDoubling(c1, t1, c2, t2 float64) float64 {
 // highest point (or there were fewer than two trustworthy points). NonMonotonic is set
 // when a later doubling gained minGain or more again.
 func SaturationOf(points []SweepPoint, minGain float64) Bound {
-	return saturationBy(points, minGain, func(i, j int) float64 {
+	return SaturationBy(points, minGain, func(i, j int) float64 {
 		return GainPerDoubling(points[i].Load, points[i].SustainedTokensPerSecond, points[j].Load, points[j].SustainedTokensPerSecond)
 	})
 }
 
-// saturationBy is SaturationOf with the gain per doubling from point i to point j given.
-func saturationBy(points []SweepPoint, minGain float64, gain func(i, j int) float64) Bound {
+// SaturationBy is SaturationOf with the gain per doubling from point i to point j given by
+// gain: a sweep with an interval on each point's throughput brackets the saturation by
+// taking the gains between the intervals' ends.
+func SaturationBy(points []SweepPoint, minGain float64, gain func(i, j int) float64) Bound {
 	var b Bound
 	var prev *SweepPoint
 	prevI := -1

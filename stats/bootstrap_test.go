@@ -1,4 +1,4 @@
-package analysis
+package stats
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/llmreplay/llmreplay/internal/quantile"
 )
 
 func TestBootstrapValidate(t *testing.T) {
@@ -53,7 +51,7 @@ func TestBootstrapDeterministic(t *testing.T) {
 	if other := b.QuantileSorted(xs, 0.99, "ttft"); slices.Equal(a1.Reps, other.Reps) {
 		t.Error("two seeds gave the same replicates")
 	}
-	if want := quantile.Type7(xs, 0.99); a1.Value != want {
+	if want := Type7(xs, 0.99); a1.Value != want {
 		t.Errorf("Value %v, want the type-7 p99 %v", a1.Value, want)
 	}
 	w1 := b.Resample(100, 1, "x", func(w []int32, out []float64) { out[0] = float64(w[0]) })
@@ -108,7 +106,7 @@ func TestBootstrapQuantileExact(t *testing.T) {
 					rs[k] = xs[rng.IntN(n)]
 				}
 				slices.Sort(rs)
-				plain[i] = quantile.Type7(rs, p)
+				plain[i] = Type7(rs, p)
 			}
 			crit := 1.95 * math.Sqrt(2.0/reps) // alpha = 0.001
 			if d := ks(fast, plain); d > crit {
@@ -123,7 +121,7 @@ func TestBootstrapQuantileExact(t *testing.T) {
 					rm[k] = xs[rng.IntN(n)]
 				}
 				slices.Sort(rm)
-				plain[i] = quantile.Type7(rm, p)
+				plain[i] = Type7(rm, p)
 			}
 			if d := ks(fastM, plain); d > crit {
 				t.Errorf("n=%d m=%d p=%v: KS distance %.4f between order-statistic and plain m-out-of-n bootstrap > %.4f", n, m, p, d, crit)
@@ -190,8 +188,54 @@ func TestCompare(t *testing.T) {
 	if c := Compare(zero, b, 0.95, true); !math.IsNaN(c.Delta) || c.CI.Valid() {
 		t.Errorf("0 vs 110: %+v, want undefined", c)
 	}
-	if c := Compare(undefined(), b, 0.95, true); c.CI.Valid() || c.Significant() {
+	if c := Compare(Undefined(), b, 0.95, true); c.CI.Valid() || c.Significant() {
 		t.Errorf("undefined baseline: %+v", c)
+	}
+}
+
+// CombineRepeats: the value is the mean of the repeats', each replicate a mean of r of the
+// repeats' replicates at that index (drawn with replacement), the same draw for every
+// figure; a figure undefined in any repeat is undefined; one repeat passes through.
+func TestCombineRepeats(t *testing.T) {
+	b := Bootstrap{Resamples: 200, Seed: 3}
+	rep := func(v, spread float64) Estimate {
+		e := Estimate{Value: v, Reps: make([]float64, b.Resamples)}
+		for i := range e.Reps {
+			e.Reps[i] = v + spread*float64(i%5-2)
+		}
+		return e
+	}
+	one := []map[string]Estimate{{"x": rep(10, 1)}}
+	if got := CombineRepeats(one, b, "s"); got["x"].Value != 10 || len(got["x"].Reps) != b.Resamples {
+		t.Errorf("one repeat: %+v", got["x"].Value)
+	}
+	ests := []map[string]Estimate{
+		{"x": rep(10, 0), "y": rep(1, 0), "u": rep(5, 0)},
+		{"x": rep(20, 0), "y": rep(2, 0), "u": Undefined()},
+		{"x": rep(30, 0), "y": rep(3, 0), "u": rep(5, 0)},
+	}
+	got := CombineRepeats(ests, b, "s")
+	if math.Abs(got["x"].Value-20) > 1e-9 || math.Abs(got["y"].Value-2) > 1e-9 {
+		t.Errorf("values x %v y %v, want the means 20 and 2", got["x"].Value, got["y"].Value)
+	}
+	if u := got["u"]; !math.IsNaN(u.Value) || u.Reps != nil {
+		t.Errorf("u undefined in one repeat: %+v, want Undefined", u)
+	}
+	distinct := map[float64]bool{}
+	for i, x := range got["x"].Reps {
+		// Repeats without spread of their own: x's replicate is 10 × the mean of the drawn
+		// repeat numbers, y's the same mean; the same draw makes x = 10 y exactly.
+		if y := got["y"].Reps[i]; math.Abs(x-10*y) > 1e-9 || x < 10 || x > 30 {
+			t.Fatalf("replicate %d: x %v y %v, want x = 10 y in [10, 30]", i, x, y)
+		}
+		distinct[x] = true
+	}
+	if len(distinct) < 5 {
+		t.Errorf("%d distinct replicates of 200: the repeats are not resampled", len(distinct))
+	}
+	again := CombineRepeats(ests, b, "s")
+	if !slices.Equal(again["x"].Reps, got["x"].Reps) {
+		t.Error("the same seed and stream gave other replicates")
 	}
 }
 
@@ -367,7 +411,7 @@ func TestBootstrapDependentRequests(t *testing.T) {
 			arrival := burstyLatencies(rng, n, 100)
 			sorted := slices.Clone(arrival)
 			slices.Sort(sorted)
-			v := quantile.Type7(sorted, 0.9)
+			v := Type7(sorted, 0.9)
 			ind := make([]float64, n)
 			for i, x := range arrival {
 				if x <= v {
