@@ -41,7 +41,7 @@ func (e *closedLoop) worker(i int) {
 		return
 	}
 	for {
-		req, ok := r.next()
+		req, ok := r.feed.next()
 		if !ok {
 			return
 		}

@@ -11,7 +11,7 @@ func (e *openLoop) run() {
 	w := e.d.dueWaiter()
 	defer w.release()
 	for {
-		req, ok := e.r.next()
+		req, ok := e.r.feed.next()
 		if !ok {
 			return
 		}

@@ -24,7 +24,7 @@ type openSessions struct {
 func (e *openSessions) run() {
 	r, s := e.r, e.s
 	w := e.d.timerWaiter()
-	in := r.prepared
+	in := r.feed.prepared
 	var head *request // the next prepared request, taken from in
 	for {
 		if head == nil && in != nil {
@@ -130,7 +130,7 @@ func (e *closedSessions) worker(i int) {
 	if !w.until(due) {
 		return
 	}
-	in := r.prepared
+	in := r.feed.prepared
 	for {
 		var req *request
 		s.mu.Lock()

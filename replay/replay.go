@@ -237,24 +237,20 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
 	}
+	r.feed = newFeed(r)
 	if !o.Start.IsZero() {
 		// A run that knows its start (shards, --start-at) knows its id: every request is
 		// prepared with it.
 		r.setRunID(o.Meta, o.Start)
 	}
-	r.prepared = make(chan *request, o.LookAhead)
-	if r.sess == nil {
-		r.lowWater, r.prepLow = o.LookAhead/2, make(chan struct{}, 1)
-	}
-	r.preparerDone = make(chan struct{})
-	go r.prepare()
+	go r.feed.prepare()
 	// The caller may close the Source once Run returns: the preparer must be out of it.
-	defer func() { r.cancelGraceful(errRunOver); <-r.preparerDone }()
+	defer func() { r.cancelGraceful(errRunOver); <-r.feed.preparerDone }()
 	start := o.Start
 	if start.IsZero() {
 		// The clock starts once the look-ahead is full (or the trace is short), so the
 		// first requests are not late by the time it takes to build their bodies.
-		r.waitPrepared(5 * time.Second)
+		r.feed.waitPrepared(5 * time.Second)
 		start = time.Now()
 	}
 	r.clk = clock{start: start}
@@ -278,7 +274,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r.prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
 	r.meta = &meta
-	r.results = newResultQueue()
 	r.d = r.newDispatcher()
 
 	// Writer: the only owner of the journal and the summary.
@@ -298,7 +293,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	r.d.wg.Wait()          // the requests in flight end by themselves, or by the hard context
 	scr.stop()
 	if r.sess != nil {
-		<-r.preparerDone // it records the turns of sessions ended by a failed turn
+		<-r.feed.preparerDone // it records the turns of sessions ended by a failed turn
 	}
 	r.results.close()
 	<-writerDone
@@ -325,7 +320,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 // newRunner returns the runner of o, a valid Options, before its start.
 func newRunner(o Options) (*runner, error) {
-	r := &runner{o: o, prog: o.Progress, tr: o.Client.transport()}
+	r := &runner{o: o, prog: o.Progress, tr: o.Client.transport(), results: newResultQueue()}
 	if r.prog == nil {
 		r.prog = new(Progress)
 	}
@@ -344,12 +339,6 @@ func newRunner(o Options) (*runner, error) {
 				r.sess.workers[i].notify = make(chan bool, 1)
 			}
 		}
-	} else {
-		r.turnIdx = map[int64]int32{}
-	}
-	r.bodyPrefixes = make(map[string][]byte, len(o.Models))
-	for k, v := range o.Models {
-		r.bodyPrefixes[k] = o.Client.bodyPrefixFor(v)
 	}
 	return r, nil
 }
@@ -361,7 +350,7 @@ func (r *runner) newDispatcher() *dispatcher {
 		noSpin: r.o.seams.noSpin, ended: r.o.seams.ended}
 	d.split, _ = r.tr.(splitTransport)
 	if r.sess != nil {
-		d.turnEnded = r.turnEnded
+		d.turnEnded = r.feed.turnEnded
 	}
 	return d
 }
@@ -506,9 +495,9 @@ var (
 	errRunOver     = errors.New("replay: run over")
 )
 
-// runner is one run: its options, stop contexts, preparer (feed.go), journal writer and
-// summary. Its executor (executor.go) schedules the requests, and its dispatcher
-// (dispatcher.go) sends them through its transport (transport.go).
+// runner is one run: its set-up, stop contexts, journal writer and summary. Its preparer
+// (feed.go) reads the trace ahead, its executor (executor.go) schedules the requests, and
+// its dispatcher (dispatcher.go) sends them through its transport (transport.go).
 type runner struct {
 	o    Options
 	clk  clock
@@ -526,24 +515,14 @@ type runner struct {
 	graceTimer                 *time.Timer // armed by the first early stop
 
 	// runID is the run id once the run start is fixed (before the preparer starts when
-	// Options.Start is given, else once the look-ahead is prepared); the preparer reads
-	// preparedRunID, the dispatcher runID, set before it starts.
-	runID         string
-	preparedRunID atomic.Pointer[string]
-	bodyPrefixes  map[string][]byte // Options.Models: a trace model's body start
+	// Options.Start is given, else once the look-ahead is prepared), for the dispatcher;
+	// setRunID gives it to the preparer too.
+	runID   string
+	feed    *feed
+	results *resultQueue
+	prepErr atomic.Pointer[error]
 
-	prepared     chan *request
-	preparerDone chan struct{} // closed when prepare returns
-	// The look-ahead's low-water mark (handOver): 0 for sessions, else half of it.
-	lowWater    int
-	prepQueued  atomic.Int64  // in prepared, as counted by handOver and next
-	prepWaiting atomic.Bool   // handOver waits for prepLow
-	prepLow     chan struct{} // cap 1
-	results     *resultQueue
-	prepErr     atomic.Pointer[error]
-
-	sess    *sessions       // sequential sessions; nil otherwise
-	turnIdx map[int64]int32 // independent mode: turns read per session (the preparer's)
+	sess *sessions // sequential sessions; nil otherwise
 }
 
 // stop ends dispatching (cancels the graceful context) with cause. The end of the schedule
@@ -575,7 +554,7 @@ func (r *runner) setRunID(meta results.RunMeta, start time.Time) string {
 	if r.runID == "" {
 		id := results.RunID(start.UnixNano(), meta.TraceSHA256, max(meta.ShardCount, 1)) // runIDLen long (TestRunIDLen)
 		r.runID = id
-		r.preparedRunID.Store(&id)
+		r.feed.preparedRunID.Store(&id)
 	}
 	return r.runID
 }
