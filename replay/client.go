@@ -527,7 +527,7 @@ type request struct {
 	warmup       bool   // sent but not recorded
 	head         []byte // the raw client's request head, built with the body
 	// runID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
-	// prepared before the run id was known has it set at dispatch (runner.setRunID), which
+	// prepared before the run id was known has it set at dispatch (dispatcher.withRunID), which
 	// also writes it over the placeholder at head[runIDAt:].
 	runID      string
 	runIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id

@@ -3,7 +3,7 @@ package replay
 // executor decides when each request of a run is due and hands it to the dispatcher,
 // until the schedule is over or the run stops: the open loop (exec_open.go), the closed
 // loop (exec_closed.go), and sequential sessions in either (exec_sessions.go). It takes
-// prepared requests from the runner's preparer (runner.next, or runner.prepared) and
+// prepared requests from the runner's preparer (feed.next, or feed.prepared) and
 // sends through the dispatcher only. A new way to schedule a run is one more executor.
 type executor interface {
 	run()

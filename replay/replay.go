@@ -167,7 +167,7 @@ func (o *Options) Validate() error {
 		o.LookAhead = DefaultLookAhead
 	}
 	// The closed loop's first wave takes Concurrency requests at once: the clock starts only
-	// when all their bodies are built (Run's waitPrepared).
+	// when all their bodies are built (feed.waitPrepared).
 	o.LookAhead = max(o.LookAhead, o.Concurrency)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = results.DefaultFlushInterval
