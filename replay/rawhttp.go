@@ -397,7 +397,7 @@ func (t *rawTransport) rawAttempts(ctx context.Context, clk clock, r *request, r
 // sse). A goroutine per request, parked on its response and woken by the reactor, cost two
 // wake-ups of a thread per request (its start, its end: each a futex wake, another
 // thread's spin and its sleep), the largest part of the replayer's CPU outside the reactor
-// (issue 18). What may take long goes to a goroutine still: a send again on a new
+// (replaybench fidelity). What may take long goes to a goroutine still: a send again on a new
 // connection (a dial) and counting the output with the tokenizer.
 func (t *rawTransport) doRawAsync(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
 	pre *rawStart, done func()) {
