@@ -250,6 +250,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		mu.Path += "/models"
 		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight, o.SessionHeader)
 		c.raw.readBatch = int64(o.ReadBatch)
+		c.raw.c = c
 	}
 	return c, nil
 }
@@ -526,7 +527,7 @@ type request struct {
 	warmup       bool   // sent but not recorded
 	head         []byte // the raw client's request head, built with the body
 	// runID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
-	// prepared before the run id was known has it set at dispatch (runner.setRunID), which
+	// prepared before the run id was known has it set at dispatch (dispatcher.withRunID), which
 	// also writes it over the placeholder at head[runIDAt:].
 	runID      string
 	runIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
@@ -558,19 +559,6 @@ type clock struct{ start time.Time }
 
 func (c clock) now() int64 { return int64(time.Since(c.start)) }
 
-// do sends r and fills res from the response stream. ctx ends the request early
-// (a hard stop: the result is canceled); the per-request timeout is applied here.
-// do never returns an error: what happened is in res, whose error text never holds one
-// of the client's secrets (a server may echo them).
-func (c *Client) do(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
-	if c.raw != nil {
-		c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
-	} else {
-		c.doHTTP(ctx, clk, r, res, sse, onTokens)
-	}
-	c.scrub(res)
-}
-
 // scrub takes the client's secrets out of res's error text.
 func (c *Client) scrub(res *results.Result) {
 	if res.Error != "" && len(c.secrets) > 0 {
@@ -578,7 +566,8 @@ func (c *Client) scrub(res *results.Result) {
 	}
 }
 
-// doHTTP is Client.do over net/http.
+// doHTTP is httpTransport.roundTrip without the scrub. ctx ends the request early (a
+// hard stop: the result is canceled); the per-request timeout is applied here.
 func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int)) {
 	rctx := ctx
 	if c.opts.Timeout > 0 {

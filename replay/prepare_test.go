@@ -67,7 +67,7 @@ func TestPrepare(t *testing.T) {
 // is lost or reordered.
 func TestHandOverLowWater(t *testing.T) {
 	const look, total = 8, 100
-	r := &runner{prepared: make(chan *request, look), lowWater: look / 2, prepLow: make(chan struct{}, 1)}
+	r := &feed{prepared: make(chan *request, look), lowWater: look / 2, prepLow: make(chan struct{}, 1)}
 	stopped := make(chan struct{})
 	defer close(stopped)
 	r.stopped = stopped

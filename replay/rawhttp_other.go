@@ -17,9 +17,8 @@ const rawBuilt = false
 type rawTransport struct {
 	head      []byte
 	readBatch int64
+	c         *Client
 }
-
-type rawStart struct{}
 
 func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int, sessionHeader string) *rawTransport {
 	return &rawTransport{}
@@ -27,7 +26,6 @@ func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int, ses
 
 func (t *rawTransport) prewarm(ctx context.Context, n int) int { return 0 }
 func (t *rawTransport) closeIdle()                             {}
-func (c *Client) startNow(clk clock, r *request) *rawStart     { return nil }
 
 func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool) []byte {
 	return b
@@ -35,14 +33,8 @@ func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool)
 
 func (t *rawTransport) headCap() int { return 0 }
 
-func (c *Client) doRaw(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+func (t *rawTransport) prepare(req *request, placeholder bool) {}
+
+func (t *rawTransport) roundTrip(ctx context.Context, clk clock, req *request, res *results.Result, sse *sseReader, onTokens func(int), st sendStart) {
 	res.Status, res.Error = results.StatusTransportError, errRawNotBuilt.Error()
-}
-
-func (c *Client) rawAsyncOK(st *rawStart, r *request) bool { return false }
-
-func (c *Client) doRawAsync(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
-	pre *rawStart, done func()) {
-	c.doRaw(ctx, clk, r, res, sse, onTokens, pre)
-	done()
 }

@@ -25,7 +25,7 @@ import (
 // reactor ends it on its thread once its response is over (doRawAsync). Any other
 // request's goroutine waits once, for the response's end. A goroutine parked and woken by
 // the netpoller per chunk cost a quarter of the replayer's CPU in the scheduler, and a
-// goroutine per request still cost two thread wake-ups per request (issue 18).
+// goroutine per request still cost two thread wake-ups per request (replaybench fidelity).
 //
 // The sockets are not in Go's netpoller: rawTransport.dial takes a duplicate of the dialed
 // socket's descriptor and closes the net.Conn, which removes it from the runtime's epoll
@@ -37,7 +37,7 @@ import (
 // The reactors are a process-wide set of rawReactorThreads goroutines (each holding one
 // locked thread, an epoll and an eventfd), started by the first response to read. A
 // Client has no end its users must call, so a reactor ends by itself once it has had no
-// stream for reactorIdle: a run leaves the goroutines and descriptors it found (issue 18),
+// stream for reactorIdle: a run leaves the goroutines and descriptors it found,
 // and the next response starts the reactor again (TestRawRunLeavesNoGoroutinesOrFDs).
 //
 // Deadlines (the request's timeout, the drain after [DONE]) are checked every
@@ -47,7 +47,7 @@ import (
 
 // rawReactorThreads is the number of reactor threads: one per 4 CPUs, at least one. One
 // thread reads 300 streams of 100 tokens a second on a 2-vCPU machine with room to spare,
-// and two measured no less CPU per token there (replaybench fidelity, issue 18: 15.9 and
+// and two measured no less CPU per token there (replaybench fidelity: 15.9 and
 // 15.3 µs/token with two, 15.5 and 15.1 with one, same sitting); a reactor thread beyond
 // the CPUs the process has only adds wake-ups and hand-offs of Ps.
 var rawReactorThreads = max(1, runtime.NumCPU()/4)

@@ -157,9 +157,9 @@ func TestRawSocketsOutsideGoNetpoller(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		st := c.writeNow(clock{start: time.Now()}, cn, req)
+		st := c.raw.writeNow(clock{start: time.Now()}, cn, req)
 		sse := newSSEReader(nil, nil, 4<<10, DefaultMaxLine)
-		c.exchange(context.Background(), clock{start: time.Now()}, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
+		c.raw.exchange(context.Background(), clock{start: time.Now()}, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
 	}()
 	time.Sleep(100 * time.Millisecond) // the server holds the first token 200 ms
 	eps := epollsWatching(t, cn.fd)
@@ -304,9 +304,9 @@ func TestRawChunkStampIsArrival(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			st := c.writeNow(clk, cn, req)
+			st := c.raw.writeNow(clk, cn, req)
 			sse := newSSEReader(nil, nil, 4<<10, DefaultMaxLine)
-			c.exchange(context.Background(), clk, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
+			c.raw.exchange(context.Background(), clk, st, req, res, sse, nil, time.Time{}, make([]byte, rawReadBuf), false)
 		}()
 		// Hold the reactor once it reads this stream.
 		var r *reactor
@@ -463,14 +463,14 @@ func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
 		o.seams.ended = func(*results.Result) {
 			// The first request to end: the other n-1 are still in flight.
-			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
+			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*dispatcher).send") })
 		}
 	})
 	if m := srv.maxSeen.Load(); m != n {
 		t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
 	}
 	if inSend != 0 {
-		t.Errorf("with %d responses in flight, %d goroutines in runner.send, want 0", n-1, inSend)
+		t.Errorf("with %d responses in flight, %d goroutines in dispatcher.send, want 0", n-1, inSend)
 	}
 	if len(res) != n {
 		t.Fatalf("%d records, want %d", len(res), n)
@@ -505,7 +505,7 @@ func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 	var once sync.Once
 	_, res, _ := runTrace(t, ctx, c, uniformTrace(n, time.Millisecond, 3, 5), func(o *Options) {
 		o.seams.ended = func(*results.Result) {
-			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*runner).send") })
+			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*dispatcher).send") })
 		}
 	})
 	if len(res) != n {
@@ -517,7 +517,7 @@ func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 		}
 	}
 	if inSend != 0 {
-		t.Errorf("%d goroutines in runner.send as the first request ended, want 0", inSend)
+		t.Errorf("%d goroutines in dispatcher.send as the first request ended, want 0", inSend)
 	}
 }
 

@@ -114,8 +114,8 @@ type Options struct {
 // seams let tests run the runner's timing under testing/synctest, whose virtual clock
 // advances only while every goroutine is durably blocked: no real sockets, no yield loop.
 type seams struct {
-	// do, when set, performs each request instead of the Client (after the dispatcher's
-	// Client.startNow, which does nothing for a net/http Client).
+	// do, when set, is the run's transport instead of the Client's (funcTransport): it
+	// performs each request, all of it on the request's goroutine.
 	do func(ctx context.Context, clk clock, req *request, res *results.Result)
 	// noSpin makes the waiter sleep on its timer up to each deadline, with no yield loop.
 	noSpin bool
@@ -167,7 +167,7 @@ func (o *Options) Validate() error {
 		o.LookAhead = DefaultLookAhead
 	}
 	// The closed loop's first wave takes Concurrency requests at once: the clock starts only
-	// when all their bodies are built (Run's waitPrepared).
+	// when all their bodies are built (feed.waitPrepared).
 	o.LookAhead = max(o.LookAhead, o.Concurrency)
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = results.DefaultFlushInterval
@@ -216,29 +216,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	prog := o.Progress
-	if prog == nil {
-		prog = new(Progress)
+	r, err := newRunner(o)
+	if err != nil {
+		return nil, err
 	}
 	mode := results.ModeOpen
 	if o.Concurrency > 0 {
 		mode = results.ModeClosed
-	}
-	r := &runner{o: o, prog: prog}
-	if o.Sessions == SessionsSequential {
-		th, err := newThinker(o.ThinkTime, o.ThinkSeed)
-		if err != nil {
-			return nil, fmt.Errorf("replay: think time: %w", err)
-		}
-		r.sess = &sessions{convs: map[int64]*conv{}, plan: o.SessionPlan, wake: make(chan bool, 1), th: th}
-		if o.Concurrency > 0 {
-			r.sess.workers = make([]workerQueue, o.Concurrency)
-			for i := range r.sess.workers {
-				r.sess.workers[i].notify = make(chan bool, 1)
-			}
-		}
-	} else {
-		r.turnIdx = map[int64]int32{}
 	}
 	// The stop model (see WithStop): the hard context cancels the requests in flight, the
 	// graceful one, derived from it, ends dispatching. Everything that ends a run cancels
@@ -253,57 +237,26 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if o.Prewarm > 0 {
 		o.Client.Prewarm(ctx, o.Prewarm)
 	}
-	r.bodyPrefixes = make(map[string][]byte, len(o.Models))
-	for k, v := range o.Models {
-		r.bodyPrefixes[k] = o.Client.bodyPrefixFor(v)
-	}
+	r.feed = newFeed(r)
 	if !o.Start.IsZero() {
 		// A run that knows its start (shards, --start-at) knows its id: every request is
 		// prepared with it.
 		r.setRunID(o.Meta, o.Start)
 	}
-	r.prepared = make(chan *request, o.LookAhead)
-	if r.sess == nil {
-		r.lowWater, r.prepLow = o.LookAhead/2, make(chan struct{}, 1)
-	}
-	r.preparerDone = make(chan struct{})
-	go r.prepare()
+	go r.feed.prepare()
 	// The caller may close the Source once Run returns: the preparer must be out of it.
-	defer func() { r.cancelGraceful(errRunOver); <-r.preparerDone }()
+	defer func() { r.cancelGraceful(errRunOver); <-r.feed.preparerDone }()
 	start := o.Start
 	if start.IsZero() {
 		// The clock starts once the look-ahead is full (or the trace is short), so the
 		// first requests are not late by the time it takes to build their bodies.
-		r.waitPrepared(5 * time.Second)
+		r.feed.waitPrepared(5 * time.Second)
 		start = time.Now()
 	}
-	clk := clock{start: start}
-	r.clk = clk
-	meta := o.Meta
-	meta.Mode = mode
-	if mode == results.ModeClosed {
-		meta.RampUpNS = int64(o.RampUp)
-	}
-	meta.RunStartUnixNS = start.UnixNano()
-	if meta.ShardCount == 0 {
-		meta.ShardCount = 1
-	}
-	meta.RunID = r.setRunID(meta, start)
-	if meta.Repeat > 0 && meta.RepeatGroup == "" {
-		meta.RepeatGroup = meta.RunID // the first repeat names its group
-	}
-	if meta.MaxLatenessMS == 0 {
-		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
-	}
-	if meta.Flags == nil {
-		meta.Flags = map[string]string{}
-	}
+	r.clk = clock{start: start}
+	meta := runMeta(o, mode, start, r.setRunID(o.Meta, start))
 	metricsPath := results.MetricsPath(o.Output)
 	if len(o.Scrape) > 0 {
-		meta.Scrape = make([]string, len(o.Scrape))
-		for i, u := range o.Scrape {
-			meta.Scrape[i] = SafeURL(u)
-		}
 		meta.ScrapeIntervalNS, meta.MetricsFile = int64(o.ScrapeInterval), filepath.Base(metricsPath)
 	}
 	journalPath := o.Output + results.JournalSuffix
@@ -311,41 +264,17 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The scraper (scrape.go): its own goroutines, client and writer; it stops once the
-	// last request in flight has ended.
-	var scr *scraper
-	var metricsErr error
-	stopScraper := func() {}
-	if len(o.Scrape) > 0 {
-		mj, err := results.CreateMetricsJournal(metricsPath+results.JournalSuffix, &meta)
-		if err != nil {
-			journal.Close()
-			os.Remove(journalPath) // nothing was sent: no run to recover
-			return nil, err
-		}
-		scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.opts.Insecure, o.seams.scrapeRT)
-		scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
-		scr.start(scrapeCtx)
-		metricsDone := make(chan struct{})
-		go func() {
-			defer close(metricsDone)
-			metricsErr = writeMetrics(mj, scr.out, o.FlushInterval)
-			metricsErr = errors.Join(metricsErr, mj.Close())
-		}()
-		var once sync.Once
-		stopScraper = func() {
-			once.Do(func() {
-				stopScrape()
-				scr.wait()
-				<-metricsDone
-			})
-		}
-		defer stopScraper()
+	scr, err := startScrape(ctx, o, r.clk, &meta, metricsPath)
+	if err != nil {
+		journal.Close()
+		os.Remove(journalPath) // nothing was sent: no run to recover
+		return nil, err
 	}
-	prog.StartUnixNS.Store(meta.RunStartUnixNS)
+	defer scr.stop()
+	r.prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
 	r.meta = &meta
-	r.results = newResultQueue()
+	r.d = r.newDispatcher()
 
 	// Writer: the only owner of the journal and the summary.
 	sum := newSummary(mode, o.MaxLateness)
@@ -359,19 +288,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		writeErr = r.write(journal, sum)
 	}()
 
-	switch {
-	case mode == results.ModeClosed:
-		r.closedLoop()
-	case r.sess != nil:
-		r.openLoopSessions()
-	default:
-		r.openLoop()
-	}
+	newExecutor(r).run()
 	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
-	r.wg.Wait()            // the requests in flight end by themselves, or by the hard context
-	stopScraper()
+	r.d.wg.Wait()          // the requests in flight end by themselves, or by the hard context
+	scr.stop()
 	if r.sess != nil {
-		<-r.preparerDone // it records the turns of sessions ended by a failed turn
+		<-r.feed.preparerDone // it records the turns of sessions ended by a failed turn
 	}
 	r.results.close()
 	<-writerDone
@@ -381,47 +303,161 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if e := r.prepErr.Load(); e != nil {
 		runErr = *e
 	}
-	finish := func() *Summary {
-		s := sum.finish()
-		if scr != nil {
-			s.Scrapes = scr.stats
-		}
-		return s
+	s := sum.finish()
+	if scr.scr != nil {
+		s.Scrapes = scr.scr.stats
 	}
-	if err := errors.Join(writeErr, closeErr); err != nil {
-		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
+	if err := convert(o, journalPath, metricsPath, scr, errors.Join(writeErr, closeErr)); err != nil {
+		return s, errors.Join(runErr, err)
 	}
-	info, err := results.ConvertJournal(journalPath, o.Output)
-	if err != nil {
-		return finish(), errors.Join(runErr, err, KeptJournalError(journalPath, o.Output))
-	}
-	if info.Tail != nil {
-		return finish(), errors.Join(runErr, fmt.Errorf("replay: %w", info.Tail))
-	}
-	if !o.KeepJournal {
-		os.Remove(journalPath)
-	}
-	if scr != nil {
-		// The results file is written; a metrics file that cannot be is an error of the run,
-		// its journal kept for recover.
-		if metricsErr == nil {
-			_, metricsErr = results.ConvertMetricsJournal(metricsPath+results.JournalSuffix, metricsPath)
-		}
-		if metricsErr != nil {
-			return finish(), errors.Join(runErr, metricsErr, fmt.Errorf("replay: the results file %s is written; the server samples are kept in %s: `llmreplay recover %s` turns them into %s",
-				o.Output, metricsPath+results.JournalSuffix, shellQuote(metricsPath+results.JournalSuffix), metricsPath))
-		}
-		if !o.KeepJournal {
-			os.Remove(metricsPath + results.JournalSuffix)
-		}
-	}
-	s := finish()
 	s.Run = meta
 	if r.sess != nil {
 		s.Sessions = SessionsSequential
 		s.HistoryLonger = r.sess.short
 	}
 	return s, runErr
+}
+
+// newRunner returns the runner of o, a valid Options, before its start.
+func newRunner(o Options) (*runner, error) {
+	r := &runner{o: o, prog: o.Progress, tr: o.Client.transport(), results: newResultQueue()}
+	if r.prog == nil {
+		r.prog = new(Progress)
+	}
+	if o.seams.do != nil {
+		r.tr = funcTransport(o.seams.do)
+	}
+	if o.Sessions == SessionsSequential {
+		th, err := newThinker(o.ThinkTime, o.ThinkSeed)
+		if err != nil {
+			return nil, fmt.Errorf("replay: think time: %w", err)
+		}
+		r.sess = &sessions{convs: map[int64]*conv{}, plan: o.SessionPlan, wake: make(chan bool, 1), th: th}
+		if o.Concurrency > 0 {
+			r.sess.workers = make([]workerQueue, o.Concurrency)
+			for i := range r.sess.workers {
+				r.sess.workers[i].notify = make(chan bool, 1)
+			}
+		}
+	}
+	return r, nil
+}
+
+// newDispatcher returns the run's dispatcher, once its clock and run id are fixed.
+func (r *runner) newDispatcher() *dispatcher {
+	d := &dispatcher{clk: r.clk, hard: r.hard, stopped: r.stopped, tr: r.tr, prog: r.prog, results: r.results, runID: r.runID,
+		maxInflight: int64(r.o.MaxInflight), maxLateness: int64(r.o.MaxLateness), shard: r.o.Shard, maxLine: r.o.Client.opts.MaxLine,
+		noSpin: r.o.seams.noSpin, ended: r.o.seams.ended}
+	d.split, _ = r.tr.(splitTransport)
+	if r.sess != nil {
+		d.turnEnded = r.feed.turnEnded
+	}
+	return d
+}
+
+// runMeta returns the metadata of a run of o that starts at start with id runID.
+func runMeta(o Options, mode string, start time.Time, runID string) results.RunMeta {
+	meta := o.Meta
+	meta.Mode = mode
+	if mode == results.ModeClosed {
+		meta.RampUpNS = int64(o.RampUp)
+	}
+	meta.RunStartUnixNS = start.UnixNano()
+	if meta.ShardCount == 0 {
+		meta.ShardCount = 1
+	}
+	meta.RunID = runID
+	if meta.Repeat > 0 && meta.RepeatGroup == "" {
+		meta.RepeatGroup = meta.RunID // the first repeat names its group
+	}
+	if meta.MaxLatenessMS == 0 {
+		meta.MaxLatenessMS = float64(o.MaxLateness) / 1e6
+	}
+	if meta.Flags == nil {
+		meta.Flags = map[string]string{}
+	}
+	if len(o.Scrape) > 0 {
+		meta.Scrape = make([]string, len(o.Scrape))
+		for i, u := range o.Scrape {
+			meta.Scrape[i] = SafeURL(u)
+		}
+	}
+	return meta
+}
+
+// scrapeRun is a run's scraper (scrape.go), with its own goroutines, client and writer of
+// the metrics journal; without Options.Scrape, one that scrapes nothing.
+type scrapeRun struct {
+	scr  *scraper
+	err  error  // the metrics journal's, once stopped
+	stop func() // stops the scraper (once the last request in flight has ended); idempotent
+}
+
+// startScrape starts the scraper of a run of o, writing metricsPath's journal.
+func startScrape(ctx context.Context, o Options, clk clock, meta *results.RunMeta, metricsPath string) (*scrapeRun, error) {
+	sr := &scrapeRun{stop: func() {}}
+	if len(o.Scrape) == 0 {
+		return sr, nil
+	}
+	mj, err := results.CreateMetricsJournal(metricsPath+results.JournalSuffix, meta)
+	if err != nil {
+		return nil, err
+	}
+	sr.scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.opts.Insecure, o.seams.scrapeRT)
+	scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
+	sr.scr.start(scrapeCtx)
+	metricsDone := make(chan struct{})
+	go func() {
+		defer close(metricsDone)
+		sr.err = writeMetrics(mj, sr.scr.out, o.FlushInterval)
+		sr.err = errors.Join(sr.err, mj.Close())
+	}()
+	var once sync.Once
+	sr.stop = func() {
+		once.Do(func() {
+			stopScrape()
+			sr.scr.wait()
+			<-metricsDone
+		})
+	}
+	return sr, nil
+}
+
+// convert turns the closed journal of a run of o into its results file and, when it
+// scraped, the metrics journal into the metrics file; journalErr is the journal's
+// writing's. Each journal is removed once converted (but with KeepJournal), or kept for
+// recover, which the error then says.
+func convert(o Options, journalPath, metricsPath string, scr *scrapeRun, journalErr error) error {
+	if journalErr != nil {
+		return errors.Join(journalErr, KeptJournalError(journalPath, o.Output))
+	}
+	info, err := results.ConvertJournal(journalPath, o.Output)
+	if err != nil {
+		return errors.Join(err, KeptJournalError(journalPath, o.Output))
+	}
+	if info.Tail != nil {
+		return fmt.Errorf("replay: %w", info.Tail)
+	}
+	if !o.KeepJournal {
+		os.Remove(journalPath)
+	}
+	if scr.scr == nil {
+		return nil
+	}
+	// The results file is written; a metrics file that cannot be is an error of the run,
+	// its journal kept for recover.
+	metricsErr := scr.err
+	if metricsErr == nil {
+		_, metricsErr = results.ConvertMetricsJournal(metricsPath+results.JournalSuffix, metricsPath)
+	}
+	if metricsErr != nil {
+		return errors.Join(metricsErr, fmt.Errorf("replay: the results file %s is written; the server samples are kept in %s: `llmreplay recover %s` turns them into %s",
+			o.Output, metricsPath+results.JournalSuffix, shellQuote(metricsPath+results.JournalSuffix), metricsPath))
+	}
+	if !o.KeepJournal {
+		os.Remove(metricsPath + results.JournalSuffix)
+	}
+	return nil
 }
 
 // WithStop returns the two stop contexts of a run, nested as k6's executors nest theirs:
@@ -459,11 +495,16 @@ var (
 	errRunOver     = errors.New("replay: run over")
 )
 
+// runner is one run: its set-up, stop contexts, journal writer and summary. Its preparer
+// (feed.go) reads the trace ahead, its executor (executor.go) schedules the requests, and
+// its dispatcher (dispatcher.go) sends them through its transport (transport.go).
 type runner struct {
 	o    Options
 	clk  clock
 	prog *Progress
 	meta *results.RunMeta
+	tr   transport   // the client's, or seams.do's
+	d    *dispatcher // set once the run's clock and id are
 
 	// hard, when canceled, cancels every request in flight; graceful, derived from it,
 	// ends dispatching. stopped is graceful.Done(), fetched once for the hot loops.
@@ -474,27 +515,14 @@ type runner struct {
 	graceTimer                 *time.Timer // armed by the first early stop
 
 	// runID is the run id once the run start is fixed (before the preparer starts when
-	// Options.Start is given, else once the look-ahead is prepared); the preparer reads
-	// preparedRunID, the dispatchers runID, set before they start.
-	runID         string
-	preparedRunID atomic.Pointer[string]
-	bodyPrefixes  map[string][]byte // Options.Models: a trace model's body start
+	// Options.Start is given, else once the look-ahead is prepared), for the dispatcher;
+	// setRunID gives it to the preparer too.
+	runID   string
+	feed    *feed
+	results *resultQueue
+	prepErr atomic.Pointer[error]
 
-	prepared     chan *request
-	preparerDone chan struct{} // closed when prepare returns
-	// The look-ahead's low-water mark (handOver): 0 for sessions, else half of it.
-	lowWater    int
-	prepQueued  atomic.Int64  // in prepared, as counted by handOver and next
-	prepWaiting atomic.Bool   // handOver waits for prepLow
-	prepLow     chan struct{} // cap 1
-	results     *resultQueue
-	wg          sync.WaitGroup // requests in flight
-	inflight    atomic.Int64
-	prepErr     atomic.Pointer[error]
-	ssePool     sync.Pool
-
-	sess    *sessions       // sequential sessions; nil otherwise
-	turnIdx map[int64]int32 // independent mode: turns read per session (the preparer's)
+	sess *sessions // sequential sessions; nil otherwise
 }
 
 // stop ends dispatching (cancels the graceful context) with cause. The end of the schedule
@@ -521,357 +549,20 @@ func (r *runner) stopGraceTimer() {
 }
 
 // setRunID fixes the run id of a run that starts at start, for the preparer and the
-// dispatchers, and returns it.
+// dispatcher, and returns it.
 func (r *runner) setRunID(meta results.RunMeta, start time.Time) string {
 	if r.runID == "" {
 		id := results.RunID(start.UnixNano(), meta.TraceSHA256, max(meta.ShardCount, 1)) // runIDLen long (TestRunIDLen)
 		r.runID = id
-		r.preparedRunID.Store(&id)
+		r.feed.preparedRunID.Store(&id)
 	}
 	return r.runID
-}
-
-// withRunID gives req the run id, if it was prepared before the id was known: one copy
-// over the head's placeholder. The dispatcher calls it before it sends.
-func (r *runner) withRunID(req *request) {
-	if req.runID == "" {
-		req.runID = r.runID
-		if req.runIDAt > 0 {
-			copy(req.head[req.runIDAt:], req.runID)
-		}
-	}
-}
-
-// prepare reads the trace, plans each request and builds its body ahead of time, so the
-// dispatcher only waits and writes. The channel's capacity bounds the look-ahead.
-func (r *runner) prepare() {
-	defer close(r.preparerDone)
-	defer close(r.prepared)
-	if r.sess != nil {
-		defer r.sess.prepEnd()
-	}
-	p := planner{speedup: r.o.Speedup, closed: r.o.Concurrency > 0, duration: r.o.Duration, limit: r.o.Limit, warmup: r.o.Warmup,
-		origin: r.o.Origin, hasOrigin: r.o.HasOrigin}
-	if p.closed {
-		p.duration = 0 // closed loop: bounded by send time instead, in the workers
-	}
-	var prompt []byte
-	src := r.o.Source
-	for r.graceful.Err() == nil && src.Next() { // after a stop, not one more read
-		tr := src.Request()
-		due, warm, ok := p.plan(tr.Arrival)
-		if !ok {
-			return
-		}
-		var c *conv // sequential sessions: the session of a first turn
-		var turn int32
-		if tr.HasSession {
-			if r.sess != nil {
-				var err error
-				if c, err = r.planTurn(&tr, due, warm); err != nil {
-					r.fail(err)
-					return
-				}
-				if c == nil {
-					continue // a later turn: due when its predecessor ends
-				}
-			} else {
-				turn = r.turnIdx[tr.SessionID]
-				r.turnIdx[tr.SessionID] = turn + 1
-			}
-		}
-		var err error
-		if r.sess != nil {
-			r.sess.promptMu.Lock()
-		}
-		prompt, err = r.o.Prompter.AppendPrompt(prompt[:0], &tr)
-		if r.sess != nil {
-			r.sess.promptMu.Unlock()
-		}
-		if err != nil {
-			r.fail(fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err))
-			return
-		}
-		req := &request{
-			id: tr.ID, dueNS: int64(due), promptTokens: tr.PromptTokens, outputTokens: tr.OutputTokens,
-			warmup: warm, session: tr.SessionID, hasSession: tr.HasSession, turn: turn, conv: c, sessionWaitNS: results.Null,
-		}
-		runID := r.preparedRunID.Load()
-		if runID != nil {
-			req.runID = *runID
-		}
-		if c != nil {
-			r.finishBody(req, &tr, c, prompt)
-		} else {
-			prefix := r.o.Client.bodyPrefix
-			if p, ok := r.bodyPrefixes[tr.Model]; ok {
-				prefix = p
-			}
-			req.body = r.o.Client.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
-			if raw := r.o.Client.raw; raw != nil {
-				req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), runID == nil)
-			}
-		}
-		if !r.handOver(req) {
-			return
-		}
-		r.prog.Planned.Add(1)
-		if r.sess != nil && r.sess.needHead.Load() {
-			r.sess.signal()
-		}
-	}
-	if err := src.Err(); err != nil {
-		r.fail(fmt.Errorf("replay: read trace: %w", err))
-	}
-}
-
-// handOver puts req in the look-ahead; false when the run stopped first. Past a full
-// look-ahead (the preparer runs ahead of the schedule), the plain loops' preparer waits
-// until next has taken it down to half (r.lowWater): one wake-up of this goroutine per
-// half look-ahead, not one per request, each of which woke a thread too (resultQueue).
-// Sessions' dispatchers take from the channel in their own selects: there the preparer
-// waits on the channel.
-//
-// Lost wake-ups: the preparer sets prepWaiting and then reads prepQueued; next lowers
-// prepQueued and then reads prepWaiting. Both are atomics, sequentially consistent: if
-// the preparer read a count that was not low, next's read after its own decrement sees
-// it waiting.
-func (r *runner) handOver(req *request) bool {
-	for r.lowWater > 0 {
-		select {
-		case r.prepared <- req:
-			r.prepQueued.Add(1)
-			return true
-		default:
-		}
-		r.prepWaiting.Store(true)
-		if r.prepQueued.Load() <= int64(r.lowWater) {
-			r.prepWaiting.Store(false)
-			continue
-		}
-		select {
-		case <-r.prepLow:
-		case <-r.stopped:
-			return false
-		}
-	}
-	select {
-	case r.prepared <- req:
-		return true
-	case <-r.stopped:
-		return false
-	}
-}
-
-// waitPrepared waits until the look-ahead channel is full or the preparer has finished,
-// at most max or until the run stops.
-func (r *runner) waitPrepared(max time.Duration) {
-	deadline := time.After(max)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for len(r.prepared) < cap(r.prepared) {
-		select {
-		case <-r.preparerDone:
-			return
-		case <-r.stopped:
-			return
-		case <-deadline:
-			return
-		case <-tick.C:
-		}
-	}
 }
 
 func (r *runner) fail(err error) {
 	r.prepErr.CompareAndSwap(nil, &err)
 	r.stop(err)
 }
-
-// next returns the next prepared request; false when there are no more or the run stops.
-func (r *runner) next() (*request, bool) {
-	select {
-	case q, ok := <-r.prepared:
-		if ok && r.lowWater > 0 && r.prepQueued.Add(-1) <= int64(r.lowWater) && r.prepWaiting.CompareAndSwap(true, false) {
-			select {
-			case r.prepLow <- struct{}{}:
-			default:
-			}
-		}
-		return q, ok
-	case <-r.stopped:
-		return nil, false
-	}
-}
-
-// openLoop dispatches each prepared request at its due time.
-func (r *runner) openLoop() {
-	w := r.openLoopWaiter()
-	defer w.release()
-	for {
-		req, ok := r.next()
-		if !ok {
-			return
-		}
-		sent, ok := r.sendAtDue(w, req)
-		if !ok {
-			return
-		}
-		if sent {
-			continue
-		}
-		if !w.until(req.dueNS) {
-			return
-		}
-		r.dispatch(req)
-	}
-}
-
-// dispatch sends req now, or records it dropped when MaxInflight requests are in flight
-// (a dropped turn of a sequential session ends as a failed one). With the raw client and a
-// pooled connection, the dispatcher writes the request itself: no goroutine hand-off or
-// connection set-up stands between the due time and the write, and the reactor reads the
-// response and ends the request (launch). Otherwise (no idle connection, a message the
-// socket did not take whole, or net/http) a new goroutine does the rest.
-func (r *runner) dispatch(req *request) {
-	r.countLate(r.clk.now() - req.dueNS)
-	if r.inflight.Load() >= int64(r.o.MaxInflight) {
-		res := r.resultOf(req)
-		res.Status = results.StatusDropped
-		res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", r.o.MaxInflight)
-		if req.conv != nil {
-			r.turnEnded(req, res, r.clk.now())
-		}
-		if !req.warmup {
-			r.results.put(res)
-		}
-		return
-	}
-	r.withRunID(req)
-	r.launch(req, r.o.Client.startNow(r.clk, req))
-}
-
-// countLate counts a send later than MaxLateness in the progress.
-func (r *runner) countLate(late int64) {
-	if late > int64(r.o.MaxLateness) {
-		r.prog.Late.Add(1)
-		r.prog.LastLateNS.Store(late)
-	}
-}
-
-// launch hands req to a new goroutine that sends it (or, with pre, finishes the send the
-// dispatcher began) and reads its response; or, when the dispatcher wrote req's whole
-// message (pre), to the reactor that reads the response (doRawAsync).
-func (r *runner) launch(req *request, pre *rawStart) {
-	r.inflight.Add(1)
-	r.prog.InFlight.Add(1)
-	r.wg.Add(1)
-	if req.conv == nil && r.o.seams.do == nil && r.o.Client.raw != nil && r.o.Client.rawAsyncOK(pre, req) {
-		// The whole message is written: the reactor reading the response ends the request
-		// on its own thread (doRawAsync), and no goroutine is started for it.
-		res, sse := r.sendBegin(req)
-		r.o.Client.doRawAsync(r.hard, r.clk, req, res, sse, r.onTokens, pre, func() { r.sendEnd(req, res, sse) })
-		return
-	}
-	go r.send(req, pre)
-}
-
-// closedLoop runs Concurrency workers, each sending the next request when its last ends.
-// Worker i starts at results.WorkerStart(i, Concurrency, RampUp); each request is due when its
-// worker became free (closed.go), stamped before the worker waits for the preparer, so
-// that waiting for a body is lateness, not a later due time (coordinated omission).
-func (r *runner) closedLoop() {
-	var wg sync.WaitGroup
-	for i := range r.o.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if r.sess != nil {
-				r.closedWorkerSessions(i)
-				return
-			}
-			// The first due is the worker's start, exactly: waited for (the run start may
-			// be ahead, --start-at), never read from the clock.
-			due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)
-			w := newWaiter(r.clk, r.stopped)
-			if r.o.seams.noSpin {
-				w.noSpin()
-			}
-			if !w.until(due) {
-				return
-			}
-			for {
-				req, ok := r.next()
-				if !ok {
-					return
-				}
-				select {
-				case <-r.stopped: // next picks at random when a request is ready too
-					return
-				default:
-				}
-				if r.o.Duration > 0 && r.clk.now() > int64(r.o.Duration) {
-					r.stop(errScheduleEnd)
-					return
-				}
-				req.dueNS = due
-				r.inflight.Add(1)
-				r.prog.InFlight.Add(1)
-				r.wg.Add(1)
-				due = r.send(req, nil)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// send performs one request and hands its record to the writer. It returns the run clock
-// when the request ended (its response was over), read before the bookkeeping and the
-// hand-off to the writer: a closed-loop worker is free from then on.
-func (r *runner) send(req *request, pre *rawStart) (freeNS int64) {
-	res, sse := r.sendBegin(req)
-	if do := r.o.seams.do; do != nil {
-		do(r.hard, r.clk, req, res)
-	} else {
-		r.o.Client.do(r.hard, r.clk, req, res, sse, r.onTokens, pre)
-	}
-	return r.sendEnd(req, res, sse)
-}
-
-// sendBegin starts the record of req, launched (r.wg counts it), and counts it sent.
-func (r *runner) sendBegin(req *request) (*results.Result, *sseReader) {
-	r.withRunID(req) // the closed loop's requests (the open loop's have it already)
-	res := r.resultOf(req)
-	sse, _ := r.ssePool.Get().(*sseReader)
-	if sse == nil {
-		sse = newSSEReader(nil, r.clk.now, 4<<10, r.o.Client.opts.MaxLine)
-	}
-	r.prog.Sent.Add(1)
-	return res, sse
-}
-
-// sendEnd ends req, whose record res is complete: see send.
-func (r *runner) sendEnd(req *request, res *results.Result, sse *sseReader) (freeNS int64) {
-	defer r.wg.Done()
-	freeNS = r.clk.now()
-	sse.reset(nil)
-	r.ssePool.Put(sse)
-	req.body, req.head = nil, nil
-	r.inflight.Add(-1)
-	r.prog.InFlight.Add(-1)
-	if req.conv != nil {
-		r.turnEnded(req, res, freeNS) // queues the session's next turn, if read
-	}
-	if f := r.o.seams.ended; f != nil {
-		f(res)
-	}
-	if !req.warmup {
-		r.results.put(res)
-	}
-	return freeNS
-}
-
-// onTokens counts streamed output tokens in the progress.
-func (r *runner) onTokens(n int) { r.prog.OutputTokens.Add(int64(n)) }
 
 // write is the writer goroutine: it journals each record (taking them from the queue in
 // batches, resultQueue), flushing at least every FlushInterval, and accumulates the

@@ -12,7 +12,7 @@ import (
 // whole batch every resultDrain, or at once when resultBatch records wait or the queue is
 // closed. A channel send per record woke the writer's goroutine once per request, and each
 // wake of a parked goroutine wakes a thread as well (a futex wake, its spin, its sleep): a
-// cost per request that a batch pays once (issue 18).
+// cost per request that a batch pays once.
 type resultQueue struct {
 	mu     sync.Mutex
 	batch  []*results.Result

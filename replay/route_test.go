@@ -338,12 +338,12 @@ func TestRouteFlagErrors(t *testing.T) {
 // BenchmarkRequestHead: the raw client's per-request head as the preparer builds it, with
 // none of the routing headers (the bytes the head had before them), with X-Request-Id,
 // with the session header too, and built before the run id is known then completed at
-// dispatch (runner.withRunID: one copy over the placeholder).
+// dispatch (dispatcher.withRunID: one copy over the placeholder).
 func BenchmarkRequestHead(b *testing.B) {
 	u, _ := BaseURL("http://127.0.0.1:8000/v1")
 	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}, "User-Agent": {"llmreplay"}}
 	t := newRawTransport(u, u, h, 64, DefaultSessionHeader)
-	r := &runner{runID: "48ab9150de323e0d"}
+	r := &dispatcher{runID: "48ab9150de323e0d"}
 	for _, bc := range []struct {
 		name               string
 		runID              string

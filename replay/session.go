@@ -148,7 +148,7 @@ func PlanSessions(src trace.Source, name string) (*SessionPlan, error) {
 }
 
 // conv is an open session of a sequential replay. The preparer and the goroutine of the
-// turn in flight share it under runner.sessMu; hist and histTokens belong to whoever
+// turn in flight share it under sessions.mu; hist and histTokens belong to whoever
 // owns the session's next turn (one at a time: busy).
 type conv struct {
 	id      int64
@@ -276,8 +276,8 @@ func (s *sessions) last(c *conv) bool {
 // turn returns ok (the caller prepares it as any request, on the trace's schedule); a later
 // turn is kept until its predecessor ends, or, if it has already ended, built and queued
 // now. A turn of a session ended by a failed turn is recorded dropped.
-func (r *runner) planTurn(tr *trace.Request, due time.Duration, warm bool) (first *conv, err error) {
-	s := r.sess
+func (pr *feed) planTurn(tr *trace.Request, due time.Duration, warm bool) (first *conv, err error) {
+	s := pr.sess
 	s.mu.Lock()
 	c := s.convs[tr.SessionID]
 	if c == nil {
@@ -303,7 +303,7 @@ func (r *runner) planTurn(tr *trace.Request, due time.Duration, warm bool) (firs
 			s.closeConv(c)
 		}
 		s.mu.Unlock()
-		r.recordEnded(c, tp)
+		pr.recordEnded(c, tp)
 		return nil, nil
 	}
 	if c.busy {
@@ -314,50 +314,50 @@ func (r *runner) planTurn(tr *trace.Request, due time.Duration, warm bool) (firs
 	c.busy = true
 	s.open++
 	s.mu.Unlock()
-	req, err := r.buildTurn(c, tp)
+	req, err := pr.buildTurn(c, tp)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.push(req)
 	s.mu.Unlock()
-	r.prog.Planned.Add(1)
+	pr.prog.Planned.Add(1)
 	return nil, nil
 }
 
 // recordEnded records a turn of a session that --on-turn-error end-session ended: never
 // sent, status dropped, due at its trace time.
-func (r *runner) recordEnded(c *conv, tp *turnPlan) {
+func (pr *feed) recordEnded(c *conv, tp *turnPlan) {
 	if tp.warmup {
 		return
 	}
-	res := results.NewResult(tp.tr.ID, r.o.Shard, tp.dueNS, tp.tr.PromptTokens, tp.tr.OutputTokens)
+	res := results.NewResult(tp.tr.ID, pr.o.Shard, tp.dueNS, tp.tr.PromptTokens, tp.tr.OutputTokens)
 	res.SessionID, res.Turn = c.id, tp.turn
 	res.Status = results.StatusDropped
 	res.Error = fmt.Sprintf("not sent: turn %d of the session failed (--on-turn-error end-session)", c.failed)
-	r.results.put(res)
+	pr.results.put(res)
 }
 
 // buildTurn builds the request of turn tp of c, whose predecessor has ended (c.endNS):
 // due at max(trace due, end + think), with the session's history when History is actual.
 // The caller owns c (c.busy).
-func (r *runner) buildTurn(c *conv, tp *turnPlan) (*request, error) {
-	s := r.sess
+func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
+	s := pr.sess
 	req := &request{
 		id: tp.tr.ID, promptTokens: tp.tr.PromptTokens, outputTokens: tp.tr.OutputTokens,
 		warmup: tp.warmup, session: c.id, hasSession: true, turn: tp.turn, conv: c,
 	}
-	if id := r.preparedRunID.Load(); id != nil {
+	if id := pr.preparedRunID.Load(); id != nil {
 		req.runID = *id
 	}
 	ready := c.endNS + tp.think
 	req.dueNS = max(tp.dueNS, ready)
 	req.sessionWaitNS = max(0, ready-tp.dueNS)
-	if r.o.Concurrency > 0 {
+	if pr.o.Concurrency > 0 {
 		req.sessionWaitNS = results.Null // a closed loop has no trace time to wait beyond
 	}
 	tr := tp.tr
-	actual := r.o.History == HistoryActual
+	actual := pr.o.History == HistoryActual
 	if actual {
 		// The history is the prefix; the new text is what the trace's length leaves, at
 		// least one token; prompt_tokens records what is sent.
@@ -372,26 +372,26 @@ func (r *runner) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 		req.promptTokens = c.histTokens + tr.PromptTokens
 	}
 	s.promptMu.Lock()
-	prompt, err := r.o.Prompter.AppendPrompt(nil, &tr)
+	prompt, err := pr.o.Prompter.AppendPrompt(nil, &tr)
 	s.promptMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
-	r.finishBody(req, &tr, c, prompt)
+	pr.finishBody(req, &tr, c, prompt)
 	return req, nil
 }
 
 // finishBody builds req's body (and the raw client's head) from prompt, the turn's new
 // text, with c's history before it when History is actual (c nil: no history). A turn
 // that is not its session's last keeps what it sends (req.sent) for the next one.
-func (r *runner) finishBody(req *request, tr *trace.Request, c *conv, prompt []byte) {
-	cl := r.o.Client
+func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []byte) {
+	cl := pr.o.Client
 	prefix := cl.bodyPrefix
-	if p, ok := r.bodyPrefixes[tr.Model]; ok {
+	if p, ok := pr.bodyPrefixes[tr.Model]; ok {
 		prefix = p
 	}
-	keep := c != nil && r.o.History == HistoryActual && (c.turns == 0 || req.turn < c.turns-1)
-	if c == nil || r.o.History != HistoryActual {
+	keep := c != nil && pr.o.History == HistoryActual && (c.turns == 0 || req.turn < c.turns-1)
+	if c == nil || pr.o.History != HistoryActual {
 		req.body = cl.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
 	} else {
 		var hist []byte
@@ -422,26 +422,24 @@ func (r *runner) finishBody(req *request, tr *trace.Request, c *conv, prompt []b
 			req.capture = true
 		}
 	}
-	if raw := cl.raw; raw != nil {
-		req.head = raw.appendHead(make([]byte, 0, raw.headCap()), req, len(req.body), req.runID == "")
-	}
+	pr.tr.prepare(req, req.runID == "")
 }
 
 // turnEnded is the part of a session's turn after its response: it records the end,
 // takes the answer into the history, applies --on-turn-error, and returns the session's
 // next turn, when it is already read, built and queued for the dispatcher.
-func (r *runner) turnEnded(req *request, res *results.Result, endNS int64) {
-	s := r.sess
+func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
+	s := pr.sess
 	c := req.conv
 	ok := res.Status == results.StatusOK
 	if req.capture {
-		c.hist, c.histTokens = r.history(req, res)
+		c.hist, c.histTokens = pr.history(req, res)
 	}
 	req.sent, req.answer = nil, nil
 	s.mu.Lock()
 	c.endNS = endNS
 	var ended []*turnPlan
-	if !ok && r.o.OnTurnError == TurnErrorEndSession && !c.ended {
+	if !ok && pr.o.OnTurnError == TurnErrorEndSession && !c.ended {
 		c.ended, c.failed = true, req.turn
 		ended, c.pending = c.pending, nil
 	}
@@ -449,7 +447,7 @@ func (r *runner) turnEnded(req *request, res *results.Result, endNS int64) {
 		s.idle(c)
 		s.mu.Unlock()
 		for _, tp := range ended {
-			r.recordEnded(c, tp)
+			pr.recordEnded(c, tp)
 		}
 		return
 	}
@@ -457,26 +455,26 @@ func (r *runner) turnEnded(req *request, res *results.Result, endNS int64) {
 	c.pending[0] = nil
 	c.pending = c.pending[1:]
 	s.mu.Unlock()
-	next, err := r.buildTurn(c, tp)
+	next, err := pr.buildTurn(c, tp)
 	s.mu.Lock()
 	if err != nil {
 		c.pending = nil
 		s.idle(c)
 		s.mu.Unlock()
-		r.fail(err)
+		pr.fail(err)
 		return
 	}
 	s.push(next)
 	s.mu.Unlock()
-	r.prog.Planned.Add(1)
+	pr.prog.Planned.Add(1)
 }
 
 // history returns the session's history after req: what it sent, then what it received
 // (chat: as an assistant message; an empty one when it received nothing, so that roles
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
-func (r *runner) history(req *request, res *results.Result) ([]byte, int32) {
+func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
-	if r.o.Client.opts.API == APIChat {
+	if pr.o.Client.opts.API == APIChat {
 		h = append(h, `,{"role":"assistant","content":`...)
 		h = appendJSONBytes(h, req.answer)
 		h = append(h, '}')
@@ -488,180 +486,4 @@ func (r *runner) history(req *request, res *results.Result) ([]byte, int32) {
 		n += res.OutputTokens
 	}
 	return h, n
-}
-
-// resultOf returns the record of req with every measured field null.
-func (r *runner) resultOf(req *request) *results.Result {
-	res := results.NewResult(req.id, r.o.Shard, req.dueNS, req.promptTokens, req.outputTokens)
-	if req.hasSession {
-		res.SessionID, res.Turn, res.SessionWaitNS = req.session, req.turn, req.sessionWaitNS
-	}
-	return res
-}
-
-// openLoopSessions is openLoop for sequential sessions. It dispatches, in due order, two
-// sources: the prepared requests (independent rows and first turns, built ahead and due
-// at their trace time, as openLoop's) and the queue of later turns, each put there when
-// its predecessor ends (or the preparer reads it after that end), due at max(trace due,
-// end + think time). A turn queued earlier than what the dispatcher waits for wakes it.
-func (r *runner) openLoopSessions() {
-	w := newWaiter(r.clk, r.stopped)
-	if r.o.seams.noSpin {
-		w.noSpin()
-	}
-	s := r.sess
-	in := r.prepared
-	var head *request // the next prepared request, taken from in
-	for {
-		if head == nil && in != nil {
-			s.mu.Lock()
-			queued := len(s.q) > 0
-			s.mu.Unlock()
-			if queued {
-				select {
-				case q, ok := <-in:
-					head, in = q, chanIf(in, ok)
-				default:
-				}
-			} else {
-				s.needHead.Store(true)
-				select {
-				case q, ok := <-in:
-					head, in = q, chanIf(in, ok)
-				case <-s.wake:
-				case <-r.stopped:
-					return
-				}
-				s.needHead.Store(false)
-			}
-		}
-		s.mu.Lock()
-		var turn *request
-		if len(s.q) > 0 {
-			turn = s.q[0]
-		}
-		over := in == nil && head == nil && turn == nil && s.open == 0
-		s.mu.Unlock()
-		if over {
-			return
-		}
-		next := head
-		if turn != nil && (next == nil || turn.dueNS < next.dueNS) {
-			next = turn
-		}
-		if next == nil {
-			if in != nil {
-				continue
-			}
-			select { // sessions still going: their next turns will be queued
-			case <-s.wake:
-			case <-r.stopped:
-				return
-			}
-			continue
-		}
-		if head == nil && in != nil {
-			s.needHead.Store(true) // a request prepared meanwhile may be due first
-		}
-		reached, stopped := w.untilWoken(next.dueNS, s.wake)
-		s.needHead.Store(false)
-		if stopped {
-			return
-		}
-		if !reached {
-			continue // a new earliest turn, or a prepared request: look again
-		}
-		if next == head {
-			head = nil
-		} else {
-			s.mu.Lock()
-			i := 0 // next was the earliest; one queued since (due earlier, so due now too) may precede it
-			for s.q[i] != next {
-				i++
-			}
-			heap.Remove(&s.q, i)
-			s.mu.Unlock()
-		}
-		r.dispatch(next)
-	}
-}
-
-// chanIf returns in while it is open (ok), else nil.
-func chanIf(in chan *request, ok bool) chan *request {
-	if !ok {
-		return nil
-	}
-	return in
-}
-
-// closedWorkerSessions is closed-loop worker i with sequential sessions: it keeps each
-// conversation it starts, sending its later turns itself (each due when the answer before
-// it ended plus the think time, or when the worker became free, whichever is later), and
-// takes a new request from the preparer only when none of its conversations has a turn
-// ready. A conversation whose next turn the preparer has not read yet waits in its session
-// meanwhile: the worker is never blocked on one.
-func (r *runner) closedWorkerSessions(i int) {
-	s := r.sess
-	me := &s.workers[i]
-	due := results.WorkerStart(i, r.o.Concurrency, r.o.RampUp)
-	w := newWaiter(r.clk, r.stopped)
-	if r.o.seams.noSpin {
-		w.noSpin()
-	}
-	if !w.until(due) {
-		return
-	}
-	in := r.prepared
-	for {
-		var req *request
-		s.mu.Lock()
-		if len(me.q) > 0 {
-			req = me.q[0]
-			me.q[0] = nil
-			me.q = me.q[1:]
-		}
-		s.mu.Unlock()
-		if req == nil {
-			if in == nil {
-				return // the preparer is done and queued nothing more for this worker
-			}
-			select {
-			case q, ok := <-in:
-				if !ok {
-					in = nil
-					continue
-				}
-				req = q
-			case <-me.notify:
-				continue
-			case <-r.stopped:
-				return
-			}
-		}
-		select {
-		case <-r.stopped:
-			return
-		default:
-		}
-		if r.o.Duration > 0 && r.clk.now() > int64(r.o.Duration) {
-			r.stop(errScheduleEnd)
-			return
-		}
-		if req.conv != nil && req.turn == 0 {
-			s.mu.Lock()
-			req.conv.owner = i
-			s.mu.Unlock()
-		}
-		if req.dueNS > due { // a later turn: its predecessor's end + think time
-			due = req.dueNS
-			if !w.until(due) {
-				return
-			}
-		}
-		req.dueNS = due
-		r.inflight.Add(1)
-		r.prog.InFlight.Add(1)
-		r.wg.Add(1)
-		due = r.send(req, nil)
-	}
 }

@@ -104,15 +104,3 @@ type dueWaiter interface {
 }
 
 func (w *waiter) release() { w.timer.Stop() }
-
-// openLoopWaiter returns the open loop's waiter: under testing/synctest (seams.noSpin)
-// always the timer one, whose virtual clock a thread sleeping on the real one would not
-// follow (it would hang the bubble); else preciseWaiter's choice for this system.
-func (r *runner) openLoopWaiter() dueWaiter {
-	if r.o.seams.noSpin {
-		w := newWaiter(r.clk, r.stopped)
-		w.noSpin()
-		return w
-	}
-	return preciseWaiter(r.clk, r.stopped)
-}

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
 	"github.com/llmreplay/llmreplay/internal/raceio"
@@ -137,33 +136,11 @@ func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) 
 	return max(woke-w.base, dueNS), n, err
 }
 
-// sendWindow is how long before a due time the open loop commits to sending the request
-// from the dispatcher's thread: it takes the connection there and makes its last sleep
-// (which no stop cuts short) from there.
-const sendWindow = 2 * time.Millisecond
-
-// sendAtDue sends req at its due time from the dispatcher's thread when it can: w is the
-// thread waiter, the client is the raw one, fewer than MaxInflight requests are in flight
-// (only this dispatcher adds to them, so it stays so until the send) and the pool has an
-// idle connection. sent says it did; ok is false when the run stopped while it waited.
-// Otherwise the caller waits for the due time and dispatches as before.
-func (r *runner) sendAtDue(w dueWaiter, req *request) (sent, ok bool) {
-	tw, is := w.(*threadWaiter)
-	if !is || r.o.Client.raw == nil || r.o.seams.do != nil {
-		return false, true
-	}
-	if !w.until(req.dueNS - int64(sendWindow)) {
-		return false, false
-	}
-	if r.inflight.Load() >= int64(r.o.MaxInflight) {
-		return false, true // dispatch records it dropped at its due time
-	}
-	r.withRunID(req)
-	pre := r.o.Client.startAt(tw, req)
-	if pre == nil {
-		return false, true
-	}
-	r.countLate(pre.sentNS - req.dueNS)
-	r.launch(req, pre)
-	return true, true
+// writeAt is sendAt for a request's message: its head, then its body.
+func (w *threadWaiter) writeAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno) {
+	iov, cnt := messageIovec(head, body)
+	sentNS, n, err = w.sendAt(dueNS, fd, &iov[0], cnt)
+	runtime.KeepAlive(head)
+	runtime.KeepAlive(body)
+	return sentNS, n, err
 }
