@@ -233,6 +233,37 @@ type promptDetails struct {
 	CachedTokens int `json:"cached_tokens"`
 }
 
+// wholeResponse is a non-streaming answer; Choice is the API's choice type.
+type wholeResponse[Choice any] struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []Choice `json:"choices"`
+	Usage   usage    `json:"usage"`
+}
+
+type assistantMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int              `json:"index"`
+	Message      assistantMessage `json:"message"`
+	Logprobs     *string          `json:"logprobs"`
+	FinishReason string           `json:"finish_reason"`
+	StopReason   *string          `json:"stop_reason"`
+}
+
+type textChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     *string `json:"logprobs"`
+	FinishReason string  `json:"finish_reason"`
+	StopReason   *string `json:"stop_reason"`
+}
+
 // serveWhole answers a non-streaming request once every token exists.
 func (s *Server) serveWhole(ctx context.Context, a *reply, chat bool) {
 	ck, pl := a.ck, &a.pl
@@ -260,41 +291,11 @@ func (s *Server) serveWhole(ctx context.Context, a *reply, chat bool) {
 	text := ck.text()
 	var resp any
 	if chat {
-		type msg struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}
-		type choice struct {
-			Index        int     `json:"index"`
-			Message      msg     `json:"message"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
-			StopReason   *string `json:"stop_reason"`
-		}
-		resp = struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
-		}{ck.id, "chat.completion", time.Now().Unix(), s.cfg.Model, []choice{{Message: msg{"assistant", text}, FinishReason: ck.finish}}, u}
+		resp = wholeResponse[chatChoice]{ck.id, "chat.completion", time.Now().Unix(), s.cfg.Model,
+			[]chatChoice{{Message: assistantMessage{"assistant", text}, FinishReason: ck.finish}}, u}
 	} else {
-		type choice struct {
-			Index        int     `json:"index"`
-			Text         string  `json:"text"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
-			StopReason   *string `json:"stop_reason"`
-		}
-		resp = struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
-		}{ck.id, "text_completion", time.Now().Unix(), s.cfg.Model, []choice{{Text: text, FinishReason: ck.finish}}, u}
+		resp = wholeResponse[textChoice]{ck.id, "text_completion", time.Now().Unix(), s.cfg.Model,
+			[]textChoice{{Text: text, FinishReason: ck.finish}}, u}
 	}
 	b, _ := json.Marshal(resp)
 	if pl.malformedAt >= 0 {
