@@ -264,12 +264,7 @@ func (f *fixedSource) next(ctx context.Context, sent int) (int, bool) {
 			return 0, false
 		}
 	}
-	now := time.Now()
-	n := sent + 1
-	for n < f.target && !f.due(n).After(now) {
-		n++
-	}
-	return n, true
+	return f.dueTokens(sent, time.Now()), true
 }
 
 func (f *fixedSource) times() timing {
