@@ -243,11 +243,14 @@ type wholeResponse[Choice any] struct {
 	Usage   usage    `json:"usage"`
 }
 
+// assistantMessage is a chat choice's message.
 type assistantMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
+// chatChoice and textChoice are a chat and a completions answer's choice, with the
+// fields vLLM sends (null logprobs and stop_reason included).
 type chatChoice struct {
 	Index        int              `json:"index"`
 	Message      assistantMessage `json:"message"`
