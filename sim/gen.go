@@ -43,6 +43,7 @@ const (
 // chunker writes one request's SSE chunks into a byte slice with no per-token allocation:
 // the JSON head (id, object, created, model) is encoded once.
 type chunker struct {
+	id         string // the response's id, also in head
 	head       []byte
 	chat       bool
 	prompt     int
@@ -142,12 +143,6 @@ func (c *chunker) text() string {
 	}
 	return sb.String()
 }
-
-// writeBatch bounds one write of a stream that has fallen behind; bufPool's buffers are
-// sized to hold it plus one chunk, so the hot path does not allocate.
-const writeBatch = 16 << 10
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, writeBatch+1024); return &b }}
 
 // latenessLog records, for the fixed profile, how late each write left the handler
 // relative to its due time (the sim's own share of a client's TTFT/ITL error).
@@ -269,12 +264,7 @@ func (f *fixedSource) next(ctx context.Context, sent int) (int, bool) {
 			return 0, false
 		}
 	}
-	now := time.Now()
-	n := sent + 1
-	for n < f.target && !f.due(n).After(now) {
-		n++
-	}
-	return n, true
+	return f.dueTokens(sent, time.Now()), true
 }
 
 func (f *fixedSource) times() timing {
@@ -293,31 +283,17 @@ func (f *fixedSource) cancel() {
 	f.srv.inflight.Add(-1)
 }
 
+// serveGen answers a completions (chat false) or chat request, streamed or whole. Its
+// phases: stamp the arrival, open the request-log record, decode and check the request,
+// plan it and play the faults that come before any token, start the token source, then
+// answer.
 func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	// Arrival is stamped before the body is read and parsed, so the server's own request
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
 	conn := connFrom(r.Context())
-	var readNs, arriveNs int64
-	if conn != nil {
-		// The read that delivered the head is earlier still, and the kernel's receive
-		// time of its bytes earlier again: that is the request's true arrival, where
-		// the schedule starts (stamp.go).
-		read, arrive := conn.lastRead()
-		if !read.IsZero() && read.Before(recv) {
-			recv, readNs = read, read.UnixNano()
-		}
-		if !arrive.IsZero() && arrive.Before(recv) {
-			recv, arriveNs = arrive, arrive.UnixNano()
-		}
-	}
-	rid := r.Header.Get(RequestIDHeader)
-	if len(rid) > maxRequestIDBytes {
-		rid = rid[:maxRequestIDBytes]
-	}
-	if rid != "" {
-		w.Header().Set(RequestIDHeader, rid)
-	}
+	recv, readNs, arriveNs := earliestArrival(conn, recv)
+	rid := echoRequestID(w, r)
 	var rec *LogRecord
 	if s.reqLog != nil {
 		rec = &LogRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs, ArriveUnixNs: arriveNs}
@@ -326,30 +302,99 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		defer s.logRequest(rec)
 	}
-	fail := func(e *apiError, outcome string) {
-		if rec != nil {
-			rec.Status, rec.Outcome, rec.Error = e.status, outcome, e.msg
-		}
-		writeError(w, e)
+	req, aerr := s.decodeGen(w, r, chat, rec)
+	if aerr != nil {
+		failGen(w, rec, aerr, "bad_request")
+		return
 	}
+	ctx := r.Context()
+	pl, recv, ok := s.planGen(ctx, w, rec, req, recv)
+	if !ok {
+		return
+	}
+	src := s.startSource(recv, req.prompt, req.hasher, &pl)
+	defer src.cancel()
+	a := &reply{w: w, ck: s.newChunker(chat, req.prompt, req.p.continuous, &pl), src: src, pl: pl, rec: rec,
+		wantTiming: r.Header.Get(TimingHeader) != ""}
+	if rec != nil {
+		rec.ID, rec.PromptTokens = a.ck.id, req.prompt
+		defer a.recordOK()
+	}
+	a.announceTrailers()
+	if !req.p.stream {
+		s.serveWhole(ctx, a, chat)
+		return
+	}
+	s.serveStream(ctx, a, r, conn, req.p.includeUsage)
+}
+
+// earliestArrival returns the request's true arrival: recv, or earlier the return of the
+// read that delivered the request's head, or earlier still the kernel's receive time of
+// its bytes (stamp.go); the schedule starts there. readNs and arriveNs are those two
+// stamps (0 when not the arrival) for the request log. conn is nil when the listener is
+// not the sim's own.
+func earliestArrival(conn *stampConn, recv time.Time) (arrival time.Time, readNs, arriveNs int64) {
+	if conn == nil {
+		return recv, 0, 0
+	}
+	read, arrive := conn.lastRead()
+	if !read.IsZero() && read.Before(recv) {
+		recv, readNs = read, read.UnixNano()
+	}
+	if !arrive.IsZero() && arrive.Before(recv) {
+		recv, arriveNs = arrive, arrive.UnixNano()
+	}
+	return recv, readNs, arriveNs
+}
+
+// echoRequestID returns the request's RequestIDHeader, cut to maxRequestIDBytes, and
+// sets it on the response.
+func echoRequestID(w http.ResponseWriter, r *http.Request) string {
+	rid := r.Header.Get(RequestIDHeader)
+	if len(rid) > maxRequestIDBytes {
+		rid = rid[:maxRequestIDBytes]
+	}
+	if rid != "" {
+		w.Header().Set(RequestIDHeader, rid)
+	}
+	return rid
+}
+
+// failGen answers the request with e and records the outcome (rec may be nil).
+func failGen(w http.ResponseWriter, rec *LogRecord, e *apiError, outcome string) {
+	if rec != nil {
+		rec.Status, rec.Outcome, rec.Error = e.status, outcome, e.msg
+	}
+	writeError(w, e)
+}
+
+// checkedGen is a decoded request that fits the model.
+type checkedGen struct {
+	p         *params
+	prompt    int          // prompt tokens
+	maxTokens int          // with the API's default applied
+	hasher    *blockHasher // the prompt's block hashes; nil without the prefix cache
+}
+
+// decodeGen reads, decodes and checks the request; every failure but an unknown model is
+// counted as a bad request. The prompt is tokenized (and hashed for the prefix cache)
+// here, on the handler's goroutine, after the arrival stamp.
+func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool, rec *LogRecord) (checkedGen, *apiError) {
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
-		fail(aerr, "bad_request")
-		return
+		return checkedGen{}, aerr
 	}
 	p, err := parseGenRequest(body, chat)
 	if err != nil {
 		s.badRequests.Add(1)
-		fail(err.(*apiError), "bad_request")
-		return
+		return checkedGen{}, err.(*apiError)
 	}
 	if rec != nil {
 		rec.Stream = p.stream
 	}
 	if aerr := s.checkModel(p.model); aerr != nil {
-		fail(aerr, "bad_request")
-		return
+		return checkedGen{}, aerr
 	}
 	var hasher *blockHasher
 	if s.prefix {
@@ -364,8 +409,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	prompt := s.promptTokens(&p.prompt, hasher)
 	if prompt < 1 {
 		s.badRequests.Add(1)
-		fail(badRequest("prompt", "prompt has no tokens"), "bad_request")
-		return
+		return checkedGen{}, badRequest("prompt", "prompt has no tokens")
 	}
 	maxTokens := p.maxTokens
 	if maxTokens < 0 {
@@ -377,78 +421,78 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	if maxTokens < 1 || prompt+maxTokens > s.cfg.MaxModelLen {
 		s.badRequests.Add(1)
-		fail(badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion). Please reduce the length of the prompt or completion.",
-			s.cfg.MaxModelLen, prompt+maxTokens, prompt, maxTokens), "bad_request")
-		return
+		return checkedGen{}, badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d in the completion). Please reduce the length of the prompt or completion.",
+			s.cfg.MaxModelLen, prompt+maxTokens, prompt, maxTokens)
 	}
 	if p.minTokens > maxTokens {
 		s.badRequests.Add(1)
-		fail(badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens), "bad_request")
-		return
+		return checkedGen{}, badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens)
 	}
+	return checkedGen{p: p, prompt: prompt, maxTokens: maxTokens, hasher: hasher}, nil
+}
 
-	pl := s.makePlan(s.reqIndex.Add(1)-1, maxTokens, p.minTokens, p.ignoreEOS)
+// planGen draws the request's plan and plays the faults that come before any token: a
+// slow first byte, which moves the arrival the schedule counts from (returned), and an
+// error status. ok is false when the request is over: answered with the fault, or its
+// client gone during the slow start.
+func (s *Server) planGen(ctx context.Context, w http.ResponseWriter, rec *LogRecord, req checkedGen, recv time.Time) (pl plan, arrival time.Time, ok bool) {
+	pl = s.makePlan(s.reqIndex.Add(1)-1, req.maxTokens, req.p.minTokens, req.p.ignoreEOS)
 	s.countFaults(&pl)
-	ctx := r.Context()
 	if pl.slowFirst > 0 {
 		if !s.sleep(ctx, pl.slowFirst) {
-			return
+			return pl, recv, false
 		}
 		recv = recv.Add(pl.slowFirst)
 	}
 	switch pl.status {
 	case 429:
-		fail(&apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"}, "fault")
-		return
+		failGen(w, rec, &apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"}, "fault")
+		return pl, recv, false
 	case 500:
-		fail(&apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"}, "fault")
-		return
+		failGen(w, rec, &apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"}, "fault")
+		return pl, recv, false
 	case 503:
-		fail(&apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"}, "fault")
-		return
+		failGen(w, rec, &apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"}, "fault")
+		return pl, recv, false
 	}
+	return pl, recv, true
+}
 
-	var src tokenSource
+// startSource starts making the request's tokens: the fixed profile's schedule from recv,
+// or a sequence submitted to the engine. The caller cancels it.
+func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl *plan) tokenSource {
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
 		s.fixedPrompt.Add(int64(prompt))
-		src = &fixedSource{srv: s, recv: recv, target: pl.target}
-	} else {
-		sq := newSeq(prompt, pl.target)
-		sq.recv = recv
-		if hasher != nil {
-			// The KV cache will hold the prompt and the output less its last token: hash
-			// that stream here, on the handler's goroutine, so the engine only looks up.
-			for i := range pl.target - 1 {
-				hasher.add(s.wordIDs[(i+pl.wordOff)%len(words)])
-			}
-			sq.hashes, sq.promptBlocks = hasher.hashes, prompt/hasher.size
-			sq.blocks = make([]int32, 0, sq.promptBlocks)
-		}
-		s.eng.submit(sq)
-		src = &engineSource{s: sq, srv: s}
+		return &fixedSource{srv: s, recv: recv, target: pl.target}
 	}
-	defer src.cancel()
+	sq := newSeq(prompt, pl.target)
+	sq.recv = recv
+	if hasher != nil {
+		// The KV cache will hold the prompt and the output less its last token: hash
+		// that stream here, on the handler's goroutine, so the engine only looks up.
+		for i := range pl.target - 1 {
+			hasher.add(s.wordIDs[(i+pl.wordOff)%len(words)])
+		}
+		sq.hashes, sq.promptBlocks = hasher.hashes, prompt/hasher.size
+		sq.blocks = make([]int32, 0, sq.promptBlocks)
+	}
+	s.eng.submit(sq)
+	return &engineSource{s: sq, srv: s}
+}
 
-	ck := &chunker{chat: chat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: p.continuous, wordOff: pl.wordOff, details: s.prefix}
+// newChunker returns the chunker of the planned request, with its response id and its
+// chunks' JSON head.
+func (s *Server) newChunker(chat bool, prompt int, continuous bool, pl *plan) *chunker {
+	ck := &chunker{chat: chat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: continuous, wordOff: pl.wordOff, details: s.prefix}
 	object, idPrefix := "text_completion", "cmpl-"
 	if chat {
 		object, idPrefix = "chat.completion.chunk", "chatcmpl-"
 	}
-	id := idPrefix + strconv.FormatUint(pl.id, 16)
-	if rec != nil {
-		rec.ID, rec.PromptTokens = id, prompt
-		defer func() {
-			if rec.Outcome == "ok" {
-				tm := src.times()
-				rec.CachedTokens, rec.CompletionTokens = ck.cached, pl.target
-				rec.ArrivalNs, rec.FirstNs, rec.LastNs = int64(tm.arrival), int64(tm.first), int64(tm.last)
-			}
-		}()
-	}
+	ck.id = idPrefix + strconv.FormatUint(pl.id, 16)
 	head := make([]byte, 0, 96+len(s.modelJSON))
 	head = append(head, `data: {"id":"`...)
-	head = append(head, id...)
+	head = append(head, ck.id...)
 	head = append(head, `","object":"`...)
 	head = append(head, object...)
 	head = append(head, `","created":`...)
@@ -456,151 +500,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	head = append(head, `,"model":`...)
 	head = append(head, s.modelJSON...)
 	ck.head = head
-
-	wantTiming := r.Header.Get(TimingHeader) != ""
-	if wantTiming {
-		w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
-	}
-	setTrailers := func() {
-		if !wantTiming {
-			return
-		}
-		tm := src.times()
-		h := w.Header()
-		h.Set(TrailerArrival, strconv.FormatInt(int64(tm.arrival), 10))
-		h.Set(TrailerQueued, strconv.FormatInt(int64(tm.queued), 10))
-		h.Set(TrailerAdmit, strconv.FormatInt(int64(tm.admit), 10))
-		h.Set(TrailerFirst, strconv.FormatInt(int64(tm.first), 10))
-		h.Set(TrailerLast, strconv.FormatInt(int64(tm.last), 10))
-		h.Set(TrailerAhead, strconv.Itoa(tm.ahead))
-		h.Set(TrailerGenAtAdmit, strconv.FormatInt(tm.genAtAdmit, 10))
-		h.Set(TrailerGenAtLast, strconv.FormatInt(tm.genAtLast, 10))
-	}
-
-	if !p.stream {
-		s.serveWhole(ctx, w, p, ck, src, &pl, id, setTrailers, rec)
-		return
-	}
-
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	if rc.Flush() != nil {
-		return
-	}
-	sent := 0
-	if f, ok := src.(*fixedSource); ok && conn != nil && !s.noPrecise.Load() && pl.clean() && r.ProtoAtLeast(1, 1) {
-		// net/http frames an HTTP/1.1 body of unknown length in chunks, which the
-		// scheduler writes itself.
-		n, complete, ok := s.servePrecise(ctx, conn, f, ck, p.includeUsage, rec)
-		if !ok {
-			return
-		}
-		if complete {
-			s.finished(&pl)
-			if rec != nil {
-				rec.Outcome = "ok"
-			}
-			setTrailers()
-			return
-		}
-		sent = n
-	}
-	bp := bufPool.Get().(*[]byte)
-	buf := (*bp)[:0]
-	defer func() { *bp = buf[:0]; bufPool.Put(bp) }()
-	bufTokens := 0 // tokens in buf, for the request log
-	logWrites := rec != nil && s.cfg.RequestLogWrites
-	stampWrite := func() {
-		if bufTokens == 0 || rec == nil {
-			return
-		}
-		t := time.Now().UnixNano()
-		if rec.FirstWriteUnixNs == 0 {
-			rec.FirstWriteUnixNs = t
-		}
-		if logWrites {
-			rec.WriteUnixNs = append(rec.WriteUnixNs, t)
-			rec.WriteTokens = append(rec.WriteTokens, bufTokens)
-		}
-		bufTokens = 0
-	}
-	flush := func() bool {
-		if len(buf) == 0 {
-			return true
-		}
-		stampWrite()
-		_, err := w.Write(buf)
-		buf = buf[:0]
-		return err == nil && rc.Flush() == nil
-	}
-	for sent < pl.target {
-		n, ok := src.next(ctx, sent)
-		if !ok {
-			return // client gone or server closing: the stream ends without [DONE]
-		}
-		if f, ok := src.(*fixedSource); ok {
-			late := time.Since(f.due(sent))
-			if sent == 0 {
-				s.fixedLate[0].observe(late)
-			} else {
-				s.fixedLate[1].observe(late)
-			}
-			if s.lateness != nil {
-				s.lateness.add(sent == 0, late)
-			}
-		}
-		for ; sent < n; sent++ {
-			if sent == pl.stallAt {
-				if !flush() || !s.sleep(ctx, pl.stallFor) {
-					return
-				}
-			}
-			if sent == pl.disconnectAt {
-				flush()
-				if rec != nil {
-					rec.Outcome = "fault"
-				}
-				panic(http.ErrAbortHandler) // net/http closes the connection mid-stream
-			}
-			if sent == pl.malformedAt {
-				buf = ck.appendMalformed(buf)
-			}
-			if sent == 0 {
-				ck.cached = src.cachedTokens()
-				if chat {
-					buf = ck.appendRole(buf)
-				}
-			}
-			buf = ck.appendToken(buf, sent)
-			bufTokens++
-			if len(buf) > writeBatch {
-				// A lagging stream catches up in bounded writes rather than growing buf.
-				stampWrite()
-				if _, err := w.Write(buf); err != nil {
-					return
-				}
-				buf = buf[:0]
-			}
-		}
-		if sent < pl.target && !flush() {
-			return
-		}
-	}
-	if p.includeUsage {
-		buf = ck.appendFinalUsage(buf)
-	}
-	buf = append(buf, "data: [DONE]\n\n"...)
-	if !flush() {
-		return
-	}
-	s.finished(&pl)
-	if rec != nil {
-		rec.Outcome = "ok"
-	}
-	setTrailers()
+	return ck
 }
 
 // logRequest queues rec's line in the request log.
@@ -622,92 +522,4 @@ func (s *Server) finished(pl *plan) {
 	if s.cfg.Fixed {
 		s.fixedGen.Add(int64(pl.target))
 	}
-}
-
-type usage struct {
-	PromptTokens        int            `json:"prompt_tokens"`
-	TotalTokens         int            `json:"total_tokens"`
-	CompletionTokens    int            `json:"completion_tokens"`
-	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
-}
-
-// promptDetails is OpenAI's (and vLLM's) usage.prompt_tokens_details.
-type promptDetails struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-// serveWhole answers a non-streaming request once every token exists.
-func (s *Server) serveWhole(ctx context.Context, w http.ResponseWriter, p *params, ck *chunker, src tokenSource, pl *plan, id string, setTrailers func(), rec *LogRecord) {
-	for sent := 0; sent < pl.target; {
-		n, ok := src.next(ctx, sent)
-		if !ok {
-			return
-		}
-		sent = n
-	}
-	if pl.stallAt >= 0 && !s.sleep(ctx, pl.stallFor) {
-		return
-	}
-	if pl.disconnectAt >= 0 {
-		if rec != nil {
-			rec.Outcome = "fault"
-		}
-		panic(http.ErrAbortHandler)
-	}
-	ck.cached = src.cachedTokens()
-	u := usage{PromptTokens: ck.prompt, TotalTokens: ck.prompt + ck.target, CompletionTokens: ck.target}
-	if ck.details {
-		u.PromptTokensDetails = &promptDetails{CachedTokens: ck.cached}
-	}
-	text := ck.text()
-	var resp any
-	if p.chat {
-		type msg struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}
-		type choice struct {
-			Index        int     `json:"index"`
-			Message      msg     `json:"message"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
-			StopReason   *string `json:"stop_reason"`
-		}
-		resp = struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
-		}{id, "chat.completion", time.Now().Unix(), s.cfg.Model, []choice{{Message: msg{"assistant", text}, FinishReason: ck.finish}}, u}
-	} else {
-		type choice struct {
-			Index        int     `json:"index"`
-			Text         string  `json:"text"`
-			Logprobs     *string `json:"logprobs"`
-			FinishReason string  `json:"finish_reason"`
-			StopReason   *string `json:"stop_reason"`
-		}
-		resp = struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
-		}{id, "text_completion", time.Now().Unix(), s.cfg.Model, []choice{{Text: text, FinishReason: ck.finish}}, u}
-	}
-	b, _ := json.Marshal(resp)
-	if pl.malformedAt >= 0 {
-		b = b[:len(b)/2]
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(append(b, '\n'))
-	s.finished(pl)
-	if rec != nil {
-		rec.Outcome = "ok"
-	}
-	setTrailers()
 }
