@@ -135,7 +135,7 @@ func TestPrewarmCount(t *testing.T) {
 	for _, c := range []struct{ prewarm, maxInflight, concurrency, want int }{
 		{64, 4096, 0, 64},    // open loop: as given
 		{0, 4096, 0, 0},      // open loop: none
-		{64, 4096, 256, 256}, // the case
+		{64, 4096, 256, 256}, // --concurrency 256 with the default --prewarm 64: the first wave once dialled the other 192 inside it
 		{64, 4096, 1024, 1024},
 		{64, 100, 256, 100},     // within --max-inflight
 		{2000, 4096, 256, 2000}, // a larger --prewarm stands

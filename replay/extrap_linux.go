@@ -15,7 +15,7 @@ import (
 //   - by one for each open loop dispatching on a thread (threadWaiter): that wait was the
 //     dispatcher's lateness beyond the C sleeper's floor, p99 0.39 and 0.53 ms at 300
 //     req/s on 2 vCPUs, 0.21 and 0.26 ms with an extra P shared by all dispatchers
-//     (replaybench fidelity, issue 18); each now keeps its P while it sleeps
+//     (replaybench fidelity); each now keeps its P while it sleeps
 //     (osthread.SleepHold), so it needs one of its own;
 //   - by one for each running stream reactor, which then keeps its P while it waits in
 //     epoll (osthread.EpollWaitHold) instead of handing it off at every wait: the hand-offs

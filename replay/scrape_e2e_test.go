@@ -35,8 +35,9 @@ func inFlight(res []results.Result, t int64) int {
 // last output chunk). Both are the same interval seen from either side of a loopback
 // socket, and the engine reads its counters at some instant of the scrape, which is sent
 // at t_ns: so each sample must lie within the range the results' in-flight count takes
-// over [t_ns − interval, t_ns + interval] (one sample interval either way, the issue's
-// bound). It also says how often they agree exactly at t_ns (a figure, not a bound).
+// over [t_ns − interval, t_ns + interval] (one sample interval either way: the scrape may
+// be answered at any instant within it). It also says how often they agree exactly at t_ns
+// (a figure, not a bound).
 func TestE2EScrapeAgreesWithResults(t *testing.T) {
 	if os.Getenv("LLMREPLAY_E2E") == "" {
 		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
@@ -158,8 +159,8 @@ func TestE2EScrapeAgreesWithResults(t *testing.T) {
 		peak = max(peak, g)
 	}
 	// On a loaded machine (this one runs six builds) a few samples fall outside: the
-	// engine counting 1 to 3 fewer than the results for up to a few hundred ms (a finding
-	// for the engine's model, reported with issue 15). A clock or origin off by half a
+	// engine counting 1 to 3 fewer than the results for up to a few hundred ms (a property
+	// of the simulated engine's model, not of the scraper). A clock or origin off by half a
 	// second puts about two thirds of them outside (checked), a bound of 5 % does not.
 	if misses*20 > len(ts) {
 		t.Errorf("%d of %d samples outside the results' in-flight range (more than 5%%)", misses, len(ts))

@@ -182,7 +182,7 @@ func (s *sseReader) line() ([]byte, bool) {
 // data, dated by the same write, and a line over the cap goes to write to fail there.
 // The raw client's reactor reads nearly every event through it: three copies of each
 // chunk into per-stream buffers (buf, data, outData) cost more in cache misses than the
-// parse (issue 18).
+// parse (a perf profile of replaybench fidelity).
 func (s *sseReader) direct(b []byte) (data []byte, n int) {
 	if s.lo != s.hi || s.hasData || len(s.event) > 0 || s.skipLF || s.err != nil {
 		return nil, 0
