@@ -81,14 +81,7 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi int, runID s
 	}
 	// Leaf columns of the fields read (the labels map has two leaves); type is not read.
 	want := []string{results.ColMetricTNS, results.ColMetricSource, results.ColMetricName, results.ColMetricLabels, results.ColMetricValue}
-	leaf, leafOf := 0, map[string][]int{}
-	for _, f := range sc.Fields() {
-		n := countLeaves(f.Type)
-		for k := 0; k < n; k++ {
-			leafOf[f.Name] = append(leafOf[f.Name], leaf+k)
-		}
-		leaf += n
-	}
+	leafOf := results.Leaves(sc)
 	var cols []int
 	for _, name := range want {
 		cols = append(cols, leafOf[name]...)

@@ -456,21 +456,8 @@ func check(c config, tracePath, out, samplesPath, progressPath, hiccupsPath stri
 	if err != nil {
 		return false, err
 	}
-	tr, err := trace.Open(tracePath)
+	dues, err := dueOffsets(tracePath)
 	if err != nil {
-		return false, err
-	}
-	var dues []int64 // due offsets, in trace order, speedup 1
-	var first int64 = -1
-	for tr.Next() {
-		q := tr.Request()
-		if first < 0 {
-			first = int64(q.Arrival)
-		}
-		dues = append(dues, int64(q.Arrival)-first)
-	}
-	tr.Close()
-	if err := tr.Err(); err != nil {
 		return false, err
 	}
 	seen := map[int64]int{}
@@ -561,7 +548,36 @@ func check(c config, tracePath, out, samplesPath, progressPath, hiccupsPath stri
 		fmt.Printf("SKIP slopes: %d samples after the first, over %v (want -duration >= 20 x -sample)\n", len(ts), c.duration)
 	}
 
-	// Lateness p99 per window.
+	checkLateness(c, res, meta, hiccupsPath, verdict)
+	return ok, nil
+}
+
+// dueOffsets returns the due offsets of the trace's requests, in trace order, at speedup 1.
+func dueOffsets(tracePath string) ([]int64, error) {
+	tr, err := trace.Open(tracePath)
+	if err != nil {
+		return nil, err
+	}
+	var dues []int64
+	var first int64 = -1
+	for tr.Next() {
+		q := tr.Request()
+		if first < 0 {
+			first = int64(q.Arrival)
+		}
+		dues = append(dues, int64(q.Arrival)-first)
+	}
+	tr.Close()
+	if err := tr.Err(); err != nil {
+		return nil, err
+	}
+	return dues, nil
+}
+
+// checkLateness prints the lateness p50, p99 and max per window beside the replayer's
+// hiccups, and gives the verdict on the drift of the windows' p99 over the run.
+func checkLateness(c config, res []results.Result, meta *results.RunMeta, hiccupsPath string, verdict func(pass bool, format string, a ...any)) {
+	runNS := float64(c.duration)
 	win := map[int64][]float64{}
 	for _, r := range res {
 		if r.SentNS != results.Null {
@@ -594,7 +610,6 @@ func check(c config, tracePath, out, samplesPath, progressPath, hiccupsPath stri
 	} else {
 		fmt.Printf("SKIP drift: %d windows of 100 or more requests (want 3)\n", len(wt))
 	}
-	return ok, nil
 }
 
 // hiccupsByWindow returns the largest hiccup (ms) of each window of the run clock.

@@ -54,19 +54,7 @@ func TestE2ESessionsResults(t *testing.T) {
 		"--sessions", "4", "--seed", "5", "-o", tr}, &out, &errb); err != nil {
 		t.Fatalf("trace synth: %v\n%s", err, errb.String())
 	}
-	arrival := map[int64]int64{}
-	src, err := trace.Open(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for src.Next() {
-		r := src.Request()
-		arrival[r.ID] = int64(r.Arrival)
-	}
-	if err := src.Err(); err != nil {
-		t.Fatal(err)
-	}
-	src.Close()
+	arrival := traceArrivals(t, tr)
 
 	cfg, err := sim.Profile("fixed")
 	if err != nil {
@@ -98,59 +86,9 @@ func TestE2ESessionsResults(t *testing.T) {
 		if len(rows) != len(arrival) {
 			t.Fatalf("%s: %d rows, the trace has %d", mode, len(rows), len(arrival))
 		}
-		bySession := map[int64][]results.Result{}
-		var late []int64
-		for _, r := range rows {
-			if r.Status != results.StatusOK || r.SessionID == results.Null || r.Turn == results.Null {
-				t.Fatalf("%s: request %d: status %s, session %d, turn %d: want every row ok, in a session", mode, r.RequestID, r.Status, r.SessionID, r.Turn)
-			}
-			if r.SentNS < r.ScheduledNS {
-				t.Errorf("%s: request %d sent at %d, before its scheduled %d", mode, r.RequestID, r.SentNS, r.ScheduledNS)
-			}
-			bySession[r.SessionID] = append(bySession[r.SessionID], r)
-			late = append(late, r.SentNS-r.ScheduledNS)
-		}
-		slices.Sort(late)
+		bySession, late := sessionRows(t, mode, rows)
 		maxLate := late[len(late)-1]
-		waited, overlapped, later := 0, 0, 0
-		for id, s := range bySession {
-			sort.Slice(s, func(i, j int) bool { return s[i].Turn < s[j].Turn })
-			for k, r := range s {
-				due := arrival[r.RequestID]
-				if int(r.Turn) != k {
-					t.Fatalf("%s: session %d: turns %v", mode, id, s)
-				}
-				if k == 0 || mode == replay.SessionsIndependent {
-					if r.ScheduledNS != due || r.SessionWaitNS != results.Null {
-						t.Errorf("%s: session %d turn %d: scheduled %d, trace due %d, wait %d: want due at its trace time, no wait", mode, id, k, r.ScheduledNS, due, r.SessionWaitNS)
-					}
-					if k > 0 && r.SentNS < s[k-1].EndNS {
-						overlapped++
-					}
-					if k > 0 {
-						later++
-					}
-					continue
-				}
-				later++
-				prev := s[k-1]
-				if r.SentNS < prev.EndNS+int64(think) {
-					t.Errorf("session %d turn %d sent at %d, before its predecessor's end_ns %d + think %v", id, k, r.SentNS, prev.EndNS, think)
-				}
-				if r.SessionWaitNS == results.Null || r.ScheduledNS-due != r.SessionWaitNS {
-					t.Errorf("session %d turn %d: scheduled %d − trace due %d ≠ session_wait_ns %d", id, k, r.ScheduledNS, due, r.SessionWaitNS)
-					continue
-				}
-				want := max(0, prev.EndNS+int64(think)-due)
-				if d := r.SessionWaitNS - want; d < 0 || d > int64(think/2)+maxLate {
-					t.Errorf("session %d turn %d: session_wait_ns %d, max(0, predecessor end_ns %d + think − due %d) = %d: off by %v (bound: think/2 + the run's largest lateness %v)",
-						id, k, r.SessionWaitNS, prev.EndNS, due, want, time.Duration(d), time.Duration(maxLate))
-				}
-				if r.SessionWaitNS > 0 {
-					waited++
-				}
-			}
-		}
+		waited, overlapped, later := checkSessionTurns(t, mode, bySession, arrival, think, maxLate)
 		p99 := time.Duration(late[(len(late)*99+99)/100-1])
 		// Lateness is how fast this machine's timers fired (two CPU burners put its p99 over
 		// 25 ms): logged, not asserted. What the replayer decides is asserted above: each
@@ -163,44 +101,143 @@ func TestE2ESessionsResults(t *testing.T) {
 		if mode == replay.SessionsIndependent && overlapped*5 < later {
 			t.Errorf("independent: %d of %d later turns overlapped their predecessor: the engine was not slow enough", overlapped, later)
 		}
+		checkSessionsAnalyze(t, ctx, mode, res, later, overlapped)
+		checkSessionsDuckDB(t, mode, res, len(rows), later, waited, overlapped)
+	}
+}
 
-		out.Reset()
-		if err := run(ctx, []string{"analyze", res, "--json"}, &out, &errb); err != nil {
-			t.Fatalf("%s: analyze: %v\n%s", mode, err, errb.String())
-		}
-		var rep struct {
-			Conversations *struct {
-				Overlap *struct {
-					Turns      int64 `json:"turns"`
-					Overlapped int64 `json:"overlapped"`
-				} `json:"turn_overlap"`
-			} `json:"conversations"`
-		}
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			t.Fatal(err)
-		}
-		if rep.Conversations == nil || rep.Conversations.Overlap == nil {
-			t.Fatalf("%s: analyze reports no turn_overlap", mode)
-		}
-		if o := rep.Conversations.Overlap; o.Turns != int64(later) || o.Overlapped != int64(overlapped) {
-			t.Errorf("%s: analyze turn_overlap %+v, the results file: %d of %d", mode, *o, overlapped, later)
-		}
+// traceArrivals returns the arrival offset of every request of the trace at path, by id.
+func traceArrivals(t *testing.T, path string) map[int64]int64 {
+	t.Helper()
+	arrival := map[int64]int64{}
+	src, err := trace.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src.Next() {
+		r := src.Request()
+		arrival[r.ID] = int64(r.Arrival)
+	}
+	if err := src.Err(); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	return arrival
+}
 
-		if db := duckdbRows(t, fmt.Sprintf(`SELECT count(session_id)::INT AS sessions, count(turn)::INT AS turns,
+// sessionRows checks that every row is ok, in a session, and not sent before its
+// scheduled time, and returns the rows by session and the lateness of each, sorted.
+func sessionRows(t *testing.T, mode string, rows []results.Result) (map[int64][]results.Result, []int64) {
+	t.Helper()
+	bySession := map[int64][]results.Result{}
+	var late []int64
+	for _, r := range rows {
+		if r.Status != results.StatusOK || r.SessionID == results.Null || r.Turn == results.Null {
+			t.Fatalf("%s: request %d: status %s, session %d, turn %d: want every row ok, in a session", mode, r.RequestID, r.Status, r.SessionID, r.Turn)
+		}
+		if r.SentNS < r.ScheduledNS {
+			t.Errorf("%s: request %d sent at %d, before its scheduled %d", mode, r.RequestID, r.SentNS, r.ScheduledNS)
+		}
+		bySession[r.SessionID] = append(bySession[r.SessionID], r)
+		late = append(late, r.SentNS-r.ScheduledNS)
+	}
+	slices.Sort(late)
+	return bySession, late
+}
+
+// checkSessionTurns checks every session's turns against the mode's rule (see
+// TestE2ESessionsResults) and counts the later turns, those that waited and those sent
+// before their predecessor's end_ns.
+func checkSessionTurns(t *testing.T, mode string, bySession map[int64][]results.Result, arrival map[int64]int64, think time.Duration, maxLate int64) (waited, overlapped, later int) {
+	t.Helper()
+	for id, s := range bySession {
+		sort.Slice(s, func(i, j int) bool { return s[i].Turn < s[j].Turn })
+		for k, r := range s {
+			due := arrival[r.RequestID]
+			if int(r.Turn) != k {
+				t.Fatalf("%s: session %d: turns %v", mode, id, s)
+			}
+			if k == 0 || mode == replay.SessionsIndependent {
+				if r.ScheduledNS != due || r.SessionWaitNS != results.Null {
+					t.Errorf("%s: session %d turn %d: scheduled %d, trace due %d, wait %d: want due at its trace time, no wait", mode, id, k, r.ScheduledNS, due, r.SessionWaitNS)
+				}
+				if k > 0 && r.SentNS < s[k-1].EndNS {
+					overlapped++
+				}
+				if k > 0 {
+					later++
+				}
+				continue
+			}
+			later++
+			prev := s[k-1]
+			if r.SentNS < prev.EndNS+int64(think) {
+				t.Errorf("session %d turn %d sent at %d, before its predecessor's end_ns %d + think %v", id, k, r.SentNS, prev.EndNS, think)
+			}
+			if r.SessionWaitNS == results.Null || r.ScheduledNS-due != r.SessionWaitNS {
+				t.Errorf("session %d turn %d: scheduled %d − trace due %d ≠ session_wait_ns %d", id, k, r.ScheduledNS, due, r.SessionWaitNS)
+				continue
+			}
+			want := max(0, prev.EndNS+int64(think)-due)
+			if d := r.SessionWaitNS - want; d < 0 || d > int64(think/2)+maxLate {
+				t.Errorf("session %d turn %d: session_wait_ns %d, max(0, predecessor end_ns %d + think − due %d) = %d: off by %v (bound: think/2 + the run's largest lateness %v)",
+					id, k, r.SessionWaitNS, prev.EndNS, due, want, time.Duration(d), time.Duration(maxLate))
+			}
+			if r.SessionWaitNS > 0 {
+				waited++
+			}
+		}
+	}
+	return waited, overlapped, later
+}
+
+// checkSessionsAnalyze checks that analyze's turn_overlap counts what the results file
+// holds: later turns, and those of them that overlapped.
+func checkSessionsAnalyze(t *testing.T, ctx context.Context, mode, res string, later, overlapped int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(ctx, []string{"analyze", res, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("%s: analyze: %v\n%s", mode, err, errb.String())
+	}
+	var rep struct {
+		Conversations *struct {
+			Overlap *struct {
+				Turns      int64 `json:"turns"`
+				Overlapped int64 `json:"overlapped"`
+			} `json:"turn_overlap"`
+		} `json:"conversations"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Conversations == nil || rep.Conversations.Overlap == nil {
+		t.Fatalf("%s: analyze reports no turn_overlap", mode)
+	}
+	if o := rep.Conversations.Overlap; o.Turns != int64(later) || o.Overlapped != int64(overlapped) {
+		t.Errorf("%s: analyze turn_overlap %+v, the results file: %d of %d", mode, *o, overlapped, later)
+	}
+}
+
+// checkSessionsDuckDB checks that DuckDB, when installed, reads the conversation columns
+// and finds the same sessions, waits and overlaps.
+func checkSessionsDuckDB(t *testing.T, mode, res string, rows, later, waited, overlapped int) {
+	t.Helper()
+	db := duckdbRows(t, fmt.Sprintf(`SELECT count(session_id)::INT AS sessions, count(turn)::INT AS turns,
 			count(session_wait_ns)::INT AS waits, count(*) FILTER (session_wait_ns > 0)::INT AS waited,
 			count(*) FILTER (sent_ns < prev_end)::INT AS overlapped
-			FROM (SELECT *, lag(end_ns) OVER (PARTITION BY session_id ORDER BY turn) AS prev_end FROM read_parquet('%s'))`, res)); db != nil {
-			wantWaits := later
-			if mode == replay.SessionsIndependent {
-				wantWaits = 0
-			}
-			want := map[string]float64{"sessions": float64(len(rows)), "turns": float64(len(rows)), "waits": float64(wantWaits),
-				"waited": float64(waited), "overlapped": float64(overlapped)}
-			for k, v := range want {
-				if db[0][k] != v {
-					t.Errorf("%s: DuckDB %s = %v, want %v", mode, k, db[0][k], v)
-				}
-			}
+			FROM (SELECT *, lag(end_ns) OVER (PARTITION BY session_id ORDER BY turn) AS prev_end FROM read_parquet('%s'))`, res))
+	if db == nil {
+		return
+	}
+	wantWaits := later
+	if mode == replay.SessionsIndependent {
+		wantWaits = 0
+	}
+	want := map[string]float64{"sessions": float64(rows), "turns": float64(rows), "waits": float64(wantWaits),
+		"waited": float64(waited), "overlapped": float64(overlapped)}
+	for k, v := range want {
+		if db[0][k] != v {
+			t.Errorf("%s: DuckDB %s = %v, want %v", mode, k, db[0][k], v)
 		}
 	}
 }

@@ -38,54 +38,11 @@ func TestE2EShards(t *testing.T) {
 	defer cancel()
 
 	// The engine, in its own process: tiny decodes ~7k tok/s, 5x what the trace asks.
-	simCmd := exec.CommandContext(ctx, bin, "sim", "--addr", "127.0.0.1:0", "--profile", "tiny")
-	simErr, _ := simCmd.StderrPipe()
-	if err := simCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { simCmd.Process.Signal(os.Interrupt); simCmd.Wait() }()
-	endpoint := ""
-	sc := bufio.NewScanner(simErr)
-	re := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/v1)`)
-	for sc.Scan() {
-		if m := re.FindStringSubmatch(sc.Text()); m != nil {
-			endpoint = m[1]
-			break
-		}
-	}
-	if endpoint == "" {
-		t.Fatal("the simulated engine did not say where it listens")
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-
-	// 600 Poisson arrivals at 40 req/s (15 s), 64-token prompts, 20 output tokens, in
-	// 2-turn sessions half the time so that the session rule of the partition is exercised.
-	tracePath := filepath.Join(dir, "t.parquet")
-	w, err := trace.Create(tracePath, trace.Meta{Source: "synth"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := uint64(42)
-	var at time.Duration
+	endpoint, stop := startSimProcess(t, ctx, bin, "tiny")
+	defer stop()
 	const n = 600
-	for i := 0; i < n; i++ {
-		rng = rng*6364136223846793005 + 1442695040888963407
-		u := (float64(rng>>11) + 0.5) / (1 << 53)
-		at += time.Duration(-math.Log(u) / 40 * 1e9)
-		r := trace.Request{ID: int64(i), Arrival: at, PromptTokens: 64, OutputTokens: 20}
-		if i%2 == 0 {
-			r.SessionID, r.HasSession = int64(i/4), true
-		}
-		if err := w.Write(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	tracePath := filepath.Join(dir, "t.parquet")
+	writeShardTrace(t, tracePath, n)
 
 	run := func(args ...string) *exec.Cmd {
 		// Independent sessions: every request due at its trace time, so the shards' schedule
@@ -126,8 +83,72 @@ func TestE2EShards(t *testing.T) {
 	if out, err := run("-o", single).CombinedOutput(); err != nil {
 		t.Fatalf("single run: %v\n%s", err, out)
 	}
+	checkShardPartition(t, shards, single, startAt, n)
+	checkShardAnalysis(t, ctx, shards, single, n)
+}
 
-	// The partition and the schedule.
+// startSimProcess starts `llmreplay sim` of the given profile in its own process and
+// returns the endpoint it says it listens at, and a stop that interrupts it and waits.
+func startSimProcess(t *testing.T, ctx context.Context, bin, profile string) (endpoint string, stop func()) {
+	t.Helper()
+	simCmd := exec.CommandContext(ctx, bin, "sim", "--addr", "127.0.0.1:0", "--profile", profile)
+	simErr, _ := simCmd.StderrPipe()
+	if err := simCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop = func() { simCmd.Process.Signal(os.Interrupt); simCmd.Wait() }
+	sc := bufio.NewScanner(simErr)
+	re := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/v1)`)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			endpoint = m[1]
+			break
+		}
+	}
+	if endpoint == "" {
+		stop()
+		t.Fatal("the simulated engine did not say where it listens")
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	return endpoint, stop
+}
+
+// writeShardTrace writes n Poisson arrivals at 40 req/s (15 s for 600), 64-token prompts,
+// 20 output tokens, in 2-turn sessions half the time so that the session rule of the
+// partition is exercised.
+func writeShardTrace(t *testing.T, path string, n int) {
+	t.Helper()
+	w, err := trace.Create(path, trace.Meta{Source: "synth"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := uint64(42)
+	var at time.Duration
+	for i := 0; i < n; i++ {
+		rng = rng*6364136223846793005 + 1442695040888963407
+		u := (float64(rng>>11) + 0.5) / (1 << 53)
+		at += time.Duration(-math.Log(u) / 40 * 1e9)
+		r := trace.Request{ID: int64(i), Arrival: at, PromptTokens: 64, OutputTokens: 20}
+		if i%2 == 0 {
+			r.SessionID, r.HasSession = int64(i/4), true
+		}
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkShardPartition checks the partition and the schedule: the shards' records are the n
+// requests of the single run, each once, each due at the single run's offset, and the
+// shards share one run start, the one --start-at gave.
+func checkShardPartition(t *testing.T, shards []string, single string, startAt time.Time, n int) {
+	t.Helper()
 	singleRes, _, err := results.ReadFile(single)
 	if err != nil {
 		t.Fatal(err)
@@ -170,8 +191,12 @@ func TestE2EShards(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("the shards recorded %d distinct requests, the trace has %d", len(seen), n)
 	}
+}
 
-	// The merged analysis against the single run's.
+// checkShardAnalysis checks that analyze merges the shards into figures that match the
+// single run's within the tolerances below.
+func checkShardAnalysis(t *testing.T, ctx context.Context, shards []string, single string, n int) {
+	t.Helper()
 	analyse := func(paths ...string) *analysis.Report {
 		d, err := analysis.Load(ctx, analysis.LoadOptions{}, paths...)
 		if err != nil {
@@ -184,7 +209,7 @@ func TestE2EShards(t *testing.T) {
 		return rep
 	}
 	merged, one := analyse(shards...), analyse(single)
-	if merged.Requests.Total != n || merged.Requests.OK != one.Requests.OK {
+	if merged.Requests.Total != int64(n) || merged.Requests.OK != one.Requests.OK {
 		t.Errorf("merged: %d requests, %d ok; single: %d ok", merged.Requests.Total, merged.Requests.OK, one.Requests.OK)
 	}
 	within := func(name string, got, want, rel, abs float64) {

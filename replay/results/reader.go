@@ -4,64 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
-	"os"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
-	"github.com/apache/arrow/go/v15/arrow/memory"
-	"github.com/apache/arrow/go/v15/parquet/file"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 )
 
 // ReadFile reads a whole results file into memory: for tests, benchmarks and small runs
-// (the analysis package streams).
+// (the analysis package streams, column by column). It opens the file as the analysis does
+// (Open: the kind of file, the run metadata) and checks its schema by name (Check).
 func ReadFile(path string) ([]Result, *RunMeta, error) {
-	f, err := os.Open(path)
+	f, err := Open(path, OpenOptions{BatchSize: 8192})
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: %w", err)
+		return nil, nil, fmt.Errorf("results: %w", err)
 	}
 	defer f.Close()
-	pf, err := file.NewParquetReader(f)
+	layout, err := f.Check()
 	if err != nil {
-		if k, ok := filekind.OfFile(path); ok && k != filekind.Parquet {
-			return nil, nil, fmt.Errorf("replay: read %s: %s", path, filekind.Mismatch(k, "a results file (Parquet)", path))
-		}
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("results: %w", err)
 	}
-	defer pf.Close()
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
+	rr, err := f.Arrow.GetRecordReader(context.Background(), nil, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
-	}
-	schema, err := fr.Schema()
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: read %s: schema: %w", path, err)
-	}
-	meta, err := ParseRunMeta(schema)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
-	}
-	layout, err := Check(schema)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
-	}
-	rr, err := fr.GetRecordReader(context.Background(), nil, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("results: read %s: %w", path, err)
 	}
 	defer rr.Release()
 	var out []Result
 	for rr.Next() {
 		if out, err = appendRecord(out, rr.Record(), layout); err != nil {
-			return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
+			return nil, nil, fmt.Errorf("results: read %s: %w", path, err)
 		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("replay: read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("results: read %s: %w", path, err)
 	}
-	return out, meta, nil
+	return out, &f.Run, nil
 }
 
 // resultArrays are the columns of one record, located by name.

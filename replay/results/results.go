@@ -2,7 +2,8 @@
 // record beside its codecs: the column names, the Arrow schema with its nullability, the
 // request statuses, the run metadata and its JSON, the metadata keys, the null convention,
 // a check of a file's schema by column name; and Result (one row), the crash-safe journal
-// that writes results and metrics, its conversion to Parquet, and ReadFile. The replayer and
+// that writes results and metrics, its conversion to Parquet, Open (how every reader opens
+// a results file: its kind, its run metadata, its columns) and ReadFile. The replayer and
 // the analysis share this one definition. A column added in a later revision is added to the
 // columns table below, and nowhere else in this package.
 package results
