@@ -65,7 +65,7 @@ type FirstWave struct {
 	Lateness    Percentiles // ms, of those sent
 }
 
-// Percentiles of a sample by quantile.Type7 (linear interpolation between closest ranks,
+// Percentiles of a sample by stats.Type7 (linear interpolation between closest ranks,
 // the method every report names).
 type Percentiles struct {
 	N                  int
