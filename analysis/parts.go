@@ -20,9 +20,9 @@ import (
 // figure, a number, a summary column and a plot read the same in a run's report and in a
 // sweep's.
 
-// FigureFloat reads the declared scalar figure key (figures.go) from a report: NaN when
-// the run does not define it, or for a key not declared (the goldens of whatever reads it
-// would show it).
+// FigureFloat reads the declared scalar figure key (figures.go, reportFigures) from a
+// report as a float: a count as its value, a flag as 0 or 1; NaN for a key not declared
+// (the goldens of whatever reads it would show it).
 func FigureFloat(key string) func(*Report) float64 { return figureFloat(key) }
 
 // FigureQuantile reads a percentile (p picks it: q.P50, q.P99 ...) of the declared
