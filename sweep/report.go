@@ -348,7 +348,7 @@ func (s *Report) WriteJSON(w io.Writer) error {
 // (the same names as summary.parquet).
 func (s *Report) WriteParquet(path string) error {
 	if len(s.Rows) == 0 {
-		return errors.New("analysis: sweep has no points")
+		return errors.New("sweep: write sweep.parquet: the sweep has no points")
 	}
 	rows := make([][]analysis.Column, len(s.Rows))
 	for i, r := range s.Rows {
@@ -421,7 +421,7 @@ func (s *Report) WriteHTML(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: analysis.PageStyle, Script: analysis.PageScript, Axis: s.Axis, Plots: plots, Text: text.String()})
 	if err != nil {
-		return fmt.Errorf("analysis: sweep html: %w", err)
+		return fmt.Errorf("sweep: html: %w", err)
 	}
 	return bw.Flush()
 }
