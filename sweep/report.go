@@ -3,7 +3,6 @@ package sweep
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -348,7 +347,7 @@ func (s *Report) WriteJSON(w io.Writer) error {
 // (the same names as summary.parquet).
 func (s *Report) WriteParquet(path string) error {
 	if len(s.Rows) == 0 {
-		return errors.New("sweep: write sweep.parquet: the sweep has no points")
+		return fmt.Errorf("sweep: write %s: the sweep has no points", path)
 	}
 	rows := make([][]analysis.Column, len(s.Rows))
 	for i, r := range s.Rows {
