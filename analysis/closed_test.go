@@ -14,11 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v15/arrow/array"
-	"github.com/apache/arrow/go/v15/arrow/memory"
-	"github.com/apache/arrow/go/v15/parquet/file"
-	"github.com/apache/arrow/go/v15/parquet/pqarrow"
-
+	"github.com/llmreplay/llmreplay/internal/parquettest"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -330,43 +326,7 @@ func TestPerUserHandComputed(t *testing.T) {
 // readSummary reads row k of a summary.parquet into name → value (nil for null).
 func readSummary(t *testing.T, path string, k int) map[string]any {
 	t.Helper()
-	f, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fr, err := pqarrow.NewFileReader(f, pqarrow.ArrowReadProperties{BatchSize: 16}, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := fr.ReadTable(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Release()
-	out := map[string]any{}
-	for i := range int(tbl.NumCols()) {
-		name := tbl.Schema().Field(i).Name
-		if _, dup := out[name]; dup {
-			t.Errorf("summary column %s twice", name)
-		}
-		a := tbl.Column(i).Data().Chunk(0)
-		if a.IsNull(k) {
-			out[name] = nil
-			continue
-		}
-		switch v := a.(type) {
-		case *array.Float64:
-			out[name] = v.Value(k)
-		case *array.Int64:
-			out[name] = v.Value(k)
-		case *array.Boolean:
-			out[name] = v.Value(k)
-		case *array.String:
-			out[name] = v.Value(k)
-		}
-	}
-	return out
+	return parquettest.Row(t, path, k)
 }
 
 // closedGoldenRun is a deterministic 64-worker closed loop, no ramp-up: a first wave sent

@@ -285,7 +285,7 @@ func (c *Comparison) WriteParquetDir(dir string) error {
 			}
 		}
 	}
-	return writeColRows(filepath.Join(dir, "compare.parquet"), CompareFormat, rows)
+	return WriteColumns(filepath.Join(dir, "compare.parquet"), CompareFormat, rows)
 }
 
 // seriesClass is the plot class of run i (three colours, then dashed repeats of them).

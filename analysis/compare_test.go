@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )
@@ -366,19 +367,7 @@ func TestCompareHTMLRendersInChromium(t *testing.T) {
 	if err := c.WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
 	}
-	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
-	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
-	}
-	if m[1] != m[2] || m[2] != "3" {
-		t.Errorf("render check: %s (want all 3 plots)", m[3])
-	}
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
-	}
+	browsertest.RenderCheck(t, bin, page, 3)
 }
 
 // BenchmarkCompareRuns: two runs of 100k requests (cmpRowsN: 20 req/s, 16 chunks each),

@@ -4,51 +4,21 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
-// chromium finds a headless-capable Chromium: $LLMREPLAY_CHROMIUM, else chromium,
-// chromium-browser or google-chrome on PATH. Missing: skip locally, fail under CI
-// (scripts/test installs Debian's chromium there).
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("LLMREPLAY_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("the HTML report test needs chromium (scripts/test installs it under CI)")
-	}
-	t.Skip("chromium not found: skipping the browser test")
-	return ""
-}
-
-func headless(t *testing.T, bin string, extra ...string) (stdout, stderr string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-		"--no-first-run", "--disable-component-update", "--disable-sync", "--user-data-dir=" + t.TempDir(),
-		"--enable-logging=stderr", "--v=0"}, extra...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", bin, args, err, errb.String())
-	}
-	return out.String(), errb.String()
-}
+// chromium and headless: the shared browser helpers (internal/browsertest).
+var (
+	chromium = browsertest.Chromium
+	headless = browsertest.Headless
+)
 
 // TestHTMLRendersInChromium opens the report in headless Chromium: the page's own check
 // (every plot laid out with marks drawn) must pass and the console must stay silent.
@@ -112,27 +82,12 @@ func renderCheck(t *testing.T, bin string, r *Report) {
 	if err := r.WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
 	}
-	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
-	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
-	}
-	want := "8"
+	want := 8
 	if r.Server != nil {
-		want = "10" // the two server panels
+		want = 10 // the two server panels
 	}
-	if m[1] != m[2] || m[2] != want {
-		t.Errorf("render check: %s (want all %s plots)", m[3], want)
-	}
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
-	}
-	if shot := os.Getenv("LLMREPLAY_SCREENSHOT"); shot != "" {
-		abs, _ := filepath.Abs(shot)
-		headless(t, bin, "--window-size=1400,2400", "--screenshot="+abs, "file://"+page)
-	}
+	browsertest.RenderCheck(t, bin, page, want)
+	browsertest.Screenshot(t, bin, page, 1400, 2400)
 }
 
 // The page's check must notice a plot with nothing drawn (so the test above can fail).

@@ -258,7 +258,7 @@ func (r *Report) toJSON() jsonObject {
 	j := jsonObject{{"requests", figureObject(r, "requests")}, {"throughput", figureObject(r, "throughput")}}
 	j = append(j, figureObject(r, "")...)
 	j = append(j, jsonField{"goodput", figureObject(r, "goodput")},
-		jsonField{"per_user", jsonPerUser{js(r.PerUser.TokensPerS), js(r.PerUser.InvTPOT)}})
+		jsonField{"per_user", PerUserJSON(r.PerUser)})
 	var closed *jsonClosed
 	if c := r.Closed; c != nil {
 		closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: num(c.RampUpS),

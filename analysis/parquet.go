@@ -126,7 +126,7 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 	for i, r := range reps {
 		rows[i] = r.summaryCols()
 	}
-	if err := writeColRows(filepath.Join(dir, "summary.parquet"), SummaryFormat, rows); err != nil {
+	if err := WriteColumns(filepath.Join(dir, "summary.parquet"), SummaryFormat, rows); err != nil {
 		return err
 	}
 

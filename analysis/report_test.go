@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -17,9 +16,12 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v15/parquet/file"
+
+	"github.com/llmreplay/llmreplay/internal/goldenfile"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+// update is the shared -update flag: rewrite the golden files.
+var update = goldenfile.Update
 
 // mixedRun is a deterministic 40 s run of mixed lengths: TTFT grows with the prompt, some
 // requests fail, one is dropped, and a few carry chunk_tokens.
@@ -82,22 +84,7 @@ func mixedReport(t *testing.T) (*Report, string) {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test -update rewrites it):\n--- got\n%s", name, got)
-	}
+	goldenfile.Check(t, name, got)
 }
 
 func TestTextReportGolden(t *testing.T) {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/stats"
 )
 
 // scrape is one scrape attempt of a source for writeMetrics: its samples (prom.Parse's
@@ -393,73 +392,6 @@ func TestServerFixtures(t *testing.T) {
 	}
 }
 
-// serverSweep: two points, the first scraped (vllmScrapes), the second not.
-func serverSweep(t *testing.T) *SweepReport {
-	t.Helper()
-	opts := DefaultOptions()
-	opts.Warmup = 2 * time.Second
-	var rows []SweepRow
-	for i, sc := range [][]scrape{vllmScrapes("http://127.0.0.1:8000/metrics"), nil} {
-		paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})
-		d, err := Load(context.Background(), LoadOptions{}, paths...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		row, err := NewSweepRow("rate", float64(10*(i+1)), paths[0], d, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, row)
-	}
-	return NewSweepReport("rate", rows, stats.KneeOptions{}, nil)
-}
-
-// TestSweepServerFigures: a sweep point carries its server figures in the text table, the
-// JSON (points[].server, absent for the point that scraped nothing) and sweep.parquet.
-func TestSweepServerFigures(t *testing.T) {
-	s := serverSweep(t)
-	var buf bytes.Buffer
-	if err := s.WriteText(&buf); err != nil {
-		t.Fatal(err)
-	}
-	txt := buf.String()
-	if !strings.Contains(txt, "Server at each point") || !strings.Contains(txt, "26.2%") || !strings.Contains(txt, " 17 ") {
-		t.Errorf("text lacks the server table or its figures:\n%s", txt)
-	}
-	buf.Reset()
-	if err := s.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
-	var j struct {
-		Points []struct {
-			Server *struct {
-				KV          float64 `json:"kv_cache_usage_mean"`
-				WaitingMax  float64 `json:"waiting_requests_max"`
-				Preemptions float64 `json:"preemptions"`
-			} `json:"server"`
-		} `json:"points"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &j); err != nil {
-		t.Fatal(err)
-	}
-	if len(j.Points) != 2 || j.Points[0].Server == nil || j.Points[1].Server != nil {
-		t.Fatalf("points %s", buf.String())
-	}
-	if p := j.Points[0].Server; !closeTo(p.KV, 10.5/40) || p.WaitingMax != 38 || p.Preemptions != 17 {
-		t.Errorf("point 1 server %+v", *p)
-	}
-	path := filepath.Join(t.TempDir(), "sweep.parquet")
-	if err := s.WriteParquet(path); err != nil {
-		t.Fatal(err)
-	}
-	if row := readSummary(t, path, 0); row["server_preemptions"] != 17.0 || row["server_scrapes"] != int64(21) {
-		t.Errorf("sweep.parquet row 0: server_preemptions %v, server_scrapes %v", row["server_preemptions"], row["server_scrapes"])
-	}
-	if row := readSummary(t, path, 1); row["server_preemptions"] != nil || row["server_scrapes"] != int64(0) {
-		t.Errorf("sweep.parquet row 1 (not scraped): server_preemptions %v, server_scrapes %v", row["server_preemptions"], row["server_scrapes"])
-	}
-}
-
 // TestServerParquetColumns: summary.parquet and timeseries.parquet carry the server figures.
 func TestServerParquetColumns(t *testing.T) {
 	r := analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})...)
@@ -478,7 +410,7 @@ func TestServerParquetColumns(t *testing.T) {
 }
 
 // TestServerKeysDocumented: every key of the JSON server section and every server column
-// of the summary is named in docs/metrics.md, as are the sweep point's server keys.
+// of the summary is named in docs/metrics.md (a sweep point's server keys: package sweep's test).
 func TestServerKeysDocumented(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	if err != nil {
@@ -514,10 +446,6 @@ func TestServerKeysDocumented(t *testing.T) {
 			t.Errorf("summary column %s is not in docs/metrics.md", c.name)
 		}
 	}
-	sj, _ := json.Marshal(sweepServerOf(r))
-	var sm map[string]any
-	json.Unmarshal(sj, &sm)
-	walk(sm)
 	for _, name := range []string{"server_running", "server_waiting", "server_kv_cache_usage", "server_preemptions", "server_gpu_utilization_pct", "server_gpu_power_w"} {
 		if !bytes.Contains(doc, []byte("`"+name+"`")) {
 			t.Errorf("timeseries column %s is not in docs/metrics.md", name)
@@ -593,24 +521,6 @@ func TestServerSourcesCombine(t *testing.T) {
 	s = analyzeServer(t, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{dp})...).Server
 	if s.Running.Mean != 7 || !closeTo(s.KVUsage.Mean, 0.4) {
 		t.Errorf("data parallel: running %v (want 7), kv %v (want 0.4)", s.Running.Mean, s.KVUsage.Mean)
-	}
-}
-
-// TestSweepExplainsKnee: the knee's passing and failing points are described by the
-// engine's figures there.
-func TestSweepExplainsKnee(t *testing.T) {
-	srv := func(kv, wait, pre float64) *Report {
-		return &Report{Server: &Server{KVUsage: GaugeStats{N: 1, Mean: kv, Max: kv}, Waiting: GaugeStats{N: 1, Mean: wait, Max: wait}, Preemptions: pre}}
-	}
-	s := &SweepReport{Axis: "rate", Rows: []SweepRow{{Load: 10, Report: srv(0.4, 0, 0)}, {Load: 20, Report: srv(0.99, 35, 12)}},
-		Saturation: stats.Bound{Found: true, Bracketed: true, Pass: 10, Fail: 20}}
-	got := s.explainBound(s.Saturation, "saturation")
-	want := "  engine at the saturation: at rate 10 (passes): KV cache 40.0% mean, 40.0% max; 0.0 waiting (mean), 0.0 max; 0 preemptions; at rate 20 (fails): KV cache 99.0% mean, 99.0% max; 35.0 waiting (mean), 35.0 max; 12 preemptions"
-	if got != want {
-		t.Errorf("got  %q\nwant %q", got, want)
-	}
-	if got := s.explainBound(stats.Bound{}, "SLO limit"); got != "" {
-		t.Errorf("a bound not found is explained: %q", got)
 	}
 }
 

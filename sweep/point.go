@@ -25,7 +25,7 @@ type sweeper struct {
 	state *State
 	aopts analysis.Options
 	ko    stats.KneeOptions
-	rows  map[float64]analysis.SweepRow
+	rows  map[float64]Row
 	ran   int // replays run by this process (for the cooldown)
 }
 
@@ -54,12 +54,12 @@ func (sw *sweeper) runPoints() (*stats.KneeResult, error) {
 
 // point returns the row at load, running a replay for it (one per repeat) unless a
 // finished one is kept.
-func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
+func (sw *sweeper) point(load float64) (Row, error) {
 	if r, ok := sw.rows[load]; ok {
 		return r, nil
 	}
 	if err := sw.ctx.Err(); err != nil {
-		return analysis.SweepRow{}, err
+		return Row{}, err
 	}
 	c := sw.cfg
 	n := len(sw.state.Points) + 1
@@ -67,16 +67,16 @@ func (sw *sweeper) point(load float64) (analysis.SweepRow, error) {
 	started := time.Now()
 	repeats, err := sw.replays(load, n, file)
 	if err != nil {
-		return analysis.SweepRow{}, err
+		return Row{}, err
 	}
 	row, err := sw.analyse(load, file, repeats...)
 	if err != nil {
-		return analysis.SweepRow{}, err
+		return Row{}, err
 	}
 	sw.rows[load] = row
 	sw.state.Points = append(sw.state.Points, Finished{Load: load, File: file, Repeats: repeats})
 	if err := sw.state.Write(c.Dir); err != nil {
-		return analysis.SweepRow{}, err
+		return Row{}, err
 	}
 	sw.logPoint(row, n, time.Since(started))
 	return row, nil
@@ -127,7 +127,7 @@ func (sw *sweeper) replays(load float64, n int, file string) (repeats []string, 
 }
 
 // logPoint says what finished point n measured, in took.
-func (sw *sweeper) logPoint(row analysis.SweepRow, n int, took time.Duration) {
+func (sw *sweeper) logPoint(row Row, n int, took time.Duration) {
 	c := sw.cfg
 	pt := row.Point()
 	if sp := row.Spread; sp != nil {
@@ -182,14 +182,9 @@ func (c *Config) pointConfig(load float64, path string, n int) (replay.Config, m
 	return cfg, flags
 }
 
+// flagsNote is a point's progress line's note of its flags (flagNames, buffered aside).
 func flagsNote(r *analysis.Report) string {
-	var s []string
-	if r.Flags.ClientLimited {
-		s = append(s, "client-limited")
-	}
-	if r.Flags.Overloaded {
-		s = append(s, "overloaded")
-	}
+	s := flagNames(r, false)
 	if len(s) == 0 {
 		return ""
 	}
@@ -197,30 +192,30 @@ func flagsNote(r *analysis.Report) string {
 }
 
 // analyse returns the row of the point at load: its file's, or, for a repeated point (its
-// repeats' files given), analysis.NewRepeatedSweepRow of its repeats' rows and data: its
+// repeats' files given), NewRepeatedRow of its repeats' rows and data: its
 // median repeat's row, with the intervals across the repeats.
-func (sw *sweeper) analyse(load float64, file string, repeats ...string) (analysis.SweepRow, error) {
+func (sw *sweeper) analyse(load float64, file string, repeats ...string) (Row, error) {
 	files := repeats
 	if len(files) == 0 {
 		files = []string{file}
 	}
-	rows := make([]analysis.SweepRow, 0, len(files))
+	rows := make([]Row, 0, len(files))
 	data := make([]*analysis.Data, 0, len(files))
 	for _, f := range files {
 		d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, filepath.Join(sw.cfg.Dir, f))
 		if err != nil {
-			return analysis.SweepRow{}, err
+			return Row{}, err
 		}
-		row, err := analysis.NewSweepRow(sw.cfg.Axis, load, f, d, sw.aopts)
+		row, err := NewRow(sw.cfg.Axis, load, f, d, sw.aopts)
 		if err != nil {
-			return analysis.SweepRow{}, err
+			return Row{}, err
 		}
 		rows, data = append(rows, row), append(data, d)
 	}
 	if len(repeats) == 0 {
 		return rows[0], nil
 	}
-	return analysis.NewRepeatedSweepRow(rows, data), nil
+	return NewRepeatedRow(rows, data), nil
 }
 
 // removeAll removes files of the sweep's folder, with their metrics files.

@@ -3,7 +3,10 @@
 // loop of replays: the plan of points (a list of loads, or the knee search's probes), each
 // point's replay options (its load, output and a prompt seed no other point shares), the
 // idle check of the endpoint between points, the sweep's folder with its state, so that an
-// interrupted sweep resumes where it stopped without storing a secret, and the reports.
+// interrupted sweep resumes where it stopped without storing a secret, and the reports:
+// Report (report.go) judges the points (the knee, and its brackets when points were
+// repeated, repeats.go) and writes the table, JSON, sweep.parquet and page, the columns
+// declared once (columns.go), each point's numbers read through analysis's figures.
 //
 // Running one replay is not its business: a Replayer does that (the CLI's, with its
 // progress and messages, the same as `llmreplay replay`'s), so a point is exactly a replay.
@@ -245,7 +248,7 @@ func Run(ctx context.Context, cfg *Config, resumed *State) error {
 	if err != nil {
 		return err
 	}
-	sw := &sweeper{ctx: ctx, cfg: cfg, state: state, aopts: aopts, ko: cfg.kneeOptions(), rows: map[float64]analysis.SweepRow{}}
+	sw := &sweeper{ctx: ctx, cfg: cfg, state: state, aopts: aopts, ko: cfg.kneeOptions(), rows: map[float64]Row{}}
 	for _, p := range state.Points {
 		row, err := sw.analyse(p.Load, p.File, p.Repeats...)
 		if err != nil {
@@ -266,14 +269,14 @@ func (sw *sweeper) finish(knee *stats.KneeResult, runErr error) error {
 		}
 		return errors.New("sweep: no point finished")
 	}
-	rows := make([]analysis.SweepRow, 0, len(sw.rows))
+	rows := make([]Row, 0, len(sw.rows))
 	for _, r := range sw.rows {
 		rows = append(rows, r)
 	}
 	if runErr != nil {
 		knee = nil // an interrupted search's bounds are partial: judge the finished points alone
 	}
-	rep := analysis.NewSweepReport(sw.cfg.Axis, rows, sw.ko, knee)
+	rep := NewReport(sw.cfg.Axis, rows, sw.ko, knee)
 	if err := writeReports(sw.cfg.Dir, rep); err != nil {
 		return err
 	}
@@ -296,7 +299,7 @@ func (sw *sweeper) finish(knee *stats.KneeResult, runErr error) error {
 }
 
 // writeReports writes the sweep's report in every format into dir, each file atomically.
-func writeReports(dir string, rep *analysis.SweepReport) error {
+func writeReports(dir string, rep *Report) error {
 	if err := rep.WriteParquet(filepath.Join(dir, "sweep.parquet")); err != nil {
 		return err
 	}

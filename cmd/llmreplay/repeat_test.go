@@ -289,7 +289,7 @@ func TestSweepRepeats(t *testing.T) {
 				t.Errorf("point %d repeat %d: seed %s, repeat %d of %d, group %q; want seed %s, %d of 3, group %q",
 					i+1, r+1, m.Flags["seed"], m.Repeat, m.RepeatCount, m.RepeatGroup, want, r+1, group)
 			}
-			row, err := analysis.NewSweepRow("speedup", p.Load, f, d, analysis.DefaultOptions())
+			row, err := sweep.NewRow("speedup", p.Load, f, d, analysis.DefaultOptions())
 			if err != nil {
 				t.Fatal(err)
 			}

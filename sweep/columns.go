@@ -1,11 +1,12 @@
-package analysis
+package sweep
 
 import (
-	"github.com/llmreplay/llmreplay/stats"
-
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // The sweep's points are one list of columns (sweepColumns): the text table and the JSON
@@ -30,33 +31,33 @@ type sweepColumn struct {
 	Head  string
 	Width int
 	Text  sweepAxes
-	Cell  func(s *SweepReport, r SweepRow) string
+	Cell  func(s *Report, r Row) string
 
 	JSON   string
 	OnJSON sweepAxes
-	Value  func(s *SweepReport, r SweepRow) any
+	Value  func(s *Report, r Row) any
 }
 
 // sweepFigure reads the declared figure key's value from a point's report.
-func sweepFigure(key string) func(*SweepReport, SweepRow) float64 {
-	get := figureFloat(key)
-	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
+func sweepFigure(key string) func(*Report, Row) float64 {
+	get := analysis.FigureFloat(key)
+	return func(_ *Report, r Row) float64 { return get(r.Report) }
 }
 
 // sweepQuantile is a declared distribution's percentile p (P50 or P99) at a point.
-func sweepQuantile(key string, p func(stats.Quantiles) float64) func(*SweepReport, SweepRow) float64 {
-	get := figureQuantile(key, p)
-	return func(_ *SweepReport, r SweepRow) float64 { return get(r.Report) }
+func sweepQuantile(key string, p func(stats.Quantiles) float64) func(*Report, Row) float64 {
+	get := analysis.FigureQuantile(key, p)
+	return func(_ *Report, r Row) float64 { return get(r.Report) }
 }
 
 // cell and value adapt a float getter to a text cell (formatted by format) and a JSON
 // number (null when undefined).
-func cell(get func(*SweepReport, SweepRow) float64, format func(float64) string) func(*SweepReport, SweepRow) string {
-	return func(s *SweepReport, r SweepRow) string { return format(get(s, r)) }
+func cell(get func(*Report, Row) float64, format func(float64) string) func(*Report, Row) string {
+	return func(s *Report, r Row) string { return format(get(s, r)) }
 }
 
-func value(get func(*SweepReport, SweepRow) float64) func(*SweepReport, SweepRow) any {
-	return func(s *SweepReport, r SweepRow) any { return num(get(s, r)) }
+func value(get func(*Report, Row) float64) func(*Report, Row) any {
+	return func(s *Report, r Row) any { return analysis.Num(get(s, r)) }
 }
 
 // figureColumn is a headline figure's column: its declared key as the JSON key, on both
@@ -79,46 +80,46 @@ func latencyColumn(key, name, pn string, p func(stats.Quantiles) float64, text b
 
 // sweepGoodput and sweepAttainment: without an SLO NaN, which an open-loop point's JSON
 // writes as 0 and a closed-loop point's as null (as they always have).
-func sweepGoodput(_ *SweepReport, r SweepRow) float64 { good, _ := goodputOf(r.Report); return good }
+func sweepGoodput(_ *Report, r Row) float64 { good, _ := goodputOf(r.Report); return good }
 
-func sweepAttainment(_ *SweepReport, r SweepRow) float64 { _, att := goodputOf(r.Report); return att }
+func sweepAttainment(_ *Report, r Row) float64 { _, att := goodputOf(r.Report); return att }
 
-func zeroOnOpen(get func(*SweepReport, SweepRow) float64, scale float64) func(*SweepReport, SweepRow) any {
-	return func(s *SweepReport, r SweepRow) any {
+func zeroOnOpen(get func(*Report, Row) float64, scale float64) func(*Report, Row) any {
+	return func(s *Report, r Row) any {
 		if !s.closed() && r.Report.Goodput == nil {
-			return num(0)
+			return analysis.Num(0)
 		}
-		return num(get(s, r) * scale)
+		return analysis.Num(get(s, r) * scale)
 	}
 }
 
 // sweepColumns are the sweep's point columns, in order.
 var sweepColumns = []sweepColumn{
 	{Width: 10, Text: onOpen, Cell: loadCell},
-	{Width: 11, Text: onClosed, Cell: loadCell, JSON: "load", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Load }},
-	{JSON: "file", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.File }},
-	{Head: "offer r/s", Width: 10, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f2(r.Offered.WindowRequestsPerS) },
-		JSON: "offered_requests_per_s", OnJSON: onOpen, Value: func(_ *SweepReport, r SweepRow) any { return num(r.Offered.WindowRequestsPerS) }},
-	{Head: "offer tok/s", Width: 11, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Point().OfferedTokensPerSecond) },
-		JSON: "offered_output_tokens_per_s", OnJSON: onOpen, Value: func(_ *SweepReport, r SweepRow) any { return num(r.Point().OfferedTokensPerSecond) }},
+	{Width: 11, Text: onClosed, Cell: loadCell, JSON: "load", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Load }},
+	{JSON: "file", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.File }},
+	{Head: "offer r/s", Width: 10, Text: onOpen, Cell: func(_ *Report, r Row) string { return f2(r.Offered.WindowRequestsPerS) },
+		JSON: "offered_requests_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Offered.WindowRequestsPerS) }},
+	{Head: "offer tok/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().OfferedTokensPerSecond) },
+		JSON: "offered_output_tokens_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Point().OfferedTokensPerSecond) }},
 	figureColumn("requests_per_s", "req/s", 8, onClosed, f2),
 	figureColumn("output_tokens_per_s", "out tok/s", 10, onClosed, f1),
 	// The open loop's table prints the knee's sustained throughput (0 when undefined).
-	{Head: "sustain t/s", Width: 11, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Point().SustainedTokensPerSecond) }},
+	{Head: "sustain t/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().SustainedTokensPerSecond) }},
 	figureColumn("sustained_output_tokens_per_s", "sustain t/s", 11, onClosed, f1),
-	{Head: "ratio", Width: 6, Text: onOpen, Cell: func(_ *SweepReport, r SweepRow) string {
+	{Head: "ratio", Width: 6, Text: onOpen, Cell: func(_ *Report, r Row) string {
 		pt, ratio := r.Point(), math.NaN()
 		if pt.OfferedTokensPerSecond > 0 {
 			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
 		}
 		return f2(ratio)
 	}},
-	{Head: "user mean", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.TokensPerS.Mean) },
-		JSON: "per_user", OnJSON: onClosed, Value: func(_ *SweepReport, r SweepRow) any {
-			return jsonPerUser{js(r.Report.PerUser.TokensPerS), js(r.Report.PerUser.InvTPOT)}
+	{Head: "user mean", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.TokensPerS.Mean) },
+		JSON: "per_user", OnJSON: onClosed, Value: func(_ *Report, r Row) any {
+			return analysis.PerUserJSON(r.Report.PerUser)
 		}},
-	{Head: "user p50", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.TokensPerS.P50) }},
-	{Head: "1/TPOT p50", Width: 10, Text: onClosed, Cell: func(_ *SweepReport, r SweepRow) string { return f1(r.Report.PerUser.InvTPOT.P50) }},
+	{Head: "user p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.TokensPerS.P50) }},
+	{Head: "1/TPOT p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.InvTPOT.P50) }},
 	latencyColumn("ttft", "TTFT", "p50", p50, true),
 	latencyColumn("ttft", "TTFT", "p99", p99, true),
 	latencyColumn("tpot", "TPOT", "p50", p50, true),
@@ -127,18 +128,18 @@ var sweepColumns = []sweepColumn{
 	latencyColumn("e2e", "E2E", "p99", p99, true),
 	{Head: "goodput", Width: 8, Text: onBoth, Cell: cell(sweepGoodput, f2), JSON: "goodput_requests_per_s", OnJSON: onBoth, Value: zeroOnOpen(sweepGoodput, 1)},
 	{Head: "attain", Width: 7, Text: onBoth, Cell: cell(sweepAttainment, pct), JSON: "attainment", OnJSON: onBoth, Value: zeroOnOpen(sweepAttainment, 1.0/100)},
-	{Head: "errors", Width: 7, Text: onBoth, Cell: func(_ *SweepReport, r SweepRow) string { return pct(100 * r.ErrorRate()) },
-		JSON: "error_rate", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return num(r.ErrorRate()) }},
-	{JSON: "client_limited", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Report.Flags.ClientLimited }},
-	{JSON: "overloaded", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any { return r.Report.Flags.Overloaded }},
-	{Head: "flags", Text: onBoth, Cell: func(_ *SweepReport, r SweepRow) string { return pointFlags(r.Report) }},
-	{JSON: "server", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any {
+	{Head: "errors", Width: 7, Text: onBoth, Cell: func(_ *Report, r Row) string { return pct(100 * r.ErrorRate()) },
+		JSON: "error_rate", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return analysis.Num(r.ErrorRate()) }},
+	{JSON: "client_limited", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Report.Flags.ClientLimited }},
+	{JSON: "overloaded", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Report.Flags.Overloaded }},
+	{Head: "flags", Text: onBoth, Cell: func(_ *Report, r Row) string { return pointFlags(r.Report) }},
+	{JSON: "server", OnJSON: onBoth, Value: func(_ *Report, r Row) any {
 		if v := sweepServerOf(r.Report); v != nil { // absent when the point scraped nothing
 			return v
 		}
 		return nil
 	}},
-	{JSON: "intervals", OnJSON: onBoth, Value: func(_ *SweepReport, r SweepRow) any {
+	{JSON: "intervals", OnJSON: onBoth, Value: func(_ *Report, r Row) any {
 		if v := spreadOf(r.Spread); v != nil { // a repeated point's
 			return v
 		}
@@ -146,10 +147,10 @@ var sweepColumns = []sweepColumn{
 	}},
 }
 
-func loadCell(_ *SweepReport, r SweepRow) string { return fmtLoad(r.Load) }
+func loadCell(_ *Report, r Row) string { return loadText(r.Load) }
 
 // axes is the sweep's axis as a column mask.
-func (s *SweepReport) axes() sweepAxes {
+func (s *Report) axes() sweepAxes {
 	if s.closed() {
 		return onClosed
 	}
@@ -157,7 +158,7 @@ func (s *SweepReport) axes() sweepAxes {
 }
 
 // tableLine is one line of the points' table: the cells of the text columns on this axis.
-func (s *SweepReport) tableLine(cells func(c *sweepColumn) string) string {
+func (s *Report) tableLine(cells func(c *sweepColumn) string) string {
 	var b strings.Builder
 	first := true
 	for i := range sweepColumns {
@@ -179,7 +180,7 @@ func (s *SweepReport) tableLine(cells func(c *sweepColumn) string) string {
 }
 
 // writePointsTable writes the points' table: a header line and a line per point.
-func (s *SweepReport) writePointsTable(p func(string, ...any)) {
+func (s *Report) writePointsTable(p func(string, ...any)) {
 	p("%s\n", s.tableLine(func(c *sweepColumn) string {
 		if c.Head == "" {
 			return s.Axis
@@ -192,8 +193,8 @@ func (s *SweepReport) writePointsTable(p func(string, ...any)) {
 }
 
 // pointJSON is a point's JSON object: the JSON columns on this axis.
-func (s *SweepReport) pointJSON(r SweepRow) jsonObject {
-	o := jsonObject{}
+func (s *Report) pointJSON(r Row) analysis.Object {
+	o := analysis.Object{}
 	for i := range sweepColumns {
 		c := &sweepColumns[i]
 		if c.OnJSON&s.axes() == 0 {
@@ -203,7 +204,7 @@ func (s *SweepReport) pointJSON(r SweepRow) jsonObject {
 		if v == nil {
 			continue
 		}
-		o.setPath(c.JSON, v)
+		o.SetPath(c.JSON, v)
 	}
 	return o
 }

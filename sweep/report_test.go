@@ -1,32 +1,32 @@
-package analysis
+package sweep
 
 import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
 // sweepOf builds a sweep report from the same analysed run at several loads, with made-up
 // offered rates around it so that one point saturates.
-func sweepOf(t *testing.T) *SweepReport {
+func sweepOf(t *testing.T) *Report {
 	t.Helper()
 	r, _ := mixedReport(t)
 	sus := r.Throughput.SustainedOutputTokensPerS
-	var rows []SweepRow
+	var rows []Row
 	for i, ratio := range []float64{2, 1, 0.6} { // sustained / offered
-		rows = append(rows, SweepRow{Axis: "speedup", Load: float64(i + 1), File: "p.parquet", Report: r,
-			Offered: Offered{WindowOutputTokensPerS: sus / ratio, WindowRequestsPerS: 1}})
+		rows = append(rows, Row{Axis: "speedup", Load: float64(i + 1), File: "p.parquet", Report: r,
+			Offered: analysis.Offered{WindowOutputTokensPerS: sus / ratio, WindowRequestsPerS: 1}})
 	}
 	// Loads 1 and 2 track (ratio >= 0.95); load 3 delivers 60% of what it is offered.
-	return NewSweepReport("speedup", rows, stats.KneeOptions{}, nil)
+	return NewReport("speedup", rows, stats.KneeOptions{}, nil)
 }
 
 func TestSweepReportOutputs(t *testing.T) {
@@ -75,19 +75,7 @@ func TestSweepHTMLRendersInChromium(t *testing.T) {
 	if err := sweepOf(t).WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
 	}
-	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
-	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
-	}
-	if m[1] != m[2] || m[2] != "2" {
-		t.Errorf("render check: %s (want both plots)", m[3])
-	}
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
-	}
+	browsertest.RenderCheck(t, bin, page, 2)
 }
 
 // TestSweepServerHTMLRendersInChromium: with a scraped point the page adds its two server
@@ -98,19 +86,7 @@ func TestSweepServerHTMLRendersInChromium(t *testing.T) {
 	if err := serverSweep(t).WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
 	}
-	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
-	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
-	}
-	if m[1] != m[2] || m[2] != "4" {
-		t.Errorf("render check: %s (want 4 plots)", m[3])
-	}
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
-	}
+	browsertest.RenderCheck(t, bin, page, 4)
 }
 
 // TestClosedSweepHTMLRendersInChromium: a closed-loop sweep's page draws its three plots
@@ -118,31 +94,16 @@ func TestSweepServerHTMLRendersInChromium(t *testing.T) {
 // latency), with a silent console. LLMREPLAY_SCREENSHOT=path.png keeps a screenshot.
 func TestClosedSweepHTMLRendersInChromium(t *testing.T) {
 	bin := chromium(t)
-	s := closedSweep(t, SLO{TTFT: 500 * time.Millisecond})
+	s := closedSweep(t, analysis.SLO{TTFT: 500 * time.Millisecond})
 	page := filepath.Join(t.TempDir(), "sweep.html")
 	if err := s.WriteHTMLFile(page); err != nil {
 		t.Fatal(err)
 	}
-	dom, stderr := headless(t, bin, "--dump-dom", "file://"+page)
-	m := regexp.MustCompile(`id="render-check" data-rendered="(\d+)" data-plots="(\d+)">([^<]*)`).FindStringSubmatch(dom)
-	if m == nil {
-		t.Fatalf("render marker not set: the page's script did not run\n%s", stderr)
-	}
-	if m[1] != m[2] || m[2] != "3" {
-		t.Errorf("render check: %s (want all 3 plots)", m[3])
-	}
+	dom := browsertest.RenderCheck(t, bin, page, 3)
 	for _, want := range []string{`id="plot-sweep-per-user"`, "knee: concurrency 8", "concurrency (log scale)", "1/TPOT p50"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	for _, line := range strings.Split(stderr, "\n") {
-		if strings.Contains(line, ":CONSOLE") {
-			t.Errorf("console message: %s", line)
-		}
-	}
-	if shot := os.Getenv("LLMREPLAY_SCREENSHOT"); shot != "" {
-		abs, _ := filepath.Abs(shot)
-		headless(t, bin, "--window-size=1400,1400", "--screenshot="+abs, "file://"+page)
-	}
+	browsertest.Screenshot(t, bin, page, 1400, 1400)
 }

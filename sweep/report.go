@@ -1,11 +1,8 @@
-package analysis
+package sweep
 
 import (
-	"github.com/llmreplay/llmreplay/stats"
-
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -13,42 +10,39 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/apache/arrow/go/v15/arrow"
-	"github.com/apache/arrow/go/v15/arrow/array"
-	"github.com/apache/arrow/go/v15/arrow/memory"
-
-	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
-// SweepFormat is the llmreplay.format of sweep.parquet.
-const SweepFormat = "sweep/v1"
+// Format is the llmreplay.format of sweep.parquet.
+const Format = "sweep/v1"
 
-// SweepRow is one load point of a sweep: its results file analysed, and the load it offered.
-type SweepRow struct {
+// Row is one load point of a sweep: its results file analysed, and the load it offered.
+type Row struct {
 	Axis    string // "speedup", "rate" (mean requests/s) or "concurrency"
 	Load    float64
 	File    string
-	Report  *Report
-	Offered Offered
+	Report  *analysis.Report
+	Offered analysis.Offered
 
-	// Spread: a repeated point's intervals across its repeats (NewRepeatedSweepRow); nil
+	// Spread: a repeated point's intervals across its repeats (NewRepeatedRow); nil
 	// for a point run once.
 	Spread *PointSpread
 }
 
-// NewSweepRow analyses one point's loaded results.
-func NewSweepRow(axis string, load float64, file string, d *Data, opts Options) (SweepRow, error) {
-	rep, err := Analyze(d, opts)
+// NewRow analyses one point's loaded results.
+func NewRow(axis string, load float64, file string, d *analysis.Data, opts analysis.Options) (Row, error) {
+	rep, err := analysis.Analyze(d, opts)
 	if err != nil {
-		return SweepRow{}, err
+		return Row{}, err
 	}
-	return SweepRow{Axis: axis, Load: load, File: file, Report: rep,
+	return Row{Axis: axis, Load: load, File: file, Report: rep,
 		Offered: d.Offered(rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
 }
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both
 // taken over the steady-state window; attainment is a fraction (NaN without an SLO).
-func (r SweepRow) Point() stats.SweepPoint {
+func (r Row) Point() stats.SweepPoint {
 	p := stats.SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
 		SustainedTokensPerSecond: r.Report.Throughput.SustainedOutputTokensPerS,
 		Overloaded:               r.Report.Flags.Overloaded, ClientLimited: r.Report.Flags.ClientLimited,
@@ -63,7 +57,7 @@ func (r SweepRow) Point() stats.SweepPoint {
 }
 
 // ErrorRate is the share of due requests that failed or were dropped.
-func (r SweepRow) ErrorRate() float64 {
+func (r Row) ErrorRate() float64 {
 	q := r.Report.Requests
 	if q.Total == 0 {
 		return math.NaN()
@@ -71,13 +65,13 @@ func (r SweepRow) ErrorRate() float64 {
 	return float64(q.Failed+q.Dropped) / float64(q.Total)
 }
 
-// SweepReport is a whole sweep: its points in load order and the knee found among them.
-type SweepReport struct {
+// Report is a whole sweep: its points in load order and the knee found among them.
+type Report struct {
 	Axis    string
 	Auto    bool // the points came from stats.SearchKnee, not a given list
-	Rows    []SweepRow
+	Rows    []Row
 	Options stats.KneeOptions
-	SLO     SLO
+	SLO     analysis.SLO
 	// Saturation and SLOLimit bound the knee. For a list sweep they come from stats.BoundsOf over
 	// the listed points (the saturation of a concurrency sweep from stats.SaturationOf); for
 	// --auto from stats.SearchKnee or stats.SearchConcurrency.
@@ -91,13 +85,13 @@ type SweepReport struct {
 // closed reports whether the sweep's points are closed loops (the concurrency axis): they
 // offer no load, so the sweep has no offered or ratio columns, and saturation is where
 // doubling the concurrency stops paying (stats.SaturationOf).
-func (s *SweepReport) closed() bool { return s.Axis == "concurrency" }
+func (s *Report) closed() bool { return s.Axis == "concurrency" }
 
-// NewSweepReport orders rows by load and, unless auto bounds are given, finds the bounds
+// NewReport orders rows by load and, unless auto bounds are given, finds the bounds
 // among the listed points. o's defaults are applied.
-func NewSweepReport(axis string, rows []SweepRow, o stats.KneeOptions, auto *stats.KneeResult) *SweepReport {
+func NewReport(axis string, rows []Row, o stats.KneeOptions, auto *stats.KneeResult) *Report {
 	o = o.WithDefaults()
-	s := &SweepReport{Axis: axis, Rows: append([]SweepRow(nil), rows...), Options: o}
+	s := &Report{Axis: axis, Rows: append([]Row(nil), rows...), Options: o}
 	sort.Slice(s.Rows, func(i, j int) bool { return s.Rows[i].Load < s.Rows[j].Load })
 	if len(s.Rows) > 0 {
 		s.SLO = s.Rows[0].Report.Options.SLO
@@ -124,33 +118,29 @@ func NewSweepReport(axis string, rows []SweepRow, o stats.KneeOptions, auto *sta
 }
 
 // describe says in words what a bound means on this sweep's axis.
-func (s *SweepReport) describe(b stats.Bound, what string) string {
+func (s *Report) describe(b stats.Bound, what string) string {
 	ax := s.Axis
 	switch {
 	case !b.Found && b.LimitedBy == "client":
 		return fmt.Sprintf("%s: unknown: the first point was client-limited (the replayer could not keep its schedule), so it says nothing about the endpoint", what)
 	case !b.Found:
-		return fmt.Sprintf("%s: not reached even at the lowest %s, %s", what, ax, fmtLoad(b.Fail))
+		return fmt.Sprintf("%s: not reached even at the lowest %s, %s", what, ax, loadText(b.Fail))
 	case b.LimitedBy == "client":
-		return fmt.Sprintf("%s: at least %s %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, ax, fmtLoad(b.Pass))
+		return fmt.Sprintf("%s: at least %s %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, ax, loadText(b.Pass))
 	case b.LimitedBy == "max" || !b.Bracketed:
-		return fmt.Sprintf("%s: at least %s %s, the highest probed: raise the load to find the limit", what, ax, fmtLoad(b.Pass))
+		return fmt.Sprintf("%s: at least %s %s, the highest probed: raise the load to find the limit", what, ax, loadText(b.Pass))
 	case b.LimitedBy == "points":
-		return fmt.Sprintf("%s: between %s %s and %s (the probe budget ran out before the resolution)", what, ax, fmtLoad(b.Pass), fmtLoad(b.Fail))
+		return fmt.Sprintf("%s: between %s %s and %s (the probe budget ran out before the resolution)", what, ax, loadText(b.Pass), loadText(b.Fail))
 	}
-	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, ax, fmtLoad(b.Pass), fmtLoad(b.Fail))
+	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, ax, loadText(b.Pass), loadText(b.Fail))
 	if b.NonMonotonic {
 		out += "; WARNING: some points above passed or below failed: noisy or non-monotonic, repeat the sweep"
 	}
 	return out
 }
 
-func fmtLoad(v float64) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", v), "0"), ".")
-}
-
 // rowAt returns the row at load l, or nil.
-func (s *SweepReport) rowAt(l float64) *SweepRow {
+func (s *Report) rowAt(l float64) *Row {
 	for i := range s.Rows {
 		if s.Rows[i].Load == l {
 			return &s.Rows[i]
@@ -160,7 +150,7 @@ func (s *SweepReport) rowAt(l float64) *SweepRow {
 }
 
 // WriteText writes the sweep table and its knee.
-func (s *SweepReport) WriteText(w io.Writer) error {
+func (s *Report) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
 	how := "listed points"
@@ -198,7 +188,9 @@ func (s *SweepReport) WriteText(w io.Writer) error {
 	return bw.Flush()
 }
 
-func pointFlags(rep *Report) string {
+// flagNames names the report's flags that matter at a sweep point: client-limited,
+// overloaded and, when buffered is asked for, a buffered stream.
+func flagNames(rep *analysis.Report, buffered bool) []string {
 	var flags []string
 	if rep.Flags.ClientLimited {
 		flags = append(flags, "client-limited")
@@ -206,14 +198,16 @@ func pointFlags(rep *Report) string {
 	if rep.Flags.Overloaded {
 		flags = append(flags, "overloaded")
 	}
-	if rep.Flags.Buffered {
+	if buffered && rep.Flags.Buffered {
 		flags = append(flags, "buffered")
 	}
-	return strings.Join(flags, ",")
+	return flags
 }
 
+func pointFlags(rep *analysis.Report) string { return strings.Join(flagNames(rep, true), ",") }
+
 // goodputOf returns a row's goodput (req/s) and attainment (percent), NaN without an SLO.
-func goodputOf(rep *Report) (good, att float64) {
+func goodputOf(rep *analysis.Report) (good, att float64) {
 	if g := rep.Goodput; g != nil {
 		return g.RequestsPerS, g.Attainment
 	}
@@ -221,7 +215,7 @@ func goodputOf(rep *Report) (good, att float64) {
 }
 
 // writeClosedText writes a closed-loop sweep's table: no offered load, per-user speed.
-func (s *SweepReport) writeClosedText(p func(string, ...any)) {
+func (s *Report) writeClosedText(p func(string, ...any)) {
 	s.writePointsTable(p)
 	p("\nClosed loop: each point keeps its concurrency's requests in flight, so it offers no load of its own.\n")
 	p("out tok/s over the whole run, sustained over each point's steady-state window; user mean and p50: of each ok\n")
@@ -237,7 +231,7 @@ func (s *SweepReport) writeClosedText(p func(string, ...any)) {
 }
 
 // describeSaturation says in words where a closed-loop sweep saturates (stats.SaturationOf).
-func (s *SweepReport) describeSaturation() string {
+func (s *Report) describeSaturation() string {
 	b := s.Saturation
 	what := fmt.Sprintf("saturation (doubling the concurrency adds < %s sustained output tok/s)", pct(s.Options.MinGain*100))
 	top, trusted := 0.0, 0
@@ -248,7 +242,7 @@ func (s *SweepReport) describeSaturation() string {
 	}
 	switch {
 	case b.Found:
-		out := fmt.Sprintf("%s: concurrency %s (%s -> %s: %s per doubling)", what, fmtLoad(b.Pass), fmtLoad(b.Pass), fmtLoad(b.Fail), pct(100*s.gainAt(b)))
+		out := fmt.Sprintf("%s: concurrency %s (%s -> %s: %s per doubling)", what, loadText(b.Pass), loadText(b.Pass), loadText(b.Fail), pct(100*s.gainAt(b)))
 		if b.NonMonotonic {
 			out += "; WARNING: throughput grew again above it: noisy or non-monotonic, repeat the sweep"
 		}
@@ -256,17 +250,17 @@ func (s *SweepReport) describeSaturation() string {
 	case trusted == 0 && b.LimitedBy == "client":
 		return fmt.Sprintf("%s: unknown: every point was client-limited (the replayer could not keep its workers busy), so they say nothing about the endpoint", what)
 	case b.LimitedBy == "client":
-		return fmt.Sprintf("%s: not reached up to concurrency %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, fmtLoad(top))
+		return fmt.Sprintf("%s: not reached up to concurrency %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, loadText(top))
 	case trusted < 2:
 		return fmt.Sprintf("%s: unknown: it takes two points that are not client-limited", what)
 	case b.LimitedBy == "points":
-		return fmt.Sprintf("%s: not reached up to concurrency %s when the probe budget (--max-points) ran out", what, fmtLoad(top))
+		return fmt.Sprintf("%s: not reached up to concurrency %s when the probe budget (--max-points) ran out", what, loadText(top))
 	}
-	return fmt.Sprintf("%s: not reached: throughput still grew at concurrency %s, the highest probed: raise the concurrency to find it", what, fmtLoad(top))
+	return fmt.Sprintf("%s: not reached: throughput still grew at concurrency %s, the highest probed: raise the concurrency to find it", what, loadText(top))
 }
 
 // gainAt is the gain per doubling between a found saturation bound's two points.
-func (s *SweepReport) gainAt(b stats.Bound) float64 {
+func (s *Report) gainAt(b stats.Bound) float64 {
 	lo, hi := s.rowAt(b.Pass), s.rowAt(b.Fail)
 	if lo == nil || hi == nil {
 		return math.NaN()
@@ -274,25 +268,18 @@ func (s *SweepReport) gainAt(b stats.Bound) float64 {
 	return stats.GainPerDoubling(b.Pass, lo.Point().SustainedTokensPerSecond, b.Fail, hi.Point().SustainedTokensPerSecond)
 }
 
-func f1(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-// sweepJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
-type sweepJSON struct {
-	Axis       string       `json:"axis"`
-	Auto       bool         `json:"auto"`
-	SLO        string       `json:"slo"`
-	Attainment float64      `json:"attainment_target"`
-	MinRatio   *float64     `json:"min_ratio,omitempty"` // open loop only
-	MinGain    *float64     `json:"min_gain,omitempty"`  // closed loop only
-	Saturation boundJSON    `json:"saturation"`
-	SLOLimit   *boundJSON   `json:"slo_limit"`
-	Points     []jsonObject `json:"points"` // sweepColumns' JSON columns on the sweep's axis
-	Notes      []string     `json:"notes"`
+// reportJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
+type reportJSON struct {
+	Axis       string            `json:"axis"`
+	Auto       bool              `json:"auto"`
+	SLO        string            `json:"slo"`
+	Attainment float64           `json:"attainment_target"`
+	MinRatio   *float64          `json:"min_ratio,omitempty"` // open loop only
+	MinGain    *float64          `json:"min_gain,omitempty"`  // closed loop only
+	Saturation boundJSON         `json:"saturation"`
+	SLOLimit   *boundJSON        `json:"slo_limit"`
+	Points     []analysis.Object `json:"points"` // sweepColumns' JSON columns on the sweep's axis
+	Notes      []string          `json:"notes"`
 
 	// The knee brackets of a sweep with repeated points (docs/metrics.md, "Sweep").
 	SaturationBracket *bracketJSON `json:"saturation_bracket,omitempty"`
@@ -300,39 +287,39 @@ type sweepJSON struct {
 }
 
 type boundJSON struct {
-	Found        bool   `json:"found"`
-	Bracketed    bool   `json:"bracketed"`
-	PassLoad     num    `json:"pass_load"`
-	FailLoad     num    `json:"fail_load"`
-	LimitedBy    string `json:"limited_by"`
-	NonMonotonic bool   `json:"non_monotonic"`
+	Found        bool         `json:"found"`
+	Bracketed    bool         `json:"bracketed"`
+	PassLoad     analysis.Num `json:"pass_load"`
+	FailLoad     analysis.Num `json:"fail_load"`
+	LimitedBy    string       `json:"limited_by"`
+	NonMonotonic bool         `json:"non_monotonic"`
 	// GainPerDoubling: a closed-loop saturation's gain from pass_load to fail_load.
-	GainPerDoubling *num   `json:"gain_per_doubling,omitempty"`
-	Summary         string `json:"summary"`
+	GainPerDoubling *analysis.Num `json:"gain_per_doubling,omitempty"`
+	Summary         string        `json:"summary"`
 }
 
-func (s *SweepReport) boundJSON(b stats.Bound, what string) boundJSON {
+func (s *Report) boundJSON(b stats.Bound, what string) boundJSON {
 	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
-		Summary: s.describe(b, what), PassLoad: num(math.NaN()), FailLoad: num(math.NaN())}
+		Summary: s.describe(b, what), PassLoad: analysis.Num(math.NaN()), FailLoad: analysis.Num(math.NaN())}
 	if b.Found {
-		j.PassLoad = num(b.Pass)
+		j.PassLoad = analysis.Num(b.Pass)
 	}
 	if b.Bracketed {
-		j.FailLoad = num(b.Fail)
+		j.FailLoad = analysis.Num(b.Fail)
 	}
 	return j
 }
 
 // WriteJSON writes the sweep as one JSON object.
-func (s *SweepReport) WriteJSON(w io.Writer) error {
-	out := sweepJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
-		Points: []jsonObject{}, Notes: []string{}}
+func (s *Report) WriteJSON(w io.Writer) error {
+	out := reportJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
+		Points: []analysis.Object{}, Notes: []string{}}
 	if s.closed() {
 		out.MinGain = &s.Options.MinGain
 		out.Saturation = s.boundJSON(s.Saturation, "saturation")
 		out.Saturation.Summary = s.describeSaturation()
 		if s.Saturation.Found {
-			g := num(s.gainAt(s.Saturation))
+			g := analysis.Num(s.gainAt(s.Saturation))
 			out.Saturation.GainPerDoubling = &g
 		}
 	} else {
@@ -345,7 +332,7 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 	}
 	for _, r := range s.Rows {
 		if r.Report.Flags.ClientLimited {
-			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, fmtLoad(r.Load)))
+			out.Notes = append(out.Notes, fmt.Sprintf("%s %s was client-limited: its figures are the replayer's limit, not the endpoint's", s.Axis, loadText(r.Load)))
 		}
 		out.Points = append(out.Points, s.pointJSON(r))
 	}
@@ -358,71 +345,28 @@ func (s *SweepReport) WriteJSON(w io.Writer) error {
 // WriteParquet writes sweep.parquet: one row per point, the axis and offered load (not on
 // the concurrency axis: a closed loop offers none) followed by the point's summary columns
 // (the same names as summary.parquet).
-func (s *SweepReport) WriteParquet(path string) error {
+func (s *Report) WriteParquet(path string) error {
 	if len(s.Rows) == 0 {
-		return errors.New("analysis: sweep has no points")
+		return fmt.Errorf("sweep: write %s: the sweep has no points", path)
 	}
-	rows := make([][]col, len(s.Rows))
+	rows := make([][]analysis.Column, len(s.Rows))
 	for i, r := range s.Rows {
-		cs := []col{{"axis", s.Axis}, {"load", r.Load}, {"results_file", r.File}}
+		cs := []analysis.Column{analysis.NewColumn("axis", s.Axis), analysis.NewColumn("load", r.Load), analysis.NewColumn("results_file", r.File)}
 		if !s.closed() {
-			cs = append(cs, col{"offered_requests_per_s", r.Offered.WindowRequestsPerS}, col{"offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS})
+			cs = append(cs, analysis.NewColumn("offered_requests_per_s", r.Offered.WindowRequestsPerS), analysis.NewColumn("offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS))
 		}
-		cs = append(cs, col{"error_rate", r.ErrorRate()})
+		cs = append(cs, analysis.NewColumn("error_rate", r.ErrorRate()))
 		if s.repeated() {
 			cs = append(cs, spreadCols(r.Spread)...)
 		}
-		rows[i] = append(cs, r.Report.summaryCols()...)
+		rows[i] = append(cs, r.Report.SummaryColumns()...)
 	}
-	return writeColRows(path, SweepFormat, rows)
-}
-
-// writeColRows writes rows of cols (every row with the same names and kinds) as one
-// Parquet file; NaN floats become nulls.
-func writeColRows(path, format string, rows [][]col) error {
-	first := rows[0]
-	fields := make([]arrow.Field, len(first))
-	for i, c := range first {
-		switch c.v.(type) {
-		case float64:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
-		case int64:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Int64}
-		case bool:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.FixedWidthTypes.Boolean}
-		case string:
-			fields[i] = arrow.Field{Name: c.name, Type: arrow.BinaryTypes.String}
-		default:
-			return fmt.Errorf("analysis: column %s: unsupported kind %T", c.name, c.v)
-		}
-	}
-	md := arrow.NewMetadata([]string{results.MetaFormat}, []string{format})
-	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, &md))
-	defer b.Release()
-	for _, row := range rows {
-		for i, c := range row {
-			switch v := c.v.(type) {
-			case float64:
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					b.Field(i).AppendNull()
-				} else {
-					b.Field(i).(*array.Float64Builder).Append(v)
-				}
-			case int64:
-				b.Field(i).(*array.Int64Builder).Append(v)
-			case bool:
-				b.Field(i).(*array.BooleanBuilder).Append(v)
-			case string:
-				b.Field(i).(*array.StringBuilder).Append(v)
-			}
-		}
-	}
-	return writeRecord(path, b.NewRecord())
+	return analysis.WriteColumns(path, Format, rows)
 }
 
 // WriteHTML writes a self-contained page: throughput against offered load and latency
 // against load, the knee marked, and the table.
-func (s *SweepReport) WriteHTML(w io.Writer) error {
+func (s *Report) WriteHTML(w io.Writer) error {
 	var text strings.Builder
 	if err := s.WriteText(&text); err != nil {
 		return err
@@ -445,38 +389,38 @@ func (s *SweepReport) WriteHTML(w io.Writer) error {
 			}
 		}
 	}
-	var plots []*svgPlot
+	var plots []*analysis.Plot
 	if s.closed() {
 		plots = s.closedPlots()
 	} else {
-		tp := newPlot("plot-sweep-throughput", "Sustained vs offered output throughput", "offered output tok/s", "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
-		tp.line(off, "ref")
-		tp.line(sus, "s1")
-		tp.dots(sus, "dot")
+		tp := analysis.NewPlot("plot-sweep-throughput", "Sustained vs offered output throughput", "offered output tok/s", "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
+		tp.Line(off, "ref")
+		tp.Line(sus, "s1")
+		tp.Dots(sus, "dot")
 		if r := s.rowAt(s.Saturation.Pass); r != nil && s.Saturation.Found {
-			tp.vline(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+fmtLoad(r.Load))
+			tp.VLine(r.Point().OfferedTokensPerSecond, "slo", "knee: "+s.Axis+" "+loadText(r.Load))
 		}
-		tp.legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
+		tp.Legend([2]string{"s1", "sustained"}, [2]string{"ref", "offered (y = x)"})
 		plots = append(plots, tp)
 	}
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
-	lp := newPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
-	lp.line(ttft50, "s1")
-	lp.line(ttft99, "s3")
-	lp.line(tpot99, "s2")
-	lp.dots(ttft99, "dot")
+	lp := analysis.NewPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
+	lp.Line(ttft50, "s1")
+	lp.Line(ttft99, "s3")
+	lp.Line(tpot99, "s2")
+	lp.Dots(ttft99, "dot")
 	if s.Saturation.Found && !s.closed() {
-		lp.vline(s.Saturation.Pass, "ref", "saturation")
+		lp.VLine(s.Saturation.Pass, "ref", "saturation")
 	}
 	if !s.SLO.IsZero() && s.SLOLimit.Found {
-		lp.vline(s.SLOLimit.Pass, "slo", "SLO limit")
+		lp.VLine(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
-	lp.legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
+	lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
 	plots = append(append(plots, lp), s.serverPlots()...)
 	bw := bufio.NewWriter(w)
-	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: htmlStyle, Script: htmlScript, Axis: s.Axis, Plots: plots, Text: text.String()})
+	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: analysis.PageStyle, Script: analysis.PageScript, Axis: s.Axis, Plots: plots, Text: text.String()})
 	if err != nil {
-		return fmt.Errorf("analysis: sweep html: %w", err)
+		return fmt.Errorf("sweep: html: %w", err)
 	}
 	return bw.Flush()
 }
@@ -487,20 +431,20 @@ type sweepPage struct {
 	Style  template.CSS
 	Script template.JS
 	Axis   string
-	Plots  []*svgPlot
+	Plots  []*analysis.Plot
 	Text   string
 }
 
-var sweepTemplate = pageTemplate(htmlHead + `<h1>llmreplay sweep over {{.Axis}}</h1>
+var sweepTemplate = analysis.PageTemplate(`<h1>llmreplay sweep over {{.Axis}}</h1>
 <div class="grid-2">
 {{range $i, $p := .Plots}}{{if $i}}{{"\n"}}{{end}}{{template "svg" $p}}{{end}}
 </div>
 <h2>Points</h2><pre>{{.Text}}</pre>
-` + htmlFoot)
+`)
 
 // closedPlots are a closed-loop sweep's plots against concurrency on a log axis: output
 // throughput (overall and sustained) with the knee marked, and per-user speed.
-func (s *SweepReport) closedPlots() []*svgPlot {
+func (s *Report) closedPlots() []*analysis.Plot {
 	var all, sus, mean, p50, inv [][2]float64
 	for _, r := range s.Rows {
 		t, u := r.Report.Throughput, r.Report.PerUser
@@ -512,27 +456,27 @@ func (s *SweepReport) closedPlots() []*svgPlot {
 	}
 	// Room on the right for the knee's label when the knee is one of the last points.
 	lo, hi := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load*1.5
-	maxT := math.Max(maxOf(all, 1), maxOf(sus, 1))
-	tp := newPlot("plot-sweep-throughput", "Output throughput vs concurrency", "concurrency (log scale)", "output tok/s", lo, hi, true, 0, maxT*1.1, false)
-	tp.line(all, "s2")
-	tp.line(sus, "s1")
-	tp.dots(sus, "dot")
+	maxT := math.Max(analysis.MaxOf(all, 1), analysis.MaxOf(sus, 1))
+	tp := analysis.NewPlot("plot-sweep-throughput", "Output throughput vs concurrency", "concurrency (log scale)", "output tok/s", lo, hi, true, 0, maxT*1.1, false)
+	tp.Line(all, "s2")
+	tp.Line(sus, "s1")
+	tp.Dots(sus, "dot")
 	if s.Saturation.Found {
-		tp.vline(s.Saturation.Pass, "slo", "knee: concurrency "+fmtLoad(s.Saturation.Pass))
+		tp.VLine(s.Saturation.Pass, "slo", "knee: concurrency "+loadText(s.Saturation.Pass))
 	}
-	tp.legend([2]string{"s1", "sustained"}, [2]string{"s2", "overall"})
-	maxU := math.Max(maxOf(mean, 1), math.Max(maxOf(p50, 1), maxOf(inv, 1)))
-	up := newPlot("plot-sweep-per-user", "Per-user speed vs concurrency", "concurrency (log scale)", "tok/s per user", lo, hi, true, 0, maxU*1.1, false)
-	up.line(mean, "s1")
-	up.line(p50, "s3")
-	up.line(inv, "s2")
-	up.dots(mean, "dot")
+	tp.Legend([2]string{"s1", "sustained"}, [2]string{"s2", "overall"})
+	maxU := math.Max(analysis.MaxOf(mean, 1), math.Max(analysis.MaxOf(p50, 1), analysis.MaxOf(inv, 1)))
+	up := analysis.NewPlot("plot-sweep-per-user", "Per-user speed vs concurrency", "concurrency (log scale)", "tok/s per user", lo, hi, true, 0, maxU*1.1, false)
+	up.Line(mean, "s1")
+	up.Line(p50, "s3")
+	up.Line(inv, "s2")
+	up.Dots(mean, "dot")
 	if s.Saturation.Found {
-		up.vline(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
+		up.VLine(s.Saturation.Pass, "ref", "") // unlabelled: the legend sits there; the throughput plot names it
 	}
-	up.legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
-	return []*svgPlot{tp, up}
+	up.Legend([2]string{"s1", "tokens/(E2E-TTFT) mean"}, [2]string{"s3", "tokens/(E2E-TTFT) p50"}, [2]string{"s2", "1/TPOT p50"})
+	return []*analysis.Plot{tp, up}
 }
 
 // WriteHTMLFile writes the sweep page to path through a temporary file.
-func (s *SweepReport) WriteHTMLFile(path string) error { return writeAtomic(path, s.WriteHTML) }
+func (s *Report) WriteHTMLFile(path string) error { return analysis.WriteFileAtomic(path, s.WriteHTML) }

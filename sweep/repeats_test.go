@@ -1,4 +1,4 @@
-package analysis
+package sweep
 
 import (
 	"bytes"
@@ -10,24 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
 // repRow is a made-up point row: sustained output tok/s, offered tok/s, attainment (%).
-func repRow(axis string, load, sustained, offered, attainment float64, file string) SweepRow {
-	r := &Report{Throughput: Throughput{SustainedOutputTokensPerS: sustained, WindowStartS: 0, WindowEndS: 10},
-		Goodput: &Goodput{Attainment: attainment}, Options: Options{SLO: SLO{TTFT: time.Second}}}
+func repRow(axis string, load, sustained, offered, attainment float64, file string) Row {
+	r := &analysis.Report{Throughput: analysis.Throughput{SustainedOutputTokensPerS: sustained, WindowStartS: 0, WindowEndS: 10},
+		Goodput: &analysis.Goodput{Attainment: attainment}, Options: analysis.Options{SLO: analysis.SLO{TTFT: time.Second}}}
 	r.TTFT.P99, r.TPOT.P99 = 100+sustained/10, 10
-	return SweepRow{Axis: axis, Load: load, File: file, Report: r, Offered: Offered{WindowOutputTokensPerS: offered, WindowRequestsPerS: 1}}
+	return Row{Axis: axis, Load: load, File: file, Report: r, Offered: analysis.Offered{WindowOutputTokensPerS: offered, WindowRequestsPerS: 1}}
 }
 
 // repeatedRow is the row of a point repeated with these sustained rates and attainments.
-func repeatedRow(axis string, load, offered float64, sustained, attainment []float64) SweepRow {
-	var rows []SweepRow
+func repeatedRow(axis string, load, offered float64, sustained, attainment []float64) Row {
+	var rows []Row
 	for i := range sustained {
 		rows = append(rows, repRow(axis, load, sustained[i], offered, attainment[i], "r"+string(rune('1'+i))))
 	}
-	return NewRepeatedSweepRow(rows, nil)
+	return NewRepeatedRow(rows, nil)
 }
 
 func TestNewRepeatedSweepRow(t *testing.T) {
@@ -48,7 +49,7 @@ func TestNewRepeatedSweepRow(t *testing.T) {
 // TestKneeBracketOpenLoop: the saturation and the SLO limit at their pessimistic and
 // optimistic ends. Offered 100·load tok/s, tracking needs sustained >= 95 % of it.
 func TestKneeBracketOpenLoop(t *testing.T) {
-	rows := []SweepRow{
+	rows := []Row{
 		repeatedRow("rate", 1, 100, []float64{99, 100, 101}, []float64{100, 100, 100}),
 		// median 200 tracks (>= 190); the low end 185 does not: the pessimistic knee is 1.
 		repeatedRow("rate", 2, 200, []float64{185, 200, 205}, []float64{99.5, 99, 98.5}),
@@ -56,7 +57,7 @@ func TestKneeBracketOpenLoop(t *testing.T) {
 		repeatedRow("rate", 4, 400, []float64{350, 370, 390}, []float64{99.2, 97, 95}),
 		repeatedRow("rate", 8, 800, []float64{400, 410, 420}, []float64{50, 60, 70}),
 	}
-	s := NewSweepReport("rate", rows, stats.KneeOptions{HasSLO: true}, nil)
+	s := NewReport("rate", rows, stats.KneeOptions{HasSLO: true}, nil)
 	if b := s.Saturation; b.Pass != 2 || b.Fail != 4 {
 		t.Errorf("saturation from the median rows: %+v, want pass 2 fail 4", b)
 	}
@@ -119,7 +120,7 @@ func TestKneeBracketOpenLoop(t *testing.T) {
 // from the first's high end to the second's low end (the earliest plausible saturation)
 // and most from low to high.
 func TestKneeBracketClosedLoop(t *testing.T) {
-	rows := []SweepRow{
+	rows := []Row{
 		repeatedRow("concurrency", 1, 0, []float64{95, 100, 105}, []float64{100, 100, 100}),
 		// 1 → 2: median gain 90 %; at least 190/105−1 = 81 %: not saturated either way.
 		repeatedRow("concurrency", 2, 0, []float64{185, 190, 195}, []float64{100, 100, 100}),
@@ -131,7 +132,7 @@ func TestKneeBracketClosedLoop(t *testing.T) {
 		// 8 → 16: median 0 %; most 245/215−1 = 14 %: not saturated; the optimistic end does not reach it.
 		repeatedRow("concurrency", 16, 0, []float64{210, 220, 245}, []float64{100, 100, 100}),
 	}
-	s := NewSweepReport("concurrency", rows, stats.KneeOptions{}, nil)
+	s := NewReport("concurrency", rows, stats.KneeOptions{}, nil)
 	if b := s.Saturation; !b.Found || b.Pass != 4 {
 		t.Errorf("saturation from the median rows %+v, want 4", b)
 	}
@@ -167,22 +168,22 @@ func TestSweepNotRepeated(t *testing.T) {
 // range of one value, and the interval still holds the sampling noise around it.
 func TestRepeatedSweepRowBootstrap(t *testing.T) {
 	_, path := mixedReport(t)
-	opts := DefaultOptions()
-	opts.SLO = SLO{TTFT: 200 * time.Millisecond, TPOT: 25 * time.Millisecond}
-	var rows []SweepRow
-	var data []*Data
+	opts := analysis.DefaultOptions()
+	opts.SLO = analysis.SLO{TTFT: 200 * time.Millisecond, TPOT: 25 * time.Millisecond}
+	var rows []Row
+	var data []*analysis.Data
 	for range 3 {
-		d, err := Load(context.Background(), LoadOptions{}, path)
+		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		row, err := NewSweepRow("rate", 2, path, d, opts)
+		row, err := NewRow("rate", 2, path, d, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rows, data = append(rows, row), append(data, d)
 	}
-	row := NewRepeatedSweepRow(rows, data)
+	row := NewRepeatedRow(rows, data)
 	sp, rep := row.Spread, rows[0].Report
 	if sp.Method != SpreadMethod {
 		t.Errorf("method %q", sp.Method)
@@ -204,7 +205,7 @@ func TestRepeatedSweepRowBootstrap(t *testing.T) {
 		t.Errorf("attainment interval %+v, want the pooled proportion's %+v", sp.Attainment, want)
 	}
 	// Without data: the range alone, one value wide.
-	if r := NewRepeatedSweepRow(rows, nil); r.Spread.Method != RangeMethod || r.Spread.TTFTP99.Lo != r.Spread.TTFTP99.Hi {
+	if r := NewRepeatedRow(rows, nil); r.Spread.Method != RangeMethod || r.Spread.TTFTP99.Lo != r.Spread.TTFTP99.Hi {
 		t.Errorf("without data: %+v", r.Spread)
 	}
 }

@@ -1,4 +1,4 @@
-package analysis
+package sweep
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -39,20 +40,20 @@ const (
 // 2000 resamples), a fixed seed, so a sweep's report is the same each time it is made.
 var SpreadBootstrap = stats.Bootstrap{Seed: 1}
 
-// NewRepeatedSweepRow returns the row of a repeated point from its repeats' rows (repeat
+// NewRepeatedRow returns the row of a repeated point from its repeats' rows (repeat
 // order) and, when given, their loaded data (the same order): the row of the median
 // repeat by sustained output tok/s (the lower of the middle two for an even count), a row
 // of figures measured together, with Spread set to the intervals across all the repeats:
 // with data, each figure's SpreadBootstrap interval over the repeats pooled, widened to
 // the range of the repeats' values (SpreadMethod); without, the range (RangeMethod).
-func NewRepeatedSweepRow(rows []SweepRow, data []*Data) SweepRow {
+func NewRepeatedRow(rows []Row, data []*analysis.Data) Row {
 	sorted := slices.Clone(rows)
-	slices.SortStableFunc(sorted, func(a, b SweepRow) int {
+	slices.SortStableFunc(sorted, func(a, b Row) int {
 		return cmp.Compare(a.Point().SustainedTokensPerSecond, b.Point().SustainedTokensPerSecond)
 	})
 	row := sorted[(len(sorted)-1)/2]
 	sp := &PointSpread{Method: RangeMethod, Repeats: len(rows), OverloadedAll: true}
-	span := func(get func(SweepRow) float64) Span {
+	span := func(get func(Row) float64) Span {
 		s := Span{math.NaN(), math.NaN()}
 		for _, r := range rows {
 			v := get(r)
@@ -68,10 +69,10 @@ func NewRepeatedSweepRow(rows []SweepRow, data []*Data) SweepRow {
 		}
 		return s
 	}
-	sp.Sustained = span(func(r SweepRow) float64 { return r.Point().SustainedTokensPerSecond })
-	sp.Attainment = span(func(r SweepRow) float64 { return r.Point().Attainment })
-	sp.TTFTP99 = span(func(r SweepRow) float64 { return r.Report.TTFT.P99 })
-	sp.TPOTP99 = span(func(r SweepRow) float64 { return r.Report.TPOT.P99 })
+	sp.Sustained = span(func(r Row) float64 { return r.Point().SustainedTokensPerSecond })
+	sp.Attainment = span(func(r Row) float64 { return r.Point().Attainment })
+	sp.TTFTP99 = span(func(r Row) float64 { return r.Report.TTFT.P99 })
+	sp.TPOTP99 = span(func(r Row) float64 { return r.Report.TPOT.P99 })
 	for _, r := range rows {
 		sp.Files = append(sp.Files, r.File)
 		sp.OverloadedAny = sp.OverloadedAny || r.Report.Flags.Overloaded
@@ -79,7 +80,11 @@ func NewRepeatedSweepRow(rows []SweepRow, data []*Data) SweepRow {
 	}
 	if len(data) == len(rows) {
 		sp.Method = SpreadMethod
-		sus, att, ttft, tpot := pooledCIs(rows, data, SpreadBootstrap, fmtLoad(row.Load))
+		reps := make([]*analysis.Report, len(rows))
+		for i, r := range rows {
+			reps[i] = r.Report
+		}
+		sus, att, ttft, tpot := analysis.PooledIntervals(reps, data, SpreadBootstrap, loadText(row.Load))
 		sp.Sustained, sp.Attainment = sp.Sustained.hull(sus), sp.Attainment.hull(att)
 		sp.TTFTP99, sp.TPOTP99 = sp.TTFTP99.hull(ttft), sp.TPOTP99.hull(tpot)
 	}
@@ -98,62 +103,6 @@ func (s Span) hull(c stats.CI) Span {
 	return Span{math.Min(s.Lo, c.Lo), math.Max(s.Hi, c.Hi)}
 }
 
-// pooledCIs bootstraps a repeated point's figures over its repeats pooled: TTFT and TPOT
-// p99 over every ok request's (QuantileSorted), attainment over every non-canceled
-// request (Proportion of the good ones), and sustained output tok/s over the 1 s windows
-// of every repeat's steady-state window, in repeat order (BlockMean, the block length by
-// BlockLength; a partial last second is left out). Each figure draws from its own stream,
-// named by the load.
-func pooledCIs(rows []SweepRow, data []*Data, b stats.Bootstrap, load string) (sus, att, ttft, tpot stats.CI) {
-	b = b.WithDefaults()
-	var ttfts, tpots, series []float64
-	var good, den int64
-	const perSecond = int64(1e9 / binNS)
-	for k, d := range data {
-		rep := rows[k].Report
-		for i, st := range d.status {
-			if st != stOK {
-				continue
-			}
-			ttfts = append(ttfts, d.ttftMS(i))
-			if v := d.tpotMS(i); !math.IsNaN(v) {
-				tpots = append(tpots, v)
-			}
-		}
-		if g := rep.Goodput; g != nil {
-			good += g.Good
-			den += rep.Requests.Total - rep.Requests.Canceled
-		}
-		t := rep.Throughput
-		if math.IsNaN(t.WindowStartS) || math.IsNaN(t.WindowEndS) {
-			continue
-		}
-		from, to := int64(math.Round(t.WindowStartS*1e9/float64(binNS))), int64(math.Round(t.WindowEndS*1e9/float64(binNS)))
-		for s := from; s+perSecond <= to && s+perSecond <= int64(len(d.tokenBins)); s += perSecond {
-			var sum float64
-			for _, v := range d.tokenBins[s : s+perSecond] {
-				sum += v
-			}
-			series = append(series, sum)
-		}
-	}
-	slices.Sort(ttfts)
-	slices.Sort(tpots)
-	conf := b.Confidence
-	ttft = b.QuantileSorted(ttfts, 0.99, "sweep "+load+" ttft p99").CI(conf)
-	tpot = b.QuantileSorted(tpots, 0.99, "sweep "+load+" tpot p99").CI(conf)
-	att = stats.NoCI()
-	if rows[0].Report.Goodput != nil {
-		att = b.Proportion(good, den, "sweep "+load+" attainment").CI(conf)
-	}
-	sus = stats.NoCI()
-	if len(series) >= 2 {
-		sus = b.BlockMean(series, stats.BlockLength(series, 1), "sweep "+load+" sustained").CI(conf)
-		sus.Lo = max(sus.Lo, 0) // a rate; the few-blocks widening may reach below 0
-	}
-	return sus, att, ttft, tpot
-}
-
 // KneeBracket is a bound of the knee (saturation or SLO limit) at its lowest and highest
 // plausible point given the repeated points' intervals (docs/metrics.md, "Sweep"): Low is
 // the bound found when every point is judged at the pessimistic end of its intervals, High
@@ -163,7 +112,7 @@ type KneeBracket struct {
 }
 
 // repeated reports whether some row has intervals.
-func (s *SweepReport) repeated() bool {
+func (s *Report) repeated() bool {
 	for _, r := range s.Rows {
 		if r.Spread != nil {
 			return true
@@ -177,7 +126,7 @@ func (s *SweepReport) repeated() bool {
 // when some repeat was; at the optimistic end Hi, and overloaded when every repeat was. On
 // the concurrency axis the gain between two points is at its least from the first's Hi to
 // the second's Lo (the earliest plausible saturation) and at its most from Lo to Hi.
-func (s *SweepReport) bracket() {
+func (s *Report) bracket() {
 	if !s.repeated() {
 		return
 	}
@@ -214,7 +163,7 @@ func (s *SweepReport) bracket() {
 }
 
 // describeBracket says in words where a bracketed bound lies.
-func (s *SweepReport) describeBracket(b *KneeBracket, what string) string {
+func (s *Report) describeBracket(b *KneeBracket, what string) string {
 	end := func(x stats.Bound) string {
 		switch {
 		case !x.Found && x.LimitedBy == "client":
@@ -224,11 +173,11 @@ func (s *SweepReport) describeBracket(b *KneeBracket, what string) string {
 		case !x.Found:
 			return "not reached even at the lowest " + s.Axis
 		case x.LimitedBy == "client":
-			return fmt.Sprintf("%s %s at least (client-limited above)", s.Axis, fmtLoad(x.Pass))
+			return fmt.Sprintf("%s %s at least (client-limited above)", s.Axis, loadText(x.Pass))
 		case !x.Bracketed:
-			return fmt.Sprintf("%s %s at least (the highest probed)", s.Axis, fmtLoad(x.Pass))
+			return fmt.Sprintf("%s %s at least (the highest probed)", s.Axis, loadText(x.Pass))
 		}
-		return fmt.Sprintf("%s %s", s.Axis, fmtLoad(x.Pass))
+		return fmt.Sprintf("%s %s", s.Axis, loadText(x.Pass))
 	}
 	lo, hi := end(b.Low), end(b.High)
 	if lo == hi {
@@ -238,7 +187,7 @@ func (s *SweepReport) describeBracket(b *KneeBracket, what string) string {
 }
 
 // writeSpreadText writes a repeated sweep's intervals and knee brackets, under its table.
-func (s *SweepReport) writeSpreadText(p func(string, ...any)) {
+func (s *Report) writeSpreadText(p func(string, ...any)) {
 	if !s.repeated() {
 		return
 	}
@@ -253,19 +202,12 @@ func (s *SweepReport) writeSpreadText(p func(string, ...any)) {
 	for _, r := range s.Rows {
 		sp := r.Spread
 		if sp == nil {
-			p("%11s %8s\n", fmtLoad(r.Load), "1")
+			p("%11s %8s\n", loadText(r.Load), "1")
 			continue
 		}
-		ov := "no"
-		switch {
-		case sp.OverloadedAll:
-			ov = "all"
-		case sp.OverloadedAny:
-			ov = "some"
-		}
-		p("%11s %8d %21s %17s %21s %21s  %s\n", fmtLoad(r.Load), sp.Repeats,
+		p("%11s %8d %21s %17s %21s %21s  %s\n", loadText(r.Load), sp.Repeats,
 			f1(sp.Sustained.Lo)+" - "+f1(sp.Sustained.Hi), pct(100*sp.Attainment.Lo)+" - "+pct(100*sp.Attainment.Hi),
-			f1(sp.TTFTP99.Lo)+" - "+f1(sp.TTFTP99.Hi), f1(sp.TPOTP99.Lo)+" - "+f1(sp.TPOTP99.Hi), ov)
+			f1(sp.TTFTP99.Lo)+" - "+f1(sp.TTFTP99.Hi), f1(sp.TPOTP99.Lo)+" - "+f1(sp.TPOTP99.Hi), sp.overloaded())
 	}
 	if b := s.SaturationBracket; b != nil {
 		p("%s\n", s.describeBracket(b, "saturation"))
@@ -277,13 +219,13 @@ func (s *SweepReport) writeSpreadText(p func(string, ...any)) {
 
 // spreadJSON is a repeated point's "intervals" key; bracketJSON a knee bracket.
 type spreadJSON struct {
-	Method     string   `json:"method"`
-	Repeats    int      `json:"repeats"`
-	Files      []string `json:"files"`
-	Sustained  [2]num   `json:"sustained_output_tokens_per_s"`
-	Attainment [2]num   `json:"attainment"`
-	TTFTP99    [2]num   `json:"ttft_p99_ms"`
-	TPOTP99    [2]num   `json:"tpot_p99_ms"`
+	Method     string          `json:"method"`
+	Repeats    int             `json:"repeats"`
+	Files      []string        `json:"files"`
+	Sustained  [2]analysis.Num `json:"sustained_output_tokens_per_s"`
+	Attainment [2]analysis.Num `json:"attainment"`
+	TTFTP99    [2]analysis.Num `json:"ttft_p99_ms"`
+	TPOTP99    [2]analysis.Num `json:"tpot_p99_ms"`
 	// Overloaded: "no", "some" or "all" of the repeats.
 	Overloaded string `json:"overloaded"`
 }
@@ -294,23 +236,27 @@ type bracketJSON struct {
 	Summary string    `json:"summary"`
 }
 
+// overloaded says how many of the repeats were overloaded: "no", "some" or "all".
+func (sp *PointSpread) overloaded() string {
+	switch {
+	case sp.OverloadedAll:
+		return "all"
+	case sp.OverloadedAny:
+		return "some"
+	}
+	return "no"
+}
+
 func spreadOf(sp *PointSpread) *spreadJSON {
 	if sp == nil {
 		return nil
 	}
-	ov := "no"
-	switch {
-	case sp.OverloadedAll:
-		ov = "all"
-	case sp.OverloadedAny:
-		ov = "some"
-	}
-	sj := func(s Span) [2]num { return [2]num{num(s.Lo), num(s.Hi)} }
+	sj := func(s Span) [2]analysis.Num { return [2]analysis.Num{analysis.Num(s.Lo), analysis.Num(s.Hi)} }
 	return &spreadJSON{Method: sp.Method, Repeats: sp.Repeats, Files: sp.Files, Sustained: sj(sp.Sustained), Attainment: sj(sp.Attainment),
-		TTFTP99: sj(sp.TTFTP99), TPOTP99: sj(sp.TPOTP99), Overloaded: ov}
+		TTFTP99: sj(sp.TTFTP99), TPOTP99: sj(sp.TPOTP99), Overloaded: sp.overloaded()}
 }
 
-func (s *SweepReport) bracketJSON(b *KneeBracket, what string) *bracketJSON {
+func (s *Report) bracketJSON(b *KneeBracket, what string) *bracketJSON {
 	if b == nil {
 		return nil
 	}
@@ -319,14 +265,14 @@ func (s *SweepReport) bracketJSON(b *KneeBracket, what string) *bracketJSON {
 
 // spreadCols are a repeated sweep's sweep.parquet columns: each interval's ends (null for
 // a point that was not repeated) and the repeat count.
-func spreadCols(sp *PointSpread) []col {
+func spreadCols(sp *PointSpread) []analysis.Column {
 	if sp == nil {
 		sp = &PointSpread{Sustained: Span{math.NaN(), math.NaN()}, Attainment: Span{math.NaN(), math.NaN()},
 			TTFTP99: Span{math.NaN(), math.NaN()}, TPOTP99: Span{math.NaN(), math.NaN()}, Repeats: 1}
 	}
-	return []col{{"repeats", int64(sp.Repeats)},
-		{"sustained_output_tokens_per_s_lo", sp.Sustained.Lo}, {"sustained_output_tokens_per_s_hi", sp.Sustained.Hi},
-		{"attainment_lo", sp.Attainment.Lo}, {"attainment_hi", sp.Attainment.Hi},
-		{"ttft_ms_p99_lo", sp.TTFTP99.Lo}, {"ttft_ms_p99_hi", sp.TTFTP99.Hi},
-		{"tpot_ms_p99_lo", sp.TPOTP99.Lo}, {"tpot_ms_p99_hi", sp.TPOTP99.Hi}}
+	return []analysis.Column{analysis.NewColumn("repeats", int64(sp.Repeats)),
+		analysis.NewColumn("sustained_output_tokens_per_s_lo", sp.Sustained.Lo), analysis.NewColumn("sustained_output_tokens_per_s_hi", sp.Sustained.Hi),
+		analysis.NewColumn("attainment_lo", sp.Attainment.Lo), analysis.NewColumn("attainment_hi", sp.Attainment.Hi),
+		analysis.NewColumn("ttft_ms_p99_lo", sp.TTFTP99.Lo), analysis.NewColumn("ttft_ms_p99_hi", sp.TTFTP99.Hi),
+		analysis.NewColumn("tpot_ms_p99_lo", sp.TPOTP99.Lo), analysis.NewColumn("tpot_ms_p99_hi", sp.TPOTP99.Hi)}
 }

@@ -1,4 +1,4 @@
-package analysis
+package sweep
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -15,18 +16,18 @@ import (
 
 // svJSON is a point's server figures in the sweep's JSON.
 type svJSON struct {
-	KVUsageMean    num   `json:"kv_cache_usage_mean"`
-	KVUsageMax     num   `json:"kv_cache_usage_max"`
-	RunningMean    num   `json:"running_requests_mean"`
-	WaitingMean    num   `json:"waiting_requests_mean"`
-	WaitingMax     num   `json:"waiting_requests_max"`
-	Preemptions    num   `json:"preemptions"`
-	PrefixCacheHit num   `json:"prefix_cache_hit_rate"`
-	GPUUtilMean    num   `json:"gpu_utilization_pct_mean"`
-	ScrapeFailures int64 `json:"scrape_failures"`
+	KVUsageMean    analysis.Num `json:"kv_cache_usage_mean"`
+	KVUsageMax     analysis.Num `json:"kv_cache_usage_max"`
+	RunningMean    analysis.Num `json:"running_requests_mean"`
+	WaitingMean    analysis.Num `json:"waiting_requests_mean"`
+	WaitingMax     analysis.Num `json:"waiting_requests_max"`
+	Preemptions    analysis.Num `json:"preemptions"`
+	PrefixCacheHit analysis.Num `json:"prefix_cache_hit_rate"`
+	GPUUtilMean    analysis.Num `json:"gpu_utilization_pct_mean"`
+	ScrapeFailures int64        `json:"scrape_failures"`
 }
 
-func sweepServerOf(rep *Report) *svJSON {
+func sweepServerOf(rep *analysis.Report) *svJSON {
 	s := rep.Server
 	if s == nil {
 		return nil
@@ -35,13 +36,13 @@ func sweepServerOf(rep *Report) *svJSON {
 	for _, src := range s.Sources {
 		fail += src.Failures
 	}
-	return &svJSON{KVUsageMean: num(s.KVUsage.Mean), KVUsageMax: num(s.KVUsage.Max), RunningMean: num(s.Running.Mean),
-		WaitingMean: num(s.Waiting.Mean), WaitingMax: num(s.Waiting.Max), Preemptions: num(s.Preemptions),
-		PrefixCacheHit: num(s.PrefixHitRate), GPUUtilMean: num(s.GPUUtil.Mean), ScrapeFailures: fail}
+	return &svJSON{KVUsageMean: analysis.Num(s.KVUsage.Mean), KVUsageMax: analysis.Num(s.KVUsage.Max), RunningMean: analysis.Num(s.Running.Mean),
+		WaitingMean: analysis.Num(s.Waiting.Mean), WaitingMax: analysis.Num(s.Waiting.Max), Preemptions: analysis.Num(s.Preemptions),
+		PrefixCacheHit: analysis.Num(s.PrefixHitRate), GPUUtilMean: analysis.Num(s.GPUUtil.Mean), ScrapeFailures: fail}
 }
 
 // hasServer reports whether any point scraped.
-func (s *SweepReport) hasServer() bool {
+func (s *Report) hasServer() bool {
 	for _, r := range s.Rows {
 		if r.Report.Server != nil {
 			return true
@@ -51,7 +52,7 @@ func (s *SweepReport) hasServer() bool {
 }
 
 // writeServerText writes the server table below the points' table, when any point scraped.
-func (s *SweepReport) writeServerText(p func(string, ...any)) {
+func (s *Report) writeServerText(p func(string, ...any)) {
 	if !s.hasServer() {
 		return
 	}
@@ -60,7 +61,7 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 	for _, r := range s.Rows {
 		v := r.Report.Server
 		if v == nil {
-			p("%11s %9s\n", fmtLoad(r.Load), "-")
+			p("%11s %9s\n", loadText(r.Load), "-")
 			continue
 		}
 		var fail int64
@@ -71,7 +72,7 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 		if !math.IsNaN(v.Preemptions) {
 			pre = strconv.FormatFloat(v.Preemptions, 'f', -1, 64)
 		}
-		p("%11s %9s %9s %9s %9s %9s %11s %9s %9s %8d\n", fmtLoad(r.Load), pct(100*v.KVUsage.Mean), pct(100*v.KVUsage.Max),
+		p("%11s %9s %9s %9s %9s %9s %11s %9s %9s %8d\n", loadText(r.Load), pct(100*v.KVUsage.Mean), pct(100*v.KVUsage.Max),
 			f1(v.Running.Mean), f1(v.Waiting.Mean), f1(v.Waiting.Max), pre, pct(100*v.PrefixHitRate), f1(v.GPUUtil.Mean), fail)
 	}
 	p("KV-cache usage, prefix-cache hit rate in %%; running and waiting in requests; preemptions: the counter's increase; GPU utilisation in %%; failed: failed scrapes.\n")
@@ -88,7 +89,7 @@ func (s *SweepReport) writeServerText(p func(string, ...any)) {
 // explainBound says what the engine did at a bound's passing and failing points: the KV
 // cache filling, the queue growing and preemptions starting explain a knee. Empty when the
 // bound was not found or neither point scraped.
-func (s *SweepReport) explainBound(b stats.Bound, what string) string {
+func (s *Report) explainBound(b stats.Bound, what string) string {
 	if !b.Found {
 		return ""
 	}
@@ -103,7 +104,7 @@ func (s *SweepReport) explainBound(b stats.Bound, what string) string {
 			pre = strconv.FormatFloat(v.Preemptions, 'f', -1, 64) + " preemptions"
 		}
 		return fmt.Sprintf("at %s %s (%s): KV cache %s mean, %s max; %s waiting (mean), %s max; %s",
-			s.Axis, fmtLoad(load), verdict, pct(100*v.KVUsage.Mean), pct(100*v.KVUsage.Max), f1(v.Waiting.Mean), f1(v.Waiting.Max), pre)
+			s.Axis, loadText(load), verdict, pct(100*v.KVUsage.Mean), pct(100*v.KVUsage.Max), f1(v.Waiting.Mean), f1(v.Waiting.Max), pre)
 	}
 	var parts []string
 	if a := at(b.Pass, "passes"); a != "" {
@@ -123,7 +124,7 @@ func (s *SweepReport) explainBound(b stats.Bound, what string) string {
 // serverPlots is the sweep page's server panel: the engine's KV-cache usage (mean, max) and
 // waiting requests (mean) against load, on the latency plot's axis; none when no point
 // scraped.
-func (s *SweepReport) serverPlots() []*svgPlot {
+func (s *Report) serverPlots() []*analysis.Plot {
 	if !s.hasServer() {
 		return nil
 	}
@@ -139,19 +140,19 @@ func (s *SweepReport) serverPlots() []*svgPlot {
 	}
 	minL, maxL := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load
 	logX := maxL/minL >= 8
-	var out []*svgPlot
+	var out []*analysis.Plot
 	if hasFinite(kvMean) {
-		kp := newPlot("plot-sweep-kv", "Engine KV-cache usage vs load (scraped)", s.Axis, "%", minL, maxL, logX, 0, 105, false)
-		kp.line(kvMean, "s1")
-		kp.line(kvMax, "s3")
-		kp.dots(kvMean, "dot")
-		kp.legend([2]string{"s1", "mean"}, [2]string{"s3", "max"})
+		kp := analysis.NewPlot("plot-sweep-kv", "Engine KV-cache usage vs load (scraped)", s.Axis, "%", minL, maxL, logX, 0, 105, false)
+		kp.Line(kvMean, "s1")
+		kp.Line(kvMax, "s3")
+		kp.Dots(kvMean, "dot")
+		kp.Legend([2]string{"s1", "mean"}, [2]string{"s3", "max"})
 		out = append(out, kp)
 	}
 	if hasFinite(wait) {
-		wp := newPlot("plot-sweep-waiting", "Engine waiting requests vs load (scraped, mean)", s.Axis, "requests", minL, maxL, logX, 0, maxOf(wait, 1)*1.1, false)
-		wp.line(wait, "s3")
-		wp.dots(wait, "dot")
+		wp := analysis.NewPlot("plot-sweep-waiting", "Engine waiting requests vs load (scraped, mean)", s.Axis, "requests", minL, maxL, logX, 0, analysis.MaxOf(wait, 1)*1.1, false)
+		wp.Line(wait, "s3")
+		wp.Dots(wait, "dot")
 		out = append(out, wp)
 	}
 	return out

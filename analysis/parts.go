@@ -1,0 +1,172 @@
+package analysis
+
+import (
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/memory"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
+)
+
+// The parts of a run's report that other reports build on. Package sweep writes a sweep's
+// table, JSON, sweep.parquet and page from its points' Reports with these, so that a
+// figure, a number, a summary column and a plot read the same in a run's report and in a
+// sweep's.
+
+// FigureFloat reads the declared scalar figure key (figures.go, reportFigures) from a
+// report as a float: a count as its value, a flag as 0 or 1; NaN for a key not declared
+// (the goldens of whatever reads it would show it).
+func FigureFloat(key string) func(*Report) float64 { return figureFloat(key) }
+
+// FigureQuantile reads a percentile (p picks it: q.P50, q.P99 ...) of the declared
+// distribution key, in ms.
+func FigureQuantile(key string, p func(stats.Quantiles) float64) func(*Report) float64 {
+	return figureQuantile(key, p)
+}
+
+// Format1, Format2 and FormatPct print a figure as the text reports do: one or two
+// decimals, or a percentage with one ("12.5%"); "-" when undefined.
+func Format1(v float64) string { return f1(v) }
+
+// Format2: see Format1.
+func Format2(v float64) string { return f2(v) }
+
+// FormatPct: see Format1; v is in percent.
+func FormatPct(v float64) string { return pct(v) }
+
+// FormatLoad prints a sweep's load (a speedup, rate or concurrency) to four decimals at
+// most, trailing zeros dropped: compare's point names and a sweep's reports share it.
+func FormatLoad(v float64) string { return fmtLoad(v) }
+
+func f1(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func fmtLoad(v float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", v), "0"), ".")
+}
+
+// Num is a float that marshals NaN and ±Inf (undefined figures) as JSON null: every JSON
+// number of the reports.
+type Num = num
+
+// PerUserJSON is the JSON object of a report's per-user speeds (docs/metrics.md, "Per-user
+// speed"): the report's "per_user" key, and a closed-loop sweep point's.
+func PerUserJSON(u PerUser) any { return jsonPerUser{js(u.TokensPerS), js(u.InvTPOT)} }
+
+// Column is one column of a flat Parquet row (summary.parquet, sweep.parquet): a float64
+// (null when NaN or infinite), int64, bool or string value.
+type Column = col
+
+// NewColumn is the column name holding v (float64, int64, bool or string).
+func NewColumn(name string, v any) Column { return col{name, v} }
+
+// SummaryColumns is the report's summary.parquet row (docs/metrics.md, "summary.parquet").
+func (r *Report) SummaryColumns() []Column { return r.summaryCols() }
+
+// WriteColumns writes rows of columns (every row with the same names and kinds) as one
+// Parquet file whose llmreplay.format is format, through a temporary file; NaN floats
+// become nulls.
+func WriteColumns(path, format string, rows [][]Column) error {
+	if len(rows) == 0 {
+		return fmt.Errorf("analysis: write %s: no rows", path)
+	}
+	first := rows[0]
+	fields := make([]arrow.Field, len(first))
+	for i, c := range first {
+		switch c.v.(type) {
+		case float64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Float64, Nullable: true}
+		case int64:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.PrimitiveTypes.Int64}
+		case bool:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.FixedWidthTypes.Boolean}
+		case string:
+			fields[i] = arrow.Field{Name: c.name, Type: arrow.BinaryTypes.String}
+		default:
+			return fmt.Errorf("analysis: column %s: unsupported kind %T", c.name, c.v)
+		}
+	}
+	md := arrow.NewMetadata([]string{results.MetaFormat}, []string{format})
+	b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, &md))
+	defer b.Release()
+	for _, row := range rows {
+		for i, c := range row {
+			switch v := c.v.(type) {
+			case float64:
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					b.Field(i).AppendNull()
+				} else {
+					b.Field(i).(*array.Float64Builder).Append(v)
+				}
+			case int64:
+				b.Field(i).(*array.Int64Builder).Append(v)
+			case bool:
+				b.Field(i).(*array.BooleanBuilder).Append(v)
+			case string:
+				b.Field(i).(*array.StringBuilder).Append(v)
+			}
+		}
+	}
+	return writeRecord(path, b.NewRecord())
+}
+
+// WriteFileAtomic writes path through a synced temporary file renamed into place, so a
+// failure never leaves a half-written file.
+func WriteFileAtomic(path string, write func(w io.Writer) error) error {
+	return writeAtomic(path, write)
+}
+
+// Plot is an SVG plot of the HTML pages, drawn in Go: NewPlot makes its frame and axes,
+// Line, Dots, VLine and Legend draw on it, and a page template's "svg" draws it.
+type Plot = svgPlot
+
+// NewPlot is an empty plot with id (the element's id, which the render check names), a
+// title, axis labels and ranges, each axis linear or log.
+func NewPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
+	return newPlot(id, title, xlabel, ylabel, xlo, xhi, xlog, ylo, yhi, ylog)
+}
+
+// Line draws pts joined, in the style class (s1, s2, s3: the series; ref, slo: references).
+func (p *svgPlot) Line(pts [][2]float64, class string) { p.line(pts, class) }
+
+// Dots marks each of pts.
+func (p *svgPlot) Dots(pts [][2]float64, class string) { p.dots(pts, class) }
+
+// VLine draws a vertical line at x, labelled ("" for none).
+func (p *svgPlot) VLine(x float64, class, label string) { p.vline(x, class, label) }
+
+// Legend names each style class: {class, label} pairs.
+func (p *svgPlot) Legend(items ...[2]string) { p.legend(items...) }
+
+// MaxOf is the largest finite pts[i][k] (0 when none): a plot's range.
+func MaxOf(pts [][2]float64, k int) float64 { return maxOf(pts, k) }
+
+// PageTemplate is a self-contained page whose body is body: the shared head (Content
+// Security Policy, style sheet) and foot (the render check), with "svg" to draw a Plot.
+// Its data has Title, Style (PageStyle) and Script (PageScript) besides what body reads.
+func PageTemplate(body string) *template.Template { return pageTemplate(htmlHead + body + htmlFoot) }
+
+// PageStyle and PageScript are every page's style sheet and render-check script.
+const (
+	PageStyle  template.CSS = htmlStyle
+	PageScript template.JS  = htmlScript
+)
+
+// Object is a JSON object whose keys keep their order (a nil one is null): a report's
+// JSON, and a sweep point's.
+type Object = jsonObject
+
+// SetPath sets the value at a dot-separated path ("ttft_ms.p50"), making the objects on
+// the way; a key set again keeps its place.
+func (o *jsonObject) SetPath(path string, v any) { o.setPath(path, v) }
