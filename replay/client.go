@@ -330,13 +330,19 @@ func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTok
 // appendJSONBytes appends s as a JSON string (wire.AppendJSONBytes).
 func appendJSONBytes(b []byte, s []byte) []byte { return wire.AppendJSONBytes(b, s) }
 
-// decodeChunk decodes one stream event's data with the API kind's decoder; a Client made
-// without NewClient (in tests) reads OpenAI's shapes.
+// decodeChunk decodes one stream event's data with the API kind's decoder. OpenAI's
+// shapes (every built-in kind) go straight to wire.DecodeChunk: a call through a function
+// value would move every stream's state to the heap. A kind's own decoder gets a copy of
+// the Chunk, so that only the copy escapes.
 func (c *Client) decodeChunk(data []byte, ci *wire.Chunk) error {
-	if k := c.enc.Kind(); k != nil {
-		return k.Decode(data, ci)
+	k := c.enc.Kind()
+	if k == nil || k.Decode == nil {
+		return wire.DecodeChunk(data, ci)
 	}
-	return wire.DecodeChunk(data, ci)
+	tmp := *ci
+	err := k.Decode(data, &tmp)
+	*ci = tmp
+	return err
 }
 
 // request is one prepared request: everything needed to send it is computed.

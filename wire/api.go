@@ -35,8 +35,19 @@ type Kind struct {
 	// AppendMessages, for an API that takes a conversation, appends messages (JSON objects
 	// separated by commas) and closes the body's object; nil for one that does not.
 	AppendMessages func(b, messages []byte) []byte
-	// Decode decodes one stream event's data into c (DecodeChunk for OpenAI's shapes).
+	// Decode decodes one stream event's data into c, which it must not retain; nil means
+	// OpenAI's chunk shapes (DecodeChunk). A client calls DecodeChunk directly for those,
+	// so that its per-stream state stays on the stack; a kind's own decoder is called
+	// through a copy of the Chunk, one allocation per chunk.
 	Decode func(data []byte, c *Chunk) error
+}
+
+// Decoder returns the function that decodes the kind's stream chunks.
+func (k *Kind) Decoder() func(data []byte, c *Chunk) error {
+	if k.Decode == nil {
+		return DecodeChunk
+	}
+	return k.Decode
 }
 
 var registry struct {
@@ -47,8 +58,8 @@ var registry struct {
 // Register adds an API kind. It panics on a duplicate or incomplete kind: registration
 // happens at init, where a mistake is the program's, not the user's.
 func Register(k *Kind) {
-	if k.Name == "" || k.Path == "" || k.AppendPrompt == nil || k.Decode == nil {
-		panic(fmt.Sprintf("wire: register %q: a kind needs a name, a path, AppendPrompt and Decode", k.Name))
+	if k.Name == "" || k.Path == "" || k.AppendPrompt == nil {
+		panic(fmt.Sprintf("wire: register %q: a kind needs a name, a path and AppendPrompt", k.Name))
 	}
 	registry.Lock()
 	defer registry.Unlock()

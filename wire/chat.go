@@ -9,7 +9,6 @@ var chatKind = Kind{
 	OpenAIMaxTokens: "max_completion_tokens",
 	AppendPrompt:    appendChatPrompt,
 	AppendMessages:  appendChatMessages,
-	Decode:          DecodeChunk,
 }
 
 func appendChatPrompt(b, prompt []byte, _ bool) []byte {

@@ -8,7 +8,6 @@ var completionsKind = Kind{
 	OpenAIMaxTokens: "max_tokens",
 	TokenIDs:        true,
 	AppendPrompt:    appendCompletionsPrompt,
-	Decode:          DecodeChunk,
 }
 
 func appendCompletionsPrompt(b, prompt []byte, tokenIDs bool) []byte {

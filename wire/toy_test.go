@@ -9,8 +9,9 @@ import (
 
 // This file is all a new API needs: its Kind (path, body, stream decoder) and its
 // registration. The toy API posts {"input": ...} to /toy/generate and streams
-// {"piece":"...","think":true,"tokens":n,"stop":true} events; nothing else in the package
-// knows of it, yet ParseAPI, APIURL, NewEncoder and Lookup serve it like the built-ins.
+// {"piece":"...","think":true,"tokens":n,"stop":true} events, which its own decoder reads;
+// nothing else in the package knows of it, yet ParseAPI, APIURL, NewEncoder and Lookup
+// serve it like the built-ins.
 
 var toyKind = Kind{
 	Name: "toy",
@@ -85,7 +86,7 @@ func TestToyKind(t *testing.T) {
 	var finished bool
 	var tokens int32
 	for _, ev := range strings.Split(strings.TrimSpace(stream), "\n\n") {
-		if err := k.Decode([]byte(strings.TrimPrefix(ev, "data: ")), &c); err != nil {
+		if err := k.Decoder()([]byte(strings.TrimPrefix(ev, "data: ")), &c); err != nil {
 			t.Fatal(err)
 		}
 		if c.Output {
