@@ -101,7 +101,7 @@ func (o *ClientOptions) Validate() error {
 	if o.ReadBatch < 0 || o.ReadBatch > MaxReadBatch {
 		return fmt.Errorf("client: read batch %v is not between 0 and %v", o.ReadBatch, MaxReadBatch)
 	}
-	if k, _ := wire.Lookup(o.API); o.TokenIDPrompts && !k.TokenIDs {
+	if k, ok := wire.Lookup(o.API); o.TokenIDPrompts && (!ok || !k.TokenIDs) {
 		return errors.New("client: token-id prompts need the completions API")
 	}
 	if _, err := ParseHTTPClient(o.HTTPClient); err != nil {
@@ -330,15 +330,14 @@ func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTok
 // appendJSONBytes appends s as a JSON string (wire.AppendJSONBytes).
 func appendJSONBytes(b []byte, s []byte) []byte { return wire.AppendJSONBytes(b, s) }
 
-// decodeChunk decodes one stream event's data with the API kind's decoder. OpenAI's
-// shapes (every built-in kind) go straight to wire.DecodeChunk: a call through a function
-// value would move every stream's state to the heap. A kind's own decoder gets a copy of
-// the Chunk, so that only the copy escapes.
-func (c *Client) decodeChunk(data []byte, ci *wire.Chunk) error {
-	k := c.enc.Kind()
-	if k == nil || k.Decode == nil {
-		return wire.DecodeChunk(data, ci)
-	}
+// decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
+// into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
+// kinds alone. OpenAI's shapes (every built-in kind) go straight to wire.DecodeChunk
+// (streamState.event): a call through a function value would move every stream's state
+// to the heap.
+//
+//go:noinline
+func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
 	tmp := *ci
 	err := k.Decode(data, &tmp)
 	*ci = tmp
@@ -571,7 +570,13 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	ci := &st.ci
-	if err := st.c.decodeChunk(data, ci); err != nil {
+	var err error
+	if k := st.c.enc.Kind(); k != nil && k.Decode != nil {
+		err = decodeOwn(k, data, ci)
+	} else {
+		err = wire.DecodeChunk(data, ci)
+	}
+	if err != nil {
 		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
 		return true
 	}

@@ -64,10 +64,18 @@ func DecodeChunk(data []byte, ci *Chunk) error {
 	return decodeChunkJSON(data, ci)
 }
 
-// reset empties ci, keeping its slices' room.
+// reset empties ci, keeping its slices' room. Field by field rather than by assigning a
+// Chunk: x = x[:0] writes only a length, where a struct assignment rewrites every slice's
+// pointer (with the garbage collector's write barrier) on every chunk. TestChunkReset
+// fails when a field is added and not reset here.
 func (ci *Chunk) reset() {
-	text, reasoning, calls := ci.Text[:0], ci.Reasoning[:0], ci.ToolCalls[:0]
-	*ci = Chunk{Text: text, Reasoning: reasoning, ToolCalls: calls}
+	ci.Text, ci.Reasoning, ci.ToolCalls = ci.Text[:0], ci.Reasoning[:0], ci.ToolCalls[:0]
+	ci.Output, ci.Finished, ci.HasCached, ci.Cached, ci.Choices = false, false, false, 0, 0
+	ci.Usage, ci.PromptTokens, ci.CompletionTokens, ci.HasPrompt, ci.HasCompletion = false, 0, 0, false, false
+	if ci.ErrorMessage != "" {
+		ci.ErrorMessage = ""
+	}
+	ci.IsError = false
 }
 
 // decodeChunkJSON is the exact, slower path: encoding/json into chunkJSON.

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -193,5 +194,37 @@ func TestHTTPErrorText(t *testing.T) {
 	}
 	if Encoded("") || Encoded(" Identity ") || !Encoded("gzip") {
 		t.Error("Encoded")
+	}
+}
+
+// TestChunkReset: reset zeroes every field but the slices' room, whatever fields Chunk has.
+func TestChunkReset(t *testing.T) {
+	var ci Chunk
+	v := reflect.ValueOf(&ci).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int32:
+			f.SetInt(7)
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 4))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to set it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	ci.reset()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() == reflect.Slice {
+			if f.Len() != 0 || f.Cap() != 4 {
+				t.Errorf("%s: len %d cap %d, want 0 and its room (4)", v.Type().Field(i).Name, f.Len(), f.Cap())
+			}
+		} else if !f.IsZero() {
+			t.Errorf("%s not reset: %v", v.Type().Field(i).Name, f)
+		}
 	}
 }
