@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -131,5 +132,33 @@ func TestEndpointURLs(t *testing.T) {
 	u, _ := url.Parse("http://h/gw/v1/")
 	if got := MetricsURL(u).String(); got != "http://h/gw/metrics" {
 		t.Errorf("MetricsURL = %s", got)
+	}
+}
+
+// TestAppendJSONBytesASCII: every ASCII byte is written as it is or escaped as JSON
+// requires (\n, \r and \t by name, other control bytes as \u00XX), and decodes back.
+func TestAppendJSONBytesASCII(t *testing.T) {
+	for c := range 128 {
+		want := string(rune(c))
+		switch {
+		case c == '"' || c == '\\':
+			want = `\` + want
+		case c == '\n':
+			want = `\n`
+		case c == '\r':
+			want = `\r`
+		case c == '\t':
+			want = `\t`
+		case c < 0x20:
+			want = fmt.Sprintf(`\u%04x`, c)
+		}
+		got := AppendJSONBytes(nil, []byte{byte(c)})
+		if string(got) != `"`+want+`"` {
+			t.Errorf("byte %#x: %s, want \"%s\"", c, got, want)
+		}
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil || back != string(rune(c)) {
+			t.Errorf("byte %#x: %s decodes to %q, %v", c, got, back, err)
+		}
 	}
 }
