@@ -199,6 +199,10 @@ func (p *chunkParser) str() (raw []byte, esc bool, err error) {
 	start := p.i
 	for p.i < len(p.b) {
 		c := p.b[p.i]
+		if strPlain[c] {
+			p.i++
+			continue
+		}
 		switch {
 		case c == '"':
 			raw = p.b[start:p.i]
@@ -233,6 +237,16 @@ func (p *chunkParser) str() (raw []byte, esc bool, err error) {
 	}
 	return nil, false, errFallback
 }
+
+// strPlain[c] reports whether the byte c continues a string's content with nothing to
+// decide: not a quote, a backslash or a control byte. The table makes the scan of a
+// chunk's text one load and one branch a byte (str is a third of a chunk's decoding).
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
