@@ -245,10 +245,10 @@ func AppendJSONString(b []byte, s string) []byte { return AppendJSONBytes(b, []b
 
 const hexDigits = "0123456789abcdef"
 
-// jsonSafe[c] reports whether the ASCII byte c goes into a JSON string as it is: not a
-// control character, a quote or a backslash. A table makes the per-byte test of a prompt
-// one load and one branch.
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+// jsonSafe[c] reports whether the byte c goes into a JSON string as it is: ASCII, and not
+// a control character, a quote or a backslash. A table makes the per-byte test of a
+// prompt one load and one branch.
+var jsonSafe = func() (t [256]bool) {
 	for c := 0x20; c < utf8.RuneSelf; c++ {
 		t[c] = c != '"' && c != '\\'
 	}
@@ -262,11 +262,11 @@ func AppendJSONBytes(b []byte, s []byte) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
+		if jsonSafe[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
