@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The server section: what the engine's own Prometheus metrics said during the run, read
@@ -63,29 +64,29 @@ type serverMetric struct {
 // serverMetrics is the table docs/metrics.md ("Server metrics") documents, with the source
 // of each name.
 var serverMetrics = []serverMetric{
-	{"vllm:num_requests_running", "vllm", roleRunning, 0},
-	{"vllm:num_requests_waiting", "vllm", roleWaiting, 0},
-	{"vllm:kv_cache_usage_perc", "vllm", roleKVUsage, 0},
-	{"vllm:gpu_cache_usage_perc", "vllm", roleKVUsage, 1},
-	{"vllm:num_preemptions_total", "vllm", rolePreemptions, 0},
-	{"vllm:num_preemptions", "vllm", rolePreemptions, 1},
-	{"vllm:prefix_cache_queries_total", "vllm", rolePrefixQueries, 0},
-	{"vllm:gpu_prefix_cache_queries_total", "vllm", rolePrefixQueries, 1},
-	{"vllm:prefix_cache_hits_total", "vllm", rolePrefixHits, 0},
-	{"vllm:gpu_prefix_cache_hits_total", "vllm", rolePrefixHits, 1},
-	{"vllm:gpu_prefix_cache_hit_rate", "vllm", rolePrefixRate, 0},
-	{"sglang:num_running_reqs", "sglang", roleRunning, 0},
-	{"sglang:num_queue_reqs", "sglang", roleWaiting, 0},
-	{"sglang:token_usage", "sglang", roleKVUsage, 0},
-	{"sglang:cache_hit_rate", "sglang", rolePrefixRate, 0},
-	{"tgi_batch_current_size", "tgi", roleRunning, 0},
-	{"tgi_queue_size", "tgi", roleWaiting, 0},
-	{"llamacpp:requests_processing", "llamacpp", roleRunning, 0},
-	{"llamacpp:requests_deferred", "llamacpp", roleWaiting, 0},
-	{"llamacpp:kv_cache_usage_ratio", "llamacpp", roleKVUsage, 0},
-	{"DCGM_FI_DEV_GPU_UTIL", "dcgm", roleGPUUtil, 0},
-	{"DCGM_FI_DEV_POWER_USAGE", "dcgm", roleGPUPower, 0},
-	{"DCGM_FI_DEV_FB_USED", "dcgm", roleGPUMem, 0},
+	{wire.VLLMRequestsRunning, "vllm", roleRunning, 0},
+	{wire.VLLMRequestsWaiting, "vllm", roleWaiting, 0},
+	{wire.VLLMKVCacheUsage, "vllm", roleKVUsage, 0},
+	{wire.VLLMGPUCacheUsage, "vllm", roleKVUsage, 1},
+	{wire.VLLMPreemptionsTotal, "vllm", rolePreemptions, 0},
+	{wire.VLLMPreemptions, "vllm", rolePreemptions, 1},
+	{wire.VLLMPrefixCacheQueries, "vllm", rolePrefixQueries, 0},
+	{wire.VLLMGPUPrefixCacheQueries, "vllm", rolePrefixQueries, 1},
+	{wire.VLLMPrefixCacheHits, "vllm", rolePrefixHits, 0},
+	{wire.VLLMGPUPrefixCacheHits, "vllm", rolePrefixHits, 1},
+	{wire.VLLMGPUPrefixCacheHitRate, "vllm", rolePrefixRate, 0},
+	{wire.SGLangRequestsRunning, "sglang", roleRunning, 0},
+	{wire.SGLangRequestsQueued, "sglang", roleWaiting, 0},
+	{wire.SGLangTokenUsage, "sglang", roleKVUsage, 0},
+	{wire.SGLangCacheHitRate, "sglang", rolePrefixRate, 0},
+	{wire.TGIBatchSize, "tgi", roleRunning, 0},
+	{wire.TGIQueueSize, "tgi", roleWaiting, 0},
+	{wire.LlamaCPPRequestsProcessing, "llamacpp", roleRunning, 0},
+	{wire.LlamaCPPRequestsDeferred, "llamacpp", roleWaiting, 0},
+	{wire.LlamaCPPKVCacheUsage, "llamacpp", roleKVUsage, 0},
+	{wire.DCGMGPUUtil, "dcgm", roleGPUUtil, 0},
+	{wire.DCGMPowerUsage, "dcgm", roleGPUPower, 0},
+	{wire.DCGMFBUsed, "dcgm", roleGPUMem, 0},
 }
 
 // metricIndex maps a known name to its index in serverMetrics; scrapeUpIndex marks

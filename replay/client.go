@@ -12,67 +12,41 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
-// API is the OpenAI-compatible API a run uses.
-type API string
+// API is the API a run uses; the kinds and their bodies live in package wire.
+type API = wire.API
 
-// The APIs.
+// The APIs (wire.APICompletions, wire.APIChat).
 const (
-	APICompletions API = "completions" // POST /completions with "prompt"
-	APIChat        API = "chat"        // POST /chat/completions with one user message
+	APICompletions = wire.APICompletions
+	APIChat        = wire.APIChat
 )
 
-// Backend names the serving engine behind an endpoint; it chooses the request fields that
-// force the output length the trace asks for.
-type Backend string
+// Backend names the serving engine behind an endpoint (wire.Backend).
+type Backend = wire.Backend
 
-// The backends and the length-forcing fields each gets (docs/replay.md):
-//
-//	vllm      max_tokens, min_tokens, ignore_eos; stream_options.continuous_usage_stats
-//	sglang    max_tokens, min_tokens, ignore_eos
-//	tgi       max_tokens (its OpenAI routes have no ignore_eos: lengths are upper bounds)
-//	llamacpp  max_tokens, n_predict, ignore_eos
-//	openai    max_tokens (completions) or max_completion_tokens (chat): upper bounds only
+// The backends (wire's, which documents the length-forcing fields each gets).
 const (
-	BackendVLLM     Backend = "vllm"
-	BackendSGLang   Backend = "sglang"
-	BackendTGI      Backend = "tgi"
-	BackendLlamaCPP Backend = "llamacpp"
-	BackendOpenAI   Backend = "openai"
+	BackendVLLM     = wire.BackendVLLM
+	BackendSGLang   = wire.BackendSGLang
+	BackendTGI      = wire.BackendTGI
+	BackendLlamaCPP = wire.BackendLlamaCPP
+	BackendOpenAI   = wire.BackendOpenAI
 )
 
-// ParseAPI checks an --api value.
-func ParseAPI(s string) (API, error) {
-	switch a := API(s); a {
-	case APICompletions, APIChat:
-		return a, nil
-	}
-	return "", fmt.Errorf("unknown API %q (want completions or chat)", s)
-}
+// ParseAPI checks an --api value (wire.ParseAPI).
+func ParseAPI(s string) (API, error) { return wire.ParseAPI(s) }
 
-// ParseBackend checks a --backend value.
-func ParseBackend(s string) (Backend, error) {
-	switch b := Backend(s); b {
-	case BackendVLLM, BackendSGLang, BackendTGI, BackendLlamaCPP, BackendOpenAI:
-		return b, nil
-	}
-	return "", fmt.Errorf("unknown backend %q (want vllm, sglang, tgi, llamacpp or openai)", s)
-}
-
-// ForcesLength reports whether the backend's fields make the server generate exactly the
-// requested number of tokens (rather than at most that many).
-func (b Backend) ForcesLength() bool {
-	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
-}
+// ParseBackend checks a --backend value (wire.ParseBackend).
+func ParseBackend(s string) (Backend, error) { return wire.ParseBackend(s) }
 
 // ClientOptions configure a Client.
 type ClientOptions struct {
@@ -127,7 +101,7 @@ func (o *ClientOptions) Validate() error {
 	if o.ReadBatch < 0 || o.ReadBatch > MaxReadBatch {
 		return fmt.Errorf("client: read batch %v is not between 0 and %v", o.ReadBatch, MaxReadBatch)
 	}
-	if o.TokenIDPrompts && o.API != APICompletions {
+	if k, ok := wire.Lookup(o.API); o.TokenIDPrompts && (!ok || !k.TokenIDs) {
 		return errors.New("client: token-id prompts need the completions API")
 	}
 	if _, err := ParseHTTPClient(o.HTTPClient); err != nil {
@@ -160,6 +134,7 @@ type Client struct {
 	header http.Header
 	hc     *http.Client
 	raw    *rawTransport // the raw HTTP/1.1 client, when it serves the endpoint
+	enc    wire.Encoder  // builds the bodies of the API for the backend
 	// bodyPrefix is the constant start of every body: {"model":"...","stream":true,...,
 	bodyPrefix []byte
 	secrets    []string // scrubbed from every record's error text (Scrub)
@@ -202,7 +177,11 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if o.MaxLine <= 0 {
 		o.MaxLine = DefaultMaxLine
 	}
-	u := *o.BaseURL
+	enc, err := wire.NewEncoder(o.API, o.Backend, o.TokenIDPrompts)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	u := *wire.APIURL(o.BaseURL, o.API)
 	h := http.Header{}
 	for k, v := range o.Header {
 		h[k] = append([]string(nil), v...)
@@ -221,14 +200,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if h.Get("User-Agent") == "" {
 		h.Set("User-Agent", "llmreplay")
 	}
-	switch o.API {
-	case APIChat:
-		u.Path += "/chat/completions"
-	default:
-		u.Path += "/completions"
-	}
 	c := &Client{
 		opts:    o,
+		enc:     enc,
 		url:     u.String(),
 		header:  h,
 		secrets: Secrets(o.BaseURL, o.APIKey, o.Header),
@@ -238,17 +212,14 @@ func NewClient(o ClientOptions) (*Client, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	c.bodyPrefix = c.appendBodyPrefix(nil, o.Model)
+	c.bodyPrefix = c.bodyPrefixFor(o.Model)
 	choice, _ := ParseHTTPClient(o.HTTPClient)
 	raw, err := useRaw(choice, &u)
 	if err != nil {
 		return nil, err
 	}
 	if raw {
-		mu := *o.BaseURL
-		mu.User = nil
-		mu.Path += "/models"
-		c.raw = newRawTransport(&u, &mu, h, o.MaxInflight, o.SessionHeader)
+		c.raw = newRawTransport(&u, wire.ModelsURL(o.BaseURL), h, o.MaxInflight, o.SessionHeader)
 		c.raw.readBatch = int64(o.ReadBatch)
 		c.raw.c = c
 	}
@@ -299,9 +270,7 @@ func (c *Client) Prewarm(ctx context.Context, n int) int {
 	if c.raw != nil {
 		return c.raw.prewarm(ctx, n)
 	}
-	u := *c.opts.BaseURL
-	u.User = nil
-	u.Path += "/models"
+	u := wire.ModelsURL(c.opts.BaseURL)
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for range n {
@@ -338,23 +307,6 @@ func (c *Client) Close() {
 	}
 }
 
-func (c *Client) appendBodyPrefix(b []byte, model string) []byte {
-	b = append(b, `{"model":`...)
-	b = appendJSONString(b, model)
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true`...)
-	if c.opts.Backend == BackendVLLM {
-		b = append(b, `,"continuous_usage_stats":true`...)
-	}
-	b = append(b, `},"temperature":0`...)
-	switch c.opts.Backend {
-	case BackendVLLM, BackendSGLang:
-		b = append(b, `,"ignore_eos":true`...)
-	case BackendLlamaCPP:
-		b = append(b, `,"ignore_eos":true`...)
-	}
-	return b
-}
-
 // AppendBody appends the JSON body asking for outputTokens tokens after prompt.
 func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
 	return c.appendBody(b, c.bodyPrefix, prompt, outputTokens)
@@ -362,159 +314,35 @@ func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte 
 
 // bodyPrefixFor returns the constant start of every body sent to model, as bodyPrefix is
 // the start of those sent to the client's own model.
-func (c *Client) bodyPrefixFor(model string) []byte { return c.appendBodyPrefix(nil, model) }
+func (c *Client) bodyPrefixFor(model string) []byte { return c.enc.AppendStart(nil, model) }
 
 // appendBody is AppendBody with the body's constant start given (bodyPrefix or a
 // bodyPrefixFor): the model is the only field that differs between requests' starts.
 func (c *Client) appendBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
-	b = c.appendLengths(b, prefix, outputTokens)
-	if c.opts.API == APIChat {
-		b = append(b, `,"messages":[{"role":"user","content":`...)
-		b = appendJSONBytes(b, prompt)
-		b = append(b, `}]}`...)
-	} else if c.opts.TokenIDPrompts {
-		b = append(b, `,"prompt":`...)
-		b = append(b, prompt...) // already a JSON array of ids
-		b = append(b, '}')
-	} else {
-		b = append(b, `,"prompt":`...)
-		b = appendJSONBytes(b, prompt)
-		b = append(b, '}')
-	}
-	return b
+	return c.enc.AppendBody(b, prefix, prompt, outputTokens)
 }
 
 // appendBodyMessages is appendBody for the chat API with the messages given, JSON
 // objects separated by commas (a conversation's history and its new user message).
 func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTokens int32) []byte {
-	b = c.appendLengths(b, prefix, outputTokens)
-	b = append(b, `,"messages":[`...)
-	b = append(b, messages...)
-	return append(b, `]}`...)
+	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
-// appendLengths appends prefix and the fields that ask for outputTokens tokens.
-func (c *Client) appendLengths(b, prefix []byte, outputTokens int32) []byte {
-	b = append(b, prefix...)
-	n := strconv.AppendInt(nil, int64(outputTokens), 10)
-	switch {
-	case c.opts.Backend == BackendOpenAI && c.opts.API == APIChat:
-		b = append(b, `,"max_completion_tokens":`...)
-		b = append(b, n...)
-	default:
-		b = append(b, `,"max_tokens":`...)
-		b = append(b, n...)
-	}
-	switch c.opts.Backend {
-	case BackendVLLM, BackendSGLang:
-		b = append(b, `,"min_tokens":`...)
-		b = append(b, n...)
-	case BackendLlamaCPP:
-		b = append(b, `,"n_predict":`...)
-		b = append(b, n...)
-	}
-	return b
-}
+// appendJSONBytes appends s as a JSON string (wire.AppendJSONBytes).
+func appendJSONBytes(b []byte, s []byte) []byte { return wire.AppendJSONBytes(b, s) }
 
-func appendJSONString(b []byte, s string) []byte { return appendJSONBytes(b, []byte(s)) }
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONBytes appends s as a JSON string; invalid UTF-8 becomes U+FFFD, as
-// encoding/json does.
-func appendJSONBytes(b []byte, s []byte) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
-// streamChunk is the part of an OpenAI-compatible stream chunk the replayer reads.
-type streamChunk struct {
-	Object  string          `json:"object"`
-	Message string          `json:"message"` // vLLM's older top-level error object
-	Error   json.RawMessage `json:"error"`
-	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			Reasoning        string          `json:"reasoning"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     *int32 `json:"prompt_tokens"`
-		CompletionTokens *int32 `json:"completion_tokens"`
-		// vLLM (--enable-prompt-tokens-details), SGLang, OpenAI: prompt tokens served
-		// from the prefix cache; the object or the count may be null or absent.
-		PromptTokensDetails *struct {
-			CachedTokens *int32 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-}
-
-// errorMessage extracts a server's error message from an error field or object.
-func (c *streamChunk) errorMessage() (string, bool) {
-	if c.Object == "error" {
-		return c.Message, true
-	}
-	if len(c.Error) == 0 || string(c.Error) == "null" {
-		return "", false
-	}
-	var e struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(c.Error, &e) == nil && e.Message != "" {
-		return e.Message, true
-	}
-	var s string
-	if json.Unmarshal(c.Error, &s) == nil {
-		return s, true
-	}
-	return string(c.Error), true
+// decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
+// into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
+// kinds alone. OpenAI's shapes (every built-in kind) go straight to wire.DecodeChunk
+// (streamState.event): a call through a function value would move every stream's state
+// to the heap.
+//
+//go:noinline
+func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
+	tmp := *ci
+	err := k.Decode(data, &tmp)
+	*ci = tmp
+	return err
 }
 
 // request is one prepared request: everything needed to send it is computed.
@@ -669,7 +497,7 @@ type streamState struct {
 	prevCompl   int32
 	usageSeen   bool
 	nEvents     int
-	ci          chunkInfo
+	ci          wire.Chunk
 	answer      *[]byte // when set, every output chunk's text is appended (a conversation's history)
 	maxChunks   int     // maxOutputChunks of the request
 }
@@ -731,27 +559,33 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	ci := &st.ci
-	if err := parseChunk(data, ci); err != nil {
+	var err error
+	if k := st.c.enc.Kind(); k != nil && k.Decode != nil {
+		err = decodeOwn(k, data, ci)
+	} else {
+		err = wire.DecodeChunk(data, ci)
+	}
+	if err != nil {
 		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
 		return true
 	}
-	if ci.isErr {
-		st.fail(results.StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.errMsg)))
+	if ci.IsError {
+		st.fail(results.StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.ErrorMessage)))
 		return true
 	}
-	output := ci.output
+	output := ci.Output
 	if output && len(res.ChunkNS) == st.maxChunks {
 		st.fail(results.StatusStreamError, fmt.Sprintf("more than %d output chunks for max_tokens %d (at most 2 per token + 16): stream cut",
 			st.maxChunks, res.OutputTokensTarget))
 		return true
 	}
 	if output && st.c.opts.CountTokens != nil {
-		st.text = append(st.text, ci.text...)
+		st.text = append(st.text, ci.Text...)
 	}
 	if output && st.answer != nil {
-		*st.answer = append(*st.answer, ci.text...)
+		*st.answer = append(*st.answer, ci.Text...)
 	}
-	st.finished = st.finished || ci.finished
+	st.finished = st.finished || ci.Finished
 	if output {
 		off := stamp - res.SentNS
 		if res.FirstTokenNS == results.Null {
@@ -759,9 +593,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		}
 		res.EndNS = stamp
 		res.ChunkNS = append(res.ChunkNS, off)
-		if ci.usage && ci.hasCompl {
-			n := ci.compl - st.prevCompl
-			st.prevCompl = ci.compl
+		if ci.Usage && ci.HasCompletion {
+			n := ci.CompletionTokens - st.prevCompl
+			st.prevCompl = ci.CompletionTokens
 			st.chunkTokens = append(st.chunkTokens, n)
 			if st.onTokens != nil {
 				st.onTokens(int(n))
@@ -772,20 +606,20 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 				st.onTokens(1)
 			}
 		}
-	} else if ci.usage && ci.hasCompl && ci.choices > 0 {
-		st.prevCompl = ci.compl
+	} else if ci.Usage && ci.HasCompletion && ci.Choices > 0 {
+		st.prevCompl = ci.CompletionTokens
 	}
-	if ci.usage && ci.choices == 0 {
+	if ci.Usage && ci.Choices == 0 {
 		st.usageSeen = true
-		if ci.hasPrompt {
-			res.PromptTokensServer = ci.prompt
+		if ci.HasPrompt {
+			res.PromptTokensServer = ci.PromptTokens
 		}
-		if ci.hasCompl {
-			res.OutputTokens = ci.compl
+		if ci.HasCompletion {
+			res.OutputTokens = ci.CompletionTokens
 			res.OutputTokensSource = results.SourceUsage
 		}
-		if ci.hasCached && ci.cached >= 0 {
-			res.PromptTokensCached = ci.cached
+		if ci.HasCached && ci.Cached >= 0 {
+			res.PromptTokensCached = ci.Cached
 		}
 	}
 	return false
@@ -857,23 +691,14 @@ func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err e
 	return results.StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
 }
 
-// encoded reports a Content-Encoding other than identity. The client sends no
-// Accept-Encoding (compression would hold chunks back), so a server that compresses
-// anyway is answered with an error rather than decompressed: the timings of a stream that
-// went through a compressor are not the engine's.
-func encoded(contentEncoding string) bool {
-	return contentEncoding != "" && !strings.EqualFold(strings.TrimSpace(contentEncoding), "identity")
-}
+// encoded, streamEncoded and httpErrorEncoded are wire's words for a compressed
+// response, under the names both transports call them by.
+func encoded(contentEncoding string) bool { return wire.Encoded(contentEncoding) }
 
-// streamEncoded words a 2xx response compressed without being asked to.
-func streamEncoded(contentEncoding string) string {
-	return fmt.Sprintf("response body has Content-Encoding %s, which the client did not ask for (no Accept-Encoding): not read",
-		shortText([]byte(contentEncoding)))
-}
+func streamEncoded(contentEncoding string) string { return wire.EncodedStreamText(contentEncoding) }
 
-// httpErrorEncoded words an error response whose body is compressed without being asked to.
 func httpErrorEncoded(status int, contentEncoding string) string {
-	return fmt.Sprintf("HTTP %d: (a %s body, which the client did not ask for)", status, shortText([]byte(contentEncoding)))
+	return wire.EncodedErrorText(status, contentEncoding)
 }
 
 // httpErrorMessage reads a little of an error response for its message.
@@ -882,28 +707,11 @@ func httpErrorMessage(resp *http.Response) string {
 	return httpErrorText(resp.StatusCode, b)
 }
 
-// httpErrorText words an error response from its status and first bytes.
-func httpErrorText(status int, b []byte) string {
-	var e streamChunk
-	msg := ""
-	if json.Unmarshal(b, &e) == nil {
-		msg, _ = e.errorMessage()
-	}
-	if msg == "" {
-		msg = string(b)
-	}
-	return fmt.Sprintf("HTTP %d: %s", status, shortText([]byte(msg)))
-}
+// httpErrorText words an error response from its status and first bytes (wire.HTTPErrorText).
+func httpErrorText(status int, b []byte) string { return wire.HTTPErrorText(status, b) }
 
-// shortText returns b on one line, at most 200 bytes, for error messages.
-func shortText(b []byte) string {
-	const max = 200
-	s := strings.Join(strings.Fields(string(bytes.ToValidUTF8(b, []byte("?")))), " ")
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	return s
-}
+// shortText returns b on one line, at most 200 bytes, for error messages (wire.ShortText).
+func shortText(b []byte) string { return wire.ShortText(b) }
 
 // authorize gives req the run's credentials and extra headers: --header values, the base
 // URL's userinfo as basic auth, the API key as a bearer token (it wins over the userinfo).
@@ -922,9 +730,7 @@ func authorize(req *http.Request, base *url.URL, apiKey string, header http.Head
 
 // ListModels returns the model ids of GET BASE/models, in the order served.
 func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.Header, insecure bool) ([]string, error) {
-	u := *base
-	u.User = nil
-	u.Path += "/models"
+	u := wire.ModelsURL(base)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -938,11 +744,11 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(&u), err)
+		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(u), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(&u), Scrub(httpErrorMessage(resp), Secrets(base, apiKey, header)))
+		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(u), Scrub(httpErrorMessage(resp), Secrets(base, apiKey, header)))
 	}
 	var body struct {
 		Data []struct {
@@ -950,7 +756,7 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(&u), err)
+		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(u), err)
 	}
 	ids := make([]string, 0, len(body.Data))
 	for _, d := range body.Data {

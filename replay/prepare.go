@@ -416,31 +416,6 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	return nil
 }
 
-// Calibrate runs tokenize.Calibrate against base with the client's credentials. tokenize
-// sees the base URL without userinfo (its password goes as a basic Authorization header,
-// whose value tokenize scrubs from its errors); the errors it returns are wrapped with the
-// endpoint's safe form.
-func Calibrate(ctx context.Context, base *url.URL, api API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (tokenize.Calibration, error) {
-	h := header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	if auth := BasicAuth(base); auth != "" {
-		h.Set("Authorization", auth)
-	}
-	if apiKey != "" {
-		h.Set("Authorization", "Bearer "+apiKey)
-	}
-	clean := *base
-	clean.User = nil
-	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{BaseURL: clean.String(), API: string(api), Model: model,
-		HTTPClient: &http.Client{Transport: NewTransport(8, insecure), Timeout: time.Minute}, Header: h, Builder: b})
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", SafeEndpoint(base), err)
-	}
-	return c, nil
-}
-
 func (p *preparer) prompter() Prompter {
 	return NewPrompter(PrompterOptions{Builder: p.builder, Encoding: p.enc, TokenIDs: p.tokenIDs,
 		VocabSize: p.cfg.VocabSize, BlockTokens: p.src.Meta().BlockTokens, Calibration: p.cal})

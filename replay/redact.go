@@ -1,68 +1,29 @@
 package replay
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/wire"
 )
 
-// This file is the one home of endpoint normalisation and secret redaction: every place
-// that stores or prints an endpoint, a flag value or a header goes through it. URL
-// passwords, API keys and header values are secrets; header names are not.
+// This file is replay's home of secret redaction: every place that stores or prints an
+// endpoint, a flag value or a header goes through it (the endpoint's normalisation and its
+// safe form are wire's). URL passwords, API keys and header values are secrets; header
+// names are not.
 
-// BaseURL parses an --endpoint the way OpenAI clients take a base URL: a URL with no path
-// gets /v1. Only http and https are accepted. Its errors never quote the URL's userinfo.
-func BaseURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
-	if err != nil {
-		// *url.Error quotes the whole string, password included: keep only the cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("endpoint %q: %w", SafeURL(s), err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("endpoint %q: scheme must be http or https", SafeEndpoint(u))
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("endpoint %q: no host", SafeEndpoint(u))
-	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1"
-	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	return u, nil
-}
+// BaseURL parses an --endpoint the way OpenAI clients take a base URL (wire.BaseURL: a
+// URL with no path gets /v1). Its errors never quote the URL's userinfo.
+func BaseURL(s string) (*url.URL, error) { return wire.BaseURL(s) }
 
 // SafeEndpoint returns u without userinfo, query or fragment: the one form in which an
-// endpoint is stored (run metadata, sweep state) or printed (messages, errors).
-func SafeEndpoint(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	c.ForceQuery = false
-	c.Fragment = ""
-	c.RawFragment = ""
-	return c.String()
-}
+// endpoint is stored or printed (wire.SafeEndpoint).
+func SafeEndpoint(u *url.URL) string { return wire.SafeEndpoint(u) }
 
-// SafeURL is SafeEndpoint of a URL as the user typed it (a flag value). A string that does
-// not parse as a URL is withheld whole, since any part of it may be a password; a parsable
-// one keeps its form (no /v1 added), so a stored flag still reads as given.
-func SafeURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "[redacted url]"
-	}
-	return SafeEndpoint(u)
-}
+// SafeURL is SafeEndpoint of a URL as the user typed it (wire.SafeURL).
+func SafeURL(s string) string { return wire.SafeURL(s) }
 
 // HasSecret reports whether a URL as typed carries something SafeURL removes (userinfo,
 // a query, a fragment), i.e. whether its stored form differs from it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Scraping Prometheus endpoints during a run (docs/replay.md, "Server metrics"). Each
@@ -45,16 +46,9 @@ func ScrapeTimeout(interval time.Duration) time.Duration {
 	return min(interval-interval/5, maxScrapeTimeout)
 }
 
-// MetricsURL is the Prometheus endpoint of an engine whose OpenAI base URL is base: the
-// server root (base without a trailing /v1) + /metrics, where vLLM, SGLang, TGI and the
-// llama.cpp server serve it. It keeps base's userinfo.
-func MetricsURL(base *url.URL) *url.URL {
-	u := *base
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") + "/metrics"
-	u.RawPath = ""
-	u.RawQuery, u.Fragment = "", ""
-	return &u
-}
+// MetricsURL is the Prometheus endpoint of an engine whose OpenAI base URL is base
+// (wire.MetricsURL: the server root + /metrics, userinfo kept).
+func MetricsURL(base *url.URL) *url.URL { return wire.MetricsURL(base) }
 
 // ParseScrapeURL checks a --scrape value: an http or https URL with a host. Its errors
 // quote the URL only in its safe form (SafeURL).

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // apiError is an OpenAI-style error answer.
@@ -20,27 +22,6 @@ func (e *apiError) Error() string { return e.msg }
 
 func badRequest(param, format string, a ...any) *apiError {
 	return &apiError{status: 400, typ: "BadRequestError", param: param, msg: fmt.Sprintf(format, a...)}
-}
-
-// streamOptions is OpenAI's stream_options plus vLLM's continuous_usage_stats.
-type streamOptions struct {
-	IncludeUsage         *bool `json:"include_usage"`
-	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
-}
-
-// genRequest is the part of a completions or chat request the sim reads; other fields
-// (temperature, top_p, ...) are accepted and ignored, as vLLM ignores what it does not use.
-type genRequest struct {
-	Model               *string         `json:"model"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	MinTokens           *int            `json:"min_tokens"`
-	IgnoreEOS           *bool           `json:"ignore_eos"`
-	Stream              *bool           `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	N                   *int            `json:"n"`
 }
 
 type chatMessage struct {
@@ -83,7 +64,10 @@ const vocabSize = 100277
 // parseGenRequest decodes and checks a request body. Every problem is a 400 naming the
 // field, as vLLM answers.
 func parseGenRequest(body []byte, chat bool) (*params, error) {
-	var r genRequest
+	// The body's fields are defined once, with the client's encoder (wire.RequestBody);
+	// fields it does not name (temperature, top_p, ...) are accepted and ignored, as vLLM
+	// ignores what it does not use.
+	var r wire.RequestBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&r); err != nil {
 		return nil, badRequest("", "invalid JSON body: %s", jsonErr(err))

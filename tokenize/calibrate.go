@@ -1,30 +1,11 @@
 package tokenize
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
-	"net/url"
 	"strings"
-	"time"
-)
-
-// Calibration methods, as reported in Calibration.Method.
-const (
-	MethodTokenize         = "tokenize"          // POST /tokenize, vLLM and SGLang shape
-	MethodTokenizeLlamaCpp = "tokenize-llamacpp" // POST /tokenize {content}, llama.cpp shape
-	MethodUsage            = "usage"             // usage.prompt_tokens of max_tokens=1 probes
-)
-
-// APIs a calibration is for.
-const (
-	APICompletions = "completions"
-	APIChat        = "chat"
 )
 
 // Default probe lengths in builder tokens. Fitting lengths span short to long prompts; the
@@ -34,33 +15,26 @@ var (
 	DefaultCheckLengths = []int{400, 1500, 2500}
 )
 
-// maxResponseBytes bounds what a probe reads from the server: a /tokenize reply for a
-// 4,000-token prompt is about 30 KB.
-const maxResponseBytes = 8 << 20
-
 // probeRequestID is the first request id of probe prompts. Probes count down from it:
 // trace request ids are non-negative, so a probe never shares a prefix with a replayed
 // request (and so never warms the server's prefix cache for it).
 const probeRequestID = -1 << 40
 
-// CalibrateOptions says which endpoint to calibrate against and how.
+// CountFunc asks a server how many tokens text is, by method (a way of asking: a
+// /tokenize endpoint, usage of a one-token request), and returns its count and the
+// model's context length when the server said it (0 when not). The wire package's
+// Prober.Count is one; tokenize itself sends nothing.
+type CountFunc func(ctx context.Context, method, text string) (tokens, maxModelLen int, err error)
+
+// CalibrateOptions says how to calibrate: how the server counts and what to send it.
 type CalibrateOptions struct {
-	// BaseURL is the API base as OpenAI clients take it, e.g. http://127.0.0.1:8000/v1,
-	// already normalised by the caller (replay.BaseURL; a URL with no path still gets /v1
-	// here). /tokenize is looked for at the server root: the base with a trailing /v1
-	// removed. Errors never quote the URL: the caller wraps them with the endpoint it may show.
-	BaseURL string
-	API     string // "completions" or "chat"
-	Model   string
-	// HTTPClient sends the probes; nil means a client with a 60 s timeout.
-	HTTPClient *http.Client
-	// Header is added to every probe (it may carry an API key: it is never logged or
-	// put in an error).
-	Header  http.Header
+	API string // the API the counts are for, recorded in the Calibration
+	// Methods are tried in order with Count; the first that measures every fit length
+	// is the calibration's Method. One that fails leaves a warning; when every one fails,
+	// Calibrate fails.
+	Methods []string
+	Count   CountFunc
 	Builder *Builder
-	// Method forces MethodTokenize, MethodTokenizeLlamaCpp or MethodUsage; empty tries
-	// /tokenize in both shapes, then usage probes.
-	Method string
 	// FitLengths and CheckLengths are probe lengths in builder tokens (defaults above): the
 	// model is fitted on the first, its residual measured on the second.
 	FitLengths   []int
@@ -70,23 +44,13 @@ type CalibrateOptions struct {
 	Repeats int
 }
 
-// Validate checks the options without touching the network.
+// Validate checks the options without counting anything.
 func (o CalibrateOptions) Validate() error {
-	if _, _, err := endpointURLs(o.BaseURL); err != nil {
-		return err
+	if len(o.Methods) == 0 {
+		return errors.New("tokenize: calibrate: no counting method")
 	}
-	switch o.API {
-	case APICompletions, APIChat:
-	default:
-		return fmt.Errorf("tokenize: calibrate: api %q: want %s or %s", o.API, APICompletions, APIChat)
-	}
-	switch o.Method {
-	case "", MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage:
-	default:
-		return fmt.Errorf("tokenize: calibrate: method %q: want %s, %s or %s", o.Method, MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage)
-	}
-	if o.Method == MethodTokenizeLlamaCpp && o.API == APIChat {
-		return errors.New("tokenize: calibrate: llama.cpp's /tokenize does not apply the chat template; use usage probes for the chat api")
+	if o.Count == nil {
+		return errors.New("tokenize: calibrate: no count function")
 	}
 	if o.Builder == nil {
 		return errors.New("tokenize: calibrate: no builder")
@@ -187,30 +151,18 @@ func (c Calibration) String() string {
 		c.API, c.Method, c.Overhead, c.Ratio, c.MaxAbsError, 100*c.MaxRelError)
 }
 
-// Calibrate measures how the server at opts.BaseURL counts the builder's prompts and returns
-// the linear model that corrects for it. With /tokenize (vLLM, SGLang: POST {model, prompt}
-// or {model, messages}; llama.cpp: POST {content}) nothing is generated; otherwise each probe
-// is a non-streaming request with max_tokens=1 whose usage.prompt_tokens is read. Probe
-// prompts use negative request ids, so they share no prefix with a replay's requests.
+// Calibrate measures how a server counts the builder's prompts, through opts.Count, and
+// returns the linear model that corrects for it. Probe prompts use negative request ids,
+// so they share no prefix with a replay's requests.
 func Calibrate(ctx context.Context, opts CalibrateOptions) (Calibration, error) {
 	if err := opts.Validate(); err != nil {
 		return Calibration{}, err
 	}
-	apiBase, root, _ := endpointURLs(opts.BaseURL)
-	p := &prober{opts: opts, apiBase: apiBase, root: root, client: opts.HTTPClient}
-	if p.client == nil {
-		p.client = &http.Client{Timeout: 60 * time.Second}
-	}
+	p := &prober{opts: opts}
 	cal := Calibration{API: opts.API}
 	fit, check := opts.lengths()
 
-	methods := []string{opts.Method}
-	if opts.Method == "" {
-		methods = []string{MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage}
-		if opts.API == APIChat {
-			methods = []string{MethodTokenize, MethodUsage}
-		}
-	}
+	methods := opts.Methods
 	var fails []string
 	for _, m := range methods {
 		p.method = m
@@ -297,43 +249,12 @@ func fitLine(pts []Probe) (a, r float64, err error) {
 	return a, r, nil
 }
 
-// endpointURLs returns the API base (with /v1 added to a URL with no path) and the server
-// root where /tokenize lives.
-func endpointURLs(base string) (apiBase, root string, err error) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		// Never echo the URL: it may carry credentials.
-		return "", "", errors.New("tokenize: calibrate: base url must be http(s)://host[:port][/path]")
-	}
-	u.RawQuery, u.Fragment = "", ""
-	path := strings.TrimRight(u.Path, "/")
-	if path == "" {
-		path = "/v1"
-	}
-	u.Path = path
-	apiBase = u.String()
-	u.Path = strings.TrimSuffix(path, "/v1")
-	root = u.String()
-	return apiBase, root, nil
-}
-
-// urlPath is the path of a probe's target, for error messages: tokenize's errors carry no
-// URL (its host part and any userinfo or query are the caller's to show, redacted).
-func urlPath(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(url)"
-	}
-	return u.Path
-}
-
+// prober sends the probes of one calibration through its CountFunc.
 type prober struct {
-	opts          CalibrateOptions
-	apiBase, root string
-	client        *http.Client
-	method        string
-	maxModelLen   int
-	nextID        int64
+	opts        CalibrateOptions
+	method      string
+	maxModelLen int
+	nextID      int64
 }
 
 // measure sends one probe per length. With cal non-nil the lengths are targets: each probe
@@ -350,9 +271,12 @@ func (p *prober) measure(ctx context.Context, lengths []int, cal *Calibration) (
 		if err != nil {
 			return nil, err
 		}
-		c, err := p.count(ctx, string(text))
+		c, maxLen, err := p.opts.Count(ctx, p.method, string(text))
 		if err != nil {
-			return nil, fmt.Errorf("tokenize: calibrate %s via %s, probe of %d tokens: %w", p.opts.API, p.method, k, p.scrub(err))
+			return nil, fmt.Errorf("tokenize: calibrate %s via %s, probe of %d tokens: %w", p.opts.API, p.method, k, err)
+		}
+		if maxLen > 0 {
+			p.maxModelLen = maxLen
 		}
 		if c < k/2 {
 			// A /tokenize that ignored our field (llama.cpp answers {"tokens":[]} to a body
@@ -366,199 +290,4 @@ func (p *prober) measure(ctx context.Context, lengths []int, cal *Calibration) (
 		out = append(out, pt)
 	}
 	return out, nil
-}
-
-// scrub removes the values of the caller's headers (an API key, say) from an error whose
-// text quotes a server's reply: a server or proxy may echo the request back. An error that
-// quotes nothing of them keeps its identity (context.Canceled stays testable).
-func (p *prober) scrub(err error) error {
-	msg := err.Error()
-	clean := msg
-	for _, vs := range p.opts.Header {
-		for _, v := range vs {
-			for _, part := range append([]string{v}, strings.Fields(v)...) {
-				if len(part) >= 4 {
-					clean = strings.ReplaceAll(clean, part, "[redacted]")
-				}
-			}
-		}
-	}
-	if clean == msg {
-		return err
-	}
-	return errors.New(clean)
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-func (p *prober) count(ctx context.Context, text string) (int, error) {
-	model := p.opts.Model
-	var msgs []chatMessage
-	if p.opts.API == APIChat {
-		msgs = []chatMessage{{Role: "user", Content: text}}
-	}
-	switch p.method {
-	case MethodTokenize:
-		body := map[string]any{"model": model}
-		if msgs != nil {
-			body["messages"] = msgs
-		} else {
-			body["prompt"] = text
-		}
-		resp, err := p.post(ctx, p.root+"/tokenize", body)
-		if err != nil {
-			return 0, err
-		}
-		tr, err := ParseTokenizeResponse(resp)
-		if err != nil {
-			return 0, err
-		}
-		if tr.MaxModelLen > 0 {
-			p.maxModelLen = tr.MaxModelLen
-		}
-		return tr.Count, nil
-	case MethodTokenizeLlamaCpp:
-		// add_special: count the BOS that /completions adds too.
-		resp, err := p.post(ctx, p.root+"/tokenize", map[string]any{"content": text, "add_special": true})
-		if err != nil {
-			return 0, err
-		}
-		tr, err := ParseTokenizeResponse(resp)
-		if err != nil {
-			return 0, err
-		}
-		return tr.Count, nil
-	default:
-		body := map[string]any{"model": model, "max_tokens": 1, "temperature": 0, "stream": false}
-		path := "/completions"
-		if msgs != nil {
-			body["messages"] = msgs
-			path = "/chat/completions"
-		} else {
-			body["prompt"] = text
-		}
-		resp, err := p.post(ctx, p.apiBase+path, body)
-		if err != nil {
-			return 0, err
-		}
-		return ParseUsagePromptTokens(resp)
-	}
-}
-
-func (p *prober) post(ctx context.Context, target string, body any) ([]byte, error) {
-	buf, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(buf))
-	if err != nil {
-		return nil, fmt.Errorf("POST %s: bad request", urlPath(target))
-	}
-	for k, vs := range p.opts.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.client.Do(req)
-	if err != nil {
-		// *url.Error repeats the URL, which may hold credentials: keep only the cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("POST %s: %w", urlPath(target), err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("POST %s: read response: %w", urlPath(target), err)
-	}
-	if len(data) > maxResponseBytes {
-		return nil, fmt.Errorf("POST %s: response larger than %d bytes", urlPath(target), maxResponseBytes)
-	}
-	if resp.StatusCode/100 != 2 {
-		hint := ""
-		if resp.StatusCode == http.StatusBadRequest && p.method == MethodUsage {
-			hint = " (a probe longer than the model's context? set shorter FitLengths and CheckLengths)"
-		}
-		return nil, fmt.Errorf("POST %s: HTTP %d: %s%s", urlPath(target), resp.StatusCode, snippet(data), hint)
-	}
-	return data, nil
-}
-
-// snippet is the start of a response body for an error message, on one line.
-func snippet(b []byte) string {
-	s := strings.Join(strings.Fields(string(b)), " ")
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
-}
-
-// TokenizeResponse is what a /tokenize endpoint said.
-type TokenizeResponse struct {
-	Count       int // tokens in the prompt
-	MaxModelLen int // 0 when not given
-}
-
-// ParseTokenizeResponse parses a /tokenize reply: vLLM and SGLang's
-// {"count": N, "tokens": [...], "max_model_len": M} or llama.cpp's {"tokens": [...]} (whose
-// tokens may be ids or {"id", "piece"} objects). When both count and tokens are present they
-// must agree.
-func ParseTokenizeResponse(data []byte) (TokenizeResponse, error) {
-	var raw struct {
-		Count       *int64            `json:"count"`
-		Tokens      []json.RawMessage `json:"tokens"`
-		MaxModelLen *int64            `json:"max_model_len"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return TokenizeResponse{}, fmt.Errorf("tokenize response: %w", err)
-	}
-	if raw.Count == nil && raw.Tokens == nil {
-		return TokenizeResponse{}, fmt.Errorf("tokenize response: neither count nor tokens: %s", snippet(data))
-	}
-	var r TokenizeResponse
-	if raw.Count != nil {
-		if *raw.Count < 0 || *raw.Count > math.MaxInt32 {
-			return TokenizeResponse{}, fmt.Errorf("tokenize response: count %d out of range", *raw.Count)
-		}
-		r.Count = int(*raw.Count)
-		if raw.Tokens != nil && len(raw.Tokens) != r.Count {
-			return TokenizeResponse{}, fmt.Errorf("tokenize response: count %d but %d tokens", r.Count, len(raw.Tokens))
-		}
-	} else {
-		r.Count = len(raw.Tokens)
-	}
-	if raw.MaxModelLen != nil {
-		if *raw.MaxModelLen < 0 || *raw.MaxModelLen > math.MaxInt32 {
-			return TokenizeResponse{}, fmt.Errorf("tokenize response: max_model_len %d out of range", *raw.MaxModelLen)
-		}
-		r.MaxModelLen = int(*raw.MaxModelLen)
-	}
-	return r, nil
-}
-
-// ParseUsagePromptTokens returns usage.prompt_tokens from a non-streaming completions or chat
-// completions response.
-func ParseUsagePromptTokens(data []byte) (int, error) {
-	var raw struct {
-		Usage *struct {
-			PromptTokens *int64 `json:"prompt_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return 0, fmt.Errorf("completion response: %w", err)
-	}
-	if raw.Usage == nil || raw.Usage.PromptTokens == nil {
-		return 0, fmt.Errorf("completion response: no usage.prompt_tokens: %s", snippet(data))
-	}
-	n := *raw.Usage.PromptTokens
-	if n < 0 || n > math.MaxInt32 {
-		return 0, fmt.Errorf("completion response: usage.prompt_tokens %d out of range", n)
-	}
-	return int(n), nil
 }

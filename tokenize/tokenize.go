@@ -1,6 +1,8 @@
 // Package tokenize builds prompt text (and token-id prompts) of an exact token length with
-// prefix sharing exactly where a trace says, counts tokens, and calibrates against the
-// server's own count. tiktoken's encodings are embedded: nothing is downloaded at run time.
+// prefix sharing exactly where a trace says, counts tokens, and fits a calibration to the
+// server's own counts. It is a leaf: it sends nothing over the network (package wire asks
+// the server to count; tokenize only fits what it says), and tiktoken's encodings are
+// embedded, so nothing is downloaded at run time.
 package tokenize
 
 import (

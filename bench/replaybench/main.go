@@ -43,6 +43,7 @@ import (
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 var (
@@ -392,7 +393,11 @@ func ttftError(o *outcome, res []results.Result, nominal time.Duration) {
 // the upper bounds of the buckets holding the p50 and p99 of its first writes.
 func simLateness(base string) ([2]string, error) {
 	var out [2]string
-	resp, err := http.Get(strings.TrimSuffix(base, "/v1") + "/metrics")
+	u, err := wire.BaseURL(base)
+	if err != nil {
+		return out, err
+	}
+	resp, err := http.Get(wire.MetricsURL(u).String())
 	if err != nil {
 		return out, err
 	}
@@ -717,14 +722,19 @@ func floor() error {
 		return err
 	}
 	defer stop()
-	addr := strings.TrimSuffix(strings.TrimPrefix(base, "http://"), "/v1")
+	u, err := wire.BaseURL(base)
+	if err != nil {
+		return err
+	}
+	addr := u.Host
 	tcp, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return err
 	}
 	body := fmt.Sprintf(`{"model":"sim-fixed","stream":true,"max_tokens":%d,"min_tokens":%d,"ignore_eos":true,"prompt":%q}`,
 		*outTok, *outTok, strings.Repeat(" the", *promptTk))
-	msg := []byte(fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body))
+	msg := []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		wire.APIURL(u, wire.APICompletions).Path, addr, len(body), body))
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return err

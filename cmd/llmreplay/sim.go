@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 func init() {
@@ -210,6 +211,9 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 		b, _ := json.Marshal(cfg.Faults)
 		fmt.Fprintf(stderr, "  faults: %s\n", b)
 	}
-	host := strings.TrimSuffix(r.BaseURL(), "/v1")
+	host := r.BaseURL()
+	if u, err := wire.BaseURL(host); err == nil {
+		host = wire.ServerRoot(u)
+	}
 	fmt.Fprintf(stderr, "  try GET %s/models, %s/sim/info, %s/metrics; Ctrl-C stops\n", r.BaseURL(), host, host)
 }

@@ -1,4 +1,4 @@
-package tokenize_test
+package wire_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // TestCalibrateAgainstSim calibrates against the simulated engine, which counts text with
@@ -39,10 +40,10 @@ func TestCalibrateAgainstSim(t *testing.T) {
 	// ChatML as the sim documents it: <|im_start|> user\n content <|im_end|> \n, then
 	// <|im_start|> assistant\n.
 	chatOverhead := float64(1 + enc.Count("user\n") + 1 + enc.Count("\n") + 1 + enc.Count("assistant\n"))
-	for _, api := range []string{tokenize.APICompletions, tokenize.APIChat} {
-		for _, method := range []string{"", tokenize.MethodUsage} {
+	for _, api := range []wire.API{wire.APICompletions, wire.APIChat} {
+		for _, method := range []string{"", wire.MethodUsage} {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			cal, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{
+			cal, err := calibrate(ctx, probeOpts{
 				BaseURL: srv.URL + "/v1", API: api, Model: cfg.Model, Builder: b, Method: method,
 				HTTPClient: srv.Client(),
 			})
@@ -52,12 +53,12 @@ func TestCalibrateAgainstSim(t *testing.T) {
 			}
 			t.Logf("%v (warnings %v)", cal, cal.Warnings)
 			want := 0.0
-			if api == tokenize.APIChat {
+			if api == wire.APIChat {
 				want = chatOverhead
 			}
 			wantMethod := method
 			if method == "" {
-				wantMethod = tokenize.MethodTokenize
+				wantMethod = wire.MethodTokenize
 			}
 			if cal.Method != wantMethod {
 				t.Errorf("%s: method %s, want %s", api, cal.Method, wantMethod)
@@ -68,7 +69,7 @@ func TestCalibrateAgainstSim(t *testing.T) {
 			if cal.MaxAbsError != 0 {
 				t.Errorf("%s %s: residual %d tokens on %+v", api, cal.Method, cal.MaxAbsError, cal.Check)
 			}
-			if cal.Method == tokenize.MethodTokenize && cal.MaxModelLen != cfg.MaxModelLen {
+			if cal.Method == wire.MethodTokenize && cal.MaxModelLen != cfg.MaxModelLen {
 				t.Errorf("max_model_len %d, want %d", cal.MaxModelLen, cfg.MaxModelLen)
 			}
 		}

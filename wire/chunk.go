@@ -1,4 +1,4 @@
-package replay
+package wire
 
 import (
 	"encoding/json"
@@ -7,80 +7,151 @@ import (
 	"unicode/utf8"
 )
 
-// chunkInfo is what the client takes from one stream chunk.
-type chunkInfo struct {
-	output    bool // a choice carries text, content, reasoning or tool calls
-	finished  bool // a choice has a finish_reason
-	hasCached bool
-	cached    int32  // usage.prompt_tokens_details.cached_tokens, when hasCached (here, in padding: the struct, reset per chunk, keeps its size)
-	choices   int    // len(choices)
-	text      []byte // the generated text of the chunk (appended), for counting
-	usage     bool   // a non-null usage object
-	prompt    int32  // usage.prompt_tokens, when hasPrompt
-	compl     int32  // usage.completion_tokens, when hasCompl
-	hasPrompt bool
-	hasCompl  bool
-	errMsg    string // a server error carried by the chunk
-	isErr     bool
+// Chunk is what one event of an OpenAI-compatible stream says: its deltas (text,
+// reasoning, tool calls), whether a choice finished, the usage and a server error. A
+// client keeps one Chunk per stream and decodes every event into it: the slices keep
+// their room, so decoding the common chunk allocates nothing.
+type Chunk struct {
+	Output    bool // a choice carries text, content, reasoning or tool calls
+	Finished  bool // a choice has a finish_reason
+	HasCached bool
+	// Cached is usage.prompt_tokens_details.cached_tokens, when HasCached (here, in
+	// padding: the struct, reset per chunk, keeps its size).
+	Cached  int32
+	Choices int // len(choices)
+	// Text is the chunk's generated text, appended over its choices: text, content and
+	// reasoning alike, since all of it is generated tokens to count.
+	Text             []byte
+	Usage            bool  // a non-null usage object
+	PromptTokens     int32 // usage.prompt_tokens, when HasPrompt
+	CompletionTokens int32 // usage.completion_tokens, when HasCompletion
+	HasPrompt        bool
+	HasCompletion    bool
+	ErrorMessage     string // a server error carried by the chunk, when IsError
+	IsError          bool
+	// Reasoning is the part of Text that came as reasoning deltas (delta.reasoning_content,
+	// as vLLM and SGLang name it, or delta.reasoning).
+	Reasoning []byte
+	// ToolCalls are the chunk's tool-call deltas (delta.tool_calls), in order.
+	ToolCalls []ToolCallDelta
 }
 
-// errFallback makes parseChunk hand a chunk to encoding/json: anything unusual (an
-// error object, escapes in keys, duplicate keys, a type surprise, invalid JSON) goes the
-// slow, exact way, so the fast path never disagrees with it (FuzzParseChunk checks).
+// ToolCallDelta is one element of a chunk's delta.tool_calls: a piece of the call at
+// Index. The first piece of a call names it (ID, Type, Name); later ones add Arguments.
+type ToolCallDelta struct {
+	Index     int
+	ID        string
+	Type      string
+	Name      string
+	Arguments string
+}
+
+// errFallback makes DecodeChunk hand a chunk to encoding/json: anything unusual (an
+// error object, escapes in keys, duplicate keys, a type surprise, tool calls, invalid
+// JSON) goes the slow, exact way, so the fast path never disagrees with it
+// (FuzzDecodeChunk checks).
 var errFallback = errors.New("fallback")
 
-// parseChunk decodes a stream chunk into ci, with a hand-written scanner for the common
+// DecodeChunk decodes a stream chunk into ci, with a hand-written scanner for the common
 // shape and encoding/json for the rest. It returns an error only for a malformed chunk.
-func parseChunk(data []byte, ci *chunkInfo) error {
-	text := ci.text[:0]
-	*ci = chunkInfo{text: text}
+func DecodeChunk(data []byte, ci *Chunk) error {
+	ci.reset()
 	p := chunkParser{b: data}
 	if err := p.chunk(ci); err == nil {
 		return nil
 	}
-	*ci = chunkInfo{text: text}
-	return parseChunkJSON(data, ci)
+	ci.reset()
+	return decodeChunkJSON(data, ci)
 }
 
-// parseChunkJSON is the exact, slower path: encoding/json into streamChunk.
-func parseChunkJSON(data []byte, ci *chunkInfo) error {
-	var ch streamChunk
+// reset empties ci, keeping its slices' room. Field by field rather than by assigning a
+// Chunk: x = x[:0] writes only a length, where a struct assignment rewrites every slice's
+// pointer (with the garbage collector's write barrier) on every chunk. TestChunkReset
+// fails when a field is added and not reset here.
+func (ci *Chunk) reset() {
+	ci.Text, ci.Reasoning, ci.ToolCalls = ci.Text[:0], ci.Reasoning[:0], ci.ToolCalls[:0]
+	ci.Output, ci.Finished, ci.HasCached, ci.Cached, ci.Choices = false, false, false, 0, 0
+	ci.Usage, ci.PromptTokens, ci.CompletionTokens, ci.HasPrompt, ci.HasCompletion = false, 0, 0, false, false
+	if ci.ErrorMessage != "" {
+		ci.ErrorMessage = ""
+	}
+	ci.IsError = false
+}
+
+// decodeChunkJSON is the exact, slower path: encoding/json into chunkJSON.
+func decodeChunkJSON(data []byte, ci *Chunk) error {
+	var ch chunkJSON
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return err
 	}
 	if msg, ok := ch.errorMessage(); ok {
-		ci.isErr, ci.errMsg = true, msg
+		ci.IsError, ci.ErrorMessage = true, msg
 		return nil
 	}
-	ci.choices = len(ch.Choices)
+	ci.Choices = len(ch.Choices)
 	for i := range ch.Choices {
 		cc := &ch.Choices[i]
 		d := &cc.Delta
 		if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
 			(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
-			ci.output = true
-			ci.text = append(ci.text, cc.Text...)
-			ci.text = append(ci.text, d.Content...)
-			ci.text = append(ci.text, d.ReasoningContent...)
-			ci.text = append(ci.text, d.Reasoning...)
+			ci.Output = true
+			ci.Text = append(ci.Text, cc.Text...)
+			ci.Text = append(ci.Text, d.Content...)
+			ci.Text = append(ci.Text, d.ReasoningContent...)
+			ci.Text = append(ci.Text, d.Reasoning...)
+			ci.Reasoning = append(ci.Reasoning, d.ReasoningContent...)
+			ci.Reasoning = append(ci.Reasoning, d.Reasoning...)
+			ci.ToolCalls = appendToolCalls(ci.ToolCalls, d.ToolCalls)
 		}
 		if cc.FinishReason != nil && *cc.FinishReason != "" {
-			ci.finished = true
+			ci.Finished = true
 		}
 	}
 	if ch.Usage != nil {
-		ci.usage = true
+		ci.Usage = true
 		if ch.Usage.PromptTokens != nil {
-			ci.prompt, ci.hasPrompt = *ch.Usage.PromptTokens, true
+			ci.PromptTokens, ci.HasPrompt = *ch.Usage.PromptTokens, true
 		}
 		if ch.Usage.CompletionTokens != nil {
-			ci.compl, ci.hasCompl = *ch.Usage.CompletionTokens, true
+			ci.CompletionTokens, ci.HasCompletion = *ch.Usage.CompletionTokens, true
 		}
 		if d := ch.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
-			ci.cached, ci.hasCached = *d.CachedTokens, true
+			ci.Cached, ci.HasCached = *d.CachedTokens, true
 		}
 	}
 	return nil
+}
+
+// appendToolCalls appends the tool-call deltas of a delta.tool_calls value. A value that
+// is not a list of call objects (a server's own shape) adds none: the chunk still counts
+// as output, as it did before tool calls were decoded.
+func appendToolCalls(dst []ToolCallDelta, raw json.RawMessage) []ToolCallDelta {
+	if len(raw) == 0 || string(raw) == "null" {
+		return dst
+	}
+	var calls []struct {
+		Index    *int   `json:"index"`
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function *struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &calls) != nil {
+		return dst
+	}
+	for i, c := range calls {
+		d := ToolCallDelta{Index: i, ID: c.ID, Type: c.Type}
+		if c.Index != nil {
+			d.Index = *c.Index
+		}
+		if c.Function != nil {
+			d.Name, d.Arguments = c.Function.Name, c.Function.Arguments
+		}
+		dst = append(dst, d)
+	}
+	return dst
 }
 
 // chunkParser is a strict JSON scanner over one chunk; every value it skips is validated.
@@ -128,6 +199,10 @@ func (p *chunkParser) str() (raw []byte, esc bool, err error) {
 	start := p.i
 	for p.i < len(p.b) {
 		c := p.b[p.i]
+		if strPlain[c] {
+			p.i++
+			continue
+		}
 		switch {
 		case c == '"':
 			raw = p.b[start:p.i]
@@ -162,6 +237,16 @@ func (p *chunkParser) str() (raw []byte, esc bool, err error) {
 	}
 	return nil, false, errFallback
 }
+
+// strPlain[c] reports whether the byte c continues a string's content with nothing to
+// decide: not a quote, a backslash or a control byte. The table makes the scan of a
+// chunk's text one load and one branch a byte (str is a third of a chunk's decoding).
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
@@ -369,7 +454,7 @@ func (s *seen) first(bit uint) error {
 	return nil
 }
 
-func (p *chunkParser) chunk(ci *chunkInfo) error {
+func (p *chunkParser) chunk(ci *Chunk) error {
 	var top seen
 	err := p.object(func(k []byte) error {
 		switch string(k) {
@@ -404,7 +489,7 @@ func (p *chunkParser) chunk(ci *chunkInfo) error {
 				return nil
 			}
 			return p.array(func() error {
-				ci.choices++
+				ci.Choices++
 				return p.choice(ci)
 			})
 		case "usage":
@@ -414,18 +499,18 @@ func (p *chunkParser) chunk(ci *chunkInfo) error {
 			if p.null() {
 				return nil
 			}
-			ci.usage = true
+			ci.Usage = true
 			var us seen
 			return p.object(func(k []byte) error {
 				var err error
 				switch string(k) {
 				case "prompt_tokens":
 					if err = us.first(0); err == nil {
-						ci.prompt, ci.hasPrompt, err = p.int32OrNull()
+						ci.PromptTokens, ci.HasPrompt, err = p.int32OrNull()
 					}
 				case "completion_tokens":
 					if err = us.first(1); err == nil {
-						ci.compl, ci.hasCompl, err = p.int32OrNull()
+						ci.CompletionTokens, ci.HasCompletion, err = p.int32OrNull()
 					}
 				case "prompt_tokens_details":
 					if err = us.first(2); err == nil {
@@ -453,7 +538,7 @@ func (p *chunkParser) chunk(ci *chunkInfo) error {
 // promptDetails scans usage.prompt_tokens_details (null, or an object whose cached_tokens
 // is taken). A method of its own, out of the usage closure: the closures of the per-chunk
 // path stay as they were, and so does their cost (BenchmarkReadStream).
-func (p *chunkParser) promptDetails(ci *chunkInfo) error {
+func (p *chunkParser) promptDetails(ci *Chunk) error {
 	if p.null() {
 		return nil
 	}
@@ -466,12 +551,12 @@ func (p *chunkParser) promptDetails(ci *chunkInfo) error {
 			return err
 		}
 		var err error
-		ci.cached, ci.hasCached, err = p.int32OrNull()
+		ci.Cached, ci.HasCached, err = p.int32OrNull()
 		return err
 	})
 }
 
-func (p *chunkParser) choice(ci *chunkInfo) error {
+func (p *chunkParser) choice(ci *Chunk) error {
 	if p.null() {
 		return nil
 	}
@@ -482,13 +567,13 @@ func (p *chunkParser) choice(ci *chunkInfo) error {
 		switch string(k) {
 		case "text":
 			if err = cs.first(0); err == nil {
-				ci.text, got, err = p.strOrNull(ci.text)
-				ci.output = ci.output || got
+				ci.Text, got, err = p.strOrNull(ci.Text)
+				ci.Output = ci.Output || got
 			}
 		case "finish_reason":
 			if err = cs.first(1); err == nil {
 				_, got, err = p.strOrNull(nil)
-				ci.finished = ci.finished || got
+				ci.Finished = ci.Finished || got
 			}
 		case "delta":
 			if err = cs.first(2); err != nil {
@@ -505,8 +590,12 @@ func (p *chunkParser) choice(ci *chunkInfo) error {
 				case "content", "reasoning_content", "reasoning":
 					bit := uint(len(k)) // 7, 17 and 9: distinct
 					if err = ds.first(bit); err == nil {
-						ci.text, got, err = p.strOrNull(ci.text)
-						ci.output = ci.output || got
+						n := len(ci.Text)
+						ci.Text, got, err = p.strOrNull(ci.Text)
+						ci.Output = ci.Output || got
+						if got && bit != 7 {
+							ci.Reasoning = append(ci.Reasoning, ci.Text[n:]...)
+						}
 					}
 				case "tool_calls":
 					if err = ds.first(3); err != nil {

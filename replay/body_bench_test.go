@@ -1,0 +1,26 @@
+package replay
+
+import (
+	"bytes"
+	"testing"
+)
+
+// BenchmarkAppendBody: the request body as the preparer builds it per request, for each
+// API and a length-forcing backend, from a 4 KiB prompt with characters to escape.
+func BenchmarkAppendBody(b *testing.B) {
+	u, _ := BaseURL("http://127.0.0.1:8000/v1")
+	prompt := bytes.Repeat([]byte("the \"quick\" fox\n"), 256)
+	for _, api := range []API{APICompletions, APIChat} {
+		c, err := NewClient(ClientOptions{BaseURL: u, API: api, Backend: BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(string(api), func(b *testing.B) {
+			b.ReportAllocs()
+			buf := make([]byte, 0, 2*len(prompt)+256)
+			for b.Loop() {
+				buf = c.AppendBody(buf[:0], prompt, 128)
+			}
+		})
+	}
+}

@@ -1,0 +1,306 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// API names an API kind, as --api takes it.
+type API string
+
+// The APIs built in; each is a file of its own (completions.go, chat.go).
+const (
+	APICompletions API = "completions" // POST /completions with "prompt"
+	APIChat        API = "chat"        // POST /chat/completions with one user message
+)
+
+// Kind is everything that differs between APIs on the wire. Adding an API is one file
+// that declares its Kind and calls Register from an init function; the body's common
+// start (model, streaming, usage, sampling and length fields) is the same for all.
+type Kind struct {
+	Name API
+	// Path is appended to the base URL (which ends in /v1), e.g. "/completions".
+	Path string
+	// OpenAIMaxTokens is the field that caps the output for the openai backend, which
+	// renamed it for some APIs (max_completion_tokens); the engines all take max_tokens.
+	OpenAIMaxTokens string
+	// TokenIDs reports whether the API takes a prompt of token ids (a JSON array).
+	TokenIDs bool
+	// AppendPrompt appends the fields that carry prompt (text, or with tokenIDs already a
+	// JSON array of ids) and closes the body's object.
+	AppendPrompt func(b, prompt []byte, tokenIDs bool) []byte
+	// AppendMessages, for an API that takes a conversation, appends messages (JSON objects
+	// separated by commas) and closes the body's object; nil for one that does not.
+	AppendMessages func(b, messages []byte) []byte
+	// Decode decodes one stream event's data into c, which it must not retain; nil means
+	// OpenAI's chunk shapes (DecodeChunk). A client calls DecodeChunk directly for those,
+	// so that its per-stream state stays on the stack; a kind's own decoder is called
+	// through a copy of the Chunk, one allocation per chunk.
+	Decode func(data []byte, c *Chunk) error
+}
+
+// Decoder returns the function that decodes the kind's stream chunks.
+func (k *Kind) Decoder() func(data []byte, c *Chunk) error {
+	if k.Decode == nil {
+		return DecodeChunk
+	}
+	return k.Decode
+}
+
+var registry struct {
+	sync.RWMutex
+	kinds []*Kind
+}
+
+// Register adds an API kind. It panics on a duplicate or incomplete kind: registration
+// happens at init, where a mistake is the program's, not the user's.
+func Register(k *Kind) {
+	if k.Name == "" || k.Path == "" || k.AppendPrompt == nil {
+		panic(fmt.Sprintf("wire: register %q: a kind needs a name, a path and AppendPrompt", k.Name))
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	for _, o := range registry.kinds {
+		if o.Name == k.Name {
+			panic(fmt.Sprintf("wire: API %q registered twice", k.Name))
+		}
+	}
+	registry.kinds = append(registry.kinds, k)
+}
+
+// Lookup returns the kind registered as a.
+func Lookup(a API) (*Kind, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	for _, k := range registry.kinds {
+		if k.Name == a {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// APIs lists the registered API names in registration order.
+func APIs() []API {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]API, len(registry.kinds))
+	for i, k := range registry.kinds {
+		out[i] = k.Name
+	}
+	return out
+}
+
+func init() {
+	// The built-in kinds, in the order messages list them.
+	Register(&completionsKind)
+	Register(&chatKind)
+}
+
+// ParseAPI checks an --api value.
+func ParseAPI(s string) (API, error) {
+	if _, ok := Lookup(API(s)); ok {
+		return API(s), nil
+	}
+	names := APIs()
+	want := make([]string, len(names))
+	for i, n := range names {
+		want[i] = string(n)
+	}
+	list := strings.Join(want, " or ")
+	if len(want) > 2 {
+		list = strings.Join(want[:len(want)-1], ", ") + " or " + want[len(want)-1]
+	}
+	return "", fmt.Errorf("unknown API %q (want %s)", s, list)
+}
+
+// Backend names the serving engine behind an endpoint; it chooses the request fields that
+// force the output length the trace asks for.
+type Backend string
+
+// The backends and the length-forcing fields each gets (docs/replay.md):
+//
+//	vllm      max_tokens, min_tokens, ignore_eos; stream_options.continuous_usage_stats
+//	sglang    max_tokens, min_tokens, ignore_eos
+//	tgi       max_tokens (its OpenAI routes have no ignore_eos: lengths are upper bounds)
+//	llamacpp  max_tokens, n_predict, ignore_eos
+//	openai    the kind's OpenAIMaxTokens field: upper bounds only
+const (
+	BackendVLLM     Backend = "vllm"
+	BackendSGLang   Backend = "sglang"
+	BackendTGI      Backend = "tgi"
+	BackendLlamaCPP Backend = "llamacpp"
+	BackendOpenAI   Backend = "openai"
+)
+
+// ParseBackend checks a --backend value.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case BackendVLLM, BackendSGLang, BackendTGI, BackendLlamaCPP, BackendOpenAI:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown backend %q (want vllm, sglang, tgi, llamacpp or openai)", s)
+}
+
+// ForcesLength reports whether the backend's fields make the server generate exactly the
+// requested number of tokens (rather than at most that many).
+func (b Backend) ForcesLength() bool {
+	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
+}
+
+// Encoder builds the streaming request bodies of one API for one backend. Building a body
+// allocates nothing beyond growing b: it runs once per request on the preparer's path.
+type Encoder struct {
+	kind     *Kind
+	backend  Backend
+	tokenIDs bool
+}
+
+// NewEncoder returns the encoder for api and backend; tokenIDs sends prompts as the JSON
+// arrays of token ids they are, which only an API that takes them accepts.
+func NewEncoder(api API, backend Backend, tokenIDs bool) (Encoder, error) {
+	k, ok := Lookup(api)
+	if !ok {
+		_, err := ParseAPI(string(api))
+		return Encoder{}, err
+	}
+	if _, err := ParseBackend(string(backend)); err != nil {
+		return Encoder{}, err
+	}
+	if tokenIDs && !k.TokenIDs {
+		return Encoder{}, fmt.Errorf("the %s API takes no token-id prompts", api)
+	}
+	return Encoder{kind: k, backend: backend, tokenIDs: tokenIDs}, nil
+}
+
+// Kind returns the encoder's API kind.
+func (e Encoder) Kind() *Kind { return e.kind }
+
+// AppendStart appends the constant start of every body sent to model: the model, streaming
+// with usage (vLLM's continuous usage too, for per-chunk token counts), greedy sampling and
+// the backend's ignore_eos. Only the model differs between requests' starts, so a caller
+// computes it once per model.
+func (e Encoder) AppendStart(b []byte, model string) []byte {
+	b = append(b, `{"model":`...)
+	b = AppendJSONString(b, model)
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true`...)
+	if e.backend == BackendVLLM {
+		b = append(b, `,"continuous_usage_stats":true`...)
+	}
+	b = append(b, `},"temperature":0`...)
+	switch e.backend {
+	case BackendVLLM, BackendSGLang, BackendLlamaCPP:
+		b = append(b, `,"ignore_eos":true`...)
+	}
+	return b
+}
+
+// AppendBody appends the body asking for outputTokens tokens after prompt, starting with
+// start (an AppendStart).
+func (e Encoder) AppendBody(b, start, prompt []byte, outputTokens int32) []byte {
+	b = e.appendLengths(b, start, outputTokens)
+	return e.kind.AppendPrompt(b, prompt, e.tokenIDs)
+}
+
+// AppendMessagesBody is AppendBody with the conversation given: messages are JSON objects
+// separated by commas (a conversation's history and its new user message). An API without
+// messages (Kind.AppendMessages nil) gets them as its prompt's text.
+func (e Encoder) AppendMessagesBody(b, start, messages []byte, outputTokens int32) []byte {
+	b = e.appendLengths(b, start, outputTokens)
+	if e.kind.AppendMessages == nil {
+		return e.kind.AppendPrompt(b, messages, false)
+	}
+	return e.kind.AppendMessages(b, messages)
+}
+
+// appendLengths appends start and the fields that ask for outputTokens tokens.
+func (e Encoder) appendLengths(b, start []byte, outputTokens int32) []byte {
+	b = append(b, start...)
+	var nb [12]byte
+	n := strconv.AppendInt(nb[:0], int64(outputTokens), 10)
+	if e.backend == BackendOpenAI && e.kind.OpenAIMaxTokens != "" {
+		b = append(b, `,"`...)
+		b = append(b, e.kind.OpenAIMaxTokens...)
+		b = append(b, `":`...)
+	} else {
+		b = append(b, `,"max_tokens":`...)
+	}
+	b = append(b, n...)
+	switch e.backend {
+	case BackendVLLM, BackendSGLang:
+		b = append(b, `,"min_tokens":`...)
+		b = append(b, n...)
+	case BackendLlamaCPP:
+		b = append(b, `,"n_predict":`...)
+		b = append(b, n...)
+	}
+	return b
+}
+
+// AppendJSONString appends s as a JSON string (AppendJSONBytes).
+func AppendJSONString(b []byte, s string) []byte { return AppendJSONBytes(b, []byte(s)) }
+
+const hexDigits = "0123456789abcdef"
+
+// jsonSafe[c] reports whether the byte c goes into a JSON string as it is: ASCII, and not
+// a control character, a quote or a backslash. A table makes the per-byte test of a
+// prompt one load and one branch.
+var jsonSafe = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// AppendJSONBytes appends s as a JSON string; invalid UTF-8 becomes U+FFFD, as
+// encoding/json does.
+func AppendJSONBytes(b []byte, s []byte) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if jsonSafe[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

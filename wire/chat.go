@@ -1,0 +1,24 @@
+package wire
+
+// chatKind is OpenAI's chat completions API: POST /chat/completions with "messages", a
+// prompt being one user message; its stream chunks carry choices[].delta (content,
+// reasoning, tool calls). OpenAI caps its output with max_completion_tokens.
+var chatKind = Kind{
+	Name:            APIChat,
+	Path:            "/chat/completions",
+	OpenAIMaxTokens: "max_completion_tokens",
+	AppendPrompt:    appendChatPrompt,
+	AppendMessages:  appendChatMessages,
+}
+
+func appendChatPrompt(b, prompt []byte, _ bool) []byte {
+	b = append(b, `,"messages":[{"role":"user","content":`...)
+	b = AppendJSONBytes(b, prompt)
+	return append(b, `}]}`...)
+}
+
+func appendChatMessages(b, messages []byte) []byte {
+	b = append(b, `,"messages":[`...)
+	b = append(b, messages...)
+	return append(b, `]}`...)
+}

@@ -1,0 +1,268 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Token-count probes: how calibration asks a server to count a prompt. Each method is a
+// way of asking; Prober.Count sends one probe, and tokenize fits its counts.
+const (
+	MethodTokenize         = "tokenize"          // POST /tokenize, vLLM and SGLang shape
+	MethodTokenizeLlamaCpp = "tokenize-llamacpp" // POST /tokenize {content}, llama.cpp shape
+	MethodUsage            = "usage"             // usage.prompt_tokens of max_tokens=1 probes
+)
+
+// maxProbeResponse bounds what a probe reads from the server: a /tokenize reply for a
+// 4,000-token prompt is about 30 KB.
+const maxProbeResponse = 8 << 20
+
+// ProbeMethods returns the methods to try, in order, to count prompts of api: method
+// alone when given, else /tokenize in both shapes, then usage probes (llama.cpp's
+// /tokenize applies no chat template, so the chat API never tries it).
+func ProbeMethods(api API, method string) ([]string, error) {
+	if api != APICompletions && api != APIChat {
+		return nil, fmt.Errorf("calibrate: api %q: want %s or %s", api, APICompletions, APIChat)
+	}
+	switch method {
+	case "":
+		if api == APIChat {
+			return []string{MethodTokenize, MethodUsage}, nil
+		}
+		return []string{MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage}, nil
+	case MethodTokenize, MethodUsage:
+	case MethodTokenizeLlamaCpp:
+		if api == APIChat {
+			return nil, errors.New("calibrate: llama.cpp's /tokenize does not apply the chat template; use usage probes for the chat api")
+		}
+	default:
+		return nil, fmt.Errorf("calibrate: method %q: want %s, %s or %s", method, MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage)
+	}
+	return []string{method}, nil
+}
+
+// Prober sends token-count probes to one endpoint. Its errors never quote a URL (the
+// caller wraps them with the endpoint's safe form) nor a value of Header (a server may
+// echo a key back).
+type Prober struct {
+	// Base is the API base as BaseURL returns it, without userinfo: credentials go in
+	// Header.
+	Base  *url.URL
+	API   API
+	Model string
+	// Client sends the probes; nil means a client with a 60 s timeout.
+	Client *http.Client
+	// Header is added to every probe.
+	Header http.Header
+}
+
+// Count sends text as one probe of method and returns the server's count of its tokens,
+// and the model's context length when the server said it (vLLM's /tokenize does), else 0.
+func (p *Prober) Count(ctx context.Context, method, text string) (tokens, maxModelLen int, err error) {
+	tokens, maxModelLen, err = p.count(ctx, method, text)
+	return tokens, maxModelLen, p.scrub(err)
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func (p *Prober) count(ctx context.Context, method, text string) (int, int, error) {
+	var msgs []chatMessage
+	if p.API == APIChat {
+		msgs = []chatMessage{{Role: "user", Content: text}}
+	}
+	switch method {
+	case MethodTokenize:
+		body := map[string]any{"model": p.Model}
+		if msgs != nil {
+			body["messages"] = msgs
+		} else {
+			body["prompt"] = text
+		}
+		resp, err := p.post(ctx, method, TokenizeURL(p.Base), body)
+		if err != nil {
+			return 0, 0, err
+		}
+		tr, err := ParseTokenizeResponse(resp)
+		return tr.Count, tr.MaxModelLen, err
+	case MethodTokenizeLlamaCpp:
+		// add_special: count the BOS that /completions adds too.
+		resp, err := p.post(ctx, method, TokenizeURL(p.Base), map[string]any{"content": text, "add_special": true})
+		if err != nil {
+			return 0, 0, err
+		}
+		tr, err := ParseTokenizeResponse(resp)
+		return tr.Count, 0, err
+	case MethodUsage:
+		body := map[string]any{"model": p.Model, "max_tokens": 1, "temperature": 0, "stream": false}
+		if msgs != nil {
+			body["messages"] = msgs
+		} else {
+			body["prompt"] = text
+		}
+		u := APIURL(p.Base, p.API)
+		u.RawQuery, u.Fragment = "", ""
+		resp, err := p.post(ctx, method, u, body)
+		if err != nil {
+			return 0, 0, err
+		}
+		n, err := ParseUsagePromptTokens(resp)
+		return n, 0, err
+	}
+	return 0, 0, fmt.Errorf("calibrate: unknown method %q", method)
+}
+
+func (p *Prober) post(ctx context.Context, method string, target *url.URL, body any) ([]byte, error) {
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	path := target.Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(buf))
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: bad request", path)
+	}
+	for k, vs := range p.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := p.Client
+	if client == nil {
+		client = &http.Client{Timeout: 60 * time.Second}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// *url.Error repeats the URL, which may hold credentials: keep only the cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: read response: %w", path, err)
+	}
+	if len(data) > maxProbeResponse {
+		return nil, fmt.Errorf("POST %s: response larger than %d bytes", path, maxProbeResponse)
+	}
+	if resp.StatusCode/100 != 2 {
+		hint := ""
+		if resp.StatusCode == http.StatusBadRequest && method == MethodUsage {
+			hint = " (a probe longer than the model's context? set shorter FitLengths and CheckLengths)"
+		}
+		return nil, fmt.Errorf("POST %s: HTTP %d: %s%s", path, resp.StatusCode, snippet(data), hint)
+	}
+	return data, nil
+}
+
+// scrub removes the values of the prober's headers (an API key, say) from an error whose
+// text quotes a server's reply: a server or proxy may echo the request back. An error that
+// quotes nothing of them keeps its identity (context.Canceled stays testable).
+func (p *Prober) scrub(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := msg
+	for _, vs := range p.Header {
+		for _, v := range vs {
+			for _, part := range append([]string{v}, strings.Fields(v)...) {
+				if len(part) >= 4 {
+					clean = strings.ReplaceAll(clean, part, "[redacted]")
+				}
+			}
+		}
+	}
+	if clean == msg {
+		return err
+	}
+	return errors.New(clean)
+}
+
+// snippet is the start of a response body for an error message, on one line.
+func snippet(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// TokenizeResponse is what a /tokenize endpoint said.
+type TokenizeResponse struct {
+	Count       int // tokens in the prompt
+	MaxModelLen int // 0 when not given
+}
+
+// ParseTokenizeResponse parses a /tokenize reply: vLLM and SGLang's
+// {"count": N, "tokens": [...], "max_model_len": M} or llama.cpp's {"tokens": [...]} (whose
+// tokens may be ids or {"id", "piece"} objects). When both count and tokens are present they
+// must agree.
+func ParseTokenizeResponse(data []byte) (TokenizeResponse, error) {
+	var raw struct {
+		Count       *int64            `json:"count"`
+		Tokens      []json.RawMessage `json:"tokens"`
+		MaxModelLen *int64            `json:"max_model_len"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return TokenizeResponse{}, fmt.Errorf("tokenize response: %w", err)
+	}
+	if raw.Count == nil && raw.Tokens == nil {
+		return TokenizeResponse{}, fmt.Errorf("tokenize response: neither count nor tokens: %s", snippet(data))
+	}
+	var r TokenizeResponse
+	if raw.Count != nil {
+		if *raw.Count < 0 || *raw.Count > math.MaxInt32 {
+			return TokenizeResponse{}, fmt.Errorf("tokenize response: count %d out of range", *raw.Count)
+		}
+		r.Count = int(*raw.Count)
+		if raw.Tokens != nil && len(raw.Tokens) != r.Count {
+			return TokenizeResponse{}, fmt.Errorf("tokenize response: count %d but %d tokens", r.Count, len(raw.Tokens))
+		}
+	} else {
+		r.Count = len(raw.Tokens)
+	}
+	if raw.MaxModelLen != nil {
+		if *raw.MaxModelLen < 0 || *raw.MaxModelLen > math.MaxInt32 {
+			return TokenizeResponse{}, fmt.Errorf("tokenize response: max_model_len %d out of range", *raw.MaxModelLen)
+		}
+		r.MaxModelLen = int(*raw.MaxModelLen)
+	}
+	return r, nil
+}
+
+// ParseUsagePromptTokens returns usage.prompt_tokens from a non-streaming completions or chat
+// completions response.
+func ParseUsagePromptTokens(data []byte) (int, error) {
+	var raw struct {
+		Usage *struct {
+			PromptTokens *int64 `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return 0, fmt.Errorf("completion response: %w", err)
+	}
+	if raw.Usage == nil || raw.Usage.PromptTokens == nil {
+		return 0, fmt.Errorf("completion response: no usage.prompt_tokens: %s", snippet(data))
+	}
+	n := *raw.Usage.PromptTokens
+	if n < 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("completion response: usage.prompt_tokens %d out of range", n)
+	}
+	return int(n), nil
+}
