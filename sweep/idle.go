@@ -1,6 +1,8 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"fmt"
 	"io"
@@ -12,25 +14,19 @@ import (
 	"github.com/llmreplay/llmreplay/replay"
 )
 
-// busyGauges are the engines' gauges of requests running and waiting that the idle check
-// sums: vLLM's, SGLang's, TGI's and the llama.cpp server's (the simulated engine exposes
-// vLLM's).
-var busyGauges = []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs",
-	"tgi_queue_size", "tgi_batch_current_size", "llamacpp:requests_processing", "llamacpp:requests_deferred"}
-
 // idlePoll is how often the idle check scrapes a busy endpoint.
 const idlePoll = time.Second
 
 // waitIdle polls the endpoint's Prometheus /metrics until no request is running or
 // waiting, so a point does not start while the previous one's requests still occupy the
 // engine; after timeout it says so on log and returns. An endpoint without /metrics, or
-// without any of busyGauges, is taken as idle.
+// without any of wire.BusyGauges, is taken as idle.
 func waitIdle(ctx context.Context, endpoint string, timeout time.Duration, log io.Writer) {
-	base, err := replay.BaseURL(endpoint)
+	base, err := wire.BaseURL(endpoint)
 	if err != nil {
 		return
 	}
-	root := replay.MetricsURL(base)
+	root := wire.MetricsURL(base)
 	client := &http.Client{Timeout: 5 * time.Second}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -68,7 +64,7 @@ func scrapeBusy(ctx context.Context, client *http.Client, url string) (busy floa
 	return parseBusy(io.LimitReader(resp.Body, replay.MaxExposition), resp.Header)
 }
 
-// parseBusy sums busyGauges over their label sets; known is false when the exposition does
+// parseBusy sums wire.BusyGauges over their label sets; known is false when the exposition does
 // not parse or has none of them.
 func parseBusy(r io.Reader, h http.Header) (busy float64, known bool) {
 	samples, err := prom.Parse(r, h)
@@ -76,7 +72,7 @@ func parseBusy(r io.Reader, h http.Header) (busy float64, known bool) {
 		return 0, false
 	}
 	for _, s := range samples {
-		if slices.Contains(busyGauges, s.Name) {
+		if slices.Contains(wire.BusyGauges, s.Name) {
 			busy += s.Value
 			known = true
 		}
