@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -178,11 +180,11 @@ func readContractRows(t *testing.T, path string) []contractRow {
 func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(contractServer))
 	defer ts.Close()
-	base, err := replay.BaseURL(ts.URL)
+	base, err := wire.BaseURL(ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := replay.NewClient(replay.ClientOptions{BaseURL: base, API: replay.APICompletions, Backend: replay.BackendVLLM,
+	c, err := replay.NewClient(replay.ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM,
 		Model: "m", Timeout: 5 * time.Second, MaxInflight: 64})
 	if err != nil {
 		t.Fatal(err)

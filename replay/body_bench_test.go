@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bytes"
 	"testing"
 )
@@ -8,10 +10,10 @@ import (
 // BenchmarkAppendBody: the request body as the preparer builds it per request, for each
 // API and a length-forcing backend, from a 4 KiB prompt with characters to escape.
 func BenchmarkAppendBody(b *testing.B) {
-	u, _ := BaseURL("http://127.0.0.1:8000/v1")
+	u, _ := wire.BaseURL("http://127.0.0.1:8000/v1")
 	prompt := bytes.Repeat([]byte("the \"quick\" fox\n"), 256)
-	for _, api := range []API{APICompletions, APIChat} {
-		c, err := NewClient(ClientOptions{BaseURL: u, API: api, Backend: BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP})
+	for _, api := range []wire.API{wire.APICompletions, wire.APIChat} {
+		c, err := NewClient(ClientOptions{BaseURL: u, API: api, Backend: wire.BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,10 +16,10 @@ import (
 // base URL without userinfo (its password goes as a basic Authorization header, whose
 // value the prober scrubs from its errors); the errors returned are wrapped with the
 // endpoint's safe form.
-func Calibrate(ctx context.Context, base *url.URL, api API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (tokenize.Calibration, error) {
+func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (tokenize.Calibration, error) {
 	methods, err := wire.ProbeMethods(api, "")
 	if err != nil {
-		return tokenize.Calibration{}, fmt.Errorf("%s: %w", SafeEndpoint(base), err)
+		return tokenize.Calibration{}, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
 	}
 	h := header.Clone()
 	if h == nil {
@@ -37,7 +37,7 @@ func Calibrate(ctx context.Context, base *url.URL, api API, model, apiKey string
 		Client: &http.Client{Transport: NewTransport(8, insecure), Timeout: time.Minute}}
 	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(api), Methods: methods, Count: p.Count, Builder: b})
 	if err != nil {
-		return c, fmt.Errorf("%s: %w", SafeEndpoint(base), err)
+		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
 	}
 	return c, nil
 }

@@ -21,38 +21,11 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-// API is the API a run uses; the kinds and their bodies live in package wire.
-type API = wire.API
-
-// The APIs (wire.APICompletions, wire.APIChat).
-const (
-	APICompletions = wire.APICompletions
-	APIChat        = wire.APIChat
-)
-
-// Backend names the serving engine behind an endpoint (wire.Backend).
-type Backend = wire.Backend
-
-// The backends (wire's, which documents the length-forcing fields each gets).
-const (
-	BackendVLLM     = wire.BackendVLLM
-	BackendSGLang   = wire.BackendSGLang
-	BackendTGI      = wire.BackendTGI
-	BackendLlamaCPP = wire.BackendLlamaCPP
-	BackendOpenAI   = wire.BackendOpenAI
-)
-
-// ParseAPI checks an --api value (wire.ParseAPI).
-func ParseAPI(s string) (API, error) { return wire.ParseAPI(s) }
-
-// ParseBackend checks a --backend value (wire.ParseBackend).
-func ParseBackend(s string) (Backend, error) { return wire.ParseBackend(s) }
-
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
-	API         API           // completions or chat
-	Backend     Backend       // chooses the length-forcing fields
+	API         wire.API      // completions or chat
+	Backend     wire.Backend  // chooses the length-forcing fields
 	Model       string        // model name sent in every request (but those Options.Models maps)
 	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
 	Header      http.Header   // extra headers for every request
@@ -86,10 +59,10 @@ func (o *ClientOptions) Validate() error {
 	if o.BaseURL == nil {
 		return errors.New("client: no base URL")
 	}
-	if _, err := ParseAPI(string(o.API)); err != nil {
+	if _, err := wire.ParseAPI(string(o.API)); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	if _, err := ParseBackend(string(o.Backend)); err != nil {
+	if _, err := wire.ParseBackend(string(o.Backend)); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	if o.Model == "" {
@@ -328,9 +301,6 @@ func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTok
 	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
-// appendJSONBytes appends s as a JSON string (wire.AppendJSONBytes).
-func appendJSONBytes(b []byte, s []byte) []byte { return wire.AppendJSONBytes(b, s) }
-
 // decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
 // into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
 // kinds alone. OpenAI's shapes (every built-in kind) go straight to wire.DecodeChunk
@@ -432,15 +402,15 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results
 	enc := resp.Header.Get("Content-Encoding")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		res.Status = results.StatusHTTPError
-		if encoded(enc) {
-			res.Error = httpErrorEncoded(resp.StatusCode, enc)
+		if wire.Encoded(enc) {
+			res.Error = wire.EncodedErrorText(resp.StatusCode, enc)
 		} else {
 			res.Error = httpErrorMessage(resp)
 		}
 		return
 	}
-	if encoded(enc) {
-		res.Status, res.Error = results.StatusStreamError, streamEncoded(enc)
+	if wire.Encoded(enc) {
+		res.Status, res.Error = results.StatusStreamError, wire.EncodedStreamText(enc)
 		return
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
@@ -551,7 +521,7 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	res := st.res
 	st.nEvents++
 	if string(name) == "error" {
-		st.fail(results.StatusStreamError, "server error event: "+shortText(data))
+		st.fail(results.StatusStreamError, "server error event: "+wire.ShortText(data))
 		return true
 	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
@@ -566,11 +536,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		err = wire.DecodeChunk(data, ci)
 	}
 	if err != nil {
-		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, shortText(data)))
+		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
 		return true
 	}
 	if ci.IsError {
-		st.fail(results.StatusStreamError, "server error mid-stream: "+shortText([]byte(ci.ErrorMessage)))
+		st.fail(results.StatusStreamError, "server error mid-stream: "+wire.ShortText([]byte(ci.ErrorMessage)))
 		return true
 	}
 	output := ci.Output
@@ -691,27 +661,11 @@ func midStream(canceled, timedOut bool, timeout time.Duration, chunks int, err e
 	return results.StatusStreamError, fmt.Sprintf("stream broken after %d output chunks: %v", chunks, err)
 }
 
-// encoded, streamEncoded and httpErrorEncoded are wire's words for a compressed
-// response, under the names both transports call them by.
-func encoded(contentEncoding string) bool { return wire.Encoded(contentEncoding) }
-
-func streamEncoded(contentEncoding string) string { return wire.EncodedStreamText(contentEncoding) }
-
-func httpErrorEncoded(status int, contentEncoding string) string {
-	return wire.EncodedErrorText(status, contentEncoding)
-}
-
 // httpErrorMessage reads a little of an error response for its message.
 func httpErrorMessage(resp *http.Response) string {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, rawErrBody))
-	return httpErrorText(resp.StatusCode, b)
+	return wire.HTTPErrorText(resp.StatusCode, b)
 }
-
-// httpErrorText words an error response from its status and first bytes (wire.HTTPErrorText).
-func httpErrorText(status int, b []byte) string { return wire.HTTPErrorText(status, b) }
-
-// shortText returns b on one line, at most 200 bytes, for error messages (wire.ShortText).
-func shortText(b []byte) string { return wire.ShortText(b) }
 
 // authorize gives req the run's credentials and extra headers: --header values, the base
 // URL's userinfo as basic auth, the API key as a bearer token (it wins over the userinfo).
@@ -744,11 +698,11 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(u), err)
+		return nil, fmt.Errorf("list models at %s: %w", wire.SafeEndpoint(u), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list models at %s: %s", SafeEndpoint(u), Scrub(httpErrorMessage(resp), Secrets(base, apiKey, header)))
+		return nil, fmt.Errorf("list models at %s: %s", wire.SafeEndpoint(u), Scrub(httpErrorMessage(resp), Secrets(base, apiKey, header)))
 	}
 	var body struct {
 		Data []struct {
@@ -756,7 +710,7 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("list models at %s: %w", SafeEndpoint(u), err)
+		return nil, fmt.Errorf("list models at %s: %w", wire.SafeEndpoint(u), err)
 	}
 	ids := make([]string, 0, len(body.Data))
 	for _, d := range body.Data {

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"errors"
 	"fmt"
 	"math"
@@ -94,7 +96,7 @@ type Config struct {
 // DefaultConfig returns the flag defaults of `llmreplay replay`.
 func DefaultConfig() Config {
 	return Config{
-		SimProfile: "tiny", API: string(APICompletions), Backend: string(BackendVLLM), HTTPClient: "auto", ReadBatch: DefaultReadBatch,
+		SimProfile: "tiny", API: string(wire.APICompletions), Backend: string(wire.BackendVLLM), HTTPClient: "auto", ReadBatch: DefaultReadBatch,
 		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
@@ -148,11 +150,11 @@ func (c *Config) Validate() error {
 	if c.MaxInflight < 1 {
 		return configErrorf("--max-inflight %d: must be at least 1", c.MaxInflight)
 	}
-	api, err := ParseAPI(c.API)
+	api, err := wire.ParseAPI(c.API)
 	if err != nil {
 		return configErrorf("--api: %v", err)
 	}
-	if _, err := ParseBackend(c.Backend); err != nil {
+	if _, err := wire.ParseBackend(c.Backend); err != nil {
 		return configErrorf("--backend: %v", err)
 	}
 	tokenIDs, err := c.tokenIDPrompts(api)
@@ -202,7 +204,7 @@ func (c *Config) validateScrape() error {
 }
 
 // tokenIDPrompts decides --prompt-format.
-func (c *Config) tokenIDPrompts(api API) (bool, error) {
+func (c *Config) tokenIDPrompts(api wire.API) (bool, error) {
 	var tokenIDs bool
 	switch c.PromptFormat {
 	case "text":
@@ -211,11 +213,11 @@ func (c *Config) tokenIDPrompts(api API) (bool, error) {
 	case "auto":
 		// The in-process engine counts token ids by length: no tokenizer on its side of the
 		// process, so the replayer's CPU is not shared with prompt tokenization.
-		tokenIDs = c.Endpoint == "" && api == APICompletions
+		tokenIDs = c.Endpoint == "" && api == wire.APICompletions
 	default:
 		return false, configErrorf("--prompt-format %q: want auto, text or token-ids", c.PromptFormat)
 	}
-	if tokenIDs && api != APICompletions {
+	if tokenIDs && api != wire.APICompletions {
 		return false, configErrorf("--prompt-format token-ids needs --api completions")
 	}
 	return tokenIDs, nil

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -74,11 +76,11 @@ func TestSafeURL(t *testing.T) {
 		"https://api.example.com?key=s3cret#f": "https://api.example.com",
 		"http://u:pw@host:bad/v1":              "[redacted url]",
 	} {
-		if got := SafeURL(in); got != want {
+		if got := wire.SafeURL(in); got != want {
 			t.Errorf("SafeURL(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if _, err := BaseURL("http://u:pw@host:bad/v1"); err == nil || strings.Contains(err.Error(), "pw") {
+	if _, err := wire.BaseURL("http://u:pw@host:bad/v1"); err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("BaseURL of a bad URL with a password: %v", err)
 	}
 	m := SafeFlags(map[string]string{"endpoint": "http://u:pw@h:1/v1", "api-key": "k", "model": "m"})
@@ -96,14 +98,14 @@ func TestCalibrateErrorsCarryNoSecrets(t *testing.T) {
 		fmt.Fprintf(w, "denied %s %v", r.URL, r.Header)
 	}))
 	defer srv.Close()
-	base, err := BaseURL(strings.Replace(srv.URL, "http://", "http://user:pw-Secret1@", 1) + "/v1")
+	base, err := wire.BaseURL(strings.Replace(srv.URL, "http://", "http://user:pw-Secret1@", 1) + "/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, b := testBuilder(t)
 	header := http.Header{"X-Secret": {"hv-Secret2"}}
 	for _, key := range []string{"", "sk-Secret3"} {
-		_, err = Calibrate(context.Background(), base, APICompletions, "m", key, header, false, b)
+		_, err = Calibrate(context.Background(), base, wire.APICompletions, "m", key, header, false, b)
 		if err == nil {
 			t.Fatal("calibration against a server that refuses everything succeeded")
 		}
@@ -113,7 +115,7 @@ func TestCalibrateErrorsCarryNoSecrets(t *testing.T) {
 				t.Errorf("calibration error holds %q: %s", s, msg)
 			}
 		}
-		if !strings.HasPrefix(msg, SafeEndpoint(base)+": ") || !strings.Contains(msg, "HTTP 403") {
+		if !strings.HasPrefix(msg, wire.SafeEndpoint(base)+": ") || !strings.Contains(msg, "HTTP 403") {
 			t.Errorf("calibration error does not name the endpoint and what happened: %s", msg)
 		}
 	}

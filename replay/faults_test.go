@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -42,7 +44,7 @@ func TestFaults(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close() // nothing listens there any more: connections are refused
-		u, _ := BaseURL("http://" + addr)
+		u, _ := wire.BaseURL("http://" + addr)
 		return u
 	}
 	cases := []faultCase{
@@ -188,8 +190,8 @@ func TestChatReasoningAndTokenizerFallback(t *testing.T) {
 		send("data: [DONE]\n\n")
 	}))
 	c := newTestClient(t, base, func(o *ClientOptions) {
-		o.API = APIChat
-		o.Backend = BackendOpenAI
+		o.API = wire.APIChat
+		o.Backend = wire.BackendOpenAI
 		o.CountTokens = func(s string) int { return len(s) }
 	})
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(1, 0, 3, 4), nil)
@@ -217,7 +219,7 @@ func TestTLSAndHeaders(t *testing.T) {
 		send("data: [DONE]\n\n")
 	}))
 	defer ts.Close()
-	base, _ := BaseURL(ts.URL)
+	base, _ := wire.BaseURL(ts.URL)
 	hdr := http.Header{"X-Tenant": {"t1"}}
 	strict := newTestClient(t, base, func(o *ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr })
 	_, res, _ := runTrace(t, context.Background(), strict, uniformTrace(1, 0, 2, 1), nil)

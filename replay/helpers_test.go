@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -126,7 +128,7 @@ func startServer(t *testing.T, h http.Handler) *url.URL {
 	t.Helper()
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	u, err := BaseURL(ts.URL)
+	u, err := wire.BaseURL(ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func startServer(t *testing.T, h http.Handler) *url.URL {
 
 func newTestClient(t *testing.T, base *url.URL, mod func(*ClientOptions)) *Client {
 	t.Helper()
-	o := ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: "m", Timeout: 5 * time.Second, MaxInflight: 64}
+	o := ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", Timeout: 5 * time.Second, MaxInflight: 64}
 	if mod != nil {
 		mod(&o)
 	}

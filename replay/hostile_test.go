@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -270,7 +272,7 @@ func TestRawNoResendAfterLateLoss(t *testing.T) {
 			}()
 		}
 	}()
-	base, _ := BaseURL("http://" + ln.Addr().String())
+	base, _ := wire.BaseURL("http://" + ln.Addr().String())
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	reqs := uniformTrace(2, 300*time.Millisecond, 3, 1)
 	_, res, _ := runTrace(t, t.Context(), c, reqs, nil)

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"errors"
 	"fmt"
@@ -231,11 +233,11 @@ func (p *preparer) reachable(ctx context.Context) error {
 		if errors.As(err, &ue) {
 			err = ue.Unwrap()
 		}
-		return fmt.Errorf("replay: the endpoint %s does not answer (GET %s: %v); no request was sent", SafeEndpoint(p.base), SafeEndpoint(&u), Scrub(err.Error(), Secrets(p.base, p.cfg.APIKey, p.header)))
+		return fmt.Errorf("replay: the endpoint %s does not answer (GET %s: %v); no request was sent", wire.SafeEndpoint(p.base), wire.SafeEndpoint(&u), Scrub(err.Error(), Secrets(p.base, p.cfg.APIKey, p.header)))
 	}
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return fmt.Errorf("replay: the endpoint %s refused GET %s with %s: check --api-key (or $LLMREPLAY_API_KEY) and --header; no request was sent", SafeEndpoint(p.base), SafeEndpoint(&u), resp.Status)
+		return fmt.Errorf("replay: the endpoint %s refused GET %s with %s: check --api-key (or $LLMREPLAY_API_KEY) and --header; no request was sent", wire.SafeEndpoint(p.base), wire.SafeEndpoint(&u), resp.Status)
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -76,8 +78,8 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		}
 	}()
 	p := &preparer{cfg: &cfg, env: env, s: s}
-	p.api, _ = ParseAPI(cfg.API)
-	p.backend, _ = ParseBackend(cfg.Backend)
+	p.api, _ = wire.ParseAPI(cfg.API)
+	p.backend, _ = wire.ParseBackend(cfg.Backend)
 	p.tokenIDs, _ = cfg.tokenIDPrompts(p.api)
 	p.shard, _ = trace.ParseShard(cfg.Shard)
 	p.header, _ = ParseHeaders(cfg.Headers)
@@ -133,8 +135,8 @@ type preparer struct {
 	cfg      *Config
 	env      Env
 	s        *Session
-	api      API
-	backend  Backend
+	api      wire.API
+	backend  wire.Backend
 	tokenIDs bool
 	shard    trace.Shard
 	header   http.Header
@@ -303,12 +305,12 @@ func (p *preparer) speed(context.Context) error {
 func (p *preparer) endpoint(ctx context.Context) error {
 	cfg := p.cfg
 	if cfg.Endpoint != "" {
-		base, err := BaseURL(cfg.Endpoint)
+		base, err := wire.BaseURL(cfg.Endpoint)
 		if err != nil {
 			return configErrorf("--%v", err)
 		}
 		p.base = base
-		p.meta.Endpoint = SafeEndpoint(base)
+		p.meta.Endpoint = wire.SafeEndpoint(base)
 		return nil
 	}
 	if p.env.StartSim == nil {
@@ -321,10 +323,10 @@ func (p *preparer) endpoint(ctx context.Context) error {
 	p.s.closers = append(p.s.closers, stop)
 	fmt.Fprintf(p.env.Log, "llmreplay: no --endpoint: started the simulated engine (profile %s) at %s\n", cfg.SimProfile, running)
 	p.meta.Simulated, p.meta.SimProfile = true, cfg.SimProfile
-	if p.base, err = BaseURL(running); err != nil {
+	if p.base, err = wire.BaseURL(running); err != nil {
 		return err
 	}
-	p.meta.Endpoint = SafeEndpoint(p.base)
+	p.meta.Endpoint = wire.SafeEndpoint(p.base)
 	return nil
 }
 
@@ -352,7 +354,7 @@ func DiscoverModel(ctx context.Context, model string, base *url.URL, apiKey stri
 		return "", fmt.Errorf("replay: no --model given and %w", err)
 	}
 	if len(ids) == 0 {
-		return "", fmt.Errorf("replay: no --model given and %s/models lists none", SafeEndpoint(base))
+		return "", fmt.Errorf("replay: no --model given and %s/models lists none", wire.SafeEndpoint(base))
 	}
 	return ids[0], nil
 }
@@ -443,7 +445,7 @@ func SafeFlags(flags map[string]string) map[string]string {
 	}
 	delete(m, "api-key")
 	if e, ok := m["endpoint"]; ok {
-		m["endpoint"] = SafeURL(e)
+		m["endpoint"] = wire.SafeURL(e)
 	}
 	return m
 }
@@ -497,7 +499,7 @@ func (p *preparer) reusable(context.Context) error {
 }
 
 // scrape decides what the run scrapes: the --scrape URLs; none with --scrape none; by
-// default the endpoint's server root /metrics (MetricsURL) when a probe finds a parseable
+// default the endpoint's server root /metrics (wire.MetricsURL) when a probe finds a parseable
 // exposition there. It says what it decided in one line. The API key and --header values
 // are not sent to a metrics endpoint (a --scrape host may be another party's); a URL's
 // userinfo is (as basic auth).
@@ -511,18 +513,18 @@ func (p *preparer) scrape(ctx context.Context) error {
 		p.scrapeURLs = append([]string(nil), cfg.Scrape...)
 		safe := make([]string, len(cfg.Scrape))
 		for i, u := range cfg.Scrape {
-			safe[i] = SafeURL(u)
+			safe[i] = wire.SafeURL(u)
 		}
 		fmt.Fprintf(p.env.Log, "llmreplay: scraping %s every %v\n", strings.Join(safe, ", "), iv)
 		return nil
 	}
-	u := MetricsURL(p.base)
+	u := wire.MetricsURL(p.base)
 	n, err := Probe(ctx, u, cfg.Insecure)
 	if err != nil {
-		fmt.Fprintf(p.env.Log, "llmreplay: not scraping: %s: %v (--scrape URL names a metrics endpoint)\n", SafeEndpoint(u), err)
+		fmt.Fprintf(p.env.Log, "llmreplay: not scraping: %s: %v (--scrape URL names a metrics endpoint)\n", wire.SafeEndpoint(u), err)
 		return nil
 	}
 	p.scrapeURLs = []string{u.String()}
-	fmt.Fprintf(p.env.Log, "llmreplay: scraping %s every %v (%d samples; --scrape none to turn off)\n", SafeEndpoint(u), iv, n)
+	fmt.Fprintf(p.env.Log, "llmreplay: scraping %s every %v (%d samples; --scrape none to turn off)\n", wire.SafeEndpoint(u), iv, n)
 	return nil
 }

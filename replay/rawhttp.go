@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"errors"
 	"fmt"
@@ -513,9 +515,9 @@ func (t *rawTransport) exchangeEnd(ctx context.Context, clk clock, p *rawResp, r
 	case p.mode == modeErrBody:
 		res.Status = results.StatusHTTPError
 		if p.encoding != "" {
-			res.Error = httpErrorEncoded(p.status, p.encoding)
+			res.Error = wire.EncodedErrorText(p.status, p.encoding)
 		} else {
-			res.Error = httpErrorText(p.status, p.errBody)
+			res.Error = wire.HTTPErrorText(p.status, p.errBody)
 		}
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived

@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -55,7 +57,7 @@ func feedResponse(t *testing.T, resp string, split int, eof bool) (*rawResp, *re
 	case p.mode == modeSSE && (p.st.over() || p.state == rsDone):
 		p.st.end()
 	case p.mode == modeErrBody:
-		res.Status, res.Error = results.StatusHTTPError, httpErrorText(p.status, p.errBody)
+		res.Status, res.Error = results.StatusHTTPError, wire.HTTPErrorText(p.status, p.errBody)
 	}
 	return p, res
 }
@@ -160,7 +162,7 @@ func replayRaw(t *testing.T, n int, gap time.Duration, configure func(*http.Serv
 	configure(ts.Config)
 	ts.Start()
 	t.Cleanup(ts.Close)
-	base, _ := BaseURL(ts.URL)
+	base, _ := wire.BaseURL(ts.URL)
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, gap, 5, 4), func(o *Options) {
 		for _, f := range opts {
@@ -227,7 +229,7 @@ func TestRawServerClosesBeforeAnswer(t *testing.T) {
 			}()
 		}
 	}()
-	base, _ := BaseURL("http://" + ln.Addr().String())
+	base, _ := wire.BaseURL("http://" + ln.Addr().String())
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(3, 10*time.Millisecond, 5, 4), nil)
 	for _, r := range res {
@@ -287,7 +289,7 @@ func TestRawRequestBytes(t *testing.T) {
 }
 
 func TestHTTPClientChoice(t *testing.T) {
-	mustURL := func(s string) *url.URL { u, _ := BaseURL(s); return u }
+	mustURL := func(s string) *url.URL { u, _ := wire.BaseURL(s); return u }
 	cases := []struct {
 		choice, endpoint, want, errHas string
 	}{
@@ -298,7 +300,7 @@ func TestHTTPClientChoice(t *testing.T) {
 		{"curl", "http://127.0.0.1:8000", "", "unknown HTTP client"},
 	}
 	for _, tc := range cases {
-		c, err := NewClient(ClientOptions{BaseURL: mustURL(tc.endpoint), API: APICompletions, Backend: BackendVLLM, Model: "m", HTTPClient: tc.choice})
+		c, err := NewClient(ClientOptions{BaseURL: mustURL(tc.endpoint), API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", HTTPClient: tc.choice})
 		switch {
 		case tc.errHas != "":
 			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
@@ -311,12 +313,12 @@ func TestHTTPClientChoice(t *testing.T) {
 		}
 	}
 	// A header that would split the request is refused, and its value is not repeated.
-	_, err := NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: APICompletions, Backend: BackendVLLM, Model: "m",
+	_, err := NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
 		Header: http.Header{"X-Token": {"secret\r\nX-Injected: 1"}}})
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("header with CRLF: %v", err)
 	}
-	_, err = NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: APICompletions, Backend: BackendVLLM, Model: "m",
+	_, err = NewClient(ClientOptions{BaseURL: mustURL("http://127.0.0.1:8000"), API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
 		Header: http.Header{"Bad Name": {"v"}}})
 	if err == nil {
 		t.Error("header name with a space accepted")

@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bytes"
 	"context"
 	"errors"
@@ -214,7 +216,7 @@ func (p *rawResp) process(stamp int64) bool {
 				}
 				size, err := strconv.ParseUint(string(bytes.TrimSpace(l)), 16, 63)
 				if err != nil {
-					p.err = fmt.Errorf("malformed chunked encoding: chunk size %q", shortText(l))
+					p.err = fmt.Errorf("malformed chunked encoding: chunk size %q", wire.ShortText(l))
 					return true
 				}
 				if size == 0 {
@@ -334,11 +336,11 @@ func (p *rawResp) parseHead(h []byte) error {
 	l = bytes.TrimSuffix(l, []byte{'\r'})
 	proto, status, ok := bytes.Cut(l, []byte{' '})
 	if !ok || !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(status) < 3 {
-		return fmt.Errorf("malformed HTTP response %q", shortText(l))
+		return fmt.Errorf("malformed HTTP response %q", wire.ShortText(l))
 	}
 	code, err := strconv.Atoi(string(status[:3]))
 	if err != nil || code < 100 || code > 999 {
-		return fmt.Errorf("malformed HTTP status line %q", shortText(l))
+		return fmt.Errorf("malformed HTTP status line %q", wire.ShortText(l))
 	}
 	if code < 200 { // interim (100 Continue, 103 Early Hints): the real head follows
 		return nil
@@ -364,13 +366,13 @@ func (p *rawResp) parseHead(h []byte) error {
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.Contains(bytes.ToLower(value), []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Content-Encoding")):
-			if encoded(string(value)) {
+			if wire.Encoded(string(value)) {
 				p.encoding = string(value)
 			}
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			n, err := strconv.ParseInt(string(value), 10, 64)
 			if err != nil || n < 0 {
-				return fmt.Errorf("malformed Content-Length %q", shortText(value))
+				return fmt.Errorf("malformed Content-Length %q", wire.ShortText(value))
 			}
 			contentLength = n
 		case bytes.EqualFold(name, []byte("Connection")):
@@ -402,7 +404,7 @@ func (p *rawResp) parseHead(h []byte) error {
 		p.mode = modeErrBody
 	case p.encoding != "":
 		p.mode = modeNotStream
-		p.res.Status, p.res.Error = results.StatusStreamError, streamEncoded(p.encoding)
+		p.res.Status, p.res.Error = results.StatusStreamError, wire.EncodedStreamText(p.encoding)
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
 		p.mode = modeNotStream
 		p.res.Status = results.StatusStreamError

@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -63,9 +65,9 @@ func TestRawRunLeavesNoGoroutinesOrFDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	base, _ := BaseURL(srv.BaseURL())
+	base, _ := wire.BaseURL(srv.BaseURL())
 	run := func(ctx context.Context, n int) []results.Result {
-		c, err := NewClient(ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: cfg.Model,
+		c, err := NewClient(ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: cfg.Model,
 			Timeout: 300 * time.Millisecond, MaxInflight: 64, HTTPClient: HTTPClientRaw})
 		if err != nil {
 			t.Fatal(err)
@@ -736,7 +738,7 @@ func startCuttingServer(t *testing.T, n int) *url.URL {
 		}
 	}()
 	t.Cleanup(func() { ln.Close() })
-	u, err := BaseURL("http://" + ln.Addr().String())
+	u, err := wire.BaseURL("http://" + ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

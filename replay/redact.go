@@ -14,20 +14,9 @@ import (
 // safe form are wire's). URL passwords, API keys and header values are secrets; header
 // names are not.
 
-// BaseURL parses an --endpoint the way OpenAI clients take a base URL (wire.BaseURL: a
-// URL with no path gets /v1). Its errors never quote the URL's userinfo.
-func BaseURL(s string) (*url.URL, error) { return wire.BaseURL(s) }
-
-// SafeEndpoint returns u without userinfo, query or fragment: the one form in which an
-// endpoint is stored or printed (wire.SafeEndpoint).
-func SafeEndpoint(u *url.URL) string { return wire.SafeEndpoint(u) }
-
-// SafeURL is SafeEndpoint of a URL as the user typed it (wire.SafeURL).
-func SafeURL(s string) string { return wire.SafeURL(s) }
-
-// HasSecret reports whether a URL as typed carries something SafeURL removes (userinfo,
+// HasSecret reports whether a URL as typed carries something wire.SafeURL removes (userinfo,
 // a query, a fragment), i.e. whether its stored form differs from it.
-func HasSecret(s string) bool { return SafeURL(s) != s }
+func HasSecret(s string) bool { return wire.SafeURL(s) != s }
 
 // SafeHeaderNames returns the names of 'Name: value' headers, sorted and comma-joined:
 // the only part of --header that is stored.

@@ -5,6 +5,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"errors"
 	"fmt"
@@ -101,7 +103,7 @@ type Options struct {
 	// Scrape lists the Prometheus endpoints sampled every ScrapeInterval (0 =
 	// DefaultScrapeInterval) on the run clock while the run goes, into the metrics file
 	// results.MetricsPath(Output) (scrape.go). The URLs may carry credentials: they are
-	// sent, and stored only through SafeURL. nil: no scraping, no metrics file.
+	// sent, and stored only through wire.SafeURL. nil: no scraping, no metrics file.
 	Scrape         []string
 	ScrapeInterval time.Duration
 
@@ -379,7 +381,7 @@ func runMeta(o Options, mode string, start time.Time, runID string) results.RunM
 	if len(o.Scrape) > 0 {
 		meta.Scrape = make([]string, len(o.Scrape))
 		for i, u := range o.Scrape {
-			meta.Scrape[i] = SafeURL(u)
+			meta.Scrape[i] = wire.SafeURL(u)
 		}
 	}
 	return meta

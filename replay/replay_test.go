@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -19,7 +21,7 @@ func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
 	reqs := uniformTrace(20, 10*time.Millisecond, 7, 5)
 	sum, res, meta := runTrace(t, context.Background(), c, reqs, func(o *Options) {
 		o.Speedup = 2
-		o.Meta.Endpoint = SafeEndpoint(base)
+		o.Meta.Endpoint = wire.SafeEndpoint(base)
 	})
 	if len(res) != 20 {
 		t.Fatalf("got %d records, want 20", len(res))

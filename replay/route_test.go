@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -340,7 +342,7 @@ func TestRouteFlagErrors(t *testing.T) {
 // with the session header too, and built before the run id is known then completed at
 // dispatch (dispatcher.withRunID: one copy over the placeholder).
 func BenchmarkRequestHead(b *testing.B) {
-	u, _ := BaseURL("http://127.0.0.1:8000/v1")
+	u, _ := wire.BaseURL("http://127.0.0.1:8000/v1")
 	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}, "User-Agent": {"llmreplay"}}
 	t := newRawTransport(u, u, h, 64, DefaultSessionHeader)
 	r := &dispatcher{runID: "48ab9150de323e0d"}
@@ -365,8 +367,8 @@ func BenchmarkRequestHead(b *testing.B) {
 // BenchmarkRequestHeader: net/http's header map per request: the client's shared one
 // (no routing headers), or a copy with X-Request-Id and the session header.
 func BenchmarkRequestHeader(b *testing.B) {
-	u, _ := BaseURL("http://127.0.0.1:8000/v1")
-	c, err := NewClient(ClientOptions{BaseURL: u, API: APICompletions, Backend: BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP, SessionHeader: DefaultSessionHeader})
+	u, _ := wire.BaseURL("http://127.0.0.1:8000/v1")
+	c, err := NewClient(ClientOptions{BaseURL: u, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP, SessionHeader: DefaultSessionHeader})
 	if err != nil {
 		b.Fatal(err)
 	}

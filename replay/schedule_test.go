@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"encoding/json"
 	"strings"
 	"testing"
@@ -108,7 +110,7 @@ func TestAppendJSONBytes(t *testing.T) {
 		"line\u2028sep": `"line\u2028sep"`,
 	}
 	for in, want := range cases {
-		if got := string(appendJSONBytes(nil, []byte(in))); got != want {
+		if got := string(wire.AppendJSONBytes(nil, []byte(in))); got != want {
 			t.Errorf("%q: got %s, want %s", in, got, want)
 		}
 	}
@@ -118,7 +120,7 @@ func FuzzAppendJSONBytes(f *testing.F) {
 	f.Add([]byte("hello \"world\"\n\x00\xff\u2028"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var got string
-		if err := json.Unmarshal(appendJSONBytes(nil, in), &got); err != nil {
+		if err := json.Unmarshal(wire.AppendJSONBytes(nil, in), &got); err != nil {
 			t.Fatalf("invalid JSON for %q: %v", in, err)
 		}
 		if want := strings.ToValidUTF8(string(in), "\uFFFD"); got != want && utf8.ValidString(string(in)) {

@@ -46,12 +46,8 @@ func ScrapeTimeout(interval time.Duration) time.Duration {
 	return min(interval-interval/5, maxScrapeTimeout)
 }
 
-// MetricsURL is the Prometheus endpoint of an engine whose OpenAI base URL is base
-// (wire.MetricsURL: the server root + /metrics, userinfo kept).
-func MetricsURL(base *url.URL) *url.URL { return wire.MetricsURL(base) }
-
 // ParseScrapeURL checks a --scrape value: an http or https URL with a host. Its errors
-// quote the URL only in its safe form (SafeURL).
+// quote the URL only in its safe form (wire.SafeURL).
 func ParseScrapeURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -59,13 +55,13 @@ func ParseScrapeURL(s string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("%q: %w", SafeURL(s), err)
+		return nil, fmt.Errorf("%q: %w", wire.SafeURL(s), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%q: scheme must be http or https", SafeEndpoint(u))
+		return nil, fmt.Errorf("%q: scheme must be http or https", wire.SafeEndpoint(u))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("%q: no host", SafeEndpoint(u))
+		return nil, fmt.Errorf("%q: no host", wire.SafeEndpoint(u))
 	}
 	return u, nil
 }
@@ -73,7 +69,7 @@ func ParseScrapeURL(s string) (*url.URL, error) {
 // scrapeResult is one scrape attempt of one source.
 type scrapeResult struct {
 	tNS     int64  // when it was sent, on the run clock
-	source  string // SafeURL of the source
+	source  string // wire.SafeURL of the source
 	samples []prom.Sample
 	dur     time.Duration
 	err     string // "" when it returned a parsed exposition
@@ -86,7 +82,7 @@ func (s *scrapeResult) ownRows() [3]prom.Sample {
 
 // ScrapeStat is what the scraping of one source came to, for the end of the run.
 type ScrapeStat struct {
-	Source     string // SafeURL
+	Source     string // wire.SafeURL
 	Attempts   int64  // scrapes sent (one per tick, less the skipped ones)
 	Failed     int64  // of them, without a parsed exposition
 	FirstError string // the first failure's reason
@@ -134,7 +130,7 @@ func newScraper(clk clock, urls []string, interval time.Duration, insecure bool,
 		client: &http.Client{Transport: rt}, stats: make([]ScrapeStat, len(urls)),
 		out: make(chan *scrapeResult, scrapeQueue*len(urls))}
 	for i, u := range urls {
-		s.stats[i].Source = SafeURL(u)
+		s.stats[i].Source = wire.SafeURL(u)
 	}
 	return s
 }

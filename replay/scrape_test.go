@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"errors"
 	"fmt"
@@ -363,10 +365,10 @@ func TestScrapeConfig(t *testing.T) {
 			t.Errorf("error quotes a password: %v", err)
 		}
 	}
-	if got := MetricsURL(mustURL(t, "http://u:p@h:8000/v1?x=1")).String(); got != "http://u:p@h:8000/metrics" {
+	if got := wire.MetricsURL(mustURL(t, "http://u:p@h:8000/v1?x=1")).String(); got != "http://u:p@h:8000/metrics" {
 		t.Errorf("MetricsURL = %s", got)
 	}
-	if got := MetricsURL(mustURL(t, "http://h/gw/v1/")).String(); got != "http://h/gw/metrics" {
+	if got := wire.MetricsURL(mustURL(t, "http://h/gw/v1/")).String(); got != "http://h/gw/metrics" {
 		t.Errorf("MetricsURL = %s", got)
 	}
 	if got := ScrapeTimeout(time.Second); got != 800*time.Millisecond {
@@ -379,7 +381,7 @@ func TestScrapeConfig(t *testing.T) {
 
 func mustURL(t *testing.T, s string) *url.URL {
 	t.Helper()
-	u, err := BaseURL(s)
+	u, err := wire.BaseURL(s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"container/heap"
 	"fmt"
 	"strings"
@@ -399,14 +401,14 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 			hist = c.hist
 		}
 		var sent []byte
-		if cl.opts.API == APIChat {
+		if cl.opts.API == wire.APIChat {
 			sent = make([]byte, 0, len(hist)+len(prompt)+len(prompt)/8+32)
 			sent = append(sent, hist...)
 			if len(hist) > 0 {
 				sent = append(sent, ',')
 			}
 			sent = append(sent, `{"role":"user","content":`...)
-			sent = appendJSONBytes(sent, prompt)
+			sent = wire.AppendJSONBytes(sent, prompt)
 			sent = append(sent, '}')
 			req.body = cl.appendBodyMessages(make([]byte, 0, len(sent)+len(prefix)+96), prefix, sent, tr.OutputTokens)
 		} else {
@@ -474,9 +476,9 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
-	if pr.o.Client.opts.API == APIChat {
+	if pr.o.Client.opts.API == wire.APIChat {
 		h = append(h, `,{"role":"assistant","content":`...)
-		h = appendJSONBytes(h, req.answer)
+		h = wire.AppendJSONBytes(h, req.answer)
 		h = append(h, '}')
 	} else {
 		h = append(h, req.answer...)

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -332,7 +334,7 @@ func TestSequentialHistoryActual(t *testing.T) {
 		}
 		reqs[i].OutputTokens = 5
 	}
-	for _, api := range []API{APIChat, APICompletions} {
+	for _, api := range []wire.API{wire.APIChat, wire.APICompletions} {
 		for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
 			if hc == HTTPClientRaw && !rawBuilt {
 				continue
@@ -371,7 +373,7 @@ func TestSequentialHistoryActual(t *testing.T) {
 					var cur, before reqBody
 					json.Unmarshal(srv.bodies[q.ID], &cur)
 					json.Unmarshal(srv.bodies[p], &before)
-					if api == APICompletions {
+					if api == wire.APICompletions {
 						if want := before.Prompt + answer; !strings.HasPrefix(cur.Prompt, want) || len(cur.Prompt) == len(want) {
 							t.Errorf("request %d: prompt %q does not begin with turn %d's prompt and answer %q, then new text", q.ID, cur.Prompt, p, want)
 						}

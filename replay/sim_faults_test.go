@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"io"
 	"net/http"
@@ -33,7 +35,7 @@ func TestSimFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	base, _ := BaseURL(srv.BaseURL())
+	base, _ := wire.BaseURL(srv.BaseURL())
 	c := newTestClient(t, base, func(o *ClientOptions) { o.Model = cfg.Model; o.Timeout = 1500 * time.Millisecond })
 	t0 := time.Now()
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(60, 5*time.Millisecond, 20, 8), nil)

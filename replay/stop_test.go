@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"bytes"
 	"context"
 	"errors"
@@ -84,11 +86,11 @@ type syncRun struct {
 // defaults: open loop at speedup 1 from arrival 0, Grace 1 s.
 func runSynctest(t *testing.T, ctx context.Context, src trace.Source, f *fakeEndpoint, mod func(*Options)) syncRun {
 	t.Helper()
-	base, err := BaseURL("http://127.0.0.1:9/v1") // never dialled: seams.do serves
+	base, err := wire.BaseURL("http://127.0.0.1:9/v1") // never dialled: seams.do serves
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ClientOptions{BaseURL: base, API: APICompletions, Backend: BackendVLLM, Model: "m",
+	c, err := NewClient(ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
 		MaxInflight: 64, HTTPClient: "net/http"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"fmt"
 	"os"
@@ -184,7 +186,7 @@ func testToxic(t *testing.T, hc string, tc toxicCase) {
 	for _, x := range tc.before {
 		setToxic(t, p, x)
 	}
-	base, err := BaseURL("http://" + p.Listen)
+	base, err := wire.BaseURL("http://" + p.Listen)
 	if err != nil {
 		t.Fatal(err)
 	}

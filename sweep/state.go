@@ -1,6 +1,8 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -168,12 +170,12 @@ func newState(c *Config) (*State, error) {
 		}
 	}
 	if withheld["endpoint"] {
-		st.Endpoint = replay.SafeURL(cfg.Endpoint)
+		st.Endpoint = wire.SafeURL(cfg.Endpoint)
 	}
 	// A --scrape URL's credentials or query would be stored with the command line.
 	for _, u := range cfg.Scrape {
 		if replay.HasSecret(u) {
-			return nil, configErrorf("sweep: --scrape %s carries credentials or a query, which %s would store: give the sweep a metrics URL without them", replay.SafeURL(u), StateFile)
+			return nil, configErrorf("sweep: --scrape %s carries credentials or a query, which %s would store: give the sweep a metrics URL without them", wire.SafeURL(u), StateFile)
 		}
 	}
 	// Whatever form a secret took (-qeURL, say), it must not be stored.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/llmreplay/llmreplay/wire"
+
 	"context"
 	"fmt"
 	"io"
@@ -310,7 +312,7 @@ func writeReport(ctx context.Context, path string, w io.Writer) (*analysis.Repor
 
 // behaviourFlags lists every flag that changes what the run does, as given or defaulted;
 // never the API key, only the names of headers (their values may be credentials), and the
-// endpoint in its safe form (replay.SafeURL: no password).
+// endpoint in its safe form (wire.SafeURL: no password).
 func behaviourFlags(fs *pflag.FlagSet) map[string]string {
 	m := map[string]string{}
 	fs.VisitAll(func(fl *pflag.Flag) {
@@ -322,12 +324,12 @@ func behaviourFlags(fs *pflag.FlagSet) map[string]string {
 			m[fl.Name] = replay.SafeHeaderNames(hs)
 			return
 		case "endpoint":
-			m[fl.Name] = replay.SafeURL(fl.Value.String())
+			m[fl.Name] = wire.SafeURL(fl.Value.String())
 			return
 		case "scrape":
 			ss, _ := fs.GetStringArray("scrape")
 			for i := range ss {
-				ss[i] = replay.SafeURL(ss[i])
+				ss[i] = wire.SafeURL(ss[i])
 			}
 			m[fl.Name] = strings.Join(ss, ",")
 			return
