@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -384,7 +386,7 @@ func closedReport(t *testing.T) *Report {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "closed.parquet")
 	writeResults(t, path, closedMeta(64, 0), closedGoldenRun())
-	d, err := Load(context.Background(), LoadOptions{}, path)
+	d, err := Load(context.Background(), decode.LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}

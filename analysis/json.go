@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"encoding/json"
 	"io"
 	"math"
@@ -313,7 +315,7 @@ func (r *Report) breakdownJSON() jsonBreakdown {
 	b.PercentileMethod = PercentileMethod
 	b.Samples = distributionSamples(r)
 	b.ByStatus = map[string]int64{}
-	for _, s := range statuses {
+	for _, s := range decode.Statuses {
 		b.ByStatus[string(s)] = r.Requests.ByStatus[string(s)]
 	}
 	bd := figureObject(r, "breakdown")

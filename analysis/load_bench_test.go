@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"context"
 	"os"
 	"path/filepath"
@@ -16,7 +18,7 @@ func BenchmarkLoad1M(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := Load(context.Background(), LoadOptions{}, path)
+		d, err := Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			b.Fatal(err)
 		}

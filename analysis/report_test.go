@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -67,7 +69,7 @@ func mixedReport(t *testing.T) (*Report, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "mixed.parquet")
 	writeResults(t, path, testRun(), mixedRun())
-	d, err := Load(context.Background(), LoadOptions{}, path)
+	d, err := Load(context.Background(), decode.LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -149,7 +151,7 @@ func scrapedRun(t *testing.T, metas []results.RunMeta, scrapes [][]scrape) []str
 
 func analyzeServer(t *testing.T, paths ...string) *Report {
 	t.Helper()
-	d, err := Load(context.Background(), LoadOptions{}, paths...)
+	d, err := Load(context.Background(), decode.LoadOptions{}, paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +403,7 @@ func serverSweep(t *testing.T) *SweepReport {
 	var rows []SweepRow
 	for i, sc := range [][]scrape{vllmScrapes("http://127.0.0.1:8000/metrics"), nil} {
 		paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})
-		d, err := Load(context.Background(), LoadOptions{}, paths...)
+		d, err := Load(context.Background(), decode.LoadOptions{}, paths...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,7 +621,7 @@ func TestSweepExplainsKnee(t *testing.T) {
 func TestServerBadMetricsFile(t *testing.T) {
 	paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})
 	writeResults(t, results.MetricsPath(paths[0]), testRun(), steadyRows()[:3])
-	_, err := Load(context.Background(), LoadOptions{}, paths...)
+	_, err := Load(context.Background(), decode.LoadOptions{}, paths...)
 	if err == nil || !strings.Contains(err.Error(), results.MetricsPath(paths[0])) || !strings.Contains(err.Error(), results.MetricsFormat) {
 		t.Fatalf("err = %v, want one naming the metrics file and its format", err)
 	}

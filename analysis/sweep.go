@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"github.com/llmreplay/llmreplay/stats"
 
 	"bufio"
@@ -37,13 +39,13 @@ type SweepRow struct {
 }
 
 // NewSweepRow analyses one point's loaded results.
-func NewSweepRow(axis string, load float64, file string, d *Data, opts Options) (SweepRow, error) {
+func NewSweepRow(axis string, load float64, file string, d *decode.Data, opts Options) (SweepRow, error) {
 	rep, err := Analyze(d, opts)
 	if err != nil {
 		return SweepRow{}, err
 	}
 	return SweepRow{Axis: axis, Load: load, File: file, Report: rep,
-		Offered: d.Offered(rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
+		Offered: OfferedLoad(d, rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
 }
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -115,7 +117,7 @@ func closedSweep(t *testing.T, slo SLO) *SweepReport {
 		meta.Mode, meta.Concurrency, meta.Speedup = results.ModeClosed, c, 0
 		file := fmt.Sprintf("point-concurrency-%d.parquet", c)
 		writeResults(t, filepath.Join(dir, file), meta, closedSweepRun(c, c == 32))
-		d, err := Load(context.Background(), LoadOptions{}, filepath.Join(dir, file))
+		d, err := Load(context.Background(), decode.LoadOptions{}, filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
 		}

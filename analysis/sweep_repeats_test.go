@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -170,9 +172,9 @@ func TestRepeatedSweepRowBootstrap(t *testing.T) {
 	opts := DefaultOptions()
 	opts.SLO = SLO{TTFT: 200 * time.Millisecond, TPOT: 25 * time.Millisecond}
 	var rows []SweepRow
-	var data []*Data
+	var data []*decode.Data
 	for range 3 {
-		d, err := Load(context.Background(), LoadOptions{}, path)
+		d, err := Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			t.Fatal(err)
 		}
