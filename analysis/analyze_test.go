@@ -1,8 +1,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"context"
 	"errors"
 	"math"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 

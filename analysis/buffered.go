@@ -1,11 +1,11 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 // The buffered-stream rule. The client stamps chunk_ns when a read returns, before parsing

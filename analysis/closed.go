@@ -1,12 +1,11 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"github.com/llmreplay/llmreplay/stats"
 
 	"math"

@@ -1,13 +1,13 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"context"
 	"errors"
 	"io"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 func FuzzParseSLO(f *testing.F) {

@@ -1,12 +1,12 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"context"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 // BenchmarkLoad1M decodes the 1-million-request file of BenchmarkAnalyze1M without

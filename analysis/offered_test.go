@@ -1,10 +1,10 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"math"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 func TestOffered(t *testing.T) {

@@ -15,8 +15,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 

@@ -1,8 +1,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/montanaflynn/stats"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 

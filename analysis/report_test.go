@@ -1,8 +1,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v15/parquet/file"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -1,8 +1,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/analysis/decode"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/parquet/file"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )
