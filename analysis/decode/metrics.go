@@ -231,12 +231,12 @@ type ServerSeries struct {
 
 // ServerSample is one kept sample of a series, on the common time axis.
 type ServerSample struct {
-	Series int32
-	T      int64
-	V      float64
+	Series int32   // index into ServerData.Series
+	T      int64   // t_ns shifted onto the common time axis
+	V      float64 // the value as exposed
 }
 
-// ServerData is what Load keeps of the metrics files: the known series' samples and each
+// ServerData is what Load keeps of the metrics files: the kept series' samples and each
 // source's scrape attempts.
 type ServerData struct {
 	Files      int      // metrics files read
