@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )
@@ -172,7 +173,7 @@ type Interval struct {
 }
 
 // Analyze computes the report of d.
-func Analyze(d *Data, opts Options) (*Report, error) {
+func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	if opts.Interval == 0 {
 		opts.Interval = time.Second
 	}
@@ -198,7 +199,7 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	if d.Mixed {
 		r.warnf("files of different runs pooled on absolute time (--allow-mixed)")
 	}
-	if miss := d.missingShards(); len(miss) > 0 {
+	if miss := d.MissingShards(); len(miss) > 0 {
 		r.warnf("shards missing: %s; the figures cover only the shards given", strings.Join(miss, ", "))
 	}
 	r.requests(d)
@@ -212,8 +213,8 @@ func Analyze(d *Data, opts Options) (*Report, error) {
 	r.closedLoop(d)
 	r.flags(d)
 	r.buffered(d)
-	r.ByPrompt = r.breakdown(d, d.prompt, opts.PromptBuckets)
-	r.ByOutput = r.breakdown(d, d.outTarget, opts.OutputBuckets)
+	r.ByPrompt = r.breakdown(d, d.Prompt, opts.PromptBuckets)
+	r.ByOutput = r.breakdown(d, d.OutTarget, opts.OutputBuckets)
 	r.conversations(d)
 	r.sampleWarnings()
 	return r, nil
@@ -223,10 +224,10 @@ func (r *Report) warnf(format string, a ...any) {
 	r.Warnings = append(r.Warnings, fmt.Sprintf(format, a...))
 }
 
-func (r *Report) requests(d *Data) {
+func (r *Report) requests(d *decode.Data) {
 	r.Requests.ByStatus = map[string]int64{}
-	for _, s := range d.status {
-		r.Requests.ByStatus[string(statuses[s])]++
+	for _, s := range d.Status {
+		r.Requests.ByStatus[string(decode.Statuses[s])]++
 	}
 	q := &r.Requests
 	q.Total = int64(d.N())
@@ -236,7 +237,7 @@ func (r *Report) requests(d *Data) {
 	q.Failed = q.Total - q.OK - q.Dropped - q.Canceled
 	if q.Failed > 0 {
 		var parts []string
-		for _, s := range statuses[1:5] {
+		for _, s := range decode.Statuses[1:5] {
 			if n := q.ByStatus[string(s)]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%d %s", n, s))
 			}
@@ -253,36 +254,25 @@ func (r *Report) requests(d *Data) {
 	if q.Canceled > 0 {
 		r.warnf("%d requests canceled at the end of the run", q.Canceled)
 	}
-	if d.firstChunkMismatch > 0 {
-		r.warnf("%d requests whose first_token_ns/end_ns disagree with their chunk_ns", d.firstChunkMismatch)
+	if d.FirstChunkMismatch > 0 {
+		r.warnf("%d requests whose first_token_ns/end_ns disagree with their chunk_ns", d.FirstChunkMismatch)
 	}
 }
 
-// ttftMS, e2eMS and tpotMS of request i (ok requests only; tpot NaN when undefined).
-func (d *Data) ttftMS(i int) float64 { return float64(d.first[i]-d.sent[i]) / 1e6 }
-func (d *Data) e2eMS(i int) float64  { return float64(d.end[i]-d.sent[i]) / 1e6 }
-func (d *Data) tpotMS(i int) float64 {
-	n := d.outTokens[i]
-	if n == null32 || n <= 1 {
-		return math.NaN()
-	}
-	return float64(d.end[i]-d.first[i]) / 1e6 / float64(n-1)
-}
-
-func (r *Report) latencies(d *Data) {
+func (r *Report) latencies(d *decode.Data) {
 	ok := int(r.Requests.OK)
 	ttft, tpot, e2e := make([]float64, 0, ok), make([]float64, 0, ok), make([]float64, 0, ok)
 	late := make([]float64, 0, d.N())
-	for i, s := range d.status {
-		if d.sent[i] != null64 {
-			late = append(late, float64(d.sent[i]-d.scheduled[i])/1e6)
+	for i, s := range d.Status {
+		if d.Sent[i] != decode.Null64 {
+			late = append(late, float64(d.Sent[i]-d.Scheduled[i])/1e6)
 		}
-		if s != stOK {
+		if s != decode.StOK {
 			continue
 		}
-		ttft = append(ttft, d.ttftMS(i))
-		e2e = append(e2e, d.e2eMS(i))
-		if v := d.tpotMS(i); !math.IsNaN(v) {
+		ttft = append(ttft, d.TTFTMS(i))
+		e2e = append(e2e, d.E2EMS(i))
+		if v := d.TPOTMS(i); !math.IsNaN(v) {
 			tpot = append(tpot, v)
 		}
 	}
@@ -290,17 +280,17 @@ func (r *Report) latencies(d *Data) {
 	r.ttftCurve, r.tpotCurve = quantileCurve(ttft), quantileCurve(tpot) // sorted by summarize
 	step := max(1, int(r.TTFT.N/3000))
 	k := 0
-	for i, s := range d.status {
-		if s == stOK {
+	for i, s := range d.Status {
+		if s == decode.StOK {
 			if k%step == 0 {
-				r.promptTTFT = append(r.promptTTFT, [2]float64{float64(d.prompt[i]), d.ttftMS(i)})
+				r.promptTTFT = append(r.promptTTFT, [2]float64{float64(d.Prompt[i]), d.TTFTMS(i)})
 			}
 			k++
 		}
 	}
-	r.ITL = d.itl.Summary()
-	if d.multiTokenChunks {
-		r.ITLPerToken = d.itlTok.Summary()
+	r.ITL = d.ITL.Summary()
+	if d.MultiTokenChunks {
+		r.ITLPerToken = d.ITLTok.Summary()
 	}
 }
 
@@ -327,45 +317,45 @@ func quantileCurve(sorted []float64) [][2]float64 {
 }
 
 // meets reports whether ok request i meets slo.
-func (d *Data) meets(i int, slo SLO) bool {
-	if d.status[i] != stOK {
+func meets(d *decode.Data, i int, slo SLO) bool {
+	if d.Status[i] != decode.StOK {
 		return false
 	}
-	if slo.TTFT > 0 && d.first[i]-d.sent[i] > int64(slo.TTFT) {
+	if slo.TTFT > 0 && d.First[i]-d.Sent[i] > int64(slo.TTFT) {
 		return false
 	}
-	if slo.E2E > 0 && d.end[i]-d.sent[i] > int64(slo.E2E) {
+	if slo.E2E > 0 && d.End[i]-d.Sent[i] > int64(slo.E2E) {
 		return false
 	}
 	if slo.TPOT > 0 {
-		if v := d.tpotMS(i); !math.IsNaN(v) && v > float64(slo.TPOT)/1e6 {
+		if v := d.TPOTMS(i); !math.IsNaN(v) && v > float64(slo.TPOT)/1e6 {
 			return false
 		}
 	}
 	return true
 }
 
-func (r *Report) throughput(d *Data) {
+func (r *Report) throughput(d *decode.Data) {
 	t := &r.Throughput
 	first, last := int64(math.MaxInt64), int64(math.MinInt64)
 	lastSent := int64(math.MinInt64)
 	var okOut, okPrompt int64
-	for i, s := range d.status {
-		if d.sent[i] != null64 {
-			first = min(first, d.sent[i])
-			lastSent = max(lastSent, d.sent[i])
+	for i, s := range d.Status {
+		if d.Sent[i] != decode.Null64 {
+			first = min(first, d.Sent[i])
+			lastSent = max(lastSent, d.Sent[i])
 		}
-		if d.end[i] != null64 {
-			last = max(last, d.end[i])
+		if d.End[i] != decode.Null64 {
+			last = max(last, d.End[i])
 		}
-		if s == stOK {
-			if d.outTokens[i] != null32 {
-				okOut += int64(d.outTokens[i])
+		if s == decode.StOK {
+			if d.OutTokens[i] != decode.Null32 {
+				okOut += int64(d.OutTokens[i])
 			}
-			if d.promptServer[i] != null32 {
-				okPrompt += int64(d.promptServer[i])
+			if d.PromptServer[i] != decode.Null32 {
+				okPrompt += int64(d.PromptServer[i])
 			} else {
-				okPrompt += int64(d.prompt[i])
+				okPrompt += int64(d.Prompt[i])
 			}
 		}
 	}
@@ -383,20 +373,20 @@ func (r *Report) throughput(d *Data) {
 	t.TotalTokensPerS = float64(okOut+okPrompt) / t.DurationS
 
 	// Peak: best 100 consecutive 10 ms bins.
-	const perSecond = int(1e9 / binNS)
-	if len(d.tokenBins) >= perSecond && last-first >= 1e9 {
+	const perSecond = int(1e9 / decode.BinNS)
+	if len(d.TokenBins) >= perSecond && last-first >= 1e9 {
 		var sum float64
 		best, at := -1.0, 0
-		for i, v := range d.tokenBins {
+		for i, v := range d.TokenBins {
 			sum += v
 			if i >= perSecond {
-				sum -= d.tokenBins[i-perSecond]
+				sum -= d.TokenBins[i-perSecond]
 			}
 			if i >= perSecond-1 && sum > best+1e-9 {
 				best, at = sum, i-perSecond+1
 			}
 		}
-		t.PeakOutputTokensPerS, t.PeakAtS = best, float64(int64(at)*binNS)/1e9
+		t.PeakOutputTokensPerS, t.PeakAtS = best, float64(int64(at)*decode.BinNS)/1e9
 	} else {
 		r.warnf("run shorter than 1 s: no peak 1 s throughput")
 	}
@@ -404,7 +394,7 @@ func (r *Report) throughput(d *Data) {
 	// Steady-state window: [first sent + warm-up, last sent), snapped inward to the 10 ms grid.
 	warm := r.Options.Warmup
 	if warm == WarmupDetect {
-		w, ok, atLimit := detectWarmup(d.tokenBins, first, lastSent)
+		w, ok, atLimit := detectWarmup(d.TokenBins, first, lastSent)
 		if ok {
 			warm, t.WarmupDetected = w, true
 			if atLimit {
@@ -415,8 +405,8 @@ func (r *Report) throughput(d *Data) {
 			r.warnf("arrival span under %v: warm-up not detected, none excluded", time.Duration(msserMinBatches*msserBatch*msserBinNS))
 		}
 	}
-	startNS := ceilDiv(first+int64(warm), binNS) * binNS
-	endNS := floorDiv(lastSent, binNS) * binNS
+	startNS := ceilDiv(first+int64(warm), decode.BinNS) * decode.BinNS
+	endNS := floorDiv(lastSent, decode.BinNS) * decode.BinNS
 	if endNS <= startNS {
 		r.warnf("no steady-state window: warm-up %v reaches past the last arrival (%.3f s)", warm, float64(lastSent)/1e9)
 		return
@@ -424,8 +414,8 @@ func (r *Report) throughput(d *Data) {
 	t.WindowStartS, t.WindowEndS = float64(startNS)/1e9, float64(endNS)/1e9
 	t.WarmupS = float64(startNS-first) / 1e9
 	var sum float64
-	for b := startNS / binNS; b < endNS/binNS && b < int64(len(d.tokenBins)); b++ {
-		sum += d.tokenBins[b]
+	for b := startNS / decode.BinNS; b < endNS/decode.BinNS && b < int64(len(d.TokenBins)); b++ {
+		sum += d.TokenBins[b]
 	}
 	t.SustainedOutputTokensPerS = sum / (float64(endNS-startNS) / 1e9)
 	if endNS-startNS < 10e9 {
@@ -449,18 +439,18 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-func (r *Report) goodput(d *Data) {
+func (r *Report) goodput(d *decode.Data) {
 	slo := r.Options.SLO
 	if slo.IsZero() {
 		return
 	}
 	g := &Goodput{SLO: slo, RequestsPerS: math.NaN(), OutputTokensPerS: math.NaN(), Attainment: math.NaN()}
 	var tok int64
-	for i := range d.status {
-		if d.meets(i, slo) {
+	for i := range d.Status {
+		if meets(d, i, slo) {
 			g.Good++
-			if d.outTokens[i] != null32 {
-				tok += int64(d.outTokens[i])
+			if d.OutTokens[i] != decode.Null32 {
+				tok += int64(d.OutTokens[i])
 			}
 		}
 	}
@@ -474,44 +464,44 @@ func (r *Report) goodput(d *Data) {
 	r.Goodput = g
 }
 
-func (r *Report) tokens(d *Data) {
+func (r *Report) tokens(d *decode.Data) {
 	t := &r.Tokens
-	for i, s := range d.status {
-		if d.promptServer[i] != null32 {
+	for i, s := range d.Status {
+		if d.PromptServer[i] != decode.Null32 {
 			t.PromptWithServerCount++
-			t.PromptTarget += int64(d.prompt[i])
-			t.PromptServer += int64(d.promptServer[i])
-			if d.promptServer[i] != d.prompt[i] {
+			t.PromptTarget += int64(d.Prompt[i])
+			t.PromptServer += int64(d.PromptServer[i])
+			if d.PromptServer[i] != d.Prompt[i] {
 				t.PromptMismatch++
 			}
 		}
-		if s != stOK {
+		if s != decode.StOK {
 			continue
 		}
 		t.OK++
-		t.OutputTarget += int64(d.outTarget[i])
-		t.Chunks += int64(d.nChunks[i])
-		out := d.outTokens[i]
+		t.OutputTarget += int64(d.OutTarget[i])
+		t.Chunks += int64(d.NChunks[i])
+		out := d.OutTokens[i]
 		switch {
-		case out == null32:
+		case out == decode.Null32:
 			t.OutputUnknown++
-		case d.outSource[i] == 2:
+		case d.OutSource[i] == 2:
 			t.OutputTokenizer++
 		default:
 			t.OutputUsage++
 		}
-		if out != null32 {
+		if out != decode.Null32 {
 			t.Output += int64(out)
-			if out < d.outTarget[i] {
+			if out < d.OutTarget[i] {
 				t.Shorter++
-			} else if out > d.outTarget[i] {
+			} else if out > d.OutTarget[i] {
 				t.Longer++
 			}
 		}
-		if cs := d.chunkTokSum[i]; cs >= 0 {
+		if cs := d.ChunkTokSum[i]; cs >= 0 {
 			t.WithChunkTokens++
 			t.ChunkTokens += cs
-			if out != null32 && cs != int64(out) {
+			if out != decode.Null32 && cs != int64(out) {
 				t.ChunkTokensMismatch++
 			}
 		}
@@ -583,7 +573,7 @@ func defaultEdges(lo, hi int64) []int64 {
 	return edges
 }
 
-func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
+func (r *Report) breakdown(d *decode.Data, length []int32, edges []int64) []Bucket {
 	if d.N() == 0 {
 		return nil
 	}
@@ -604,31 +594,31 @@ func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
 	slo := r.Options.SLO
 	bucket := make([]uint8, d.N())
 	okIn := make([]int, nb)
-	for i, s := range d.status {
+	for i, s := range d.Status {
 		bucket[i] = uint8(which(int64(length[i])))
-		if s == stOK {
+		if s == decode.StOK {
 			okIn[bucket[i]]++
 		}
 	}
 	for k := range accs {
 		accs[k].ttft, accs[k].tpot, accs[k].e2e = make([]float64, 0, okIn[k]), make([]float64, 0, okIn[k]), make([]float64, 0, okIn[k])
 	}
-	for i, s := range d.status {
+	for i, s := range d.Status {
 		a := &accs[bucket[i]]
 		a.reqs++
-		if s != stCanceled {
+		if s != decode.StCanceled {
 			a.den++
 		}
-		if s != stOK {
+		if s != decode.StOK {
 			continue
 		}
 		a.ok++
-		a.ttft = append(a.ttft, d.ttftMS(i))
-		a.e2e = append(a.e2e, d.e2eMS(i))
-		if v := d.tpotMS(i); !math.IsNaN(v) {
+		a.ttft = append(a.ttft, d.TTFTMS(i))
+		a.e2e = append(a.e2e, d.E2EMS(i))
+		if v := d.TPOTMS(i); !math.IsNaN(v) {
 			a.tpot = append(a.tpot, v)
 		}
-		if !slo.IsZero() && d.meets(i, slo) {
+		if !slo.IsZero() && meets(d, i, slo) {
 			a.good++
 		}
 	}
@@ -656,7 +646,7 @@ func (r *Report) breakdown(d *Data, length []int32, edges []int64) []Bucket {
 // AnalyzeFiles loads paths (shards of one run; see Load) and analyses them: what `replay`
 // calls to print the report at the end of a run.
 func AnalyzeFiles(ctx context.Context, opts Options, paths ...string) (*Report, error) {
-	d, err := Load(ctx, LoadOptions{}, paths...)
+	d, err := Load(ctx, decode.LoadOptions{}, paths...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -25,13 +26,13 @@ func near(t *testing.T, name string, got, want float64) {
 	}
 }
 
-func load(t *testing.T, rows []row, metas ...results.RunMeta) *Data {
+func load(t *testing.T, rows []row, metas ...results.RunMeta) *decode.Data {
 	t.Helper()
 	m := testRun()
 	if len(metas) > 0 {
 		m = metas[0]
 	}
-	d, err := Load(context.Background(), LoadOptions{BatchSize: 3}, tempResults(t, m, rows))
+	d, err := Load(context.Background(), decode.LoadOptions{BatchSize: 3}, tempResults(t, m, rows))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestChunkTokensPerTokenITLAndAttribution(t *testing.T) {
 	near(t, "per-token itl max", r.ITLPerToken.Max, 10)
 	// Tokens by arrival bin: 1 @100, 3 @130, 2 @150 ms; 2 @100, 2 @200 ms.
 	want := map[int]float64{10: 3, 13: 3, 15: 2, 20: 2}
-	for b, v := range d.tokenBins {
+	for b, v := range d.TokenBins {
 		if v != want[b] {
 			t.Errorf("bin %d: %v tokens, want %v", b, v, want[b])
 		}
@@ -267,7 +268,7 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 	m1.ShardIndex = 1
 	writeResults(t, dir+"/s0.parquet", m0, []row{okRow(1, 0, 100*ms_)})
 	writeResults(t, dir+"/s1.parquet", m1, []row{okRow(2, 50*ms_, 100*ms_)})
-	d, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet", dir+"/s1.parquet")
+	d, err := Load(context.Background(), decode.LoadOptions{}, dir+"/s0.parquet", dir+"/s1.parquet")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,17 +277,17 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 		t.Errorf("merged shards: %+v mixed=%v", r.Requests, r.Mixed)
 	}
 	near(t, "merged duration", r.Throughput.DurationS, 0.15)
-	if _, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet"); !errors.Is(err, ErrPartialRun) || !strings.Contains(err.Error(), "1/2") {
+	if _, err := Load(context.Background(), decode.LoadOptions{}, dir+"/s0.parquet"); !errors.Is(err, decode.ErrPartialRun) || !strings.Contains(err.Error(), "1/2") {
 		t.Errorf("shard 0/2 alone: got %v, want ErrPartialRun naming shard 1/2", err)
 	}
-	if d, err := Load(context.Background(), LoadOptions{AllowPartial: true}, dir+"/s0.parquet"); err != nil {
+	if d, err := Load(context.Background(), decode.LoadOptions{AllowPartial: true}, dir+"/s0.parquet"); err != nil {
 		t.Fatal(err)
-	} else if len(d.missingShards()) != 1 {
+	} else if len(d.MissingShards()) != 1 {
 		t.Error("missing shard 1/2 not noticed")
 	} else if r, err := Analyze(d, DefaultOptions()); err != nil || !strings.Contains(strings.Join(r.Warnings, "\n"), "shards missing: 1/2") {
 		t.Errorf("partial analysis: %v, warnings %q", err, r.Warnings)
 	}
-	if _, err := Load(context.Background(), LoadOptions{}, dir+"/s0.parquet", dir+"/s0.parquet"); err == nil {
+	if _, err := Load(context.Background(), decode.LoadOptions{}, dir+"/s0.parquet", dir+"/s0.parquet"); err == nil {
 		t.Error("same file twice accepted")
 	}
 
@@ -294,11 +295,11 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 	other.RunID = "run2"
 	other.RunStartUnixNS += int64(time.Second)
 	writeResults(t, dir+"/other.parquet", other, []row{okRow(3, 0, 100*ms_)})
-	_, err = Load(context.Background(), LoadOptions{}, dir+"/s0.parquet", dir+"/other.parquet")
-	if !errors.Is(err, ErrMixedRuns) {
+	_, err = Load(context.Background(), decode.LoadOptions{}, dir+"/s0.parquet", dir+"/other.parquet")
+	if !errors.Is(err, decode.ErrMixedRuns) {
 		t.Fatalf("mixed runs: err = %v", err)
 	}
-	d, err = Load(context.Background(), LoadOptions{AllowMixed: true, AllowPartial: true}, dir+"/s0.parquet", dir+"/other.parquet")
+	d, err = Load(context.Background(), decode.LoadOptions{AllowMixed: true, AllowPartial: true}, dir+"/s0.parquet", dir+"/other.parquet")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,20 +314,20 @@ func TestShardsMergeAndMixedRuns(t *testing.T) {
 func TestBadInputNamesRowAndField(t *testing.T) {
 	rows := smallRun()
 	rows[4].status = "exploded"
-	_, err := Load(context.Background(), LoadOptions{BatchSize: 2}, tempResults(t, testRun(), rows))
-	var fe *FieldError
+	_, err := Load(context.Background(), decode.LoadOptions{BatchSize: 2}, tempResults(t, testRun(), rows))
+	var fe *decode.FieldError
 	if !errors.As(err, &fe) || fe.Row != 4 || fe.Field != "status" || !strings.Contains(err.Error(), "results.parquet row 4: status") {
 		t.Fatalf("err = %v", err)
 	}
 	rows = smallRun()
 	rows[1].chunks = []int64{300 * ms_, 200 * ms_}
-	_, err = Load(context.Background(), LoadOptions{}, tempResults(t, testRun(), rows))
+	_, err = Load(context.Background(), decode.LoadOptions{}, tempResults(t, testRun(), rows))
 	if !errors.As(err, &fe) || fe.Row != 1 || fe.Field != "chunk_ns" {
 		t.Fatalf("err = %v", err)
 	}
 	rows = smallRun()
 	rows[0].chunks = []int64{100 * ms_, 310 * ms_, 200 * ms_, 250 * ms_} // the max in the middle
-	_, err = Load(context.Background(), LoadOptions{}, tempResults(t, testRun(), rows))
+	_, err = Load(context.Background(), decode.LoadOptions{}, tempResults(t, testRun(), rows))
 	if !errors.As(err, &fe) || fe.Row != 0 || fe.Field != "chunk_ns" || !strings.Contains(err.Error(), "entry 2") {
 		t.Fatalf("err = %v", err)
 	}
@@ -370,7 +371,7 @@ func TestRowGroupsInParallel(t *testing.T) {
 		path    string
 		workers int
 	}{{one, 1}, {many, 1}, {many, 3}} {
-		d, err := Load(context.Background(), LoadOptions{Workers: c.workers, BatchSize: 10}, c.path)
+		d, err := Load(context.Background(), decode.LoadOptions{Workers: c.workers, BatchSize: 10}, c.path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,37 +387,11 @@ func TestRowGroupsInParallel(t *testing.T) {
 		t.Errorf("reports differ between one row group, 97-row groups and 3 workers")
 	}
 	rows[500].status = "bogus"
-	_, err := Load(context.Background(), LoadOptions{Workers: 3}, tempResults(t, testRun(), rows))
-	var fe *FieldError
+	_, err := Load(context.Background(), decode.LoadOptions{Workers: 3}, tempResults(t, testRun(), rows))
+	var fe *decode.FieldError
 	if !errors.As(err, &fe) || fe.Row != 500 {
 		t.Errorf("err = %v, want row 500", err)
 	}
-}
-
-// Rows whose chunk lists straddle the cursor's refills (of 1, 3 and 7 levels) read the same.
-func TestListCursorRefills(t *testing.T) {
-	rows := mixedRun()
-	path := tempResults(t, testRun(), rows)
-	var want string
-	for _, levels := range []int{1 << 16, 1, 3, 7} {
-		cursorLevels = levels
-		d, err := Load(context.Background(), LoadOptions{}, path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := Analyze(d, DefaultOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		r.WriteJSON(&b)
-		if want == "" {
-			want = b.String()
-		} else if b.String() != want {
-			t.Errorf("cursor refills every %d levels: report differs", levels)
-		}
-	}
-	cursorLevels = 1 << 16
 }
 
 // A load that rises through the whole run never settles: MSER-5 cuts at its limit and the

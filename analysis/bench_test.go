@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -138,7 +139,7 @@ func BenchmarkAnalyze1M(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := Load(context.Background(), LoadOptions{}, path)
+		d, err := Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 // The buffered-stream rule. The client stamps chunk_ns when a read returns, before parsing
@@ -27,8 +29,8 @@ import (
 // server and client" when at least BufferedMinStreams streams were judged and a share of
 // at least BufferedShare of them came in bursts. Measured figures: docs/metrics.md.
 const (
-	BufferedMinChunks     = 8
-	BufferedChunksPerRead = 3.0
+	BufferedMinChunks     = decode.BufferedMinChunks
+	BufferedChunksPerRead = decode.BufferedChunksPerRead
 	BufferedShare         = 0.5
 	BufferedMinStreams    = 5
 	BufferedGap           = 10 * time.Millisecond
@@ -51,64 +53,32 @@ type Buffered struct {
 	Flagged bool
 }
 
-// bufTally accumulates the evidence over streams, one addStream each; tallies of
-// different workers merge. The gap bound depends on the whole run's lateness, so the
-// streams with enough chunks per read keep their mean other gap (burstGapNS) until the
-// rule is applied.
-type bufTally struct {
-	streams, chunks, zeros, gapSumNS int64
-	burstGapNS                       []float64
-}
-
-// addStream counts one ok stream of nc chunks, zeros of whose gaps were 0, the gaps
-// summing to gapSumNS.
-func (t *bufTally) addStream(nc, zeros int, gapSumNS int64) {
-	if nc < BufferedMinChunks {
-		return
-	}
-	t.streams++
-	t.chunks += int64(nc)
-	t.zeros += int64(zeros)
-	t.gapSumNS += gapSumNS
-	if reads := nc - zeros; reads >= 2 && float64(nc) >= BufferedChunksPerRead*float64(reads) {
-		t.burstGapNS = append(t.burstGapNS, float64(gapSumNS)/float64(reads-1))
-	}
-}
-
-func (t *bufTally) merge(o *bufTally) {
-	t.streams += o.streams
-	t.chunks += o.chunks
-	t.zeros += o.zeros
-	t.gapSumNS += o.gapSumNS
-	t.burstGapNS = append(t.burstGapNS, o.burstGapNS...)
-}
-
-// buffered applies the rule to the tally of a run whose judged schedule-lateness p99 is
+// bufferedRule applies the rule to the tally of a run whose judged schedule-lateness p99 is
 // latenessP99MS (NaN: none).
-func (t *bufTally) buffered(latenessP99MS float64) Buffered {
+func bufferedRule(t *decode.BufTally, latenessP99MS float64) Buffered {
 	nan := math.NaN()
 	bound := float64(BufferedGap) / 1e6
 	if latenessP99MS > bound { // false for NaN
 		bound = latenessP99MS
 	}
-	b := Buffered{Streams: t.streams, GapBoundMS: bound, BurstyShare: nan, ZeroGapShare: nan, ChunksPerRead: nan, OtherGapMeanMS: nan}
-	if t.streams == 0 {
+	b := Buffered{Streams: t.Streams, GapBoundMS: bound, BurstyShare: nan, ZeroGapShare: nan, ChunksPerRead: nan, OtherGapMeanMS: nan}
+	if t.Streams == 0 {
 		return b
 	}
-	for _, g := range t.burstGapNS {
+	for _, g := range t.BurstGapNS {
 		if g >= bound*1e6 {
 			b.Bursty++
 		}
 	}
-	gaps := t.chunks - t.streams
-	reads := t.chunks - t.zeros
-	b.BurstyShare = float64(b.Bursty) / float64(t.streams)
-	b.ZeroGapShare = float64(t.zeros) / float64(gaps)
-	b.ChunksPerRead = float64(t.chunks) / float64(reads)
-	if other := gaps - t.zeros; other > 0 {
-		b.OtherGapMeanMS = float64(t.gapSumNS) / float64(other) / 1e6
+	gaps := t.Chunks - t.Streams
+	reads := t.Chunks - t.Zeros
+	b.BurstyShare = float64(b.Bursty) / float64(t.Streams)
+	b.ZeroGapShare = float64(t.Zeros) / float64(gaps)
+	b.ChunksPerRead = float64(t.Chunks) / float64(reads)
+	if other := gaps - t.Zeros; other > 0 {
+		b.OtherGapMeanMS = float64(t.GapSumNS) / float64(other) / 1e6
 	}
-	b.Flagged = t.streams >= BufferedMinStreams && b.BurstyShare >= BufferedShare
+	b.Flagged = t.Streams >= BufferedMinStreams && b.BurstyShare >= BufferedShare
 	return b
 }
 
@@ -124,7 +94,7 @@ func (b Buffered) Warning() string {
 // buffered applies the rule to the ok streams of d: Report.Buffered, Flags.Buffered and,
 // when flagged, a warning. The lateness is the one the client-limited decision judged
 // (a closed loop's steady state).
-func (r *Report) buffered(d *Data) {
+func (r *Report) buffered(d *decode.Data) {
 	late := math.NaN()
 	if c := r.Closed; c != nil {
 		if c.SteadyLateness.N > 0 {
@@ -133,7 +103,7 @@ func (r *Report) buffered(d *Data) {
 	} else if r.Lateness.N > 0 {
 		late = r.Lateness.P99
 	}
-	r.Buffered = d.buf.buffered(late)
+	r.Buffered = bufferedRule(&d.Buf, late)
 	r.Flags.Buffered = r.Buffered.Flagged
 	if w := r.Buffered.Warning(); w != "" {
 		r.Warnings = append(r.Warnings, w)

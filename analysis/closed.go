@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )
@@ -17,7 +18,7 @@ const ClosedBasis = "closed_loop.steady_state.schedule_lateness_ms"
 // the first wave (requests scheduled no later than the last worker's start), its send
 // duration and lateness, and the lateness of the steady state after it. Shards of one run
 // sum their workers; the largest ramp-up is taken.
-func (r *Report) closedLoop(d *Data) {
+func (r *Report) closedLoop(d *decode.Data) {
 	if len(d.Runs) == 0 {
 		return
 	}
@@ -43,17 +44,17 @@ func (r *Report) closedLoop(d *Data) {
 	last := results.LastWorkerStart(c.Concurrency, time.Duration(rampNS))
 	var first, steady []float64
 	sentMax := int64(math.MinInt64)
-	for i, s := range d.scheduled {
-		sent := d.sent[i]
+	for i, s := range d.Scheduled {
+		sent := d.Sent[i]
 		if s <= last {
 			c.FirstWaveRequests++
-			if sent != null64 {
+			if sent != decode.Null64 {
 				first = append(first, float64(sent-s)/1e6)
 				sentMax = max(sentMax, sent)
 			}
 			continue
 		}
-		if sent != null64 {
+		if sent != decode.Null64 {
 			steady = append(steady, float64(sent-s)/1e6)
 		}
 	}
@@ -62,7 +63,7 @@ func (r *Report) closedLoop(d *Data) {
 		c.FirstWaveSendS = float64(sentMax) / 1e9
 	}
 	c.FirstWaveLateness, c.SteadyLateness = stats.Summarize(first), stats.Summarize(steady)
-	if c.FirstWaveRequests == 0 && len(d.scheduled) > 0 {
+	if c.FirstWaveRequests == 0 && len(d.Scheduled) > 0 {
 		r.warnf("closed loop: no request scheduled by the last worker's start (%.3f s), so no first wave: the file does not follow the closed loop's schedule contract (a replayer older than it?), and every request's lateness is judged", float64(last)/1e9)
 	}
 	r.Closed = c

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/parquettest"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -344,7 +345,7 @@ func closedReport(t *testing.T) *Report {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "closed.parquet")
 	writeResults(t, path, closedMeta(64, 0), closedGoldenRun())
-	d, err := Load(context.Background(), LoadOptions{}, path)
+	d, err := Load(context.Background(), decode.LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
 	"context"
@@ -21,7 +22,7 @@ import (
 
 // compareWindowNS is the length of the time windows whose series the throughput intervals
 // resample: 10 bins of 10 ms.
-const compareWindowNS = 10 * binNS
+const compareWindowNS = 10 * decode.BinNS
 
 // CompareMethod is printed under every comparison table (docs/compare.md explains it).
 func CompareMethod(b stats.Bootstrap) string {
@@ -38,7 +39,7 @@ func CompareMethod(b stats.Bootstrap) string {
 
 // ReadRunMeta returns the run metadata of a results file without reading its rows.
 func ReadRunMeta(path string) (results.RunMeta, error) {
-	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readProps()))
+	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(decode.ReadProps()))
 	if err != nil {
 		return results.RunMeta{}, fmt.Errorf("analysis: open %s: %w", path, err)
 	}
@@ -389,7 +390,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		info := &s.Runs[i]
 		for k, files := range run.Repeats {
 			info.Files = append(info.Files, files...)
-			d, err := Load(ctx, LoadOptions{}, files...)
+			d, err := Load(ctx, decode.LoadOptions{}, files...)
 			if err != nil {
 				return nil, err
 			}
@@ -600,4 +601,13 @@ func windows(bins []float64, lo, hi int64) []float64 {
 		}
 	}
 	return out
+}
+
+// readMeta returns the validated run metadata of the results file pr reads (at path).
+func readMeta(path string, pr *file.Reader) (results.RunMeta, error) {
+	m, err := results.ReadRun(path, pr)
+	if err != nil {
+		return m, fmt.Errorf("analysis: %w", err)
+	}
+	return m, nil
 }

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
 	"math"
@@ -14,7 +15,7 @@ import (
 // figures computes the figures compare shows (the declared figures with a CompareSpec,
 // figures.go; the paired ones first) of one run (d, analysed as r) with their replicates;
 // tag names the run in the random streams.
-func figures(d *Data, r *Report, b stats.Bootstrap, tag string) ([]CompareFigure, map[string]stats.Estimate, []tpSeries) {
+func figures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) ([]CompareFigure, map[string]stats.Estimate, []tpSeries) {
 	rf := newRunFigures(d, r, b, tag)
 	for _, paired := range []bool{true, false} {
 		for i := range reportFigures {
@@ -30,7 +31,7 @@ func figures(d *Data, r *Report, b stats.Bootstrap, tag string) ([]CompareFigure
 
 // runFigures accumulates one run's compare figures.
 type runFigures struct {
-	d        *Data
+	d        *decode.Data
 	r        *Report
 	b        stats.Bootstrap
 	tag      string
@@ -47,7 +48,7 @@ type runFigures struct {
 	tpotM map[float64]int64
 }
 
-func newRunFigures(d *Data, r *Report, b stats.Bootstrap, tag string) *runFigures {
+func newRunFigures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) *runFigures {
 	rf := &runFigures{d: d, r: r, b: b, tag: tag, ests: map[string]stats.Estimate{}, minBlock: 1, tpotM: map[float64]int64{}}
 	if r.E2E.N > 0 {
 		rf.minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
@@ -57,7 +58,7 @@ func newRunFigures(d *Data, r *Report, b stats.Bootstrap, tag string) *runFigure
 	for i := range rf.order {
 		rf.order[i] = i
 	}
-	sort.SliceStable(rf.order, func(x, y int) bool { return d.scheduled[rf.order[x]] < d.scheduled[rf.order[y]] })
+	sort.SliceStable(rf.order, func(x, y int) bool { return d.Scheduled[rf.order[x]] < d.Scheduled[rf.order[y]] })
 	return rf
 }
 
@@ -87,16 +88,16 @@ func (rf *runFigures) figure(f *Figure) {
 	switch f.Key {
 	case "slo_attainment_pct":
 		slo := rf.r.Options.SLO
-		rf.add(cf, rf.share("attainment", func(i int) bool { return d.status[i] != stCanceled }, func(i int) bool { return d.meets(i, slo) }))
+		rf.add(cf, rf.share("attainment", func(i int) bool { return d.Status[i] != decode.StCanceled }, func(i int) bool { return meets(d, i, slo) }))
 	case "error_rate_pct":
 		rf.add(cf, rf.share("errors", all, func(i int) bool {
-			s := d.status[i]
-			return s != stOK && s != stDropped && s != stCanceled
+			s := d.Status[i]
+			return s != decode.StOK && s != decode.StDropped && s != decode.StCanceled
 		}))
 	case "drop_rate_pct":
-		rf.add(cf, rf.share("drops", all, func(i int) bool { return d.status[i] == stDropped }))
+		rf.add(cf, rf.share("drops", all, func(i int) bool { return d.Status[i] == decode.StDropped }))
 	case "prefix_cache_hit_rate_pct":
-		if d.cached != nil {
+		if d.Cached != nil {
 			rf.add(cf, rf.prefixCache(f))
 		}
 	default:
@@ -107,44 +108,44 @@ func (rf *runFigures) figure(f *Figure) {
 // throughputSeries are the per-window series of the throughputs: the output tokens of the
 // steady-state window (sustained) and, over [first sent, last end), the ok requests, their
 // output tokens, their prompt and output tokens and the good requests ending in each.
-func throughputSeries(d *Data, r *Report) map[string][]float64 {
+func throughputSeries(d *decode.Data, r *Report) map[string][]float64 {
 	t := r.Throughput
 	var sustained []float64
 	if !math.IsNaN(t.WindowStartS) {
-		lo, hi := int64(math.Round(t.WindowStartS*1e9))/binNS, int64(math.Round(t.WindowEndS*1e9))/binNS
-		sustained = windows(d.tokenBins, lo, hi)
+		lo, hi := int64(math.Round(t.WindowStartS*1e9))/decode.BinNS, int64(math.Round(t.WindowEndS*1e9))/decode.BinNS
+		sustained = windows(d.TokenBins, lo, hi)
 	}
 	var done, good, total []float64
 	var lo, hi int64
 	if !math.IsNaN(t.DurationS) {
-		lo, hi = int64(math.Round(t.FirstSentS*1e9))/binNS, int64(math.Round(t.LastEndS*1e9))/binNS+1
+		lo, hi = int64(math.Round(t.FirstSentS*1e9))/decode.BinNS, int64(math.Round(t.LastEndS*1e9))/decode.BinNS+1
 		n := int((hi - lo + 9) / 10)
 		done, good, total = make([]float64, n), make([]float64, n), make([]float64, n)
 		slo := r.Options.SLO
-		for i, s := range d.status {
-			if s != stOK {
+		for i, s := range d.Status {
+			if s != decode.StOK {
 				continue
 			}
-			w := int((d.end[i]/binNS - lo) / 10)
+			w := int((d.End[i]/decode.BinNS - lo) / 10)
 			if w < 0 || w >= n {
 				continue
 			}
 			done[w]++
-			tok := int64(d.prompt[i])
-			if d.promptServer[i] != null32 {
-				tok = int64(d.promptServer[i])
+			tok := int64(d.Prompt[i])
+			if d.PromptServer[i] != decode.Null32 {
+				tok = int64(d.PromptServer[i])
 			}
-			if d.outTokens[i] != null32 {
-				tok += int64(d.outTokens[i])
+			if d.OutTokens[i] != decode.Null32 {
+				tok += int64(d.OutTokens[i])
 			}
 			total[w] += float64(tok)
-			if !slo.IsZero() && d.meets(i, slo) {
+			if !slo.IsZero() && meets(d, i, slo) {
 				good[w]++
 			}
 		}
 	}
 	return map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
-		"output_tokens_per_s": windows(d.tokenBins, lo, hi), "total_tokens_per_s": total, "goodput_requests_per_s": good}
+		"output_tokens_per_s": windows(d.TokenBins, lo, hi), "total_tokens_per_s": total, "goodput_requests_per_s": good}
 }
 
 // effective returns how many independent requests a sample in arrival order is worth for
@@ -166,20 +167,20 @@ func (rf *runFigures) quantiles(f *Figure) {
 	var xs []float64
 	n, at := int64(0), func(int64) float64 { return 0 }
 	if f.Key == "itl" {
-		n, at = d.itl.Ranks()
+		n, at = d.ITL.Ranks()
 	} else {
 		xs = make([]float64, 0, rf.r.Requests.OK)
 		for _, i := range rf.order {
-			if d.status[i] != stOK {
+			if d.Status[i] != decode.StOK {
 				continue
 			}
 			switch f.Key {
 			case "ttft":
-				xs = append(xs, d.ttftMS(i))
+				xs = append(xs, d.TTFTMS(i))
 			case "e2e":
-				xs = append(xs, d.e2eMS(i))
+				xs = append(xs, d.E2EMS(i))
 			case "tpot":
-				if v := d.tpotMS(i); !math.IsNaN(v) {
+				if v := d.TPOTMS(i); !math.IsNaN(v) {
 					xs = append(xs, v)
 				}
 			}
@@ -246,15 +247,15 @@ func (rf *runFigures) share(key string, in, hit func(i int) bool) stats.Estimate
 func (rf *runFigures) prefixCache(f *Figure) stats.Estimate {
 	d := rf.d
 	var cached, prompt []float64
-	for i, s := range d.status {
-		if s != stOK || d.cached[i] == null32 {
+	for i, s := range d.Status {
+		if s != decode.StOK || d.Cached[i] == decode.Null32 {
 			continue
 		}
-		p := d.prompt[i]
-		if d.promptServer[i] != null32 {
-			p = d.promptServer[i]
+		p := d.Prompt[i]
+		if d.PromptServer[i] != decode.Null32 {
+			p = d.PromptServer[i]
 		}
-		cached, prompt = append(cached, float64(d.cached[i])), append(prompt, float64(p))
+		cached, prompt = append(cached, float64(d.Cached[i])), append(prompt, float64(p))
 	}
 	reps := rf.b.Resample(len(cached), 1, rf.stream("prefix_cache"), func(w []int32, out []float64) {
 		var sc, sp float64

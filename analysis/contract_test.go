@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/file"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -208,7 +209,7 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 
-	d, err := Load(context.Background(), LoadOptions{}, out)
+	d, err := Load(context.Background(), decode.LoadOptions{}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,15 +240,15 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		}
 		// The trace has no sessions: the conversation columns are null (read by name,
 		// through analysis and through the contract's reader alike).
-		check(results.ColSessionID, d.sessionID == nil && cr.sessionID == results.Null, "%d, want null", cr.sessionID)
-		check(results.ColTurn, d.turn == nil && cr.turn == results.Null, "%d, want null", cr.turn)
-		check(results.ColSessionWaitNS, d.sessionWait == nil && cr.sessionWait == results.Null, "%d, want null", cr.sessionWait)
+		check(results.ColSessionID, d.SessionID == nil && cr.sessionID == results.Null, "%d, want null", cr.sessionID)
+		check(results.ColTurn, d.Turn == nil && cr.turn == results.Null, "%d, want null", cr.turn)
+		check(results.ColSessionWaitNS, d.SessionWait == nil && cr.sessionWait == results.Null, "%d, want null", cr.sessionWait)
 		wantCached := int32(results.Null)
 		if !fail && req.PromptTokens%2 == 0 {
 			wantCached = req.PromptTokens / 2
 		}
-		gotCached := d.cached[i]
-		if gotCached == null32 {
+		gotCached := d.Cached[i]
+		if gotCached == decode.Null32 {
 			gotCached = results.Null
 		}
 		check(results.ColPromptTokensCached, gotCached == wantCached && cr.cached == wantCached, "%d (contract reader %d), want %d", gotCached, cr.cached, wantCached)
@@ -255,28 +256,28 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		if fail {
 			wantStatus = results.StatusHTTPError
 		}
-		check(results.ColStatus, statuses[d.status[i]] == wantStatus, "%s, want %s", statuses[d.status[i]], wantStatus)
+		check(results.ColStatus, decode.Statuses[d.Status[i]] == wantStatus, "%s, want %s", decode.Statuses[d.Status[i]], wantStatus)
 		check(results.ColShard, cr.shard == 0, "%d, want 0", cr.shard)
 		due := int64(req.Arrival) / speedup
-		check(results.ColScheduledNS, d.scheduled[i] == due, "%d, want %d", d.scheduled[i], due)
-		check(results.ColSentNS, d.sent[i] != null64 && d.sent[i] >= due, "%d, want >= %d", d.sent[i], due)
-		check(results.ColPromptTokens, d.prompt[i] == req.PromptTokens, "%d, want %d", d.prompt[i], req.PromptTokens)
-		check(results.ColOutputTokensTarget, d.outTarget[i] == req.OutputTokens, "%d, want %d", d.outTarget[i], req.OutputTokens)
+		check(results.ColScheduledNS, d.Scheduled[i] == due, "%d, want %d", d.Scheduled[i], due)
+		check(results.ColSentNS, d.Sent[i] != decode.Null64 && d.Sent[i] >= due, "%d, want >= %d", d.Sent[i], due)
+		check(results.ColPromptTokens, d.Prompt[i] == req.PromptTokens, "%d, want %d", d.Prompt[i], req.PromptTokens)
+		check(results.ColOutputTokensTarget, d.OutTarget[i] == req.OutputTokens, "%d, want %d", d.OutTarget[i], req.OutputTokens)
 		n := int(req.OutputTokens)
 		if fail {
 			n = 0
 		}
-		check(results.ColChunkNS, len(cr.chunkNS) == n && int(d.nChunks[i]) == n && slices.IsSorted(cr.chunkNS),
-			"%v (analysis: %d chunks), want %d non-decreasing offsets", cr.chunkNS, d.nChunks[i], n)
+		check(results.ColChunkNS, len(cr.chunkNS) == n && int(d.NChunks[i]) == n && slices.IsSorted(cr.chunkNS),
+			"%v (analysis: %d chunks), want %d non-decreasing offsets", cr.chunkNS, d.NChunks[i], n)
 		if fail {
 			check(results.ColHTTPStatus, cr.httpStatus == 503, "%d, want 503", cr.httpStatus)
 			check(results.ColError, cr.errMsg != nil && *cr.errMsg == "HTTP 503: busy", "%s, want HTTP 503: busy", str(cr.errMsg))
-			check(results.ColFirstTokenNS, d.first[i] == null64, "%d, want null", d.first[i])
-			check(results.ColEndNS, d.end[i] == null64, "%d, want null", d.end[i])
-			check(results.ColChunkTokens, cr.chunkTokens == nil && d.chunkTokSum[i] == -1, "%v, want null", cr.chunkTokens)
-			check(results.ColPromptTokensServer, d.promptServer[i] == null32, "%d, want null", d.promptServer[i])
-			check(results.ColOutputTokens, d.outTokens[i] == null32, "%d, want null", d.outTokens[i])
-			check(results.ColOutputTokensSource, d.outSource[i] == 0, "%d, want empty", d.outSource[i])
+			check(results.ColFirstTokenNS, d.First[i] == decode.Null64, "%d, want null", d.First[i])
+			check(results.ColEndNS, d.End[i] == decode.Null64, "%d, want null", d.End[i])
+			check(results.ColChunkTokens, cr.chunkTokens == nil && d.ChunkTokSum[i] == -1, "%v, want null", cr.chunkTokens)
+			check(results.ColPromptTokensServer, d.PromptServer[i] == decode.Null32, "%d, want null", d.PromptServer[i])
+			check(results.ColOutputTokens, d.OutTokens[i] == decode.Null32, "%d, want null", d.OutTokens[i])
+			check(results.ColOutputTokensSource, d.OutSource[i] == 0, "%d, want empty", d.OutSource[i])
 			check(results.ColTTFTMS, cr.ttft == nil, "%v, want null", cr.ttft)
 			check(results.ColTPOTMS, cr.tpot == nil, "%v, want null", cr.tpot)
 			check(results.ColE2EMS, cr.e2e == nil, "%v, want null", cr.e2e)
@@ -287,14 +288,14 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		if len(cr.chunkNS) != n {
 			continue
 		}
-		s, f, e := d.sent[i], d.first[i], d.end[i]
+		s, f, e := d.Sent[i], d.First[i], d.End[i]
 		check(results.ColFirstTokenNS, f == s+cr.chunkNS[0], "%d, want sent_ns + chunk_ns[0] = %d", f, s+cr.chunkNS[0])
 		check(results.ColEndNS, e == s+cr.chunkNS[n-1], "%d, want sent_ns + chunk_ns[last] = %d", e, s+cr.chunkNS[n-1])
 		ones := slices.Repeat([]int32{1}, n)
-		check(results.ColChunkTokens, slices.Equal(cr.chunkTokens, ones) && d.chunkTokSum[i] == int64(n), "%v (analysis: sum %d), want %v", cr.chunkTokens, d.chunkTokSum[i], ones)
-		check(results.ColPromptTokensServer, d.promptServer[i] == req.PromptTokens, "%d, want %d", d.promptServer[i], req.PromptTokens)
-		check(results.ColOutputTokens, d.outTokens[i] == req.OutputTokens, "%d, want %d", d.outTokens[i], req.OutputTokens)
-		check(results.ColOutputTokensSource, sourceName(d.outSource[i]) == results.SourceUsage, "%q, want usage", sourceName(d.outSource[i]))
+		check(results.ColChunkTokens, slices.Equal(cr.chunkTokens, ones) && d.ChunkTokSum[i] == int64(n), "%v (analysis: sum %d), want %v", cr.chunkTokens, d.ChunkTokSum[i], ones)
+		check(results.ColPromptTokensServer, d.PromptServer[i] == req.PromptTokens, "%d, want %d", d.PromptServer[i], req.PromptTokens)
+		check(results.ColOutputTokens, d.OutTokens[i] == req.OutputTokens, "%d, want %d", d.OutTokens[i], req.OutputTokens)
+		check(results.ColOutputTokensSource, sourceName(d.OutSource[i]) == results.SourceUsage, "%q, want usage", sourceName(d.OutSource[i]))
 		ttft, e2e := float64(f-s)/1e6, float64(e-s)/1e6
 		check(results.ColTTFTMS, cr.ttft != nil && *cr.ttft == ttft, "%v, want %v", cr.ttft, ttft)
 		check(results.ColE2EMS, cr.e2e != nil && *cr.e2e == e2e, "%v, want %v", cr.e2e, e2e)
@@ -329,15 +330,15 @@ func str(p *string) string {
 // TestStatusIndexes: Data stores a status as its index in the contract's order, named by
 // the st* constants.
 func TestStatusIndexes(t *testing.T) {
-	for k, want := range map[uint8]results.Status{stOK: results.StatusOK, stHTTPError: results.StatusHTTPError,
-		stTimeout: results.StatusTimeout, stTransportError: results.StatusTransportError, stStreamError: results.StatusStreamError,
-		stDropped: results.StatusDropped, stCanceled: results.StatusCanceled} {
-		if statuses[k] != want {
-			t.Errorf("statuses[%d] = %s, want %s", k, statuses[k], want)
+	for k, want := range map[uint8]results.Status{decode.StOK: results.StatusOK, decode.StHTTPError: results.StatusHTTPError,
+		decode.StTimeout: results.StatusTimeout, decode.StTransportError: results.StatusTransportError, decode.StStreamError: results.StatusStreamError,
+		decode.StDropped: results.StatusDropped, decode.StCanceled: results.StatusCanceled} {
+		if decode.Statuses[k] != want {
+			t.Errorf("statuses[%d] = %s, want %s", k, decode.Statuses[k], want)
 		}
 	}
-	if len(statuses) != 7 {
-		t.Errorf("%d statuses, want 7", len(statuses))
+	if len(decode.Statuses) != 7 {
+		t.Errorf("%d statuses, want 7", len(decode.Statuses))
 	}
 }
 
@@ -352,7 +353,7 @@ func TestLoadFindsColumnsByName(t *testing.T) {
 	report := func(sc *arrow.Schema) (string, error) {
 		p := filepath.Join(t.TempDir(), "r.parquet")
 		writeResultsSchema(t, p, sc, rows)
-		d, err := Load(context.Background(), LoadOptions{}, p)
+		d, err := Load(context.Background(), decode.LoadOptions{}, p)
 		if err != nil {
 			return "", err
 		}
@@ -412,7 +413,7 @@ func TestLoadFindsColumnsByName(t *testing.T) {
 	if err := pqarrow.WriteTable(nt, out, 64, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Load(context.Background(), LoadOptions{}, bad)
+	_, err = Load(context.Background(), decode.LoadOptions{}, bad)
 	var ce *results.Error
 	if !errors.As(err, &ce) || ce.Column != results.ColEndNS || !strings.Contains(err.Error(), bad) {
 		t.Errorf("without end_ns: %v; want an error naming the column and the file", err)

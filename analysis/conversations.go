@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 )
@@ -110,7 +111,7 @@ func (b *CacheBucket) finish() {
 
 // bestRate is the runs' prefix_reusable_share and its rule when every run carries the
 // same ones (NaN and "" otherwise).
-func bestRate(d *Data) (float64, string) {
+func bestRate(d *decode.Data) (float64, string) {
 	best, rule := math.NaN(), ""
 	for i, m := range d.Runs {
 		if m.PrefixReusableShare == nil {
@@ -130,9 +131,9 @@ func bestRate(d *Data) (float64, string) {
 
 // conversations computes r.Conversations; it runs after flags (it needs the lateness bound)
 // and the prompt breakdown (its buckets).
-func (r *Report) conversations(d *Data) {
+func (r *Report) conversations(d *decode.Data) {
 	best, rule := bestRate(d)
-	if d.cached == nil && d.sessionWait == nil && d.turn == nil && d.sessionID == nil && math.IsNaN(best) {
+	if d.Cached == nil && d.SessionWait == nil && d.Turn == nil && d.SessionID == nil && math.IsNaN(best) {
 		return
 	}
 	c := &Conversations{}
@@ -146,23 +147,23 @@ func (r *Report) conversations(d *Data) {
 		}
 	}
 	var byTurn [maxTurnBucket + 1]CacheBucket
-	if d.cached != nil {
-		for i, s := range d.status {
-			if s != stOK || d.cached[i] == null32 {
+	if d.Cached != nil {
+		for i, s := range d.Status {
+			if s != decode.StOK || d.Cached[i] == decode.Null32 {
 				continue
 			}
-			prompt := int64(d.prompt[i])
-			if d.promptServer[i] != null32 {
-				prompt = int64(d.promptServer[i])
+			prompt := int64(d.Prompt[i])
+			if d.PromptServer[i] != decode.Null32 {
+				prompt = int64(d.PromptServer[i])
 			}
-			cached := int64(d.cached[i])
+			cached := int64(d.Cached[i])
 			pc.add(cached, prompt)
 			if len(pc.ByPrompt) > 0 {
-				k := sort.Search(len(edges), func(k int) bool { return edges[k] > int64(d.prompt[i]) })
+				k := sort.Search(len(edges), func(k int) bool { return edges[k] > int64(d.Prompt[i]) })
 				pc.ByPrompt[k].add(cached, prompt)
 			}
-			if d.turn != nil && d.turn[i] != null32 {
-				byTurn[min(int(d.turn[i]), maxTurnBucket)].add(cached, prompt)
+			if d.Turn != nil && d.Turn[i] != decode.Null32 {
+				byTurn[min(int(d.Turn[i]), maxTurnBucket)].add(cached, prompt)
 			}
 		}
 	}
@@ -187,11 +188,11 @@ func (r *Report) conversations(d *Data) {
 		pc.ByTurn = append(pc.ByTurn, b)
 	}
 
-	if d.sessionWait != nil {
+	if d.SessionWait != nil {
 		w := &SessionWaits{Bound: r.Flags.MaxLateness}
 		var waits []float64
-		for _, v := range d.sessionWait {
-			if v == null64 {
+		for _, v := range d.SessionWait {
+			if v == decode.Null64 {
 				continue
 			}
 			w.Turns++
@@ -216,8 +217,8 @@ func (r *Report) conversations(d *Data) {
 
 // turnOverlap computes Conversations.Overlap. Memory: one map entry (about 40 bytes) per
 // row with a session, a turn and an end_ns.
-func turnOverlap(d *Data) *TurnOverlap {
-	if d.sessionID == nil || d.turn == nil {
+func turnOverlap(d *decode.Data) *TurnOverlap {
+	if d.SessionID == nil || d.Turn == nil {
 		return nil
 	}
 	type key struct {
@@ -226,30 +227,30 @@ func turnOverlap(d *Data) *TurnOverlap {
 		turn    int32
 	}
 	runOf := func(i int, f *int) int {
-		for *f < len(d.fileEnd)-1 && i >= d.fileEnd[*f] {
+		for *f < len(d.FileEnd)-1 && i >= d.FileEnd[*f] {
 			*f++
 		}
 		return *f
 	}
 	ends := map[key]int64{}
 	f := 0
-	for i := range d.sessionID {
-		if d.sessionID[i] != null64 && d.turn[i] != null32 && d.end[i] != null64 {
-			ends[key{runOf(i, &f), d.sessionID[i], d.turn[i]}] = d.end[i]
+	for i := range d.SessionID {
+		if d.SessionID[i] != decode.Null64 && d.Turn[i] != decode.Null32 && d.End[i] != decode.Null64 {
+			ends[key{runOf(i, &f), d.SessionID[i], d.Turn[i]}] = d.End[i]
 		}
 	}
 	o := &TurnOverlap{Share: math.NaN()}
 	f = 0
-	for i := range d.sessionID {
-		if d.sessionID[i] == null64 || d.turn[i] == null32 || d.turn[i] < 1 || d.sent[i] == null64 {
+	for i := range d.SessionID {
+		if d.SessionID[i] == decode.Null64 || d.Turn[i] == decode.Null32 || d.Turn[i] < 1 || d.Sent[i] == decode.Null64 {
 			continue
 		}
-		end, ok := ends[key{runOf(i, &f), d.sessionID[i], d.turn[i] - 1}]
+		end, ok := ends[key{runOf(i, &f), d.SessionID[i], d.Turn[i] - 1}]
 		if !ok {
 			continue
 		}
 		o.Turns++
-		if d.sent[i] < end {
+		if d.Sent[i] < end {
 			o.Overlapped++
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/arrow"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -41,7 +42,7 @@ func conversationRows() []row {
 
 func conversationReport(t *testing.T, meta results.RunMeta, rows []row) *Report {
 	t.Helper()
-	d, err := Load(context.Background(), LoadOptions{}, tempResults(t, meta, rows))
+	d, err := Load(context.Background(), decode.LoadOptions{}, tempResults(t, meta, rows))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestConversationFigures(t *testing.T) {
 
 	// Under the flag's bound: only row 3 waits past 10 ms when the bound is 40 ms → 1/4 >
 	// 10% still; with a bound of 60 ms none does.
-	d, _ := Load(context.Background(), LoadOptions{}, tempResults(t, meta, conversationRows()))
+	d, _ := Load(context.Background(), decode.LoadOptions{}, tempResults(t, meta, conversationRows()))
 	opts := DefaultOptions()
 	opts.MaxLateness = 60 * time.Millisecond
 	r2, err := Analyze(d, opts)
@@ -212,11 +213,11 @@ func TestNoConversations(t *testing.T) {
 		rows[i].sessionID, rows[i].turn, rows[i].sessionWait, rows[i].cached = nil, nil, nil, nil
 	}
 	allNull := tempResults(t, testRun(), rows)
-	dn, err := Load(context.Background(), LoadOptions{}, allNull)
+	dn, err := Load(context.Background(), decode.LoadOptions{}, allNull)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dn.sessionID != nil || dn.turn != nil || dn.sessionWait != nil || dn.cached != nil {
+	if dn.SessionID != nil || dn.Turn != nil || dn.SessionWait != nil || dn.Cached != nil {
 		t.Error("a file whose conversation columns are all null allocated them")
 	}
 	r := conversationReport(t, testRun(), rows)
@@ -248,11 +249,11 @@ func TestNoConversations(t *testing.T) {
 	md := sc.Metadata()
 	p := filepath.Join(t.TempDir(), "v10.parquet")
 	writeResultsSchema(t, p, arrow.NewSchema(fs, &md), conversationRows())
-	d, err := Load(context.Background(), LoadOptions{}, p)
+	d, err := Load(context.Background(), decode.LoadOptions{}, p)
 	if err != nil {
 		t.Fatalf("revision 1.0 file: %v", err)
 	}
-	if d.sessionID != nil || d.turn != nil || d.sessionWait != nil || d.cached != nil {
+	if d.SessionID != nil || d.Turn != nil || d.SessionWait != nil || d.Cached != nil {
 		t.Error("a revision 1.0 file allocated conversation columns")
 	}
 	r10, err := Analyze(d, DefaultOptions())
@@ -344,7 +345,7 @@ func TestTurnOverlap(t *testing.T) {
 	pa, pb := filepath.Join(dir, "a.parquet"), filepath.Join(dir, "b.parquet")
 	writeResults(t, pa, m0, a)
 	writeResults(t, pb, m1, b)
-	d, err := Load(context.Background(), LoadOptions{}, pa, pb)
+	d, err := Load(context.Background(), decode.LoadOptions{}, pa, pb)
 	if err != nil {
 		t.Fatal(err)
 	}

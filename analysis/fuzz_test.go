@@ -6,6 +6,8 @@ import (
 	"io"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 func FuzzParseSLO(f *testing.F) {
@@ -59,7 +61,7 @@ func FuzzLoadRows(f *testing.F) {
 			scale := []int64{1, 1e3, 1e6, 1e9, 1e12, 1 << 62}[int(b[1])%6]
 			v := func(k int) int64 { return int64(int8(b[k])) * scale }
 			r := row{id: int64(len(rows)), scheduled: v(2), prompt: int32(int8(b[3])), outTarget: int32(int8(b[4])),
-				status: string(append(statuses, "bogus")[int(b[0])%8]), source: []string{"usage", "tokenizer", "", "x"}[b[5]%4]}
+				status: string(append(decode.Statuses, "bogus")[int(b[0])%8]), source: []string{"usage", "tokenizer", "", "x"}[b[5]%4]}
 			if b[6]&1 != 0 {
 				r.sent = p64(v(7))
 			}
@@ -91,9 +93,9 @@ func FuzzLoadRows(f *testing.F) {
 		}
 		p := filepath.Join(t.TempDir(), "r.parquet")
 		writeResults(t, p, testRun(), rows)
-		d, err := Load(context.Background(), LoadOptions{BatchSize: 7}, p)
+		d, err := Load(context.Background(), decode.LoadOptions{BatchSize: 7}, p)
 		if err != nil {
-			var fe *FieldError
+			var fe *decode.FieldError
 			if len(rows) > 0 && !errors.As(err, &fe) {
 				t.Fatalf("error without row and field: %v", err)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -32,7 +33,7 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		meta := testRun()
 		best := 0.78
 		meta.PrefixReusableShare = &best
-		d, err := Load(context.Background(), LoadOptions{}, tempResults(t, meta, conversationRows()))
+		d, err := Load(context.Background(), decode.LoadOptions{}, tempResults(t, meta, conversationRows()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		for k := range sc {
 			sc[k].samples = append(sc[k].samples, gauge("DCGM_FI_DEV_GPU_UTIL", float64(50+k), "gpu", "0"))
 		}
-		d, err := Load(context.Background(), LoadOptions{}, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})...)
+		d, err := Load(context.Background(), decode.LoadOptions{}, scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{sc})...)
 		if err != nil {
 			t.Fatal(err)
 		}

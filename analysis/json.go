@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -313,7 +314,7 @@ func (r *Report) breakdownJSON() jsonBreakdown {
 	b.PercentileMethod = PercentileMethod
 	b.Samples = distributionSamples(r)
 	b.ByStatus = map[string]int64{}
-	for _, s := range statuses {
+	for _, s := range decode.Statuses {
 		b.ByStatus[string(s)] = r.Requests.ByStatus[string(s)]
 	}
 	bd := figureObject(r, "breakdown")

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 // BenchmarkLoad1M decodes the 1-million-request file of BenchmarkAnalyze1M without
@@ -16,7 +18,7 @@ func BenchmarkLoad1M(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, err := Load(context.Background(), LoadOptions{}, path)
+		d, err := Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,5 +1,7 @@
 package analysis
 
+import "github.com/llmreplay/llmreplay/analysis/decode"
+
 // Offered is the load the schedule asked for, as opposed to what the endpoint delivered.
 type Offered struct {
 	// Over the whole schedule: due requests (every record, dropped ones too) and their target
@@ -12,21 +14,21 @@ type Offered struct {
 	WindowRequestsPerS, WindowOutputTokensPerS float64
 }
 
-// Offered computes the offered load of d; startS and endS bound the window, in seconds on
+// OfferedLoad computes the offered load of d; startS and endS bound the window, in seconds on
 // d's time axis (Report.Throughput.WindowStartS and WindowEndS). A window of zero or
 // negative length leaves the window rates zero.
-func (d *Data) Offered(startS, endS float64) Offered {
+func OfferedLoad(d *decode.Data, startS, endS float64) Offered {
 	var o Offered
-	n := len(d.scheduled)
+	n := len(d.Scheduled)
 	if n == 0 {
 		return o
 	}
-	lo, hi := d.scheduled[0], d.scheduled[0]
+	lo, hi := d.Scheduled[0], d.Scheduled[0]
 	var tokens, winTokens, winReqs int64
 	ws, we := int64(startS*1e9), int64(endS*1e9)
-	for i, s := range d.scheduled {
+	for i, s := range d.Scheduled {
 		lo, hi = min(lo, s), max(hi, s)
-		t := int64(max(d.outTarget[i], 0))
+		t := int64(max(d.OutTarget[i], 0))
 		tokens += t
 		if s >= ws && s < we {
 			winTokens += t

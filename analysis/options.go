@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -66,7 +67,7 @@ func (o *Options) Validate() error {
 	if o.MaxLateness < 0 {
 		return fmt.Errorf("max lateness %v is negative", o.MaxLateness)
 	}
-	if o.Interval < 0 || o.Interval%time.Duration(binNS) != 0 {
+	if o.Interval < 0 || o.Interval%time.Duration(decode.BinNS) != 0 {
 		return fmt.Errorf("interval %v: must be a positive multiple of 10ms", o.Interval)
 	}
 	for _, b := range [][]int64{o.PromptBuckets, o.OutputBuckets} {

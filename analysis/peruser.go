@@ -3,6 +3,7 @@ package analysis
 import (
 	"math"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -33,15 +34,15 @@ type PerUser struct {
 }
 
 // perUser computes r.PerUser over d's ok requests.
-func (r *Report) perUser(d *Data) {
+func (r *Report) perUser(d *decode.Data) {
 	var tok, inv []float64
-	for i, s := range d.status {
-		if s != stOK {
+	for i, s := range d.Status {
+		if s != decode.StOK {
 			continue
 		}
-		n := d.outTokens[i]
-		dec := d.end[i] - d.first[i]
-		if n == null32 || n <= 1 || dec <= 0 {
+		n := d.OutTokens[i]
+		dec := d.End[i] - d.First[i]
+		if n == decode.Null32 || n <= 1 || dec <= 0 {
 			continue
 		}
 		sec := float64(dec) / 1e9

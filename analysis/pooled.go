@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
+
 	"math"
 	"slices"
 
@@ -14,19 +16,19 @@ import (
 // every repeat's steady-state window, in repeat order (BlockMean, the block length by
 // BlockLength; a partial last second is left out). Each figure draws from its own stream,
 // named by the load.
-func PooledIntervals(reps []*Report, data []*Data, b stats.Bootstrap, load string) (sus, att, ttft, tpot stats.CI) {
+func PooledIntervals(reps []*Report, data []*decode.Data, b stats.Bootstrap, load string) (sus, att, ttft, tpot stats.CI) {
 	b = b.WithDefaults()
 	var ttfts, tpots, series []float64
 	var good, den int64
-	const perSecond = int64(1e9 / binNS)
+	const perSecond = int64(1e9 / decode.BinNS)
 	for k, d := range data {
 		rep := reps[k]
-		for i, st := range d.status {
-			if st != stOK {
+		for i, st := range d.Status {
+			if st != decode.StOK {
 				continue
 			}
-			ttfts = append(ttfts, d.ttftMS(i))
-			if v := d.tpotMS(i); !math.IsNaN(v) {
+			ttfts = append(ttfts, d.TTFTMS(i))
+			if v := d.TPOTMS(i); !math.IsNaN(v) {
 				tpots = append(tpots, v)
 			}
 		}
@@ -38,10 +40,10 @@ func PooledIntervals(reps []*Report, data []*Data, b stats.Bootstrap, load strin
 		if math.IsNaN(t.WindowStartS) || math.IsNaN(t.WindowEndS) {
 			continue
 		}
-		from, to := int64(math.Round(t.WindowStartS*1e9/float64(binNS))), int64(math.Round(t.WindowEndS*1e9/float64(binNS)))
-		for s := from; s+perSecond <= to && s+perSecond <= int64(len(d.tokenBins)); s += perSecond {
+		from, to := int64(math.Round(t.WindowStartS*1e9/float64(decode.BinNS))), int64(math.Round(t.WindowEndS*1e9/float64(decode.BinNS)))
+		for s := from; s+perSecond <= to && s+perSecond <= int64(len(d.TokenBins)); s += perSecond {
 			var sum float64
-			for _, v := range d.tokenBins[s : s+perSecond] {
+			for _, v := range d.TokenBins[s : s+perSecond] {
 				sum += v
 			}
 			series = append(series, sum)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/montanaflynn/stats"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -67,7 +68,7 @@ func RepeatGroup(runs []results.RunMeta) (string, bool) {
 // nowhere. The pooled report has no steady-state window nor peak (each repeat has its
 // own); its time series is on absolute time, the repeats one after another. The pooled
 // report is returned with Repeats set.
-func AnalyzeRepeats(ctx context.Context, d *Data, lo LoadOptions, opts Options) (*Report, error) {
+func AnalyzeRepeats(ctx context.Context, d *decode.Data, lo decode.LoadOptions, opts Options) (*Report, error) {
 	group, ok := RepeatGroup(d.Runs)
 	if !ok {
 		return nil, fmt.Errorf("analysis: %s: not the repeats of one run", strings.Join(d.Files, ", "))
@@ -94,7 +95,7 @@ func AnalyzeRepeats(ctx context.Context, d *Data, lo LoadOptions, opts Options) 
 			return nil, fmt.Errorf("analysis: %s and %s: two runs (%q, %q) are repeat %d of group %q",
 				byRepeat[runIDs[i-1]][0], byRepeat[id][0], runIDs[i-1], id, idx[id], group)
 		}
-		rd, err := Load(ctx, LoadOptions{AllowPartial: lo.AllowPartial, BatchSize: lo.BatchSize, Workers: lo.Workers}, byRepeat[id]...)
+		rd, err := Load(ctx, decode.LoadOptions{AllowPartial: lo.AllowPartial, BatchSize: lo.BatchSize, Workers: lo.Workers}, byRepeat[id]...)
 		if err != nil {
 			return nil, err
 		}

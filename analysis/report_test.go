@@ -17,6 +17,7 @@ import (
 
 	"github.com/apache/arrow/go/v15/parquet/file"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/goldenfile"
 )
 
@@ -69,7 +70,7 @@ func mixedReport(t *testing.T) (*Report, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "mixed.parquet")
 	writeResults(t, path, testRun(), mixedRun())
-	d, err := Load(context.Background(), LoadOptions{}, path)
+	d, err := Load(context.Background(), decode.LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -23,8 +24,8 @@ const (
 // A truncation at the limit d = m/2 is MSER's sign that the series never settled: the
 // caller warns.
 func detectWarmup(tokenBins []float64, firstNS, lastNS int64) (d time.Duration, ok, atLimit bool) {
-	perBin := msserBinNS / binNS
-	b0 := firstNS / binNS
+	perBin := msserBinNS / decode.BinNS
+	b0 := firstNS / decode.BinNS
 	span := (lastNS - firstNS) / msserBinNS // whole 100 ms bins
 	m := int(span) / msserBatch
 	if m < msserMinBatches {
@@ -92,11 +93,11 @@ func fitTrend(ts, ys []float64, length float64) Trend {
 }
 
 // series builds the time series at Options.Interval from time zero (the run start).
-func (r *Report) series(d *Data) {
+func (r *Report) series(d *decode.Data) {
 	iv := int64(r.Options.Interval)
 	var maxT int64
-	for i := range d.status {
-		maxT = max(maxT, d.scheduled[i], d.sent[i], d.end[i])
+	for i := range d.Status {
+		maxT = max(maxT, d.Scheduled[i], d.Sent[i], d.End[i])
 	}
 	if d.N() == 0 {
 		return
@@ -106,30 +107,30 @@ func (r *Report) series(d *Data) {
 	partial := make([]float64, n) // in-flight ns inside the request's first and last interval
 	diff := make([]int64, n+1)    // requests in flight through whole intervals
 	ttfts := make([][]float64, n)
-	for i, st := range d.status {
-		at := d.sent[i]
-		if at == null64 {
-			at = d.scheduled[i]
+	for i, st := range d.Status {
+		at := d.Sent[i]
+		if at == decode.Null64 {
+			at = d.Scheduled[i]
 		}
 		k := int(max(at, 0) / iv)
 		switch st {
-		case stOK:
-			ttfts[k] = append(ttfts[k], d.ttftMS(i))
-			s[int(d.end[i]/iv)].Completed++
-		case stDropped:
-			s[int(max(d.scheduled[i], 0)/iv)].Dropped++
-		case stCanceled:
+		case decode.StOK:
+			ttfts[k] = append(ttfts[k], d.TTFTMS(i))
+			s[int(d.End[i]/iv)].Completed++
+		case decode.StDropped:
+			s[int(max(d.Scheduled[i], 0)/iv)].Dropped++
+		case decode.StCanceled:
 		default:
 			s[k].Errors++
 		}
-		if d.sent[i] == null64 {
+		if d.Sent[i] == decode.Null64 {
 			continue
 		}
 		s[k].Sent++
 		// In flight from sent to end (a failed request with no output leaves when sent:
 		// the results format has no time for its failure).
-		a, b := max(d.sent[i], 0), d.end[i]
-		if b == null64 || b < a {
+		a, b := max(d.Sent[i], 0), d.End[i]
+		if b == decode.Null64 || b < a {
 			continue
 		}
 		ka, kb := a/iv, b/iv
@@ -143,14 +144,14 @@ func (r *Report) series(d *Data) {
 		diff[kb]--
 	}
 	var full int64
-	perBins := iv / binNS
+	perBins := iv / decode.BinNS
 	for k := range s {
 		full += diff[k]
 		s[k].StartS = float64(int64(k)*iv) / 1e9
 		s[k].Inflight = (partial[k] + float64(full*iv)) / float64(iv)
 		var tok float64
-		for b := int64(k) * perBins; b < int64(k+1)*perBins && b < int64(len(d.tokenBins)); b++ {
-			tok += d.tokenBins[b]
+		for b := int64(k) * perBins; b < int64(k+1)*perBins && b < int64(len(d.TokenBins)); b++ {
+			tok += d.TokenBins[b]
 		}
 		s[k].OutputTokensPerS = tok / (float64(iv) / 1e9)
 		s[k].TTFTP50, s[k].TTFTP99 = math.NaN(), math.NaN()
@@ -172,7 +173,7 @@ func ClientLimited(lateness stats.Quantiles, bound time.Duration) bool {
 	return lateness.N > 0 && lateness.P99 > float64(bound)/1e6
 }
 
-func (r *Report) flags(d *Data) {
+func (r *Report) flags(d *decode.Data) {
 	f := &r.Flags
 	f.MaxLateness = r.Options.MaxLateness
 	if c := r.Closed; c != nil {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/wire"
 )
@@ -89,49 +89,6 @@ var serverMetrics = []serverMetric{
 	{wire.DCGMFBUsed, "dcgm", roleGPUMem, 0},
 }
 
-// metricIndex maps a known name to its index in serverMetrics; scrapeUpIndex marks
-// llmreplay_scrape_up.
-var metricIndex = func() map[string]int {
-	m := map[string]int{results.MetricScrapeUp: scrapeUpIndex}
-	for i, s := range serverMetrics {
-		m[s.Name] = i
-	}
-	return m
-}()
-
-const scrapeUpIndex = -1
-
-// serverSeries is one kept series: a source, a known metric, a label set.
-type serverSeries struct {
-	source int // index into serverData.sources
-	metric int // index into serverMetrics
-	labels string
-}
-
-// serverSample is one kept sample of a series, on the common time axis.
-type serverSample struct {
-	series int32
-	t      int64
-	v      float64
-}
-
-// serverData is what Load keeps of the metrics files: the known series' samples and each
-// source's scrape attempts.
-type serverData struct {
-	files      int      // metrics files read
-	sources    []string // in order of first appearance, lowest shard first
-	shardOf    []int    // the shard whose file gave each source's rows
-	ownerFile  []int    // the index in Data.Files of that file
-	runOf      []string // the run_id of that file
-	attempts   []int64  // per source: llmreplay_scrape_up rows
-	failures   []int64  // per source: llmreplay_scrape_up rows with value 0
-	lastError  []string // per source: the error label of its last failed scrape
-	series     []serverSeries
-	samples    []serverSample
-	intervalNS int64 // the scrape interval (the largest of the files'), aligning sources
-	warnings   []string
-}
-
 // Server is the report's server section: what the scraped Prometheus endpoints said over
 // the window (the steady-state window, or the whole run when there is none).
 type Server struct {
@@ -185,31 +142,31 @@ type rolePoint struct {
 // endpoints scraped a few milliseconds apart add up. Counters: per series, the increase
 // between consecutive scrapes (a drop is a reset: the new value is the increase), stamped
 // at the later scrape.
-func (sd *serverData) alignedRoles() [nRoles][]rolePoint {
+func alignedRoles(sd *decode.ServerData) [nRoles][]rolePoint {
 	var out [nRoles][]rolePoint
 	// The rank used for each (source, role): the lowest exposed.
 	best := map[[2]int]int{}
-	for _, s := range sd.series {
-		m := serverMetrics[s.metric]
-		k := [2]int{s.source, int(m.Role)}
+	for _, s := range sd.Series {
+		m := serverMetrics[s.Metric]
+		k := [2]int{s.Source, int(m.Role)}
 		if r, ok := best[k]; !ok || m.Rank < r {
 			best[k] = m.Rank
 		}
 	}
-	use := make([]bool, len(sd.series))
-	for i, s := range sd.series {
-		m := serverMetrics[s.metric]
-		use[i] = best[[2]int{s.source, int(m.Role)}] == m.Rank
+	use := make([]bool, len(sd.Series))
+	for i, s := range sd.Series {
+		m := serverMetrics[s.Metric]
+		use[i] = best[[2]int{s.Source, int(m.Role)}] == m.Rank
 	}
-	iv := sd.intervalNS
+	iv := sd.IntervalNS
 	if iv <= 0 {
 		iv = 1e9
 	}
 	// Samples by series, in time order.
-	bySeries := make([][]serverSample, len(sd.series))
-	for _, x := range sd.samples {
-		if use[x.series] {
-			bySeries[x.series] = append(bySeries[x.series], x)
+	bySeries := make([][]decode.ServerSample, len(sd.Series))
+	for _, x := range sd.Samples {
+		if use[x.Series] {
+			bySeries[x.Series] = append(bySeries[x.Series], x)
 		}
 	}
 	type acc struct {
@@ -220,30 +177,30 @@ func (sd *serverData) alignedRoles() [nRoles][]rolePoint {
 	// Gauges: per (role, source, instant), then per (role, tick).
 	perScrape := map[[3]int64]*acc{}
 	for i, xs := range bySeries {
-		s := sd.series[i]
-		role := serverMetrics[s.metric].Role
-		slices.SortStableFunc(xs, func(a, b serverSample) int { return cmpInt64(a.t, b.t) })
+		s := sd.Series[i]
+		role := serverMetrics[s.Metric].Role
+		slices.SortStableFunc(xs, func(a, b decode.ServerSample) int { return cmpInt64(a.T, b.T) })
 		if roleAggs[role] == aggCounter {
 			for j := 1; j < len(xs); j++ {
-				d := xs[j].v - xs[j-1].v
+				d := xs[j].V - xs[j-1].V
 				if d < 0 {
-					d = xs[j].v
+					d = xs[j].V
 				}
-				out[role] = append(out[role], rolePoint{xs[j].t, d})
+				out[role] = append(out[role], rolePoint{xs[j].T, d})
 			}
 			continue
 		}
 		for _, x := range xs {
-			if math.IsNaN(x.v) {
+			if math.IsNaN(x.V) {
 				continue
 			}
-			k := [3]int64{int64(role), int64(s.source), x.t}
+			k := [3]int64{int64(role), int64(s.Source), x.T}
 			a := perScrape[k]
 			if a == nil {
-				a = &acc{t: x.t}
+				a = &acc{t: x.T}
 				perScrape[k] = a
 			}
-			a.sum += x.v
+			a.sum += x.V
 			a.n++
 		}
 	}
@@ -359,29 +316,29 @@ func sumWithin(pts []rolePoint, lo, hi int64) (float64, int) {
 
 // server builds r.Server and the server columns of r.Series from d's metrics files; it
 // leaves r.Server nil when no file given names a metrics file.
-func (r *Report) server(d *Data) {
-	sd := d.server
+func (r *Report) server(d *decode.Data) {
+	sd := d.Server
 	if sd == nil {
 		return
 	}
-	r.Warnings = append(r.Warnings, sd.warnings...)
-	if sd.files == 0 {
+	r.Warnings = append(r.Warnings, sd.Warnings...)
+	if sd.Files == 0 {
 		return
 	}
 	s := &Server{}
-	for i, src := range sd.sources {
-		s.Sources = append(s.Sources, ServerSource{Source: src, Shard: sd.shardOf[i], Scrapes: sd.attempts[i], Failures: sd.failures[i], LastError: sd.lastError[i]})
+	for i, src := range sd.Sources {
+		s.Sources = append(s.Sources, ServerSource{Source: src, Shard: sd.ShardOf[i], Scrapes: sd.Attempts[i], Failures: sd.Failures[i], LastError: sd.LastError[i]})
 	}
 	seen := map[string]bool{}
-	for _, x := range sd.series {
-		seen[serverMetrics[x.metric].Engine] = true
+	for _, x := range sd.Series {
+		seen[serverMetrics[x.Metric].Engine] = true
 	}
 	for _, e := range []string{"vllm", "sglang", "tgi", "llamacpp", "dcgm"} {
 		if seen[e] {
 			s.Engines = append(s.Engines, e)
 		}
 	}
-	roles := sd.alignedRoles()
+	roles := alignedRoles(sd)
 	t := r.Throughput
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	s.WindowStartS, s.WindowEndS = math.NaN(), math.NaN()
@@ -418,7 +375,7 @@ func (r *Report) server(d *Data) {
 			r.warnf("scrape of %s failed %d of %d times (last: %s)", src.Source, src.Failures, src.Scrapes, orDash(src.LastError))
 		}
 	}
-	if len(sd.series) == 0 {
+	if len(sd.Series) == 0 {
 		r.warnf("the metrics files hold no metric analysis knows (docs/metrics.md lists them): no server figures")
 	}
 	r.Server = s
@@ -441,28 +398,6 @@ func (r *Report) server(d *Data) {
 func (p *Interval) noServerColumns() {
 	nan := math.NaN()
 	p.ServerRunning, p.ServerWaiting, p.KVUsage, p.Preemptions, p.GPUUtil, p.GPUPowerW = nan, nan, nan, nan, nan, nan
-}
-
-// sortedLabels renders a label map's pairs as k=v joined by commas, sorted by key.
-func sortedLabels(keys, vals []string) string {
-	if len(keys) == 0 {
-		return ""
-	}
-	idx := make([]int, len(keys))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
-	var sb strings.Builder
-	for n, i := range idx {
-		if n > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString(keys[i])
-		sb.WriteByte('=')
-		sb.WriteString(vals[i])
-	}
-	return sb.String()
 }
 
 // The JSON shape of the server section (docs/metrics.md, "Server metrics").

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -95,10 +96,10 @@ func BenchmarkLoadServerMetrics(b *testing.B) {
 	writeBenchMetrics(b, results.MetricsPath(p), meta, 1800, 1000)
 	b.ReportAllocs()
 	b.ResetTimer()
-	var d *Data
+	var d *decode.Data
 	for range b.N {
 		var err error
-		if d, err = Load(context.Background(), LoadOptions{}, p); err != nil {
+		if d, err = Load(context.Background(), decode.LoadOptions{}, p); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -108,7 +109,7 @@ func BenchmarkLoadServerMetrics(b *testing.B) {
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapAlloc)/1e6, "retained-MB")
 	b.ReportMetric(float64(ms.HeapSys)/1e6, "heap-sys-MB") // the most the heap grew to, about
-	b.ReportMetric(float64(len(d.server.samples)), "kept-samples")
+	b.ReportMetric(float64(len(d.Server.Samples)), "kept-samples")
 	runtime.KeepAlive(d)
 }
 
@@ -116,14 +117,14 @@ func BenchmarkLoadServerMetrics(b *testing.B) {
 // scraped every second (5 known series: 432,000 samples), at a 1 s interval.
 func BenchmarkServerSection(b *testing.B) {
 	const n = 24 * 3600
-	sd := &serverData{files: 1, sources: []string{"s"}, shardOf: []int{0}, ownerFile: []int{0}, runOf: []string{"r"},
-		attempts: []int64{n}, failures: []int64{0}, lastError: []string{""}, intervalNS: int64(time.Second)}
+	sd := &decode.ServerData{Files: 1, Sources: []string{"s"}, ShardOf: []int{0}, OwnerFile: []int{0}, RunOf: []string{"r"},
+		Attempts: []int64{n}, Failures: []int64{0}, LastError: []string{""}, IntervalNS: int64(time.Second)}
 	for m := 0; m < 5; m++ {
-		sd.series = append(sd.series, serverSeries{source: 0, metric: m})
+		sd.Series = append(sd.Series, decode.ServerSeries{Source: 0, Metric: m})
 	}
 	for k := 0; k < n; k++ {
 		for m := range 5 {
-			sd.samples = append(sd.samples, serverSample{series: int32(m), t: int64(k) * int64(time.Second), v: float64(k % 100)})
+			sd.Samples = append(sd.Samples, decode.ServerSample{Series: int32(m), T: int64(k) * int64(time.Second), V: float64(k % 100)})
 		}
 	}
 	nan := math.NaN()
@@ -134,6 +135,6 @@ func BenchmarkServerSection(b *testing.B) {
 		for k := range r.Series {
 			r.Series[k].StartS, r.Series[k].TTFTP50 = float64(k), nan
 		}
-		r.server(&Data{server: sd})
+		r.server(&decode.Data{Server: sd})
 	}
 }

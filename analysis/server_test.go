@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -148,7 +149,7 @@ func scrapedRun(t *testing.T, metas []results.RunMeta, scrapes [][]scrape) []str
 
 func analyzeServer(t *testing.T, paths ...string) *Report {
 	t.Helper()
-	d, err := Load(context.Background(), LoadOptions{}, paths...)
+	d, err := Load(context.Background(), decode.LoadOptions{}, paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +530,7 @@ func TestServerSourcesCombine(t *testing.T) {
 func TestServerBadMetricsFile(t *testing.T) {
 	paths := scrapedRun(t, []results.RunMeta{testRun()}, [][]scrape{vllmScrapes("http://x/metrics")})
 	writeResults(t, results.MetricsPath(paths[0]), testRun(), steadyRows()[:3])
-	_, err := Load(context.Background(), LoadOptions{}, paths...)
+	_, err := Load(context.Background(), decode.LoadOptions{}, paths...)
 	if err == nil || !strings.Contains(err.Error(), results.MetricsPath(paths[0])) || !strings.Contains(err.Error(), results.MetricsFormat) {
 		t.Fatalf("err = %v, want one naming the metrics file and its format", err)
 	}

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
 	"bufio"
@@ -100,7 +101,7 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 	p("\nRequests: %d total, %d ok, %d failed, %d dropped, %d canceled\n", q.Total, q.OK, q.Failed, q.Dropped, q.Canceled)
 	if q.Failed > 0 {
 		var parts []string
-		for _, s := range statuses[1:5] {
+		for _, s := range decode.Statuses[1:5] {
 			if n := q.ByStatus[string(s)]; n > 0 {
 				parts = append(parts, fmt.Sprintf("%s %d", s, n))
 			}

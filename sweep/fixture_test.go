@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/internal/goldenfile"
 	"github.com/llmreplay/llmreplay/internal/prom"
@@ -29,7 +30,7 @@ var (
 // mixedReport analyses analysis's mixed run (resultsFile) with its golden SLO.
 func mixedReport(t *testing.T) (*analysis.Report, string) {
 	t.Helper()
-	d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, resultsFile)
+	d, err := analysis.Load(context.Background(), decode.LoadOptions{}, resultsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func closedSweep(t *testing.T, slo analysis.SLO) *Report {
 		meta.Mode, meta.Concurrency, meta.Speedup = results.ModeClosed, c, 0
 		file := fmt.Sprintf("point-concurrency-%d.parquet", c)
 		writePoint(t, filepath.Join(dir, file), meta, closedSweepRun(c, c == 32))
-		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, filepath.Join(dir, file))
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, filepath.Join(dir, file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +224,7 @@ func serverSweep(t *testing.T) *Report {
 	for i, scraped := range []bool{true, false} {
 		path := filepath.Join(t.TempDir(), "results-a.parquet")
 		scrapedPoint(t, path, scraped)
-		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, path)
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			t.Fatal(err)
 		}

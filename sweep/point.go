@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
 	"context"
@@ -200,9 +201,9 @@ func (sw *sweeper) analyse(load float64, file string, repeats ...string) (Row, e
 		files = []string{file}
 	}
 	rows := make([]Row, 0, len(files))
-	data := make([]*analysis.Data, 0, len(files))
+	data := make([]*decode.Data, 0, len(files))
 	for _, f := range files {
-		d, err := analysis.Load(sw.ctx, analysis.LoadOptions{AllowPartial: true}, filepath.Join(sw.cfg.Dir, f))
+		d, err := analysis.Load(sw.ctx, decode.LoadOptions{AllowPartial: true}, filepath.Join(sw.cfg.Dir, f))
 		if err != nil {
 			return Row{}, err
 		}

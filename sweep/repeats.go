@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -46,7 +47,7 @@ var SpreadBootstrap = stats.Bootstrap{Seed: 1}
 // of figures measured together, with Spread set to the intervals across all the repeats:
 // with data, each figure's SpreadBootstrap interval over the repeats pooled, widened to
 // the range of the repeats' values (SpreadMethod); without, the range (RangeMethod).
-func NewRepeatedRow(rows []Row, data []*analysis.Data) Row {
+func NewRepeatedRow(rows []Row, data []*decode.Data) Row {
 	sorted := slices.Clone(rows)
 	slices.SortStableFunc(sorted, func(a, b Row) int {
 		return cmp.Compare(a.Point().SustainedTokensPerSecond, b.Point().SustainedTokensPerSecond)

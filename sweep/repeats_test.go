@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -171,9 +172,9 @@ func TestRepeatedSweepRowBootstrap(t *testing.T) {
 	opts := analysis.DefaultOptions()
 	opts.SLO = analysis.SLO{TTFT: 200 * time.Millisecond, TPOT: 25 * time.Millisecond}
 	var rows []Row
-	var data []*analysis.Data
+	var data []*decode.Data
 	for range 3 {
-		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, path)
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -31,13 +32,13 @@ type Row struct {
 }
 
 // NewRow analyses one point's loaded results.
-func NewRow(axis string, load float64, file string, d *analysis.Data, opts analysis.Options) (Row, error) {
+func NewRow(axis string, load float64, file string, d *decode.Data, opts analysis.Options) (Row, error) {
 	rep, err := analysis.Analyze(d, opts)
 	if err != nil {
 		return Row{}, err
 	}
 	return Row{Axis: axis, Load: load, File: file, Report: rep,
-		Offered: d.Offered(rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
+		Offered: analysis.OfferedLoad(d, rep.Throughput.WindowStartS, rep.Throughput.WindowEndS)}, nil
 }
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both

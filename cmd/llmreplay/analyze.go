@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 )
 
 func init() {
@@ -83,11 +84,11 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := opts.Validate(); err != nil {
 		return usagef("analyze: %v", err)
 	}
-	d, err := loadResults(ctx, analysis.LoadOptions{AllowMixed: *allowMixed, AllowPartial: *allowPartial}, fs.Args()...)
+	d, err := loadResults(ctx, decode.LoadOptions{AllowMixed: *allowMixed, AllowPartial: *allowPartial}, fs.Args()...)
 	if err != nil {
 		return err
 	}
-	rep, err := analyzeData(ctx, d, analysis.LoadOptions{AllowPartial: *allowPartial}, opts)
+	rep, err := analyzeData(ctx, d, decode.LoadOptions{AllowPartial: *allowPartial}, opts)
 	if err != nil {
 		return err
 	}
@@ -113,9 +114,9 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // loadResults loads results files as analysis.Load does, except that the repeats of one
 // repeated run (replay --repeat: one repeat_group, several run ids) load together without
 // --allow-mixed.
-func loadResults(ctx context.Context, lo analysis.LoadOptions, paths ...string) (*analysis.Data, error) {
+func loadResults(ctx context.Context, lo decode.LoadOptions, paths ...string) (*decode.Data, error) {
 	d, err := analysis.Load(ctx, lo, paths...)
-	if err == nil || lo.AllowMixed || !errors.Is(err, analysis.ErrMixedRuns) {
+	if err == nil || lo.AllowMixed || !errors.Is(err, decode.ErrMixedRuns) {
 		return d, err
 	}
 	mixed := lo
@@ -132,7 +133,7 @@ func loadResults(ctx context.Context, lo analysis.LoadOptions, paths ...string) 
 
 // analyzeData analyses loaded results: the repeats of one run with the figures across
 // them (analysis.AnalyzeRepeats), anything else as one run.
-func analyzeData(ctx context.Context, d *analysis.Data, lo analysis.LoadOptions, opts analysis.Options) (*analysis.Report, error) {
+func analyzeData(ctx context.Context, d *decode.Data, lo decode.LoadOptions, opts analysis.Options) (*analysis.Report, error) {
 	if _, ok := analysis.RepeatGroup(d.Runs); ok {
 		return analysis.AnalyzeRepeats(ctx, d, lo, opts)
 	}
@@ -141,7 +142,7 @@ func analyzeData(ctx context.Context, d *analysis.Data, lo analysis.LoadOptions,
 
 // writeRepeatsReport prints the text report of the repeats of one run.
 func writeRepeatsReport(ctx context.Context, files []string, w io.Writer) error {
-	lo := analysis.LoadOptions{AllowPartial: true}
+	lo := decode.LoadOptions{AllowPartial: true}
 	d, err := loadResults(ctx, lo, files...)
 	if err != nil {
 		return err

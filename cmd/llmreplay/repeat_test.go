@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/sweep"
@@ -86,7 +87,7 @@ func TestReplayRepeats(t *testing.T) {
 	for r := 1; r <= 3; r++ {
 		p := repeat.Path(out, r, 3)
 		files = append(files, p)
-		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, p)
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +139,7 @@ func TestReplayRepeats(t *testing.T) {
 	var num, den float64
 	var sus []float64
 	for i, f := range files {
-		d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, f)
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +277,7 @@ func TestSweepRepeats(t *testing.T) {
 		var sus []float64
 		var group string
 		for r, f := range p.Repeats {
-			d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, filepath.Join(dir, f))
+			d, err := analysis.Load(context.Background(), decode.LoadOptions{}, filepath.Join(dir, f))
 			if err != nil {
 				t.Fatal(err)
 			}

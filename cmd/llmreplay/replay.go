@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
@@ -299,7 +300,7 @@ func startProgress(sess *replay.Session, cfg *replay.Config, prog *replay.Progre
 // writeReport prints the analysis text report of a results file (the run's own --slo and
 // max-lateness come from its metadata) and returns it.
 func writeReport(ctx context.Context, path string, w io.Writer) (*analysis.Report, error) {
-	d, err := analysis.Load(context.WithoutCancel(ctx), analysis.LoadOptions{AllowPartial: true}, path)
+	d, err := analysis.Load(context.WithoutCancel(ctx), decode.LoadOptions{AllowPartial: true}, path)
 	if err != nil {
 		return nil, err
 	}

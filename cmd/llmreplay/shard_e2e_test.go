@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
@@ -198,7 +199,7 @@ func checkShardPartition(t *testing.T, shards []string, single string, startAt t
 func checkShardAnalysis(t *testing.T, ctx context.Context, shards []string, single string, n int) {
 	t.Helper()
 	analyse := func(paths ...string) *analysis.Report {
-		d, err := analysis.Load(ctx, analysis.LoadOptions{}, paths...)
+		d, err := analysis.Load(ctx, decode.LoadOptions{}, paths...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
@@ -256,7 +257,7 @@ func TestSweepPointsSendFreshPrompts(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, p := range st.Points {
-				d, err := analysis.Load(context.Background(), analysis.LoadOptions{}, filepath.Join(dir, p.File))
+				d, err := analysis.Load(context.Background(), decode.LoadOptions{}, filepath.Join(dir, p.File))
 				if err != nil {
 					t.Fatal(err)
 				}

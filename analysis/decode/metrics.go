@@ -1,4 +1,4 @@
-package analysis
+package decode
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -20,7 +21,7 @@ import (
 )
 
 // loadServer reads the metrics file each results file's metadata names (RunMeta.MetricsFile,
-// beside the results file), keeping only the samples of known metrics (serverMetrics) and
+// beside the results file), keeping only the samples of opts.Metrics and
 // the scraper's llmreplay_scrape_up rows. A named file that is missing is a warning (a
 // killed run keeps only its journal: `llmreplay recover` converts it); one that is not a
 // metrics/v1 file is an error.
@@ -35,35 +36,35 @@ func (d *Data) loadServer(ctx context.Context, opts LoadOptions) error {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return d.Runs[order[a]].ShardIndex < d.Runs[order[b]].ShardIndex })
-	var sd *serverData
+	var sd *ServerData
 	for _, i := range order {
 		m := d.Runs[i]
 		if m.MetricsFile == "" {
 			continue
 		}
 		if sd == nil {
-			sd = &serverData{}
+			sd = &ServerData{}
 		}
-		sd.intervalNS = max(sd.intervalNS, m.ScrapeIntervalNS)
+		sd.IntervalNS = max(sd.IntervalNS, m.ScrapeIntervalNS)
 		path := filepath.Join(filepath.Dir(d.Files[i]), filepath.Base(m.MetricsFile))
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			sd.warnings = append(sd.warnings, fmt.Sprintf("metrics file %s named by %s is missing: no server figures from shard %d (a killed run leaves %s%s: llmreplay recover converts it)",
+			sd.Warnings = append(sd.Warnings, fmt.Sprintf("metrics file %s named by %s is missing: no server figures from shard %d (a killed run leaves %s%s: llmreplay recover converts it)",
 				path, d.Files[i], m.ShardIndex, filepath.Base(path), ".journal"))
 			continue
 		}
 		if err := sd.readFile(ctx, path, i, m.RunID, m.ShardIndex, d.ShiftNS[i], opts); err != nil {
 			return err
 		}
-		sd.files++
+		sd.Files++
 	}
-	d.server = sd
+	d.Server = sd
 	return nil
 }
 
 // readFile reads one metrics file, file index fi of d (shard shard of run runID), shifting
 // its t_ns by shift onto the common time axis.
-func (sd *serverData) readFile(ctx context.Context, path string, fi int, runID string, shard int, shift int64, opts LoadOptions) error {
-	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readProps()))
+func (sd *ServerData) readFile(ctx context.Context, path string, fi int, runID string, shard int, shift int64, opts LoadOptions) error {
+	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(ReadProps()))
 	if err != nil {
 		return fmt.Errorf("analysis: open %s: %w", path, err)
 	}
@@ -93,18 +94,22 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi int, runID s
 	defer rr.Release()
 	// Sources this file may contribute: those no lower shard of its run claimed (runs
 	// pooled with --allow-mixed each keep their own: they scraped at different times).
-	srcIdx := map[[2]string]int{}
-	for i, s := range sd.sources {
-		srcIdx[[2]string{sd.runOf[i], s}] = i
+	known := map[string]int{results.MetricScrapeUp: ScrapeUp}
+	for i, name := range opts.Metrics {
+		known[name] = i
 	}
-	seriesIdx := map[serverSeries]int32{}
-	for i, s := range sd.series {
+	srcIdx := map[[2]string]int{}
+	for i, s := range sd.Sources {
+		srcIdx[[2]string{sd.RunOf[i], s}] = i
+	}
+	seriesIdx := map[ServerSeries]int32{}
+	for i, s := range sd.Series {
 		seriesIdx[s] = int32(i)
 	}
 	var row0 int64
 	for rr.Next() {
 		rec := rr.Record()
-		if err := sd.addRecord(path, row0, rec, fi, runID, shard, shift, srcIdx, seriesIdx); err != nil {
+		if err := sd.addRecord(path, row0, rec, fi, runID, shard, shift, known, srcIdx, seriesIdx); err != nil {
 			return err
 		}
 		row0 += rec.NumRows()
@@ -115,7 +120,7 @@ func (sd *serverData) readFile(ctx context.Context, path string, fi int, runID s
 	return nil
 }
 
-func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi int, runID string, shard int, shift int64, srcIdx map[[2]string]int, seriesIdx map[serverSeries]int32) error {
+func (sd *ServerData) addRecord(path string, row0 int64, rec arrow.Record, fi int, runID string, shard int, shift int64, known map[string]int, srcIdx map[[2]string]int, seriesIdx map[ServerSeries]int32) error {
 	col := func(name string) (arrow.Array, error) {
 		i := rec.Schema().FieldIndices(name)
 		if len(i) == 0 {
@@ -145,18 +150,18 @@ func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi in
 		k := [2]string{runID, src}
 		i, ok := srcIdx[k]
 		if !ok {
-			i = len(sd.sources)
+			i = len(sd.Sources)
 			srcIdx[k] = i
-			sd.sources = append(sd.sources, src)
-			sd.runOf = append(sd.runOf, runID)
-			sd.shardOf = append(sd.shardOf, shard)
-			sd.attempts = append(sd.attempts, 0)
-			sd.failures = append(sd.failures, 0)
-			sd.lastError = append(sd.lastError, "")
-			sd.ownerFile = append(sd.ownerFile, fi)
+			sd.Sources = append(sd.Sources, src)
+			sd.RunOf = append(sd.RunOf, runID)
+			sd.ShardOf = append(sd.ShardOf, shard)
+			sd.Attempts = append(sd.Attempts, 0)
+			sd.Failures = append(sd.Failures, 0)
+			sd.LastError = append(sd.LastError, "")
+			sd.OwnerFile = append(sd.OwnerFile, fi)
 			return i, true
 		}
-		return i, sd.ownerFile[i] == fi
+		return i, sd.OwnerFile[i] == fi
 	}
 	label := func(i int, name string) string {
 		if keys == nil || items == nil || labels.IsNull(i) {
@@ -171,7 +176,7 @@ func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi in
 		return ""
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		mi, known := metricIndex[names.Value(i)]
+		mi, known := known[names.Value(i)]
 		if !known {
 			continue
 		}
@@ -184,11 +189,11 @@ func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi in
 			return &FieldError{File: path, Row: row0 + int64(i), Field: results.ColMetricTNS, Err: fmt.Errorf("%d outside (-%v, %v)", t, MaxSpan, MaxSpan)}
 		}
 		v := vals.Value(i)
-		if mi == scrapeUpIndex {
-			sd.attempts[src]++
+		if mi == ScrapeUp {
+			sd.Attempts[src]++
 			if v == 0 {
-				sd.failures[src]++
-				sd.lastError[src] = label(i, "error")
+				sd.Failures[src]++
+				sd.LastError[src] = label(i, "error")
 			}
 			continue
 		}
@@ -201,14 +206,71 @@ func (sd *serverData) addRecord(path string, row0 int64, rec arrow.Record, fi in
 			}
 			lbl = sortedLabels(ks, vs)
 		}
-		key := serverSeries{source: src, metric: mi, labels: lbl}
+		key := ServerSeries{Source: src, Metric: mi, Labels: lbl}
 		si, ok := seriesIdx[key]
 		if !ok {
-			si = int32(len(sd.series))
+			si = int32(len(sd.Series))
 			seriesIdx[key] = si
-			sd.series = append(sd.series, key)
+			sd.Series = append(sd.Series, key)
 		}
-		sd.samples = append(sd.samples, serverSample{series: si, t: t + shift, v: v})
+		sd.Samples = append(sd.Samples, ServerSample{Series: si, T: t + shift, V: v})
 	}
 	return nil
+}
+
+// ScrapeUp is the index Load gives llmreplay_scrape_up, the scraper's own row per scrape,
+// which it counts into ServerData.Attempts and Failures instead of keeping as samples.
+const ScrapeUp = -1
+
+// ServerSeries is one kept series: a source, a known metric, a label set.
+type ServerSeries struct {
+	Source int // index into ServerData.Sources
+	Metric int // index into LoadOptions.Metrics
+	Labels string
+}
+
+// ServerSample is one kept sample of a series, on the common time axis.
+type ServerSample struct {
+	Series int32   // index into ServerData.Series
+	T      int64   // t_ns shifted onto the common time axis
+	V      float64 // the value as exposed
+}
+
+// ServerData is what Load keeps of the metrics files: the kept series' samples and each
+// source's scrape attempts.
+type ServerData struct {
+	Files      int      // metrics files read
+	Sources    []string // in order of first appearance, lowest shard first
+	ShardOf    []int    // the shard whose file gave each source's rows
+	OwnerFile  []int    // the index in Data.Files of that file
+	RunOf      []string // the run_id of that file
+	Attempts   []int64  // per source: llmreplay_scrape_up rows
+	Failures   []int64  // per source: llmreplay_scrape_up rows with value 0
+	LastError  []string // per source: the error label of its last failed scrape
+	Series     []ServerSeries
+	Samples    []ServerSample
+	IntervalNS int64 // the scrape interval (the largest of the files'), aligning sources
+	Warnings   []string
+}
+
+// sortedLabels renders a label map's pairs as k=v joined by commas, sorted by key.
+func sortedLabels(keys, vals []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+	var sb strings.Builder
+	for n, i := range idx {
+		if n > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(keys[i])
+		sb.WriteByte('=')
+		sb.WriteString(vals[i])
+	}
+	return sb.String()
 }

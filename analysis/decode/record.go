@@ -1,4 +1,4 @@
-package analysis
+package decode
 
 import (
 	"fmt"
@@ -41,10 +41,10 @@ func locateRecord(rec arrow.Record, l *results.Layout) (recordCols, error) {
 
 // request is one row's scalars, its times shifted onto the common time axis.
 type request struct {
-	st                int   // index in statuses
-	sched, s, f, e    int64 // scheduled, sent, first token, end; null64 when null
-	prompt, promptSrv int32 // promptSrv null32 when null
-	outTarget, ot     int32 // ot (output_tokens) null32 when null
+	st                int   // index in Statuses
+	sched, s, f, e    int64 // scheduled, sent, first token, end; Null64 when null
+	prompt, promptSrv int32 // promptSrv Null32 when null
+	outTarget, ot     int32 // ot (output_tokens) Null32 when null
 	src               uint8 // output_tokens_source: 0 none, 1 usage, 2 tokenizer
 }
 
@@ -63,7 +63,7 @@ func (c *recordCols) request(i int, shift int64) (request, *FieldError) {
 	}
 	s := c.status.Value(i)
 	r.st = -1
-	for k, name := range statuses {
+	for k, name := range Statuses {
 		if results.Status(s) == name {
 			r.st = k
 			break
@@ -79,31 +79,31 @@ func (c *recordCols) request(i int, shift int64) (request, *FieldError) {
 		if a.IsValid(i) {
 			return a.Value(i) + shift
 		}
-		return null64
+		return Null64
 	}
 	r.sched, r.s, r.f, r.e = c.sched.Value(i)+shift, opt64(c.sent), opt64(c.first), opt64(c.end)
 	for _, t := range []struct {
 		name string
 		v    int64
 	}{{results.ColScheduledNS, r.sched}, {results.ColSentNS, r.s}, {results.ColFirstTokenNS, r.f}, {results.ColEndNS, r.e}} {
-		if t.v != null64 && (t.v < 0 || t.v >= int64(MaxSpan)) {
+		if t.v != Null64 && (t.v < 0 || t.v >= int64(MaxSpan)) {
 			return r, bad(t.name, "%d ns is outside [0, %v) from the run start", t.v-shift, MaxSpan)
 		}
 	}
-	if r.st == int(stOK) {
+	if r.st == int(StOK) {
 		switch {
-		case r.s == null64:
+		case r.s == Null64:
 			return r, bad(results.ColSentNS, "null in an ok request")
-		case r.f == null64:
+		case r.f == Null64:
 			return r, bad(results.ColFirstTokenNS, "null in an ok request")
-		case r.e == null64:
+		case r.e == Null64:
 			return r, bad(results.ColEndNS, "null in an ok request")
 		}
 	}
-	if r.f != null64 && (r.s == null64 || r.f < r.s) {
+	if r.f != Null64 && (r.s == Null64 || r.f < r.s) {
 		return r, bad(results.ColFirstTokenNS, "%d before sent_ns", r.f-shift)
 	}
-	if r.e != null64 && (r.f == null64 || r.e < r.f) {
+	if r.e != Null64 && (r.f == Null64 || r.e < r.f) {
 		return r, bad(results.ColEndNS, "%d before first_token_ns", r.e-shift)
 	}
 	return r, c.counts(i, &r)
@@ -115,7 +115,7 @@ func (c *recordCols) counts(i int, r *request) *FieldError {
 		if a.IsValid(i) {
 			return a.Value(i)
 		}
-		return null32
+		return Null32
 	}
 	if !c.prompt.IsValid(i) {
 		return bad(results.ColPromptTokens, "null")
@@ -125,7 +125,7 @@ func (c *recordCols) counts(i int, r *request) *FieldError {
 	}
 	r.prompt, r.promptSrv, r.outTarget = c.prompt.Value(i), opt32(c.promptSrv), c.outTarget.Value(i)
 	r.ot = opt32(c.outToks)
-	if r.ot != null32 && r.ot < 0 {
+	if r.ot != Null32 && r.ot < 0 {
 		return bad(results.ColOutputTokens, "%d is negative", r.ot)
 	}
 	if c.outSrc.IsValid(i) {
@@ -167,7 +167,7 @@ func (w *worker) chunks(r *request, nsCur *listCursor[int64], tokCur *listCursor
 	}
 	s := r.s
 	nc := len(cns)
-	if nc > 0 && s == null64 {
+	if nc > 0 && s == Null64 {
 		return ch, bad(results.ColChunkNS, "chunks in a request never sent")
 	}
 	ch.cns, ch.hasTok, ch.tokSum = cns, !tokNull, -1
@@ -197,14 +197,14 @@ func (w *worker) chunks(r *request, nsCur *listCursor[int64], tokCur *listCursor
 		}
 		return ch, bad(results.ColChunkNS, "entry %d (%d) is outside [0, %v) from the run start", k, cns[k], MaxSpan)
 	}
-	if r.st != int(stOK) || (nc > 0 && cns[0] > cns[nc-1]) {
+	if r.st != int(StOK) || (nc > 0 && cns[0] > cns[nc-1]) {
 		for k := 1; k < nc; k++ {
 			if cns[k] < cns[k-1] {
 				return ch, bad(results.ColChunkNS, "entry %d (%d) before entry %d (%d)", k, cns[k], k-1, cns[k-1])
 			}
 		}
 	}
-	if nc > 0 && (r.f == null64 || r.e == null64 || cns[0] != r.f-s || cns[nc-1] != r.e-s) {
+	if nc > 0 && (r.f == Null64 || r.e == Null64 || cns[0] != r.f-s || cns[nc-1] != r.e-s) {
 		w.firstChunkMismatch++
 	}
 	return ch, nil
@@ -221,10 +221,10 @@ func (w *worker) addStream(r *request, ch *chunkRow) *FieldError {
 	// output_tokens spread evenly over the chunks (1 per chunk when unknown), so
 	// the binned tokens of a request add up to its output_tokens.
 	per := 1.0
-	if !hasTok && ot != null32 {
+	if !hasTok && ot != Null32 {
 		per = float64(ot) / float64(nc)
 	}
-	if last := (s + cns[nc-1]) / binNS; int64(len(w.bins)) <= last {
+	if last := (s + cns[nc-1]) / BinNS; int64(len(w.bins)) <= last {
 		w.bins = append(w.bins, make([]float64, last+1-int64(len(w.bins)))...)
 	}
 	bins := w.bins
@@ -233,7 +233,7 @@ func (w *worker) addStream(r *request, ch *chunkRow) *FieldError {
 	if hasTok {
 		tok0 = float64(ctk[0])
 	}
-	bins[(s+cns[0])/binNS] += tok0
+	bins[(s+cns[0])/BinNS] += tok0
 	// The gaps go straight into the µs histogram; their sum and max are folded in
 	// once per request.
 	var sum, mx int64
@@ -259,7 +259,7 @@ func (w *worker) addStream(r *request, ch *chunkRow) *FieldError {
 				w.itlTok.Add(float64(g)/float64(ctk[k]), int64(ctk[k]))
 			}
 		}
-		b := (s + v) / binNS
+		b := (s + v) / BinNS
 		if b >= int64(len(bins)) {
 			// Past the last chunk's bin: a later chunk must come earlier than this one.
 			for k2 := k + 1; k2 < nc; k2++ {
@@ -273,7 +273,7 @@ func (w *worker) addStream(r *request, ch *chunkRow) *FieldError {
 	if nc > 1 {
 		h.AddTotals(int64(nc-1), float64(sum), float64(mx))
 	}
-	w.buf.addStream(nc, zeros, sum)
+	w.buf.AddStream(nc, zeros, sum)
 	return nil
 }
 
@@ -295,7 +295,7 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, l *results.L
 		if fe == nil {
 			ch, fe = w.chunks(&r, nsCur, tokCur)
 		}
-		if fe == nil && r.st == int(stOK) && len(ch.cns) > 0 {
+		if fe == nil && r.st == int(StOK) && len(ch.cns) > 0 {
 			fe = w.addStream(&r, &ch)
 		}
 		if fe != nil {
@@ -304,11 +304,11 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, l *results.L
 		}
 		j := p.at
 		p.at++
-		d.scheduled[j] = r.sched
-		d.sent[j], d.first[j], d.end[j] = r.s, r.f, r.e
-		d.prompt[j], d.promptServer[j] = r.prompt, r.promptSrv
-		d.outTarget[j], d.outTokens[j], d.outSource[j] = r.outTarget, r.ot, r.src
-		d.status[j], d.nChunks[j], d.chunkTokSum[j] = uint8(r.st), int32(len(ch.cns)), ch.tokSum
+		d.Scheduled[j] = r.sched
+		d.Sent[j], d.First[j], d.End[j] = r.s, r.f, r.e
+		d.Prompt[j], d.PromptServer[j] = r.prompt, r.promptSrv
+		d.OutTarget[j], d.OutTokens[j], d.OutSource[j] = r.outTarget, r.ot, r.src
+		d.Status[j], d.NChunks[j], d.ChunkTokSum[j] = uint8(r.st), int32(len(ch.cns)), ch.tokSum
 	}
 	return nil
 }

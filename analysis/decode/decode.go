@@ -1,8 +1,6 @@
-package analysis
+package decode
 
 import (
-	"github.com/llmreplay/llmreplay/stats"
-
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/file"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/stats"
 )
 
 // leafIndex returns the Parquet leaf index of the named top-level column, or -1.
@@ -58,7 +57,7 @@ func hasValues(pr *file.Reader, name string) bool {
 // worker holds what one decoding goroutine accumulates over the row groups it reads.
 type worker struct {
 	itl, itlTok                   stats.Hist
-	buf                           bufTally
+	buf                           BufTally
 	bins                          []float64
 	firstChunkMismatch, hasChunkT int64
 
@@ -79,17 +78,17 @@ type part struct {
 
 // merge adds a worker's samples, token bins and counters to d.
 func (d *Data) mergeWorker(w *worker) {
-	d.itl.Merge(&w.itl)
-	d.itlTok.Merge(&w.itlTok)
-	d.buf.merge(&w.buf)
-	d.firstChunkMismatch += w.firstChunkMismatch
-	d.hasChunkT += w.hasChunkT
-	d.multiTokenChunks = d.multiTokenChunks || w.multiTokenChunks
-	if len(d.tokenBins) < len(w.bins) {
-		d.tokenBins = append(d.tokenBins, make([]float64, len(w.bins)-len(d.tokenBins))...)
+	d.ITL.Merge(&w.itl)
+	d.ITLTok.Merge(&w.itlTok)
+	d.Buf.Merge(&w.buf)
+	d.FirstChunkMismatch += w.firstChunkMismatch
+	d.HasChunkT += w.hasChunkT
+	d.MultiTokenChunks = d.MultiTokenChunks || w.multiTokenChunks
+	if len(d.TokenBins) < len(w.bins) {
+		d.TokenBins = append(d.TokenBins, make([]float64, len(w.bins)-len(d.TokenBins))...)
 	}
 	for i, v := range w.bins {
-		d.tokenBins[i] += v
+		d.TokenBins[i] += v
 	}
 }
 
@@ -179,7 +178,7 @@ func (d *Data) readFile(ctx context.Context, f *results.File, shift int64, base 
 			wf := f
 			if w > 0 {
 				var err error
-				if wf, err = results.Open(path, results.OpenOptions{Props: readProps(), BatchSize: opts.BatchSize}); err != nil {
+				if wf, err = results.Open(path, results.OpenOptions{Props: ReadProps(), BatchSize: opts.BatchSize}); err != nil {
 					openMu.Lock()
 					openErr = fmt.Errorf("analysis: %w", err)
 					openMu.Unlock()
@@ -226,9 +225,10 @@ type listSpec struct {
 	maxDef                 int16
 }
 
-// readProps streams column chunks through a 1 MiB buffer instead of reading each whole
-// chunk (100+ MB for chunk_ns) into memory and copying it once more.
-func readProps() *parquet.ReaderProperties {
+// ReadProps are the Parquet reader properties results and metrics files are read with: they
+// stream column chunks through a 1 MiB buffer instead of reading each whole chunk (100+ MB
+// for chunk_ns) into memory and copying it once more.
+func ReadProps() *parquet.ReaderProperties {
 	p := parquet.NewReaderProperties(memory.DefaultAllocator)
 	p.BufferedStreamEnabled = true
 	p.BufferSize = 1 << 20
