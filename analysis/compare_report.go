@@ -211,8 +211,8 @@ type jsonCmpRun struct {
 	Repeats       int      `json:"repeats"`
 	TraceSHA256   string   `json:"trace_sha256"`
 	Mode          string   `json:"mode"`
-	Speedup       num      `json:"speedup"`
-	Rate          num      `json:"rate"`
+	Speedup       Num      `json:"speedup"`
+	Rate          Num      `json:"rate"`
 	Concurrency   int      `json:"concurrency"`
 	ClientLimited bool     `json:"client_limited"`
 	Overloaded    bool     `json:"overloaded"`
@@ -223,14 +223,14 @@ type jsonFigure struct {
 	Name     string       `json:"name"`
 	Unit     string       `json:"unit"`
 	Relative bool         `json:"relative"`
-	Values   []num        `json:"values"`
+	Values   []Num        `json:"values"`
 	Changes  []jsonChange `json:"changes"` // one per run after A
 }
 
 type jsonChange struct {
-	Delta       num  `json:"delta"`
-	Lo          num  `json:"ci_lo"`
-	Hi          num  `json:"ci_hi"`
+	Delta       Num  `json:"delta"`
+	Lo          Num  `json:"ci_lo"`
+	Hi          Num  `json:"ci_hi"`
 	Significant bool `json:"significant"`
 }
 
@@ -243,16 +243,16 @@ func (c *Comparison) toJSON() jsonComparison {
 		for _, r := range s.Runs {
 			m := r.Meta
 			js.Runs = append(js.Runs, jsonCmpRun{Label: r.Label, Path: r.Path, Files: r.Files, RunID: m.RunID, Repeats: r.Repeats,
-				TraceSHA256: m.TraceSHA256, Mode: orOpen(m.Mode), Speedup: num(m.Speedup), Rate: num(m.Rate), Concurrency: m.Concurrency,
+				TraceSHA256: m.TraceSHA256, Mode: orOpen(m.Mode), Speedup: Num(m.Speedup), Rate: Num(m.Rate), Concurrency: m.Concurrency,
 				ClientLimited: r.ClientLimited, Overloaded: r.Overloaded})
 		}
 		for _, row := range s.Rows {
 			f := jsonFigure{Key: row.Key, Name: row.Name, Unit: row.Unit, Relative: row.Relative, Changes: []jsonChange{}}
 			for _, v := range row.Values {
-				f.Values = append(f.Values, num(v))
+				f.Values = append(f.Values, Num(v))
 			}
 			for _, ch := range row.Changes[1:] {
-				f.Changes = append(f.Changes, jsonChange{num(ch.Delta), num(ch.CI.Lo), num(ch.CI.Hi), ch.Significant()})
+				f.Changes = append(f.Changes, jsonChange{Num(ch.Delta), Num(ch.CI.Lo), Num(ch.CI.Hi), ch.Significant()})
 			}
 			js.Figures = append(js.Figures, f)
 		}
@@ -274,12 +274,12 @@ func (c *Comparison) WriteParquetDir(dir string) error {
 	if err := WriteParquetDir(dir, c.Reports()...); err != nil {
 		return err
 	}
-	var rows [][]col
+	var rows [][]Column
 	for _, s := range c.Sections {
 		for _, row := range s.Rows {
 			for i, r := range s.Runs {
 				ch := row.Changes[i]
-				rows = append(rows, []col{{"point", s.Point}, {"figure", row.Key}, {"unit", row.Unit}, {"relative", row.Relative},
+				rows = append(rows, []Column{{"point", s.Point}, {"figure", row.Key}, {"unit", row.Unit}, {"relative", row.Relative},
 					{"run", r.Label}, {"run_id", r.Meta.RunID}, {"value", row.Values[i]},
 					{"change", ch.Delta}, {"ci_lo", ch.CI.Lo}, {"ci_hi", ch.CI.Hi}, {"significant", ch.Significant()}})
 			}
@@ -344,7 +344,7 @@ type compareSectionHTML struct {
 	Point      string
 	Runs, Rows []htmlRow
 	Header     []string
-	Plots      []*svgPlot
+	Plots      []*Plot
 }
 
 var compareTemplate = pageTemplate(htmlHead + `<h1>llmreplay compare</h1>
@@ -360,9 +360,9 @@ var compareTemplate = pageTemplate(htmlHead + `<h1>llmreplay compare</h1>
 {{end}}` + htmlFoot)
 
 // plots draws section k's CDFs and throughput over time, every run on the same axes.
-func (c *Comparison) plots(k int, s CompareSection) []*svgPlot {
-	var out []*svgPlot
-	legend := func(pl *svgPlot) {
+func (c *Comparison) plots(k int, s CompareSection) []*Plot {
+	var out []*Plot
+	legend := func(pl *Plot) {
 		var items [][2]string
 		for i, r := range s.Runs {
 			items = append(items, [2]string{seriesClass(i), r.Label})

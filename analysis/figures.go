@@ -247,8 +247,8 @@ func sectionFigures(r *Report, section string) []*Figure {
 }
 
 // summaryFigureCols are the summary.parquet columns of the declared figures, in order.
-func (r *Report) summaryFigureCols() []col {
-	var cs []col
+func (r *Report) summaryFigureCols() []Column {
+	var cs []Column
 	for i := range reportFigures {
 		f := &reportFigures[i]
 		switch {
@@ -256,21 +256,21 @@ func (r *Report) summaryFigureCols() []col {
 		case f.Dist != nil:
 			cs = append(cs, quantileCols(f.Column, f.Dist(r))...)
 		default:
-			cs = append(cs, col{f.Column, f.Value(r)})
+			cs = append(cs, Column{f.Column, f.Value(r)})
 		}
 	}
 	return cs
 }
 
-// jsonObject is a JSON object whose keys keep their order; a nil one is null.
-type jsonObject []jsonField
+// Object is a JSON object whose keys keep their order; a nil one is null.
+type Object []jsonField
 
 type jsonField struct {
 	key   string
 	value any
 }
 
-func (o jsonObject) MarshalJSON() ([]byte, error) {
+func (o Object) MarshalJSON() ([]byte, error) {
 	if o == nil {
 		return []byte("null"), nil
 	}
@@ -297,7 +297,7 @@ func (o jsonObject) MarshalJSON() ([]byte, error) {
 }
 
 // set sets key's value, appending the key when new.
-func (o *jsonObject) set(key string, v any) {
+func (o *Object) set(key string, v any) {
 	for i := range *o {
 		if (*o)[i].key == key {
 			(*o)[i].value = v
@@ -308,7 +308,7 @@ func (o *jsonObject) set(key string, v any) {
 }
 
 // setPath sets the value at a dot-separated path, making the objects on the way.
-func (o *jsonObject) setPath(path string, v any) {
+func (o *Object) setPath(path string, v any) {
 	parts := strings.Split(path, ".")
 	for _, k := range parts[:len(parts)-1] {
 		o = o.child(k)
@@ -317,15 +317,15 @@ func (o *jsonObject) setPath(path string, v any) {
 }
 
 // child returns the object at key, appending an empty one when new.
-func (o *jsonObject) child(key string) *jsonObject {
+func (o *Object) child(key string) *Object {
 	for i := range *o {
 		if (*o)[i].key == key {
-			if c, ok := (*o)[i].value.(*jsonObject); ok {
+			if c, ok := (*o)[i].value.(*Object); ok {
 				return c
 			}
 		}
 	}
-	c := &jsonObject{}
+	c := &Object{}
 	*o = append(*o, jsonField{key, c})
 	return c
 }
@@ -341,7 +341,7 @@ func (f *Figure) jsonValue(r *Report) any {
 		return jq(q)
 	}
 	if v, ok := f.Value(r).(float64); ok {
-		return num(v)
+		return Num(v)
 	}
 	return f.Value(r)
 }
@@ -349,8 +349,8 @@ func (f *Figure) jsonValue(r *Report) any {
 // figureObject is the JSON object at path (dot-separated; "" for the top level) built from
 // the present figures under it, nested by their paths' further parts, in declaration
 // order; null when none is present. The top level holds the figures whose path has no dot.
-func figureObject(r *Report, path string) jsonObject {
-	var o jsonObject
+func figureObject(r *Report, path string) Object {
+	var o Object
 	prefix := path + "."
 	if path == "" {
 		prefix = ""

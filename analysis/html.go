@@ -25,7 +25,7 @@ func maxOf(pts [][2]float64, k int) float64 {
 	return m
 }
 
-func (r *Report) timePlots() []*svgPlot {
+func (r *Report) timePlots() []*Plot {
 	if len(r.Series) == 0 {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (r *Report) timePlots() []*svgPlot {
 	}
 	xhi := r.Series[len(r.Series)-1].StartS + iv
 	t := r.Throughput
-	window := func(p *svgPlot) {
+	window := func(p *Plot) {
 		if !math.IsNaN(t.WindowStartS) {
 			p.band(t.WindowStartS, t.WindowEndS, "steady-state window")
 		}
@@ -59,10 +59,10 @@ func (r *Report) timePlots() []*svgPlot {
 	p3.line(ttft50, "s1")
 	p3.line(ttft99, "s3")
 	p3.legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
-	return append([]*svgPlot{p1, p2, p3}, r.serverPlots(xhi, window)...)
+	return append([]*Plot{p1, p2, p3}, r.serverPlots(xhi, window)...)
 }
 
-func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) *svgPlot {
+func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) *Plot {
 	if len(curve) == 0 {
 		return nil
 	}
@@ -81,7 +81,7 @@ func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles
 	return p
 }
 
-func (r *Report) promptPlot() *svgPlot {
+func (r *Report) promptPlot() *Plot {
 	if len(r.promptTTFT) == 0 {
 		return nil
 	}
@@ -118,7 +118,7 @@ func (r *Report) promptPlot() *svgPlot {
 	return p
 }
 
-func (r *Report) attainmentPlot(id, title string, bs []Bucket) *svgPlot {
+func (r *Report) attainmentPlot(id, title string, bs []Bucket) *Plot {
 	if r.Goodput == nil || len(bs) == 0 {
 		return nil
 	}
@@ -167,10 +167,10 @@ type reportPage struct {
 	Closed           *closedHTML
 	Conversations    *conversationsHTML
 	Warnings         []string
-	TimePlots        []*svgPlot
-	Distributions    []*svgPlot // nil ones are left out
+	TimePlots        []*Plot
+	Distributions    []*Plot // nil ones are left out
 	SLO              bool
-	Attainment       []*svgPlot
+	Attainment       []*Plot
 	Text             string
 }
 
@@ -239,7 +239,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	}
 	pg := reportPage{Title: title, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
 		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
-		Distributions: []*svgPlot{
+		Distributions: []*Plot{
 			r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6),
 			r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6),
 			r.promptPlot()},
@@ -259,7 +259,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		pg.PerUser = append(pg.PerUser, dataRow(m.n, fmt.Sprint(m.s.N), f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min)))
 	}
 	if pg.SLO {
-		pg.Attainment = []*svgPlot{r.attainmentPlot("plot-att-prompt", "SLO attainment by prompt length (tokens)", r.ByPrompt),
+		pg.Attainment = []*Plot{r.attainmentPlot("plot-att-prompt", "SLO attainment by prompt length (tokens)", r.ByPrompt),
 			r.attainmentPlot("plot-att-output", "SLO attainment by target output length (tokens)", r.ByOutput)}
 	}
 	bw := bufio.NewWriter(w)

@@ -10,10 +10,10 @@ import (
 	"github.com/llmreplay/llmreplay/stats"
 )
 
-// num is a float that marshals NaN and ±Inf (undefined figures) as JSON null.
-type num float64
+// Num is a float that marshals NaN and ±Inf (undefined figures) as JSON null.
+type Num float64
 
-func (n num) MarshalJSON() ([]byte, error) {
+func (n Num) MarshalJSON() ([]byte, error) {
 	f := float64(n)
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return []byte("null"), nil
@@ -27,28 +27,28 @@ func (n num) MarshalJSON() ([]byte, error) {
 // the shapes below are the rest.
 
 type jsonWindow struct {
-	StartS num `json:"start_s"`
-	EndS   num `json:"end_s"`
+	StartS Num `json:"start_s"`
+	EndS   Num `json:"end_s"`
 }
 
 type jsonQuantiles struct {
-	Mean num `json:"mean"`
-	P50  num `json:"p50"`
-	P90  num `json:"p90"`
-	P95  num `json:"p95"`
-	P99  num `json:"p99"`
-	P999 num `json:"p99_9"`
-	Max  num `json:"max"`
+	Mean Num `json:"mean"`
+	P50  Num `json:"p50"`
+	P90  Num `json:"p90"`
+	P95  Num `json:"p95"`
+	P99  Num `json:"p99"`
+	P999 Num `json:"p99_9"`
+	Max  Num `json:"max"`
 }
 
 // jsonSpeeds is a Speeds: n, mean, p50 and the slow tail, tokens per second.
 type jsonSpeeds struct {
 	N    int64 `json:"n"`
-	Mean num   `json:"mean"`
-	P50  num   `json:"p50"`
-	P10  num   `json:"p10"`
-	P1   num   `json:"p1"`
-	Min  num   `json:"min"`
+	Mean Num   `json:"mean"`
+	P50  Num   `json:"p50"`
+	P10  Num   `json:"p10"`
+	P1   Num   `json:"p1"`
+	Min  Num   `json:"min"`
 }
 
 type jsonPerUser struct {
@@ -59,7 +59,7 @@ type jsonPerUser struct {
 type jsonFirstWave struct {
 	Requests int64         `json:"requests"`
 	Sent     int64         `json:"sent"`
-	SendS    num           `json:"send_s"`
+	SendS    Num           `json:"send_s"`
 	Lateness jsonQuantiles `json:"schedule_lateness_ms"`
 }
 
@@ -70,14 +70,14 @@ type jsonSteady struct {
 
 type jsonClosed struct {
 	Concurrency  int           `json:"concurrency"`
-	RampUpS      num           `json:"ramp_up_s"`
+	RampUpS      Num           `json:"ramp_up_s"`
 	FirstWave    jsonFirstWave `json:"first_wave"`
 	SteadyState  jsonSteady    `json:"steady_state"`
 	LimitedBasis string        `json:"client_limited_basis"`
 }
 
 func js(s Speeds) jsonSpeeds {
-	return jsonSpeeds{s.N, num(s.Mean), num(s.P50), num(s.P10), num(s.P1), num(s.Min)}
+	return jsonSpeeds{s.N, Num(s.Mean), Num(s.P50), Num(s.P10), Num(s.P1), Num(s.Min)}
 }
 
 type jsonFlags struct {
@@ -93,11 +93,11 @@ type jsonFlags struct {
 type jsonBuffered struct {
 	Streams        int64 `json:"streams"`
 	BurstyStreams  int64 `json:"bursty_streams"`
-	BurstyShare    num   `json:"bursty_share"`
-	ZeroGapShare   num   `json:"zero_gap_share"`
-	ChunksPerRead  num   `json:"chunks_per_read"`
-	OtherGapMeanMS num   `json:"other_gap_mean_ms"`
-	GapBoundMS     num   `json:"gap_bound_ms"`
+	BurstyShare    Num   `json:"bursty_share"`
+	ZeroGapShare   Num   `json:"zero_gap_share"`
+	ChunksPerRead  Num   `json:"chunks_per_read"`
+	OtherGapMeanMS Num   `json:"other_gap_mean_ms"`
+	GapBoundMS     Num   `json:"gap_bound_ms"`
 }
 
 type jsonCacheBucket struct {
@@ -106,15 +106,15 @@ type jsonCacheBucket struct {
 	Requests     int64  `json:"requests"`
 	CachedTokens int64  `json:"cached_tokens"`
 	PromptTokens int64  `json:"prompt_tokens"`
-	HitRate      num    `json:"hit_rate"`
+	HitRate      Num    `json:"hit_rate"`
 }
 
 type jsonPrefixCache struct {
 	Requests     int64             `json:"requests"`
 	CachedTokens int64             `json:"cached_tokens"`
 	PromptTokens int64             `json:"prompt_tokens"`
-	HitRate      num               `json:"hit_rate"`
-	BestRate     num               `json:"best_rate"`
+	HitRate      Num               `json:"hit_rate"`
+	BestRate     Num               `json:"best_rate"`
 	BestRule     *string           `json:"best_rate_rule"`
 	ByTurn       []jsonCacheBucket `json:"by_turn"`
 	ByPrompt     []jsonCacheBucket `json:"by_prompt_tokens"`
@@ -123,11 +123,11 @@ type jsonPrefixCache struct {
 type jsonSessions struct {
 	Turns          int64         `json:"turns"`
 	Waited         int64         `json:"waited"`
-	WaitedShare    num           `json:"waited_share"`
+	WaitedShare    Num           `json:"waited_share"`
 	Wait           jsonQuantiles `json:"session_wait_ms"`
 	OverBound      int64         `json:"waited_over_bound"`
-	BoundMS        num           `json:"bound_ms"`
-	ReshapedShare  num           `json:"reshaped_share"`
+	BoundMS        Num           `json:"bound_ms"`
+	ReshapedShare  Num           `json:"reshaped_share"`
 	ReshapedServer bool          `json:"reshaped_by_server"`
 }
 
@@ -140,13 +140,13 @@ type jsonConversations struct {
 type jsonTurnOverlap struct {
 	Turns      int64 `json:"turns"`
 	Overlapped int64 `json:"overlapped"`
-	Share      num   `json:"overlapped_share"`
+	Share      Num   `json:"overlapped_share"`
 }
 
 func jcb(bs []CacheBucket) []jsonCacheBucket {
 	out := []jsonCacheBucket{}
 	for _, b := range bs {
-		x := jsonCacheBucket{Lo: b.Lo, Requests: b.Requests, CachedTokens: b.CachedTokens, PromptTokens: b.PromptTokens, HitRate: num(b.HitRate)}
+		x := jsonCacheBucket{Lo: b.Lo, Requests: b.Requests, CachedTokens: b.CachedTokens, PromptTokens: b.PromptTokens, HitRate: Num(b.HitRate)}
 		if b.Hi != 0 {
 			hi := b.Hi
 			x.Hi = &hi
@@ -161,8 +161,8 @@ type jsonBreakdown struct {
 	Samples          map[string]int64 `json:"samples"`
 	ByStatus         map[string]int64 `json:"by_status"`
 	ITLPerToken      any              `json:"itl_per_token_ms"`
-	Window           jsonObject       `json:"window"`
-	Duration         jsonObject       `json:"duration"`
+	Window           Object           `json:"window"`
+	Duration         Object           `json:"duration"`
 	SLO              jsonSLO          `json:"slo"`
 	Tokens           jsonTokens       `json:"tokens"`
 	Overload         jsonOverload     `json:"overload"`
@@ -171,9 +171,9 @@ type jsonBreakdown struct {
 }
 
 type jsonSLO struct {
-	TTFTMS num   `json:"ttft_ms"`
-	TPOTMS num   `json:"tpot_ms"`
-	E2EMS  num   `json:"e2e_ms"`
+	TTFTMS Num   `json:"ttft_ms"`
+	TPOTMS Num   `json:"tpot_ms"`
+	E2EMS  Num   `json:"e2e_ms"`
 	Good   int64 `json:"good"`
 }
 
@@ -197,17 +197,17 @@ type jsonTokens struct {
 
 type jsonTrend struct {
 	Points int  `json:"points"`
-	Slope  num  `json:"slope_per_s"`
-	T      num  `json:"t"`
-	Rise   num  `json:"rise"`
-	Mean   num  `json:"mean"`
+	Slope  Num  `json:"slope_per_s"`
+	T      Num  `json:"t"`
+	Rise   Num  `json:"rise"`
+	Mean   Num  `json:"mean"`
 	Up     bool `json:"up"`
 }
 
 type jsonOverload struct {
 	Inflight      jsonTrend `json:"inflight"`
 	TTFTP50       jsonTrend `json:"ttft_p50_ms"`
-	MaxLatenessMS num       `json:"max_lateness_ms"`
+	MaxLatenessMS Num       `json:"max_lateness_ms"`
 }
 
 type jsonBucket struct {
@@ -218,25 +218,25 @@ type jsonBucket struct {
 	TTFT       jsonQuantiles `json:"ttft_ms"`
 	TPOT       jsonQuantiles `json:"tpot_ms"`
 	E2E        jsonQuantiles `json:"e2e_ms"`
-	Attainment num           `json:"attainment"`
+	Attainment Num           `json:"attainment"`
 }
 
 func jq(q stats.Quantiles) jsonQuantiles {
 	if q.N == 0 {
-		n := num(math.NaN())
+		n := Num(math.NaN())
 		return jsonQuantiles{n, n, n, n, n, n, n}
 	}
-	return jsonQuantiles{num(q.Mean), num(q.P50), num(q.P90), num(q.P95), num(q.P99), num(q.P999), num(q.Max)}
+	return jsonQuantiles{Num(q.Mean), Num(q.P50), Num(q.P90), Num(q.P95), Num(q.P99), Num(q.P999), Num(q.Max)}
 }
 
 func jt(t Trend) jsonTrend {
-	return jsonTrend{Points: t.Points, Slope: num(t.Slope), T: num(t.T), Rise: num(t.Rise), Mean: num(t.Mean), Up: t.Up}
+	return jsonTrend{Points: t.Points, Slope: Num(t.Slope), T: Num(t.T), Rise: Num(t.Rise), Mean: Num(t.Mean), Up: t.Up}
 }
 
 func jb(bs []Bucket) []jsonBucket {
 	out := []jsonBucket{}
 	for _, b := range bs {
-		x := jsonBucket{Lo: b.Lo, Requests: b.Requests, OK: b.OK, TTFT: jq(b.TTFT), TPOT: jq(b.TPOT), E2E: jq(b.E2E), Attainment: num(b.Attainment)}
+		x := jsonBucket{Lo: b.Lo, Requests: b.Requests, OK: b.OK, TTFT: jq(b.TTFT), TPOT: jq(b.TPOT), E2E: jq(b.E2E), Attainment: Num(b.Attainment)}
 		if b.Hi != 0 {
 			hi := b.Hi
 			x.Hi = &hi
@@ -246,31 +246,31 @@ func jb(bs []Bucket) []jsonBucket {
 	return out
 }
 
-func ms(d float64) num {
+func ms(d float64) Num {
 	if d <= 0 {
-		return num(math.NaN())
+		return Num(math.NaN())
 	}
-	return num(d / 1e6)
+	return Num(d / 1e6)
 }
 
 // toJSON is the report's JSON object: the headline figures where their declaration puts
 // them (figureObject), the other sections in their shapes.
-func (r *Report) toJSON() jsonObject {
-	j := jsonObject{{"requests", figureObject(r, "requests")}, {"throughput", figureObject(r, "throughput")}}
+func (r *Report) toJSON() Object {
+	j := Object{{"requests", figureObject(r, "requests")}, {"throughput", figureObject(r, "throughput")}}
 	j = append(j, figureObject(r, "")...)
 	j = append(j, jsonField{"goodput", figureObject(r, "goodput")},
 		jsonField{"per_user", PerUserJSON(r.PerUser)})
 	var closed *jsonClosed
 	if c := r.Closed; c != nil {
-		closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: num(c.RampUpS),
-			FirstWave:    jsonFirstWave{c.FirstWaveRequests, c.FirstWaveLateness.N, num(c.FirstWaveSendS), jq(c.FirstWaveLateness)},
+		closed = &jsonClosed{Concurrency: c.Concurrency, RampUpS: Num(c.RampUpS),
+			FirstWave:    jsonFirstWave{c.FirstWaveRequests, c.FirstWaveLateness.N, Num(c.FirstWaveSendS), jq(c.FirstWaveLateness)},
 			SteadyState:  jsonSteady{c.SteadyLateness.N, jq(c.SteadyLateness)},
 			LimitedBasis: ClosedBasis}
 	}
 	j = append(j, jsonField{"closed_loop", closed})
 	flags := jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
-		StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, num(r.Buffered.BurstyShare),
-			num(r.Buffered.ZeroGapShare), num(r.Buffered.ChunksPerRead), num(r.Buffered.OtherGapMeanMS), num(r.Buffered.GapBoundMS)}}
+		StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, Num(r.Buffered.BurstyShare),
+			Num(r.Buffered.ZeroGapShare), Num(r.Buffered.ChunksPerRead), Num(r.Buffered.OtherGapMeanMS), Num(r.Buffered.GapBoundMS)}}
 	// Conversations and server are absent (not null) for a run without them, so that such
 	// a report is byte for byte what it was before they existed.
 	if c := r.Conversations; c != nil {
@@ -294,17 +294,17 @@ func (r *Report) conversationsJSON() *jsonConversations {
 	c := r.Conversations
 	pc := c.PrefixCache
 	j := &jsonConversations{PrefixCache: jsonPrefixCache{Requests: pc.Requests, CachedTokens: pc.CachedTokens,
-		PromptTokens: pc.PromptTokens, HitRate: num(pc.HitRate), BestRate: num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
+		PromptTokens: pc.PromptTokens, HitRate: Num(pc.HitRate), BestRate: Num(pc.BestRate), ByTurn: jcb(pc.ByTurn), ByPrompt: jcb(pc.ByPrompt)}}
 	if pc.BestRule != "" {
 		rule := pc.BestRule
 		j.PrefixCache.BestRule = &rule
 	}
 	if o := c.Overlap; o != nil {
-		j.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: num(o.Share)}
+		j.Overlap = &jsonTurnOverlap{Turns: o.Turns, Overlapped: o.Overlapped, Share: Num(o.Share)}
 	}
 	if w := c.Sessions; w != nil {
-		j.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: num(w.WaitedShare), Wait: jq(w.Wait),
-			OverBound: w.OverBound, BoundMS: num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
+		j.Sessions = &jsonSessions{Turns: w.Turns, Waited: w.Waited, WaitedShare: Num(w.WaitedShare), Wait: jq(w.Wait),
+			OverBound: w.OverBound, BoundMS: Num(float64(w.Bound) / 1e6), ReshapedShare: ReshapedShare, ReshapedServer: w.Reshaped}
 	}
 	return j
 }
@@ -323,9 +323,9 @@ func (r *Report) breakdownJSON() jsonBreakdown {
 		case "itl_per_token_ms":
 			b.ITLPerToken = f.value
 		case "window":
-			b.Window = *f.value.(*jsonObject)
+			b.Window = *f.value.(*Object)
 		case "duration":
-			b.Duration = *f.value.(*jsonObject)
+			b.Duration = *f.value.(*Object)
 		}
 	}
 	slo := r.Options.SLO
@@ -336,7 +336,7 @@ func (r *Report) breakdownJSON() jsonBreakdown {
 	k := r.Tokens
 	b.Tokens = jsonTokens{k.OutputTarget, k.Output, k.OutputUsage, k.OutputTokenizer, k.OutputUnknown, k.Shorter, k.Longer,
 		k.Chunks, k.ChunkTokens, k.WithChunkTokens, k.ChunkTokensMismatch, k.PromptTarget, k.PromptServer, k.PromptWithServerCount, k.PromptMismatch}
-	b.Overload = jsonOverload{jt(r.Flags.InflightTrend), jt(r.Flags.TTFTTrend), num(float64(r.Flags.MaxLateness) / 1e6)}
+	b.Overload = jsonOverload{jt(r.Flags.InflightTrend), jt(r.Flags.TTFTTrend), Num(float64(r.Flags.MaxLateness) / 1e6)}
 	b.ByPrompt, b.ByOutput = jb(r.ByPrompt), jb(r.ByOutput)
 	return b
 }

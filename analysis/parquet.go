@@ -50,27 +50,27 @@ func (r *Report) runID() string {
 	return strings.Join(ids, "+")
 }
 
-// col is one summary column: a float64 (null when NaN), int64, bool or string value.
-type col struct {
+// Column is one summary column: a float64 (null when NaN), int64, bool or string value.
+type Column struct {
 	name string
 	v    any
 }
 
-func quantileCols(prefix string, q stats.Quantiles) []col {
+func quantileCols(prefix string, q stats.Quantiles) []Column {
 	nan := math.NaN()
 	if q.N == 0 {
 		q = stats.Quantiles{Mean: nan, P50: nan, P90: nan, P95: nan, P99: nan, P999: nan, Max: nan}
 	}
-	return []col{{prefix + "_n", q.N}, {prefix + "_mean", q.Mean}, {prefix + "_p50", q.P50}, {prefix + "_p90", q.P90},
+	return []Column{{prefix + "_n", q.N}, {prefix + "_mean", q.Mean}, {prefix + "_p50", q.P50}, {prefix + "_p90", q.P90},
 		{prefix + "_p95", q.P95}, {prefix + "_p99", q.P99}, {prefix + "_p99_9", q.P999}, {prefix + "_max", q.Max}}
 }
 
 // summaryCols is the flat summary row: the declared figures' columns (figures.go), then
 // the other sections' with underscore-joined names (docs/metrics.md).
-func (r *Report) summaryCols() []col {
-	cs := []col{{"run_id", r.runID()}, {"files", strings.Join(r.Files, ",")}, {"run_start_unix_ns", r.BaseUnixNS}}
+func (r *Report) summaryCols() []Column {
+	cs := []Column{{"run_id", r.runID()}, {"files", strings.Join(r.Files, ",")}, {"run_start_unix_ns", r.BaseUnixNS}}
 	cs = append(cs, r.summaryFigureCols()...)
-	cs = append(cs, col{"percentile_method", PercentileMethod}, col{"warnings", strings.Join(r.Warnings, "\n")})
+	cs = append(cs, Column{"percentile_method", PercentileMethod}, Column{"warnings", strings.Join(r.Warnings, "\n")})
 	nan := math.NaN()
 	cs = append(cs, speedCols("per_user_tokens_per_s", r.PerUser.TokensPerS)...)
 	cs = append(cs, speedCols("per_user_inv_tpot_per_s", r.PerUser.InvTPOT)...)
@@ -80,9 +80,9 @@ func (r *Report) summaryCols() []col {
 	if c == nil {
 		c = &ClosedLoop{RampUpS: nan, FirstWaveSendS: nan}
 	}
-	cs = append(cs, col{"closed_loop", r.Closed != nil}, col{"closed_loop_concurrency", int64(c.Concurrency)},
-		col{"closed_loop_ramp_up_s", c.RampUpS}, col{"closed_loop_first_wave_requests", c.FirstWaveRequests},
-		col{"closed_loop_first_wave_send_s", c.FirstWaveSendS})
+	cs = append(cs, Column{"closed_loop", r.Closed != nil}, Column{"closed_loop_concurrency", int64(c.Concurrency)},
+		Column{"closed_loop_ramp_up_s", c.RampUpS}, Column{"closed_loop_first_wave_requests", c.FirstWaveRequests},
+		Column{"closed_loop_first_wave_send_s", c.FirstWaveSendS})
 	cs = append(cs, quantileCols("closed_loop_first_wave_schedule_lateness_ms", c.FirstWaveLateness)...)
 	cs = append(cs, quantileCols("closed_loop_steady_state_schedule_lateness_ms", c.SteadyLateness)...)
 	// Conversations: likewise on every row (zero counts and null rates without them).
@@ -98,17 +98,17 @@ func (r *Report) summaryCols() []col {
 			w = r.Conversations.Sessions
 		}
 	}
-	cs = append(cs, col{"prefix_cache_requests", pc.Requests}, col{"prefix_cache_cached_tokens", pc.CachedTokens},
-		col{"prefix_cache_prompt_tokens", pc.PromptTokens}, col{"prefix_cache_hit_rate", pc.HitRate}, col{"prefix_cache_best_rate", pc.BestRate},
-		col{"session_turns", w.Turns}, col{"session_waited", w.Waited}, col{"session_waited_share", w.WaitedShare})
+	cs = append(cs, Column{"prefix_cache_requests", pc.Requests}, Column{"prefix_cache_cached_tokens", pc.CachedTokens},
+		Column{"prefix_cache_prompt_tokens", pc.PromptTokens}, Column{"prefix_cache_hit_rate", pc.HitRate}, Column{"prefix_cache_best_rate", pc.BestRate},
+		Column{"session_turns", w.Turns}, Column{"session_waited", w.Waited}, Column{"session_waited_share", w.WaitedShare})
 	cs = append(cs, quantileCols("session_wait_ms", w.Wait)...)
-	cs = append(cs, col{"session_waited_over_bound", w.OverBound}, col{"reshaped_by_server", w.Reshaped})
-	cs = append(cs, col{"turn_overlap_turns", o.Turns}, col{"turn_overlap_overlapped", o.Overlapped}, col{"turn_overlap_share", o.Share})
+	cs = append(cs, Column{"session_waited_over_bound", w.OverBound}, Column{"reshaped_by_server", w.Reshaped})
+	cs = append(cs, Column{"turn_overlap_turns", o.Turns}, Column{"turn_overlap_overlapped", o.Overlapped}, Column{"turn_overlap_share", o.Share})
 	return append(cs, r.Server.summaryCols()...)
 }
 
-func speedCols(prefix string, s Speeds) []col {
-	return []col{{prefix + "_n", s.N}, {prefix + "_mean", s.Mean}, {prefix + "_p50", s.P50}, {prefix + "_p10", s.P10},
+func speedCols(prefix string, s Speeds) []Column {
+	return []Column{{prefix + "_n", s.N}, {prefix + "_mean", s.Mean}, {prefix + "_p50", s.P50}, {prefix + "_p10", s.P10},
 		{prefix + "_p1", s.P1}, {prefix + "_min", s.Min}}
 }
 
@@ -122,7 +122,7 @@ func WriteParquetDir(dir string, reps ...*Report) error {
 		return fmt.Errorf("analysis: %w", err)
 	}
 	// Summary: the column set is the same for every report.
-	rows := make([][]col, len(reps))
+	rows := make([][]Column, len(reps))
 	for i, r := range reps {
 		rows[i] = r.summaryCols()
 	}

@@ -56,20 +56,12 @@ func fmtLoad(v float64) string {
 	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.4f", v), "0"), ".")
 }
 
-// Num is a float that marshals NaN and ±Inf (undefined figures) as JSON null: every JSON
-// number of the reports.
-type Num = num
-
 // PerUserJSON is the JSON object of a report's per-user speeds (docs/metrics.md, "Per-user
 // speed"): the report's "per_user" key, and a closed-loop sweep point's.
 func PerUserJSON(u PerUser) any { return jsonPerUser{js(u.TokensPerS), js(u.InvTPOT)} }
 
-// Column is one column of a flat Parquet row (summary.parquet, sweep.parquet): a float64
-// (null when NaN or infinite), int64, bool or string value.
-type Column = col
-
 // NewColumn is the column name holding v (float64, int64, bool or string).
-func NewColumn(name string, v any) Column { return col{name, v} }
+func NewColumn(name string, v any) Column { return Column{name, v} }
 
 // SummaryColumns is the report's summary.parquet row (docs/metrics.md, "summary.parquet").
 func (r *Report) SummaryColumns() []Column { return r.summaryCols() }
@@ -127,10 +119,6 @@ func WriteFileAtomic(path string, write func(w io.Writer) error) error {
 	return writeAtomic(path, write)
 }
 
-// Plot is an SVG plot of the HTML pages, drawn in Go: NewPlot makes its frame and axes,
-// Line, Dots, VLine and Legend draw on it, and a page template's "svg" draws it.
-type Plot = svgPlot
-
 // NewPlot is an empty plot with id (the element's id, which the render check names), a
 // title, axis labels and ranges, each axis linear or log.
 func NewPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
@@ -138,16 +126,16 @@ func NewPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo,
 }
 
 // Line draws pts joined, in the style class (s1, s2, s3: the series; ref, slo: references).
-func (p *svgPlot) Line(pts [][2]float64, class string) { p.line(pts, class) }
+func (p *Plot) Line(pts [][2]float64, class string) { p.line(pts, class) }
 
 // Dots marks each of pts.
-func (p *svgPlot) Dots(pts [][2]float64, class string) { p.dots(pts, class) }
+func (p *Plot) Dots(pts [][2]float64, class string) { p.dots(pts, class) }
 
 // VLine draws a vertical line at x, labelled ("" for none).
-func (p *svgPlot) VLine(x float64, class, label string) { p.vline(x, class, label) }
+func (p *Plot) VLine(x float64, class, label string) { p.vline(x, class, label) }
 
 // Legend names each style class: {class, label} pairs.
-func (p *svgPlot) Legend(items ...[2]string) { p.legend(items...) }
+func (p *Plot) Legend(items ...[2]string) { p.legend(items...) }
 
 // MaxOf is the largest finite pts[i][k] (0 when none): a plot's range.
 func MaxOf(pts [][2]float64, k int) float64 { return maxOf(pts, k) }
@@ -163,10 +151,6 @@ const (
 	PageScript template.JS  = htmlScript
 )
 
-// Object is a JSON object whose keys keep their order (a nil one is null): a report's
-// JSON, and a sweep point's.
-type Object = jsonObject
-
 // SetPath sets the value at a dot-separated path ("ttft_ms.p50"), making the objects on
 // the way; a key set again keeps its place.
-func (o *jsonObject) SetPath(path string, v any) { o.setPath(path, v) }
+func (o *Object) SetPath(path string, v any) { o.setPath(path, v) }

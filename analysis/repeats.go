@@ -265,19 +265,19 @@ type jsonRepeats struct {
 }
 
 type jsonRepeatFigure struct {
-	Pooled num   `json:"pooled"`
-	Median num   `json:"median"`
-	Min    num   `json:"min"`
-	Max    num   `json:"max"`
-	Values []num `json:"values"`
+	Pooled Num   `json:"pooled"`
+	Median Num   `json:"median"`
+	Min    Num   `json:"min"`
+	Max    Num   `json:"max"`
+	Values []Num `json:"values"`
 }
 
 func (rp *Repeats) toJSON() *jsonRepeats {
 	j := &jsonRepeats{Group: rp.Group, Count: rp.Count, Repeats: rp.Index, RunIDs: rp.RunIDs, Figures: map[string]jsonRepeatFigure{}}
 	for _, f := range rp.Figures {
-		jf := jsonRepeatFigure{Pooled: num(f.Pooled), Median: num(f.Median), Min: num(f.Min), Max: num(f.Max)}
+		jf := jsonRepeatFigure{Pooled: Num(f.Pooled), Median: Num(f.Median), Min: Num(f.Min), Max: Num(f.Max)}
 		for _, v := range f.Values {
-			jf.Values = append(jf.Values, num(v))
+			jf.Values = append(jf.Values, Num(v))
 		}
 		j.Figures[f.Key] = jf
 	}

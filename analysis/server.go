@@ -409,7 +409,7 @@ type jsonServer struct {
 	Running     jsonGauge          `json:"running_requests"`
 	Waiting     jsonGauge          `json:"waiting_requests"`
 	KVUsage     jsonGauge          `json:"kv_cache_usage"`
-	Preemptions num                `json:"preemptions"`
+	Preemptions Num                `json:"preemptions"`
 	PrefixCache jsonServerPrefix   `json:"prefix_cache"`
 	GPUUtil     jsonGauge          `json:"gpu_utilization_pct"`
 	GPUPower    jsonGauge          `json:"gpu_power_w"`
@@ -426,25 +426,25 @@ type jsonServerSource struct {
 
 type jsonGauge struct {
 	N    int64 `json:"n"`
-	Mean num   `json:"mean"`
-	P99  num   `json:"p99"`
-	Max  num   `json:"max"`
+	Mean Num   `json:"mean"`
+	P99  Num   `json:"p99"`
+	Max  Num   `json:"max"`
 }
 
 type jsonServerPrefix struct {
-	HitRate num     `json:"hit_rate"`
-	Hits    num     `json:"hits"`
-	Queries num     `json:"queries"`
+	HitRate Num     `json:"hit_rate"`
+	Hits    Num     `json:"hits"`
+	Queries Num     `json:"queries"`
 	From    *string `json:"from"`
 }
 
-func jg(g GaugeStats) jsonGauge { return jsonGauge{g.N, num(g.Mean), num(g.P99), num(g.Max)} }
+func jg(g GaugeStats) jsonGauge { return jsonGauge{g.N, Num(g.Mean), Num(g.P99), Num(g.Max)} }
 
 func (s *Server) toJSON() *jsonServer {
 	j := &jsonServer{Sources: []jsonServerSource{}, Engines: append([]string{}, s.Engines...),
-		Window: jsonWindow{num(s.WindowStartS), num(s.WindowEndS)}, SteadyState: s.Steady,
-		Running: jg(s.Running), Waiting: jg(s.Waiting), KVUsage: jg(s.KVUsage), Preemptions: num(s.Preemptions),
-		PrefixCache: jsonServerPrefix{HitRate: num(s.PrefixHitRate), Hits: num(s.PrefixHits), Queries: num(s.PrefixQuery)},
+		Window: jsonWindow{Num(s.WindowStartS), Num(s.WindowEndS)}, SteadyState: s.Steady,
+		Running: jg(s.Running), Waiting: jg(s.Waiting), KVUsage: jg(s.KVUsage), Preemptions: Num(s.Preemptions),
+		PrefixCache: jsonServerPrefix{HitRate: Num(s.PrefixHitRate), Hits: Num(s.PrefixHits), Queries: Num(s.PrefixQuery)},
 		GPUUtil:     jg(s.GPUUtil), GPUPower: jg(s.GPUPowerW), GPUMem: jg(s.GPUMemMiB)}
 	if s.PrefixFrom != "" {
 		from := s.PrefixFrom
@@ -507,7 +507,7 @@ func (s *Server) writeText(p func(string, ...any)) {
 // summaryCols are the server columns of the summary row, on every row (a run that scraped
 // nothing has zero counts and null figures), so that summaries of scraped and unscraped
 // runs stack.
-func (s *Server) summaryCols() []col {
+func (s *Server) summaryCols() []Column {
 	if s == nil {
 		nan := math.NaN()
 		g := GaugeStats{Mean: nan, P99: nan, Max: nan}
@@ -519,7 +519,7 @@ func (s *Server) summaryCols() []col {
 		scrapes += src.Scrapes
 		failures += src.Failures
 	}
-	return []col{{"server_sources", int64(len(s.Sources))}, {"server_scrapes", scrapes}, {"server_scrape_failures", failures},
+	return []Column{{"server_sources", int64(len(s.Sources))}, {"server_scrapes", scrapes}, {"server_scrape_failures", failures},
 		{"server_running_mean", s.Running.Mean}, {"server_running_max", s.Running.Max},
 		{"server_waiting_mean", s.Waiting.Mean}, {"server_waiting_max", s.Waiting.Max},
 		{"server_kv_cache_usage_mean", s.KVUsage.Mean}, {"server_kv_cache_usage_p99", s.KVUsage.P99}, {"server_kv_cache_usage_max", s.KVUsage.Max},
@@ -533,7 +533,7 @@ func (s *Server) summaryCols() []col {
 // waiting requests beside the client's in-flight count, so the queue is seen to build
 // before TTFT rises; and KV-cache usage with GPU utilisation, both in percent. A panel
 // with nothing scraped is left out (the page's check wants marks in every plot).
-func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []*svgPlot {
+func (r *Report) serverPlots(xhi float64, window func(*Plot)) []*Plot {
 	if r.Server == nil {
 		return nil
 	}
@@ -551,7 +551,7 @@ func (r *Report) serverPlots(xhi float64, window func(*svgPlot)) []*svgPlot {
 		anyQ = anyQ || has(s.ServerRunning) || has(s.ServerWaiting)
 		anyP = anyP || has(s.KVUsage) || has(s.GPUUtil)
 	}
-	var out []*svgPlot
+	var out []*Plot
 	if anyQ {
 		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
 		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)

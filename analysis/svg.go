@@ -77,8 +77,8 @@ func fmtTick(v float64) string {
 	return fmt.Sprintf("%g", math.Round(v*1000)/1000)
 }
 
-// svgPlot accumulates one chart: its frame, ticks and labels, then the marks drawn on it.
-type svgPlot struct {
+// Plot accumulates one chart: its frame, ticks and labels, then the marks drawn on it.
+type Plot struct {
 	x, y  axis
 	W, H  float64 // the page geometry: plotW, plotH and padL
 	PadL  float64
@@ -164,20 +164,20 @@ func pageTemplate(text string) *template.Template {
 	return template.Must(template.Must(htmlBase.Clone()).New("page").Parse(text))
 }
 
-func (p *svgPlot) add(e svgElem) { p.Elems = append(p.Elems, e) }
+func (p *Plot) add(e svgElem) { p.Elems = append(p.Elems, e) }
 
-func (p *svgPlot) text(t svgText) { p.add(svgElem{Text: &t}) }
+func (p *Plot) text(t svgText) { p.add(svgElem{Text: &t}) }
 
-func (p *svgPlot) lineMark(l svgLine) { p.add(svgElem{Line: &l}) }
+func (p *Plot) lineMark(l svgLine) { p.add(svgElem{Line: &l}) }
 
-func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *svgPlot {
+func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
 	if !(xhi > xlo) {
 		xhi = xlo + 1
 	}
 	if !(yhi > ylo) {
 		yhi = ylo + 1
 	}
-	p := &svgPlot{W: plotW, H: plotH, PadL: padL, ID: id, Class: "plot", Title: title,
+	p := &Plot{W: plotW, H: plotH, PadL: padL, ID: id, Class: "plot", Title: title,
 		x: axis{lo: xlo, hi: xhi, log: xlog, p0: padL, p1: plotW - padR},
 		y: axis{lo: ylo, hi: yhi, log: ylog, p0: plotH - padB, p1: padT}}
 	xt := niceTicks(xlo, xhi, 6)
@@ -204,10 +204,10 @@ func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo,
 	return p
 }
 
-func (p *svgPlot) clip(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
+func (p *Plot) clip(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
 // line draws a polyline through the finite points.
-func (p *svgPlot) line(pts [][2]float64, class string) {
+func (p *Plot) line(pts [][2]float64, class string) {
 	var xy []string
 	for _, q := range pts {
 		if math.IsNaN(q[0]) || math.IsNaN(q[1]) || math.IsInf(q[1], 0) {
@@ -222,7 +222,7 @@ func (p *svgPlot) line(pts [][2]float64, class string) {
 	}
 }
 
-func (p *svgPlot) dots(pts [][2]float64, class string) {
+func (p *Plot) dots(pts [][2]float64, class string) {
 	for _, q := range pts {
 		if q[0] <= 0 && p.x.log || math.IsNaN(q[1]) {
 			continue
@@ -232,12 +232,12 @@ func (p *svgPlot) dots(pts [][2]float64, class string) {
 }
 
 // band shades [x0, x1) (the steady-state window).
-func (p *svgPlot) band(x0, x1 float64, label string) {
+func (p *Plot) band(x0, x1 float64, label string) {
 	a, b := p.clip(p.x.px(x0), padL, plotW-padR), p.clip(p.x.px(x1), padL, plotW-padR)
 	p.add(svgElem{Rect: &svgRect{Class: "band", X: d1(a), Y: g(padT), W: d1(b - a), H: g(plotH - padT - padB), Title: label}})
 }
 
-func (p *svgPlot) hline(v float64, class, label string) {
+func (p *Plot) hline(v float64, class, label string) {
 	y := p.y.px(v)
 	if y < padT || y > plotH-padB {
 		return
@@ -246,7 +246,7 @@ func (p *svgPlot) hline(v float64, class, label string) {
 	p.text(svgText{Class: "note", X: g(plotW - padR - 4), Y: d1(y - 4), Anchor: "end", Text: label})
 }
 
-func (p *svgPlot) vline(v float64, class, label string) {
+func (p *Plot) vline(v float64, class, label string) {
 	x := p.x.px(v)
 	if x < padL || x > plotW-padR {
 		return
@@ -255,7 +255,7 @@ func (p *svgPlot) vline(v float64, class, label string) {
 	p.text(svgText{Class: "note", X: d1(x + 3), Y: g(padT + 12), Text: label})
 }
 
-func (p *svgPlot) legend(items ...[2]string) {
+func (p *Plot) legend(items ...[2]string) {
 	x := padL + 8
 	for _, it := range items {
 		p.lineMark(svgLine{it[0], g(x), g(x + 18), g(padT + 12), g(padT + 12)})
@@ -266,7 +266,7 @@ func (p *svgPlot) legend(items ...[2]string) {
 
 // bar draws bar i of n: its height v (0..100 on the y axis), its label under it and its
 // value above it; tip is its tooltip.
-func (p *svgPlot) bar(i, n int, v float64, label, tip string) {
+func (p *Plot) bar(i, n int, v float64, label, tip string) {
 	w := (plotW - padL - padR) / float64(n)
 	x := padL + float64(i)*w
 	y := p.y.px(v)
