@@ -90,19 +90,17 @@ func ModelsURL(base *url.URL) *url.URL {
 
 // MetricsURL is the Prometheus endpoint of an engine whose OpenAI base URL is base: the
 // server root + /metrics. It keeps base's userinfo and drops its query and fragment.
-func MetricsURL(base *url.URL) *url.URL {
-	u := *base
-	u.Path = rootPath(u.Path) + "/metrics"
-	u.RawPath = ""
-	u.RawQuery, u.Fragment = "", ""
-	return &u
-}
+func MetricsURL(base *url.URL) *url.URL { return rootURL(base, "/metrics") }
 
 // TokenizeURL is the /tokenize endpoint of vLLM, SGLang and the llama.cpp server whose
 // OpenAI base URL is base: the server root + /tokenize, without query or fragment.
-func TokenizeURL(base *url.URL) *url.URL {
+func TokenizeURL(base *url.URL) *url.URL { return rootURL(base, "/tokenize") }
+
+// rootURL is path at the server root of base, with base's userinfo and without its query
+// and fragment.
+func rootURL(base *url.URL, path string) *url.URL {
 	u := *base
-	u.Path = rootPath(u.Path) + "/tokenize"
+	u.Path = rootPath(u.Path) + path
 	u.RawPath = ""
 	u.RawQuery, u.Fragment = "", ""
 	return &u
