@@ -16,7 +16,7 @@ import (
 // sends the request through the transport (or records it dropped when MaxInflight
 // requests are in flight: it never waits for capacity), counts it in flight, and hands
 // its record to the writer when it ends. It never looks inside the transport: a
-// splitTransport lets it begin the write itself, at the due time.
+// transport.SplitTransport lets it begin the write itself, at the due time.
 type dispatcher struct {
 	clk     transport.Clock
 	hard    context.Context // canceled: every request in flight ends at once
@@ -95,7 +95,7 @@ func (d *dispatcher) sendAtDue(w dueWaiter, req *request) (sent, ok bool) {
 }
 
 // dispatch sends req now, or records it dropped when MaxInflight requests are in flight
-// (a dropped turn of a sequential session ends as a failed one). With a splitTransport
+// (a dropped turn of a sequential session ends as a failed one). With a transport.SplitTransport
 // (the raw client with a pooled connection), the dispatcher writes the request itself: no
 // goroutine hand-off or connection set-up stands between the due time and the write, and
 // the transport reads the response and ends the request (launch). Otherwise (no idle
@@ -134,7 +134,7 @@ func (d *dispatcher) countLate(late int64) {
 // launch hands req to a new goroutine that sends it (or, with st, finishes the send the
 // dispatcher began) and reads its response; or, when the dispatcher wrote req's whole
 // message, to the transport, which reads the response and ends the request on its own
-// thread (roundTripAsync). A session's turn always ends on a goroutine: its end builds the
+// thread (transport.SplitTransport.RoundTripAsync). A session's turn always ends on a goroutine: its end builds the
 // next turn's prompt, work for no transport's thread.
 func (d *dispatcher) launch(req *request, st transport.SendStart) {
 	d.inflight.Add(1)

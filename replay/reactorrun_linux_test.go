@@ -134,7 +134,7 @@ func goroutinesIn(fn string) int {
 }
 
 // TestOpenLoopNoGoroutinePerResponse: a request the dispatcher wrote whole on a pooled
-// connection is ended by the reactor that reads its response (doRawAsync): with n
+// connection is ended by the reactor that reads its response (the raw client's doRawAsync): with n
 // responses in flight at once (the server holds each until all n are), no goroutine of
 // the replayer runs a request, and every record is complete.
 func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
@@ -174,7 +174,7 @@ func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 }
 
 // TestOpenLoopAbortEndsReactorRequests: a hard stop ends at once every request the
-// reactors hold (doRawAsync): all n are recorded canceled, and Run returns.
+// reactors hold (the raw client's doRawAsync): all n are recorded canceled, and Run returns.
 func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 	const n = 20
 	srv := &vllmServer{release: make(chan struct{})}

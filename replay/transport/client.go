@@ -362,9 +362,10 @@ func (r *Request) AnswerBuf() *[]byte {
 	return &r.Answer
 }
 
-// Clock reads nanoseconds since the run start from the monotonic Clock.
+// Clock reads nanoseconds since the run start (Start) from the monotonic clock.
 type Clock struct{ Start time.Time }
 
+// Now returns the nanoseconds since the run start.
 func (c Clock) Now() int64 { return int64(time.Since(c.Start)) }
 
 // Scrub takes the client's secrets out of res's error text.

@@ -15,6 +15,7 @@ const RequestIDHeader = "X-Request-Id"
 // reserve it before the run id is known; Run checks the id has it.
 const RunIDLen = 16
 
+// RunIDPlaceholder holds a head's run id until the dispatcher writes the real one over it.
 const RunIDPlaceholder = "0000000000000000"
 
 // clientHeaders are the headers the clients set themselves; neither --header nor

@@ -204,10 +204,11 @@ func rawStartOf(st SendStart) *rawStart {
 	return pre
 }
 
-// Prepare builds req's request head with its body, in the preparer.
-// rawTransport is a SplitTransport: the dispatcher finds that out at run time, so say it here.
+// rawTransport is a SplitTransport: the dispatcher finds that out at run time (a type
+// assertion), so that a renamed method would silently lose the split send; say it here.
 var _ SplitTransport = (*rawTransport)(nil)
 
+// Prepare builds req's request head with its body, in the preparer.
 func (t *rawTransport) Prepare(req *Request, placeholder bool) {
 	req.Head = t.appendHead(make([]byte, 0, t.headCap()), req, len(req.Body), placeholder)
 }
@@ -218,13 +219,13 @@ func (t *rawTransport) RoundTrip(ctx context.Context, clk Clock, req *Request, r
 	t.c.Scrub(res)
 }
 
-// roundTripAsync is doRawAsync.
+// RoundTripAsync is doRawAsync.
 func (t *rawTransport) RoundTripAsync(ctx context.Context, clk Clock, req *Request, res *results.Result, sse *SSEReader, onTokens func(int),
 	st SendStart, done func()) {
 	t.doRawAsync(ctx, clk, req, res, sse, onTokens, rawStartOf(st), done)
 }
 
-// begin begins sending r from the dispatcher if the pool has an idle connection (it
+// Begin begins sending r from the dispatcher if the pool has an idle connection (it
 // never dials: the dispatcher must not wait); nil when it has none.
 func (t *rawTransport) Begin(clk Clock, r *Request) SendStart {
 	cn := t.takeIdle()
@@ -234,7 +235,7 @@ func (t *rawTransport) Begin(clk Clock, r *Request) SendStart {
 	return t.writeNow(clk, cn, r)
 }
 
-// beginAt takes a pooled connection and sends r on it at r's due time from the
+// BeginAt takes a pooled connection and sends r on it at r's due time from the
 // dispatcher's thread (DueWriter.WriteAt: the writev leaves as the thread wakes, stamped
 // just before it); nil when the pool has no idle connection.
 func (t *rawTransport) BeginAt(w DueWriter, r *Request) SendStart {

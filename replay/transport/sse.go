@@ -45,6 +45,8 @@ type SSEReader struct {
 	eof      bool
 }
 
+// NewSSEReader returns a reader of r's events, stamped by clock, with a buffer of bufSize
+// bytes (0: 64 KiB) that grows up to maxLine for a long line (0: DefaultMaxLine).
 func NewSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *SSEReader {
 	if bufSize <= 0 {
 		bufSize = 64 << 10
