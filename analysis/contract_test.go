@@ -1,8 +1,6 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +24,9 @@ import (
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // contractServer streams like vLLM's /v1/completions, deterministically from the request:
@@ -185,7 +185,7 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := replay.NewClient(replay.ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM,
+	c, err := transport.NewClient(transport.ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM,
 		Model: "m", Timeout: 5 * time.Second, MaxInflight: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // cachedServer streams like vLLM with --enable-prompt-tokens-details: one chunk per token,
@@ -40,8 +41,8 @@ func cachedServer(w http.ResponseWriter, r *http.Request) {
 // PromptTokensCached, and null when the server did not say.
 func TestCachedTokensBothClients(t *testing.T) {
 	base := startServer(t, http.HandlerFunc(cachedServer))
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = hc })
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = hc })
 		reqs := uniformTrace(6, time.Millisecond, 0, 3)
 		for i := range reqs {
 			reqs[i].PromptTokens = int32(10 + i)

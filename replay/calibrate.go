@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/wire"
 )
@@ -25,7 +26,7 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 	if h == nil {
 		h = http.Header{}
 	}
-	if auth := BasicAuth(base); auth != "" {
+	if auth := transport.BasicAuth(base); auth != "" {
 		h.Set("Authorization", auth)
 	}
 	if apiKey != "" {
@@ -34,7 +35,7 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 	clean := *base
 	clean.User = nil
 	p := &wire.Prober{Base: &clean, API: api, Model: model, Header: h,
-		Client: &http.Client{Transport: NewTransport(8, insecure), Timeout: time.Minute}}
+		Client: &http.Client{Transport: transport.NewTransport(8, insecure), Timeout: time.Minute}}
 	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(api), Methods: methods, Count: p.Count, Builder: b})
 	if err != nil {
 		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -154,7 +154,7 @@ func TestClosedLoopLookAhead(t *testing.T) {
 	for _, c := range []struct{ lookAhead, concurrency, want int }{
 		{0, 0, DefaultLookAhead}, {0, 1024, 1024}, {0, 8, DefaultLookAhead}, {100, 300, 300}, {5000, 300, 5000},
 	} {
-		o := Options{Source: trace.NewSliceSource(nil), Client: &Client{}, Prompter: wordPrompter, Output: "x",
+		o := Options{Source: trace.NewSliceSource(nil), Client: &transport.Client{}, Prompter: wordPrompter, Output: "x",
 			Speedup: 1, Concurrency: c.concurrency, LookAhead: c.lookAhead}
 		if err := o.Validate(); err != nil {
 			t.Fatal(err)
@@ -166,11 +166,11 @@ func TestClosedLoopLookAhead(t *testing.T) {
 }
 
 // Prepare of a closed loop at C=1024 with the default --prewarm 64: 1024 connections
-// prewarmed, and both clients' idle pools keep at least that many; --ramp-up reaches Run.
+// prewarmed, and both clients' idle pools are sized for at least that many; --ramp-up reaches Run.
 func TestPrepareClosedLoopPrewarm(t *testing.T) {
 	u := startServer(t, &vllmServer{})
-	for _, client := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		if client == HTTPClientRaw && !rawBuilt {
+	for _, client := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		if client == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue
 		}
 		cfg := DefaultConfig()
@@ -186,12 +186,9 @@ func TestPrepareClosedLoopPrewarm(t *testing.T) {
 		if o.Prewarm != 512 || o.RampUp != 2*time.Second {
 			t.Errorf("%s: prewarm %d, ramp-up %v; want 512 (min of C and --max-inflight), 2s", client, o.Prewarm, o.RampUp)
 		}
-		tr := o.Client.hc.Transport.(*http.Transport)
-		if tr.MaxIdleConnsPerHost < 1024 || tr.MaxIdleConns < 1024 {
-			t.Errorf("%s: net/http idle pool %d per host, %d in all; want >= 1024", client, tr.MaxIdleConnsPerHost, tr.MaxIdleConns)
-		}
-		if raw := o.Client.raw; raw != nil && rawMaxIdle(raw) < 1024 {
-			t.Errorf("raw idle pool %d, want >= 1024", rawMaxIdle(raw))
+		// The client sizes both idle pools to MaxInflight (transport's TestClientPoolsSized).
+		if m := o.Client.Options().MaxInflight; m < 1024 {
+			t.Errorf("%s: client MaxInflight %d, want >= 1024", client, m)
 		}
 		sess.Close()
 	}

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"errors"
 	"fmt"
 	"math"
@@ -11,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Config is what a user asks of one replay: the flags of `llmreplay replay`, typed. cmd
@@ -97,7 +97,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		SimProfile: "tiny", API: string(wire.APICompletions), Backend: string(wire.BackendVLLM), HTTPClient: "auto", ReadBatch: DefaultReadBatch,
-		MaxInflight: DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
+		MaxInflight: transport.DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
@@ -126,11 +126,11 @@ func (c *Config) Validate() error {
 	if modes > 1 {
 		return configErrorf("give at most one of --speedup, --rate and --concurrency")
 	}
-	if _, err := ParseHTTPClient(c.HTTPClient); err != nil {
+	if _, err := transport.ParseHTTPClient(c.HTTPClient); err != nil {
 		return configErrorf("--http-client: %v", err)
 	}
-	if c.ReadBatch < 0 || c.ReadBatch > MaxReadBatch {
-		return configErrorf("--read-batch %v: must be between 0 (read every chunk as it arrives) and %v", c.ReadBatch, MaxReadBatch)
+	if c.ReadBatch < 0 || c.ReadBatch > transport.MaxReadBatch {
+		return configErrorf("--read-batch %v: must be between 0 (read every chunk as it arrives) and %v", c.ReadBatch, transport.MaxReadBatch)
 	}
 	if c.SpeedupSet && !(c.Speedup > 0) {
 		return configErrorf("--speedup %v: must be positive", c.Speedup)

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/transport"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -144,16 +145,16 @@ func TestErrorsScrubSecrets(t *testing.T) {
 			}
 		}
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		for _, key := range []string{"", "sk-Secret3"} {
-			c := newTestClient(t, u, func(o *ClientOptions) { o.APIKey, o.Header, o.HTTPClient = key, header, hc })
+			c := newTestClient(t, u, func(o *transport.ClientOptions) { o.APIKey, o.Header, o.HTTPClient = key, header, hc })
 			_, res, _ := runTrace(t, context.Background(), c, uniformTrace(2, time.Millisecond, 8, 4), nil)
 			for _, r := range res {
 				check(hc+" record", r.Error)
 			}
 		}
 	}
-	_, err := ListModels(context.Background(), u, "sk-Secret3", header, false)
+	_, err := transport.ListModels(context.Background(), u, "sk-Secret3", header, false)
 	if err == nil {
 		t.Fatal("ListModels against a refusing server succeeded")
 	}

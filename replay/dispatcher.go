@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // dispatcher is what every executor sends through: due times in, sends out, records
@@ -15,13 +16,13 @@ import (
 // sends the request through the transport (or records it dropped when MaxInflight
 // requests are in flight: it never waits for capacity), counts it in flight, and hands
 // its record to the writer when it ends. It never looks inside the transport: a
-// splitTransport lets it begin the write itself, at the due time.
+// transport.SplitTransport lets it begin the write itself, at the due time.
 type dispatcher struct {
-	clk     clock
+	clk     transport.Clock
 	hard    context.Context // canceled: every request in flight ends at once
 	stopped <-chan struct{} // closed: dispatching ends (the graceful stop)
-	tr      transport
-	split   splitTransport // tr when it can begin a send from the dispatcher; nil otherwise
+	tr      transport.Transport
+	split   transport.SplitTransport // tr when it can begin a send from the dispatcher; nil otherwise
 	prog    *Progress
 	results *resultQueue
 	runID   string // the run id, known before any executor starts
@@ -73,51 +74,51 @@ func (d *dispatcher) timerWaiter() *waiter {
 // connection). sent says it did; ok is false when the run stopped while it waited.
 // Otherwise the caller waits for the due time and dispatches as before.
 func (d *dispatcher) sendAtDue(w dueWaiter, req *request) (sent, ok bool) {
-	dw, is := w.(dueWriter)
+	dw, is := w.(transport.DueWriter)
 	if !is || d.split == nil {
 		return false, true
 	}
-	if !w.until(req.dueNS - int64(sendWindow)) {
+	if !w.until(req.DueNS - int64(sendWindow)) {
 		return false, false
 	}
 	if d.inflight.Load() >= d.maxInflight {
 		return false, true // dispatch records it dropped at its due time
 	}
 	d.withRunID(req)
-	st := d.split.beginAt(dw, req)
+	st := d.split.BeginAt(dw, &req.Request)
 	if st == nil {
 		return false, true
 	}
-	d.countLate(st.sentAt() - req.dueNS)
+	d.countLate(st.SentAt() - req.DueNS)
 	d.launch(req, st)
 	return true, true
 }
 
 // dispatch sends req now, or records it dropped when MaxInflight requests are in flight
-// (a dropped turn of a sequential session ends as a failed one). With a splitTransport
+// (a dropped turn of a sequential session ends as a failed one). With a transport.SplitTransport
 // (the raw client with a pooled connection), the dispatcher writes the request itself: no
 // goroutine hand-off or connection set-up stands between the due time and the write, and
 // the transport reads the response and ends the request (launch). Otherwise (no idle
 // connection, a message the socket did not take whole, or net/http) a new goroutine does
 // the rest.
 func (d *dispatcher) dispatch(req *request) {
-	d.countLate(d.clk.now() - req.dueNS)
+	d.countLate(d.clk.Now() - req.DueNS)
 	if d.inflight.Load() >= d.maxInflight {
 		res := d.resultOf(req)
 		res.Status = results.StatusDropped
 		res.Error = fmt.Sprintf("not sent: %d requests in flight (--max-inflight)", d.maxInflight)
 		if req.conv != nil {
-			d.turnEnded(req, res, d.clk.now())
+			d.turnEnded(req, res, d.clk.Now())
 		}
-		if !req.warmup {
+		if !req.Warmup {
 			d.results.put(res)
 		}
 		return
 	}
 	d.withRunID(req)
-	var st sendStart
+	var st transport.SendStart
 	if d.split != nil {
-		st = d.split.begin(d.clk, req)
+		st = d.split.Begin(d.clk, &req.Request)
 	}
 	d.launch(req, st)
 }
@@ -133,16 +134,16 @@ func (d *dispatcher) countLate(late int64) {
 // launch hands req to a new goroutine that sends it (or, with st, finishes the send the
 // dispatcher began) and reads its response; or, when the dispatcher wrote req's whole
 // message, to the transport, which reads the response and ends the request on its own
-// thread (roundTripAsync). A session's turn always ends on a goroutine: its end builds the
+// thread (transport.SplitTransport.RoundTripAsync). A session's turn always ends on a goroutine: its end builds the
 // next turn's prompt, work for no transport's thread.
-func (d *dispatcher) launch(req *request, st sendStart) {
+func (d *dispatcher) launch(req *request, st transport.SendStart) {
 	d.inflight.Add(1)
 	d.prog.InFlight.Add(1)
 	d.wg.Add(1)
-	if req.conv == nil && st != nil && st.whole() {
+	if req.conv == nil && st != nil && st.Whole() {
 		// No goroutine is started for it.
 		res, sse := d.sendBegin(req)
-		d.split.roundTripAsync(d.hard, d.clk, req, res, sse, d.onTokens, st, func() { d.sendEnd(req, res, sse) })
+		d.split.RoundTripAsync(d.hard, d.clk, &req.Request, res, sse, d.onTokens, st, func() { d.sendEnd(req, res, sse) })
 		return
 	}
 	go d.send(req, st)
@@ -151,7 +152,7 @@ func (d *dispatcher) launch(req *request, st sendStart) {
 // sendWait sends req, due at dueNS, on the caller's goroutine and returns when it ends:
 // the closed loop's worker is free from the returned run clock on (send).
 func (d *dispatcher) sendWait(req *request, dueNS int64) (freeNS int64) {
-	req.dueNS = dueNS
+	req.DueNS = dueNS
 	d.inflight.Add(1)
 	d.prog.InFlight.Add(1)
 	d.wg.Add(1)
@@ -161,31 +162,31 @@ func (d *dispatcher) sendWait(req *request, dueNS int64) (freeNS int64) {
 // send performs one request and hands its record to the writer. It returns the run clock
 // when the request ended (its response was over), read before the bookkeeping and the
 // hand-off to the writer: a closed-loop worker is free from then on.
-func (d *dispatcher) send(req *request, st sendStart) (freeNS int64) {
+func (d *dispatcher) send(req *request, st transport.SendStart) (freeNS int64) {
 	res, sse := d.sendBegin(req)
-	d.tr.roundTrip(d.hard, d.clk, req, res, sse, d.onTokens, st)
+	d.tr.RoundTrip(d.hard, d.clk, &req.Request, res, sse, d.onTokens, st)
 	return d.sendEnd(req, res, sse)
 }
 
 // sendBegin starts the record of req, launched (d.wg counts it), and counts it sent.
-func (d *dispatcher) sendBegin(req *request) (*results.Result, *sseReader) {
+func (d *dispatcher) sendBegin(req *request) (*results.Result, *transport.SSEReader) {
 	d.withRunID(req) // the closed loop's requests (the open loop's have it already)
 	res := d.resultOf(req)
-	sse, _ := d.ssePool.Get().(*sseReader)
+	sse, _ := d.ssePool.Get().(*transport.SSEReader)
 	if sse == nil {
-		sse = newSSEReader(nil, d.clk.now, 4<<10, d.maxLine)
+		sse = transport.NewSSEReader(nil, d.clk.Now, 4<<10, d.maxLine)
 	}
 	d.prog.Sent.Add(1)
 	return res, sse
 }
 
 // sendEnd ends req, whose record res is complete: see send.
-func (d *dispatcher) sendEnd(req *request, res *results.Result, sse *sseReader) (freeNS int64) {
+func (d *dispatcher) sendEnd(req *request, res *results.Result, sse *transport.SSEReader) (freeNS int64) {
 	defer d.wg.Done()
-	freeNS = d.clk.now()
-	sse.reset(nil)
+	freeNS = d.clk.Now()
+	sse.Reset(nil)
 	d.ssePool.Put(sse)
-	req.body, req.head = nil, nil
+	req.Body, req.Head = nil, nil
 	d.inflight.Add(-1)
 	d.prog.InFlight.Add(-1)
 	if req.conv != nil {
@@ -194,7 +195,7 @@ func (d *dispatcher) sendEnd(req *request, res *results.Result, sse *sseReader) 
 	if f := d.ended; f != nil {
 		f(res)
 	}
-	if !req.warmup {
+	if !req.Warmup {
 		d.results.put(res)
 	}
 	return freeNS
@@ -206,19 +207,19 @@ func (d *dispatcher) onTokens(n int) { d.prog.OutputTokens.Add(int64(n)) }
 // withRunID gives req the run id, if it was prepared before the id was known: one copy
 // over the head's placeholder. The dispatcher calls it before it sends.
 func (d *dispatcher) withRunID(req *request) {
-	if req.runID == "" {
-		req.runID = d.runID
-		if req.runIDAt > 0 {
-			copy(req.head[req.runIDAt:], req.runID)
+	if req.RunID == "" {
+		req.RunID = d.runID
+		if req.RunIDAt > 0 {
+			copy(req.Head[req.RunIDAt:], req.RunID)
 		}
 	}
 }
 
 // resultOf returns the record of req with every measured field null.
 func (d *dispatcher) resultOf(req *request) *results.Result {
-	res := results.NewResult(req.id, d.shard, req.dueNS, req.promptTokens, req.outputTokens)
-	if req.hasSession {
-		res.SessionID, res.Turn, res.SessionWaitNS = req.session, req.turn, req.sessionWaitNS
+	res := results.NewResult(req.ID, d.shard, req.DueNS, req.PromptTokens, req.OutputTokens)
+	if req.HasSession {
+		res.SessionID, res.Turn, res.SessionWaitNS = req.Session, req.turn, req.sessionWaitNS
 	}
 	return res
 }

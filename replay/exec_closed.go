@@ -61,7 +61,7 @@ func (e *closedLoop) worker(i int) {
 // (a closed loop bounds its send times, having no due times to bound), and then ends the
 // run's dispatching.
 func sendsOver(r *runner) bool {
-	if r.o.Duration > 0 && r.clk.now() > int64(r.o.Duration) {
+	if r.o.Duration > 0 && r.clk.Now() > int64(r.o.Duration) {
 		r.stop(errScheduleEnd)
 		return true
 	}

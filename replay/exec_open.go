@@ -22,7 +22,7 @@ func (e *openLoop) run() {
 		if sent {
 			continue
 		}
-		if !w.until(req.dueNS) {
+		if !w.until(req.DueNS) {
 			return
 		}
 		e.d.dispatch(req)

@@ -60,7 +60,7 @@ func (e *openSessions) run() {
 			return
 		}
 		next := head
-		if turn != nil && (next == nil || turn.dueNS < next.dueNS) {
+		if turn != nil && (next == nil || turn.DueNS < next.DueNS) {
 			next = turn
 		}
 		if next == nil {
@@ -77,7 +77,7 @@ func (e *openSessions) run() {
 		if head == nil && in != nil {
 			s.needHead.Store(true) // a request prepared meanwhile may be due first
 		}
-		reached, stopped := w.untilWoken(next.dueNS, s.wake)
+		reached, stopped := w.untilWoken(next.DueNS, s.wake)
 		s.needHead.Store(false)
 		if stopped {
 			return
@@ -170,8 +170,8 @@ func (e *closedSessions) worker(i int) {
 			req.conv.owner = i
 			s.mu.Unlock()
 		}
-		if req.dueNS > due { // a later turn: its predecessor's end + think time
-			due = req.dueNS
+		if req.DueNS > due { // a later turn: its predecessor's end + think time
+			due = req.DueNS
 			if !w.until(due) {
 				return
 			}

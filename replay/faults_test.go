@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -19,6 +17,8 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // sseStart writes the event-stream header and returns a function that writes and flushes.
@@ -110,8 +110,8 @@ func TestFaults(t *testing.T) {
 			fmt.Fprint(w, `{"choices":[{"text":"hello"}]}`)
 		}, status: results.StatusStreamError, http: 200, errHas: "not an event stream"},
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		if hc == HTTPClientRaw && !rawBuilt {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue // the raw client is built for linux only
 		}
 		for _, tc := range cases {
@@ -142,7 +142,7 @@ func testFault(t *testing.T, hc string, tc faultCase, refused func() *url.URL) {
 	} else {
 		base = startServer(t, tc.handler)
 	}
-	c := newTestClient(t, base, func(o *ClientOptions) {
+	c := newTestClient(t, base, func(o *transport.ClientOptions) {
 		if tc.timeout > 0 {
 			o.Timeout = tc.timeout
 		}
@@ -189,7 +189,7 @@ func TestChatReasoningAndTokenizerFallback(t *testing.T) {
 		send(`data: {"choices":[{"index":0,"delta":{"content":"answer"},"finish_reason":"stop"}]}` + "\n\n")
 		send("data: [DONE]\n\n")
 	}))
-	c := newTestClient(t, base, func(o *ClientOptions) {
+	c := newTestClient(t, base, func(o *transport.ClientOptions) {
 		o.API = wire.APIChat
 		o.Backend = wire.BackendOpenAI
 		o.CountTokens = func(s string) int { return len(s) }
@@ -221,12 +221,12 @@ func TestTLSAndHeaders(t *testing.T) {
 	defer ts.Close()
 	base, _ := wire.BaseURL(ts.URL)
 	hdr := http.Header{"X-Tenant": {"t1"}}
-	strict := newTestClient(t, base, func(o *ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr })
+	strict := newTestClient(t, base, func(o *transport.ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr })
 	_, res, _ := runTrace(t, context.Background(), strict, uniformTrace(1, 0, 2, 1), nil)
 	if res[0].Status != results.StatusTransportError || !strings.Contains(res[0].Error, "certificate") {
 		t.Errorf("self-signed certificate accepted: %s %q", res[0].Status, res[0].Error)
 	}
-	loose := newTestClient(t, base, func(o *ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr; o.Insecure = true })
+	loose := newTestClient(t, base, func(o *transport.ClientOptions) { o.APIKey = "sk-secret"; o.Header = hdr; o.Insecure = true })
 	out := filepath.Join(t.TempDir(), "r.parquet")
 	_, res, _ = runTrace(t, context.Background(), loose, uniformTrace(1, 0, 2, 1), func(o *Options) { o.Output = out })
 	if res[0].Status != results.StatusOK {

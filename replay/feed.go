@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // feed is the preparer: it reads the trace ahead of the executor, plans each request
@@ -16,7 +17,7 @@ import (
 // (session.go).
 type feed struct {
 	o        *Options
-	tr       transport
+	tr       transport.Transport
 	prog     *Progress
 	results  *resultQueue    // records of turns never sent (recordEnded)
 	graceful context.Context // canceled: no more reads
@@ -50,7 +51,7 @@ func newFeed(r *runner) *feed {
 	}
 	pr.bodyPrefixes = make(map[string][]byte, len(r.o.Models))
 	for k, v := range r.o.Models {
-		pr.bodyPrefixes[k] = r.o.Client.bodyPrefixFor(v)
+		pr.bodyPrefixes[k] = r.o.Client.BodyPrefix(v)
 	}
 	return pr
 }
@@ -106,22 +107,23 @@ func (pr *feed) prepare() {
 			return
 		}
 		req := &request{
-			id: tr.ID, dueNS: int64(due), promptTokens: tr.PromptTokens, outputTokens: tr.OutputTokens,
-			warmup: warm, session: tr.SessionID, hasSession: tr.HasSession, turn: turn, conv: c, sessionWaitNS: results.Null,
+			Request: transport.Request{ID: tr.ID, DueNS: int64(due), PromptTokens: tr.PromptTokens, OutputTokens: tr.OutputTokens,
+				Warmup: warm, Session: tr.SessionID, HasSession: tr.HasSession},
+			turn: turn, conv: c, sessionWaitNS: results.Null,
 		}
 		runID := pr.preparedRunID.Load()
 		if runID != nil {
-			req.runID = *runID
+			req.RunID = *runID
 		}
 		if c != nil {
 			pr.finishBody(req, &tr, c, prompt)
 		} else {
-			prefix := pr.o.Client.bodyPrefix
+			prefix := pr.o.Client.DefaultBodyPrefix()
 			if p, ok := pr.bodyPrefixes[tr.Model]; ok {
 				prefix = p
 			}
-			req.body = pr.o.Client.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
-			pr.tr.prepare(req, runID == nil)
+			req.Body = pr.o.Client.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
+			pr.tr.Prepare(&req.Request, runID == nil)
 		}
 		if !pr.handOver(req) {
 			return

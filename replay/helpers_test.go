@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,7 +15,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // wordPrompter builds a prompt of "w " repeated PromptTokens times.
@@ -135,13 +135,13 @@ func startServer(t *testing.T, h http.Handler) *url.URL {
 	return u
 }
 
-func newTestClient(t *testing.T, base *url.URL, mod func(*ClientOptions)) *Client {
+func newTestClient(t *testing.T, base *url.URL, mod func(*transport.ClientOptions)) *transport.Client {
 	t.Helper()
-	o := ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", Timeout: 5 * time.Second, MaxInflight: 64}
+	o := transport.ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", Timeout: 5 * time.Second, MaxInflight: 64}
 	if mod != nil {
 		mod(&o)
 	}
-	c, err := NewClient(o)
+	c, err := transport.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func uniformTrace(n int, gap time.Duration, prompt, output int32) []trace.Reques
 }
 
 // runTrace replays reqs at speedup 1 against c and reads the results back.
-func runTrace(t *testing.T, ctx context.Context, c *Client, reqs []trace.Request, mod func(*Options)) (*Summary, []results.Result, *results.RunMeta) {
+func runTrace(t *testing.T, ctx context.Context, c *transport.Client, reqs []trace.Request, mod func(*Options)) (*Summary, []results.Result, *results.RunMeta) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.parquet")
 	o := Options{Source: trace.NewSliceSource(reqs), Client: c, Prompter: wordPrompter, Speedup: 1, Output: out, Grace: time.Second}

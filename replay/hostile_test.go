@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -19,7 +17,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // hostileOut is the output length of the requests a hostile server mistreats; the others
@@ -141,8 +141,8 @@ func TestHostileServers(t *testing.T) {
 			zw.Close()
 		}, status: results.StatusHTTPError, http: 503, errHas: "HTTP 503: (a gzip body, which the client did not ask for)"},
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		if hc == HTTPClientRaw && !rawBuilt {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue
 		}
 		for _, tc := range cases {
@@ -164,7 +164,7 @@ func testHostile(t *testing.T, hc string, tc hostileCase) {
 		}
 		good.ServeHTTP(w, r)
 	}))
-	c := newTestClient(t, base, func(o *ClientOptions) {
+	c := newTestClient(t, base, func(o *transport.ClientOptions) {
 		o.Timeout, o.HTTPClient = 500*time.Millisecond, hc
 		o.CountTokens = func(s string) int { return len(s) }
 	})
@@ -206,38 +206,11 @@ func testHostile(t *testing.T, hc string, tc hostileCase) {
 	}
 }
 
-// TestSSEEndlessCommentsBounded: an endless stream of empty comments never grows the SSE
-// reader's buffer, on the pull side (net/http) and the push side (raw client).
-func TestSSEEndlessCommentsBounded(t *testing.T) {
-	block := []byte(strings.Repeat(":\n\n", 1<<14))
-	body := io.MultiReader(bytes.NewReader(bytes.Repeat(block, 200)), strings.NewReader("data: x\n\n")) // 9.6 MB
-	s := newSSEReader(bufio.NewReaderSize(body, 4096), func() int64 { return 0 }, 16<<10, DefaultMaxLine)
-	if !s.Next() || string(s.Data()) != "x" {
-		t.Fatalf("pull: the event after the comments: %q, %v", s.Data(), s.Err())
-	}
-	if len(s.buf) != 16<<10 {
-		t.Errorf("pull: buffer grew to %d bytes", len(s.buf))
-	}
-	p := newSSEReader(nil, nil, 16<<10, DefaultMaxLine)
-	for range 200 {
-		for b := block; len(b) > 0; {
-			n := p.write(b, 1)
-			b = b[n:]
-			if p.nextBuffered() {
-				t.Fatal("push: an event from comments")
-			}
-		}
-	}
-	if len(p.buf) != 16<<10 {
-		t.Errorf("push: buffer grew to %d bytes", len(p.buf))
-	}
-}
-
 // TestRawNoResendAfterLateLoss: a reused connection that the server drops 1.5 s after it
 // received a request, unanswered, is not a connection closed while idle: the request may
 // have been served, so the raw client records the loss and does not send it again.
 func TestRawNoResendAfterLateLoss(t *testing.T) {
-	if !rawBuilt {
+	if !transport.RawBuilt {
 		t.Skip("the raw client is built for linux only")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -273,7 +246,7 @@ func TestRawNoResendAfterLateLoss(t *testing.T) {
 		}
 	}()
 	base, _ := wire.BaseURL("http://" + ln.Addr().String())
-	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
+	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = transport.HTTPClientRaw })
 	reqs := uniformTrace(2, 300*time.Millisecond, 3, 1)
 	_, res, _ := runTrace(t, t.Context(), c, reqs, nil)
 	if n := received.Load(); n != 2 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/wire"
 )
 
@@ -65,11 +66,11 @@ func toyServer(w http.ResponseWriter, r *http.Request) {
 
 func TestRegisteredKindBothClients(t *testing.T) {
 	base := startServer(t, http.HandlerFunc(toyServer))
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		if hc == HTTPClientRaw && !rawBuilt {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue
 		}
-		c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = hc; o.API = "toy-replay" })
+		c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = hc; o.API = "toy-replay" })
 		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(4, time.Millisecond, 5, 3), nil)
 		if len(res) != 4 {
 			t.Fatalf("%s: %d results", hc, len(res))

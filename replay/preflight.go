@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +13,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Preflight: what Prepare checks before the first request, so that a run never spends its
@@ -224,8 +224,8 @@ func (p *preparer) reachable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	authorize(req, p.base, p.cfg.APIKey, p.header)
-	hc := &http.Client{Transport: NewTransport(1, p.cfg.Insecure)}
+	transport.Authorize(req, p.base, p.cfg.APIKey, p.header)
+	hc := &http.Client{Transport: transport.NewTransport(1, p.cfg.Insecure)}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -233,7 +233,7 @@ func (p *preparer) reachable(ctx context.Context) error {
 		if errors.As(err, &ue) {
 			err = ue.Unwrap()
 		}
-		return fmt.Errorf("replay: the endpoint %s does not answer (GET %s: %v); no request was sent", wire.SafeEndpoint(p.base), wire.SafeEndpoint(&u), Scrub(err.Error(), Secrets(p.base, p.cfg.APIKey, p.header)))
+		return fmt.Errorf("replay: the endpoint %s does not answer (GET %s: %v); no request was sent", wire.SafeEndpoint(p.base), wire.SafeEndpoint(&u), transport.Scrub(err.Error(), transport.Secrets(p.base, p.cfg.APIKey, p.header)))
 	}
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {

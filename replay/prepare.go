@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,8 +15,10 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Env is what Prepare needs from its caller beside the Config: the things replay does not
@@ -150,7 +150,7 @@ type preparer struct {
 	speedup  float64
 	base     *url.URL
 	modelID  string
-	cl       *Client
+	cl       *transport.Client
 	originAt time.Duration
 	cal      *tokenize.Calibration
 
@@ -348,7 +348,7 @@ func DiscoverModel(ctx context.Context, model string, base *url.URL, apiKey stri
 		return model, nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ids, err := ListModels(lctx, base, apiKey, header, insecure)
+	ids, err := transport.ListModels(lctx, base, apiKey, header, insecure)
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("replay: no --model given and %w", err)
@@ -361,7 +361,7 @@ func DiscoverModel(ctx context.Context, model string, base *url.URL, apiKey stri
 
 func (p *preparer) client(context.Context) error {
 	cfg := p.cfg
-	cl, err := NewClient(ClientOptions{
+	cl, err := transport.NewClient(transport.ClientOptions{
 		BaseURL: p.base, API: p.api, Backend: p.backend, Model: p.modelID, APIKey: cfg.APIKey, Header: p.header,
 		Timeout: cfg.Timeout, MaxInflight: max(cfg.MaxInflight, cfg.Concurrency), Insecure: cfg.Insecure,
 		CountTokens: p.enc.Count, TokenIDPrompts: p.tokenIDs, HTTPClient: cfg.HTTPClient, SessionHeader: cfg.SessionHeader,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -30,7 +31,7 @@ func TestPrepare(t *testing.T) {
 	o := sess.Options
 	m := o.Meta
 	if m.Model != "model-a" || m.Endpoint != u.String() || m.Flags["endpoint"] != u.String() || m.Rate != 400 ||
-		m.TraceFile != trace.SampleName || m.Flags["http-client"] != HTTPClientRaw || m.Flags["rate"] != "400" {
+		m.TraceFile != trace.SampleName || m.Flags["http-client"] != transport.HTTPClientRaw || m.Flags["rate"] != "400" {
 		t.Errorf("metadata %+v", m)
 	}
 	if flags["endpoint"] != cfg.Endpoint {
@@ -73,7 +74,7 @@ func TestHandOverLowWater(t *testing.T) {
 	r.stopped = stopped
 	go func() {
 		for i := range total {
-			if !r.handOver(&request{id: int64(i)}) {
+			if !r.handOver(&request{Request: transport.Request{ID: int64(i)}}) {
 				return
 			}
 		}
@@ -94,7 +95,7 @@ func TestHandOverLowWater(t *testing.T) {
 		t.Helper()
 		for range k {
 			q, ok := r.next()
-			if !ok || q.id != next {
+			if !ok || q.ID != next {
 				t.Fatalf("took %v (ok %v), want request %d", q, ok, next)
 			}
 			next++
@@ -111,8 +112,8 @@ func TestHandOverLowWater(t *testing.T) {
 		if !ok {
 			break
 		}
-		if q.id != next {
-			t.Fatalf("took request %d, want %d", q.id, next)
+		if q.ID != next {
+			t.Fatalf("took request %d, want %d", q.ID, next)
 		}
 		next++
 	}

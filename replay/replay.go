@@ -5,8 +5,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +16,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Prompter appends the prompt text of a trace request to dst: PromptTokens tokens, with
@@ -35,12 +35,10 @@ func (f PrompterFunc) AppendPrompt(dst []byte, r *trace.Request) ([]byte, error)
 
 // Defaults of Options.
 const (
-	DefaultMaxInflight = 4096
+	DefaultMaxInflight = transport.DefaultMaxInflight
 	// DefaultReadBatch is ClientOptions.ReadBatch's default (--read-batch): CPU per
 	// streamed token against ITL error (docs/replay.md, "Fidelity and cost").
-	DefaultReadBatch = time.Millisecond
-	// MaxReadBatch bounds it: it is also how late a chunk can be dated.
-	MaxReadBatch       = 10 * time.Millisecond
+	DefaultReadBatch   = time.Millisecond
 	DefaultLookAhead   = 256
 	DefaultGrace       = 30 * time.Second
 	DefaultMaxLateness = 10 * time.Millisecond
@@ -50,7 +48,7 @@ const (
 // Speedup (open loop) or Concurrency (closed loop).
 type Options struct {
 	Source   trace.Source
-	Client   *Client
+	Client   *transport.Client
 	Prompter Prompter
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
@@ -118,7 +116,7 @@ type Options struct {
 type seams struct {
 	// do, when set, is the run's transport instead of the Client's (funcTransport): it
 	// performs each request, all of it on the request's goroutine.
-	do func(ctx context.Context, clk clock, req *request, res *results.Result)
+	do func(ctx context.Context, clk transport.Clock, req *transport.Request, res *results.Result)
 	// noSpin makes the waiter sleep on its timer up to each deadline, with no yield loop.
 	noSpin bool
 	// record, when set, sees every record the writer takes, before the journal does.
@@ -157,13 +155,13 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("replay: history %q: want actual or synthetic", o.History)
 	case o.History == HistoryActual && o.Sessions != SessionsSequential:
 		return errors.New("replay: history actual needs sequential sessions")
-	case o.History == HistoryActual && o.Client.opts.TokenIDPrompts:
+	case o.History == HistoryActual && o.Client.Options().TokenIDPrompts:
 		return errors.New("replay: history actual needs text prompts: a received answer is text, not the server's token ids")
 	case o.OnTurnError != "" && o.OnTurnError != TurnErrorContinue && o.OnTurnError != TurnErrorEndSession:
 		return fmt.Errorf("replay: on-turn-error %q: want continue or end-session", o.OnTurnError)
 	}
 	if o.MaxInflight == 0 {
-		o.MaxInflight = DefaultMaxInflight
+		o.MaxInflight = transport.DefaultMaxInflight
 	}
 	if o.LookAhead == 0 {
 		o.LookAhead = DefaultLookAhead
@@ -255,7 +253,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		r.feed.waitPrepared(5 * time.Second)
 		start = time.Now()
 	}
-	r.clk = clock{start: start}
+	r.clk = transport.Clock{Start: start}
 	meta := runMeta(o, mode, start, r.setRunID(o.Meta, start))
 	metricsPath := results.MetricsPath(o.Output)
 	if len(o.Scrape) > 0 {
@@ -322,7 +320,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 // newRunner returns the runner of o, a valid Options, before its start.
 func newRunner(o Options) (*runner, error) {
-	r := &runner{o: o, prog: o.Progress, tr: o.Client.transport(), results: newResultQueue()}
+	r := &runner{o: o, prog: o.Progress, tr: o.Client.Transport(), results: newResultQueue()}
 	if r.prog == nil {
 		r.prog = new(Progress)
 	}
@@ -348,9 +346,9 @@ func newRunner(o Options) (*runner, error) {
 // newDispatcher returns the run's dispatcher, once its clock and run id are fixed.
 func (r *runner) newDispatcher() *dispatcher {
 	d := &dispatcher{clk: r.clk, hard: r.hard, stopped: r.stopped, tr: r.tr, prog: r.prog, results: r.results, runID: r.runID,
-		maxInflight: int64(r.o.MaxInflight), maxLateness: int64(r.o.MaxLateness), shard: r.o.Shard, maxLine: r.o.Client.opts.MaxLine,
+		maxInflight: int64(r.o.MaxInflight), maxLateness: int64(r.o.MaxLateness), shard: r.o.Shard, maxLine: r.o.Client.Options().MaxLine,
 		noSpin: r.o.seams.noSpin, ended: r.o.seams.ended}
-	d.split, _ = r.tr.(splitTransport)
+	d.split, _ = r.tr.(transport.SplitTransport)
 	if r.sess != nil {
 		d.turnEnded = r.feed.turnEnded
 	}
@@ -396,7 +394,7 @@ type scrapeRun struct {
 }
 
 // startScrape starts the scraper of a run of o, writing metricsPath's journal.
-func startScrape(ctx context.Context, o Options, clk clock, meta *results.RunMeta, metricsPath string) (*scrapeRun, error) {
+func startScrape(ctx context.Context, o Options, clk transport.Clock, meta *results.RunMeta, metricsPath string) (*scrapeRun, error) {
 	sr := &scrapeRun{stop: func() {}}
 	if len(o.Scrape) == 0 {
 		return sr, nil
@@ -405,7 +403,7 @@ func startScrape(ctx context.Context, o Options, clk clock, meta *results.RunMet
 	if err != nil {
 		return nil, err
 	}
-	sr.scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.opts.Insecure, o.seams.scrapeRT)
+	sr.scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.Options().Insecure, o.seams.scrapeRT)
 	scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
 	sr.scr.start(scrapeCtx)
 	metricsDone := make(chan struct{})
@@ -499,14 +497,14 @@ var (
 
 // runner is one run: its set-up, stop contexts, journal writer and summary. Its preparer
 // (feed.go) reads the trace ahead, its executor (executor.go) schedules the requests, and
-// its dispatcher (dispatcher.go) sends them through its transport (transport.go).
+// its dispatcher (dispatcher.go) sends them through its transport (package transport).
 type runner struct {
 	o    Options
-	clk  clock
+	clk  transport.Clock
 	prog *Progress
 	meta *results.RunMeta
-	tr   transport   // the client's, or seams.do's
-	d    *dispatcher // set once the run's clock and id are
+	tr   transport.Transport // the client's, or seams.do's
+	d    *dispatcher         // set once the run's clock and id are
 
 	// hard, when canceled, cancels every request in flight; graceful, derived from it,
 	// ends dispatching. stopped is graceful.Done(), fetched once for the hot loops.

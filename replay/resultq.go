@@ -8,7 +8,7 @@ import (
 )
 
 // resultQueue hands finished requests' records to the writer. A producer appends under a
-// mutex and never blocks (a reactor's thread is one: doRawAsync); the writer takes the
+// mutex and never blocks (a reactor's thread is one: the raw client's doRawAsync); the writer takes the
 // whole batch every resultDrain, or at once when resultBatch records wait or the queue is
 // closed. A channel send per record woke the writer's goroutine once per request, and each
 // wake of a parked goroutine wakes a thread as well (a futex wake, its spin, its sleep): a

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
@@ -20,21 +21,8 @@ import (
 // carries the session id in a session-affinity header for routers (llm-d, gateways); and
 // the trace's model column can choose the model (a LoRA adapter is a served model name).
 
-// RequestIDHeader is the header that carries RUNID-REQUESTID on every request.
-const RequestIDHeader = "X-Request-Id"
-
 // DefaultSessionHeader is --session-header's default.
 const DefaultSessionHeader = "X-Session-ID"
-
-// runIDLen is the length of results.RunID's ids (8 bytes in hex). The raw client's heads
-// reserve it before the run id is known; Run checks the id has it.
-const runIDLen = 16
-
-const runIDPlaceholder = "0000000000000000"
-
-// clientHeaders are the headers the clients set themselves; neither --header nor
-// --session-header may name one.
-var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "Accept", RequestIDHeader}
 
 // validateRoutes checks --header, --session-header and --model-map (Config.Validate).
 func (c *Config) validateRoutes() error {
@@ -42,67 +30,16 @@ func (c *Config) validateRoutes() error {
 	if err != nil {
 		return err
 	}
-	if err := checkSessionHeader(c.SessionHeader); err != nil {
+	if err := transport.CheckSessionHeader(c.SessionHeader); err != nil {
 		return &ConfigError{err.Error()}
 	}
 	for k := range h {
-		if err := checkExtraHeader(k, c.SessionHeader); err != nil {
+		if err := transport.CheckExtraHeader(k, c.SessionHeader); err != nil {
 			return &ConfigError{err.Error()}
 		}
 	}
 	_, err = ParseModelMap(c.ModelMap)
 	return err
-}
-
-// checkSessionHeader checks a --session-header name ("" = none).
-func checkSessionHeader(name string) error {
-	if name == "" {
-		return nil
-	}
-	if !validHeaderName(name) {
-		return fmt.Errorf("--session-header %q: not a valid HTTP header name", name)
-	}
-	for _, h := range clientHeaders {
-		if strings.EqualFold(name, h) {
-			return fmt.Errorf("--session-header %q: llmreplay sets %s itself", name, h)
-		}
-	}
-	return nil
-}
-
-// checkExtraHeader refuses a --header that would duplicate a per-request header.
-func checkExtraHeader(name, sessionHeader string) error {
-	switch {
-	case strings.EqualFold(name, RequestIDHeader):
-		return fmt.Errorf("--header %s: llmreplay sends %s: RUNID-REQUESTID on every request", name, RequestIDHeader)
-	case sessionHeader != "" && strings.EqualFold(name, sessionHeader):
-		return fmt.Errorf("--header %s: it is the session header (--session-header), sent with each request's session id; give --session-header '' to send none", name)
-	}
-	return nil
-}
-
-// requestHeader returns the net/http client's headers for r: the client's own, plus r's
-// X-Request-Id and session header.
-func (c *Client) requestHeader(r *request) http.Header {
-	session := r.hasSession && c.opts.SessionHeader != ""
-	if r.runID == "" && !session {
-		return c.header
-	}
-	h := make(http.Header, len(c.header)+2)
-	maps.Copy(h, c.header)
-	vals := make([]string, 2) // one allocation for both values' slices
-	var buf [64]byte
-	if r.runID != "" {
-		b := append(append(buf[:0], r.runID...), '-')
-		vals[0] = string(strconv.AppendInt(b, r.id, 10))
-		h[RequestIDHeader] = vals[0:1:1]
-	}
-	if session {
-		// Set as given, not canonicalised: the raw client writes it so too.
-		vals[1] = string(strconv.AppendInt(buf[:0], r.session, 10))
-		h[c.opts.SessionHeader] = vals[1:2:2]
-	}
-	return h
 }
 
 // ParseModelMap reads --model-map: trace=served pairs, comma-separated. Its errors name
@@ -262,7 +199,7 @@ func (p *preparer) served(ctx context.Context) ([]string, error) {
 func listModels(ctx context.Context, base *url.URL, apiKey string, header http.Header, insecure bool) ([]string, error) {
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return ListModels(lctx, base, apiKey, header, insecure)
+	return transport.ListModels(lctx, base, apiKey, header, insecure)
 }
 
 func quoteAll(s []string) []string {

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,7 +15,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // seenRequest is what the recording server saw of one request.
@@ -52,7 +52,7 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Model string `json:"model"`
 		}
 		json.Unmarshal(body, &b)
-		s := seenRequest{requestID: strings.Join(r.Header.Values(RequestIDHeader), "|"), model: b.Model}
+		s := seenRequest{requestID: strings.Join(r.Header.Values(transport.RequestIDHeader), "|"), model: b.Model}
 		if rc.session != "" {
 			vs := r.Header.Values(rc.session)
 			s.session, s.hasSession = strings.Join(vs, "|"), len(vs) > 0
@@ -92,11 +92,11 @@ func TestRoutingHeaders(t *testing.T) {
 		{"id known midway", func(o *Options) { o.LookAhead = 3 }},
 		{"closed loop", func(o *Options) { o.Speedup, o.Concurrency, o.LookAhead = 0, 2, 3 }},
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		for _, tc := range cases {
 			t.Run(hc+"/"+tc.name, func(t *testing.T) {
 				rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: DefaultSessionHeader}
-				c := newTestClient(t, startServer(t, rec), func(o *ClientOptions) {
+				c := newTestClient(t, startServer(t, rec), func(o *transport.ClientOptions) {
 					o.HTTPClient, o.SessionHeader = hc, DefaultSessionHeader
 				})
 				reqs := routedTrace(12, 2*time.Millisecond)
@@ -107,7 +107,7 @@ func TestRoutingHeaders(t *testing.T) {
 						tc.mod(o)
 					}
 				})
-				if len(meta.RunID) != runIDLen {
+				if len(meta.RunID) != transport.RunIDLen {
 					t.Fatalf("run id %q", meta.RunID)
 				}
 				checkRouted(t, rec, reqs, res, meta.RunID, true)
@@ -151,9 +151,9 @@ func checkRouted(t *testing.T, rec *recorder, reqs []trace.Request, res []result
 
 // TestNoSessionHeader: SessionHeader "" sends no session header; X-Request-Id still goes.
 func TestNoSessionHeader(t *testing.T) {
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: DefaultSessionHeader}
-		c := newTestClient(t, startServer(t, rec), func(o *ClientOptions) { o.HTTPClient = hc })
+		c := newTestClient(t, startServer(t, rec), func(o *transport.ClientOptions) { o.HTTPClient = hc })
 		_, res, meta := runTrace(t, context.Background(), c, routedTrace(6, time.Millisecond), nil)
 		for _, s := range rec.seen {
 			if s.hasSession {
@@ -174,8 +174,8 @@ func TestNoSessionHeader(t *testing.T) {
 // TestRunIDLen: the raw client's heads reserve runIDLen bytes for the run id.
 func TestRunIDLen(t *testing.T) {
 	for _, n := range []int{1, 4} {
-		if id := results.RunID(time.Now().UnixNano(), "abc", n); len(id) != runIDLen || runIDLen != len(runIDPlaceholder) {
-			t.Errorf("RunID %q: length %d, runIDLen %d", id, len(id), runIDLen)
+		if id := results.RunID(time.Now().UnixNano(), "abc", n); len(id) != transport.RunIDLen || transport.RunIDLen != len(transport.RunIDPlaceholder) {
+			t.Errorf("RunID %q: length %d, runIDLen %d", id, len(id), transport.RunIDLen)
 		}
 	}
 }
@@ -246,7 +246,7 @@ func TestPrepareModels(t *testing.T) {
 		{name: "malformed", served: []string{"base"}, trace: []string{"gpt-4"},
 			modelMap: "gpt-4:base", errHas: `--model-map "gpt-4:base": want TRACE=SERVED`},
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		for _, c := range cases {
 			t.Run(hc+"/"+c.name, func(t *testing.T) {
 				rec := modelServer(c.served...)
@@ -342,9 +342,18 @@ func TestRouteFlagErrors(t *testing.T) {
 // with the session header too, and built before the run id is known then completed at
 // dispatch (dispatcher.withRunID: one copy over the placeholder).
 func BenchmarkRequestHead(b *testing.B) {
+	if !transport.RawBuilt {
+		b.Skip("the raw client is built for linux only")
+	}
 	u, _ := wire.BaseURL("http://127.0.0.1:8000/v1")
-	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}, "User-Agent": {"llmreplay"}}
-	t := newRawTransport(u, u, h, 64, DefaultSessionHeader)
+	c, err := transport.NewClient(transport.ClientOptions{BaseURL: u, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
+		HTTPClient: transport.HTTPClientRaw, MaxInflight: 64, SessionHeader: DefaultSessionHeader})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	t := c.Transport()
+	body := make([]byte, 4567)
 	r := &dispatcher{runID: "48ab9150de323e0d"}
 	for _, bc := range []struct {
 		name               string
@@ -354,35 +363,10 @@ func BenchmarkRequestHead(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				req := &request{id: int64(1_000_000 + i), runID: bc.runID, session: int64(i), hasSession: bc.session}
-				req.head = t.appendHead(make([]byte, 0, t.headCap()), req, 4567, bc.unknownID)
+				req := &request{Request: transport.Request{ID: int64(1_000_000 + i), RunID: bc.runID, Session: int64(i), HasSession: bc.session, Body: body}}
+				t.Prepare(&req.Request, bc.unknownID)
 				if bc.unknownID {
 					r.withRunID(req)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkRequestHeader: net/http's header map per request: the client's shared one
-// (no routing headers), or a copy with X-Request-Id and the session header.
-func BenchmarkRequestHeader(b *testing.B) {
-	u, _ := wire.BaseURL("http://127.0.0.1:8000/v1")
-	c, err := NewClient(ClientOptions{BaseURL: u, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP, SessionHeader: DefaultSessionHeader})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, bc := range []struct {
-		name  string
-		runID string
-		sess  bool
-	}{{"client-header", "", false}, {"request-id+session", "48ab9150de323e0d", true}} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				req := &request{id: int64(1_000_000 + i), runID: bc.runID, session: int64(i), hasSession: bc.sess}
-				if h := c.requestHeader(req); len(h) == 0 {
-					b.Fatal("no header")
 				}
 			}
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/wire"
 )
 
@@ -111,7 +112,7 @@ func (s *ScrapeStat) Note() string {
 
 // scraper samples its sources on the run clock until its context ends.
 type scraper struct {
-	clk      clock
+	clk      transport.Clock
 	interval time.Duration
 	timeout  time.Duration
 	client   *http.Client
@@ -122,9 +123,9 @@ type scraper struct {
 }
 
 // newScraper returns a scraper of urls; rt, when not nil, replaces its transport (tests).
-func newScraper(clk clock, urls []string, interval time.Duration, insecure bool, rt http.RoundTripper) *scraper {
+func newScraper(clk transport.Clock, urls []string, interval time.Duration, insecure bool, rt http.RoundTripper) *scraper {
 	if rt == nil {
-		rt = NewTransport(len(urls)+1, insecure)
+		rt = transport.NewTransport(len(urls)+1, insecure)
 	}
 	s := &scraper{clk: clk, interval: interval, timeout: ScrapeTimeout(interval), urls: urls,
 		client: &http.Client{Transport: rt}, stats: make([]ScrapeStat, len(urls)),
@@ -161,7 +162,7 @@ func (s *scraper) loop(ctx context.Context, i int) {
 	defer t.Stop()
 	iv := int64(s.interval)
 	for k := int64(0); ; {
-		if d := time.Duration(k*iv - s.clk.now()); d > 0 {
+		if d := time.Duration(k*iv - s.clk.Now()); d > 0 {
 			t.Reset(d)
 			select {
 			case <-t.C:
@@ -169,12 +170,12 @@ func (s *scraper) loop(ctx context.Context, i int) {
 				return
 			}
 		}
-		sent := s.clk.now()
+		sent := s.clk.Now()
 		samples, err := s.scrapeOnce(ctx, s.urls[i])
 		if ctx.Err() != nil {
 			return // the run is over: an interrupted scrape is neither data nor a failure
 		}
-		res := &scrapeResult{tNS: sent, source: st.Source, samples: samples, dur: time.Duration(s.clk.now() - sent)}
+		res := &scrapeResult{tNS: sent, source: st.Source, samples: samples, dur: time.Duration(s.clk.Now() - sent)}
 		st.Attempts++
 		if err != nil {
 			res.err = err.Error()
@@ -189,7 +190,7 @@ func (s *scraper) loop(ctx context.Context, i int) {
 			st.Overflow++
 		}
 		next := k + 1
-		if now := s.clk.now(); now > next*iv {
+		if now := s.clk.Now(); now > next*iv {
 			n := now / iv // the tick in progress has passed too: wait for the one after
 			st.Skipped += n + 1 - next
 			next = n + 1
@@ -266,7 +267,7 @@ func shortLine(s string) string {
 func Probe(ctx context.Context, u *url.URL, insecure bool) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	tr := NewTransport(1, insecure)
+	tr := transport.NewTransport(1, insecure)
 	defer tr.CloseIdleConnections()
 	samples, err := fetchExposition(ctx, &http.Client{Transport: tr}, u.String(), ProbeTimeout)
 	if err == nil && len(samples) == 0 {

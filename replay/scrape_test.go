@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"errors"
 	"fmt"
@@ -29,7 +27,9 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // metricRow is one row of a metrics file, as a test reads it.
@@ -283,7 +283,7 @@ type countingEndpoint struct {
 	inflight atomic.Int64
 }
 
-func (c *countingEndpoint) do(ctx context.Context, clk clock, req *request, res *results.Result) {
+func (c *countingEndpoint) do(ctx context.Context, clk transport.Clock, req *transport.Request, res *results.Result) {
 	c.inflight.Add(1)
 	defer c.inflight.Add(-1)
 	c.fakeEndpoint.do(ctx, clk, req, res)
@@ -305,7 +305,7 @@ func TestSynctestScraperSkipsAndDrops(t *testing.T) {
 			return exposition("up 1\n"), nil
 		})
 		fast := rtFunc(func(r *http.Request) (*http.Response, error) { return exposition("up 1\n"), nil })
-		s := newScraper(clock{start: start}, []string{"http://a/metrics", "http://b/metrics"}, time.Second, false, nil)
+		s := newScraper(transport.Clock{Start: start}, []string{"http://a/metrics", "http://b/metrics"}, time.Second, false, nil)
 		s.client = &http.Client{Transport: rtFunc(func(r *http.Request) (*http.Response, error) {
 			if r.URL.Host == "a" {
 				return slow(r)

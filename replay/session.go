@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"container/heap"
 	"fmt"
 	"strings"
@@ -11,7 +9,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Conversations (docs/replay.md, "Conversations"): how the turns of one trace session are
@@ -195,7 +195,7 @@ type sessions struct {
 type turnHeap []*request
 
 func (h turnHeap) Len() int           { return len(h) }
-func (h turnHeap) Less(i, j int) bool { return h[i].dueNS < h[j].dueNS }
+func (h turnHeap) Less(i, j int) bool { return h[i].DueNS < h[j].DueNS }
 func (h turnHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *turnHeap) Push(x any)        { *h = append(*h, x.(*request)) }
 func (h *turnHeap) Pop() any {
@@ -346,14 +346,15 @@ func (pr *feed) recordEnded(c *conv, tp *turnPlan) {
 func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	s := pr.sess
 	req := &request{
-		id: tp.tr.ID, promptTokens: tp.tr.PromptTokens, outputTokens: tp.tr.OutputTokens,
-		warmup: tp.warmup, session: c.id, hasSession: true, turn: tp.turn, conv: c,
+		Request: transport.Request{ID: tp.tr.ID, PromptTokens: tp.tr.PromptTokens, OutputTokens: tp.tr.OutputTokens,
+			Warmup: tp.warmup, Session: c.id, HasSession: true},
+		turn: tp.turn, conv: c,
 	}
 	if id := pr.preparedRunID.Load(); id != nil {
-		req.runID = *id
+		req.RunID = *id
 	}
 	ready := c.endNS + tp.think
-	req.dueNS = max(tp.dueNS, ready)
+	req.DueNS = max(tp.dueNS, ready)
 	req.sessionWaitNS = max(0, ready-tp.dueNS)
 	if pr.o.Concurrency > 0 {
 		req.sessionWaitNS = results.Null // a closed loop has no trace time to wait beyond
@@ -371,7 +372,7 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 			s.short++
 			s.mu.Unlock()
 		}
-		req.promptTokens = c.histTokens + tr.PromptTokens
+		req.PromptTokens = c.histTokens + tr.PromptTokens
 	}
 	s.promptMu.Lock()
 	prompt, err := pr.o.Prompter.AppendPrompt(nil, &tr)
@@ -388,20 +389,20 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 // that is not its session's last keeps what it sends (req.sent) for the next one.
 func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []byte) {
 	cl := pr.o.Client
-	prefix := cl.bodyPrefix
+	prefix := cl.DefaultBodyPrefix()
 	if p, ok := pr.bodyPrefixes[tr.Model]; ok {
 		prefix = p
 	}
 	keep := c != nil && pr.o.History == HistoryActual && (c.turns == 0 || req.turn < c.turns-1)
 	if c == nil || pr.o.History != HistoryActual {
-		req.body = cl.appendBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
+		req.Body = cl.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
 	} else {
 		var hist []byte
 		if c != nil {
 			hist = c.hist
 		}
 		var sent []byte
-		if cl.opts.API == wire.APIChat {
+		if cl.Options().API == wire.APIChat {
 			sent = make([]byte, 0, len(hist)+len(prompt)+len(prompt)/8+32)
 			sent = append(sent, hist...)
 			if len(hist) > 0 {
@@ -410,21 +411,21 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 			sent = append(sent, `{"role":"user","content":`...)
 			sent = wire.AppendJSONBytes(sent, prompt)
 			sent = append(sent, '}')
-			req.body = cl.appendBodyMessages(make([]byte, 0, len(sent)+len(prefix)+96), prefix, sent, tr.OutputTokens)
+			req.Body = cl.AppendMessagesBody(make([]byte, 0, len(sent)+len(prefix)+96), prefix, sent, tr.OutputTokens)
 		} else {
 			sent = make([]byte, 0, len(hist)+len(prompt))
 			sent = append(append(sent, hist...), prompt...)
-			req.body = cl.appendBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+96), prefix, sent, tr.OutputTokens)
+			req.Body = cl.AppendPromptBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+96), prefix, sent, tr.OutputTokens)
 		}
 		if c != nil {
 			c.hist = nil // moved into sent
 		}
 		if keep {
 			req.sent = sent
-			req.capture = true
+			req.Capture = true
 		}
 	}
-	pr.tr.prepare(req, req.runID == "")
+	pr.tr.Prepare(&req.Request, req.RunID == "")
 }
 
 // turnEnded is the part of a session's turn after its response: it records the end,
@@ -434,10 +435,10 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 	s := pr.sess
 	c := req.conv
 	ok := res.Status == results.StatusOK
-	if req.capture {
+	if req.Capture {
 		c.hist, c.histTokens = pr.history(req, res)
 	}
-	req.sent, req.answer = nil, nil
+	req.sent, req.Answer = nil, nil
 	s.mu.Lock()
 	c.endNS = endNS
 	var ended []*turnPlan
@@ -476,15 +477,15 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
-	if pr.o.Client.opts.API == wire.APIChat {
+	if pr.o.Client.Options().API == wire.APIChat {
 		h = append(h, `,{"role":"assistant","content":`...)
-		h = wire.AppendJSONBytes(h, req.answer)
+		h = wire.AppendJSONBytes(h, req.Answer)
 		h = append(h, '}')
 	} else {
-		h = append(h, req.answer...)
+		h = append(h, req.Answer...)
 	}
-	n := req.promptTokens
-	if res.OutputTokens > 0 && len(req.answer) > 0 {
+	n := req.PromptTokens
+	if res.OutputTokens > 0 && len(req.Answer) > 0 {
 		n += res.OutputTokens
 	}
 	return h, n

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +16,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // sessionTrace returns sessions conversations of turns turns each, interleaved: turn k of
@@ -205,12 +205,12 @@ func TestSynctestOnTurnError(t *testing.T) {
 				sent := map[int64]bool{}
 				sr := runSynctest(t, context.Background(), trace.NewSliceSource(reqs), f, func(o *Options) {
 					o.Sessions, o.OnTurnError, o.seams.record = SessionsSequential, policy, rc.add
-					o.seams.do = func(ctx context.Context, clk clock, req *request, res *results.Result) {
+					o.seams.do = func(ctx context.Context, clk transport.Clock, req *transport.Request, res *results.Result) {
 						mu.Lock()
-						sent[req.id] = true
+						sent[req.ID] = true
 						mu.Unlock()
 						f.do(ctx, clk, req, res)
-						if req.id == 1 {
+						if req.ID == 1 {
 							res.Status, res.Error = results.StatusHTTPError, "HTTP 500: boom"
 						}
 					}
@@ -298,7 +298,7 @@ func (s *historyServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, _ := io.ReadAll(r.Body)
-	rid := r.Header.Get(RequestIDHeader)
+	rid := r.Header.Get(transport.RequestIDHeader)
 	id, _ := strconv.ParseInt(rid[strings.LastIndexByte(rid, '-')+1:], 10, 64)
 	s.mu.Lock()
 	if s.bodies == nil {
@@ -335,13 +335,13 @@ func TestSequentialHistoryActual(t *testing.T) {
 		reqs[i].OutputTokens = 5
 	}
 	for _, api := range []wire.API{wire.APIChat, wire.APICompletions} {
-		for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-			if hc == HTTPClientRaw && !rawBuilt {
+		for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+			if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 				continue
 			}
 			t.Run(string(api)+"/"+hc, func(t *testing.T) {
 				srv := &historyServer{}
-				c := newTestClient(t, startServer(t, srv), func(o *ClientOptions) { o.API, o.HTTPClient = api, hc })
+				c := newTestClient(t, startServer(t, srv), func(o *transport.ClientOptions) { o.API, o.HTTPClient = api, hc })
 				var rc records
 				sum, _, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
 					o.Sessions, o.History, o.seams.record = SessionsSequential, HistoryActual, rc.add
@@ -449,7 +449,7 @@ func TestPrepareSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := s.Options; o.Sessions != SessionsSequential || o.History != HistoryActual || o.Client.opts.TokenIDPrompts || o.SessionPlan.Turns[1000] != 2 ||
+	if o := s.Options; o.Sessions != SessionsSequential || o.History != HistoryActual || o.Client.Options().TokenIDPrompts || o.SessionPlan.Turns[1000] != 2 ||
 		o.Meta.Flags["sessions"] != SessionsSequential || o.Meta.Flags["history"] != HistoryActual {
 		t.Errorf("conversation trace: sessions %q history %q plan %+v flags %v", o.Sessions, o.History, o.SessionPlan, o.Meta.Flags)
 	}
@@ -459,7 +459,7 @@ func TestPrepareSessions(t *testing.T) {
 	if s, err = prep(conv, func(c *Config) { c.Concurrency, c.ConcurrencySet = 2, true }); err != nil || s.Options.Sessions != SessionsSequential {
 		t.Errorf("closed loop: %v %q", err, s.Options.Sessions)
 	}
-	if s, err = prep(conv, func(c *Config) { c.PromptFormat = "token-ids" }); err != nil || s.Options.History != HistorySynthetic || !s.Options.Client.opts.TokenIDPrompts {
+	if s, err = prep(conv, func(c *Config) { c.PromptFormat = "token-ids" }); err != nil || s.Options.History != HistorySynthetic || !s.Options.Client.Options().TokenIDPrompts {
 		t.Errorf("token ids: %v %q", err, s.Options.History)
 	}
 }
@@ -506,16 +506,16 @@ func TestSynctestClosedLoopSessionsStayOnAWorker(t *testing.T) {
 		f := &fakeEndpoint{d: 100 * time.Millisecond}
 		sr := runSynctest(t, context.Background(), trace.NewSliceSource(reqs), f, func(o *Options) {
 			o.Concurrency, o.Sessions, o.ThinkTime, o.seams.record = 2, SessionsSequential, ThinkTime{Fixed: 50 * time.Millisecond}, rc.add
-			o.seams.do = func(ctx context.Context, clk clock, req *request, res *results.Result) {
+			o.seams.do = func(ctx context.Context, clk transport.Clock, req *transport.Request, res *results.Result) {
 				mu.Lock()
-				inflight[req.session]++
-				if inflight[req.session] > 1 {
-					t.Errorf("session %d: two turns in flight at %v", req.session, time.Duration(clk.now()))
+				inflight[req.Session]++
+				if inflight[req.Session] > 1 {
+					t.Errorf("session %d: two turns in flight at %v", req.Session, time.Duration(clk.Now()))
 				}
 				mu.Unlock()
 				f.do(ctx, clk, req, res)
 				mu.Lock()
-				inflight[req.session]--
+				inflight[req.Session]--
 				mu.Unlock()
 			}
 		})

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"io"
 	"net/http"
@@ -12,7 +10,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // TestSimFaults replays against the simulated engine with every fault it injects and
@@ -36,7 +36,7 @@ func TestSimFaults(t *testing.T) {
 	}
 	defer srv.Close()
 	base, _ := wire.BaseURL(srv.BaseURL())
-	c := newTestClient(t, base, func(o *ClientOptions) { o.Model = cfg.Model; o.Timeout = 1500 * time.Millisecond })
+	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.Model = cfg.Model; o.Timeout = 1500 * time.Millisecond })
 	t0 := time.Now()
 	_, res, _ := runTrace(t, context.Background(), c, uniformTrace(60, 5*time.Millisecond, 20, 8), nil)
 	if el := time.Since(t0); el > 20*time.Second {

@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bytes"
 	"context"
 	"errors"
@@ -15,7 +13,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The tests in this file run the runner's timing under testing/synctest: a virtual clock
@@ -31,14 +31,14 @@ type fakeEndpoint struct {
 	ends map[int64]time.Duration
 }
 
-func (f *fakeEndpoint) do(ctx context.Context, clk clock, req *request, res *results.Result) {
-	res.SentNS = clk.now()
+func (f *fakeEndpoint) do(ctx context.Context, clk transport.Clock, req *transport.Request, res *results.Result) {
+	res.SentNS = clk.Now()
 	t := time.NewTimer(f.d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		res.Status = results.StatusOK
-		res.FirstTokenNS, res.EndNS = clk.now(), clk.now()
+		res.FirstTokenNS, res.EndNS = clk.Now(), clk.Now()
 		res.ChunkNS = []int64{res.EndNS - res.SentNS}
 		res.OutputTokens, res.OutputTokensSource = 1, results.SourceUsage
 	case <-ctx.Done():
@@ -49,7 +49,7 @@ func (f *fakeEndpoint) do(ctx context.Context, clk clock, req *request, res *res
 	if f.ends == nil {
 		f.ends = map[int64]time.Duration{}
 	}
-	f.ends[req.id] = time.Duration(clk.now())
+	f.ends[req.ID] = time.Duration(clk.Now())
 }
 
 func (f *fakeEndpoint) endsAt() map[int64]time.Duration {
@@ -90,7 +90,7 @@ func runSynctest(t *testing.T, ctx context.Context, src trace.Source, f *fakeEnd
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
+	c, err := transport.NewClient(transport.ClientOptions{BaseURL: base, API: wire.APICompletions, Backend: wire.BackendVLLM, Model: "m",
 		MaxInflight: 64, HTTPClient: "net/http"})
 	if err != nil {
 		t.Fatal(err)
@@ -338,25 +338,25 @@ func TestSynctestFatalErrorStopsWithGrace(t *testing.T) {
 func TestSynctestWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stop := make(chan struct{})
-		clk := clock{start: time.Now()}
+		clk := transport.Clock{Start: time.Now()}
 		w := newWaiter(clk, stop)
 		w.noSpin()
 		for _, due := range []time.Duration{0, 30 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond, 4*time.Second + 7} {
 			if !w.until(int64(due)) {
 				t.Fatalf("until(%v) = false with no stop", due)
 			}
-			if now := time.Duration(clk.now()); now != due {
+			if now := time.Duration(clk.Now()); now != due {
 				t.Errorf("until(%v) returned at %v", due, now)
 			}
 		}
-		if !w.until(int64(time.Second)) || time.Duration(clk.now()) != 4*time.Second+7 {
-			t.Errorf("a past deadline waited: now %v", time.Duration(clk.now()))
+		if !w.until(int64(time.Second)) || time.Duration(clk.Now()) != 4*time.Second+7 {
+			t.Errorf("a past deadline waited: now %v", time.Duration(clk.Now()))
 		}
 		time.AfterFunc(700*time.Millisecond, func() { close(stop) })
 		if w.until(int64(time.Minute)) {
 			t.Error("until = true across a stop")
 		}
-		if now := time.Duration(clk.now()); now != 4*time.Second+7+700*time.Millisecond {
+		if now := time.Duration(clk.Now()); now != 4*time.Second+7+700*time.Millisecond {
 			t.Errorf("stop noticed at %v, want 4.7s", now)
 		}
 	})
@@ -376,7 +376,7 @@ func TestWaiterAdapt(t *testing.T) {
 		{200 * us, 50 * us, 200*us - 200*us/64},
 		{200 * us, 250 * us, 280 * us},
 	} {
-		w := newWaiter(clock{}, nil)
+		w := newWaiter(transport.Clock{}, nil)
 		w.margin = c.margin
 		w.adapt(c.over)
 		if w.margin != c.want {

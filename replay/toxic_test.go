@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"fmt"
 	"os"
@@ -16,8 +14,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The toxiproxy tests put a real fault-injecting TCP proxy (github.com/Shopify/toxiproxy,
@@ -117,8 +117,8 @@ func TestE2EToxiproxy(t *testing.T) {
 			{name: "limit", typ: "limit_data", stream: "downstream", toxicity: 1, attrs: `{"bytes":4096}`},
 		}, longStatus: results.StatusStreamError, longHTTP: 200, longErr: "unexpected EOF"},
 	}
-	for _, hc := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
-		if hc == HTTPClientRaw && !rawBuilt {
+	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
+		if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue // the raw client is built for linux only
 		}
 		for _, tc := range cases {
@@ -194,7 +194,7 @@ func testToxic(t *testing.T, hc string, tc toxicCase) {
 	if timeout == 0 {
 		timeout = toxicTimeout
 	}
-	c := newTestClient(t, base, func(o *ClientOptions) {
+	c := newTestClient(t, base, func(o *transport.ClientOptions) {
 		o.Model, o.Timeout, o.HTTPClient = srv.Info().Config.Model, timeout, hc
 	})
 	longOut := tc.longOut

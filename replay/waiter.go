@@ -3,6 +3,8 @@ package replay
 import (
 	"runtime"
 	"time"
+
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // waiter waits for absolute deadlines on the run clock. It sleeps on a Go timer until
@@ -22,7 +24,7 @@ import (
 // dispatcher must also wake when a turn is queued (untilWoken: a channel, which a thread
 // asleep in clock_nanosleep cannot watch) and whose closed-loop workers wait think times.
 type waiter struct {
-	clk    clock
+	clk    transport.Clock
 	stop   <-chan struct{}
 	timer  *time.Timer
 	margin time.Duration // current yield window before a deadline
@@ -37,7 +39,7 @@ const (
 	maxSleep  = 50 * time.Millisecond  // a stop is noticed at least this often
 )
 
-func newWaiter(clk clock, stop <-chan struct{}) *waiter {
+func newWaiter(clk transport.Clock, stop <-chan struct{}) *waiter {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	return &waiter{clk: clk, stop: stop, timer: t, margin: maxMargin, minMargin: minMargin, maxMargin: maxMargin}
@@ -64,13 +66,13 @@ func (w *waiter) adapt(overshoot time.Duration) {
 // untilWoken is waiter.until that also returns, with reached false, when wake fires.
 func (w *waiter) untilWoken(dueNS int64, wake <-chan bool) (reached, stopped bool) {
 	for {
-		d := time.Duration(dueNS - w.clk.now())
+		d := time.Duration(dueNS - w.clk.Now())
 		if d <= 0 {
 			return true, false
 		}
 		if d > w.margin {
 			s := min(d-w.margin, maxSleep)
-			target := w.clk.now() + int64(s)
+			target := w.clk.Now() + int64(s)
 			w.timer.Reset(s)
 			select {
 			case <-w.timer.C:
@@ -81,7 +83,7 @@ func (w *waiter) untilWoken(dueNS int64, wake <-chan bool) (reached, stopped boo
 				w.timer.Stop()
 				return false, false
 			}
-			w.adapt(time.Duration(w.clk.now() - target))
+			w.adapt(time.Duration(w.clk.Now() - target))
 			continue
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/osthread"
 	"github.com/llmreplay/llmreplay/internal/raceio"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // threadWaiter waits for due times on a thread of its own: the goroutine is locked to
@@ -18,7 +19,7 @@ import (
 // before the wake, and no yield loop burning a core before each due time.
 //
 // With a P of its own (hold: GOMAXPROCS raised by one for each dispatching thread,
-// extrap_linux.go) the thread keeps its P while it sleeps (osthread.SleepHold) and runs as
+// transport's extrap_linux.go) the thread keeps its P while it sleeps (osthread.SleepHold) and runs as
 // it wakes, as replaybench's C sleeper does. Without one (a process on one P) it hands the
 // P to the other goroutines while it sleeps (osthread.SleepUntil) and needs one back when
 // it wakes (exitsyscall): an idle one at once, or it queues until a running goroutine
@@ -26,7 +27,7 @@ import (
 //
 // It sleeps at most maxSleep at a time, so that a stop is seen within maxSleep.
 type threadWaiter struct {
-	clk  clock
+	clk  transport.Clock
 	stop <-chan struct{}
 	// base is CLOCK_MONOTONIC (ns) when the run clock was 0, or a little after
 	// (monoBase): a sleep to base+dueNS ends when the run clock has reached dueNS.
@@ -47,10 +48,10 @@ const DispatcherThreadName = "llmr-dispatch"
 var lockedWaiters atomic.Int64
 
 // preciseWaiter locks the calling goroutine to its thread until release.
-func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
+func preciseWaiter(clk transport.Clock, stop <-chan struct{}) dueWaiter {
 	runtime.LockOSThread()
 	lockedWaiters.Add(1)
-	hold := claimP(&extraP.dispatchers)
+	hold := transport.ClaimDispatcherP()
 	// Linux lets a normal thread's sleep end up to its timer slack (50 µs) late; the
 	// dispatcher's wakes are its lateness (replaybench's C sleeper sets the same 1 ns).
 	slack := osthread.SetTimerSlack(1)
@@ -59,7 +60,7 @@ func preciseWaiter(clk clock, stop <-chan struct{}) dueWaiter {
 }
 
 func (w *threadWaiter) release() {
-	releaseP(&extraP.dispatchers)
+	transport.ReleaseDispatcherP()
 	osthread.SetName(w.name)
 	osthread.SetTimerSlack(w.slack)
 	lockedWaiters.Add(-1)
@@ -75,10 +76,10 @@ func (w *threadWaiter) release() {
 // before its due time. It may end late by (m - n) - B, the time between the two readings
 // (tens of ns); the least of a few pairs keeps it so when a preemption falls between them.
 // until checks the run clock after each sleep anyway.
-func monoBase(clk clock) int64 {
+func monoBase(clk transport.Clock) int64 {
 	b := int64(1<<63 - 1)
 	for range 5 {
-		n := clk.now()
+		n := clk.Now()
 		b = min(b, osthread.Monotonic()-n)
 	}
 	return b
@@ -88,7 +89,7 @@ func monoBase(clk clock) int64 {
 // within maxSleep: the thread sleeps in slices of at most that).
 func (w *threadWaiter) until(dueNS int64) bool {
 	for {
-		now := w.clk.now()
+		now := w.clk.Now()
 		if now >= dueNS {
 			return true
 		}
@@ -138,7 +139,7 @@ func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) 
 
 // writeAt is sendAt for a request's message: its head, then its body.
 func (w *threadWaiter) writeAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno) {
-	iov, cnt := messageIovec(head, body)
+	iov, cnt := transport.MessageIovec(head, body)
 	sentNS, n, err = w.sendAt(dueNS, fd, &iov[0], cnt)
 	runtime.KeepAlive(head)
 	runtime.KeepAlive(body)

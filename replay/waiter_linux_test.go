@@ -19,11 +19,12 @@ import (
 	"github.com/llmreplay/llmreplay/internal/cputime"
 	"github.com/llmreplay/llmreplay/internal/rxstamp"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 )
 
 // newTestThreadWaiter returns a thread waiter for the calling goroutine and its release.
-func newTestThreadWaiter(clk clock, stop <-chan struct{}) (*threadWaiter, func()) {
+func newTestThreadWaiter(clk transport.Clock, stop <-chan struct{}) (*threadWaiter, func()) {
 	w := preciseWaiter(clk, stop)
 	return w.(*threadWaiter), w.release
 }
@@ -47,7 +48,7 @@ func TestThreadWaiterNeverEarly(t *testing.T) {
 }
 
 func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
-	clk := clock{start: time.Now()}
+	clk := transport.Clock{Start: time.Now()}
 	w, release := newTestThreadWaiter(clk, make(chan struct{}))
 	defer release()
 	if w.hold != hold {
@@ -67,7 +68,7 @@ func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
 		if !w.until(due) {
 			t.Fatalf("until(%d) = false with no stop", due)
 		}
-		now := clk.now()
+		now := clk.Now()
 		at = append(at, now)
 		if now < due {
 			t.Fatalf("until(%d) returned at %d, before its due time", due, now)
@@ -83,12 +84,12 @@ func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
 	// takes depends on how late each wake was (a late one leaves less to sleep, or
 	// nothing); what the waiter decides is each slice's end: maxSleep after the clock
 	// reading it was computed from, or the due time if that is sooner.
-	due := clk.now() + int64(2*maxSleep+maxSleep/2)
+	due := clk.Now() + int64(2*maxSleep+maxSleep/2)
 	var slices [][2]int64
 	w.onSlice = func(now, end int64) { slices = append(slices, [2]int64{now, end}) }
 	w.until(due)
 	w.onSlice = nil
-	if now := clk.now(); now < due {
+	if now := clk.Now(); now < due {
 		t.Fatalf("long wait returned %d ns early", due-now)
 	}
 	if len(slices) == 0 {
@@ -103,7 +104,7 @@ func testThreadWaiterNeverEarly(t *testing.T, hold bool) {
 
 // A stop ends the wait at the end of the slice the thread sleeps in, not at the due time.
 func TestThreadWaiterStop(t *testing.T) {
-	clk := clock{start: time.Now()}
+	clk := transport.Clock{Start: time.Now()}
 	stop := make(chan struct{})
 	got := make(chan bool)
 	ws := make(chan *threadWaiter)
@@ -111,7 +112,7 @@ func TestThreadWaiterStop(t *testing.T) {
 		w, release := newTestThreadWaiter(clk, stop)
 		defer release()
 		ws <- w
-		got <- w.until(clk.now() + int64(time.Hour))
+		got <- w.until(clk.Now() + int64(time.Hour))
 	}()
 	w := <-ws
 	for w.sleeps.Load() < 2 { // it sleeps slice after slice
@@ -135,7 +136,7 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	g0 := runtime.NumGoroutine()
 	srv := &vllmServer{}
 	base := startServer(t, srv)
-	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = "raw" })
+	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = "raw" })
 	const n = 60
 	if got := c.Prewarm(context.Background(), n); got != n {
 		t.Fatalf("prewarmed %d connections, want %d", got, n)
@@ -154,9 +155,7 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	close(procs)
 	// The dispatcher's P while it dispatches (requests also end after), and the reactor's
 	// (a reactor started by an earlier test may hold its P already: p0 counts it then).
-	extraP.Lock()
-	b0 := extraP.base
-	extraP.Unlock()
+	b0 := transport.BaseProcs()
 	want := p0
 	if b0 >= 2 {
 		want = b0 + 2
@@ -228,7 +227,7 @@ func BenchmarkDueWaiters(b *testing.B) {
 			}
 			dues := benchDues()
 			for range b.N {
-				clk := clock{start: time.Now()}
+				clk := transport.Clock{Start: time.Now()}
 				stop := make(chan struct{})
 				late := make([][]float64, 2)
 				var ww sync.WaitGroup
@@ -240,7 +239,7 @@ func BenchmarkDueWaiters(b *testing.B) {
 						defer w.release()
 						for _, d := range dues {
 							w.until(d)
-							late[k] = append(late[k], float64(clk.now()-d)/1e6)
+							late[k] = append(late[k], float64(clk.Now()-d)/1e6)
 						}
 					}()
 				}
@@ -270,7 +269,7 @@ func BenchmarkDueWaiterCPU(b *testing.B) {
 		b.Run(kind, func(b *testing.B) {
 			for range b.N {
 				cpu0 := cputime.Process()
-				clk := clock{start: time.Now()}
+				clk := transport.Clock{Start: time.Now()}
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
@@ -298,59 +297,11 @@ func benchDues() []int64 {
 }
 
 // benchWaiter is the thread waiter when thread is set, else the timer waiter.
-func benchWaiter(thread bool, clk clock, stop <-chan struct{}) dueWaiter {
+func benchWaiter(thread bool, clk transport.Clock, stop <-chan struct{}) dueWaiter {
 	if thread {
 		return preciseWaiter(clk, stop)
 	}
 	return newWaiter(clk, stop)
-}
-
-// The extra Ps: one for any number of overlapping open loops, one per reactor; set back
-// by the last release; none granted on one P; not set back over a change made by someone
-// else meanwhile.
-func TestExtraP(t *testing.T) {
-	// A reactor of an earlier test holds its P until it retires (reactorIdle).
-	waitFor(t, "no extra P held", func() bool {
-		extraP.Lock()
-		defer extraP.Unlock()
-		return extraP.dispatchers+extraP.reactors == 0
-	})
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	want := func(what string, n int) {
-		t.Helper()
-		if p := runtime.GOMAXPROCS(0); p != n {
-			t.Fatalf("%s: GOMAXPROCS %d, want %d", what, p, n)
-		}
-	}
-	runtime.GOMAXPROCS(2)
-	if !claimP(&extraP.dispatchers) || !claimP(&extraP.dispatchers) {
-		t.Fatal("no P granted on 2")
-	}
-	want("two open loops on 2", 4)
-	if !claimP(&extraP.reactors) {
-		t.Fatal("no P granted to a reactor")
-	}
-	want("and a reactor", 5)
-	releaseP(&extraP.dispatchers)
-	want("one of two open loops ended", 4)
-	releaseP(&extraP.dispatchers)
-	want("both ended", 3)
-	releaseP(&extraP.reactors)
-	want("all ended", 2)
-
-	runtime.GOMAXPROCS(1)
-	if claimP(&extraP.reactors) {
-		t.Error("a P granted on 1")
-	}
-	want("on one P", 1)
-	releaseP(&extraP.reactors)
-	want("on one P, released", 1)
-
-	runtime.GOMAXPROCS(4)
-	claimP(&extraP.dispatchers)
-	runtime.GOMAXPROCS(8) // the user's own change
-	releaseP(&extraP.dispatchers)
-	want("changed meanwhile", 8)
 }
 
 // sendAt writes at the due time, never before: the stamp it returns is at or after the due
@@ -367,7 +318,7 @@ func TestThreadWaiterSendAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	fd, err := ownSocket(c.(*net.TCPConn))
+	fd, err := dupSocket(c.(*net.TCPConn))
 	c.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -376,14 +327,14 @@ func TestThreadWaiterSendAt(t *testing.T) {
 	sraw, _ := s.(*net.TCPConn).SyscallConn()
 	sraw.Control(func(sfd uintptr) { rxstamp.Enable(int(sfd)) })
 
-	clk := clock{start: time.Now()}
+	clk := transport.Clock{Start: time.Now()}
 	w, wrelease := newTestThreadWaiter(clk, make(chan struct{}))
 	defer wrelease()
 	msg := []byte("hello, due time")
 	b, oob := make([]byte, 64), make([]byte, rxstamp.OOBSize)
 	stamped := 0
 	for i := range 20 {
-		due := clk.now() + int64(time.Duration(i%4)*500*time.Microsecond) // 0 to 1.5 ms ahead
+		due := clk.Now() + int64(time.Duration(i%4)*500*time.Microsecond) // 0 to 1.5 ms ahead
 		iov := syscall.Iovec{Base: &msg[0]}
 		iov.SetLen(len(msg))
 		sent, n, e := w.sendAt(due, fd, &iov, 1)
@@ -407,11 +358,61 @@ func TestThreadWaiterSendAt(t *testing.T) {
 		if arrived != 0 {
 			stamped++
 		}
-		if dueWall := clk.start.UnixNano() + due; arrived != 0 && arrived < dueWall-tol {
+		if dueWall := clk.Start.UnixNano() + due; arrived != 0 && arrived < dueWall-tol {
 			t.Fatalf("send %d reached the peer %d ns before its due time", i, dueWall-arrived)
 		}
 	}
 	if stamped == 0 {
 		t.Fatal("no send's arrival was stamped by the kernel: nothing checked")
+	}
+}
+
+// dupSocket duplicates c's descriptor (as the raw client's ownSocket does), so that the
+// thread waiter writes to a socket outside the runtime's netpoller once c is closed.
+func dupSocket(c *net.TCPConn) (int, error) {
+	sc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	cerr := sc.Control(func(s uintptr) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			err = e
+			return
+		}
+		fd = int(r)
+	})
+	if cerr != nil {
+		return -1, cerr
+	}
+	return fd, err
+}
+
+// stampedListener holds the kernel's receive stamping on (rxstamp.Hold) and listens on
+// loopback, both until the test ends.
+func stampedListener(t *testing.T) net.Listener {
+	t.Helper()
+	release, err := rxstamp.Hold(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// waitFor polls cond every millisecond, for at most 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/uring"
 	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -79,7 +80,7 @@ const defaultRates = "300,600,1000,1500,2000,2500,3000"
 
 func main() {
 	flag.Parse()
-	replay.SetReactorRing(*ring)
+	transport.SetReactorRing(*ring)
 	if *cpus != "" {
 		if err := pinSelf(*cpus); err != nil {
 			fmt.Fprintln(os.Stderr, "replaybench: -cpus:", err)
@@ -286,7 +287,7 @@ type outcome struct {
 	ttftErrMax                float64
 	tokens                    int64
 	cpu, wall                 time.Duration
-	reactorCPU                time.Duration // of the threads named replay.ReactorThreadName, during the run
+	reactorCPU                time.Duration // of the threads named transport.ReactorThreadName, during the run
 	samplerCPU                time.Duration // of the benchmark's sampler of reactorCPU, taken out of cpu
 	sleeperCPU                time.Duration // of the C-like sleeper's thread, taken out of cpu
 	results                   string
@@ -333,8 +334,8 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	period := time.Duration(float64(time.Second) / ratePerSec)
 	slp := startSleeper(period)
 	hic := startHiccups()
-	reactorCPU := threadCPU(replay.ReactorThreadName)
-	cpu0, t0, bw0, rr0 := cpuTime(), time.Now(), replay.ReactorBatchWaits(), replay.ReactorRingReads()
+	reactorCPU := threadCPU(transport.ReactorThreadName)
+	cpu0, t0, bw0, rr0 := cpuTime(), time.Now(), transport.ReactorBatchWaits(), transport.ReactorRingReads()
 	sum, err := replay.Run(ctx, sess.Options)
 	if err != nil {
 		slp.end()
@@ -344,8 +345,8 @@ func replayOnce(base string, src trace.Source, ratePerSec float64, maxInflight i
 	}
 	o := &outcome{rate: ratePerSec, cpu: cpuTime() - cpu0, wall: time.Since(t0), results: cfg.Output, client: sess.Options.Client.HTTPClientName(), period: period}
 	o.reactorCPU, o.samplerCPU = reactorCPU()
-	o.batchWaits = replay.ReactorBatchWaits() - bw0
-	o.ringReads = replay.ReactorRingReads() - rr0
+	o.batchWaits = transport.ReactorBatchWaits() - bw0
+	o.ringReads = transport.ReactorRingReads() - rr0
 	o.hicP50, o.hicP99 = hic.end()
 	o.sleepP50, o.sleepP99, o.sleepMax, o.sleeperCPU = slp.endCPU()
 	o.cpu -= o.samplerCPU + o.sleeperCPU // the benchmark's own instruments, not the replayer
@@ -612,7 +613,7 @@ func fidelity() error {
 		o.cpu.Round(time.Millisecond), o.tokens, sum.CPUPerToken, o.wall.Round(time.Millisecond), o.samplerCPU.Round(time.Millisecond), o.sleeperCPU.Round(time.Millisecond))
 	if o.reactorCPU > 0 {
 		fmt.Printf("    of which the reactor threads (%s: they read and parse the streams, the floor client's counterpart) %v: %.2f µs/token; the rest (dispatch, requests' goroutines, results, runtime, the goroutine sleeper) %.2f\n",
-			replay.ReactorThreadName, o.reactorCPU.Round(time.Millisecond), sum.ReactorPerTk, sum.CPUPerToken-sum.ReactorPerTk)
+			transport.ReactorThreadName, o.reactorCPU.Round(time.Millisecond), sum.ReactorPerTk, sum.CPUPerToken-sum.ReactorPerTk)
 	}
 	fmt.Printf("    reads: --read-batch %v; the reactors waited %d times to batch them (%.0f a second); %d reads through io_uring (-ring %v)\n", *rbatch, o.batchWaits, float64(o.batchWaits)/o.wall.Seconds(), o.ringReads, *ring)
 	fmt.Printf("  sim CPU %v: %.2f µs/token\n", simUsed, sum.SimPerToken)

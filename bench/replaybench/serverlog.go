@@ -122,7 +122,7 @@ type serverJoin struct {
 	ITLStreams, ITLSkipped int
 }
 
-// joinServerLog joins ok results to the log by X-Request-Id = RUNID-ID (replay.RequestIDHeader)
+// joinServerLog joins ok results to the log by X-Request-Id = RUNID-ID (transport.RequestIDHeader)
 // and computes the replayer's own errors against the server's stamps.
 func joinServerLog(res []results.Result, meta *results.RunMeta, l *serverLog, nominalTTFT time.Duration) serverJoin {
 	var j serverJoin

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // sseServer streams max_tokens completion chunks like vLLM, flushing every burst chunks
@@ -71,9 +71,9 @@ func TestReplayFlagsBufferedStream(t *testing.T) {
 		{"per-chunk", 1, 3 * time.Millisecond, false},
 	} {
 		hs := httptest.NewServer(sseServer(tc.burst, tc.pause))
-		clients := []string{replay.HTTPClientNetHTTP}
-		if autoClient() == replay.HTTPClientRaw { // the raw client is built on linux only
-			clients = append(clients, replay.HTTPClientRaw)
+		clients := []string{transport.HTTPClientNetHTTP}
+		if autoClient() == transport.HTTPClientRaw { // the raw client is built on linux only
+			clients = append(clients, transport.HTTPClientRaw)
 		}
 		for _, client := range clients {
 			t.Run(tc.name+"/"+client, func(t *testing.T) {

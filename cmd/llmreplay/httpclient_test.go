@@ -3,14 +3,14 @@ package main
 import (
 	"runtime"
 
-	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/transport"
 )
 
 // autoClient is what --http-client auto chooses for a plain-http endpoint: the raw client,
 // which is built for linux only.
 func autoClient() string {
 	if runtime.GOOS == "linux" {
-		return replay.HTTPClientRaw
+		return transport.HTTPClientRaw
 	}
-	return replay.HTTPClientNetHTTP
+	return transport.HTTPClientNetHTTP
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package replay
+package transport
 
 import (
 	"os"
@@ -62,10 +62,10 @@ const reactorScan = 50 * time.Millisecond
 // tests).
 var reactorIdle = time.Second
 
-// reactorBatchMin is how many streams a reactor must read, all of them batchable
-// (rawResp.batch), before it batches its reads: below it, wake-ups are few, and every
-// chunk is read as it arrives.
-const reactorBatchMin = 64
+// ReactorBatchMin is how many streams a reactor must read, all of them batchable
+// (rawResp.batch), before it batches its reads (ClientOptions.ReadBatch): below it,
+// wake-ups are few, and every chunk is read as it arrives.
+const ReactorBatchMin = 64
 
 // reactorBatchWaits counts the reactors' batching waits (tests; replaybench prints it).
 var reactorBatchWaits atomic.Int64
@@ -118,6 +118,20 @@ var (
 	reactorsMu sync.Mutex
 	reactors   []*reactor // a slot is nil until started, and again once its reactor ended
 )
+
+// ReactorsRunning returns how many reactors run: each ends a second after its last
+// stream, taking its thread, epoll and io_uring descriptors with it (leak checks).
+func ReactorsRunning() int {
+	reactorsMu.Lock()
+	defer reactorsMu.Unlock()
+	n := 0
+	for _, r := range reactors {
+		if r != nil {
+			n++
+		}
+	}
+	return n
+}
 
 // reactorFor returns the reactor that will read fd's responses, starting it if needed.
 // The caller must add (or drop) exactly one stream to it: until then the reactor counts
@@ -263,10 +277,10 @@ func (r *reactor) counted(p *rawResp, d int) {
 }
 
 // batchWaitLocked is how long the reactor waits after a wake before it looks for ready
-// streams again: ClientOptions.ReadBatch while it reads at least reactorBatchMin
+// streams again: ClientOptions.ReadBatch while it reads at least ReactorBatchMin
 // streams and every one of them may be batched, else 0. r.mu is held.
 func (r *reactor) batchWaitLocked() int64 {
-	if r.prompt > 0 || len(r.streams) < reactorBatchMin {
+	if r.prompt > 0 || len(r.streams) < ReactorBatchMin {
 		return 0
 	}
 	return r.batch
@@ -561,7 +575,7 @@ func (p *rawResp) afterRead(n int, arrived int64, errno syscall.Errno, room int,
 // step of the wall clock can never order chunks wrongly or date one in the future.
 func (p *rawResp) stamp(arrived int64) int64 {
 	now := time.Now()
-	read := int64(now.Sub(p.clk.start))
+	read := int64(now.Sub(p.clk.Start))
 	s := read
 	if arrived > 0 {
 		s = min(read, arrived-(now.UnixNano()-read))

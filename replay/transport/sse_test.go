@@ -1,6 +1,7 @@
-package replay
+package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,7 +17,7 @@ import (
 type event struct{ name, data string }
 
 func readAll(r io.Reader, maxLine int) ([]event, error) {
-	s := newSSEReader(r, func() int64 { return 0 }, 16, maxLine)
+	s := NewSSEReader(r, func() int64 { return 0 }, 16, maxLine)
 	var out []event
 	for s.Next() {
 		out = append(out, event{string(s.Event()), string(s.Data())})
@@ -29,7 +30,7 @@ func readAll(r io.Reader, maxLine int) ([]event, error) {
 // taken by direct first (rawResp.deliver). It returns each event as "stamp event data",
 // and the error that stopped the reader.
 func pushAll(in []byte, split, maxLine int, direct bool) ([]string, error) {
-	s := newSSEReader(nil, nil, 16, maxLine)
+	s := NewSSEReader(nil, nil, 16, maxLine)
 	var out []string
 	for stamp := int64(1); len(in) > 0; stamp++ {
 		b := in[:min(split, len(in))]
@@ -78,18 +79,18 @@ func TestSSEDirect(t *testing.T) {
 		{"data: a\ndata: b\n\n", "", 0}, // two data lines: not a blank line after the first
 		{"datum: x\n\n", "", 0},
 	} {
-		s := newSSEReader(nil, nil, 16, DefaultMaxLine)
+		s := NewSSEReader(nil, nil, 16, DefaultMaxLine)
 		data, n := s.direct([]byte(tc.in))
 		if n != tc.n || string(data) != tc.data {
 			t.Errorf("direct(%q) = %q, %d; want %q, %d", tc.in, data, n, tc.data, tc.n)
 		}
 	}
-	s := newSSEReader(nil, nil, 16, DefaultMaxLine)
+	s := NewSSEReader(nil, nil, 16, DefaultMaxLine)
 	s.write([]byte("data: a"), 1)
 	if _, n := s.direct([]byte("data: x\n\n")); n != 0 {
 		t.Error("direct took an event while the reader held bytes")
 	}
-	s = newSSEReader(nil, nil, 16, 4)
+	s = NewSSEReader(nil, nil, 16, 4)
 	if _, n := s.direct([]byte("data: x\n\n")); n != 0 {
 		t.Error("direct took a line over the cap")
 	}
@@ -174,7 +175,7 @@ func TestSSEReaderStamps(t *testing.T) {
 	var now int64
 	clock := func() int64 { now += 10; return now }
 	r := &scriptReader{chunks: []string{"data: a\n\ndata: b\n\n", "data: c\n\n"}}
-	s := newSSEReader(r, clock, 64, 0)
+	s := NewSSEReader(r, clock, 64, 0)
 	var stamps []int64
 	for s.Next() {
 		stamps = append(stamps, s.Stamp())
@@ -254,7 +255,7 @@ func FuzzReadStream(f *testing.F) {
 		c := &Client{opts: ClientOptions{CountTokens: func(s string) int { return len(s) }}}
 		res := results.NewResult(1, 0, 0, 1, 1)
 		res.SentNS = 0
-		s := newSSEReader(bytes.NewReader(body), func() int64 { return 5 }, 64, 1024)
+		s := NewSSEReader(bytes.NewReader(body), func() int64 { return 5 }, 64, 1024)
 		ctx := context.Background()
 		c.readStream(ctx, ctx, s, res, nil)
 		if res.Status == "" {
@@ -267,4 +268,31 @@ func FuzzReadStream(f *testing.F) {
 			t.Fatalf("status %s with error %q", res.Status, res.Error)
 		}
 	})
+}
+
+// TestSSEEndlessCommentsBounded: an endless stream of empty comments never grows the SSE
+// reader's buffer, on the pull side (net/http) and the push side (raw client).
+func TestSSEEndlessCommentsBounded(t *testing.T) {
+	block := []byte(strings.Repeat(":\n\n", 1<<14))
+	body := io.MultiReader(bytes.NewReader(bytes.Repeat(block, 200)), strings.NewReader("data: x\n\n")) // 9.6 MB
+	s := NewSSEReader(bufio.NewReaderSize(body, 4096), func() int64 { return 0 }, 16<<10, DefaultMaxLine)
+	if !s.Next() || string(s.Data()) != "x" {
+		t.Fatalf("pull: the event after the comments: %q, %v", s.Data(), s.Err())
+	}
+	if len(s.buf) != 16<<10 {
+		t.Errorf("pull: buffer grew to %d bytes", len(s.buf))
+	}
+	p := NewSSEReader(nil, nil, 16<<10, DefaultMaxLine)
+	for range 200 {
+		for b := block; len(b) > 0; {
+			n := p.write(b, 1)
+			b = b[n:]
+			if p.nextBuffered() {
+				t.Fatal("push: an event from comments")
+			}
+		}
+	}
+	if len(p.buf) != 16<<10 {
+		t.Errorf("push: buffer grew to %d bytes", len(p.buf))
+	}
 }

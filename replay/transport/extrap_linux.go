@@ -1,6 +1,6 @@
 //go:build linux
 
-package replay
+package transport
 
 import (
 	"runtime"
@@ -12,7 +12,7 @@ import (
 // until a goroutine running on one blocks or is preempted, and every such return also
 // wakes the runtime's sysmon when all Ps were idle. So GOMAXPROCS is raised while they run:
 //
-//   - by one for each open loop dispatching on a thread (threadWaiter): that wait was the
+//   - by one for each open loop dispatching on a thread (replay's threadWaiter): that wait was the
 //     dispatcher's lateness beyond the C sleeper's floor, p99 0.39 and 0.53 ms at 300
 //     req/s on 2 vCPUs, 0.21 and 0.26 ms with an extra P shared by all dispatchers
 //     (replaybench fidelity); each now keeps its P while it sleeps
@@ -78,3 +78,19 @@ func adjustLocked() bool {
 	}
 	return true
 }
+
+// BaseProcs returns GOMAXPROCS as it was before the extra Ps were added: the last one
+// seen by a claim (tests of the dispatcher's P).
+func BaseProcs() int {
+	extraP.Lock()
+	defer extraP.Unlock()
+	return extraP.base
+}
+
+// ClaimDispatcherP counts one more open loop dispatching on a thread of its own (replay's
+// thread waiter) and says whether it has a P of its own: the dispatchers and the
+// reactors share one count, so that the GOMAXPROCS it sets is for both.
+func ClaimDispatcherP() bool { return claimP(&extraP.dispatchers) }
+
+// ReleaseDispatcherP counts one such dispatcher fewer.
+func ReleaseDispatcherP() { releaseP(&extraP.dispatchers) }

@@ -1,10 +1,10 @@
-package replay
+package transport
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bytes"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // BenchmarkAppendBody: the request body as the preparer builds it per request, for each

@@ -1,4 +1,4 @@
-package replay
+package transport
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
 	API         wire.API      // completions or chat
 	Backend     wire.Backend  // chooses the length-forcing fields
-	Model       string        // model name sent in every request (but those Options.Models maps)
+	Model       string        // model name sent in every request (but those replay.Options.Models maps)
 	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
 	Header      http.Header   // extra headers for every request
 	Timeout     time.Duration // per request, from send to the end of the stream; 0 = none
@@ -43,9 +43,9 @@ type ClientOptions struct {
 	// HTTPClientNetHTTP (rawhttp.go says why there are two).
 	HTTPClient string
 	// SessionHeader names the session-affinity header, sent with the trace's session id on
-	// every request that has one; "" sends none (route.go).
+	// every request that has one; "" sends none (replay's route.go).
 	SessionHeader string
-	// ReadBatch (raw client): while a reactor reads at least reactorBatchMin responses of
+	// ReadBatch (raw client): while a reactor reads at least ReactorBatchMin responses of
 	// requests it ends itself (open loop), and none that a goroutine waits for, it waits
 	// ReadBatch after each wake before it looks for ready streams again, and reads what
 	// arrived meanwhile in one wake. Chunk times stay the kernel's arrival stamps; a chunk
@@ -80,14 +80,14 @@ func (o *ClientOptions) Validate() error {
 	if _, err := ParseHTTPClient(o.HTTPClient); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	if err := checkSessionHeader(o.SessionHeader); err != nil {
+	if err := CheckSessionHeader(o.SessionHeader); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	for k, vs := range o.Header {
-		if !validHeaderName(k) {
+		if !ValidHeaderName(k) {
 			return fmt.Errorf("client: header name %q is not a valid HTTP token", k)
 		}
-		if err := checkExtraHeader(k, o.SessionHeader); err != nil {
+		if err := CheckExtraHeader(k, o.SessionHeader); err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
 		for _, v := range vs {
@@ -99,6 +99,13 @@ func (o *ClientOptions) Validate() error {
 	}
 	return nil
 }
+
+// DefaultMaxInflight is the raw client's pool size when ClientOptions.MaxInflight is 0,
+// and replay's in-flight limit by default.
+const DefaultMaxInflight = 4096
+
+// MaxReadBatch bounds ClientOptions.ReadBatch: it is also how late a chunk can be dated.
+const MaxReadBatch = 10 * time.Millisecond
 
 // Client sends prepared requests and times their streams. It is safe for concurrent use.
 type Client struct {
@@ -185,7 +192,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	c.bodyPrefix = c.bodyPrefixFor(o.Model)
+	c.bodyPrefix = c.BodyPrefix(o.Model)
 	choice, _ := ParseHTTPClient(o.HTTPClient)
 	raw, err := useRaw(choice, &u)
 	if err != nil {
@@ -207,8 +214,8 @@ func (c *Client) HTTPClientName() string {
 	return HTTPClientNetHTTP
 }
 
-// validHeaderName reports whether k is an HTTP token (RFC 9110, section 5.6.2).
-func validHeaderName(k string) bool {
+// ValidHeaderName reports whether k is an HTTP token (RFC 9110, section 5.6.2).
+func ValidHeaderName(k string) bool {
 	if k == "" {
 		return false
 	}
@@ -282,22 +289,30 @@ func (c *Client) Close() {
 
 // AppendBody appends the JSON body asking for outputTokens tokens after prompt.
 func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
-	return c.appendBody(b, c.bodyPrefix, prompt, outputTokens)
+	return c.AppendPromptBody(b, c.bodyPrefix, prompt, outputTokens)
 }
 
-// bodyPrefixFor returns the constant start of every body sent to model, as bodyPrefix is
-// the start of those sent to the client's own model.
-func (c *Client) bodyPrefixFor(model string) []byte { return c.enc.AppendStart(nil, model) }
+// Options returns the client's options, with NewClient's defaults filled in.
+func (c *Client) Options() ClientOptions { return c.opts }
 
-// appendBody is AppendBody with the body's constant start given (bodyPrefix or a
-// bodyPrefixFor): the model is the only field that differs between requests' starts.
-func (c *Client) appendBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
+// DefaultBodyPrefix returns the constant start of every body sent to the client's own
+// model (ClientOptions.Model), for AppendPromptBody and AppendMessagesBody. It is shared:
+// the caller must not change it.
+func (c *Client) DefaultBodyPrefix() []byte { return c.bodyPrefix }
+
+// BodyPrefix returns the constant start of every body sent to model, as
+// DefaultBodyPrefix is the start of those sent to the client's own model.
+func (c *Client) BodyPrefix(model string) []byte { return c.enc.AppendStart(nil, model) }
+
+// AppendPromptBody is AppendBody with the body's constant start given (DefaultBodyPrefix
+// or a BodyPrefix): the model is the only field that differs between requests' starts.
+func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
 	return c.enc.AppendBody(b, prefix, prompt, outputTokens)
 }
 
-// appendBodyMessages is appendBody for the chat API with the messages given, JSON
+// AppendMessagesBody is AppendPromptBody for the chat API with the messages given, JSON
 // objects separated by commas (a conversation's history and its new user message).
-func (c *Client) appendBodyMessages(b, prefix []byte, messages []byte, outputTokens int32) []byte {
+func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTokens int32) []byte {
 	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
@@ -315,50 +330,46 @@ func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
 	return err
 }
 
-// request is one prepared request: everything needed to send it is computed.
-type request struct {
-	id           int64
-	dueNS        int64 // offset from the run start
-	promptTokens int32
-	outputTokens int32
-	body         []byte
-	warmup       bool   // sent but not recorded
-	head         []byte // the raw client's request head, built with the body
-	// runID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
-	// prepared before the run id was known has it set at dispatch (dispatcher.withRunID), which
-	// also writes it over the placeholder at head[runIDAt:].
-	runID      string
-	runIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
-	session    int64 // the trace's session id, sent in the session header when hasSession
-	hasSession bool
+// Request is one prepared Request: everything needed to send it is computed.
+type Request struct {
+	ID           int64
+	DueNS        int64 // offset from the run start
+	PromptTokens int32
+	OutputTokens int32
+	Body         []byte
+	Warmup       bool   // sent but not recorded
+	Head         []byte // the raw client's request head, built with the body
+	// RunID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
+	// prepared before the run id was known has it set at dispatch (replay's dispatcher.withRunID), which
+	// also writes it over the placeholder at Head[RunIDAt:].
+	RunID      string
+	RunIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
+	Session    int64 // the trace's session id, sent in the session header when hasSession
+	HasSession bool
 
-	// Conversations (session.go): the turn's index in its session; in sequential mode its
-	// session and wait for the predecessor (results.Null: none), and, when the next turn's
-	// history needs them, what it sends (sent) and the text it receives (answer, captured
-	// by the stream when capture is set).
-	turn          int32
-	conv          *conv
-	sessionWaitNS int64
-	sent, answer  []byte
-	capture       bool
+	// Answer is where the stream appends the output text when Capture is set (a
+	// conversation's next turn needs it in its history).
+	Answer  []byte
+	Capture bool
 }
 
-// answerBuf returns where the stream appends r's output text: &r.answer when the next
+// AnswerBuf returns where the stream appends r's output text: &r.answer when the next
 // turn's history needs it, else nil.
-func (r *request) answerBuf() *[]byte {
-	if !r.capture {
+func (r *Request) AnswerBuf() *[]byte {
+	if !r.Capture {
 		return nil
 	}
-	return &r.answer
+	return &r.Answer
 }
 
-// clock reads nanoseconds since the run start from the monotonic clock.
-type clock struct{ start time.Time }
+// Clock reads nanoseconds since the run start (Start) from the monotonic clock.
+type Clock struct{ Start time.Time }
 
-func (c clock) now() int64 { return int64(time.Since(c.start)) }
+// Now returns the nanoseconds since the run start.
+func (c Clock) Now() int64 { return int64(time.Since(c.Start)) }
 
-// scrub takes the client's secrets out of res's error text.
-func (c *Client) scrub(res *results.Result) {
+// Scrub takes the client's secrets out of res's error text.
+func (c *Client) Scrub(res *results.Result) {
 	if res.Error != "" && len(c.secrets) > 0 {
 		res.Error = Scrub(res.Error, c.secrets)
 	}
@@ -366,7 +377,7 @@ func (c *Client) scrub(res *results.Result) {
 
 // doHTTP is httpTransport.roundTrip without the scrub. ctx ends the request early (a
 // hard stop: the result is canceled); the per-request timeout is applied here.
-func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int)) {
+func (c *Client) doHTTP(ctx context.Context, clk Clock, r *Request, res *results.Result, sse *SSEReader, onTokens func(int)) {
 	rctx := ctx
 	if c.opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -376,15 +387,15 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results
 	var wrote atomic.Int64 // set by the transport's writer goroutine
 	wrote.Store(results.Null)
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
-		wrote.CompareAndSwap(results.Null, clk.now())
+		wrote.CompareAndSwap(results.Null, clk.Now())
 	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, bytes.NewReader(r.body))
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, bytes.NewReader(r.Body))
 	if err != nil {
 		res.Status, res.Error = results.StatusTransportError, "build request: "+err.Error()
 		return
 	}
 	req.Header = c.requestHeader(r)
-	before := clk.now()
+	before := clk.Now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		res.Status, res.Error = classifyErr(ctx, rctx, err, c.opts.Timeout)
@@ -418,8 +429,8 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results
 		res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", ct)
 		return
 	}
-	sse.reset(resp.Body)
-	c.readStreamInto(ctx, rctx, sse, res, onTokens, r.answerBuf())
+	sse.Reset(resp.Body)
+	c.readStreamInto(ctx, rctx, sse, res, onTokens, r.AnswerBuf())
 	if res.Status == results.StatusOK {
 		// Let the connection be reused: the server ends the body right after [DONE].
 		io.CopyN(io.Discard, resp.Body, 4096)
@@ -427,12 +438,12 @@ func (c *Client) doHTTP(ctx context.Context, clk clock, r *request, res *results
 }
 
 // readStream reads the SSE stream into res (the pull side, over net/http's body).
-func (c *Client) readStream(ctx, rctx context.Context, sse *sseReader, res *results.Result, onTokens func(int)) {
+func (c *Client) readStream(ctx, rctx context.Context, sse *SSEReader, res *results.Result, onTokens func(int)) {
 	c.readStreamInto(ctx, rctx, sse, res, onTokens, nil)
 }
 
 // readStreamInto is readStream that also appends the output text to *answer, when set.
-func (c *Client) readStreamInto(ctx, rctx context.Context, sse *sseReader, res *results.Result, onTokens func(int), answer *[]byte) {
+func (c *Client) readStreamInto(ctx, rctx context.Context, sse *SSEReader, res *results.Result, onTokens func(int), answer *[]byte) {
 	var st streamState
 	st.begin(c, res, onTokens)
 	st.answer = answer
@@ -667,9 +678,9 @@ func httpErrorMessage(resp *http.Response) string {
 	return wire.HTTPErrorText(resp.StatusCode, b)
 }
 
-// authorize gives req the run's credentials and extra headers: --header values, the base
+// Authorize gives req the run's credentials and extra headers: --header values, the base
 // URL's userinfo as basic auth, the API key as a bearer token (it wins over the userinfo).
-func authorize(req *http.Request, base *url.URL, apiKey string, header http.Header) {
+func Authorize(req *http.Request, base *url.URL, apiKey string, header http.Header) {
 	for k, v := range header {
 		req.Header[k] = v
 	}
@@ -689,7 +700,7 @@ func ListModels(ctx context.Context, base *url.URL, apiKey string, header http.H
 	if err != nil {
 		return nil, err
 	}
-	authorize(req, base, apiKey, header)
+	Authorize(req, base, apiKey, header)
 	hc := &http.Client{Transport: NewTransport(1, insecure), Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)

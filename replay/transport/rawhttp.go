@@ -1,10 +1,8 @@
 //go:build linux
 
-package replay
+package transport
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/raceio"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The raw client is the replayer's own HTTP/1.1 client for plain-http endpoints, the
@@ -44,10 +43,10 @@ import (
 // interim responses skipped, trailers read and dropped, keep-alive unless the server
 // says close. HTTPS, proxies and HTTP/2 go through net/http (ClientOptions.HTTPClient).
 
-// rawBuilt says the raw client is in this build: it reads and writes its sockets with
+// RawBuilt says the raw client is in this build: it reads and writes its sockets with
 // Linux's read(2), writev(2) and epoll, on descriptors it owns (outside the runtime's
 // netpoller), and is proven on Linux only (rawhttp_other.go stands in elsewhere).
-const rawBuilt = true
+const RawBuilt = true
 
 const (
 	rawReadBuf    = 16 << 10 // initial read buffer per request in flight
@@ -147,24 +146,24 @@ func appendRawHead(h []byte, method string, u *url.URL, header http.Header) []by
 // X-Request-Id and session header, and Content-Length. With placeholder set, the run id
 // is not known yet: runIDLen zeros stand in for it, and r.runIDAt says where (the runner
 // writes it over them at dispatch). Else r.runID is written ("": no X-Request-Id).
-func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool) []byte {
+func (t *rawTransport) appendHead(b []byte, r *Request, n int, placeholder bool) []byte {
 	b = append(b, t.head...)
-	if placeholder || r.runID != "" {
+	if placeholder || r.RunID != "" {
 		b = append(b, RequestIDHeader+": "...)
-		r.runIDAt = len(b)
+		r.RunIDAt = len(b)
 		if placeholder {
-			b = append(b, runIDPlaceholder...)
+			b = append(b, RunIDPlaceholder...)
 		} else {
-			b = append(b, r.runID...)
+			b = append(b, r.RunID...)
 		}
 		b = append(b, '-')
-		b = strconv.AppendInt(b, r.id, 10)
+		b = strconv.AppendInt(b, r.ID, 10)
 		b = append(b, "\r\n"...)
 	}
-	if r.hasSession && t.session != "" {
+	if r.HasSession && t.session != "" {
 		b = append(b, t.session...)
 		b = append(b, ": "...)
-		b = strconv.AppendInt(b, r.session, 10)
+		b = strconv.AppendInt(b, r.Session, 10)
 		b = append(b, "\r\n"...)
 	}
 	b = append(b, "Content-Length: "...)
@@ -174,15 +173,15 @@ func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool)
 
 // headCap is a capacity that holds any request head appendHead builds with t.
 func (t *rawTransport) headCap() int {
-	return len(t.head) + len(RequestIDHeader) + len(t.session) + runIDLen + 3*20 + 32
+	return len(t.head) + len(RequestIDHeader) + len(t.session) + RunIDLen + 3*20 + 32
 }
 
 // headOf returns r's request head, building it if the preparer did not.
-func (t *rawTransport) headOf(r *request) []byte {
-	if r.head == nil {
-		r.head = t.appendHead(make([]byte, 0, t.headCap()), r, len(r.body), false)
+func (t *rawTransport) headOf(r *Request) []byte {
+	if r.Head == nil {
+		r.Head = t.appendHead(make([]byte, 0, t.headCap()), r, len(r.Body), false)
 	}
-	return r.head
+	return r.Head
 }
 
 // rawStart is a send the dispatcher began itself (splitTransport.begin), on a pooled
@@ -195,36 +194,40 @@ type rawStart struct {
 	err     error
 }
 
-func (st *rawStart) sentAt() int64 { return st.sentNS }
+func (st *rawStart) SentAt() int64 { return st.sentNS }
 
-func (st *rawStart) whole() bool { return st.err == nil && st.written == st.total }
+func (st *rawStart) Whole() bool { return st.err == nil && st.written == st.total }
 
 // rawStartOf returns the raw client's state of a send it began; nil for none.
-func rawStartOf(st sendStart) *rawStart {
+func rawStartOf(st SendStart) *rawStart {
 	pre, _ := st.(*rawStart)
 	return pre
 }
 
-// prepare builds req's request head with its body, in the preparer.
-func (t *rawTransport) prepare(req *request, placeholder bool) {
-	req.head = t.appendHead(make([]byte, 0, t.headCap()), req, len(req.body), placeholder)
+// rawTransport is a SplitTransport: the dispatcher finds that out at run time (a type
+// assertion), so that a renamed method would silently lose the split send; say it here.
+var _ SplitTransport = (*rawTransport)(nil)
+
+// Prepare builds req's request head with its body, in the preparer.
+func (t *rawTransport) Prepare(req *Request, placeholder bool) {
+	req.Head = t.appendHead(make([]byte, 0, t.headCap()), req, len(req.Body), placeholder)
 }
 
-// roundTrip is doRaw, with the client's secrets taken out of the record's error.
-func (t *rawTransport) roundTrip(ctx context.Context, clk clock, req *request, res *results.Result, sse *sseReader, onTokens func(int), st sendStart) {
+// RoundTrip is doRaw, with the client's secrets taken out of the record's error.
+func (t *rawTransport) RoundTrip(ctx context.Context, clk Clock, req *Request, res *results.Result, sse *SSEReader, onTokens func(int), st SendStart) {
 	t.doRaw(ctx, clk, req, res, sse, onTokens, rawStartOf(st))
-	t.c.scrub(res)
+	t.c.Scrub(res)
 }
 
-// roundTripAsync is doRawAsync.
-func (t *rawTransport) roundTripAsync(ctx context.Context, clk clock, req *request, res *results.Result, sse *sseReader, onTokens func(int),
-	st sendStart, done func()) {
+// RoundTripAsync is doRawAsync.
+func (t *rawTransport) RoundTripAsync(ctx context.Context, clk Clock, req *Request, res *results.Result, sse *SSEReader, onTokens func(int),
+	st SendStart, done func()) {
 	t.doRawAsync(ctx, clk, req, res, sse, onTokens, rawStartOf(st), done)
 }
 
-// begin begins sending r from the dispatcher if the pool has an idle connection (it
+// Begin begins sending r from the dispatcher if the pool has an idle connection (it
 // never dials: the dispatcher must not wait); nil when it has none.
-func (t *rawTransport) begin(clk clock, r *request) sendStart {
+func (t *rawTransport) Begin(clk Clock, r *Request) SendStart {
 	cn := t.takeIdle()
 	if cn == nil {
 		return nil
@@ -232,17 +235,17 @@ func (t *rawTransport) begin(clk clock, r *request) sendStart {
 	return t.writeNow(clk, cn, r)
 }
 
-// beginAt takes a pooled connection and sends r on it at r's due time from the
-// dispatcher's thread (dueWriter.writeAt: the writev leaves as the thread wakes, stamped
+// BeginAt takes a pooled connection and sends r on it at r's due time from the
+// dispatcher's thread (DueWriter.WriteAt: the writev leaves as the thread wakes, stamped
 // just before it); nil when the pool has no idle connection.
-func (t *rawTransport) beginAt(w dueWriter, r *request) sendStart {
+func (t *rawTransport) BeginAt(w DueWriter, r *Request) SendStart {
 	cn := t.takeIdle()
 	if cn == nil {
 		return nil
 	}
 	head := t.headOf(r)
-	st := &rawStart{cn: cn, total: len(head) + len(r.body)}
-	sent, n, e := w.writeAt(r.dueNS, cn.fd, head, r.body)
+	st := &rawStart{cn: cn, total: len(head) + len(r.Body)}
+	sent, n, e := w.WriteAt(r.DueNS, cn.fd, head, r.Body)
 	st.sentNS = sent
 	switch e {
 	case 0:
@@ -254,8 +257,8 @@ func (t *rawTransport) beginAt(w dueWriter, r *request) sendStart {
 	return st
 }
 
-// messageIovec is the writev vector of a request's head and body (cnt entries).
-func messageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
+// MessageIovec is the writev vector of a request's head and body (cnt entries).
+func MessageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
 	iov[0].Base = &head[0]
 	iov[0].SetLen(len(head))
 	cnt = 1
@@ -276,12 +279,12 @@ func messageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
 // after the server had read the request: TestRunOpenLoopRecordsEveryChunk measured TTFTs
 // 0.15 to 3 ms under the server's own with both CPUs busy. Stamped before, a measured
 // TTFT is never shorter than the server's.
-func (t *rawTransport) writeNow(clk clock, cn *rawConn, r *request) *rawStart {
+func (t *rawTransport) writeNow(clk Clock, cn *rawConn, r *Request) *rawStart {
 	head := t.headOf(r)
-	st := &rawStart{cn: cn, total: len(head) + len(r.body)}
-	iov, cnt := messageIovec(head, r.body)
+	st := &rawStart{cn: cn, total: len(head) + len(r.Body)}
+	iov, cnt := MessageIovec(head, r.Body)
 	raceio.Release(cn.fd)
-	st.sentNS = clk.now()
+	st.sentNS = clk.Now()
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(cn.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
 		switch e {
@@ -362,7 +365,7 @@ func writeAll(ctx context.Context, fd int, bufs [][]byte, deadline time.Time) er
 // began. A request that a reused connection loses within rawRetryWithin of its send and
 // before any byte of a response (the server closed it while idle) is sent once more on a
 // new connection, as net/http does; its send time is then the second send's.
-func (t *rawTransport) doRaw(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int), pre *rawStart) {
+func (t *rawTransport) doRaw(ctx context.Context, clk Clock, r *Request, res *results.Result, sse *SSEReader, onTokens func(int), pre *rawStart) {
 	var deadline time.Time
 	if t.c.opts.Timeout > 0 {
 		deadline = time.Now().Add(t.c.opts.Timeout)
@@ -373,7 +376,7 @@ func (t *rawTransport) doRaw(ctx context.Context, clk clock, r *request, res *re
 }
 
 // rawAttempts is doRaw's loop from attempt on.
-func (t *rawTransport) rawAttempts(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
+func (t *rawTransport) rawAttempts(ctx context.Context, clk Clock, r *Request, res *results.Result, sse *SSEReader, onTokens func(int),
 	pre *rawStart, deadline time.Time, buf []byte, attempt int) {
 	for ; ; attempt++ {
 		st := pre
@@ -401,7 +404,7 @@ func (t *rawTransport) rawAttempts(ctx context.Context, clk clock, r *request, r
 // thread's spin and its sleep), the largest part of the replayer's CPU outside the reactor
 // (replaybench fidelity). What may take long goes to a goroutine still: a send again on a new
 // connection (a dial) and counting the output with the tokenizer.
-func (t *rawTransport) doRawAsync(ctx context.Context, clk clock, r *request, res *results.Result, sse *sseReader, onTokens func(int),
+func (t *rawTransport) doRawAsync(ctx context.Context, clk Clock, r *Request, res *results.Result, sse *SSEReader, onTokens func(int),
 	pre *rawStart, done func()) {
 	var deadline time.Time
 	if t.c.opts.Timeout > 0 {
@@ -410,7 +413,7 @@ func (t *rawTransport) doRawAsync(ctx context.Context, clk clock, r *request, re
 	bp := t.bufs.Get().(*[]byte)
 	end := func() {
 		t.bufs.Put(bp)
-		t.c.scrub(res)
+		t.c.Scrub(res)
 		done()
 	}
 	mayRetry := pre.cn.reused
@@ -441,21 +444,21 @@ func (t *rawTransport) doRawAsync(ctx context.Context, clk clock, r *request, re
 
 // exchange finishes sending r on st.cn and reads the response into res. It returns true
 // when the request should be sent again on another connection (st.cn is closed then).
-func (t *rawTransport) exchange(ctx context.Context, clk clock, st *rawStart, r *request, res *results.Result, sse *sseReader,
+func (t *rawTransport) exchange(ctx context.Context, clk Clock, st *rawStart, r *Request, res *results.Result, sse *SSEReader,
 	onTokens func(int), deadline time.Time, buf []byte, mayRetry bool) (retry bool) {
 	cn := st.cn
 	head := t.headOf(r)
 	err := st.err
 	sent := st.sentNS
-	if err == nil && st.written < len(head)+len(r.body) {
+	if err == nil && st.written < len(head)+len(r.Body) {
 		var bufs [][]byte
 		if w := st.written; w < len(head) {
-			bufs = [][]byte{head[w:], r.body}
+			bufs = [][]byte{head[w:], r.Body}
 		} else {
-			bufs = [][]byte{r.body[w-len(head):]}
+			bufs = [][]byte{r.Body[w-len(head):]}
 		}
 		err = writeAll(ctx, cn.fd, bufs, deadline)
-		sent = clk.now()
+		sent = clk.Now()
 	}
 	if err != nil {
 		cn.close()
@@ -477,7 +480,7 @@ func (t *rawTransport) exchange(ctx context.Context, clk clock, st *rawStart, r 
 // With onDone nil the reactor closes p.done when the response is over; else it calls
 // onDone on its thread. started is false when the response could not be handed over
 // (p.startErr says why): exchangeEnd is then the caller's to call at once.
-func (t *rawTransport) exchangeStart(ctx context.Context, clk clock, st *rawStart, r *request, res *results.Result, sse *sseReader,
+func (t *rawTransport) exchangeStart(ctx context.Context, clk Clock, st *rawStart, r *Request, res *results.Result, sse *SSEReader,
 	onTokens func(int), deadline time.Time, buf []byte, onDone func(*rawResp)) (p *rawResp, started bool) {
 	res.SentNS = st.sentNS
 	p = &rawResp{buf: buf, res: res, sse: sse, clk: clk, conn: st.cn, deadline: deadline, onDone: onDone}
@@ -485,8 +488,8 @@ func (t *rawTransport) exchangeStart(ctx context.Context, clk clock, st *rawStar
 		p.batch = t.readBatch
 	}
 	p.st.begin(t.c, res, onTokens)
-	p.st.answer = r.answerBuf()
-	sse.reset(nil)
+	p.st.answer = r.AnswerBuf()
+	sse.Reset(nil)
 	if err := p.start(ctx); err != nil {
 		p.startErr = err
 		return p, false
@@ -497,7 +500,7 @@ func (t *rawTransport) exchangeStart(ctx context.Context, clk clock, st *rawStar
 // exchangeEnd completes res from p's response once it is over, and returns the connection
 // to the pool or closes it. It returns true when the request should be sent again on
 // another connection.
-func (t *rawTransport) exchangeEnd(ctx context.Context, clk clock, p *rawResp, res *results.Result, mayRetry bool) (retry bool) {
+func (t *rawTransport) exchangeEnd(ctx context.Context, clk Clock, p *rawResp, res *results.Result, mayRetry bool) (retry bool) {
 	cn := p.conn
 	err := p.startErr
 	if err == nil {
@@ -522,7 +525,7 @@ func (t *rawTransport) exchangeEnd(ctx context.Context, clk clock, p *rawResp, r
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived
 	default: // no complete head
-		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.now()-res.SentNS < int64(rawRetryWithin) {
+		if mayRetry && !p.gotBytes && ctx.Err() == nil && connLost(err) && clk.Now()-res.SentNS < int64(rawRetryWithin) {
 			cn.close()
 			res.HTTPStatus = results.Null
 			return true

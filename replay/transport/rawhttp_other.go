@@ -1,6 +1,6 @@
 //go:build !linux
 
-package replay
+package transport
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
-// The raw client (rawhttp.go) is built for linux only; here rawBuilt is false, so
+// The raw client (rawhttp.go) is built for linux only; here RawBuilt is false, so
 // useRaw never chooses it, Client.raw stays nil and these stand-ins are never called.
-const rawBuilt = false
+const RawBuilt = false
 
 type rawTransport struct {
 	head      []byte
@@ -27,14 +27,14 @@ func newRawTransport(u, modelsURL *url.URL, header http.Header, maxIdle int, ses
 func (t *rawTransport) prewarm(ctx context.Context, n int) int { return 0 }
 func (t *rawTransport) closeIdle()                             {}
 
-func (t *rawTransport) appendHead(b []byte, r *request, n int, placeholder bool) []byte {
+func (t *rawTransport) appendHead(b []byte, r *Request, n int, placeholder bool) []byte {
 	return b
 }
 
 func (t *rawTransport) headCap() int { return 0 }
 
-func (t *rawTransport) prepare(req *request, placeholder bool) {}
+func (t *rawTransport) Prepare(req *Request, placeholder bool) {}
 
-func (t *rawTransport) roundTrip(ctx context.Context, clk clock, req *request, res *results.Result, sse *sseReader, onTokens func(int), st sendStart) {
+func (t *rawTransport) RoundTrip(ctx context.Context, clk Clock, req *Request, res *results.Result, sse *SSEReader, onTokens func(int), st SendStart) {
 	res.Status, res.Error = results.StatusTransportError, errRawNotBuilt.Error()
 }

@@ -1,4 +1,4 @@
-package replay
+package transport
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ const DefaultMaxLine = 4 << 20
 // ErrLineTooLong is returned by the SSE reader when a line exceeds its cap.
 var ErrLineTooLong = errors.New("SSE line too long")
 
-// sseReader reads a text/event-stream (WHATWG HTML, "Server-sent events") in the shape of
+// SSEReader reads a text/event-stream (WHATWG HTML, "Server-sent events") in the shape of
 // bufio.Scanner: Next advances to the next event that has data, Data returns it, Stamp
 // the clock reading taken when the bytes that completed the event were read, and Err the
 // first error once Next returns false (nil at a clean end of stream).
@@ -24,7 +24,7 @@ var ErrLineTooLong = errors.New("SSE line too long")
 // parse cost never shows in the timings. Lines end in LF, CRLF or CR; "data:" takes one
 // optional space; several data lines of one event are joined with LF; comments (":")
 // and unknown fields are skipped; the event field is kept (some servers name errors so).
-type sseReader struct {
+type SSEReader struct {
 	r       io.Reader
 	clock   func() int64
 	buf     []byte
@@ -45,7 +45,9 @@ type sseReader struct {
 	eof      bool
 }
 
-func newSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *sseReader {
+// NewSSEReader returns a reader of r's events, stamped by clock, with a buffer of bufSize
+// bytes (0: 64 KiB) that grows up to maxLine for a long line (0: DefaultMaxLine).
+func NewSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *SSEReader {
 	if bufSize <= 0 {
 		bufSize = 64 << 10
 	}
@@ -55,11 +57,11 @@ func newSSEReader(r io.Reader, clock func() int64, bufSize, maxLine int) *sseRea
 	if bufSize > maxLine+1 {
 		bufSize = maxLine + 1
 	}
-	return &sseReader{r: r, clock: clock, buf: make([]byte, bufSize), maxLine: maxLine}
+	return &SSEReader{r: r, clock: clock, buf: make([]byte, bufSize), maxLine: maxLine}
 }
 
-// reset makes s read a new stream, keeping its buffers.
-func (s *sseReader) reset(r io.Reader) {
+// Reset makes s read a new stream, keeping its buffers.
+func (s *SSEReader) Reset(r io.Reader) {
 	s.r = r
 	s.lo, s.hi, s.scan, s.stamp = 0, 0, 0, 0
 	s.skipLF = false
@@ -69,20 +71,20 @@ func (s *sseReader) reset(r io.Reader) {
 }
 
 // Data returns the current event's data; valid until the next call to Next.
-func (s *sseReader) Data() []byte { return s.outData }
+func (s *SSEReader) Data() []byte { return s.outData }
 
 // Event returns the current event's event field ("" for the default "message").
-func (s *sseReader) Event() []byte { return s.outEvent }
+func (s *SSEReader) Event() []byte { return s.outEvent }
 
 // Stamp returns the clock reading of the read that completed the current event.
-func (s *sseReader) Stamp() int64 { return s.outStamp }
+func (s *SSEReader) Stamp() int64 { return s.outStamp }
 
 // Err returns the error that stopped Next; nil at a clean end of stream.
-func (s *sseReader) Err() error { return s.err }
+func (s *SSEReader) Err() error { return s.err }
 
 // Next advances to the next event carrying data, reading as needed. An event cut by the
 // end of the stream is discarded, as the specification says.
-func (s *sseReader) Next() bool {
+func (s *SSEReader) Next() bool {
 	for {
 		if s.nextBuffered() {
 			return true
@@ -104,7 +106,7 @@ func (s *sseReader) Next() bool {
 // nextBuffered advances to the next event carrying data using only the bytes already in
 // the buffer. It returns false when it needs more bytes, or with Err set on a line over
 // the cap. The push side (write) and the pull side (Next) share it.
-func (s *sseReader) nextBuffered() bool {
+func (s *SSEReader) nextBuffered() bool {
 	for {
 		line, ok := s.line()
 		if !ok {
@@ -147,7 +149,7 @@ func (s *sseReader) nextBuffered() bool {
 // line returns the next complete line in the buffer without its terminator, valid until
 // the next call; false when there is none yet (or, with Err set, when the line under way
 // is over the cap).
-func (s *sseReader) line() ([]byte, bool) {
+func (s *SSEReader) line() ([]byte, bool) {
 	if s.skipLF && s.lo < s.hi {
 		if s.buf[s.lo] == '\n' {
 			s.lo++
@@ -183,7 +185,7 @@ func (s *sseReader) line() ([]byte, bool) {
 // The raw client's reactor reads nearly every event through it: three copies of each
 // chunk into per-stream buffers (buf, data, outData) cost more in cache misses than the
 // parse (a perf profile of replaybench fidelity).
-func (s *sseReader) direct(b []byte) (data []byte, n int) {
+func (s *SSEReader) direct(b []byte) (data []byte, n int) {
 	if s.lo != s.hi || s.hasData || len(s.event) > 0 || s.skipLF || s.err != nil {
 		return nil, 0
 	}
@@ -221,7 +223,7 @@ func (s *sseReader) direct(b []byte) (data []byte, n int) {
 // bytes down and growing it up to the line cap), stamps it, and returns how much it took.
 // The caller then takes events with nextBuffered until it returns false, and writes the
 // rest. Zero means the buffer is full of one unfinished line: nextBuffered reports the cap.
-func (s *sseReader) write(p []byte, stamp int64) int {
+func (s *SSEReader) write(p []byte, stamp int64) int {
 	if !s.makeRoom() {
 		return 0
 	}
@@ -235,7 +237,7 @@ func (s *sseReader) write(p []byte, stamp int64) int {
 
 // makeRoom moves the unread bytes to the front and, if the buffer is still full, grows
 // it (at most to the line cap + 1). It returns false if no room can be made.
-func (s *sseReader) makeRoom() bool {
+func (s *SSEReader) makeRoom() bool {
 	if s.lo > 0 {
 		n := copy(s.buf, s.buf[s.lo:s.hi])
 		s.scan -= s.lo
@@ -266,7 +268,7 @@ func indexEOL(b []byte) int {
 }
 
 // fill reads more bytes, moving or growing the buffer as needed, and stamps the read.
-func (s *sseReader) fill() bool {
+func (s *SSEReader) fill() bool {
 	if !s.makeRoom() { // cannot happen: line() checks the cap first
 		s.err = fmt.Errorf("%w: over %d bytes without a line end", ErrLineTooLong, s.maxLine)
 		return false

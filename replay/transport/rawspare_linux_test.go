@@ -1,11 +1,12 @@
 //go:build linux
 
-package replay
+package transport
 
 import (
 	"context"
 	"net"
 	"net/url"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -112,4 +113,14 @@ func TestRawSpareConnections(t *testing.T) {
 	if restarted {
 		t.Error("the filler started again right after a failed dial")
 	}
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents) - 1 // the directory's own descriptor
 }

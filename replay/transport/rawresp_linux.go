@@ -1,10 +1,8 @@
 //go:build linux
 
-package replay
+package transport
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The raw client's response parser: a response's head, its framing (chunked,
@@ -46,9 +45,9 @@ const (
 // the SSE reader into the stream state as they arrive.
 type rawResp struct {
 	conn *rawConn
-	clk  clock
+	clk  Clock
 	res  *results.Result
-	sse  *sseReader
+	sse  *SSEReader
 	st   streamState
 
 	fd       int            // the connection's socket, while the reactor reads it

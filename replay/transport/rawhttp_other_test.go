@@ -1,12 +1,12 @@
 //go:build !linux
 
-package replay
+package transport
 
 import (
-	"github.com/llmreplay/llmreplay/wire"
-
 	"strings"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // TestHTTPClientChoiceNotLinux: where the raw client is not built, auto chooses net/http

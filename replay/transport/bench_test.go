@@ -1,4 +1,4 @@
-package replay
+package transport
 
 import (
 	"bytes"
@@ -19,14 +19,14 @@ func BenchmarkReadStream(b *testing.B) {
 	body.WriteString("data: {\"id\":\"cmpl-8c3f1e2a\",\"object\":\"text_completion\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":200,\"completion_tokens\":100}}\n\ndata: [DONE]\n\n")
 	raw := body.Bytes()
 	c := &Client{}
-	s := newSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
+	s := NewSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
 	res := results.NewResult(1, 0, 0, 100, 100)
 	ctx := context.Background()
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		s.reset(bytes.NewReader(raw))
+		s.Reset(bytes.NewReader(raw))
 		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS = res.ChunkNS[:0], nil, results.Null
 		c.readStream(ctx, ctx, s, res, nil)
 		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 {

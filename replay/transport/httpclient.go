@@ -1,4 +1,4 @@
-package replay
+package transport
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func useRaw(choice string, u *url.URL) (bool, error) {
 	}
 	switch choice {
 	case HTTPClientRaw:
-		if !rawBuilt {
+		if !RawBuilt {
 			return false, errRawNotBuilt
 		}
 		if u.Scheme != "http" {
@@ -58,5 +58,5 @@ func useRaw(choice string, u *url.URL) (bool, error) {
 	case HTTPClientNetHTTP:
 		return false, nil
 	}
-	return rawBuilt && u.Scheme == "http" && !proxied, nil
+	return RawBuilt && u.Scheme == "http" && !proxied, nil
 }
