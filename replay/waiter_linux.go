@@ -47,6 +47,10 @@ const DispatcherThreadName = "llmr-dispatch"
 // lockedWaiters counts the threads locked by threadWaiters not yet released (tests).
 var lockedWaiters atomic.Int64
 
+// dueWrites counts the requests thread waiters wrote at their due time (tests: that the
+// raw client's due-time send is taken, not only possible).
+var dueWrites atomic.Int64
+
 // preciseWaiter locks the calling goroutine to its thread until release.
 func preciseWaiter(clk transport.Clock, stop <-chan struct{}) dueWaiter {
 	runtime.LockOSThread()
@@ -137,11 +141,18 @@ func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) 
 	return max(woke-w.base, dueNS), n, err
 }
 
-// writeAt is sendAt for a request's message: its head, then its body.
-func (w *threadWaiter) writeAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno) {
+// WriteAt is sendAt for a request's message: its head, then its body. It makes the
+// thread waiter the transport's DueWriter, so that the raw client's send at the due time
+// leaves from the dispatcher's own thread as it wakes.
+func (w *threadWaiter) WriteAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno) {
+	dueWrites.Add(1)
 	iov, cnt := transport.MessageIovec(head, body)
 	sentNS, n, err = w.sendAt(dueNS, fd, &iov[0], cnt)
 	runtime.KeepAlive(head)
 	runtime.KeepAlive(body)
 	return sentNS, n, err
 }
+
+// The dispatcher finds the due-time send by asserting its waiter to a transport.DueWriter;
+// a waiter that stopped being one would silently lose it, so the compiler checks.
+var _ transport.DueWriter = (*threadWaiter)(nil)

@@ -149,6 +149,7 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	locked := make(chan int64, n)
 	procs := make(chan int, n)
 	p0 := runtime.GOMAXPROCS(0)
+	w0 := dueWrites.Load()
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
 		o.seams.ended = func(*results.Result) { locked <- lockedWaiters.Load(); procs <- runtime.GOMAXPROCS(0) }
 	})
@@ -169,6 +170,9 @@ func TestOpenLoopThreadWaiter(t *testing.T) {
 	}
 	if len(res) != n {
 		t.Fatalf("%d records, want %d", len(res), n)
+	}
+	if w := dueWrites.Load() - w0; w != n {
+		t.Errorf("the thread waiter wrote %d of %d requests at their due time, want all (every connection was idle)", w, n)
 	}
 	sort.Slice(res, func(i, j int) bool { return res[i].RequestID < res[j].RequestID })
 	for i, r := range res {
@@ -404,15 +408,4 @@ func stampedListener(t *testing.T) net.Listener {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln
-}
-
-// waitFor polls cond every millisecond, for at most 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within 5 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
