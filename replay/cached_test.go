@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,7 +20,7 @@ import (
 // then the usage chunk, whose prompt_tokens_details.cached_tokens is half the prompt's
 // words for an even count and which has no prompt_tokens_details for an odd one.
 func cachedServer(w http.ResponseWriter, r *http.Request) {
-	var b reqBody
+	var b vllmtest.ReqBody
 	raw, _ := io.ReadAll(r.Body)
 	if err := json.Unmarshal(raw, &b); err != nil {
 		http.Error(w, `{"error":{"message":"bad json"}}`, 400)
@@ -40,7 +42,7 @@ func cachedServer(w http.ResponseWriter, r *http.Request) {
 // TestCachedTokensBothClients: both HTTP clients record the server's cached_tokens in
 // PromptTokensCached, and null when the server did not say.
 func TestCachedTokensBothClients(t *testing.T) {
-	base := startServer(t, http.HandlerFunc(cachedServer))
+	base := vllmtest.Start(t, http.HandlerFunc(cachedServer))
 	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = hc })
 		reqs := uniformTrace(6, time.Millisecond, 0, 3)

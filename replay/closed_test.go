@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"path/filepath"
 	"strings"
@@ -168,7 +170,7 @@ func TestClosedLoopLookAhead(t *testing.T) {
 // Prepare of a closed loop at C=1024 with the default --prewarm 64: 1024 connections
 // prewarmed, and both clients' idle pools are sized for at least that many; --ramp-up reaches Run.
 func TestPrepareClosedLoopPrewarm(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	for _, client := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		if client == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"math"
 	"path/filepath"
@@ -14,7 +16,7 @@ import (
 // TestSessionIDRecorded: every row of a trace with sessions carries its session_id in the
 // results file, whether sent or dropped, and a row without a session reads null.
 func TestSessionIDRecorded(t *testing.T) {
-	base := startServer(t, &vllmServer{ttft: 200 * time.Millisecond}) // the first request holds the one slot: the others are dropped
+	base := vllmtest.Start(t, &vllmtest.Server{TTFT: 200 * time.Millisecond}) // the first request holds the one slot: the others are dropped
 	c := newTestClient(t, base, nil)
 	reqs := uniformTrace(3, 5*time.Millisecond, 4, 2)
 	reqs[0].SessionID, reqs[0].HasSession = 1<<40+3, true
@@ -72,7 +74,7 @@ func TestReusableShare(t *testing.T) {
 // (--warmup and --limit applied) in the run metadata when the trace has prefix blocks,
 // and nothing when it has none.
 func TestPrepareRecordsReusableShare(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	rows := []trace.Request{
 		{ID: 0, PromptTokens: 10, OutputTokens: 1, PrefixBlocks: []int64{1, 2}},
 		{ID: 1, Arrival: time.Millisecond, PromptTokens: 12, OutputTokens: 1, PrefixBlocks: []int64{1, 2, 3}},
@@ -166,7 +168,7 @@ func TestHistoryReusableShare(t *testing.T) {
 // TestPrepareReusableRule: Prepare records the actual-history rule exactly for sequential
 // sessions with --history actual (with or without prefix blocks), the blocks rule otherwise.
 func TestPrepareReusableRule(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	for _, tc := range []struct {
 		name, sessions, history string
 		bt                      int

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -130,7 +132,7 @@ func TestErrorsScrubSecrets(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"error":{"message":"bad credentials %s %s"}}`, r.Header.Get("Authorization"), r.Header.Get("X-Secret"))
 	})
-	u := startServer(t, echo)
+	u := vllmtest.Start(t, echo)
 	u.User = url.UserPassword("user", "pw-Secret1")
 	header := http.Header{"X-Secret": {"hv-Secret2"}}
 	secrets := []string{"pw-Secret1", "hv-Secret2", "sk-Secret3", base64.StdEncoding.EncodeToString([]byte("user:pw-Secret1"))}

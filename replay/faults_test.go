@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -140,7 +142,7 @@ func testFault(t *testing.T, hc string, tc faultCase, refused func() *url.URL) {
 	if tc.handler == nil {
 		base = refused()
 	} else {
-		base = startServer(t, tc.handler)
+		base = vllmtest.Start(t, tc.handler)
 	}
 	c := newTestClient(t, base, func(o *transport.ClientOptions) {
 		if tc.timeout > 0 {
@@ -175,7 +177,7 @@ func testFault(t *testing.T, hc string, tc faultCase, refused func() *url.URL) {
 // TestChatReasoningAndTokenizerFallback: chat deltas with reasoning count as output, the
 // role-only chunk does not, and with no usage the client counts the text.
 func TestChatReasoningAndTokenizerFallback(t *testing.T) {
-	base := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	base := vllmtest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/chat/completions" {
 			http.NotFound(w, r)
 			return

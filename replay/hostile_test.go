@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -152,10 +154,10 @@ func TestHostileServers(t *testing.T) {
 }
 
 func testHostile(t *testing.T, hc string, tc hostileCase) {
-	good := &vllmServer{ttft: 5 * time.Millisecond, itl: time.Millisecond}
-	base := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	good := &vllmtest.Server{TTFT: 5 * time.Millisecond, ITL: time.Millisecond}
+	base := vllmtest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var b reqBody
+		var b vllmtest.ReqBody
 		json.Unmarshal(body, &b)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if b.MaxTokens == hostileOut {

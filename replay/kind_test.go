@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,7 +67,7 @@ func toyServer(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRegisteredKindBothClients(t *testing.T) {
-	base := startServer(t, http.HandlerFunc(toyServer))
+	base := vllmtest.Start(t, http.HandlerFunc(toyServer))
 	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue

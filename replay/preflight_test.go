@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"net"
 	"net/http"
@@ -93,7 +95,7 @@ func TestCheckOutput(t *testing.T) {
 // does not exist) stops Prepare before any request reaches the endpoint.
 func TestPrepareChecksOutputBeforeTraffic(t *testing.T) {
 	var hits atomic.Int64
-	u := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u := vllmtest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		w.Write([]byte(`{"data":[{"id":"m"}]}`))
 	}))
@@ -116,7 +118,7 @@ func TestPrepareChecksOutputBeforeTraffic(t *testing.T) {
 // TestPrepareDefaultOutput: with no -o the results go to a new results-<UTC>.parquet in the
 // current folder, never to an existing file's name.
 func TestPrepareDefaultOutput(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	t.Chdir(t.TempDir())
 	cfg := DefaultConfig()
 	cfg.Endpoint, cfg.Limit, cfg.Quiet = u.String(), 3, true
@@ -160,7 +162,7 @@ func TestPrepareEndpointMustAnswer(t *testing.T) {
 		t.Errorf("nothing listening: %v", err)
 	}
 
-	u := startServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u := vllmtest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad key", http.StatusUnauthorized)
 	}))
 	cfg.Endpoint, cfg.APIKey = u.String(), "sk-Secret-123"
@@ -177,7 +179,7 @@ func TestPrepareEndpointMustAnswer(t *testing.T) {
 // results path became a folder during the run), the error names the journal and the exact
 // recover command, the journal is kept, and recover turns it into every record.
 func TestRunKeepsJournalWhenResultsCannotBeWritten(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	c := newTestClient(t, u, nil)
 	out := filepath.Join(t.TempDir(), "r.parquet")
 	if err := os.Mkdir(out, 0o755); err != nil { // Run itself does no preflight: Prepare does
@@ -203,7 +205,7 @@ func TestRunKeepsJournalWhenResultsCannotBeWritten(t *testing.T) {
 // TestPrepareWarnsWhenTheDiskIsShort: with less free space than the estimate, Prepare says so
 // (and goes on); with enough, it says nothing.
 func TestPrepareWarnsWhenTheDiskIsShort(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	defer func(f func(string) (uint64, bool)) { diskFree = f }(diskFree)
 	for _, c := range []struct {
 		free uint64

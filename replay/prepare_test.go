@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"path/filepath"
 	"strings"
@@ -16,7 +18,7 @@ import (
 // its URL: the speedup comes from the rate, the model is the first listed, the metadata
 // holds the endpoint and flags in their safe forms, and the session runs.
 func TestPrepare(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	cfg := DefaultConfig()
 	cfg.Endpoint = strings.Replace(u.String(), "http://", "http://user:pw-Secret1@", 1)
 	cfg.Rate, cfg.RateSet = 400, true

@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -21,11 +23,11 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-// replayRaw replays n requests every gap with the raw client against a vllmServer whose
+// replayRaw replays n requests every gap with the raw client against a vllmtest.Server whose
 // http.Server configure adjusts, and returns the records; opts, when set, adjusts the run.
 func replayRaw(t *testing.T, n int, gap time.Duration, configure func(*http.Server), opts ...func(*Options)) []results.Result {
 	t.Helper()
-	ts := httptest.NewUnstartedServer(&vllmServer{ttft: time.Millisecond, itl: time.Millisecond})
+	ts := httptest.NewUnstartedServer(&vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond})
 	configure(ts.Config)
 	ts.Start()
 	t.Cleanup(ts.Close)
@@ -114,7 +116,7 @@ func TestRawServerClosesBeforeAnswer(t *testing.T) {
 func TestRawRequestBytes(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string][]string{}
-	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond}
+	srv := &vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
@@ -125,7 +127,7 @@ func TestRawRequestBytes(t *testing.T) {
 		mu.Unlock()
 		srv.ServeHTTP(w, r)
 	})
-	base := startServer(t, h)
+	base := vllmtest.Start(t, h)
 	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		c := newTestClient(t, base, func(o *transport.ClientOptions) {
 			o.HTTPClient = hc

@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -139,8 +141,8 @@ func goroutinesIn(fn string) int {
 // the replayer runs a request, and every record is complete.
 func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 	const n = 40
-	srv := &vllmServer{itl: time.Millisecond, holdFor: n}
-	base := startServer(t, srv)
+	srv := &vllmtest.Server{ITL: time.Millisecond, HoldFor: n}
+	base := vllmtest.Start(t, srv)
 	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = transport.HTTPClientRaw })
 	if got := c.Prewarm(context.Background(), n); got != n {
 		t.Fatalf("prewarmed %d connections, want %d", got, n)
@@ -157,7 +159,7 @@ func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 			once.Do(func() { inSend = goroutinesIn("github.com/llmreplay/llmreplay/replay.(*dispatcher).send") })
 		}
 	})
-	if m := srv.maxSeen.Load(); m != n {
+	if m := srv.MaxSeen.Load(); m != n {
 		t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
 	}
 	if inSend != 0 {
@@ -177,9 +179,9 @@ func TestOpenLoopNoGoroutinePerResponse(t *testing.T) {
 // reactors hold (the raw client's doRawAsync): all n are recorded canceled, and Run returns.
 func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 	const n = 20
-	srv := &vllmServer{release: make(chan struct{})}
-	defer close(srv.release)
-	base := startServer(t, srv)
+	srv := &vllmtest.Server{Release: make(chan struct{})}
+	defer close(srv.Release)
+	base := vllmtest.Start(t, srv)
 	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = transport.HTTPClientRaw })
 	if got := c.Prewarm(context.Background(), n); got != n {
 		t.Fatalf("prewarmed %d connections, want %d", got, n)
@@ -187,7 +189,7 @@ func TestOpenLoopAbortEndsReactorRequests(t *testing.T) {
 	ctx, _, abort := WithStop(context.Background())
 	defer abort()
 	go func() {
-		for srv.inflight.Load() < n {
+		for srv.Inflight.Load() < n {
 			time.Sleep(time.Millisecond)
 		}
 		abort()
@@ -229,8 +231,8 @@ func TestReactorBatchesOnlyWhenAllowed(t *testing.T) {
 		{"closed loop", time.Millisecond, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := &vllmServer{itl: time.Millisecond, holdFor: n}
-			base := startServer(t, srv)
+			srv := &vllmtest.Server{ITL: time.Millisecond, HoldFor: n}
+			base := vllmtest.Start(t, srv)
 			c := newTestClient(t, base, func(o *transport.ClientOptions) {
 				o.HTTPClient, o.ReadBatch, o.MaxInflight = transport.HTTPClientRaw, tc.batch, 2*n
 			})
@@ -243,7 +245,7 @@ func TestReactorBatchesOnlyWhenAllowed(t *testing.T) {
 					o.Concurrency, o.Speedup = n, 0
 				}
 			})
-			if m := srv.maxSeen.Load(); m != n {
+			if m := srv.MaxSeen.Load(); m != n {
 				t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
 			}
 			if waits := transport.ReactorBatchWaits() - w0; (waits > 0) != tc.want {
@@ -278,15 +280,15 @@ func TestReactorRingReads(t *testing.T) {
 		waitRetired(t, "before the run") // a reactor takes the setting when it starts
 		transport.SetReactorRing(ring)
 		defer transport.SetReactorRing(true)
-		srv := &vllmServer{holdFor: n}
-		base := startServer(t, srv)
+		srv := &vllmtest.Server{HoldFor: n}
+		base := vllmtest.Start(t, srv)
 		c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient, o.MaxInflight = transport.HTTPClientRaw, 2*n })
 		if got := c.Prewarm(context.Background(), n); got != n {
 			t.Fatalf("prewarmed %d connections, want %d", got, n)
 		}
 		r0 := transport.ReactorRingReads()
 		_, res, _ := runTrace(t, context.Background(), c, uniformTrace(n, 100*time.Microsecond, 3, tokens), nil)
-		if m := srv.maxSeen.Load(); m != n {
+		if m := srv.MaxSeen.Load(); m != n {
 			t.Fatalf("the server saw at most %d requests at once, want %d", m, n)
 		}
 		return transport.ReactorRingReads() - r0, res

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"github.com/llmreplay/llmreplay/wire"
 
 	"context"
@@ -15,8 +17,8 @@ import (
 )
 
 func TestRunOpenLoopRecordsEveryChunk(t *testing.T) {
-	srv := &vllmServer{ttft: 20 * time.Millisecond, itl: 2 * time.Millisecond}
-	base := startServer(t, srv)
+	srv := &vllmtest.Server{TTFT: 20 * time.Millisecond, ITL: 2 * time.Millisecond}
+	base := vllmtest.Start(t, srv)
 	c := newTestClient(t, base, nil)
 	reqs := uniformTrace(20, 10*time.Millisecond, 7, 5)
 	sum, res, meta := runTrace(t, context.Background(), c, reqs, func(o *Options) {
@@ -92,15 +94,15 @@ func TestRunMetaHasEveryContractKey(t *testing.T) {
 func TestRunClosedLoopKeepsConcurrency(t *testing.T) {
 	// The server holds the first requests until three are in flight: without that, a
 	// loaded machine could finish each 8 ms request before the next worker's arrived.
-	srv := &vllmServer{ttft: 5 * time.Millisecond, itl: time.Millisecond, holdFor: 3}
-	c := newTestClient(t, startServer(t, srv), nil)
+	srv := &vllmtest.Server{TTFT: 5 * time.Millisecond, ITL: time.Millisecond, HoldFor: 3}
+	c := newTestClient(t, vllmtest.Start(t, srv), nil)
 	// Arrivals an hour apart: a closed loop ignores them.
 	reqs := uniformTrace(12, time.Hour, 3, 3)
 	_, res, meta := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.Concurrency = 3; o.Speedup = 0 })
 	if len(res) != 12 || byStatus(res)[results.StatusOK] != 12 {
 		t.Fatalf("records %d, statuses %v", len(res), byStatus(res))
 	}
-	if got := srv.maxSeen.Load(); got != 3 {
+	if got := srv.MaxSeen.Load(); got != 3 {
 		t.Errorf("server saw %d concurrent requests, want 3", got)
 	}
 	if meta.Mode != results.ModeClosed {
@@ -113,15 +115,15 @@ func TestRunClosedLoopKeepsConcurrency(t *testing.T) {
 // been sent or dropped (a 300 ms TTFT did the holding before, which a dispatcher running
 // late on a loaded machine could outlast, sending instead of dropping).
 func TestRunDropsWhenMaxInflightReached(t *testing.T) {
-	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond, release: make(chan struct{})}
-	c := newTestClient(t, startServer(t, srv), nil)
+	srv := &vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond, Release: make(chan struct{})}
+	c := newTestClient(t, vllmtest.Start(t, srv), nil)
 	reqs := uniformTrace(6, 10*time.Millisecond, 3, 2)
 	prog := new(Progress)
 	go func() {
 		for t0 := time.Now(); prog.Sent.Load()+prog.Dropped.Load() < 6 && time.Since(t0) < 30*time.Second; {
 			time.Sleep(time.Millisecond)
 		}
-		close(srv.release)
+		close(srv.Release)
 	}()
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.MaxInflight = 2; o.Progress = prog })
 	st := byStatus(res)
@@ -138,14 +140,14 @@ func TestRunDropsWhenMaxInflightReached(t *testing.T) {
 }
 
 func TestRunLimitWarmupDuration(t *testing.T) {
-	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond}
-	c := newTestClient(t, startServer(t, srv), nil)
+	srv := &vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}
+	c := newTestClient(t, vllmtest.Start(t, srv), nil)
 	reqs := uniformTrace(50, 5*time.Millisecond, 3, 2)
 	_, res, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) { o.Warmup = 3; o.Limit = 10 })
 	if len(res) != 10 || res[0].RequestID < 103 {
 		t.Errorf("warmup 3 + limit 10: %d records, first id %d", len(res), res[0].RequestID)
 	}
-	if got := srv.count.Load(); got != 13 {
+	if got := srv.Count.Load(); got != 13 {
 		t.Errorf("server got %d requests, want 13", got)
 	}
 	_, res, _ = runTrace(t, context.Background(), c, reqs, func(o *Options) { o.Duration = 52 * time.Millisecond })
@@ -155,8 +157,8 @@ func TestRunLimitWarmupDuration(t *testing.T) {
 }
 
 func TestRunGracefulStopCancelsAfterGrace(t *testing.T) {
-	srv := &vllmServer{ttft: 10 * time.Millisecond, itl: 50 * time.Millisecond}
-	c := newTestClient(t, startServer(t, srv), nil)
+	srv := &vllmtest.Server{TTFT: 10 * time.Millisecond, ITL: 50 * time.Millisecond}
+	c := newTestClient(t, vllmtest.Start(t, srv), nil)
 	reqs := uniformTrace(100, 20*time.Millisecond, 3, 100) // 5 s of output each
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(150*time.Millisecond, cancel)
@@ -177,8 +179,8 @@ func TestRunGracefulStopCancelsAfterGrace(t *testing.T) {
 }
 
 func TestRunAbortCancelsAtOnce(t *testing.T) {
-	srv := &vllmServer{ttft: 10 * time.Millisecond, itl: 50 * time.Millisecond}
-	c := newTestClient(t, startServer(t, srv), nil)
+	srv := &vllmtest.Server{TTFT: 10 * time.Millisecond, ITL: 50 * time.Millisecond}
+	c := newTestClient(t, vllmtest.Start(t, srv), nil)
 	reqs := uniformTrace(100, 20*time.Millisecond, 3, 100)
 	ctx, stop, abort := WithStop(context.Background())
 	defer abort()
@@ -196,7 +198,7 @@ func TestRunAbortCancelsAtOnce(t *testing.T) {
 
 func TestPrewarmOpensConnections(t *testing.T) {
 	var models atomic.Int64
-	srv := &vllmServer{ttft: time.Millisecond, itl: time.Millisecond}
+	srv := &vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/models" {
 			models.Add(1)
@@ -204,7 +206,7 @@ func TestPrewarmOpensConnections(t *testing.T) {
 		}
 		srv.ServeHTTP(w, r)
 	})
-	c := newTestClient(t, startServer(t, h), nil)
+	c := newTestClient(t, vllmtest.Start(t, h), nil)
 	if got := c.Prewarm(context.Background(), 8); got != 8 || models.Load() != 8 {
 		t.Fatalf("Prewarm: %d ok, %d GETs; want 8, 8", got, models.Load())
 	}

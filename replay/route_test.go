@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,11 +29,11 @@ type seenRequest struct {
 	model              string
 }
 
-// recorder serves like vllmServer and records each request's routing headers and model.
+// recorder serves like vllmtest.Server and records each request's routing headers and model.
 type recorder struct {
-	srv     vllmServer
+	srv     vllmtest.Server
 	session string   // the session header's name to record
-	models  []string // served by /v1/models; nil: vllmServer's
+	models  []string // served by /v1/models; nil: vllmtest.Server's
 	mu      sync.Mutex
 	seen    []seenRequest
 }
@@ -95,8 +97,8 @@ func TestRoutingHeaders(t *testing.T) {
 	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 		for _, tc := range cases {
 			t.Run(hc+"/"+tc.name, func(t *testing.T) {
-				rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: DefaultSessionHeader}
-				c := newTestClient(t, startServer(t, rec), func(o *transport.ClientOptions) {
+				rec := &recorder{srv: vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}, session: DefaultSessionHeader}
+				c := newTestClient(t, vllmtest.Start(t, rec), func(o *transport.ClientOptions) {
 					o.HTTPClient, o.SessionHeader = hc, DefaultSessionHeader
 				})
 				reqs := routedTrace(12, 2*time.Millisecond)
@@ -152,8 +154,8 @@ func checkRouted(t *testing.T, rec *recorder, reqs []trace.Request, res []result
 // TestNoSessionHeader: SessionHeader "" sends no session header; X-Request-Id still goes.
 func TestNoSessionHeader(t *testing.T) {
 	for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
-		rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: DefaultSessionHeader}
-		c := newTestClient(t, startServer(t, rec), func(o *transport.ClientOptions) { o.HTTPClient = hc })
+		rec := &recorder{srv: vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}, session: DefaultSessionHeader}
+		c := newTestClient(t, vllmtest.Start(t, rec), func(o *transport.ClientOptions) { o.HTTPClient = hc })
 		_, res, meta := runTrace(t, context.Background(), c, routedTrace(6, time.Millisecond), nil)
 		for _, s := range rec.seen {
 			if s.hasSession {
@@ -182,7 +184,7 @@ func TestRunIDLen(t *testing.T) {
 
 // modelServer lists served models and records each request's routing like recorder.
 func modelServer(served ...string) *recorder {
-	rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: DefaultSessionHeader}
+	rec := &recorder{srv: vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}, session: DefaultSessionHeader}
 	return rec.withModels(served)
 }
 
@@ -250,7 +252,7 @@ func TestPrepareModels(t *testing.T) {
 		for _, c := range cases {
 			t.Run(hc+"/"+c.name, func(t *testing.T) {
 				rec := modelServer(c.served...)
-				u := startServer(t, rec)
+				u := vllmtest.Start(t, rec)
 				reqs := uniformTrace(2*len(c.trace), time.Millisecond, 4, 2)
 				for i := range reqs {
 					reqs[i].Model = c.trace[i%len(c.trace)]
@@ -410,8 +412,8 @@ func BenchmarkTraceModels(b *testing.B) {
 // TestPrepareSessionHeader: --session-header reaches the wire through Prepare, with the
 // run id of a run whose start is given (--start-at: every head built with the id).
 func TestPrepareSessionHeader(t *testing.T) {
-	rec := &recorder{srv: vllmServer{ttft: time.Millisecond, itl: time.Millisecond}, session: "X-Affinity"}
-	u := startServer(t, rec)
+	rec := &recorder{srv: vllmtest.Server{TTFT: time.Millisecond, ITL: time.Millisecond}, session: "X-Affinity"}
+	u := vllmtest.Start(t, rec)
 	reqs := routedTrace(6, time.Millisecond)
 	for i := range reqs {
 		reqs[i].Model = ""

@@ -1,6 +1,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -341,7 +343,7 @@ func TestSequentialHistoryActual(t *testing.T) {
 			}
 			t.Run(string(api)+"/"+hc, func(t *testing.T) {
 				srv := &historyServer{}
-				c := newTestClient(t, startServer(t, srv), func(o *transport.ClientOptions) { o.API, o.HTTPClient = api, hc })
+				c := newTestClient(t, vllmtest.Start(t, srv), func(o *transport.ClientOptions) { o.API, o.HTTPClient = api, hc })
 				var rc records
 				sum, _, _ := runTrace(t, context.Background(), c, reqs, func(o *Options) {
 					o.Sessions, o.History, o.seams.record = SessionsSequential, HistoryActual, rc.add
@@ -370,7 +372,7 @@ func TestSequentialHistoryActual(t *testing.T) {
 						continue
 					}
 					answer := strings.Join(historyAnswer(p), "")
-					var cur, before reqBody
+					var cur, before vllmtest.ReqBody
 					json.Unmarshal(srv.bodies[q.ID], &cur)
 					json.Unmarshal(srv.bodies[p], &before)
 					if api == wire.APICompletions {
@@ -403,8 +405,8 @@ func TestSequentialHistoryActual(t *testing.T) {
 // Bad conversation input is an error naming the flag before anything is sent; the
 // defaults follow the trace.
 func TestPrepareSessions(t *testing.T) {
-	srv := &vllmServer{}
-	u := startServer(t, srv)
+	srv := &vllmtest.Server{}
+	u := vllmtest.Start(t, srv)
 	plain := writeTrace(t, uniformTrace(4, time.Millisecond, 3, 2))
 	conv := writeTrace(t, sessionTrace(2, 2, time.Millisecond, 10*time.Millisecond))
 	prep := func(path string, mod func(*Config)) (*Session, error) {
@@ -440,7 +442,7 @@ func TestPrepareSessions(t *testing.T) {
 			t.Errorf("%s: %v, want a usage error with %q", tc.name, err, tc.want)
 		}
 	}
-	if n := srv.count.Load(); n != 0 {
+	if n := srv.Count.Load(); n != 0 {
 		t.Errorf("%d requests sent for bad input", n)
 	}
 	// Defaults: sequential with actual history (text prompts) on a conversation trace;

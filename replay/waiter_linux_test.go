@@ -3,6 +3,8 @@
 package replay
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -134,8 +136,8 @@ func TestThreadWaiterStop(t *testing.T) {
 // thread is unlocked and the goroutines gone when Run returns.
 func TestOpenLoopThreadWaiter(t *testing.T) {
 	g0 := runtime.NumGoroutine()
-	srv := &vllmServer{}
-	base := startServer(t, srv)
+	srv := &vllmtest.Server{}
+	base := vllmtest.Start(t, srv)
 	c := newTestClient(t, base, func(o *transport.ClientOptions) { o.HTTPClient = "raw" })
 	const n = 60
 	if got := c.Prewarm(context.Background(), n); got != n {

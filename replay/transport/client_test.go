@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"net/http"
 	"testing"
 )
@@ -8,7 +10,7 @@ import (
 // TestClientPoolsSized: both clients' idle pools keep at least MaxInflight connections,
 // so that a closed loop prewarmed to its concurrency never dials again.
 func TestClientPoolsSized(t *testing.T) {
-	u := startServer(t, &vllmServer{})
+	u := vllmtest.Start(t, &vllmtest.Server{})
 	for _, client := range []string{HTTPClientRaw, HTTPClientNetHTTP} {
 		if client == HTTPClientRaw && !RawBuilt {
 			continue

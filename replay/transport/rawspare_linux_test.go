@@ -3,6 +3,8 @@
 package transport
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"context"
 	"net"
 	"net/url"
@@ -38,7 +40,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestRawSpareConnections(t *testing.T) {
 	defer rawSpareIdle.Store(rawSpareIdle.Load())
 	rawSpareIdle.Store(int64(50 * time.Millisecond))
-	base := startServer(t, &vllmServer{})
+	base := vllmtest.Start(t, &vllmtest.Server{})
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	tr := c.raw
 	g0, f0 := runtime.NumGoroutine(), openFDs(t)

@@ -3,6 +3,8 @@
 package transport
 
 import (
+	"github.com/llmreplay/llmreplay/internal/vllmtest"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -28,8 +30,8 @@ import (
 // (not in the runtime's: the reactor's thread alone is woken by its data), and in its
 // reactor's epoll alone while a response is read.
 func TestRawSocketsOutsideGoNetpoller(t *testing.T) {
-	srv := &vllmServer{ttft: 200 * time.Millisecond, itl: time.Millisecond}
-	base := startServer(t, srv)
+	srv := &vllmtest.Server{TTFT: 200 * time.Millisecond, ITL: time.Millisecond}
+	base := vllmtest.Start(t, srv)
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	if c.Prewarm(context.Background(), 1) != 1 {
 		t.Fatal("prewarm failed")
@@ -308,7 +310,7 @@ func TestReactorOutlivesShortIdle(t *testing.T) {
 	})
 	defer func(d time.Duration) { reactorIdle = d }(reactorIdle)
 	reactorIdle = 300 * time.Millisecond
-	base := startServer(t, &vllmServer{})
+	base := vllmtest.Start(t, &vllmtest.Server{})
 	c := newTestClient(t, base, func(o *ClientOptions) { o.HTTPClient = HTTPClientRaw })
 	if c.Prewarm(context.Background(), 1) != 1 { // one response read by a reactor
 		t.Fatal("prewarm failed")
