@@ -1,46 +1,14 @@
 package trace
 
 import (
+	"github.com/llmreplay/llmreplay/internal/duckdbtest"
+
 	"encoding/csv"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 )
-
-// duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
-// root) and returns its rows. Missing node or the npm package: skip locally, fail in CI.
-func duckdb(t *testing.T, sql string) []map[string]any {
-	t.Helper()
-	root, _ := filepath.Abs("..")
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
-		}
-		t.Skipf("DuckDB not available: %v", err)
-	}
-	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
-		}
-		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
-	}
-	var rows []map[string]any
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("duckdb output %q: %v", out, err)
-	}
-	return rows
-}
 
 // num reads a DuckDB JSON value: BIGINT and HUGEINT come back as strings.
 func duckNum(t *testing.T, v any) int64 {
@@ -81,7 +49,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 	q := "SELECT count(*) AS n, sum(prompt_tokens) AS p, sum(output_tokens) AS o, max(arrival_ns) AS span, " +
 		"count(DISTINCT request_id) AS ids, count(session_id) AS sess, count(prefix_blocks) AS blocks " +
 		"FROM read_parquet('" + path + "')"
-	row := duckdb(t, q)[0]
+	row := duckdbtest.Query(t, q)[0]
 	if n := duckNum(t, row["n"]); n != int64(len(recs)-1) {
 		t.Errorf("duckdb count %d, CSV has %d rows", n, len(recs)-1)
 	}
@@ -94,7 +62,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 	if duckNum(t, row["ids"]) != 8819 || duckNum(t, row["sess"]) != 0 || duckNum(t, row["blocks"]) != 0 {
 		t.Errorf("duckdb ids/sessions/blocks %v", row)
 	}
-	types := duckdb(t, "SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM read_parquet('"+path+"'))")
+	types := duckdbtest.Query(t, "SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM read_parquet('"+path+"'))")
 	want := map[string]string{"request_id": "BIGINT", "arrival_ns": "BIGINT", "prompt_tokens": "INTEGER", "output_tokens": "INTEGER",
 		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR"}
 	if len(types) != len(want) {
@@ -105,7 +73,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 			t.Errorf("column %v: duckdb type %v, want %v", r["c"], r["t"], want[r["c"].(string)])
 		}
 	}
-	md := duckdb(t, "SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('"+path+"') WHERE decode(key) LIKE 'llmreplay.%'")
+	md := duckdbtest.Query(t, "SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('"+path+"') WHERE decode(key) LIKE 'llmreplay.%'")
 	got := map[string]string{}
 	for _, r := range md {
 		got[r["k"].(string)] = r["v"].(string)
@@ -117,7 +85,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 
 func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
 	path, _ := importTrace(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake})
-	row := duckdb(t, "SELECT count(*) AS n, sum(len(prefix_blocks)) AS refs, (SELECT count(DISTINCT b) FROM (SELECT unnest(prefix_blocks) AS b FROM read_parquet('"+path+"'))) AS uniq FROM read_parquet('"+path+"')")[0]
+	row := duckdbtest.Query(t, "SELECT count(*) AS n, sum(len(prefix_blocks)) AS refs, (SELECT count(DISTINCT b) FROM (SELECT unnest(prefix_blocks) AS b FROM read_parquet('"+path+"'))) AS uniq FROM read_parquet('"+path+"')")[0]
 	if duckNum(t, row["n"]) != 12031 || duckNum(t, row["refs"]) != 288500 || duckNum(t, row["uniq"]) != 182790 {
 		t.Errorf("duckdb: %v, want 12031 rows, 288500 block refs, 182790 unique", row)
 	}
@@ -128,7 +96,7 @@ func TestDuckDBReadsMooncakeBlocks(t *testing.T) {
 func TestReadDuckDBWritten(t *testing.T) {
 	src, _ := importTrace(t, "mooncake_conversation_trace.jsonl", ImportOptions{Format: FormatMooncake, Limit: 500})
 	out := filepath.Join(t.TempDir(), "duck.parquet")
-	duckdb(t, "COPY (SELECT prefix_blocks, output_tokens, prompt_tokens, arrival_ns, request_id FROM read_parquet('"+src+"') ORDER BY arrival_ns, request_id) TO '"+out+
+	duckdbtest.Query(t, "COPY (SELECT prefix_blocks, output_tokens, prompt_tokens, arrival_ns, request_id FROM read_parquet('"+src+"') ORDER BY arrival_ns, request_id) TO '"+out+
 		"' (FORMAT parquet, KV_METADATA {'llmreplay.format': 'trace/v1', 'llmreplay.block_tokens': '512'})")
 	want, _ := readAll(t, src)
 	got, meta := readAll(t, out)

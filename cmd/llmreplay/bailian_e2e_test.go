@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/llmreplay/llmreplay/internal/duckdbtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -146,7 +148,7 @@ func TestE2EBailianSequential(t *testing.T) {
 		t.Errorf("turn_overlap %+v, want 0 of %d", *c.Overlap, waits)
 	}
 
-	if db := duckdbRows(t, fmt.Sprintf(`SELECT count(DISTINCT session_id)::INT AS sessions, max(turn)::INT AS max_turn,
+	if db := duckdbtest.Rows(t, fmt.Sprintf(`SELECT count(DISTINCT session_id)::INT AS sessions, max(turn)::INT AS max_turn,
 		count(session_wait_ns)::INT AS waits, count(prompt_tokens_cached)::INT AS cached,
 		sum(prompt_tokens_cached) FILTER (turn > 0)::INT AS cached_later,
 		typeof(any_value(session_id)) AS session_type, typeof(any_value(turn)) AS turn_type,

@@ -1,13 +1,14 @@
 package main
 
 import (
+	"github.com/llmreplay/llmreplay/internal/duckdbtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -222,7 +223,7 @@ func checkSessionsAnalyze(t *testing.T, ctx context.Context, mode, res string, l
 // and finds the same sessions, waits and overlaps.
 func checkSessionsDuckDB(t *testing.T, mode, res string, rows, later, waited, overlapped int) {
 	t.Helper()
-	db := duckdbRows(t, fmt.Sprintf(`SELECT count(session_id)::INT AS sessions, count(turn)::INT AS turns,
+	db := duckdbtest.Rows(t, fmt.Sprintf(`SELECT count(session_id)::INT AS sessions, count(turn)::INT AS turns,
 			count(session_wait_ns)::INT AS waits, count(*) FILTER (session_wait_ns > 0)::INT AS waited,
 			count(*) FILTER (sent_ns < prev_end)::INT AS overlapped
 			FROM (SELECT *, lag(end_ns) OVER (PARTITION BY session_id ORDER BY turn) AS prev_end FROM read_parquet('%s'))`, res))
@@ -240,38 +241,4 @@ func checkSessionsDuckDB(t *testing.T, mode, res string, rows, later, waited, ov
 			t.Errorf("%s: DuckDB %s = %v, want %v", mode, k, db[0][k], v)
 		}
 	}
-}
-
-// duckdbRows runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, as
-// replay's interop test does) and returns its rows; nil when DuckDB is not installed
-// (a CI run fails instead).
-func duckdbRows(t *testing.T, sql string) []map[string]any {
-	t.Helper()
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
-		}
-		t.Logf("DuckDB not available, its checks skipped: %v", err)
-		return nil
-	}
-	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
-	cmd.Dir = root
-	b, err := cmd.Output()
-	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
-		}
-		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
-	}
-	var rows []map[string]any
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatalf("duckdb output %q: %v", b, err)
-	}
-	return rows
 }

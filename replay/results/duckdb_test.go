@@ -1,10 +1,9 @@
 package results
 
 import (
-	"encoding/json"
+	"github.com/llmreplay/llmreplay/internal/duckdbtest"
+
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,38 +11,6 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/prom"
 )
-
-// duckdb runs one SQL statement in DuckDB (node testdata/duckdb/query.mjs, from the repo
-// root) and returns its rows. Missing node or the npm package: skip locally, fail in CI.
-func duckdb(t *testing.T, sql string) []map[string]any {
-	t.Helper()
-	root, _ := filepath.Abs("../..")
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join(root, "testdata", "duckdb", "node_modules", "@duckdb", "node-api"))
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules: %v", err)
-		}
-		t.Skipf("DuckDB not available: %v", err)
-	}
-	cmd := exec.Command(node, "testdata/duckdb/query.mjs", sql)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
-		}
-		t.Fatalf("duckdb %q: %v %s", sql, err, msg)
-	}
-	var rows []map[string]any
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("duckdb output %q: %v", out, err)
-	}
-	return rows
-}
 
 // TestResultsReadByDuckDB: an independent engine reads the results file's columns, types,
 // nulls, lists and metadata as the contract says.
@@ -75,7 +42,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	if _, err := ConvertJournal(jp, out); err != nil {
 		t.Fatal(err)
 	}
-	rows := duckdb(t, fmt.Sprintf(`SELECT count(*)::INT AS n,
+	rows := duckdbtest.Query(t, fmt.Sprintf(`SELECT count(*)::INT AS n,
 		count(sent_ns)::INT AS sent, sum(len(chunk_ns))::INT AS chunks, count(chunk_tokens)::INT AS with_tokens,
 		sum(list_sum(chunk_tokens))::INT AS tokens, count(*) FILTER (status = 'dropped')::INT AS dropped,
 		count(http_status)::INT AS http, round(avg(ttft_ms), 6) AS ttft, round(avg(tpot_ms), 6) AS tpot,
@@ -95,7 +62,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, rows[0][k], w)
 		}
 	}
-	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
+	types := duckdbtest.Query(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
 	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
 		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE",
 		"BIGINT", "INTEGER", "BIGINT", "INTEGER"}
@@ -104,7 +71,7 @@ func TestResultsReadByDuckDB(t *testing.T) {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
 		}
 	}
-	md := duckdb(t, fmt.Sprintf(`SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) LIKE 'llmreplay.%%'`, out))
+	md := duckdbtest.Query(t, fmt.Sprintf(`SELECT decode(key) AS k, decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) LIKE 'llmreplay.%%'`, out))
 	got := map[string]string{}
 	for _, r := range md {
 		got[r["k"].(string)] = r["v"].(string)
@@ -159,25 +126,25 @@ func TestMetricsReadByDuckDB(t *testing.T) {
 	if _, err := ConvertMetricsJournal(mp+JournalSuffix, mp); err != nil {
 		t.Fatal(err)
 	}
-	rows := duckdb(t, fmt.Sprintf(`SELECT count(*)::INT AS n, sum(m.value) AS running, count(DISTINCT m.t_ns)::INT AS scrapes,
+	rows := duckdbtest.Query(t, fmt.Sprintf(`SELECT count(*)::INT AS n, sum(m.value) AS running, count(DISTINCT m.t_ns)::INT AS scrapes,
 		min(m.labels['model_name']) AS model
 		FROM '%s' r ASOF JOIN (SELECT * FROM '%s' WHERE metric = 'vllm:num_requests_running') m ON r.sent_ns >= m.t_ns
 		WHERE r.status = 'ok'`, out, mp))
 	if rows[0]["n"] != 20.0 || rows[0]["running"] != want || rows[0]["scrapes"] != 6.0 || rows[0]["model"] != "m" {
 		t.Errorf("ASOF join: %v, want 20 rows, running %v over 6 scrapes, model m", rows[0], want)
 	}
-	own := duckdb(t, fmt.Sprintf(`SELECT type, count(*)::INT AS n, sum(value) AS v FROM '%s' WHERE metric = '%s' GROUP BY type`, mp, MetricScrapeUp))
+	own := duckdbtest.Query(t, fmt.Sprintf(`SELECT type, count(*)::INT AS n, sum(value) AS v FROM '%s' WHERE metric = '%s' GROUP BY type`, mp, MetricScrapeUp))
 	if len(own) != 1 || own[0]["type"] != MetricTypeScrape || own[0]["n"] != 7.0 || own[0]["v"] != 7.0 {
 		t.Errorf("scrape_up rows: %v", own)
 	}
-	types := duckdb(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, mp))
+	types := duckdbtest.Query(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, mp))
 	wantTypes := []string{"BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "MAP(VARCHAR, VARCHAR)", "DOUBLE"}
 	for i, f := range MetricsSchema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])
 		}
 	}
-	md := duckdb(t, fmt.Sprintf(`SELECT decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) = '%s'`, mp, MetaFormat))
+	md := duckdbtest.Query(t, fmt.Sprintf(`SELECT decode(value) AS v FROM parquet_kv_metadata('%s') WHERE decode(key) = '%s'`, mp, MetaFormat))
 	if len(md) != 1 || md[0]["v"] != MetricsFormat {
 		t.Errorf("format seen by DuckDB: %v", md)
 	}
