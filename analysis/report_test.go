@@ -1,13 +1,14 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/internal/duckdbtest"
+
 	"bytes"
 	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -178,7 +179,7 @@ func TestParquetOutputsRoundTrip(t *testing.T) {
 		t.Errorf("leftover files in %s: %v", dir, ents)
 	}
 	// DuckDB reads the summary as written (when available).
-	if rows, ok := duck(t, "SELECT ttft_ms_p99 AS p, requests_ok AS ok FROM '"+filepath.Join(dir, "summary.parquet")+"' LIMIT 1"); ok {
+	if rows := duckdbtest.Rows(t, "SELECT ttft_ms_p99 AS p, requests_ok AS ok FROM '"+filepath.Join(dir, "summary.parquet")+"' LIMIT 1"); rows != nil {
 		if got, _ := strconv.ParseFloat(toString(rows[0]["p"]), 64); math.Abs(got-r.TTFT.P99) > 1e-9 {
 			t.Errorf("summary ttft_ms_p99 via DuckDB = %v, want %v", got, r.TTFT.P99)
 		}
@@ -193,33 +194,6 @@ func toString(v any) string {
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	}
 	return ""
-}
-
-// duck runs SQL through testdata/duckdb/query.mjs; ok is false (and the test skipped part)
-// when node or DuckDB is missing locally; under CI that is a failure.
-func duck(t *testing.T, sql string) ([]map[string]any, bool) {
-	t.Helper()
-	root, _ := filepath.Abs(filepath.Join("..", "testdata", "duckdb"))
-	node, err := exec.LookPath("node")
-	if _, err2 := os.Stat(filepath.Join(root, "node_modules", "@duckdb", "node-api")); err != nil || err2 != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("DuckDB interop needs node and testdata/duckdb/node_modules (run scripts/test)")
-		}
-		t.Log("skipping DuckDB cross-check: node or testdata/duckdb/node_modules missing")
-		return nil, false
-	}
-	cmd := exec.Command(node, filepath.Join(root, "query.mjs"), sql)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb %q: %v: %s", sql, err, stderr.String())
-	}
-	var rows []map[string]any
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("duckdb output %q: %v", out, err)
-	}
-	return rows, true
 }
 
 // DuckDB recomputes the ok count and TTFT p50/p99 from the same Parquet file with
@@ -237,13 +211,10 @@ func TestDuckDBAgreesWithJSON(t *testing.T) {
 	json.Unmarshal(raw["requests"], &j.Requests)
 	var ttft map[string]float64
 	json.Unmarshal(raw["ttft_ms"], &ttft)
-	rows, ok := duck(t, `SELECT count(*) AS ok,
+	rows := duckdbtest.Query(t, `SELECT count(*) AS ok,
 		quantile_cont((first_token_ns - sent_ns) / 1e6, 0.5) AS p50,
 		quantile_cont((first_token_ns - sent_ns) / 1e6, 0.99) AS p99
 		FROM '`+path+`' WHERE status = 'ok'`)
-	if !ok {
-		t.Skip("DuckDB unavailable")
-	}
 	gotOK, _ := strconv.ParseInt(toString(rows[0]["ok"]), 10, 64)
 	if gotOK != j.Requests.OK || gotOK < 900 {
 		t.Errorf("ok: DuckDB %d, --json %d", gotOK, j.Requests.OK)
