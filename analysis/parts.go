@@ -3,7 +3,6 @@ package analysis
 import (
 	"fmt"
 	"html/template"
-	"io"
 	"math"
 	"strings"
 
@@ -111,12 +110,6 @@ func WriteColumns(path, format string, rows [][]Column) error {
 		}
 	}
 	return writeRecord(path, b.NewRecord())
-}
-
-// WriteFileAtomic writes path through a synced temporary file renamed into place, so a
-// failure never leaves a half-written file.
-func WriteFileAtomic(path string, write func(w io.Writer) error) error {
-	return writeAtomic(path, write)
 }
 
 // NewPlot is an empty plot with id (the element's id, which the render check names), a

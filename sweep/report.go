@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/decode"
+	"github.com/llmreplay/llmreplay/internal/atomicfile"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -480,4 +481,9 @@ func (s *Report) closedPlots() []*analysis.Plot {
 }
 
 // WriteHTMLFile writes the sweep page to path through a temporary file.
-func (s *Report) WriteHTMLFile(path string) error { return analysis.WriteFileAtomic(path, s.WriteHTML) }
+func (s *Report) WriteHTMLFile(path string) error {
+	if err := atomicfile.Write(path, s.WriteHTML); err != nil {
+		return fmt.Errorf("sweep: write %s: %w", path, err)
+	}
+	return nil
+}
