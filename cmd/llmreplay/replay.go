@@ -259,10 +259,10 @@ func startInProcessSim(ctx context.Context, profile string) (string, func(), err
 // handler cancels ctx at the first SIGINT/SIGTERM (the graceful stop) and its hard context
 // at the second; Run acts on both, and this says so.
 func runSession(ctx context.Context, sess *replay.Session, cfg *replay.Config, stderr io.Writer) (*replay.Summary, error) {
-	defer context.AfterFunc(ctx, func() {
+	defer afterFunc(ctx, func() {
 		fmt.Fprintf(stderr, "\nllmreplay: stopping: no more requests; waiting up to %v for those in flight (Ctrl-C again to cancel them)\n", cfg.Grace)
 	})()
-	defer context.AfterFunc(replay.HardContext(ctx), func() {
+	defer afterFunc(replay.HardContext(ctx), func() {
 		fmt.Fprintln(stderr, "\nllmreplay: canceling the requests in flight")
 	})()
 
@@ -273,6 +273,21 @@ func runSession(ctx context.Context, sess *replay.Session, cfg *replay.Config, s
 	sum, err := replay.Run(ctx, opts)
 	stopProg()
 	return sum, err
+}
+
+// afterFunc is context.AfterFunc whose stop also waits for f when f has started, so that
+// a stop message is written before the caller goes on to write anything after it.
+func afterFunc(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	stopF := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !stopF() {
+			<-done
+		}
+	}
 }
 
 // startProgress renders progress on stderr until the returned function is called (which

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/llmreplay/llmreplay/analysis"
@@ -128,16 +129,21 @@ func TestSweepResume(t *testing.T) {
 	}
 }
 
-// stopOnWrite is a stderr that calls stop once it has been written want.
+// stopOnWrite is a stderr that calls stop once it has been written want. Writes come from
+// several goroutines (the progress line, the stop message), as os.Stderr takes them.
 type stopOnWrite struct {
+	mu sync.Mutex
 	bytes.Buffer
 	want string
 	stop func()
 }
 
 func (w *stopOnWrite) Write(p []byte) (int, error) {
+	w.mu.Lock()
 	n, err := w.Buffer.Write(p)
-	if strings.Contains(w.String(), w.want) {
+	seen := strings.Contains(w.Buffer.String(), w.want)
+	w.mu.Unlock()
+	if seen {
 		w.stop()
 	}
 	return n, err
