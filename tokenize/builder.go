@@ -409,3 +409,16 @@ func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
+
+// Words returns the words every builder prompt is made of, without their leading space,
+// in the vocabulary's order. A prompt is a run of them, each preceded by one space: a
+// tokenizer that holds every " word" as one token counts a prompt exactly as the builder
+// does (the tiny model of the real-engine tests, internal/ollamatest, is made so).
+func Words() []string {
+	t := loadTable()
+	out := make([]string, len(t.words))
+	for i, w := range t.words {
+		out[i] = w[1:]
+	}
+	return out
+}
