@@ -1,0 +1,119 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/llmreplay/llmreplay/internal/ollamatest"
+	"github.com/llmreplay/llmreplay/replay/results"
+)
+
+// The real-engine tests: llmreplay against Ollama serving the tiny model of
+// internal/ollamatest, whose behaviour is known exactly: a prompt of n builder tokens is
+// n+1 to the engine (BOS), every request generates exactly max_tokens tokens, one chunk
+// each. They skip without $LLMREPLAY_OLLAMA; scripts/test builds the engine and runs them
+// alone (docs/engines.md).
+
+// ollamaRun runs the CLI and fails the test on an error, returning stdout.
+func ollamaRun(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("llmreplay %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
+// ollamaTrace writes a synthetic trace of short prompts (the engine prefills ~1,500 tokens
+// a second on two cores) and returns its path.
+func ollamaTrace(t *testing.T, dir string, extra ...string) string {
+	t.Helper()
+	tr := filepath.Join(dir, "trace.parquet")
+	args := append([]string{"trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "6s",
+		"--prompt-tokens", "uniform:16,200", "--output-tokens", "uniform:4,40", "--seed", "29", "-o", tr}, extra...)
+	ollamaRun(t, args...)
+	return tr
+}
+
+// analyzeJSON returns analyze --json of a results file.
+func analyzeJSON(t *testing.T, res string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(ollamaRun(t, "analyze", res, "--json")), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestOllamaReplay replays a trace against Ollama with both HTTP clients, through both
+// APIs, and checks every record against what the engine does and says: every request ok
+// with exactly its target's output tokens as the server's usage counts them, one chunk a
+// token, the prompt counted by the server as its target plus BOS; and the analysis'
+// sustained and peak output tok/s are not zero (Ollama's zero usage placeholders on every
+// completions chunk once made every chunk count 0).
+func TestOllamaReplay(t *testing.T) {
+	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2})
+	dir := t.TempDir()
+	tr := ollamaTrace(t, dir)
+	for _, api := range []string{"completions", "chat"} {
+		for _, client := range []string{"raw", "net/http"} {
+			t.Run(api+"/"+strings.ReplaceAll(client, "/", ""), func(t *testing.T) {
+				res := filepath.Join(dir, fmt.Sprintf("%s-%s.parquet", api, strings.ReplaceAll(client, "/", "")))
+				ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+					"--api", api, "--http-client", client, "--quiet", "-o", res)
+				rows := readRows(t, res)
+				if len(rows) < 10 {
+					t.Fatalf("%d rows; want the trace's (>= 10)", len(rows))
+				}
+				for _, r := range rows {
+					if r.Status != results.StatusOK {
+						t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
+					}
+					if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
+						t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
+							r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
+					}
+					if len(r.ChunkNS) != int(r.OutputTokens) {
+						t.Errorf("request %d: %d chunks for %d tokens; the engine streams one a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
+					}
+					if r.ChunkTokens != nil {
+						var sum int32
+						for _, n := range r.ChunkTokens {
+							sum += n
+						}
+						if sum != r.OutputTokens {
+							t.Errorf("request %d: chunk_tokens sum to %d, usage says %d", r.RequestID, sum, r.OutputTokens)
+						}
+					}
+					if r.PromptTokensServer != r.PromptTokens+1 {
+						t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
+							r.RequestID, r.PromptTokensServer, r.PromptTokens)
+					}
+				}
+				th := analyzeJSON(t, res)["throughput"].(map[string]any)
+				for _, k := range []string{"sustained_output_tokens_per_s", "peak_output_tokens_per_s", "output_tokens_per_s"} {
+					if v, _ := th[k].(float64); v <= 0 {
+						t.Errorf("analyze: %s = %v; the engine generated tokens throughout", k, th[k])
+					}
+				}
+			})
+		}
+	}
+}
+
+// readRows reads a results file's records.
+func readRows(t *testing.T, path string) []results.Result {
+	t.Helper()
+	rows, _, err := results.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
