@@ -4,10 +4,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,4 +118,64 @@ func readRows(t *testing.T, path string) []results.Result {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// TestOllamaSessions replays conversations in sequential mode through the chat API, one at
+// a time (closed loop, one worker, which keeps each conversation it starts), and checks
+// each turn against the runner's own account of its prompt cache (its debug log, one line
+// a request, in the order they came): every turn ok with its exact output and its prompt
+// counted by the server as its target plus BOS; with actual history a later turn's prompt
+// begins with the previous turn's prompt and answer, token for token, so the runner finds
+// exactly those in its cache but the answer's last token (sampled, never fed back); with
+// synthetic history it finds less, since the answers are not in the prompt.
+func TestOllamaSessions(t *testing.T) {
+	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2, Debug: true})
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "conv.parquet")
+	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "15s",
+		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,5",
+		"--sessions", "2", "--seed", "3", "-o", tr)
+	for _, history := range []string{"actual", "synthetic"} {
+		before := len(srv.CacheLoads())
+		res := filepath.Join(dir, history+".parquet")
+		ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat",
+			"--concurrency", "1", "--sessions", "sequential", "--history", history, "--quiet", "-o", res)
+		rows := readRows(t, res)
+		slices.SortFunc(rows, func(a, b results.Result) int { return cmp.Compare(a.SentNS, b.SentNS) })
+		loads := srv.CacheLoads()[before:]
+		if len(loads) != len(rows) {
+			t.Fatalf("%s: the runner loaded %d prompts for %d requests", history, len(loads), len(rows))
+		}
+		prev := map[int64]results.Result{}
+		var later, want, used int
+		for i, r := range rows {
+			if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget {
+				t.Fatalf("%s: request %d: %s %q, output %d of %d", history, r.RequestID, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget)
+			}
+			if r.PromptTokensServer != r.PromptTokens+1 || loads[i].Prompt != int(r.PromptTokensServer) {
+				t.Errorf("%s: request %d (turn %d): %d prompt tokens by usage, %d by the runner, for a target of %d (+1 BOS)",
+					history, r.RequestID, r.Turn, r.PromptTokensServer, loads[i].Prompt, r.PromptTokens)
+			}
+			q, ok := prev[r.SessionID]
+			prev[r.SessionID] = r
+			if !ok {
+				continue
+			}
+			ctx := int(q.PromptTokensServer+q.OutputTokens) - 1
+			later++
+			want += ctx
+			used += loads[i].Used
+			if history == "actual" && loads[i].Used != ctx {
+				t.Errorf("actual history: request %d (turn %d): the runner found %d of its %d prompt tokens in its cache; the previous turn's prompt and answer but its last token are %d",
+					r.RequestID, r.Turn, loads[i].Used, loads[i].Prompt, ctx)
+			}
+		}
+		t.Logf("%s history: %d later turns; the runner found %d prompt tokens in its cache, of the previous turns' %d", history, later, used, want)
+		if later == 0 {
+			t.Fatalf("%s: no later turns: the trace has no conversations", history)
+		}
+		if history == "synthetic" && used >= want {
+			t.Errorf("synthetic history: the runner found %d prompt tokens in its cache, as many as the previous turns' %d: the answers cannot be there", used, want)
+		}
+	}
 }

@@ -49,6 +49,9 @@ type Options struct {
 	// Context is OLLAMA_CONTEXT_LENGTH, each slot's context in tokens: a longer prompt is
 	// truncated by Ollama, silently. Zero means 16384.
 	Context int
+	// Debug is OLLAMA_DEBUG: the runner logs its prompt cache's use of each request
+	// (CacheLoads reads it), and much else.
+	Debug bool
 }
 
 // Server is one `ollama serve` on loopback with the tiny model created and loaded.
@@ -119,6 +122,9 @@ func start(bin, gguf string, o Options, dir string) (*Server, error) {
 		// The queue must hold any test's load: a request beyond it gets 503 at once.
 		"OLLAMA_MAX_QUEUE=4096",
 	)
+	if o.Debug {
+		env = append(env, "OLLAMA_DEBUG=1")
+	}
 	s.cmd = exec.Command(bin, "serve")
 	s.cmd.Env = env
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -235,6 +241,26 @@ func (s *Server) Requests() []Request {
 			continue
 		}
 		out = append(out, Request{Status: st, Duration: d, Method: m[3], Path: m[4]})
+	}
+	return out
+}
+
+// cacheLine matches the runner's debug line for a request's prompt cache: how many of the
+// prompt's tokens it found in the slot's cache ("used") and must compute ("remaining").
+var cacheLine = regexp.MustCompile(`msg="loading cache slot" id=\d+ cache=\d+ prompt=(\d+) used=(\d+) remaining=(\d+)`)
+
+// CacheLoad is the runner's account of one request's prompt: its tokens, and how many of
+// them the slot's cache already held.
+type CacheLoad struct{ Prompt, Used int }
+
+// CacheLoads returns the runner's prompt-cache use of each completion request so far, in
+// order (Options.Debug must be set): the engine's own word on prefix caching.
+func (s *Server) CacheLoads() []CacheLoad {
+	var out []CacheLoad
+	for _, m := range cacheLine.FindAllStringSubmatch(s.log.String(), -1) {
+		p, _ := strconv.Atoi(m[1])
+		u, _ := strconv.Atoi(m[2])
+		out = append(out, CacheLoad{Prompt: p, Used: u})
 	}
 	return out
 }
