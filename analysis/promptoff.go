@@ -20,7 +20,7 @@ import (
 // all (over the requests with a server count) by more than PromptOffBound of the
 // targets. 5% is above what a BOS token, a template or another tokenizer adds to prompts
 // of a few hundred tokens or more, and far below what truncation or a broken calibration
-// does. Short prompts in chat without --calibrate may pass it (a 15-token template on
+// does. Short prompts in chat without --calibrate may exceed it (a 15-token template on
 // 200-token prompts is 7.5%): then the prompts served are indeed 7.5% longer than the
 // trace's, and the flag's advice, --calibrate, is the remedy. Requests off by more than
 // the bound each are counted too (Tokens.PromptOff): they show whether a few prompts or
