@@ -116,6 +116,9 @@ type Flags struct {
 	// Buffered: the streams came in bursts of chunks per read, as through a proxy that
 	// buffers SSE (Report.Buffered has the evidence).
 	Buffered bool
+	// PromptOffTarget: the server's prompt tokens in all differ from the targets by more
+	// than PromptOffBound of them (promptoff.go; Tokens has the evidence).
+	PromptOffTarget bool
 }
 
 // Tokens reconciles token counts over ok requests.
@@ -135,6 +138,7 @@ type Tokens struct {
 	PromptServer          int64 // sum of prompt_tokens_server
 	PromptMismatch        int64 // requests whose server prompt count differs from the target
 	PromptWithServerCount int64
+	PromptOff             int64 // requests whose server prompt count is off the target by more than PromptOffBound of it
 }
 
 // Bucket is the breakdown of requests whose length is in [Lo, Hi) (Hi = 0: no upper bound).
@@ -473,6 +477,9 @@ func (r *Report) tokens(d *decode.Data) {
 			t.PromptServer += int64(d.PromptServer[i])
 			if d.PromptServer[i] != d.Prompt[i] {
 				t.PromptMismatch++
+				if promptOffEach(d.PromptServer[i], d.Prompt[i]) {
+					t.PromptOff++
+				}
 			}
 		}
 		if s != decode.StOK {
@@ -518,6 +525,7 @@ func (r *Report) tokens(d *decode.Data) {
 	if t.PromptMismatch > 0 {
 		r.warnf("%d requests whose server prompt count differs from the target (server %d vs target %d tokens in all)", t.PromptMismatch, t.PromptServer, t.PromptTarget)
 	}
+	r.promptOff()
 }
 
 // sampleWarnings says when a tail percentile rests on too few samples to have any above it.

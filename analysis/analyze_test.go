@@ -187,6 +187,29 @@ func TestSustainedPeakInflight(t *testing.T) {
 	near(t, "overall tok/s", tp.OutputTokensPerS, 20000/20.27)
 }
 
+// TestSustainedWithoutChunkTokens: a stream without chunk_tokens (a server that sends no
+// per-chunk usage, or per-chunk usage the client did not believe, as Ollama's all-zero
+// placeholder) has its output_tokens spread over its chunks, so sustained and peak
+// output tok/s are the tokens the server reported: here 2 a chunk, 2000 tok/s.
+func TestSustainedWithoutChunkTokens(t *testing.T) {
+	rows := steadyRun(20*time.Second, func(int) int64 { return 100 })
+	for i := range rows {
+		rows[i].out, rows[i].outTarget = p32(20), 20
+	}
+	d := load(t, rows)
+	opts := DefaultOptions()
+	opts.Warmup = time.Second
+	r, err := Analyze(d, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "sustained", r.Throughput.SustainedOutputTokensPerS, 2000)
+	near(t, "peak", r.Throughput.PeakOutputTokensPerS, 2000)
+	if k := r.Tokens; k.WithChunkTokens != 0 || k.Output != 20*int64(len(rows)) {
+		t.Errorf("tokens = %+v, want no chunk_tokens and 20 a request", k)
+	}
+}
+
 func TestWarmupDetected(t *testing.T) {
 	// For 4 s every request waits an extra 400 ms for its first token, then none: the
 	// token rate dips at the start and MSER-5 must cut about there.

@@ -169,6 +169,7 @@ var reportFigures = []Figure{
 	{Key: "client_limited", Column: "client_limited", Value: func(r *Report) any { return r.Flags.ClientLimited }},
 	{Key: "overloaded", Column: "overloaded", Value: func(r *Report) any { return r.Flags.Overloaded }},
 	{Key: "stream_buffered", Column: "stream_buffered", Value: func(r *Report) any { return r.Flags.Buffered }},
+	{Key: "prompt_off_target", Column: "prompt_off_target", Value: func(r *Report) any { return r.Flags.PromptOffTarget }},
 	{Key: "output_tokens_target", Column: "output_tokens_target", Value: func(r *Report) any { return r.Tokens.OutputTarget }},
 	{Key: "output_tokens", Column: "output_tokens", Value: func(r *Report) any { return r.Tokens.Output }},
 	{Key: "requests_shorter_than_target", Column: "requests_shorter_than_target", Value: func(r *Report) any { return r.Tokens.Shorter }},

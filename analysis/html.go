@@ -157,7 +157,10 @@ e.setAttribute('data-rendered',String(ok));e.setAttribute('data-plots',String(ps
 
 // reportPage is what reportTemplate reads.
 type reportPage struct {
-	Title            string
+	Title string
+	// Alerts are sentences shown before any figure: a verdict that changes what every
+	// figure means (promptOffAlert).
+	Alerts           []string
 	Style            template.CSS
 	Script           template.JS
 	Summary          []htmlRow
@@ -203,7 +206,8 @@ const htmlFoot = `<p id="render-check" data-rendered="0">plots not checked (scri
 `
 
 var reportTemplate = pageTemplate(htmlHead + `<h1>{{.Title}}</h1>
-<table>{{template "rows" .Summary}}</table>
+{{range .Alerts}}<p class="warn flag">{{.}}</p>
+{{end}}<table>{{template "rows" .Summary}}</table>
 {{with .Repeats}}<h2>Repeats: {{.N}} of {{.Count}}, group {{.Group}}</h2><table>{{template "header" .Header}}{{template "rows" .Rows}}` +
 	`</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, "Repeats").</p>
 {{end}}<h2>Latency, ms</h2><table>{{template "header" .LatencyHeader}}{{template "rows" .Latency}}</table><p>Percentiles: {{.PercentileMethod}}.</p>
@@ -237,7 +241,11 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if len(r.Runs) > 0 && r.Runs[0].Model != "" {
 		title += ": " + r.Runs[0].Model
 	}
-	pg := reportPage{Title: title, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
+	var alerts []string
+	if a := r.promptOffAlert(); a != "" {
+		alerts = append(alerts, a)
+	}
+	pg := reportPage{Title: title, Alerts: alerts, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
 		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
 		Distributions: []*Plot{
 			r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6),
@@ -323,6 +331,10 @@ func (r *Report) summaryRows() []htmlRow {
 	flag("overloaded", r.Flags.Overloaded, "")
 	if b := r.Buffered; b.Streams > 0 {
 		flag("stream buffered", b.Flagged, fmt.Sprintf("%d of %d streams arrived %g or more chunks per read, %s ms or more apart", b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS)))
+	}
+	if t := r.Tokens; t.PromptWithServerCount > 0 {
+		flag("prompt tokens off target", r.Flags.PromptOffTarget, fmt.Sprintf("server %d vs target %d prompt tokens, %s; %d of %d requests off by more than %s each",
+			t.PromptServer, t.PromptTarget, signedPct(t.PromptDiffShare()), t.PromptOff, t.PromptWithServerCount, pct(100*PromptOffBound)))
 	}
 	if c := r.Conversations; c != nil && c.Sessions != nil {
 		flag("reshaped by the server", c.Sessions.Reshaped, "")

@@ -88,6 +88,19 @@ type jsonFlags struct {
 	StreamBuffered   bool  `json:"stream_buffered"`
 	// StreamBufferedEvidence is the rule's evidence (analysis/buffered.go).
 	StreamBufferedEvidence jsonBuffered `json:"stream_buffered_evidence"`
+	PromptOffTarget        bool         `json:"prompt_off_target"`
+	// PromptOffTargetEvidence is the rule's evidence (analysis/promptoff.go).
+	PromptOffTargetEvidence jsonPromptOff `json:"prompt_off_target_evidence"`
+}
+
+// jsonPromptOff: Requests have a server prompt count; RequestsOff are off their target by
+// more than BoundShare of it each; DifferenceShare is (server − target) / target over
+// them, null with none.
+type jsonPromptOff struct {
+	Requests        int64   `json:"requests"`
+	RequestsOff     int64   `json:"requests_off"`
+	DifferenceShare Num     `json:"difference_share"`
+	BoundShare      float64 `json:"bound_share"`
 }
 
 type jsonBuffered struct {
@@ -270,7 +283,9 @@ func (r *Report) toJSON() Object {
 	j = append(j, jsonField{"closed_loop", closed})
 	flags := jsonFlags{ClientLimited: r.Flags.ClientLimited, Overloaded: r.Flags.Overloaded, StreamBuffered: r.Flags.Buffered,
 		StreamBufferedEvidence: jsonBuffered{r.Buffered.Streams, r.Buffered.Bursty, Num(r.Buffered.BurstyShare),
-			Num(r.Buffered.ZeroGapShare), Num(r.Buffered.ChunksPerRead), Num(r.Buffered.OtherGapMeanMS), Num(r.Buffered.GapBoundMS)}}
+			Num(r.Buffered.ZeroGapShare), Num(r.Buffered.ChunksPerRead), Num(r.Buffered.OtherGapMeanMS), Num(r.Buffered.GapBoundMS)},
+		PromptOffTarget:         r.Flags.PromptOffTarget,
+		PromptOffTargetEvidence: jsonPromptOff{r.Tokens.PromptWithServerCount, r.Tokens.PromptOff, Num(r.Tokens.PromptDiffShare()), PromptOffBound}}
 	// Conversations and server are absent (not null) for a run without them, so that such
 	// a report is byte for byte what it was before they existed.
 	if c := r.Conversations; c != nil {

@@ -128,7 +128,7 @@ func TestJSONKeys(t *testing.T) {
 		"requests":             {"canceled", "dropped", "failed", "ok", "total"},
 		"throughput":           {"output_tokens_per_s", "peak_output_tokens_per_s", "requests_per_s", "sustained_output_tokens_per_s", "total_tokens_per_s", "window"},
 		"goodput":              {"attainment", "output_tokens_per_s", "requests_per_s"},
-		"flags":                {"client_limited", "overloaded", "stream_buffered", "stream_buffered_evidence"},
+		"flags":                {"client_limited", "overloaded", "prompt_off_target", "prompt_off_target_evidence", "stream_buffered", "stream_buffered_evidence"},
 		"ttft_ms":              {"max", "mean", "p50", "p90", "p95", "p99", "p99_9"},
 		"tpot_ms":              {"max", "mean", "p50", "p90", "p95", "p99", "p99_9"},
 		"itl_ms":               {"max", "mean", "p50", "p90", "p95", "p99", "p99_9"},

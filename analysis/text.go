@@ -81,6 +81,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Mixed {
 		p("MIXED: files of different runs pooled on absolute time\n")
 	}
+	if a := r.promptOffAlert(); a != "" {
+		p("%s\n", a)
+	}
 	if r.Repeats != nil {
 		r.Repeats.writeText(bw)
 	}
@@ -257,6 +260,7 @@ func (r *Report) writeTextTokensFlags(p func(string, ...any)) {
 		p("  stream buffered: %s (%d of %d streams arrived %g or more chunks per read, %s ms or more apart (the larger of %v and the lateness p99), bound %s; %s chunks per read, %s of gaps 0, the others %s ms on average)\n",
 			yesno(b.Flagged), b.Bursty, b.Streams, BufferedChunksPerRead, f3(b.GapBoundMS), BufferedGap, pct(100*BufferedShare), f3(b.ChunksPerRead), pct(100*b.ZeroGapShare), f3(b.OtherGapMeanMS))
 	}
+	p("  prompt tokens off target: %s\n", r.promptOffLine())
 	if c := r.Conversations; c != nil && c.Sessions != nil {
 		w := c.Sessions
 		p("  reshaped by the server: %s (%d of %d later turns waited for their predecessor over %v; bound %s)\n",

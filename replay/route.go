@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // Routing as in production (docs/replay.md, "Routing"): every request carries
@@ -94,7 +95,9 @@ func traceModels(src trace.Source, limit int64) (counts map[string]int64, more b
 //   - else, when every model of the column is served: each request goes to its own.
 //   - else: every request goes to the first served model, and a notice says why.
 //
-// Requests with no model (a null) go to the run's model. The whole trace's column is read
+// A name is served when wire.ServedModel matches it with the list (with or without
+// Ollama's ":latest"), and a request carries the name as the endpoint lists it. Requests
+// with no model (a null) go to the run's model. The whole trace's column is read
 // (up to --limit plus --warmup rows), not one shard's share, so every shard of a run
 // decides alike.
 func (p *preparer) routes(ctx context.Context) error {
@@ -142,12 +145,14 @@ func (p *preparer) routes(ctx context.Context) error {
 		if err != nil {
 			return configErrorf("--model-map: cannot check the served models: %v", err)
 		}
+		p.models = make(map[string]string, len(mm))
 		for _, k := range slices.Sorted(maps.Keys(mm)) {
-			if !slices.Contains(served, mm[k]) {
+			entry, ok := wire.ServedModel(served, mm[k])
+			if !ok {
 				return configErrorf("--model-map %s=%s: %s does not serve %q (it serves %s)", k, mm[k], p.meta.Endpoint, mm[k], listSome(quoteAll(served), 10))
 			}
+			p.models[k] = entry
 		}
-		p.models = mm
 		p.meta.Flags["model-column"] = "mapped"
 		fmt.Fprintf(p.env.Log, "llmreplay: the trace's %d models are sent as --model-map maps them\n", len(names))
 		return nil
@@ -160,8 +165,11 @@ func (p *preparer) routes(ctx context.Context) error {
 		return fmt.Errorf("replay: the trace has a model column: %w", err)
 	}
 	var unserved []string
+	sent := make(map[string]string, len(names))
 	for _, n := range names {
-		if !slices.Contains(served, n) {
+		if entry, ok := wire.ServedModel(served, n); ok {
+			sent[n] = entry
+		} else {
 			unserved = append(unserved, strconv.Quote(n))
 		}
 	}
@@ -174,10 +182,7 @@ func (p *preparer) routes(ctx context.Context) error {
 		fmt.Fprintf(p.env.Log, "llmreplay: the trace's model column is not used (%s by %s): every request goes to %s (--model); map it with --model-map\n", why, p.meta.Endpoint, p.modelID)
 		return nil
 	}
-	p.models = make(map[string]string, len(names))
-	for _, n := range names {
-		p.models[n] = n
-	}
+	p.models = sent
 	p.meta.Flags["model-column"] = "as is"
 	fmt.Fprintf(p.env.Log, "llmreplay: each request goes to its trace model (%d models, all served by %s)\n", len(names), p.meta.Endpoint)
 	return nil

@@ -245,6 +245,18 @@ func TestPrepareModels(t *testing.T) {
 			modelMap: "gpt-4=lora-1", errHas: `--model-map: no mapping for the trace's "gpt-3.5" (2 requests)`},
 		{name: "map without a column", served: []string{"base"}, trace: []string{""},
 			modelMap: "gpt-4=base", errHas: "--model-map: the trace has no model column"},
+		// Ollama lists "tiny:latest" and accepts "tiny": the column and the map name it
+		// either way, and the request carries the listed name.
+		{name: "column without the listed tag", served: []string{"tiny:latest"}, trace: []string{"tiny", ""},
+			want: []string{"tiny:latest", "tiny:latest"}, notice: "each request goes to its trace model (1 models, all served"},
+		{name: "column with a tag the list drops", served: []string{"base", "tiny"}, trace: []string{"tiny:latest", ""},
+			want: []string{"tiny", "base"}, notice: "each request goes to its trace model (1 models, all served"},
+		{name: "column with another tag", served: []string{"tiny:latest"}, trace: []string{"tiny:q4", ""},
+			want: []string{"tiny:latest", "tiny:latest"}, notice: `model column is not used ("tiny:q4" not served`},
+		{name: "mapped without the listed tag", served: []string{"base", "tiny:latest"}, trace: []string{"gpt-4", ""},
+			modelMap: "gpt-4=tiny", want: []string{"tiny:latest", "base"}, notice: "the trace's 1 models are sent as --model-map maps them"},
+		{name: "mapped to another tag", served: []string{"tiny:latest"}, trace: []string{"gpt-4"},
+			modelMap: "gpt-4=tiny:q4", errHas: `--model-map gpt-4=tiny:q4: `},
 		{name: "malformed", served: []string{"base"}, trace: []string{"gpt-4"},
 			modelMap: "gpt-4:base", errHas: `--model-map "gpt-4:base": want TRACE=SERVED`},
 	}

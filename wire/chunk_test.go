@@ -28,6 +28,7 @@ var chunkSeeds = []string{
 	`{"choices":[],"usage":{"prompt_tokens":24,"prompt_tokens_details":null}}`,
 	`{"usage":{"prompt_tokens_details":{"cached_tokens":1,"cached_tokens":2}}}`,
 	`{"usage":{"prompt_tokens_details":{"cached_tokens":"3"}}}`,
+	ollamaChunk, ollamaFinishChunk, ollamaUsageChunk,
 	`null`, `[]`, `{}`, `{"a":[1,-0.5e+3,true,false,null,{"b":"c"}]}`, `{"a":01}`, `{"x":"\x01"}`,
 }
 
@@ -162,6 +163,43 @@ func TestDecodeDeltas(t *testing.T) {
 		p := chunkParser{b: []byte(tc.chunk)}
 		if fastOK := p.chunk(&Chunk{}) == nil; fastOK != tc.fast {
 			t.Errorf("%s: fast path took it: %v, want %v", tc.name, fastOK, tc.fast)
+		}
+	}
+}
+
+// Ollama's /v1/completions stream (v0.17.4, stream_options.include_usage), as served:
+// every chunk, the finish chunk too, carries an all-zero placeholder usage; the real
+// usage comes last, with no choices.
+const (
+	ollamaChunk       = `{"id":"cmpl-738","object":"text_completion","created":1796432546,"choices":[{"text":" station","index":0,"finish_reason":null}],"model":"tiny","system_fingerprint":"fp_ollama","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`
+	ollamaFinishChunk = `{"id":"cmpl-738","object":"text_completion","created":1796432546,"choices":[{"text":"","index":0,"finish_reason":"length"}],"model":"tiny","system_fingerprint":"fp_ollama","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`
+	ollamaUsageChunk  = `{"id":"cmpl-738","object":"text_completion","created":1796432546,"choices":[],"model":"tiny","system_fingerprint":"fp_ollama","usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}}`
+)
+
+// TestDecodeOllamaPlaceholder: the fast path takes Ollama's chunks and reports the
+// placeholder as what it is, a usage whose completion count is 0 (the client decides
+// what to believe of it), and the last chunk's real usage.
+func TestDecodeOllamaPlaceholder(t *testing.T) {
+	cases := []struct {
+		chunk              string
+		output, finished   bool
+		choices            int
+		prompt, completion int32
+	}{
+		{ollamaChunk, true, false, 1, 0, 0},
+		{ollamaFinishChunk, false, true, 1, 0, 0},
+		{ollamaUsageChunk, false, false, 0, 4, 3},
+	}
+	for _, tc := range cases {
+		p := chunkParser{b: []byte(tc.chunk)}
+		var ci Chunk
+		if err := p.chunk(&ci); err != nil {
+			t.Errorf("fast path refused %s: %v", tc.chunk, err)
+			continue
+		}
+		if ci.Output != tc.output || ci.Finished != tc.finished || ci.Choices != tc.choices || !ci.Usage ||
+			!ci.HasPrompt || !ci.HasCompletion || ci.PromptTokens != tc.prompt || ci.CompletionTokens != tc.completion {
+			t.Errorf("%s: %+v", tc.chunk, ci)
 		}
 	}
 }

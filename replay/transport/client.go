@@ -474,7 +474,7 @@ type streamState struct {
 	failed      bool // res.Status and res.Error are set
 	finished    bool // a finish_reason was seen
 	chunkTokens []int32
-	everyUsage  bool // every output chunk carried cumulative usage
+	everyUsage  bool // every output chunk so far increased the cumulative usage
 	prevCompl   int32
 	usageSeen   bool
 	nEvents     int
@@ -574,7 +574,13 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		}
 		res.EndNS = stamp
 		res.ChunkNS = append(res.ChunkNS, off)
-		if ci.Usage && ci.HasCompletion {
+		// A chunk's tokens are the increase of the cumulative completion_tokens. A
+		// chunk that carries text and does not increase it (Ollama's all-zero
+		// placeholder usage on every chunk, a count that stalls or goes back) says the
+		// stream's per-chunk usage is not a running count: the stream then has no
+		// chunk_tokens, as when a server sends no per-chunk usage, and the progress
+		// counts a chunk a token.
+		if st.everyUsage && ci.Usage && ci.HasCompletion && ci.CompletionTokens > st.prevCompl {
 			n := ci.CompletionTokens - st.prevCompl
 			st.prevCompl = ci.CompletionTokens
 			st.chunkTokens = append(st.chunkTokens, n)
@@ -588,6 +594,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 			}
 		}
 	} else if ci.Usage && ci.HasCompletion && ci.Choices > 0 {
+		// A chunk with no text may still count tokens (a role chunk, tokens whose text
+		// is held back); a count going back is no running count.
+		if ci.CompletionTokens < st.prevCompl {
+			st.everyUsage = false
+		}
 		st.prevCompl = ci.CompletionTokens
 	}
 	if ci.Usage && ci.Choices == 0 {
