@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -177,5 +178,109 @@ func TestOllamaSessions(t *testing.T) {
 		if history == "synthetic" && used >= want {
 			t.Errorf("synthetic history: the runner found %d prompt tokens in its cache, as many as the previous turns' %d: the answers cannot be there", used, want)
 		}
+	}
+}
+
+// TestOllamaLoad measures the engine's capacity the ways a user does and checks each answer
+// against what the engine is: Ollama decodes OLLAMA_NUM_PARALLEL sequences at once and
+// queues the rest, and on CPU a step of two sequences of the tiny model costs little more
+// than a step of one.
+//   - A closed-loop sweep over concurrencies 1, 2, 4, 8 finds the knee at the engine's two
+//     slots: doubling from 1 to 2 adds throughput, from 2 to 4 does not.
+//   - An open-loop run at twice the knee's request rate is flagged overloaded, and one at
+//     half of it is not.
+//   - compare of one slot against two, at concurrency 2, says the second slot raised the
+//     sustained output throughput, with an interval that excludes no change.
+func TestOllamaLoad(t *testing.T) {
+	two := ollamatest.Start(t, ollamatest.Options{Parallel: 2})
+	one := ollamatest.Start(t, ollamatest.Options{Parallel: 1})
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "decode.parquet")
+	// Short prompts, long answers: decoding, which batches, is the work.
+	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
+		"--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:64,128", "--seed", "7", "-o", tr)
+	common := []string{"--trace", tr, "--model", ollamatest.Model, "--quiet"}
+
+	sw := filepath.Join(dir, "sweep")
+	ollamaRun(t, append([]string{"sweep", "--endpoint", two.BaseURL, "--concurrencies", "1,2,4,8", "--duration", "8s", "-o", sw}, common...)...)
+	var sweep struct {
+		Saturation struct {
+			Found    bool    `json:"found"`
+			PassLoad float64 `json:"pass_load"`
+			Summary  string  `json:"summary"`
+		} `json:"saturation"`
+		Points []struct {
+			Load      float64 `json:"load"`
+			ReqPerS   float64 `json:"requests_per_s"`
+			Sustained float64 `json:"sustained_output_tokens_per_s"`
+		} `json:"points"`
+	}
+	readJSON(t, filepath.Join(sw, "sweep.json"), &sweep)
+	for _, p := range sweep.Points {
+		t.Logf("concurrency %g: %.2f req/s, sustained %.1f output tok/s", p.Load, p.ReqPerS, p.Sustained)
+	}
+	if !sweep.Saturation.Found || sweep.Saturation.PassLoad != 2 {
+		t.Fatalf("sweep: %s; want the knee at the engine's 2 slots", sweep.Saturation.Summary)
+	}
+	knee := sweep.Points[1].ReqPerS
+
+	for _, c := range []struct {
+		factor     float64
+		overloaded bool
+	}{{2, true}, {0.5, false}} {
+		res := filepath.Join(dir, fmt.Sprintf("open-%g.parquet", c.factor))
+		ollamaRun(t, append([]string{"replay", "--endpoint", two.BaseURL, "--rate", fmt.Sprint(c.factor * knee),
+			"--duration", "20s", "-o", res}, common...)...)
+		flags := analyzeJSON(t, res)["flags"].(map[string]any)
+		if got, _ := flags["overloaded"].(bool); got != c.overloaded {
+			t.Errorf("open loop at %g x the knee's %.2f req/s: overloaded %v; want %v", c.factor, knee, flags["overloaded"], c.overloaded)
+		}
+	}
+
+	runs := map[string]string{}
+	for name, srv := range map[string]*ollamatest.Server{"one": one, "two": two} {
+		runs[name] = filepath.Join(dir, "slots-"+name+".parquet")
+		ollamaRun(t, append([]string{"replay", "--endpoint", srv.BaseURL, "--concurrency", "2", "--duration", "12s", "-o", runs[name]}, common...)...)
+	}
+	var cmpOut struct {
+		Sections []struct {
+			Figures []struct {
+				Key     string    `json:"key"`
+				Values  []float64 `json:"values"`
+				Changes []struct {
+					Delta       float64 `json:"delta"`
+					Significant bool    `json:"significant"`
+				} `json:"changes"`
+			} `json:"figures"`
+		} `json:"sections"`
+	}
+	if err := json.Unmarshal([]byte(ollamaRun(t, "compare", runs["one"], runs["two"], "--json")), &cmpOut); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range cmpOut.Sections[0].Figures {
+		if f.Key != "sustained_output_tokens_per_s" {
+			continue
+		}
+		found = true
+		ch := f.Changes[0]
+		t.Logf("compare one slot -> two: sustained %v output tok/s, %+.1f%% (significant %v)", f.Values, ch.Delta, ch.Significant)
+		if !ch.Significant || ch.Delta <= 0 {
+			t.Errorf("compare one slot -> two: sustained output tok/s %v, change %+.1f%% significant %v; want a significant rise", f.Values, ch.Delta, ch.Significant)
+		}
+	}
+	if !found {
+		t.Fatal("compare: no sustained_output_tokens_per_s figure")
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }

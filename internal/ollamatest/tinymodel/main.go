@@ -40,8 +40,6 @@ const (
 	embd     = 64
 	heads    = 4
 	headDim  = embd / heads
-	ffn      = 128
-	layers   = 2
 	contextN = 16384
 	// beta scales the output rows: the successor's logit is beta*sqrt(embd) (8*beta).
 	beta = 4.0
@@ -53,10 +51,17 @@ const (
 	maxCos = 0.8
 )
 
+// The layers and the feed-forward width are flags: the default model is small enough that
+// its work is the engine's overhead; a wider one makes a decode step read more weights than
+// the caches hold, so that, as on a GPU, a step of two sequences costs about one's.
+var layers, ffn int
+
 func main() {
 	words := flag.String("words", "", "file of the vocabulary's words, one per line (lowercase ASCII letters)")
 	out := flag.String("o", "tiny.gguf", "GGUF file to write")
 	seed := flag.Uint64("seed", 1, "seed of the weights")
+	flag.IntVar(&layers, "layers", 2, "transformer blocks")
+	flag.IntVar(&ffn, "ffn", 128, "feed-forward width: its weights are most of a larger model's bytes, which a decode step reads whole")
 	flag.Parse()
 	if err := run(*words, *out, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "tinymodel:", err)
