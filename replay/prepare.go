@@ -398,7 +398,8 @@ func (p *preparer) origin(context.Context) error {
 	return nil
 }
 
-// calibrate runs --calibrate: it learns how the server counts the builder's text.
+// calibrate runs --calibrate: it learns how the server counts the builder's text, and
+// stops the run when the fit's held-out error is above --calibrate-max-error.
 func (p *preparer) calibrate(ctx context.Context) error {
 	cfg := p.cfg
 	if !cfg.Calibrate {
@@ -412,8 +413,16 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay: --calibrate: %w", err)
 	}
-	p.cal = &c
 	fmt.Fprintf(p.env.Log, "llmreplay: calibrated: %s\n", c)
+	for _, w := range c.Warnings {
+		fmt.Fprintf(p.env.Log, "llmreplay: calibration: warning: %s\n", w)
+	}
+	// Before any request of the trace: a fit that misses by more than the bound would
+	// build every prompt at a length the server does not count as the trace's.
+	if err := checkCalibration(c, cfg.CalibrateMaxError); err != nil {
+		return err
+	}
+	p.cal = &c
 	p.meta.Flags["calibration"] = c.String()
 	return nil
 }
