@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 
 	"bytes"
 	"context"
@@ -53,8 +54,8 @@ func TestReplayCalibrate(t *testing.T) {
 // plus BOS) and, as Ollama does with a prompt longer than its context, cuts it to context
 // tokens and reports usage.prompt_tokens of what it kept. It has no /tokenize, so
 // calibration counts through usage probes (stream false, max_tokens 1). Streamed requests
-// carrying an X-Request-Id are the trace's: they are counted in sent, and answered with
-// max_tokens chunks.
+// carrying an X-Request-Id but the preflight's are the trace's: they are counted in sent.
+// Every stream has max_tokens chunks.
 func truncatingServer(context int, sent *atomic.Int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -80,7 +81,7 @@ func truncatingServer(context int, sent *atomic.Int64) http.Handler {
 			fmt.Fprintf(w, `{"choices":[{"text":" w","finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1}}`, prompt)
 			return
 		}
-		if r.Header.Get("X-Request-Id") != "" {
+		if id := r.Header.Get("X-Request-Id"); id != "" && id != wire.PreflightRequestID {
 			sent.Add(1)
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
