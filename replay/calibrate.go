@@ -54,9 +54,8 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 // a prompt by its word mix, a few tokens whatever its length (tokenize/builder.go), which
 // with the fit's own share of it came to 8 tokens (2%) at 400 for a server splitting one
 // word in ten. A fit that misses by more is not a tokenizer's residual: a server that cut
-// the probes to its context (a context at 80% of the longest probe gives 14%; the case
-// that stopped a run at 96.75% built every prompt empty), or one that counts something
-// else. Its prompts would not have the trace's lengths, and every figure per prompt token
+// the probes to its context (a context at 85% of the longest probe gave 14%; a run that
+// calibrated to 96.75% so built every prompt empty), or one that counts something else. Its prompts would not have the trace's lengths, and every figure per prompt token
 // would be wrong; the bound says so before any request is sent.
 const DefaultCalibrateMaxError = 0.05
 
@@ -83,14 +82,14 @@ func checkCalibration(c tokenize.Calibration, bound float64) error {
 		longest, need = max(longest, pt.BuilderTokens), max(need, pt.Want)
 	}
 	need += need / 8
-	context := "the server did not say its context length"
+	said := "the server did not say its context length"
 	if c.MaxModelLen > 0 {
-		context = fmt.Sprintf("the server says the model's context is %d tokens", c.MaxModelLen)
+		said = fmt.Sprintf("the server says the model's context is %d tokens", c.MaxModelLen)
 	}
 	if t := c.Truncation(); t != "" {
-		fmt.Fprintf(&b, "  the server cuts prompts short: %s. The probes were up to %d builder tokens long (%s).\n", t, longest, context)
+		fmt.Fprintf(&b, "  the server cuts prompts short: %s. The probes were up to %d builder tokens long (%s).\n", t, longest, said)
 	} else {
-		fmt.Fprintf(&b, "  likely reasons: the server cuts prompts longer than its context to it (the probes were up to %d builder tokens long; %s); or its count is not linear in the builder's words (a tokenizer that splits many of them, a template that depends on the text).\n", longest, context)
+		fmt.Fprintf(&b, "  likely reasons: the server cuts prompts longer than its context to it (the probes were up to %d builder tokens long; %s); or its count is not linear in the builder's words (a tokenizer that splits many of them, a template that depends on the text).\n", longest, said)
 	}
 	fmt.Fprintf(&b, "  what to do: give the model a context of at least %d tokens, and more if the trace's prompts are longer (the server's max model length: vLLM --max-model-len, Ollama OLLAMA_CONTEXT_LENGTH, llama.cpp --ctx-size per slot); or, knowing the prompts will miss by up to this much, raise --calibrate-max-error to %.3f; or run without --calibrate.",
 		need, math.Ceil(1000*c.MaxRelError)/1000)
