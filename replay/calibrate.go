@@ -2,9 +2,13 @@ package replay
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/transport"
@@ -41,4 +45,77 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
 	}
 	return c, nil
+}
+
+// DefaultCalibrateMaxError is --calibrate-max-error's default: 5% held-out error. A
+// server whose count is linear in the builder's words keeps well under it: the
+// tokenizers measured (docs/prompts.md) leave at most 2.6 tokens, 0.65% at the shortest
+// held-out length (400 tokens); one that splits a share of the builder's words miscounts
+// a prompt by its word mix, a few tokens whatever its length (tokenize/builder.go), which
+// with the fit's own share of it came to 8 tokens (2%) at 400 for a server splitting one
+// word in ten. A fit that misses by more is not a tokenizer's residual: a server that cut
+// the probes to its context (a context at 85% of the longest probe gave 14%; a run that
+// calibrated to 96.75% so built every prompt empty), or one that counts something else. Its prompts would not have the trace's lengths, and every figure per prompt token
+// would be wrong; the bound says so before any request is sent.
+const DefaultCalibrateMaxError = 0.05
+
+// checkCalibration returns the error that stops a run whose calibration c has a held-out
+// relative error above bound (--calibrate-max-error): the error found, the bound, what
+// the probes show (tokenize.Calibration.Truncation), the likely reasons and what to do.
+func checkCalibration(c tokenize.Calibration, bound float64) error {
+	if !(c.MaxRelError > bound) {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "replay: --calibrate: the calibration's held-out error is %.3f%% (%d tokens), above --calibrate-max-error %g (%g%%): prompts built from it would not have the trace's lengths, so no request of the trace was sent.\n",
+		100*c.MaxRelError, c.MaxAbsError, bound, 100*bound)
+	fmt.Fprintf(&b, "  fit via %s: server = %.2f + %.5f x builder tokens; probes (builder -> server tokens): %s; held-out (wanted <- builder -> server): %s\n",
+		c.Method, c.Overhead, c.Ratio, probeList(c.Fit), checkList(c.Check))
+	// longest is what was sent; need what a context must hold for the probes to fit:
+	// the longest fit probe or held-out target, an eighth more for a template and a
+	// tokenizer that counts more than the builder.
+	longest, need := 0, 0
+	for _, pt := range c.Fit {
+		longest, need = max(longest, pt.BuilderTokens), max(need, pt.BuilderTokens)
+	}
+	for _, pt := range c.Check {
+		longest, need = max(longest, pt.BuilderTokens), max(need, pt.Want)
+	}
+	need += need / 8
+	said := "the server did not say its context length"
+	if c.MaxModelLen > 0 {
+		said = fmt.Sprintf("the server says the model's context is %d tokens", c.MaxModelLen)
+	}
+	if t := c.Truncation(); t != "" {
+		fmt.Fprintf(&b, "  the server cuts prompts short: %s. The probes were up to %d builder tokens long (%s).\n", t, longest, said)
+	} else {
+		fmt.Fprintf(&b, "  likely reasons: the server cuts prompts longer than its context to it (the probes were up to %d builder tokens long; %s); or its count is not linear in the builder's words (a tokenizer that splits many of them, a template that depends on the text).\n", longest, said)
+	}
+	fmt.Fprintf(&b, "  what to do: give the model a context of at least %d tokens, and more if the trace's prompts are longer (the server's max model length: vLLM --max-model-len, Ollama OLLAMA_CONTEXT_LENGTH, llama.cpp --ctx-size per slot); or, knowing the prompts will miss by up to this much, raise --calibrate-max-error to %.3f; or run without --calibrate.",
+		need, math.Ceil(1000*c.MaxRelError)/1000)
+	return errors.New(b.String())
+}
+
+// probeList is the fit probes as "128 -> 129,129,130; 1024 -> ...", one entry a length.
+func probeList(ps []tokenize.Probe) string {
+	var parts []string
+	for i := 0; i < len(ps); {
+		j := i
+		var counts []string
+		for ; j < len(ps) && ps[j].BuilderTokens == ps[i].BuilderTokens; j++ {
+			counts = append(counts, strconv.Itoa(ps[j].ServerTokens))
+		}
+		parts = append(parts, fmt.Sprintf("%d -> %s", ps[i].BuilderTokens, strings.Join(counts, ",")))
+		i = j
+	}
+	return strings.Join(parts, "; ")
+}
+
+// checkList is the held-out probes as "400 <- 399 -> 400, ...".
+func checkList(ps []tokenize.Probe) string {
+	parts := make([]string, len(ps))
+	for i, pt := range ps {
+		parts[i] = fmt.Sprintf("%d <- %d -> %d", pt.Want, pt.BuilderTokens, pt.ServerTokens)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -80,8 +80,12 @@ type Config struct {
 	PromptFormat string // auto, text or token-ids
 	VocabSize    int
 	Calibrate    bool
-	Encoding     string
-	Seed         uint64
+	// CalibrateMaxError (--calibrate-max-error) is the largest held-out relative error a
+	// calibration may have (0.05 = 5%); a larger one stops the run before any request of
+	// the trace (DefaultCalibrateMaxError says why its default is what it is).
+	CalibrateMaxError float64
+	Encoding          string
+	Seed              uint64
 
 	// Scrape (--scrape, repeatable): Prometheus endpoints sampled during the run; empty =
 	// the endpoint's server root /metrics when it answers there (Prepare probes it);
@@ -99,7 +103,7 @@ func DefaultConfig() Config {
 		SimProfile: "tiny", API: string(wire.APICompletions), Backend: string(wire.BackendVLLM), HTTPClient: "auto", ReadBatch: DefaultReadBatch,
 		MaxInflight: transport.DefaultMaxInflight, Prewarm: 64, Timeout: 10 * time.Minute, Grace: DefaultGrace,
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
-		PromptFormat: "auto", VocabSize: 100256, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
+		PromptFormat: "auto", VocabSize: 100256, CalibrateMaxError: DefaultCalibrateMaxError, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
 		ScrapeInterval: DefaultScrapeInterval,
 	}
@@ -163,6 +167,9 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := tokenize.TokenIDRange(c.VocabSize); tokenIDs && err != nil {
 		return configErrorf("--vocab-size: %v", err)
+	}
+	if e := c.CalibrateMaxError; !(e >= 0) || math.IsInf(e, 0) {
+		return configErrorf("--calibrate-max-error %v: want a relative error >= 0, e.g. 0.05 for 5%%", e)
 	}
 	if _, err := trace.ParseShard(c.Shard); err != nil {
 		return configErrorf("--shard: %v", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/transport"
+	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
 )
@@ -256,4 +257,81 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// The preflight's length check (lengths): one short streaming request, asking for
+// lengthCheckTokens output tokens after a builder prompt of lengthCheckPrompt tokens.
+// Its builder request id lies below the trace's (non-negative) and calibration's probes
+// (from -1<<40 down), so it shares no prefix with either.
+const (
+	lengthCheckTokens    = 4
+	lengthCheckPrompt    = 16
+	lengthCheckRequestID = -1 << 41
+)
+
+// lengths checks, with one short request, that the server honours the field that caps
+// the output (wire.Encoder.MaxTokensField): a server that ignores it (Ollama ignores
+// max_completion_tokens, which --backend openai sends on the chat API) generates every
+// request of the trace until the client cuts its stream, and the run measures nothing
+// it was meant to. One that sends more than asked stops the run with the field, what
+// came back and what to do; one that sends fewer with a backend that forces the length
+// is said on the log (lengths are upper bounds there), not refused. The request goes as
+// the trace's will (the run's API, backend, model, credentials and headers), with
+// X-Request-Id wire.PreflightRequestID, and is recorded nowhere. An error (an HTTP error
+// status, a broken stream) stops the run with the server's message, scrubbed of secrets:
+// every request of the trace would meet it. On the hard context, as reachable.
+func (p *preparer) lengths(ctx context.Context) error {
+	prompt, err := p.builder.AppendPrompt(nil, tokenize.PromptSpec{RequestID: lengthCheckRequestID, Tokens: lengthCheckPrompt})
+	if err != nil {
+		return err
+	}
+	l, err := p.cl.CheckLength(HardContext(ctx), prompt, lengthCheckTokens)
+	asked := fmt.Sprintf("a preflight request for %d output tokens (%s with --api %s --backend %s, model %s)",
+		lengthCheckTokens, p.lengthFields(l.Field), p.api, p.backend, p.modelID)
+	if err != nil {
+		return fmt.Errorf("replay: the endpoint %s failed %s: %v; every request of the trace would be sent the same way, so none was sent", wire.SafeEndpoint(p.base), asked, err)
+	}
+	if l.Over() {
+		return fmt.Errorf("replay: the endpoint %s does not honour %s: %s got %s; every request of the trace would run past its output length (until its model stops or the client cuts its stream), so none was sent. %s",
+			wire.SafeEndpoint(p.base), l.Field, asked, lengthSeen(l), p.lengthAdvice(l.Field))
+	}
+	if l.Tokens() < l.Asked && p.backend.ForcesLength() {
+		fmt.Fprintf(p.env.Log, "llmreplay: preflight: %s got %d: this server does not honour ignore_eos or min_tokens, so output lengths are upper bounds on it (a request whose model stops early is shorter than the trace's)\n",
+			asked, l.Tokens())
+	}
+	return nil
+}
+
+// lengthFields names the length fields a body of the run's backend carries.
+func (p *preparer) lengthFields(field string) string {
+	switch p.backend {
+	case wire.BackendVLLM, wire.BackendSGLang:
+		return field + ", min_tokens and ignore_eos"
+	case wire.BackendLlamaCPP:
+		return field + ", n_predict and ignore_eos"
+	}
+	return field
+}
+
+// lengthSeen says what a length check that overran saw.
+func lengthSeen(l transport.LengthCheck) string {
+	if l.Cut {
+		return fmt.Sprintf("%d output chunks and the server was still sending (the request was canceled there)", l.Chunks)
+	}
+	if l.CompletionTokens > 0 {
+		return fmt.Sprintf("%d output tokens (usage.completion_tokens; %d output chunks)", l.Tokens(), l.Chunks)
+	}
+	return fmt.Sprintf("%d output chunks", l.Chunks)
+}
+
+// lengthAdvice says what to do about a server that ignores field.
+func (p *preparer) lengthAdvice(field string) string {
+	if field != "max_tokens" {
+		return fmt.Sprintf("This server ignores %s (Ollama does): give --backend vllm, which sends max_tokens (Ollama, vLLM, SGLang and llama.cpp honour it), or --backend tgi for max_tokens alone (for a server that refuses vllm's ignore_eos and min_tokens).", field)
+	}
+	advice := "This server ignores max_tokens: check that the endpoint is an inference server's OpenAI-compatible API and that nothing in between (a gateway, a proxy) drops the field."
+	if k, ok := wire.Lookup(p.api); ok && k.OpenAIMaxTokens != "" && k.OpenAIMaxTokens != "max_tokens" && p.backend != wire.BackendOpenAI {
+		advice += fmt.Sprintf(" A server that takes OpenAI's newer %s: --backend openai sends it.", k.OpenAIMaxTokens)
+	}
+	return advice
 }

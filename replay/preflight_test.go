@@ -4,6 +4,8 @@ import (
 	"github.com/llmreplay/llmreplay/internal/vllmtest"
 
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +17,9 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 func TestDefaultOutputName(t *testing.T) {
@@ -227,5 +231,129 @@ func TestPrepareWarnsWhenTheDiskIsShort(t *testing.T) {
 	}
 	if got := estimateBytes(1000, 100); got != 2*1000*(160+1200) {
 		t.Errorf("estimateBytes(1000, 100) = %d", got)
+	}
+}
+
+// ollamaLike answers as Ollama's OpenAI layer does where the length check looks: it
+// honours max_tokens alone (max_completion_tokens, min_tokens and ignore_eos are
+// ignored), its model stops on its own after eos tokens (0: never, as the tiny test
+// model), and with no limit it streams until the client hangs up. status, when set, is
+// the answer to every POST, with a message that echoes the Authorization header. The
+// requests of the trace (every POST but the preflight's) are counted in trace.
+type ollamaLike struct {
+	eos    int
+	status int
+	trace  atomic.Int64
+	checks atomic.Int64
+}
+
+func (s *ollamaLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"tiny"}]}`)
+		return
+	}
+	if r.Header.Get(transport.RequestIDHeader) == wire.PreflightRequestID {
+		s.checks.Add(1)
+	} else {
+		s.trace.Add(1)
+	}
+	if s.status != 0 {
+		w.WriteHeader(s.status)
+		fmt.Fprintf(w, `{"error":{"message":"model not found (%s)"}}`, r.Header.Get("Authorization"))
+		return
+	}
+	var b struct {
+		MaxTokens *int `json:"max_tokens"`
+	}
+	json.NewDecoder(r.Body).Decode(&b)
+	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+	w.Header().Set("Content-Type", "text/event-stream")
+	f := w.(http.Flusher)
+	n := 0
+	for ; (b.MaxTokens == nil || n < *b.MaxTokens) && (s.eos == 0 || n < s.eos) && r.Context().Err() == nil; n++ {
+		if chat {
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" w\"},\"finish_reason\":null}]}\n\n")
+		} else {
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" w\",\"finish_reason\":null}]}\n\n")
+		}
+		f.Flush()
+	}
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":17,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", n, 17+n)
+}
+
+// TestPrepareChecksOutputLength: before the first request of the trace, one short request
+// checks that the server honours the backend's length field. A server that ignores
+// max_completion_tokens (--backend openai --api chat, against Ollama) stops the run with
+// the field, what came back and what to do; with --backend vllm (max_tokens) the same
+// server runs, the trace's requests and nothing else reaching it beside the one check. A
+// model that stops before the length with a backend that forces it is said on the log,
+// and not with one that does not; an error status stops the run with the server's
+// message, without the key.
+func TestPrepareChecksOutputLength(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		api, backend   string
+		eos, status    int
+		errHas, logHas []string
+	}{
+		{name: "ignored", api: "chat", backend: "openai",
+			errHas: []string{"does not honour max_completion_tokens", "a preflight request for 4 output tokens (max_completion_tokens with --api chat --backend openai, model tiny)",
+				"got 32 output chunks and the server was still sending", "give --backend vllm, which sends max_tokens", "none was sent"}},
+		{name: "ignored, ends on its own", api: "chat", backend: "openai", eos: 9,
+			errHas: []string{"got 9 output tokens (usage.completion_tokens; 9 output chunks)"}},
+		{name: "honoured", api: "chat", backend: "vllm"},
+		{name: "honoured completions", api: "completions", backend: "openai"},
+		{name: "stops early, forced", api: "completions", backend: "vllm", eos: 2,
+			logHas: []string{"max_tokens, min_tokens and ignore_eos with --api completions --backend vllm", "got 2: this server does not honour ignore_eos or min_tokens, so output lengths are upper bounds"}},
+		{name: "stops early, not forced", api: "chat", backend: "tgi", eos: 2},
+		{name: "error", api: "chat", backend: "vllm", status: http.StatusNotFound,
+			errHas: []string{"failed a preflight request", "HTTP 404: model not found (Bearer [redacted])"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &ollamaLike{eos: tc.eos, status: tc.status}
+			u := vllmtest.Start(t, srv)
+			reqs := uniformTrace(3, time.Millisecond, 8, 4)
+			cfg := DefaultConfig()
+			cfg.Endpoint, cfg.Trace, cfg.API, cfg.Backend, cfg.Model, cfg.APIKey = u.String(), writeTrace(t, reqs), tc.api, tc.backend, "tiny", "sk-Secret-123"
+			cfg.Output, cfg.Quiet, cfg.Prewarm, cfg.Scrape = filepath.Join(t.TempDir(), "r.parquet"), true, 1, []string{ScrapeNone}
+			var log strings.Builder
+			sess, err := Prepare(context.Background(), cfg, Env{Log: &log, ToolVersion: "test"})
+			if srv.checks.Load() != 1 {
+				t.Errorf("%d length checks, want 1", srv.checks.Load())
+			}
+			if len(tc.errHas) > 0 {
+				if err == nil {
+					sess.Close()
+					t.Fatalf("Prepare passed, want an error with %q", tc.errHas)
+				}
+				for _, want := range tc.errHas {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q\nwant %q", err, want)
+					}
+				}
+				if strings.Contains(err.Error(), "sk-Secret-123") || srv.trace.Load() != 0 {
+					t.Errorf("the error holds the key, or %d requests of the trace were sent", srv.trace.Load())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			for _, want := range tc.logHas {
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log %q\nwant %q", log.String(), want)
+				}
+			}
+			if len(tc.logHas) == 0 && strings.Contains(log.String(), "preflight") {
+				t.Errorf("log %q: a notice for a server that did as asked", log.String())
+			}
+			if _, err := Run(context.Background(), sess.Options); err != nil {
+				t.Fatal(err)
+			}
+			if srv.trace.Load() != 3 || srv.checks.Load() != 1 {
+				t.Errorf("the server saw %d requests of the trace and %d checks, want 3 and 1", srv.trace.Load(), srv.checks.Load())
+			}
+		})
 	}
 }

@@ -61,7 +61,8 @@ func (s *Session) Close() {
 
 // Prepare does what lies between a Config and Run: it validates cfg, opens the trace (or
 // the bundled sample) and hashes it, turns --speedup/--rate into a speedup, starts the
-// in-process engine when there is no endpoint, finds the model, builds the client, the
+// in-process engine when there is no endpoint, finds the model, builds the client, checks
+// with one short request that the server honours the output limit (lengths), builds the
 // shard origin, the calibration and the prompter, and fills the run metadata. Its errors
 // are *ConfigError for a bad configuration; none carries a secret.
 func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
@@ -95,7 +96,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.origin, p.calibrate, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.origin, p.calibrate, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -398,7 +399,8 @@ func (p *preparer) origin(context.Context) error {
 	return nil
 }
 
-// calibrate runs --calibrate: it learns how the server counts the builder's text.
+// calibrate runs --calibrate: it learns how the server counts the builder's text, and
+// stops the run when the fit's held-out error is above --calibrate-max-error.
 func (p *preparer) calibrate(ctx context.Context) error {
 	cfg := p.cfg
 	if !cfg.Calibrate {
@@ -412,8 +414,16 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay: --calibrate: %w", err)
 	}
-	p.cal = &c
 	fmt.Fprintf(p.env.Log, "llmreplay: calibrated: %s\n", c)
+	for _, w := range c.Warnings {
+		fmt.Fprintf(p.env.Log, "llmreplay: calibration: warning: %s\n", w)
+	}
+	// Before any request of the trace: a fit that misses by more than the bound would
+	// build every prompt at a length the server does not count as the trace's.
+	if err := checkCalibration(c, cfg.CalibrateMaxError); err != nil {
+		return err
+	}
+	p.cal = &c
 	p.meta.Flags["calibration"] = c.String()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/vllmtest"
 
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,7 +36,10 @@ type recorder struct {
 	session string   // the session header's name to record
 	models  []string // served by /v1/models; nil: vllmtest.Server's
 	mu      sync.Mutex
-	seen    []seenRequest
+	seen    []seenRequest // the trace's requests
+	// preflight are the preflight's length checks (X-Request-Id wire.PreflightRequestID):
+	// not the trace's, so not in seen.
+	preflight []seenRequest
 }
 
 func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +64,11 @@ func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.session, s.hasSession = strings.Join(vs, "|"), len(vs) > 0
 		}
 		rc.mu.Lock()
-		rc.seen = append(rc.seen, s)
+		if s.requestID == wire.PreflightRequestID {
+			rc.preflight = append(rc.preflight, s)
+		} else {
+			rc.seen = append(rc.seen, s)
+		}
 		rc.mu.Unlock()
 	}
 	rc.srv.ServeHTTP(w, r)
@@ -306,6 +314,11 @@ func TestPrepareModels(t *testing.T) {
 				}
 				if len(res) != len(reqs) || len(rec.seen) != len(reqs) {
 					t.Fatalf("%d results, %d seen, want %d", len(res), len(rec.seen), len(reqs))
+				}
+				// The preflight's one request goes to the run's model: --model, else the
+				// first served.
+				if want := cmp.Or(c.model, c.served[0]); len(rec.preflight) != 1 || rec.preflight[0].model != want {
+					t.Errorf("preflight requests %+v, want one to %s", rec.preflight, want)
 				}
 				got := map[string]string{}
 				for _, s := range rec.seen {

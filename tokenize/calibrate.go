@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -280,8 +281,9 @@ func (p *prober) measure(ctx context.Context, lengths []int, cal *Calibration) (
 		}
 		if c < k/2 {
 			// A /tokenize that ignored our field (llama.cpp answers {"tokens":[]} to a body
-			// without "content") must not pass for a measurement.
-			return nil, fmt.Errorf("tokenize: calibrate %s via %s, probe of %d tokens: server counted %d: not a count of this prompt", p.opts.API, p.method, k, c)
+			// without "content") must not pass for a measurement; nor a count of what was
+			// left of the prompt after a server cut it to its context.
+			return nil, fmt.Errorf("tokenize: calibrate %s via %s, probe of %d tokens: server counted %d: not a count of this prompt (a /tokenize that ignored the text, or a server that cut the prompt to a context of about %d tokens)", p.opts.API, p.method, k, c, c)
 		}
 		pt := Probe{BuilderTokens: k, ServerTokens: c}
 		if cal != nil {
@@ -290,4 +292,67 @@ func (p *prober) measure(ctx context.Context, lengths []int, cal *Calibration) (
 		out = append(out, pt)
 	}
 	return out, nil
+}
+
+// bendRatio: when the server's count grows by less than this share of its growth per
+// builder token between the shorter fit lengths, between the longer ones, the longer
+// probes were cut short. A tokenizer's word mix moves a window's count by a few tokens
+// whatever its length (builder.go), well under 1% of the slope over the default lengths'
+// gaps of 896 and 2,048 tokens; a cut at the context bends it by the share cut off.
+const bendRatio = 0.9
+
+// Truncation says in one sentence what the probes show of a server that cuts prompts
+// short (a server that truncates a prompt longer than its context to the context, as
+// Ollama does, and counts what it kept), or returns "" when they show nothing of it:
+//
+//   - a longer probe counted no more than a shorter one: the count stopped growing;
+//   - a probe counted at least MaxModelLen, when the server said it;
+//   - the count per builder token between the two longest fit lengths is below
+//     bendRatio times that between the two shortest.
+//
+// It reads only the probes: Calibrate does not act on it, a caller that refuses a fit
+// says it as the likely reason.
+func (c Calibration) Truncation() string {
+	type level struct {
+		builder int
+		server  float64 // mean over the probes of this length
+	}
+	sums := map[int][2]float64{}
+	maxServer := 0
+	for _, pt := range append(append([]Probe(nil), c.Fit...), c.Check...) {
+		s := sums[pt.BuilderTokens]
+		sums[pt.BuilderTokens] = [2]float64{s[0] + float64(pt.ServerTokens), s[1] + 1}
+		maxServer = max(maxServer, pt.ServerTokens)
+	}
+	levels := make([]level, 0, len(sums))
+	for k, s := range sums {
+		levels = append(levels, level{k, s[0] / s[1]})
+	}
+	slices.SortFunc(levels, func(a, b level) int { return a.builder - b.builder })
+	var says []string
+	for j := 1; j < len(levels); j++ {
+		if i := slices.IndexFunc(levels[:j], func(l level) bool { return l.server >= levels[j].server }); i >= 0 {
+			says = append(says, fmt.Sprintf("a probe of %d builder tokens counted %.0f, no more than one of %d (%.0f): the count stopped growing at about %d tokens",
+				levels[j].builder, levels[j].server, levels[i].builder, levels[i].server, maxServer))
+			break
+		}
+	}
+	if c.MaxModelLen > 0 && maxServer >= c.MaxModelLen {
+		says = append(says, fmt.Sprintf("a probe counted %d tokens, the model's context of %d", maxServer, c.MaxModelLen))
+	}
+	var fit []level
+	for _, l := range levels {
+		if slices.ContainsFunc(c.Fit, func(p Probe) bool { return p.BuilderTokens == l.builder }) {
+			fit = append(fit, l)
+		}
+	}
+	if n := len(fit); n >= 3 && len(says) == 0 {
+		slope := func(a, b level) float64 { return (b.server - a.server) / float64(b.builder-a.builder) }
+		first, last := slope(fit[0], fit[1]), slope(fit[n-2], fit[n-1])
+		if first > 0 && last < bendRatio*first {
+			says = append(says, fmt.Sprintf("the count grew %.2f tokens per builder token from %d to %d builder tokens but %.2f from %d to %d: the longer probes were cut short at about %d tokens",
+				first, fit[0].builder, fit[1].builder, last, fit[n-2].builder, fit[n-1].builder, maxServer))
+		}
+	}
+	return strings.Join(says, "; ")
 }

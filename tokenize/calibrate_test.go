@@ -92,3 +92,39 @@ func TestTargetZeroAndEdges(t *testing.T) {
 		t.Errorf("Target(1112) = %d, want 1000", got)
 	}
 }
+
+// TestCalibrationTruncation: a server that cuts prompts to a context shows in the probes,
+// as a count that stops growing when the held-out probes are cut too, as a bend in the
+// fit's growth when only the longest fit probes are, or as a count at the context the
+// server said; a linear server (a template and a tokenizer that splits some words) shows
+// none of it.
+func TestCalibrationTruncation(t *testing.T) {
+	b := testBuilder(t, CL100kBase, BuilderOptions{})
+	cut := func(ctxLen, maxModelLen int) CountFunc {
+		return func(_ context.Context, _, text string) (int, int, error) {
+			return min(len(strings.Fields(text))+1, ctxLen), maxModelLen, nil
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		count CountFunc
+		fit   []int
+		check []int
+		want  string
+	}{
+		{"linear", linearCount("usage"), nil, nil, ""},
+		{"stops growing", cut(2048, 0), nil, nil, "no more than one of"},
+		{"bend", cut(2600, 0), []int{128, 1024, 2048, 3072}, []int{400}, "were cut short at about 2600 tokens"},
+		{"at the context", cut(2600, 2600), nil, []int{400}, "the model's context of 2600"},
+	} {
+		cal, err := Calibrate(context.Background(), CalibrateOptions{API: "completions", Methods: []string{"usage"}, Count: tc.count, Builder: b,
+			FitLengths: tc.fit, CheckLengths: tc.check})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := cal.Truncation()
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: Truncation() = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

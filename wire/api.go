@@ -151,6 +151,12 @@ func (b Backend) ForcesLength() bool {
 	return b == BackendVLLM || b == BackendSGLang || b == BackendLlamaCPP
 }
 
+// PreflightRequestID is the X-Request-Id of the one request a run sends of its own before
+// the trace's, the preflight's check that the server honours the output limit (the trace's
+// carry RUNID-REQUESTID; no run id is fixed before the run starts): a server's or a
+// gateway's log, and a test server, tell it apart by it.
+const PreflightRequestID = "llmreplay-preflight"
+
 // Encoder builds the streaming request bodies of one API for one backend. Building a body
 // allocates nothing beyond growing b: it runs once per request on the preparer's path.
 type Encoder struct {
@@ -216,18 +222,25 @@ func (e Encoder) AppendMessagesBody(b, start, messages []byte, outputTokens int3
 	return e.kind.AppendMessages(b, messages)
 }
 
+// MaxTokensField returns the field that caps the output in the encoder's bodies:
+// max_tokens, or for the openai backend the kind's OpenAIMaxTokens (max_completion_tokens
+// for chat). A server that ignores it generates until it stops on its own; the preflight
+// says which field it ignored.
+func (e Encoder) MaxTokensField() string {
+	if e.backend == BackendOpenAI && e.kind.OpenAIMaxTokens != "" {
+		return e.kind.OpenAIMaxTokens
+	}
+	return "max_tokens"
+}
+
 // appendLengths appends start and the fields that ask for outputTokens tokens.
 func (e Encoder) appendLengths(b, start []byte, outputTokens int32) []byte {
 	b = append(b, start...)
 	var nb [12]byte
 	n := strconv.AppendInt(nb[:0], int64(outputTokens), 10)
-	if e.backend == BackendOpenAI && e.kind.OpenAIMaxTokens != "" {
-		b = append(b, `,"`...)
-		b = append(b, e.kind.OpenAIMaxTokens...)
-		b = append(b, `":`...)
-	} else {
-		b = append(b, `,"max_tokens":`...)
-	}
+	b = append(b, `,"`...)
+	b = append(b, e.MaxTokensField()...)
+	b = append(b, `":`...)
 	b = append(b, n...)
 	switch e.backend {
 	case BackendVLLM, BackendSGLang:

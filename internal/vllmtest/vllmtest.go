@@ -41,6 +41,9 @@ type Server struct {
 	Inflight  atomic.Int64
 	MaxSeen   atomic.Int64
 	Count     atomic.Int64
+	// Preflights counts the preflight's length checks (X-Request-Id
+	// wire.PreflightRequestID), which Count, Inflight and MaxSeen leave out.
+	Preflights atomic.Int64
 	// HoldFor, when set, holds each request before it answers until HoldFor requests
 	// have been in flight at once (or 10 s have passed), so a test sees the concurrency
 	// the client allows rather than what the machine's timing happened to give.
@@ -55,22 +58,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"model-a","object":"model"},{"id":"model-b"}]}`)
 		return
 	}
-	s.Count.Add(1)
-	n := s.Inflight.Add(1)
-	defer s.Inflight.Add(-1)
-	for {
-		m := s.MaxSeen.Load()
-		if n <= m || s.MaxSeen.CompareAndSwap(m, n) {
-			break
-		}
-	}
-	for t0 := time.Now(); s.MaxSeen.Load() < s.HoldFor && time.Since(t0) < 10*time.Second; {
-		time.Sleep(time.Millisecond)
-	}
-	if s.Release != nil {
-		select {
-		case <-s.Release:
-		case <-r.Context().Done():
+	// The preflight's length check is not one of the trace's requests: it is counted
+	// apart, answered at once and never held, so Count, MaxSeen and the timings a test
+	// sets stay those of the requests it sends.
+	preflight := r.Header.Get("X-Request-Id") == wire.PreflightRequestID
+	if preflight {
+		s.Preflights.Add(1)
+	} else {
+		defer s.Inflight.Add(-1)
+		if !s.admit(r) {
 			return
 		}
 	}
@@ -88,8 +84,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	f := w.(http.Flusher)
 	start := time.Now()
+	ttft, itl := s.TTFT, s.ITL
+	if preflight {
+		ttft, itl = 0, 0
+	}
 	for i := 1; i <= b.MaxTokens; i++ {
-		due := start.Add(s.TTFT + time.Duration(i-1)*s.ITL)
+		due := start.Add(ttft + time.Duration(i-1)*itl)
 		select {
 		case <-time.After(time.Until(due)):
 		case <-r.Context().Done():
@@ -111,6 +111,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	f.Flush()
+}
+
+// admit counts a request of the trace, in Count, Inflight (the caller takes it off) and
+// MaxSeen, and holds it as HoldFor and Release say; it returns false when the client hung
+// up while it was held.
+func (s *Server) admit(r *http.Request) bool {
+	s.Count.Add(1)
+	n := s.Inflight.Add(1)
+	for {
+		m := s.MaxSeen.Load()
+		if n <= m || s.MaxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	for t0 := time.Now(); s.MaxSeen.Load() < s.HoldFor && time.Since(t0) < 10*time.Second; {
+		time.Sleep(time.Millisecond)
+	}
+	if s.Release != nil {
+		select {
+		case <-s.Release:
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	return true
 }
 
 // Start serves h on loopback for the test's lifetime.
