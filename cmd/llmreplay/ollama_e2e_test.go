@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/internal/ollamatest"
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/tokenize"
 )
 
 // The real-engine tests: llmreplay against Ollama serving the tiny model of
@@ -283,5 +284,98 @@ func readJSON(t *testing.T, path string, v any) {
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// ollamaRunErr runs the CLI and returns its error and stderr.
+func ollamaRunErr(args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb)
+	return errb.String(), err
+}
+
+// TestOllamaCalibrate checks calibration against the engine's tokenizer, which counts a
+// builder prompt of n tokens as n+1 (BOS): at a 16k context the fit is exact (overhead 1,
+// ratio 1, held-out error 0) and every replayed prompt is counted by the server as exactly
+// its target. At a 2,048-token context Ollama truncates the longer probes silently; the
+// held-out error passes --calibrate-max-error and the run stops before the trace's first
+// request (the server saw the preflight's check and the probes, nothing else). Without
+// --calibrate, prompts longer than that context are counted short, and analyze says so
+// at the top of its report.
+func TestOllamaCalibrate(t *testing.T) {
+	dir := t.TempDir()
+	tr := ollamaTrace(t, dir)
+
+	full := ollamatest.Start(t, ollamatest.Options{})
+	res := filepath.Join(dir, "calibrated.parquet")
+	ollamaRun(t, "replay", "--trace", tr, "--endpoint", full.BaseURL, "--model", ollamatest.Model, "--calibrate", "--limit", "12", "--quiet", "-o", res)
+	for _, r := range readRows(t, res) {
+		if r.Status != results.StatusOK || r.PromptTokensServer != r.PromptTokens {
+			t.Errorf("calibrated: request %d: %s, the server counted %d prompt tokens for a target of %d", r.RequestID, r.Status, r.PromptTokensServer, r.PromptTokens)
+		}
+	}
+
+	short := ollamatest.Start(t, ollamatest.Options{Context: 2048})
+	before := short.Completions(0)
+	msg, err := ollamaRunErr("replay", "--trace", tr, "--endpoint", short.BaseURL, "--model", ollamatest.Model, "--calibrate", "--quiet",
+		"-o", filepath.Join(dir, "short.parquet"))
+	if err == nil || !strings.Contains(err.Error()+msg, "--calibrate-max-error") {
+		t.Fatalf("a calibration truncated by a 2,048-token context: err %v; want a stop naming --calibrate-max-error\n%s", err, msg)
+	}
+	probes := 3*len(tokenize.DefaultFitLengths) + len(tokenize.DefaultCheckLengths)
+	if got := short.Completions(before+1+probes) - before; got != 1+probes {
+		t.Errorf("the server saw %d completion requests; want the length check and the %d probes, none of the trace's", got, probes)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "short.parquet")); err == nil {
+		t.Error("a stopped run wrote a results file")
+	}
+
+	long := filepath.Join(dir, "long.parquet")
+	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "2s",
+		"--prompt-tokens", "uniform:2600,3000", "--output-tokens", "fixed:4", "--seed", "5", "-o", long)
+	res = filepath.Join(dir, "truncated.parquet")
+	ollamaRun(t, "replay", "--trace", long, "--endpoint", short.BaseURL, "--model", ollamatest.Model, "--quiet", "-o", res)
+	report := ollamaRun(t, "analyze", res)
+	head, _, _ := strings.Cut(report, "Throughput")
+	if !strings.Contains(head, "PROMPT TOKENS OFF TARGET") {
+		t.Errorf("prompts cut to a 2,048-token context: the report's top does not say so:\n%s", head)
+	}
+	for _, r := range readRows(t, res) {
+		if r.PromptTokensServer > 2048 {
+			t.Errorf("request %d: the server counted %d prompt tokens at a 2,048-token context", r.RequestID, r.PromptTokensServer)
+		}
+	}
+}
+
+// TestOllamaLengthField checks the preflight's look at the backend's length field: Ollama
+// ignores max_completion_tokens, which --backend openai sends on the chat API, and the run
+// stops before the trace's first request saying so; max_tokens (--backend vllm) it honours.
+// And the model column: Ollama lists "tiny:latest", and a trace whose column says "tiny"
+// is sent as it is.
+func TestOllamaLengthField(t *testing.T) {
+	srv := ollamatest.Start(t, ollamatest.Options{})
+	dir := t.TempDir()
+	tr := ollamaTrace(t, dir, "--model", ollamatest.Model)
+	before := srv.Completions(0)
+	msg, err := ollamaRunErr("replay", "--trace", tr, "--endpoint", srv.BaseURL, "--api", "chat", "--backend", "openai", "--quiet",
+		"-o", filepath.Join(dir, "openai.parquet"))
+	if err == nil || !strings.Contains(err.Error(), "max_completion_tokens") {
+		t.Fatalf("--backend openai --api chat against Ollama: err %v; want a stop naming max_completion_tokens\n%s", err, msg)
+	}
+	if got := srv.Completions(before+1) - before; got != 1 {
+		t.Errorf("the server saw %d completion requests; want the length check alone", got)
+	}
+	res := filepath.Join(dir, "vllm.parquet")
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"replay", "--trace", tr, "--endpoint", srv.BaseURL, "--api", "chat", "--limit", "5", "-o", res}, &out, &errb); err != nil {
+		t.Fatalf("--backend vllm: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "each request goes to its trace model") {
+		t.Errorf("a model column of %q against a server listing %q:%q: not used:\n%s", ollamatest.Model, ollamatest.Model, "latest", errb.String())
+	}
+	for _, r := range readRows(t, res) {
+		if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget {
+			t.Errorf("request %d: %s %q, %d of %d output tokens", r.RequestID, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget)
+		}
 	}
 }

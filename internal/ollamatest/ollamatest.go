@@ -157,6 +157,7 @@ func start(bin, gguf string, o Options, dir string) (*Server, error) {
 	if err := s.Complete(" the", 1); err != nil {
 		return fail(fmt.Errorf("load the model: %w", err))
 	}
+	s.Completions(1) // its log line, so that a test's count starts after it
 	return s, nil
 }
 
@@ -263,6 +264,28 @@ func (s *Server) CacheLoads() []CacheLoad {
 		out = append(out, CacheLoad{Prompt: p, Used: u})
 	}
 	return out
+}
+
+// Completions returns how many completion requests (POST .../completions, either API)
+// the server's access log holds once it holds at least want of them, or after 10 s. Gin
+// writes a request's line after its handler returns, which may be after the client has
+// its answer (or has hung up); a little longer is waited for a late line beyond want.
+func (s *Server) Completions(want int) int {
+	count := func() int {
+		n := 0
+		for _, r := range s.Requests() {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "/completions") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count() < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	return count()
 }
 
 var (
