@@ -5,26 +5,10 @@ import (
 	"math"
 )
 
-// The prompt-off-target rule. The replayer builds each prompt to the trace's length in its
-// own tokenizer; the server counts it again (usage.prompt_tokens, prompt_tokens_server).
-// The two differ by a little for good reasons: a BOS token (1 a request), a chat template
-// (about 5 to 15 tokens a request), a tokenizer that splits the builder's words a little
-// more (0.4-0.6% for Mistral's and Llama 2's, docs/prompts.md); --calibrate takes all of
-// it away to within about 0.5%. They differ by much more when the prompts served are not
-// the trace's: a server that truncates prompts to a context shorter than the trace's
-// (Ollama counted 691 tokens against a target of 18,038 and answered every request), a
-// calibration that went wrong, a template far longer than assumed. Latencies and token
-// rates then describe the prompts served, and the report must say so before any figure.
-//
-// The run is flagged when the server's prompt tokens in all differ from the targets in
-// all (over the requests with a server count) by more than PromptOffBound of the
-// targets. 5% is above what a BOS token, a template or another tokenizer adds to prompts
-// of a few hundred tokens or more, and far below what truncation or a broken calibration
-// does. Short prompts in chat without --calibrate may exceed it (a 15-token template on
-// 200-token prompts is 7.5%): then the prompts served are indeed 7.5% longer than the
-// trace's, and the flag's advice, --calibrate, is the remedy. Requests off by more than
-// the bound each are counted too (Tokens.PromptOff): they show whether a few prompts or
-// all of them are off.
+// PromptOffBound is the prompt-off-target rule's bound: a run is flagged when the server's
+// prompt tokens in all differ from the targets in all by more than this share of them. A
+// BOS token, a chat template or another tokenizer stay under it for prompts of a few
+// hundred tokens; truncation or a broken calibration are far over (docs/metrics.md).
 const PromptOffBound = 0.05
 
 // promptOff applies the rule to the token reconciliation: Flags.PromptOffTarget.

@@ -216,9 +216,6 @@ func (s *Server) Stop() {
 	}
 }
 
-// Log returns what the server has logged so far.
-func (s *Server) Log() string { return s.log.String() }
-
 // ginLine matches the access log line Ollama's HTTP server (gin) writes for each request:
 // its status, the server-side duration and the route.
 var ginLine = regexp.MustCompile(`\[GIN\] [0-9/]+ - [0-9:]+ \| (\d{3}) \|\s+([0-9.]+[a-zµ]+) \|\s+\S+ \| (\w+)\s+"([^"]+)"`)
