@@ -243,6 +243,7 @@ type CompareRunInfo struct {
 	Meta          results.RunMeta
 	ClientLimited bool
 	Overloaded    bool
+	PromptOff     bool // prompt_off_target: the server counted its prompts off their targets
 }
 
 // CompareSection is the table of one comparison: the runs' figures (one section for runs,
@@ -403,6 +404,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 			}
 			info.ClientLimited = info.ClientLimited || r.Flags.ClientLimited
 			info.Overloaded = info.Overloaded || r.Flags.Overloaded
+			info.PromptOff = info.PromptOff || r.Flags.PromptOffTarget
 			f, e, tp := figures(d, r, opts.Bootstrap, fmt.Sprintf("%s/%s/%d", point, info.Label, k+1))
 			if i == 0 && k == 0 {
 				figs = f
@@ -449,6 +451,9 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		}
 		if r.Overloaded {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s is overloaded: its throughput is what the endpoint gave, not what it sustains", pointPrefix(point), r.Label))
+		}
+		if r.PromptOff {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s's prompts were counted more than %s off their targets by the server: it processed other prompts than the trace's (analyze says how)", pointPrefix(point), r.Label, pct(100*PromptOffBound)))
 		}
 	}
 	return s, nil

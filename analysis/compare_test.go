@@ -387,3 +387,26 @@ func BenchmarkCompareRuns(b *testing.B) {
 		}
 	}
 }
+
+// TestComparePromptOffWarned: a run whose server counted its prompts far off their targets
+// (here a tenth: prompts truncated) is warned of in the comparison; its match is not.
+func TestComparePromptOffWarned(t *testing.T) {
+	dir := t.TempDir()
+	counted := func(rows []row, share float64) []row {
+		for i := range rows {
+			n := int32(float64(rows[i].prompt) * share)
+			rows[i].promptServer = &n
+		}
+		return rows
+	}
+	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), counted(cmpRows(1, 1), 1))
+	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), counted(cmpRows(2, 1), 0.1))
+	c, err := compareFiles(t, CompareOptions{}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt, _ := writeCompareOutputs(t, c)
+	if !bytes.Contains(txt, []byte("warning: run B's prompts were counted more than 5.0% off their targets")) || bytes.Contains(txt, []byte("run A's prompts")) {
+		t.Errorf("prompt-off warning missing for B (or given for A):\n%s", txt)
+	}
+}

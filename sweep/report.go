@@ -203,6 +203,9 @@ func flagNames(rep *analysis.Report, buffered bool) []string {
 	if buffered && rep.Flags.Buffered {
 		flags = append(flags, "buffered")
 	}
+	if rep.Flags.PromptOffTarget {
+		flags = append(flags, "prompt-off")
+	}
 	return flags
 }
 

@@ -107,3 +107,18 @@ func TestClosedSweepHTMLRendersInChromium(t *testing.T) {
 	}
 	browsertest.Screenshot(t, bin, page, 1400, 1400)
 }
+
+// TestFlagNames: a point's flags, in the table (buffered included) and in its progress
+// note, name every verdict of its report that is set, prompt-off among them.
+func TestFlagNames(t *testing.T) {
+	rep := &analysis.Report{Flags: analysis.Flags{Overloaded: true, Buffered: true, PromptOffTarget: true}}
+	if got := pointFlags(rep); got != "overloaded,buffered,prompt-off" {
+		t.Errorf("pointFlags = %q", got)
+	}
+	if got := flagsNote(rep); got != " [overloaded, prompt-off]" {
+		t.Errorf("flagsNote = %q", got)
+	}
+	if got := pointFlags(&analysis.Report{}); got != "" {
+		t.Errorf("no flags: pointFlags = %q", got)
+	}
+}
