@@ -185,44 +185,54 @@ func TestOllamaSessions(t *testing.T) {
 
 // TestOllamaLoad measures the engine's capacity the ways a user does and checks each answer
 // against what the engine is: Ollama decodes OLLAMA_NUM_PARALLEL sequences at once and
-// queues the rest, and on CPU a step of two sequences of the tiny model costs little more
-// than a step of one.
-//   - A closed-loop sweep over concurrencies 1, 2, 4, 8 finds the knee at the engine's two
-//     slots: doubling from 1 to 2 adds throughput, from 2 to 4 does not.
-//   - An open-loop run at twice the knee's request rate is flagged overloaded, and one at
+// queues the rest. On a CPU a decode step of two sequences costs about what two of one do,
+// so the slots do not show in throughput (the sweep's throughput saturation is logged);
+// they show in latency: up to the slots a request's first token comes after its short
+// prefill, beyond them after another request's whole answer.
+//   - A closed-loop sweep over concurrencies 1, 2, 4, 8 with a TTFT objective between the
+//     two finds the highest concurrency meeting it at the engine's two slots.
+//   - An open-loop run at twice that point's request rate is flagged overloaded, and one at
 //     half of it is not.
-//   - compare of one slot against two, at concurrency 2, says the second slot raised the
-//     sustained output throughput, with an interval that excludes no change.
+//   - compare of one slot against two, at concurrency 2, says the second slot cut the TTFT,
+//     with an interval that excludes no change.
 func TestOllamaLoad(t *testing.T) {
 	two := ollamatest.Start(t, ollamatest.Options{Parallel: 2})
 	one := ollamatest.Start(t, ollamatest.Options{Parallel: 1})
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "decode.parquet")
-	// Short prompts, long answers: decoding, which batches, is the work.
+	// Short prompts (a prefill of milliseconds), long answers (hundreds of milliseconds).
 	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
-		"--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:64,128", "--seed", "7", "-o", tr)
+		"--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:256,512", "--seed", "7", "-o", tr)
 	common := []string{"--trace", tr, "--model", ollamatest.Model, "--quiet"}
 
 	sw := filepath.Join(dir, "sweep")
-	ollamaRun(t, append([]string{"sweep", "--endpoint", two.BaseURL, "--concurrencies", "1,2,4,8", "--duration", "8s", "-o", sw}, common...)...)
+	ollamaRun(t, append([]string{"sweep", "--endpoint", two.BaseURL, "--concurrencies", "1,2,4,8", "--duration", "8s",
+		"--slo", "ttft=250ms", "--attainment", "95", "-o", sw}, common...)...)
+	type bracket struct {
+		Found    bool    `json:"found"`
+		PassLoad float64 `json:"pass_load"`
+		Summary  string  `json:"summary"`
+	}
 	var sweep struct {
-		Saturation struct {
-			Found    bool    `json:"found"`
-			PassLoad float64 `json:"pass_load"`
-			Summary  string  `json:"summary"`
-		} `json:"saturation"`
-		Points []struct {
-			Load      float64 `json:"load"`
-			ReqPerS   float64 `json:"requests_per_s"`
-			Sustained float64 `json:"sustained_output_tokens_per_s"`
+		Saturation bracket `json:"saturation"`
+		SLOLimit   bracket `json:"slo_limit"`
+		Points     []struct {
+			Load       float64  `json:"load"`
+			ReqPerS    float64  `json:"requests_per_s"`
+			Sustained  float64  `json:"sustained_output_tokens_per_s"`
+			Attainment *float64 `json:"attainment"`
+			TTFT       struct {
+				P50 float64 `json:"p50"`
+			} `json:"ttft_ms"`
 		} `json:"points"`
 	}
 	readJSON(t, filepath.Join(sw, "sweep.json"), &sweep)
 	for _, p := range sweep.Points {
-		t.Logf("concurrency %g: %.2f req/s, sustained %.1f output tok/s", p.Load, p.ReqPerS, p.Sustained)
+		t.Logf("concurrency %g: %.2f req/s, sustained %.1f output tok/s, TTFT p50 %.1f ms, attainment %v", p.Load, p.ReqPerS, p.Sustained, p.TTFT.P50, fmtPtr(p.Attainment))
 	}
-	if !sweep.Saturation.Found || sweep.Saturation.PassLoad != 2 {
-		t.Fatalf("sweep: %s; want the knee at the engine's 2 slots", sweep.Saturation.Summary)
+	t.Logf("sweep: %s", sweep.Saturation.Summary)
+	if !sweep.SLOLimit.Found || sweep.SLOLimit.PassLoad != 2 {
+		t.Fatalf("sweep: %s; want the highest concurrency meeting TTFT 250 ms at the engine's 2 slots", sweep.SLOLimit.Summary)
 	}
 	knee := sweep.Points[1].ReqPerS
 
@@ -259,21 +269,30 @@ func TestOllamaLoad(t *testing.T) {
 	if err := json.Unmarshal([]byte(ollamaRun(t, "compare", runs["one"], runs["two"], "--json")), &cmpOut); err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for _, f := range cmpOut.Sections[0].Figures {
-		if f.Key != "sustained_output_tokens_per_s" {
-			continue
-		}
-		found = true
-		ch := f.Changes[0]
-		t.Logf("compare one slot -> two: sustained %v output tok/s, %+.1f%% (significant %v)", f.Values, ch.Delta, ch.Significant)
-		if !ch.Significant || ch.Delta <= 0 {
-			t.Errorf("compare one slot -> two: sustained output tok/s %v, change %+.1f%% significant %v; want a significant rise", f.Values, ch.Delta, ch.Significant)
+	figs := map[string]int{}
+	for i, f := range cmpOut.Sections[0].Figures {
+		figs[f.Key] = i
+		if f.Key == "ttft_p50_ms" || f.Key == "sustained_output_tokens_per_s" {
+			t.Logf("compare one slot -> two: %s %.1f -> %.1f, %+.1f%% (significant %v)", f.Key, f.Values[0], f.Values[1], f.Changes[0].Delta, f.Changes[0].Significant)
 		}
 	}
-	if !found {
-		t.Fatal("compare: no sustained_output_tokens_per_s figure")
+	i, ok := figs["ttft_p50_ms"]
+	if !ok {
+		t.Fatal("compare: no ttft_p50_ms figure")
 	}
+	// With one slot, each of the two requests in flight waits for the other's whole answer
+	// (hundreds of tokens) before its first token; with two, for nothing.
+	if f := cmpOut.Sections[0].Figures[i]; !f.Changes[0].Significant || f.Changes[0].Delta > -50 {
+		t.Errorf("compare one slot -> two: TTFT p50 %.1f -> %.1f ms, %+.1f%% significant %v; want a significant fall of more than half",
+			f.Values[0], f.Values[1], f.Changes[0].Delta, f.Changes[0].Significant)
+	}
+}
+
+func fmtPtr(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100**p)
 }
 
 func readJSON(t *testing.T, path string, v any) {

@@ -49,6 +49,13 @@ type Options struct {
 	// Context is OLLAMA_CONTEXT_LENGTH, each slot's context in tokens: a longer prompt is
 	// truncated by Ollama, silently. Zero means 16384.
 	Context int
+	// Threads is the model's num_thread, the CPU threads of each decode step. Zero means
+	// one: ggml's threads meet at a spinning barrier every step, and on a busy machine two
+	// of them slowed the engine a hundredfold (closed loop, one request in flight: 7.05 req/s
+	// alone, 0.08 with two CPU burners); one thread is also faster for this model (1,837
+	// against 710 output tok/s). With two, the barrier's fixed cost a step is shared by the
+	// sequences of a batch, as a GPU's launch costs are: TestOllamaLoad's knee.
+	Threads int
 	// Debug is OLLAMA_DEBUG: the runner logs its prompt cache's use of each request
 	// (CacheLoads reads it), and much else.
 	Debug bool
@@ -85,6 +92,9 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	if o.Context == 0 {
 		o.Context = 16384
+	}
+	if o.Threads == 0 {
+		o.Threads = 1
 	}
 	gguf, err := tinyModel()
 	if err != nil {
@@ -144,7 +154,8 @@ func start(bin, gguf string, o Options, dir string) (*Server, error) {
 	mf := filepath.Join(dir, "Modelfile")
 	// The template is the messages' contents, end to end: a chat's prompt is counted as
 	// exactly its messages' text (plus BOS), as a completion's is.
-	modelfile := "FROM " + gguf + "\nTEMPLATE \"\"\"{{- range .Messages }}{{ .Content }}{{ end }}\"\"\"\n"
+	modelfile := "FROM " + gguf + "\nTEMPLATE \"\"\"{{- range .Messages }}{{ .Content }}{{ end }}\"\"\"\n" +
+		"PARAMETER num_thread " + strconv.Itoa(o.Threads) + "\n"
 	if err := os.WriteFile(mf, []byte(modelfile), 0o644); err != nil {
 		return fail(err)
 	}
