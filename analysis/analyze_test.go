@@ -210,6 +210,30 @@ func TestSustainedWithoutChunkTokens(t *testing.T) {
 	}
 }
 
+// TestSustainedZeroChunkTokens: a file whose chunk_tokens are all zero for answers the
+// server counted (recorded from Ollama's zero usage placeholders before the client stopped
+// believing them) is read as having none: sustained and peak output tok/s are those of
+// its output_tokens spread over its chunks, not 0.
+func TestSustainedZeroChunkTokens(t *testing.T) {
+	rows := steadyRun(20*time.Second, func(int) int64 { return 100 })
+	for i := range rows {
+		rows[i].out, rows[i].outTarget = p32(20), 20
+		rows[i].chunkTokens = make([]int32, len(rows[i].chunks))
+	}
+	d := load(t, rows)
+	opts := DefaultOptions()
+	opts.Warmup = time.Second
+	r, err := Analyze(d, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "sustained", r.Throughput.SustainedOutputTokensPerS, 2000)
+	near(t, "peak", r.Throughput.PeakOutputTokensPerS, 2000)
+	if k := r.Tokens; k.ChunkTokensMismatch != int64(len(rows)) {
+		t.Errorf("tokens = %+v; the file's chunk_tokens still disagree with output_tokens, and the report says so", k)
+	}
+}
+
 func TestWarmupDetected(t *testing.T) {
 	// For 4 s every request waits an extra 400 ms for its first token, then none: the
 	// token rate dips at the start and MSER-5 must cut about there.

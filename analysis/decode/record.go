@@ -217,6 +217,12 @@ func (w *worker) addStream(r *request, ch *chunkRow) *FieldError {
 	cns, ctk, hasTok := ch.cns, ch.ctk, ch.hasTok
 	s, ot := r.s, r.ot
 	nc := len(cns)
+	// chunk_tokens that count nothing for an answer the server counted are placeholders,
+	// not counts: files recorded before the client believed per-chunk usage only when it
+	// moved hold Ollama's all-zero usage as every chunk's tokens. They are read as absent.
+	if hasTok && ch.tokSum == 0 && ot != Null32 && ot > 0 {
+		hasTok = false
+	}
 	// Tokens per chunk: chunk_tokens when the server sent them; else the reported
 	// output_tokens spread evenly over the chunks (1 per chunk when unknown), so
 	// the binned tokens of a request add up to its output_tokens.
