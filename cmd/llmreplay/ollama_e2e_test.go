@@ -385,12 +385,12 @@ func TestOllamaLengthField(t *testing.T) {
 		t.Errorf("the server saw %d completion requests; want the length check alone", got)
 	}
 	res := filepath.Join(dir, "vllm.parquet")
-	var out, errb bytes.Buffer
-	if err := run(context.Background(), []string{"replay", "--trace", tr, "--endpoint", srv.BaseURL, "--api", "chat", "--limit", "5", "-o", res}, &out, &errb); err != nil {
-		t.Fatalf("--backend vllm: %v\n%s", err, errb.String())
+	msg, err = ollamaRunErr("replay", "--trace", tr, "--endpoint", srv.BaseURL, "--api", "chat", "--limit", "5", "-o", res)
+	if err != nil {
+		t.Fatalf("--backend vllm: %v\n%s", err, msg)
 	}
-	if !strings.Contains(errb.String(), "each request goes to its trace model") {
-		t.Errorf("a model column of %q against a server listing %q:%q: not used:\n%s", ollamatest.Model, ollamatest.Model, "latest", errb.String())
+	if !strings.Contains(msg, "each request goes to its trace model") {
+		t.Errorf("a model column of %q against a server listing %q:%q: not used:\n%s", ollamatest.Model, ollamatest.Model, "latest", msg)
 	}
 	for _, r := range readRows(t, res) {
 		if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget {

@@ -86,8 +86,7 @@ func Start(t testing.TB, o Options) *Server {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("LLMREPLAY_OLLAMA=%s: %v (scripts/ollama builds it)", bin, err)
 	}
-	o.Parallel = max(o.Parallel, 0)
-	if o.Parallel == 0 {
+	if o.Parallel <= 0 {
 		o.Parallel = 2
 	}
 	if o.Context == 0 {

@@ -54,10 +54,7 @@ const (
 // The layers and the feed-forward width are flags: the default model is small enough that
 // its work is the engine's overhead; a wider one makes a decode step read more weights than
 // the caches hold, so that, as on a GPU, a step of two sequences costs about one's.
-var (
-	layers, ffn int
-	half        bool
-)
+var layers, ffn int
 
 func main() {
 	words := flag.String("words", "", "file of the vocabulary's words, one per line (lowercase ASCII letters)")
@@ -65,7 +62,6 @@ func main() {
 	seed := flag.Uint64("seed", 1, "seed of the weights")
 	flag.IntVar(&layers, "layers", 2, "transformer blocks")
 	flag.IntVar(&ffn, "ffn", 128, "feed-forward width: its weights are most of a larger model's bytes, which a decode step reads whole")
-	flag.BoolVar(&half, "f16", false, "store the blocks' matrices as F16 (ggml then multiplies a batch's sequences in one pass over them)")
 	flag.Parse()
 	if err := run(*words, *out, *seed); err != nil {
 		fmt.Fprintln(os.Stderr, "tinymodel:", err)
@@ -299,13 +295,13 @@ func newWeights(v *vocab, rng *rand.Rand) (*weights, error) {
 		w.ts = append(w.ts,
 			f32(p+"attn_norm.weight", ones(embd), embd),
 			f32(p+"ffn_norm.weight", ones(embd), embd),
-			mat(p+"attn_q.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
-			mat(p+"attn_k.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
-			mat(p+"attn_v.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
-			mat(p+"attn_output.weight", gauss(rng, embd*embd, layerScale), embd, embd),
-			mat(p+"ffn_gate.weight", gauss(rng, embd*ffn, 1/math.Sqrt(embd)), embd, ffn),
-			mat(p+"ffn_up.weight", gauss(rng, embd*ffn, 1/math.Sqrt(embd)), embd, ffn),
-			mat(p+"ffn_down.weight", gauss(rng, ffn*embd, layerScale), ffn, embd))
+			f32(p+"attn_q.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
+			f32(p+"attn_k.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
+			f32(p+"attn_v.weight", gauss(rng, embd*embd, 1/math.Sqrt(embd)), embd, embd),
+			f32(p+"attn_output.weight", gauss(rng, embd*embd, layerScale), embd, embd),
+			f32(p+"ffn_gate.weight", gauss(rng, embd*ffn, 1/math.Sqrt(embd)), embd, ffn),
+			f32(p+"ffn_up.weight", gauss(rng, embd*ffn, 1/math.Sqrt(embd)), embd, ffn),
+			f32(p+"ffn_down.weight", gauss(rng, ffn*embd, layerScale), ffn, embd))
 	}
 	return w, nil
 }
@@ -393,43 +389,6 @@ func f32(name string, data []float32, shape ...int) *ggml.Tensor {
 		s[i] = uint64(d)
 	}
 	return &ggml.Tensor{Name: name, Kind: 0, Shape: s, WriterTo: floats(data)}
-}
-
-// mat is a block's matrix: F32, or F16 with -f16.
-func mat(name string, data []float32, in, out int) *ggml.Tensor {
-	if !half {
-		return f32(name, data, in, out)
-	}
-	return &ggml.Tensor{Name: name, Kind: 1, Shape: []uint64{uint64(in), uint64(out)}, WriterTo: halves(data)}
-}
-
-type halves []float32
-
-func (h halves) WriteTo(w io.Writer) (int64, error) {
-	b := make([]byte, 2*len(h))
-	for i, x := range h {
-		u := toHalf(x)
-		b[2*i], b[2*i+1] = byte(u), byte(u>>8)
-	}
-	n, err := w.Write(b)
-	return int64(n), err
-}
-
-// toHalf rounds a float32 of the weights' range (|x| < 65504, normal or zero) to IEEE
-// binary16, to nearest; smaller than binary16's normals it flushes to zero.
-func toHalf(x float32) uint16 {
-	u := math.Float32bits(x)
-	sign := uint16(u>>16) & 0x8000
-	exp := int(u>>23&0xff) - 127 + 15
-	mant := u & 0x7fffff
-	if exp <= 0 {
-		return sign
-	}
-	h := uint32(exp)<<10 | mant>>13
-	if mant&0x1fff > 0x1000 || mant&0x1fff == 0x1000 && h&1 == 1 {
-		h++ // a carry into the exponent is the right rounding too
-	}
-	return sign | uint16(h)
 }
 
 type floats []float32
