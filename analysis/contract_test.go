@@ -98,6 +98,9 @@ type contractRow struct {
 	// Revision 1.1; results.Null when null.
 	sessionID, sessionWait int64
 	turn, cached           int32
+	// Revision 1.2; results.Null when null.
+	gap, recArrival, recDuration int64
+	recCached                    int32
 }
 
 func readContractRows(t *testing.T, path string) []contractRow {
@@ -148,13 +151,18 @@ func readContractRows(t *testing.T, path string) []contractRow {
 		turn := results.Array[*array.Int32](x, results.ColTurn)
 		wait := results.Array[*array.Int64](x, results.ColSessionWaitNS)
 		cached := results.Array[*array.Int32](x, results.ColPromptTokensCached)
+		gap := results.Array[*array.Int64](x, results.ColGapNS)
+		recA := results.Array[*array.Int64](x, results.ColRecordedArrivalNS)
+		recD := results.Array[*array.Int64](x, results.ColRecordedDurationNS)
+		recC := results.Array[*array.Int32](x, results.ColRecordedCachedTokens)
 		if err := x.Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < int(rec.NumRows()); i++ {
 			r := contractRow{id: id.Value(i), shard: shard.Value(i), httpStatus: results.Int32At(hs, i),
 				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i),
-				sessionID: results.Int64At(sid, i), turn: results.Int32At(turn, i), sessionWait: results.Int64At(wait, i), cached: results.Int32At(cached, i)}
+				sessionID: results.Int64At(sid, i), turn: results.Int32At(turn, i), sessionWait: results.Int64At(wait, i), cached: results.Int32At(cached, i),
+				gap: results.Int64At(gap, i), recArrival: results.Int64At(recA, i), recDuration: results.Int64At(recD, i), recCached: results.Int32At(recC, i)}
 			if em.IsValid(i) {
 				s := em.Value(i)
 				r.errMsg = &s
@@ -243,6 +251,11 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		check(results.ColSessionID, d.SessionID == nil && cr.sessionID == results.Null, "%d, want null", cr.sessionID)
 		check(results.ColTurn, d.Turn == nil && cr.turn == results.Null, "%d, want null", cr.turn)
 		check(results.ColSessionWaitNS, d.SessionWait == nil && cr.sessionWait == results.Null, "%d, want null", cr.sessionWait)
+		// Nor agent calls: the agent columns are null too.
+		check(results.ColGapNS, d.Gap == nil && cr.gap == results.Null, "%d, want null", cr.gap)
+		check(results.ColRecordedArrivalNS, d.RecArrival == nil && cr.recArrival == results.Null, "%d, want null", cr.recArrival)
+		check(results.ColRecordedDurationNS, d.RecDuration == nil && cr.recDuration == results.Null, "%d, want null", cr.recDuration)
+		check(results.ColRecordedCachedTokens, d.RecCached == nil && cr.recCached == results.Null, "%d, want null", cr.recCached)
 		wantCached := int32(results.Null)
 		if !fail && req.PromptTokens%2 == 0 {
 			wantCached = req.PromptTokens / 2

@@ -34,6 +34,9 @@ type row struct {
 	// Revision 1.1.
 	sessionID, sessionWait *int64
 	turn, cached           *int32
+	// Revision 1.2.
+	gap, recArrival, recDuration *int64
+	recCached                    *int32
 }
 
 func p64(v int64) *int64    { return &v }
@@ -114,6 +117,8 @@ type fixtureBuilders struct {
 	ttft, tpot, e2e                 *array.Float64Builder
 	sessionID, sessionWait          *array.Int64Builder // nil when the schema is older than revision 1.1
 	turn, cached                    *array.Int32Builder
+	gap, recArrival, recDuration    *array.Int64Builder // nil when the schema is older than revision 1.2
+	recCached                       *array.Int32Builder
 }
 
 func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
@@ -156,6 +161,12 @@ func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
 	}
 	if has(results.ColPromptTokensCached) {
 		c.cached = results.Builder[*array.Int32Builder](bs, results.ColPromptTokensCached)
+	}
+	if has(results.ColGapNS) {
+		c.gap = results.Builder[*array.Int64Builder](bs, results.ColGapNS)
+		c.recArrival = results.Builder[*array.Int64Builder](bs, results.ColRecordedArrivalNS)
+		c.recDuration = results.Builder[*array.Int64Builder](bs, results.ColRecordedDurationNS)
+		c.recCached = results.Builder[*array.Int32Builder](bs, results.ColRecordedCachedTokens)
 	}
 	if err := bs.Done(); err != nil {
 		tb.Fatal(err)
@@ -238,6 +249,12 @@ func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 		}
 		if c.cached != nil {
 			i32(c.cached, r.cached)
+		}
+		if c.gap != nil {
+			i64(c.gap, r.gap)
+			i64(c.recArrival, r.recArrival)
+			i64(c.recDuration, r.recDuration)
+			i32(c.recCached, r.recCached)
 		}
 	}
 	return b.NewRecord()

@@ -64,7 +64,9 @@ func TestDuckDBReadsAzure(t *testing.T) {
 	}
 	types := duckdbtest.Query(t, "SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM read_parquet('"+path+"'))")
 	want := map[string]string{"request_id": "BIGINT", "arrival_ns": "BIGINT", "prompt_tokens": "INTEGER", "output_tokens": "INTEGER",
-		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR"}
+		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR",
+		"parents": "BIGINT[]", "gap_ns": "BIGINT", "gap_kind": "VARCHAR", "duration_ns": "BIGINT",
+		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER"}
 	if len(types) != len(want) {
 		t.Errorf("duckdb sees %d columns: %v", len(types), types)
 	}

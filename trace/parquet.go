@@ -58,6 +58,13 @@ var fields = []arrow.Field{
 	{Name: ColPrefixBlocks, Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
 	{Name: ColModel, Type: arrow.BinaryTypes.String, Nullable: true},
 	{Name: ColPrompt, Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: ColParents, Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
+	{Name: ColGapNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	{Name: ColGapKind, Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: ColDurationNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+	{Name: ColPrefixTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColCachedTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColReasoningTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 }
 
 // schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
@@ -214,6 +221,7 @@ func (w *Writer) Write(r Request) error {
 	}
 	appendStr(b.Field(6).(*array.StringBuilder), r.Model)
 	appendStr(b.Field(7).(*array.StringBuilder), r.Prompt)
+	appendCall(b, r.Call)
 	w.last = a
 	w.rows++
 	if b.Field(0).Len() >= batchRows {
@@ -223,6 +231,45 @@ func (w *Writer) Write(r Request) error {
 		}
 	}
 	return nil
+}
+
+// appendCall appends the agent columns (8 on) of c, all null when c is nil.
+func appendCall(b *array.RecordBuilder, c *Call) {
+	if c == nil {
+		for i := 8; i < len(fields); i++ {
+			b.Field(i).AppendNull()
+		}
+		return
+	}
+	lb := b.Field(8).(*array.ListBuilder)
+	if c.Parents == nil {
+		lb.AppendNull()
+	} else {
+		lb.Append(true)
+		lb.ValueBuilder().(*array.Int64Builder).AppendValues(c.Parents, nil)
+	}
+	appendOpt64(b.Field(9).(*array.Int64Builder), int64(c.Gap))
+	appendStr(b.Field(10).(*array.StringBuilder), c.GapKind)
+	appendOpt64(b.Field(11).(*array.Int64Builder), int64(c.Duration))
+	appendOpt32(b.Field(12).(*array.Int32Builder), c.PrefixTokens)
+	appendOpt32(b.Field(13).(*array.Int32Builder), c.CachedTokens)
+	appendOpt32(b.Field(14).(*array.Int32Builder), c.ReasoningTokens)
+}
+
+func appendOpt64(b *array.Int64Builder, v int64) {
+	if v == Unknown {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
+}
+
+func appendOpt32(b *array.Int32Builder, v int32) {
+	if v == Unknown {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
 }
 
 func appendStr(b *array.StringBuilder, s string) {
@@ -352,6 +399,13 @@ type readerCols struct {
 	blocks               *array.List
 	blockVals            *array.Int64
 	model, text          *array.String
+
+	// agent columns (call.go); nil when the file has none
+	parents              *array.List
+	parentVals           *array.Int64
+	gap, duration        *array.Int64
+	gapKind              *array.String
+	prefix, cached, reas *array.Int32
 }
 
 // Open opens a trace/v1 Parquet file for streaming. It fails, naming the file, when the
@@ -421,7 +475,7 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 			continue
 		}
 		got := sc.Field(is[0]).Type
-		if !arrow.TypeEqual(got, want.Type) && !(want.Name == ColPrefixBlocks && isInt64List(got)) {
+		if !arrow.TypeEqual(got, want.Type) && !((want.Name == ColPrefixBlocks || want.Name == ColParents) && isInt64List(got)) {
 			pf.Close()
 			return fail(fmt.Errorf("column %s: type %s, want %s", want.Name, got, want.Type))
 		}
@@ -548,6 +602,7 @@ func (r *Reader) Next() bool {
 	if c.text != nil && c.text.IsValid(i) {
 		req.Prompt = strings.Clone(c.text.Value(i))
 	}
+	req.Call = c.call(i)
 	if err := req.Validate(); err != nil {
 		return r.fail("request_id %d: %v", req.ID, err)
 	}
@@ -609,7 +664,65 @@ func (r *Reader) bind() error {
 	if a := col(ColPrompt); a != nil {
 		r.cols.text, _ = a.(*array.String)
 	}
+	return r.cols.bindCall(col)
+}
+
+// bindCall looks the agent columns up; a file may have any of them, or none.
+func (c *readerCols) bindCall(col func(string) arrow.Array) error {
+	if a := col(ColParents); a != nil {
+		l, ok := a.(*array.List)
+		if ok {
+			c.parentVals, ok = l.ListValues().(*array.Int64)
+		}
+		if !ok {
+			return fmt.Errorf("%s: unexpected Arrow type %s", ColParents, a.DataType())
+		}
+		c.parents = l
+	}
+	c.gap, _ = col(ColGapNS).(*array.Int64)
+	c.duration, _ = col(ColDurationNS).(*array.Int64)
+	c.gapKind, _ = col(ColGapKind).(*array.String)
+	c.prefix, _ = col(ColPrefixTokens).(*array.Int32)
+	c.cached, _ = col(ColCachedTokens).(*array.Int32)
+	c.reas, _ = col(ColReasoningTokens).(*array.Int32)
 	return nil
+}
+
+// call returns row i's Call, nil when every agent column of it is null.
+func (c *readerCols) call(i int) *Call {
+	k := NewCall()
+	if c.parents != nil && c.parents.IsValid(i) {
+		s, e := c.parents.ValueOffsets(i)
+		k.Parents = make([]int64, e-s) // the caller keeps it beyond the record's release
+		copy(k.Parents, c.parentVals.Int64Values()[s:e])
+	}
+	if c.gap != nil && c.gap.IsValid(i) {
+		k.Gap = time.Duration(c.gap.Value(i))
+	}
+	if c.duration != nil && c.duration.IsValid(i) {
+		k.Duration = time.Duration(c.duration.Value(i))
+	}
+	if c.gapKind != nil && c.gapKind.IsValid(i) {
+		switch v := c.gapKind.Value(i); v {
+		case GapTool: // the constants, not the record's bytes, which are released
+			k.GapKind = GapTool
+		case GapUser:
+			k.GapKind = GapUser
+		default:
+			k.GapKind = strings.Clone(v) // Validate names it
+		}
+	}
+	opt := func(a *array.Int32) int32 {
+		if a != nil && a.IsValid(i) {
+			return a.Value(i)
+		}
+		return Unknown
+	}
+	k.PrefixTokens, k.CachedTokens, k.ReasoningTokens = opt(c.prefix), opt(c.cached), opt(c.reas)
+	if k.IsZero() {
+		return nil
+	}
+	return k
 }
 
 // Request returns the current request. Its PrefixBlocks and strings are the caller's to keep.

@@ -35,6 +35,10 @@ type Request struct {
 	PrefixBlocks []int64
 	Model        string // model or tenant column of the source; "" when absent
 	Prompt       string // recorded prompt text; "" when absent
+	// Call is what an agent trace records beyond the request: the calls it waits for, the
+	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
+	// the row has none of it.
+	Call *Call
 }
 
 // Validate checks one request on its own (ordering is checked by readers and writers).
@@ -46,6 +50,9 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("prompt_tokens: %d, must be >= 1", r.PromptTokens)
 	case r.OutputTokens < 1:
 		return fmt.Errorf("output_tokens: %d, must be >= 1", r.OutputTokens)
+	}
+	if r.Call != nil {
+		return r.Call.validate(r)
 	}
 	return nil
 }

@@ -81,6 +81,10 @@ type Data struct {
 	// or cached counts), so such runs cost no memory for them.
 	SessionID, SessionWait []int64
 	Turn, Cached           []int32
+	// Agents (revision 1.2), likewise: the gap put before each call, and what the trace
+	// recorded of it (arrival, duration, cache hit).
+	Gap, RecArrival, RecDuration []int64
+	RecCached                    []int32
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
@@ -106,16 +110,24 @@ func (d *Data) alloc(n int) {
 	d.NChunks, d.ChunkTokSum = make([]int32, n), make([]int64, n)
 }
 
-// optionalColumns are the revision-1.1 columns analysis reads when a file has them (an
-// older file reads them as null), in the order of the o* constants.
-var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached}
+// optionalColumns are the columns of revisions 1.1 and 1.2 analysis reads when a file has
+// them (an older file reads them as null), in the order of the o* constants.
+var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached,
+	results.ColGapNS, results.ColRecordedArrivalNS, results.ColRecordedDurationNS, results.ColRecordedCachedTokens}
 
 const (
 	oSessionID = iota
 	oTurn
 	oSessionWait
 	oCached
+	oGap
+	oRecArrival
+	oRecDuration
+	oRecCached
 )
+
+// is64 reports whether the k-th optional column holds int64 values (else int32).
+func is64(k int) bool { return k != oTurn && k != oCached && k != oRecCached }
 
 // allocOptional sizes the k-th optional column for n requests, every entry null.
 func (d *Data) allocOptional(k, n int) {
@@ -133,35 +145,44 @@ func (d *Data) allocOptional(k, n int) {
 		}
 		return s
 	}
+	if is64(k) {
+		*d.ref64(k) = fill64()
+	} else {
+		*d.ref32(k) = fill32()
+	}
+}
+
+// ref64 and ref32 point at d's k-th optional column.
+func (d *Data) ref64(k int) *[]int64 {
 	switch k {
 	case oSessionID:
-		d.SessionID = fill64()
-	case oTurn:
-		d.Turn = fill32()
+		return &d.SessionID
 	case oSessionWait:
-		d.SessionWait = fill64()
+		return &d.SessionWait
+	case oGap:
+		return &d.Gap
+	case oRecArrival:
+		return &d.RecArrival
+	}
+	return &d.RecDuration
+}
+
+func (d *Data) ref32(k int) *[]int32 {
+	switch k {
+	case oTurn:
+		return &d.Turn
 	case oCached:
-		d.Cached = fill32()
+		return &d.Cached
 	}
+	return &d.RecCached
 }
 
-// optional returns d's k-th optional column (nil when not allocated).
-func (d *Data) optional64(k int) []int64 {
-	if k == oSessionID {
-		return d.SessionID
-	}
-	return d.SessionWait
-}
-
-func (d *Data) optional32(k int) []int32 {
-	if k == oTurn {
-		return d.Turn
-	}
-	return d.Cached
-}
+// optional64 and optional32 return d's k-th optional column (nil when not allocated).
+func (d *Data) optional64(k int) []int64 { return *d.ref64(k) }
+func (d *Data) optional32(k int) []int32 { return *d.ref32(k) }
 
 func (d *Data) optionalAllocated(k int) bool {
-	if k == oSessionID || k == oSessionWait {
+	if is64(k) {
 		return d.optional64(k) != nil
 	}
 	return d.optional32(k) != nil

@@ -331,8 +331,8 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 		bad := func(i int, v int64) error {
 			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("%d is negative", v)}
 		}
-		switch k {
-		case oSessionID, oSessionWait:
+		switch {
+		case is64(k):
 			a := results.Array[*array.Int64](x, name)
 			if err := x.Err(); err != nil || a == nil {
 				return fmt.Errorf("analysis: read %s: %w", path, missing(name, err))

@@ -28,6 +28,7 @@ func fullRecords() []*Result {
 	ok.FirstTokenNS, ok.EndNS = ok.SentNS+100, ok.SentNS+400
 	ok.PromptTokensServer, ok.OutputTokens, ok.OutputTokensSource = 12, 4, SourceUsage
 	ok.SessionID, ok.Turn, ok.SessionWaitNS, ok.PromptTokensCached = 1<<40+5, 2, 37_000, 8
+	ok.GapNS, ok.RecordedArrivalNS, ok.RecordedDurationNS, ok.RecordedCachedTokens = 19e9, 1<<41, 4e9, 6
 
 	tok := NewResult(8, 3, 2_000, 13, 6)
 	tok.Status, tok.HTTPStatus, tok.Error = StatusStreamError, 200, "stream broken after 2 output chunks"
@@ -36,6 +37,7 @@ func fullRecords() []*Result {
 	tok.FirstTokenNS, tok.EndNS = tok.SentNS+30, tok.SentNS+90
 	tok.OutputTokens, tok.OutputTokensSource = 2, SourceTokenizer
 	tok.SessionID, tok.Turn, tok.PromptTokensCached = 0, 0, 0 // a first turn: no wait; nothing cached
+	tok.RecordedArrivalNS, tok.RecordedCachedTokens = 0, 0    // a first call: no gap; no duration recorded
 
 	drop := NewResult(9, 3, 3_000, 15, 8)
 	drop.Status, drop.Error = StatusDropped, "max-inflight reached"

@@ -33,6 +33,13 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		if r.Status == StatusOK && i%2 == 0 {
 			r.PromptTokensCached = 4
 		}
+		// Revision 1.2: the first 6 rows are agent calls; gaps on the 4 that are not first.
+		if i < 6 {
+			r.RecordedArrivalNS, r.RecordedDurationNS, r.RecordedCachedTokens = int64(i)*1e9, 5e8, int32(i)
+			if i%3 > 0 {
+				r.GapNS = 2e9
+			}
+		}
 		j.Add(r)
 	}
 	if err := j.Close(); err != nil {
@@ -48,7 +55,9 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		count(http_status)::INT AS http, round(avg(ttft_ms), 6) AS ttft, round(avg(tpot_ms), 6) AS tpot,
 		count(session_id)::INT AS sessions, count(DISTINCT session_id)::INT AS distinct_sessions, sum(turn)::INT AS turns,
 		count(session_wait_ns)::INT AS waited, sum(session_wait_ns)::INT AS wait_ns,
-		count(prompt_tokens_cached)::INT AS cached_rows, sum(prompt_tokens_cached)::INT AS cached
+		count(prompt_tokens_cached)::INT AS cached_rows, sum(prompt_tokens_cached)::INT AS cached,
+		count(gap_ns)::INT AS gaps, sum(gap_ns)::BIGINT AS gap_ns, max(recorded_arrival_ns + recorded_duration_ns)::BIGINT AS rec_end,
+		count(recorded_duration_ns)::INT AS rec_rows, sum(recorded_cached_tokens)::INT AS rec_cached
 		FROM '%s'`, out))
 	// Rows 0..29: ok unless i%3 == 0 (20 ok); sessions i/3 for i < 15, turn i%3, waits on
 	// turns 1 and 2: i in {1,2,4,5,7,8,10,11,13,14}, summing to 75 µs; cached on the ok rows
@@ -56,7 +65,8 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	want := map[string]any{"n": 30.0, "sent": 20.0, "chunks": 60.0, "with_tokens": 20.0, "tokens": 100.0,
 		"dropped": 10.0, "http": 20.0, "ttft": 0.0001, "tpot": 0.00005,
 		"sessions": 15.0, "distinct_sessions": 5.0, "turns": 15.0, "waited": 10.0, "wait_ns": 75000.0,
-		"cached_rows": 10.0, "cached": 40.0}
+		"cached_rows": 10.0, "cached": 40.0,
+		"gaps": 4.0, "gap_ns": "8000000000", "rec_end": "5500000000", "rec_rows": 6.0, "rec_cached": 15.0}
 	for k, w := range want {
 		if rows[0][k] != w {
 			t.Errorf("%s = %v, want %v", k, rows[0][k], w)
@@ -65,7 +75,8 @@ func TestResultsReadByDuckDB(t *testing.T) {
 	types := duckdbtest.Query(t, fmt.Sprintf(`SELECT column_name AS c, column_type AS t FROM (DESCRIBE SELECT * FROM '%s')`, out))
 	wantTypes := []string{"BIGINT", "INTEGER", "BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT[]", "INTEGER[]",
 		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE",
-		"BIGINT", "INTEGER", "BIGINT", "INTEGER"}
+		"BIGINT", "INTEGER", "BIGINT", "INTEGER",
+		"BIGINT", "BIGINT", "BIGINT", "INTEGER"}
 	for i, f := range Schema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])

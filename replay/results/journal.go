@@ -148,6 +148,8 @@ type resultBuilders struct {
 	ttft, tpot, e2e                        *array.Float64Builder
 	sessionID, sessionWait                 *array.Int64Builder
 	turn, promptCached                     *array.Int32Builder
+	gap, recArrival, recDuration           *array.Int64Builder
+	recCached                              *array.Int32Builder
 }
 
 // bind binds every column of b's schema; it fails on a column of the schema that Result
@@ -180,6 +182,10 @@ func (c *resultBuilders) bind(b *array.RecordBuilder) error {
 	c.turn = Builder[*array.Int32Builder](bs, ColTurn)
 	c.sessionWait = Builder[*array.Int64Builder](bs, ColSessionWaitNS)
 	c.promptCached = Builder[*array.Int32Builder](bs, ColPromptTokensCached)
+	c.gap = Builder[*array.Int64Builder](bs, ColGapNS)
+	c.recArrival = Builder[*array.Int64Builder](bs, ColRecordedArrivalNS)
+	c.recDuration = Builder[*array.Int64Builder](bs, ColRecordedDurationNS)
+	c.recCached = Builder[*array.Int32Builder](bs, ColRecordedCachedTokens)
 	if err := bs.Done(); err != nil {
 		return err
 	}
@@ -237,6 +243,10 @@ func (c *resultBuilders) append(r *Result) {
 	AppendInt32(c.turn, r.Turn)
 	AppendInt64(c.sessionWait, r.SessionWaitNS)
 	AppendInt32(c.promptCached, r.PromptTokensCached)
+	AppendInt64(c.gap, r.GapNS)
+	AppendInt64(c.recArrival, r.RecordedArrivalNS)
+	AppendInt64(c.recDuration, r.RecordedDurationNS)
+	AppendInt32(c.recCached, r.RecordedCachedTokens)
 }
 
 // ConvertInfo tells what ConvertJournal found.

@@ -49,6 +49,8 @@ type resultArrays struct {
 	source, status, errMsg                 *array.String
 	sessionID, sessionWait                 *array.Int64 // nil in a file older than revision 1.1
 	turn, promptCached                     *array.Int32
+	gap, recArrival, recDuration           *array.Int64 // nil in a file older than revision 1.2
+	recCached                              *array.Int32
 }
 
 func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
@@ -73,6 +75,10 @@ func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
 	c.turn = Array[*array.Int32](x, ColTurn)
 	c.sessionWait = Array[*array.Int64](x, ColSessionWaitNS)
 	c.promptCached = Array[*array.Int32](x, ColPromptTokensCached)
+	c.gap = Array[*array.Int64](x, ColGapNS)
+	c.recArrival = Array[*array.Int64](x, ColRecordedArrivalNS)
+	c.recDuration = Array[*array.Int64](x, ColRecordedDurationNS)
+	c.recCached = Array[*array.Int32](x, ColRecordedCachedTokens)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
 	return x.Err()
 }
@@ -98,6 +104,9 @@ func appendRecord(out []Result, rec arrow.Record, l *Layout) ([]Result, error) {
 			// Revision 1.1: an older file lacks the columns and they read as null.
 			SessionID: Int64At(c.sessionID, i), Turn: Int32At(c.turn, i),
 			SessionWaitNS: Int64At(c.sessionWait, i), PromptTokensCached: Int32At(c.promptCached, i),
+			// Revision 1.2, likewise.
+			GapNS: Int64At(c.gap, i), RecordedArrivalNS: Int64At(c.recArrival, i),
+			RecordedDurationNS: Int64At(c.recDuration, i), RecordedCachedTokens: Int32At(c.recCached, i),
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)

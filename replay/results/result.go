@@ -31,6 +31,12 @@ type Result struct {
 	Turn               int32 // 0-based index of the request in its session, in trace order
 	SessionWaitNS      int64 // sequential sessions: how long the turn waited for its predecessor's end beyond its trace time
 	PromptTokensCached int32 // usage.prompt_tokens_details.cached_tokens
+
+	// Agents (results revision 1.2): Null unless the row is an agent call with the value.
+	GapNS                int64 // the gap the replay put between the last parent's end and this call
+	RecordedArrivalNS    int64 // the trace's arrival_ns (trace time, not scaled)
+	RecordedDurationNS   int64 // the trace's duration_ns: production's end-to-end time
+	RecordedCachedTokens int32 // the trace's cached_tokens: production's cache hit
 }
 
 // NewResult returns a Result with every nullable field null.
@@ -41,6 +47,7 @@ func NewResult(id int64, shard int32, scheduledNS int64, promptTokens, outputTar
 		PromptTokens: promptTokens, PromptTokensServer: Null,
 		OutputTokensTarget: outputTarget, OutputTokens: Null, HTTPStatus: Null,
 		SessionID: Null, Turn: Null, SessionWaitNS: Null, PromptTokensCached: Null,
+		GapNS: Null, RecordedArrivalNS: Null, RecordedDurationNS: Null, RecordedCachedTokens: Null,
 	}
 }
 

@@ -52,6 +52,12 @@ const (
 	ColTurn               = "turn"
 	ColSessionWaitNS      = "session_wait_ns"
 	ColPromptTokensCached = "prompt_tokens_cached"
+
+	// Revision 1.2 (agents): null unless the trace row is an agent call that has the value.
+	ColGapNS                = "gap_ns"
+	ColRecordedArrivalNS    = "recorded_arrival_ns"
+	ColRecordedDurationNS   = "recorded_duration_ns"
+	ColRecordedCachedTokens = "recorded_cached_tokens"
 )
 
 // Column is one column of the contract.
@@ -95,6 +101,11 @@ var columns = []Column{
 	{Name: ColTurn, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 1},
 	{Name: ColSessionWaitNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 1},
 	{Name: ColPromptTokensCached, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 1},
+	// Revision 1.2.
+	{Name: ColGapNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 2},
+	{Name: ColRecordedArrivalNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 2},
+	{Name: ColRecordedDurationNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 2},
+	{Name: ColRecordedCachedTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 2},
 }
 
 // Columns returns the contract's columns in the order the writer writes them.
