@@ -186,7 +186,7 @@ func (d *dispatcher) sendEnd(req *request, res *results.Result, sse *transport.S
 	freeNS = d.clk.Now()
 	sse.Reset(nil)
 	d.ssePool.Put(sse)
-	req.Body, req.Head = nil, nil
+	req.Body, req.Head, req.Shared = nil, nil, nil
 	d.inflight.Add(-1)
 	d.prog.InFlight.Add(-1)
 	if req.conv != nil {

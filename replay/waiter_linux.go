@@ -144,12 +144,12 @@ func (w *threadWaiter) sendAt(dueNS int64, fd int, iov *syscall.Iovec, cnt int) 
 // WriteAt is sendAt for a request's message: its head, then its body. It makes the
 // thread waiter the transport's DueWriter, so that the raw client's send at the due time
 // leaves from the dispatcher's own thread as it wakes.
-func (w *threadWaiter) WriteAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno) {
+func (w *threadWaiter) WriteAt(dueNS int64, fd int, head []byte, r *transport.Request) (sentNS int64, n int, err syscall.Errno) {
 	dueWrites.Add(1)
-	iov, cnt := transport.MessageIovec(head, body)
+	iov, cnt := transport.MessageIovec(head, r)
 	sentNS, n, err = w.sendAt(dueNS, fd, &iov[0], cnt)
 	runtime.KeepAlive(head)
-	runtime.KeepAlive(body)
+	runtime.KeepAlive(r)
 	return sentNS, n, err
 }
 

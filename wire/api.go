@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,6 +224,40 @@ func (e Encoder) AppendMessagesBody(b, start, messages []byte, outputTokens int3
 	return e.kind.AppendMessages(b, messages)
 }
 
+// contextMark stands for a shared context while a body is built around it: a NUL, which
+// JSON never holds raw (a messages kind inserts it raw) and escapes as \u0000 in a string
+// (a prompt kind); the start before it is JSON, so neither form can come earlier.
+var contextMark = []byte{0}
+
+// AppendContextBody appends the body of a request whose conversation is a context shared
+// with other requests, followed by tail, and returns it with the offset at which the
+// context's bytes go: the body sent is body[:at], the context, then body[at:] (the
+// transport's Request.Shared). For a kind with messages the context and tail are messages
+// (JSON objects separated by commas; tail starts with its comma when the context is not
+// empty); for a kind without, they are the prompt's text escaped as inside a JSON string
+// (AppendJSONContent). So a context of 100k tokens is never copied into a body.
+func (e Encoder) AppendContextBody(b, start []byte, outputTokens int32, tail []byte) (body []byte, at int) {
+	b = e.appendLengths(b, start, outputTokens)
+	from := len(b)
+	mark := contextMark
+	if e.kind.AppendMessages != nil {
+		b = e.kind.AppendMessages(b, contextMark)
+	} else {
+		b = e.kind.AppendPrompt(b, contextMark, false)
+		mark = []byte(`\u0000`)
+	}
+	at = from + bytes.Index(b[from:], mark)
+	rest := len(b) - at - len(mark)
+	// Make room for tail in place of the mark: b[at:] becomes tail, then what followed it.
+	need := at + len(tail) + rest
+	if need > len(b) {
+		b = slices.Grow(b, need-len(b))[:need]
+	}
+	copy(b[at+len(tail):], b[at+len(mark):at+len(mark)+rest])
+	copy(b[at:], tail)
+	return b[:need], at
+}
+
 // MaxTokensField returns the field that caps the output in the encoder's bodies:
 // max_tokens, or for the openai backend the kind's OpenAIMaxTokens (max_completion_tokens
 // for chat). A server that ignores it generates until it stops on its own; the preflight
@@ -272,6 +308,14 @@ var jsonSafe = func() (t [256]bool) {
 // encoding/json does.
 func AppendJSONBytes(b []byte, s []byte) []byte {
 	b = append(b, '"')
+	b = AppendJSONContent(b, s)
+	return append(b, '"')
+}
+
+// AppendJSONContent appends s escaped as inside a JSON string, without the quotes: the
+// escaped contents of two strings, one after the other, are the escaped content of the
+// two joined, so a prompt can grow by appends without escaping it again.
+func AppendJSONContent(b []byte, s []byte) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -314,6 +358,5 @@ func AppendJSONBytes(b []byte, s []byte) []byte {
 		}
 		i += size
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }

@@ -162,3 +162,40 @@ func TestAppendJSONBytesASCII(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendContextBody: a body built around a shared context, joined, is the body built
+// with the context copied in, for a kind with messages and one without.
+func TestAppendContextBody(t *testing.T) {
+	for _, api := range []API{APIChat, APICompletions} {
+		e, err := NewEncoder(api, BackendVLLM, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := e.AppendStart(nil, "m\x00odel")
+		var ctx, tail, whole []byte
+		if api == APIChat {
+			ctx = []byte(`{"role":"user","content":"a \" b"},{"role":"assistant","content":"\u0000"}`)
+			tail = []byte(`,{"role":"user","content":"c"}`)
+			whole = e.AppendMessagesBody(nil, start, append(append([]byte{}, ctx...), tail...), 7)
+		} else {
+			ctx = AppendJSONContent(nil, []byte("first \"part\"\n\x00"))
+			tail = AppendJSONContent(nil, []byte(" and then é"))
+			whole = e.AppendBody(nil, start, []byte("first \"part\"\n\x00 and then é"), 7)
+		}
+		for _, tl := range [][]byte{tail, nil} {
+			body, at := e.AppendContextBody(nil, start, 7, tl)
+			got := string(body[:at]) + string(ctx) + string(body[at:])
+			want := string(whole)
+			if tl == nil {
+				if api == APIChat {
+					want = string(e.AppendMessagesBody(nil, start, ctx, 7))
+				} else {
+					want = string(e.AppendBody(nil, start, []byte("first \"part\"\n\x00"), 7))
+				}
+			}
+			if got != want {
+				t.Errorf("%s: context body\n%s\nwant\n%s", api, got, want)
+			}
+		}
+	}
+}

@@ -337,8 +337,13 @@ type Request struct {
 	PromptTokens int32
 	OutputTokens int32
 	Body         []byte
-	Warmup       bool   // sent but not recorded
-	Head         []byte // the raw client's request head, built with the body
+	// Shared, when set, is part of the body that other requests share and nobody copies:
+	// an agent's context, tens of thousands of tokens long. The body sent is
+	// Body[:SharedAt], then Shared, then Body[SharedAt:] (BodyParts).
+	Shared   []byte
+	SharedAt int
+	Warmup   bool   // sent but not recorded
+	Head     []byte // the raw client's request head, built with the body
 	// RunID is the run id of the X-Request-Id header (RUNID-ID); "" sends none. A request
 	// prepared before the run id was known has it set at dispatch (replay's dispatcher.withRunID), which
 	// also writes it over the placeholder at Head[RunIDAt:].
@@ -351,6 +356,26 @@ type Request struct {
 	// conversation's next turn needs it in its history).
 	Answer  []byte
 	Capture bool
+}
+
+// BodyLen returns the length of the body r sends.
+func (r *Request) BodyLen() int { return len(r.Body) + len(r.Shared) }
+
+// BodyParts returns the body r sends in the order it is sent: Body around Shared.
+func (r *Request) BodyParts() [3][]byte {
+	if r.Shared == nil {
+		return [3][]byte{r.Body}
+	}
+	return [3][]byte{r.Body[:r.SharedAt], r.Shared, r.Body[r.SharedAt:]}
+}
+
+// bodyReader returns a reader of the body r sends.
+func (r *Request) bodyReader() io.Reader {
+	if r.Shared == nil {
+		return bytes.NewReader(r.Body)
+	}
+	p := r.BodyParts()
+	return io.MultiReader(bytes.NewReader(p[0]), bytes.NewReader(p[1]), bytes.NewReader(p[2]))
 }
 
 // AnswerBuf returns where the stream appends r's output text: &r.answer when the next
@@ -389,10 +414,14 @@ func (c *Client) doHTTP(ctx context.Context, clk Clock, r *Request, res *results
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
 		wrote.CompareAndSwap(results.Null, clk.Now())
 	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, bytes.NewReader(r.Body))
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, trace), http.MethodPost, c.url, r.bodyReader())
 	if err != nil {
 		res.Status, res.Error = results.StatusTransportError, "build request: "+err.Error()
 		return
+	}
+	if r.Shared != nil { // net/http knows the length of a bytes.Reader only
+		req.ContentLength = int64(r.BodyLen())
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(r.bodyReader()), nil }
 	}
 	req.Header = c.requestHeader(r)
 	before := clk.Now()

@@ -179,7 +179,7 @@ func (t *rawTransport) headCap() int {
 // headOf returns r's request head, building it if the preparer did not.
 func (t *rawTransport) headOf(r *Request) []byte {
 	if r.Head == nil {
-		r.Head = t.appendHead(make([]byte, 0, t.headCap()), r, len(r.Body), false)
+		r.Head = t.appendHead(make([]byte, 0, t.headCap()), r, r.BodyLen(), false)
 	}
 	return r.Head
 }
@@ -210,7 +210,7 @@ var _ SplitTransport = (*rawTransport)(nil)
 
 // Prepare builds req's request head with its body, in the preparer.
 func (t *rawTransport) Prepare(req *Request, placeholder bool) {
-	req.Head = t.appendHead(make([]byte, 0, t.headCap()), req, len(req.Body), placeholder)
+	req.Head = t.appendHead(make([]byte, 0, t.headCap()), req, req.BodyLen(), placeholder)
 }
 
 // RoundTrip is doRaw, with the client's secrets taken out of the record's error.
@@ -244,8 +244,8 @@ func (t *rawTransport) BeginAt(w DueWriter, r *Request) SendStart {
 		return nil
 	}
 	head := t.headOf(r)
-	st := &rawStart{cn: cn, total: len(head) + len(r.Body)}
-	sent, n, e := w.WriteAt(r.DueNS, cn.fd, head, r.Body)
+	st := &rawStart{cn: cn, total: len(head) + r.BodyLen()}
+	sent, n, e := w.WriteAt(r.DueNS, cn.fd, head, r)
 	st.sentNS = sent
 	switch e {
 	case 0:
@@ -257,15 +257,18 @@ func (t *rawTransport) BeginAt(w DueWriter, r *Request) SendStart {
 	return st
 }
 
-// MessageIovec is the writev vector of a request's head and body (cnt entries).
-func MessageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
+// MessageIovec is the writev vector of a request's head and r's body (cnt entries): the
+// head, then the body's parts (BodyParts), the shared one in place, not copied.
+func MessageIovec(head []byte, r *Request) (iov [4]syscall.Iovec, cnt int) {
 	iov[0].Base = &head[0]
 	iov[0].SetLen(len(head))
 	cnt = 1
-	if len(body) > 0 {
-		iov[1].Base = &body[0]
-		iov[1].SetLen(len(body))
-		cnt = 2
+	for _, p := range r.BodyParts() {
+		if len(p) > 0 {
+			iov[cnt].Base = &p[0]
+			iov[cnt].SetLen(len(p))
+			cnt++
+		}
 	}
 	return iov, cnt
 }
@@ -281,8 +284,8 @@ func MessageIovec(head, body []byte) (iov [2]syscall.Iovec, cnt int) {
 // TTFT is never shorter than the server's.
 func (t *rawTransport) writeNow(clk Clock, cn *rawConn, r *Request) *rawStart {
 	head := t.headOf(r)
-	st := &rawStart{cn: cn, total: len(head) + len(r.Body)}
-	iov, cnt := MessageIovec(head, r.Body)
+	st := &rawStart{cn: cn, total: len(head) + r.BodyLen()}
+	iov, cnt := MessageIovec(head, r)
 	raceio.Release(cn.fd)
 	st.sentNS = clk.Now()
 	for {
@@ -450,12 +453,16 @@ func (t *rawTransport) exchange(ctx context.Context, clk Clock, st *rawStart, r 
 	head := t.headOf(r)
 	err := st.err
 	sent := st.sentNS
-	if err == nil && st.written < len(head)+len(r.Body) {
-		var bufs [][]byte
-		if w := st.written; w < len(head) {
-			bufs = [][]byte{head[w:], r.Body}
-		} else {
-			bufs = [][]byte{r.Body[w-len(head):]}
+	if err == nil && st.written < len(head)+r.BodyLen() {
+		parts := r.BodyParts()
+		bufs := [][]byte{head, parts[0], parts[1], parts[2]}
+		for w := st.written; w > 0; { // skip what the first writev took
+			k := min(w, len(bufs[0]))
+			bufs[0] = bufs[0][k:]
+			w -= k
+			if len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
 		}
 		err = writeAll(ctx, cn.fd, bufs, deadline)
 		sent = clk.Now()

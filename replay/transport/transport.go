@@ -63,7 +63,7 @@ type SendStart interface {
 // transport only hands it the socket and the bytes (SplitTransport.BeginAt). sentNS is
 // the run clock just before the write, never before dueNS.
 type DueWriter interface {
-	WriteAt(dueNS int64, fd int, head, body []byte) (sentNS int64, n int, err syscall.Errno)
+	WriteAt(dueNS int64, fd int, head []byte, r *Request) (sentNS int64, n int, err syscall.Errno)
 }
 
 // Transport returns the client's Transport: the raw client when it serves the endpoint,
