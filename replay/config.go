@@ -56,6 +56,8 @@ type Config struct {
 	History     string
 	ThinkTime   string
 	OnTurnError string
+	// Gaps (--gaps), agent sessions: recorded ("" too), scaled or none.
+	Gaps string
 
 	MaxInflight int
 	Prewarm     int
@@ -284,9 +286,26 @@ func (c *Config) scanRows() int64 {
 // Prepare decides them).
 func (c *Config) validateSessions() error {
 	switch c.Sessions {
-	case "", SessionsIndependent, SessionsSequential:
+	case "", SessionsIndependent, SessionsSequential, SessionsDAG:
 	default:
-		return configErrorf("--sessions %q: want independent or sequential", c.Sessions)
+		return configErrorf("--sessions %q: want independent, sequential or dag", c.Sessions)
+	}
+	switch c.Gaps {
+	case "", GapsRecorded, GapsScaled, GapsNone:
+	default:
+		return configErrorf("--gaps %q: want recorded, scaled or none", c.Gaps)
+	}
+	if c.Sessions == SessionsDAG {
+		switch {
+		case c.Concurrency > 0:
+			return configErrorf("--sessions dag: runs in the open loop (a call is due when its parents end); drop --concurrency, and set the session rate with --rate or --speedup")
+		case c.History == HistorySynthetic:
+			return configErrorf("--sessions dag: a call's prompt is its parent's context with the actual answer; --history synthetic does not apply")
+		case c.PromptFormat == "token-ids":
+			return configErrorf("--sessions dag: needs text prompts, not --prompt-format token-ids (a context holds the answers, which are text)")
+		case c.ThinkTime != "" && c.ThinkTime != "0":
+			return configErrorf("--sessions dag: the trace's gaps say how long each call waits (--gaps); --think-time is for sequential sessions")
+		}
 	}
 	switch c.History {
 	case "", HistoryActual, HistorySynthetic:

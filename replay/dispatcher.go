@@ -189,8 +189,8 @@ func (d *dispatcher) sendEnd(req *request, res *results.Result, sse *transport.S
 	req.Body, req.Head, req.Shared = nil, nil, nil
 	d.inflight.Add(-1)
 	d.prog.InFlight.Add(-1)
-	if req.conv != nil {
-		d.turnEnded(req, res, freeNS) // queues the session's next turn, if read
+	if req.conv != nil || req.call != nil {
+		d.turnEnded(req, res, freeNS) // queues the session's next turn, if read, or an agent's next calls
 	}
 	if f := d.ended; f != nil {
 		f(res)
@@ -220,6 +220,9 @@ func (d *dispatcher) resultOf(req *request) *results.Result {
 	res := results.NewResult(req.ID, d.shard, req.DueNS, req.PromptTokens, req.OutputTokens)
 	if req.HasSession {
 		res.SessionID, res.Turn, res.SessionWaitNS = req.Session, req.turn, req.sessionWaitNS
+	}
+	if req.call != nil {
+		setRecorded(res, req.call, req.gapNS)
 	}
 	return res
 }

@@ -77,6 +77,24 @@ func (pr *feed) prepare() {
 		if !ok {
 			return
 		}
+		if tr.HasSession && pr.sess != nil && pr.sess.agents != nil {
+			req, err := pr.rootCall(&tr)
+			if err != nil {
+				pr.fail(err)
+				return
+			}
+			if req == nil {
+				continue // a call with parents: due when they end
+			}
+			if !pr.handOver(req) {
+				return
+			}
+			pr.prog.Planned.Add(1)
+			if pr.sess.needHead.Load() {
+				pr.sess.signal()
+			}
+			continue
+		}
 		var c *conv // sequential sessions: the session of a first turn
 		var turn int32
 		if tr.HasSession {

@@ -96,7 +96,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.origin, p.calibrate, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -106,6 +106,10 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		return nil, err
 	}
 	p.meta.Flags["sessions"] = p.sessMode
+	if p.sessMode == SessionsDAG {
+		p.meta.Flags["gaps"] = p.gaps()
+		p.meta.Flags["on-turn-error"] = p.onTurnError()
+	}
 	if p.sessMode == SessionsSequential {
 		p.meta.Flags["history"] = p.history
 		p.meta.Flags["think-time"] = p.think.String()
@@ -125,6 +129,10 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		o := &s.Options
 		o.Sessions, o.History, o.OnTurnError = p.sessMode, p.history, p.onTurnError()
 		o.ThinkTime, o.ThinkSeed, o.SessionPlan = p.think, cfg.Seed, p.plan
+	}
+	if p.sessMode == SessionsDAG {
+		o := &s.Options
+		o.Sessions, o.Gaps, o.AgentPlan, o.OnTurnError = p.sessMode, p.gaps(), p.agentPlan, p.onTurnError()
 	}
 	s.ProgressTotal = p.progressTotal()
 	p.diskCheck()
@@ -164,6 +172,45 @@ type preparer struct {
 	history  string // sequential mode: actual or synthetic, decided
 	think    ThinkTime
 	plan     *SessionPlan
+
+	agentPlan *AgentPlan // --sessions dag
+}
+
+func (p *preparer) gaps() string {
+	if p.cfg.Gaps == "" {
+		return GapsRecorded
+	}
+	return p.cfg.Gaps
+}
+
+// agents plans an agent replay's calls (PlanAgents): a pass over the rows this run will
+// read, through the same planner, that checks the dependencies before anything is sent.
+func (p *preparer) agents(context.Context) error {
+	if p.sessMode != SessionsDAG {
+		return nil
+	}
+	scan, err := p.open()
+	if err != nil {
+		return err
+	}
+	defer scan.Close()
+	var src trace.Source = scan
+	if p.shard.Count > 1 {
+		src = trace.NewShardSource(scan, p.shard)
+	}
+	pl := planner{speedup: p.speedup, duration: p.cfg.Duration, limit: p.cfg.Limit, warmup: p.cfg.Warmup,
+		origin: p.originAt, hasOrigin: p.shard.Count > 1}
+	if p.agentPlan, err = PlanAgents(src, scan.Name(), pl); err != nil {
+		return err
+	}
+	if p.agentPlan.Sessions == 0 {
+		return configErrorf("--sessions dag: trace %s has no session_id in the rows this run replays: nothing to run as agents", p.meta.TraceFile)
+	}
+	if p.agentPlan.HasReuse {
+		v := p.agentPlan.Reusable
+		p.meta.PrefixReusableShare, p.meta.PrefixReusableRule = &v, results.ReusableAgents
+	}
+	return nil
 }
 
 func (p *preparer) onTurnError() string {
@@ -183,9 +230,19 @@ func (p *preparer) sessions(context.Context) error {
 	has := p.src.HasValues(trace.ColSessionID)
 	if p.sessMode == "" {
 		p.sessMode = SessionsIndependent
-		if has {
+		switch {
+		case has && p.src.HasValues(trace.ColParents):
+			p.sessMode = SessionsDAG
+		case has:
 			p.sessMode = SessionsSequential
 		}
+	}
+	if p.sessMode == SessionsDAG {
+		if !has {
+			return configErrorf("--sessions dag: trace %s has no session_id: its calls belong to no agent session", p.meta.TraceFile)
+		}
+		p.tokenIDs = false // --prompt-format auto: a context holds the answers, which are text
+		return nil
 	}
 	if p.sessMode == SessionsSequential && has {
 		scan, err := p.open()
@@ -480,6 +537,9 @@ func fileSHA256(path string) (string, error) {
 // ReusableShare, when the trace has prefix blocks. analyze reports the measured hit rate
 // beside it.
 func (p *preparer) reusable(context.Context) error {
+	if p.sessMode == SessionsDAG {
+		return nil // agents planned it (PlanAgents)
+	}
 	bt := p.src.Meta().BlockTokens
 	history := p.sessMode == SessionsSequential && p.history == HistoryActual
 	if bt <= 0 && !history {

@@ -98,6 +98,13 @@ type Options struct {
 	ThinkSeed   uint64
 	SessionPlan *SessionPlan
 
+	// Agents (agents.go, docs/replay.md "Agents"): with Sessions SessionsDAG, AgentPlan
+	// (from PlanAgents, over the rows this run reads) holds the calls; each is due when
+	// its parents have ended plus its gap under Gaps (GapsRecorded, "" too; GapsScaled;
+	// GapsNone). Its prompt grows from its first parent's context with actual answers.
+	Gaps      string
+	AgentPlan *AgentPlan
+
 	// Scrape lists the Prometheus endpoints sampled every ScrapeInterval (0 =
 	// DefaultScrapeInterval) on the run clock while the run goes, into the metrics file
 	// results.MetricsPath(Output) (scrape.go). The URLs may carry credentials: they are
@@ -149,8 +156,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("replay: ramp-up %v is negative", o.RampUp)
 	case o.RampUp > 0 && o.Concurrency == 0:
 		return errors.New("replay: ramp-up needs a closed loop (concurrency)")
-	case o.Sessions != "" && o.Sessions != SessionsIndependent && o.Sessions != SessionsSequential:
-		return fmt.Errorf("replay: sessions %q: want independent or sequential", o.Sessions)
+	case o.Sessions != "" && o.Sessions != SessionsIndependent && o.Sessions != SessionsSequential && o.Sessions != SessionsDAG:
+		return fmt.Errorf("replay: sessions %q: want independent, sequential or dag", o.Sessions)
+	case o.Sessions == SessionsDAG && o.AgentPlan == nil:
+		return errors.New("replay: sessions dag needs the agent plan (PlanAgents)")
+	case o.Sessions == SessionsDAG && o.Concurrency > 0:
+		return errors.New("replay: sessions dag runs in the open loop: its calls are due when their parents end, not when a worker is free")
+	case o.Sessions == SessionsDAG && o.Client.Options().TokenIDPrompts:
+		return errors.New("replay: sessions dag needs text prompts: a context holds the answers received, which are text")
+	case o.Gaps != "" && o.Gaps != GapsRecorded && o.Gaps != GapsScaled && o.Gaps != GapsNone:
+		return fmt.Errorf("replay: gaps %q: want recorded, scaled or none", o.Gaps)
 	case o.History != "" && o.History != HistoryActual && o.History != HistorySynthetic:
 		return fmt.Errorf("replay: history %q: want actual or synthetic", o.History)
 	case o.History == HistoryActual && o.Sessions != SessionsSequential:
@@ -312,7 +327,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	s.Run = meta
 	if r.sess != nil {
-		s.Sessions = SessionsSequential
+		s.Sessions = o.Sessions
 		s.HistoryLonger = r.sess.short
 	}
 	return s, runErr
@@ -326,6 +341,11 @@ func newRunner(o Options) (*runner, error) {
 	}
 	if o.seams.do != nil {
 		r.tr = funcTransport(o.seams.do)
+	}
+	if o.Sessions == SessionsDAG {
+		// The open-loop sessions executor dispatches the calls: open counts those not yet
+		// ended, so the run waits for the last one.
+		r.sess = &sessions{convs: map[int64]*conv{}, wake: make(chan bool, 1), agents: o.AgentPlan, open: o.AgentPlan.Calls}
 	}
 	if o.Sessions == SessionsSequential {
 		th, err := newThinker(o.ThinkTime, o.ThinkSeed)

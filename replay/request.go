@@ -20,6 +20,11 @@ type request struct {
 	conv          *conv
 	sessionWaitNS int64
 	sent          []byte
+
+	// Agent sessions (exec_agents.go): the planned call, and the gap put before it
+	// (results.Null for a call without parents).
+	call  *agentCall
+	gapNS int64
 }
 
 // funcTransport is a function as a transport: the tests' stand-in for a client

@@ -190,6 +190,7 @@ type sessions struct {
 	promptMu sync.Mutex    // the Prompter is not safe for concurrent use
 	workers  []workerQueue // closed loop: each worker's own turns, by conv.owner
 	short    int64         // turns whose trace prompt was shorter than their history + 1 token
+	agents   *AgentPlan    // --sessions dag: the calls, which open counts until each ends
 }
 
 type turnHeap []*request
@@ -432,6 +433,10 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 // takes the answer into the history, applies --on-turn-error, and returns the session's
 // next turn, when it is already read, built and queued for the dispatcher.
 func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
+	if req.call != nil {
+		pr.callEnded(req, res, endNS)
+		return
+	}
 	s := pr.sess
 	c := req.conv
 	ok := res.Status == results.StatusOK

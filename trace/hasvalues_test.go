@@ -42,3 +42,27 @@ func TestHasValues(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestHasValuesList: the parents list column has values only when some row has parents;
+// all null (no agent columns) reads as none, so a replay does not take a conversation
+// trace for an agent trace.
+func TestHasValuesList(t *testing.T) {
+	for _, withParents := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "t.parquet")
+		reqs := agentRequests()
+		if !withParents {
+			for i := range reqs {
+				reqs[i].Call = nil
+			}
+		}
+		writeFile(t, path, Meta{}, reqs)
+		r, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.HasValues(ColParents); got != withParents {
+			t.Errorf("with parents %v: HasValues(parents) = %v", withParents, got)
+		}
+		r.Close()
+	}
+}

@@ -504,13 +504,20 @@ func (r *Reader) Meta() Meta { return r.meta }
 // HasValues reports whether the file's trace column name (ColModel, ...) may hold a
 // non-null value: false when the file has no such column, or when the footer's statistics
 // say every value of it is null (llmreplay's writer stores every column, null when the
-// source has none), so a caller can skip a pass over the file. Flat columns only.
+// source has none), so a caller can skip a pass over the file. A list column (parents)
+// counts as without values when every list is null or empty: its one leaf holds nulls only.
 func (r *Reader) HasValues(name string) bool {
 	if !r.has[name] {
 		return false
 	}
 	md := r.pf.MetaData()
-	leaf := md.Schema.ColumnIndexByName(name)
+	leaf := -1
+	for i := 0; i < md.Schema.NumColumns(); i++ {
+		if p := md.Schema.Column(i).ColumnPath(); len(p) > 0 && p[0] == name {
+			leaf = i
+			break
+		}
+	}
 	if leaf < 0 {
 		return true
 	}

@@ -52,6 +52,11 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   llmreplay replay --trace mooncake.parquet --endpoint http://127.0.0.1:8000/v1 --api chat \
     --sessions sequential --think-time lognormal:3000,2000 --on-turn-error end-session
 
+  # An agent trace replayed as agents run: each call waits for the calls it depends on and the
+  # tools' recorded time, its context grows by the actual answers (100k tokens, mostly cached)
+  llmreplay trace import --from copilot-agent copilot.jsonl.gz -o agents.parquet
+  llmreplay replay --trace agents.parquet --endpoint http://127.0.0.1:8000/v1 --api chat --gaps recorded
+
   # Three repeats, 10 s apart, each with fresh prompts: results.r1.parquet ... results.r3.parquet,
   # then the median and the spread across them (again later: llmreplay analyze results.r?.parquet)
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --repeat 3 --cooldown 10s
@@ -112,10 +117,11 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.Float64Var(&f.Rate, "rate", f.Rate, "rescale arrivals to a mean of R requests/s (instead of --speedup)")
 	fs.IntVar(&f.Concurrency, "concurrency", f.Concurrency, "closed loop: N workers, each sending the next request when its last ends (arrival times ignored)")
 	fs.DurationVar(&f.RampUp, "ramp-up", f.RampUp, "closed loop only: start the --concurrency workers spread over D (worker i at i*D/N) instead of all at once")
-	fs.StringVar(&f.Sessions, "sessions", f.Sessions, "conversations: sequential (turn k+1 is due at max(its trace time, turn k's end + --think-time)) or independent (every turn at its trace time); default: sequential when the trace has session_id, else independent; closed loop: a worker keeps each conversation it starts")
+	fs.StringVar(&f.Sessions, "sessions", f.Sessions, "conversations: dag (agents: a call is due when every call it waits for (parents) has ended plus its gap (--gaps); its prompt grows from its parent's context with the actual answer), sequential (turn k+1 is due at max(its trace time, turn k's end + --think-time)) or independent (every turn at its trace time); default: dag when the trace has parents, sequential when it has session_id, else independent; closed loop: a worker keeps each conversation it starts")
+	fs.StringVar(&f.Gaps, "gaps", f.Gaps, "agent sessions: how long a call waits after its last parent's end: recorded (the trace's gap: a tool takes as long as it took), scaled (the gap divided by the speedup) or none; default recorded")
 	fs.StringVar(&f.History, "history", f.History, "sequential sessions: actual (turn k+1's prompt = what turn k sent + what it received + new text up to the trace's length; text prompts) or synthetic (the prompt builder's text alone); default: actual (synthetic with --prompt-format token-ids)")
 	fs.StringVar(&f.ThinkTime, "think-time", f.ThinkTime, "sequential sessions: a user's think time between an answer and the next turn: 0, a duration (3s), or a DIST of milliseconds (lognormal:3000,2000), drawn in trace order from --seed")
-	fs.StringVar(&f.OnTurnError, "on-turn-error", f.OnTurnError, "sequential sessions, after a failed or dropped turn: continue (the next turn's history holds no answer) or end-session (the session's remaining turns are recorded dropped, not sent)")
+	fs.StringVar(&f.OnTurnError, "on-turn-error", f.OnTurnError, "sequential and agent sessions, after a failed or dropped turn: continue (the next turn's history holds no answer) or end-session (the session's remaining turns are recorded dropped, not sent)")
 	fs.IntVar(&f.Prewarm, "prewarm", f.Prewarm, "open N keep-alive connections (GET /v1/models) before the run, so early requests do not pay connection set-up in their lateness and TTFT (closed loop: at least min(--concurrency, --max-inflight))")
 	fs.IntVar(&f.MaxInflight, "max-inflight", f.MaxInflight, "open loop: a request due while N are in flight is recorded as dropped")
 	fs.DurationVar(&f.Timeout, "timeout", f.Timeout, "per-request timeout, from send to the end of the stream (0 = none)")

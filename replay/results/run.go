@@ -76,6 +76,9 @@ const (
 	// length); a first turn, or a row without a session, reuses the prefix blocks an
 	// earlier such row had.
 	ReusableHistory = "actual-history"
+	// ReusableAgents: agent sessions (--sessions dag): a call reuses the part of its first
+	// parent's context its prompt starts with (replay.PlanAgents).
+	ReusableAgents = "agent-contexts"
 )
 
 // Modes of a run (RunMeta.Mode).

@@ -310,6 +310,13 @@ func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens 
 	return c.enc.AppendBody(b, prefix, prompt, outputTokens)
 }
 
+// AppendContextBody is the body of a request whose conversation is a shared context, then
+// tail (wire.Encoder.AppendContextBody): the context's bytes go at the returned offset
+// (Request.Shared, Request.SharedAt).
+func (c *Client) AppendContextBody(b, prefix []byte, outputTokens int32, tail []byte) ([]byte, int) {
+	return c.enc.AppendContextBody(b, prefix, outputTokens, tail)
+}
+
 // AppendMessagesBody is AppendPromptBody for the chat API with the messages given, JSON
 // objects separated by commas (a conversation's history and its new user message).
 func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTokens int32) []byte {

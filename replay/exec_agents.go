@@ -1,0 +1,241 @@
+package replay
+
+import (
+	"fmt"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
+	"github.com/llmreplay/llmreplay/trace"
+	"github.com/llmreplay/llmreplay/wire"
+)
+
+// The run of agent sessions (agents.go, docs/replay.md "Agents"). The open-loop sessions
+// executor (exec_sessions.go) dispatches them: a session's first calls (those without
+// parents) come from the preparer, due at their trace time; every later call is queued
+// when its last parent ends, due then plus its gap. This file is what the preparer and a
+// call's end do: build a call's request on its parent's context, and release the calls
+// that waited for it.
+
+// rootCall is the preparer's part for a row of an agent session: a call without parents
+// gets its request, due at its trace time, on a context of its own; a call with parents
+// returns nil (it is built when they end).
+func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
+	s := pr.sess
+	c := s.agents.calls[tr.ID]
+	if c == nil {
+		return nil, fmt.Errorf("replay: request %d was not planned (the trace changed since the run began?)", tr.ID)
+	}
+	if len(c.parents) > 0 {
+		return nil, nil
+	}
+	s.promptMu.Lock()
+	text, err := pr.o.Prompter.AppendPrompt(nil, &c.tr)
+	s.promptMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
+	}
+	part := pr.userPart(nil, false, text)
+	s.mu.Lock()
+	c.ctx = newCtx(ctxCapacity(len(part), c.tr.PromptTokens, c.sess.maxTok)).add(part, c.tr.PromptTokens)
+	ctx := c.ctx
+	s.mu.Unlock()
+	return pr.callRequest(c, ctx, c.dueNS, results.Null), nil
+}
+
+// userPart appends the new text of a call: a user message (a tool's output or a person's
+// message; chat), or the text escaped as in a JSON string (an API without messages).
+func (pr *feed) userPart(b []byte, after bool, text []byte) []byte {
+	if pr.o.Client.Options().API != wire.APIChat {
+		return wire.AppendJSONContent(b, text)
+	}
+	if after {
+		b = append(b, ',')
+	}
+	b = append(b, `{"role":"user","content":`...)
+	b = wire.AppendJSONBytes(b, text)
+	return append(b, '}')
+}
+
+// answerPart appends a call's answer after its prompt: an assistant message (an empty
+// one when it received nothing, so that roles still alternate), or the text.
+func (pr *feed) answerPart(b []byte, answer []byte) []byte {
+	if pr.o.Client.Options().API != wire.APIChat {
+		return wire.AppendJSONContent(b, answer)
+	}
+	b = append(b, `,{"role":"assistant","content":`...)
+	b = wire.AppendJSONBytes(b, answer)
+	return append(b, '}')
+}
+
+// callRequest returns c's request: its body built around ctx (sent in place, not copied),
+// due at dueNS.
+func (pr *feed) callRequest(c *agentCall, ctx agentCtx, dueNS, waitNS int64) *request {
+	req := &request{
+		Request: transport.Request{ID: c.tr.ID, DueNS: dueNS, PromptTokens: ctx.tokens, OutputTokens: c.tr.OutputTokens,
+			Warmup: c.warm, Session: c.sess.id, HasSession: true, Capture: len(c.children) > 0},
+		turn: c.turn, call: c, sessionWaitNS: waitNS, gapNS: gapNS(c, pr.o.Gaps, pr.o.Speedup),
+	}
+	runID := pr.preparedRunID.Load()
+	if runID != nil {
+		req.RunID = *runID
+	}
+	cl := pr.o.Client
+	prefix := cl.DefaultBodyPrefix()
+	if p, ok := pr.bodyPrefixes[c.tr.Model]; ok {
+		prefix = p
+	}
+	req.Body, req.SharedAt = cl.AppendContextBody(make([]byte, 0, len(prefix)+128), prefix, c.tr.OutputTokens, nil)
+	req.Shared = ctx.bytes()
+	pr.tr.Prepare(&req.Request, runID == nil)
+	return req
+}
+
+// callEnded is the part of an agent call after its response: its answer joins its
+// context, and the calls that waited for it and for nothing else are built and queued
+// (or, when --on-turn-error end-session ended the session, recorded dropped).
+func (pr *feed) callEnded(req *request, res *results.Result, endNS int64) {
+	s := pr.sess
+	c := req.call
+	var part []byte
+	var tokens int32
+	if len(c.children) > 0 {
+		part = pr.answerPart(nil, req.Answer)
+		if res.OutputTokens > 0 && len(req.Answer) > 0 {
+			tokens = res.OutputTokens
+		}
+	}
+	req.Answer = nil
+	s.mu.Lock()
+	if len(c.children) > 0 {
+		c.ctx = c.ctx.add(part, tokens)
+	}
+	if res.Status != results.StatusOK && pr.o.OnTurnError == TurnErrorEndSession && !c.sess.failed {
+		c.sess.failed, c.sess.failCall = true, c.turn
+	}
+	ready := pr.release(c, endNS, nil)
+	s.mu.Unlock()
+	pr.startReady(ready, endNS)
+}
+
+// release counts c ended at endNS: its children that now have all their parents ended
+// are appended to ready. Under s.mu.
+func (pr *feed) release(c *agentCall, endNS int64, ready []*agentCall) []*agentCall {
+	for _, ch := range c.children {
+		ch.waiting--
+		ch.readyNS = max(ch.readyNS, endNS)
+		if ch.waiting == 0 {
+			ready = append(ready, ch)
+		}
+	}
+	if len(c.children) == 0 {
+		c.ctx = agentCtx{}
+	}
+	c.sess.left--
+	pr.sess.open--
+	if pr.sess.open == 0 && pr.sess.prepDone {
+		pr.sess.signal()
+	}
+	return ready
+}
+
+// startReady builds and queues each ready call, or records it dropped when its session
+// was ended by a failed call; a dropped call counts as ended for its own children.
+func (pr *feed) startReady(ready []*agentCall, endNS int64) {
+	s := pr.sess
+	for len(ready) > 0 {
+		ch := ready[0]
+		ready = ready[1:]
+		s.mu.Lock()
+		failed, failCall := ch.sess.failed, ch.sess.failCall
+		if failed {
+			ready = pr.release(ch, endNS, ready)
+			pr.letGo(ch)
+		}
+		s.mu.Unlock()
+		if failed {
+			pr.recordDropped(ch, failCall)
+			continue
+		}
+		req, err := pr.buildCall(ch)
+		if err != nil {
+			pr.fail(err)
+			return
+		}
+		s.mu.Lock()
+		s.push(req)
+		s.mu.Unlock()
+		pr.prog.Planned.Add(1)
+	}
+}
+
+// letGo releases ch's hold on its first parent's context: once every child of a call is
+// built, its context goes (the children's contexts keep what they share of it). Under s.mu.
+func (pr *feed) letGo(ch *agentCall) {
+	p := ch.parents[0]
+	if p.kids--; p.kids == 0 {
+		p.ctx = agentCtx{}
+	}
+}
+
+// buildCall builds ch, whose parents have all ended: its prompt is its first parent's
+// context (cut to the trace's prefix_tokens), then new text up to the recorded length (at
+// least one token); due at the last parent's end plus its gap.
+func (pr *feed) buildCall(ch *agentCall) (*request, error) {
+	s := pr.sess
+	s.mu.Lock()
+	base := ch.parents[0].ctx
+	if k := ch.tr.Call.PrefixTokens; k != trace.Unknown {
+		base = base.cut(k)
+	}
+	pr.letGo(ch)
+	s.mu.Unlock()
+	tr := ch.tr
+	tr.PromptTokens, tr.Prompt = ch.tr.PromptTokens-base.tokens, ""
+	if tr.PromptTokens < 1 {
+		tr.PromptTokens = 1
+		s.mu.Lock()
+		s.short++
+		s.mu.Unlock()
+	}
+	s.promptMu.Lock()
+	text, err := pr.o.Prompter.AppendPrompt(nil, &tr)
+	s.promptMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
+	}
+	part := pr.userPart(nil, base.n > 0, text)
+	due := ch.readyNS + ch.gap(pr.o.Gaps, pr.o.Speedup)
+	s.mu.Lock()
+	ch.ctx = base.add(part, tr.PromptTokens)
+	ctx := ch.ctx
+	s.mu.Unlock()
+	return pr.callRequest(ch, ctx, due, max(0, due-ch.dueNS)), nil
+}
+
+// recordDropped records a call of a session that --on-turn-error end-session ended: never
+// sent, status dropped, due at its trace time.
+func (pr *feed) recordDropped(c *agentCall, failed int32) {
+	if c.warm {
+		return
+	}
+	res := results.NewResult(c.tr.ID, pr.o.Shard, c.dueNS, c.tr.PromptTokens, c.tr.OutputTokens)
+	res.SessionID, res.Turn = c.sess.id, c.turn
+	setRecorded(res, c, gapNS(c, pr.o.Gaps, pr.o.Speedup))
+	res.Status = results.StatusDropped
+	res.Error = fmt.Sprintf("not sent: call %d of the session failed (--on-turn-error end-session)", failed)
+	pr.results.put(res)
+}
+
+// setRecorded fills res's agent columns: the gap applied and what the trace recorded.
+func setRecorded(res *results.Result, c *agentCall, gap int64) {
+	res.GapNS = gap
+	res.RecordedArrivalNS = int64(c.tr.Arrival)
+	if k := c.tr.Call; k != nil {
+		if k.Duration != trace.Unknown {
+			res.RecordedDurationNS = int64(k.Duration)
+		}
+		if k.CachedTokens != trace.Unknown {
+			res.RecordedCachedTokens = k.CachedTokens
+		}
+	}
+}
