@@ -183,19 +183,20 @@ func newCtx(capacity int) agentCtx {
 // bytes returns the context's bytes: a prefix of the shared buffer, never written again.
 func (c agentCtx) bytes() []byte { return c.buf.b[:c.n:c.n] }
 
-// add returns c with part (tokens long) appended: in place when c is the end of its
-// buffer, else in a copy of c (a fork). The caller holds the lock that guards the buffer.
-func (c agentCtx) add(part []byte, tokens int32) agentCtx {
+// add returns c with a part (tokens long) that write appends: in place when c is the end
+// of its buffer, else in a copy of c (a fork). The part is written straight into the
+// buffer, never built elsewhere and copied. The caller holds the lock that guards it.
+func (c agentCtx) add(tokens int32, write func([]byte) []byte) agentCtx {
 	if c.buf == nil {
-		c = newCtx(len(part))
+		c = newCtx(4096)
 	}
 	if c.n != len(c.buf.b) {
-		f := &ctxBuf{b: make([]byte, c.n, c.n+len(part)+c.n/4), marks: make([]ctxMark, c.parts, c.parts+8)}
+		f := &ctxBuf{b: make([]byte, c.n, c.n+c.n/4+4096), marks: make([]ctxMark, c.parts, c.parts+8)}
 		copy(f.b, c.buf.b[:c.n])
 		copy(f.marks, c.buf.marks[:c.parts])
 		c.buf = f
 	}
-	c.buf.b = append(c.buf.b, part...)
+	c.buf.b = write(c.buf.b)
 	c.n = len(c.buf.b)
 	c.tokens += tokens
 	c.buf.marks = append(c.buf.marks, ctxMark{n: c.n, tokens: c.tokens})

@@ -29,15 +29,17 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 		return nil, nil
 	}
 	s.promptMu.Lock()
-	text, err := pr.o.Prompter.AppendPrompt(nil, &c.tr)
-	s.promptMu.Unlock()
+	text, err := pr.o.Prompter.AppendPrompt(s.scratch[:0], &c.tr)
+	s.scratch = text
 	if err != nil {
+		s.promptMu.Unlock()
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
-	part := pr.userPart(nil, false, text)
+	ctx := newCtx(ctxCapacity(len(text)+len(text)/8+64, c.tr.PromptTokens, c.sess.maxTok))
+	ctx = ctx.add(c.tr.PromptTokens, func(b []byte) []byte { return pr.userPart(b, false, text) })
+	s.promptMu.Unlock()
 	s.mu.Lock()
-	c.ctx = newCtx(ctxCapacity(len(part), c.tr.PromptTokens, c.sess.maxTok)).add(part, c.tr.PromptTokens)
-	ctx := c.ctx
+	c.ctx = ctx
 	s.mu.Unlock()
 	return pr.callRequest(c, ctx, c.dueNS, results.Null), nil
 }
@@ -96,18 +98,15 @@ func (pr *feed) callRequest(c *agentCall, ctx agentCtx, dueNS, waitNS int64) *re
 func (pr *feed) callEnded(req *request, res *results.Result, endNS int64) {
 	s := pr.sess
 	c := req.call
-	var part []byte
 	var tokens int32
-	if len(c.children) > 0 {
-		part = pr.answerPart(nil, req.Answer)
-		if res.OutputTokens > 0 && len(req.Answer) > 0 {
-			tokens = res.OutputTokens
-		}
+	if res.OutputTokens > 0 && len(req.Answer) > 0 {
+		tokens = res.OutputTokens
 	}
+	answer := req.Answer
 	req.Answer = nil
 	s.mu.Lock()
 	if len(c.children) > 0 {
-		c.ctx = c.ctx.add(part, tokens)
+		c.ctx = c.ctx.add(tokens, func(b []byte) []byte { return pr.answerPart(b, answer) })
 	}
 	if res.Status != results.StatusOK && pr.o.OnTurnError == TurnErrorEndSession && !c.sess.failed {
 		c.sess.failed, c.sess.failCall = true, c.turn
@@ -198,17 +197,18 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 		s.mu.Unlock()
 	}
 	s.promptMu.Lock()
-	text, err := pr.o.Prompter.AppendPrompt(nil, &tr)
-	s.promptMu.Unlock()
+	text, err := pr.o.Prompter.AppendPrompt(s.scratch[:0], &tr)
+	s.scratch = text
 	if err != nil {
+		s.promptMu.Unlock()
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
-	part := pr.userPart(nil, base.n > 0, text)
 	due := ch.readyNS + ch.gap(pr.o.Gaps, pr.o.Speedup)
-	s.mu.Lock()
-	ch.ctx = base.add(part, tr.PromptTokens)
+	s.mu.Lock() // the buffer's lock, inside the prompter's: text is the prompter's scratch
+	ch.ctx = base.add(tr.PromptTokens, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) })
 	ctx := ch.ctx
 	s.mu.Unlock()
+	s.promptMu.Unlock()
 	return pr.callRequest(ch, ctx, due, max(0, due-ch.dueNS)), nil
 }
 

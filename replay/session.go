@@ -191,6 +191,7 @@ type sessions struct {
 	workers  []workerQueue // closed loop: each worker's own turns, by conv.owner
 	short    int64         // turns whose trace prompt was shorter than their history + 1 token
 	agents   *AgentPlan    // --sessions dag: the calls, which open counts until each ends
+	scratch  []byte        // agents: the prompter's text of a call, before it joins a context (under promptMu)
 }
 
 type turnHeap []*request
