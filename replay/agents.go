@@ -169,10 +169,12 @@ type ctxBuf struct {
 	marks []ctxMark // after each part: where it ends
 }
 
-// ctxMark is the end of one part (a message) of a context: bytes and tokens.
+// ctxMark is the end of one part (a message) of a context: bytes and tokens, and whether
+// the part is the user's (a prompt's new text) or an answer.
 type ctxMark struct {
 	n      int
 	tokens int32
+	user   bool
 }
 
 // newCtx returns an empty context whose buffer has room for capacity bytes.
@@ -186,7 +188,7 @@ func (c agentCtx) bytes() []byte { return c.buf.b[:c.n:c.n] }
 // add returns c with a part (tokens long) that write appends: in place when c is the end
 // of its buffer, else in a copy of c (a fork). The part is written straight into the
 // buffer, never built elsewhere and copied. The caller holds the lock that guards it.
-func (c agentCtx) add(tokens int32, write func([]byte) []byte) agentCtx {
+func (c agentCtx) add(tokens int32, user bool, write func([]byte) []byte) agentCtx {
 	if c.buf == nil {
 		c = newCtx(4096)
 	}
@@ -199,10 +201,15 @@ func (c agentCtx) add(tokens int32, write func([]byte) []byte) agentCtx {
 	c.buf.b = write(c.buf.b)
 	c.n = len(c.buf.b)
 	c.tokens += tokens
-	c.buf.marks = append(c.buf.marks, ctxMark{n: c.n, tokens: c.tokens})
+	c.buf.marks = append(c.buf.marks, ctxMark{n: c.n, tokens: c.tokens, user: user})
 	c.parts = len(c.buf.marks)
 	return c
 }
+
+// endsWithUser reports whether c's last part is the user's: a new user message after it
+// needs an answer between, for chat templates that require the roles to alternate (and
+// Ollama joins two user messages with a blank line, two tokens the trace never had).
+func (c agentCtx) endsWithUser() bool { return c.parts > 0 && c.buf.marks[c.parts-1].user }
 
 // cut returns the longest prefix of c, whole parts, of at most k tokens: a subagent's
 // share of its parent's context. A cut inside a message is rounded down to the message

@@ -180,9 +180,11 @@ func TestSynctestAgentsWaitForTheirParents(t *testing.T) {
 		if rs[11].PromptTokens != 300 {
 			t.Errorf("11: prompt_tokens %d, want 300", rs[11].PromptTokens)
 		}
-		// 12 shares 100 tokens of 10's context: its prompt, not its answer.
-		if len(m12) != 2 || m12[0]["content"] != "<10:100>" || m12[1]["content"] != "<12:50>" || rs[12].PromptTokens != 150 {
-			t.Errorf("12 sent %v (%d tokens), want 10's prompt then <12:50>", m12, rs[12].PromptTokens)
+		// 12 shares 100 tokens of 10's context: its prompt, not its answer; an empty
+		// answer keeps the roles alternating before its new text.
+		if len(m12) != 3 || m12[0]["content"] != "<10:100>" || m12[1]["role"] != "assistant" || m12[1]["content"] != "" ||
+			m12[2]["content"] != "<12:50>" || rs[12].PromptTokens != 150 {
+			t.Errorf("12 sent %v (%d tokens), want 10's prompt, an empty answer, then <12:50>", m12, rs[12].PromptTokens)
 		}
 		// 13 joins: it continues its first parent's (11's) context, with 11's answer.
 		if len(m13) != 5 || m13[2]["content"] != "<11:195>" || m13[3]["content"] != "a11" || m13[4]["content"] != "<13:695>" {

@@ -36,7 +36,7 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
 	ctx := newCtx(ctxCapacity(len(text)+len(text)/8+64, c.tr.PromptTokens, c.sess.maxTok))
-	ctx = ctx.add(c.tr.PromptTokens, func(b []byte) []byte { return pr.userPart(b, false, text) })
+	ctx = ctx.add(c.tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, false, text) })
 	s.promptMu.Unlock()
 	s.mu.Lock()
 	c.ctx = ctx
@@ -106,7 +106,7 @@ func (pr *feed) callEnded(req *request, res *results.Result, endNS int64) {
 	req.Answer = nil
 	s.mu.Lock()
 	if len(c.children) > 0 {
-		c.ctx = c.ctx.add(tokens, func(b []byte) []byte { return pr.answerPart(b, answer) })
+		c.ctx = c.ctx.add(tokens, false, func(b []byte) []byte { return pr.answerPart(b, answer) })
 	}
 	if res.Status != results.StatusOK && pr.o.OnTurnError == TurnErrorEndSession && !c.sess.failed {
 		c.sess.failed, c.sess.failCall = true, c.turn
@@ -205,7 +205,11 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 	}
 	due := ch.readyNS + ch.gap(pr.o.Gaps, pr.o.Speedup)
 	s.mu.Lock() // the buffer's lock, inside the prompter's: text is the prompter's scratch
-	ch.ctx = base.add(tr.PromptTokens, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) })
+	if base.endsWithUser() && pr.o.Client.Options().API == wire.APIChat {
+		// A subagent cut after a user message: an empty answer between, so roles alternate.
+		base = base.add(0, false, func(b []byte) []byte { return pr.answerPart(b, nil) })
+	}
+	ch.ctx = base.add(tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) })
 	ctx := ch.ctx
 	s.mu.Unlock()
 	s.promptMu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmreplay/llmreplay/internal/ollamatest"
 	"github.com/llmreplay/llmreplay/replay/results"
@@ -397,4 +398,63 @@ func TestOllamaLengthField(t *testing.T) {
 			t.Errorf("request %d: %s %q, %d of %d output tokens", r.RequestID, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget)
 		}
 	}
+}
+
+// TestOllamaAgents replays an agent session against the real engine with two slots: call 0,
+// then after a tool gap two branches forked from it (call 1 appends to 0's context; call 2,
+// a subagent, shares only 0's prompt), a join of both (3) and one more call (4). The
+// engine's own accounts say the contexts grew as the trace says: every prompt is its
+// target plus BOS; the runner found in its cache, for the join and the call after it,
+// exactly their first parent's prompt and answer but its last token; and of the two
+// branches, the one that took the slot holding call 0's context found what it shares
+// with it (call 1: 0's prompt and answer; call 2: 0's prompt), the other an empty slot.
+// The branches overlapped on the two slots.
+func TestOllamaAgents(t *testing.T) {
+	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2, Debug: true})
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "agents.parquet")
+	reqs := writeAgentTrace(t, tr, 1, 4, 300, 60, 12, 200*time.Millisecond)
+	res := filepath.Join(dir, "r.parquet")
+	before := len(srv.CacheLoads())
+	ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat", "--quiet", "-o", res)
+	loads := srv.CacheLoads()[before+1:] // the first is the preflight's length check
+	rows := readRows(t, res)
+	if len(rows) != len(reqs) || len(loads) != len(rows) {
+		t.Fatalf("%d rows, %d runner loads, for %d calls", len(rows), len(loads), len(reqs))
+	}
+	byID := map[int64]results.Result{}
+	used := map[int64]int{}
+	for _, r := range rows {
+		byID[r.RequestID] = r
+		if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget || r.PromptTokensServer != r.PromptTokens+1 {
+			t.Fatalf("call %d: %s %q, output %d of %d, prompt %d by usage for a target of %d (+1 BOS)",
+				r.RequestID, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget, r.PromptTokensServer, r.PromptTokens)
+		}
+		n := 0
+		for _, l := range loads {
+			if l.Prompt == int(r.PromptTokensServer) {
+				used[r.RequestID] = l.Used
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("call %d: %d runner loads of %d tokens, want 1 (the calls' lengths are distinct)", r.RequestID, n, r.PromptTokensServer)
+		}
+	}
+	ctxOf := func(id int64) int { p := byID[id]; return int(p.PromptTokensServer+p.OutputTokens) - 1 }
+	for _, id := range []int64{3, 4} {
+		if parent := reqs[id].Call.Parents[0]; used[id] != ctxOf(parent) {
+			t.Errorf("call %d: the runner found %d of its %d prompt tokens cached; its first parent %d's prompt and answer but the last token are %d",
+				id, used[id], byID[id].PromptTokensServer, parent, ctxOf(parent))
+		}
+	}
+	rootPrompt := int(byID[0].PromptTokensServer)
+	if !(used[1] == ctxOf(0) && used[2] == 0) && !(used[2] == rootPrompt && used[1] == 0) {
+		t.Errorf("branches: the runner found %d (call 1) and %d (call 2) cached tokens; want %d and 0, or 0 and %d", used[1], used[2], ctxOf(0), rootPrompt)
+	}
+	a, b := byID[1], byID[2]
+	if !(a.SentNS < b.EndNS && b.SentNS < a.EndNS) {
+		t.Errorf("the branches did not overlap on the two slots: [%d, %d] and [%d, %d]", a.SentNS, a.EndNS, b.SentNS, b.EndNS)
+	}
+	t.Logf("runner cache use by call: %v", used)
 }
