@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/llmreplay/llmreplay/trace"
 )
@@ -35,16 +36,20 @@ type AgentPlan struct {
 	Sessions int     // sessions planned
 	Reusable float64 // the best prefix-cache hit rate of the recorded calls (ReusableDAG)
 	HasReuse bool    // some recorded call has prompt tokens
+	// Together is --agent-sessions: only the planned sessions are replayed, all started
+	// at once, and their first calls are queued by due time, not read in file order.
+	Together bool
 }
 
 // agentSession is a session of an agent replay: its calls share their contexts. mu guards
 // its calls' run state (waiting, readyNS, ctx, built) and the session's end.
 type agentSession struct {
 	id       int64
-	maxTok   int32 // the longest prompt of its calls, in tokens: a context's capacity
-	left     int   // calls not yet ended or dropped
-	failed   bool  // --on-turn-error end-session after a failed call
-	failCall int32 // the failed call's turn, when failed
+	start    time.Duration // the arrival of its first row
+	maxTok   int32         // the longest prompt of its calls, in tokens: a context's capacity
+	left     int           // calls not yet ended or dropped
+	failed   bool          // --on-turn-error end-session after a failed call
+	failCall int32         // the failed call's turn, when failed
 }
 
 // agentCall is one planned call.
@@ -70,8 +75,13 @@ type agentCall struct {
 // call; one with parents waits for them, one without comes at its trace time. It checks the
 // dependencies (trace.DAGCheck) first: a parent that is missing, later or in another
 // session is an error naming the row, before anything is sent.
-func PlanAgents(src trace.Source, name string, p planner) (*AgentPlan, error) {
-	plan := &AgentPlan{calls: map[int64]*agentCall{}, sessions: map[int64]*agentSession{}}
+//
+// With together > 0 (--agent-sessions) it plans the first together sessions of the trace
+// only (in the order of their first rows), all started at once: a session's first call is
+// due at 0, a later call without parents at its offset from it / speedup; the planner's
+// limits do not apply.
+func PlanAgents(src trace.Source, name string, p planner, together int) (*AgentPlan, error) {
+	plan := &AgentPlan{calls: map[int64]*agentCall{}, sessions: map[int64]*agentSession{}, Together: together > 0}
 	check := trace.NewDAGCheck(name)
 	var reusable, total int64
 	for src.Next() {
@@ -79,17 +89,27 @@ func PlanAgents(src trace.Source, name string, p planner) (*AgentPlan, error) {
 		if err := check.Add(&r); err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
-		due, warm, ok := p.plan(r.Arrival)
-		if !ok {
-			break
+		var due time.Duration
+		var warm bool
+		if together == 0 {
+			var ok bool
+			if due, warm, ok = p.plan(r.Arrival); !ok {
+				break
+			}
 		}
 		if !r.HasSession {
 			continue
 		}
 		s := plan.sessions[r.SessionID]
 		if s == nil {
-			s = &agentSession{id: r.SessionID}
+			if together > 0 && len(plan.sessions) == together {
+				continue
+			}
+			s = &agentSession{id: r.SessionID, start: r.Arrival}
 			plan.sessions[r.SessionID] = s
+		}
+		if together > 0 {
+			due = Due(r.Arrival, s.start, p.speedup)
 		}
 		r.PrefixBlocks = nil // a call's prompt is its context and new text: no trace blocks
 		c := &agentCall{tr: r, dueNS: int64(due), warm: warm, turn: int32(s.left), sess: s}
@@ -116,6 +136,9 @@ func PlanAgents(src trace.Source, name string, p planner) (*AgentPlan, error) {
 		return nil, err
 	}
 	plan.Sessions = len(plan.sessions)
+	if together > plan.Sessions {
+		return nil, fmt.Errorf("replay: --agent-sessions %d: trace %s has %d sessions", together, name, plan.Sessions)
+	}
 	if total > 0 {
 		plan.Reusable, plan.HasReuse = float64(reusable)/float64(total), true
 	}

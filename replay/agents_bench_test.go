@@ -54,7 +54,7 @@ func BenchmarkAgentContexts(b *testing.B) {
 			trace.Request{ID: int64(2*i + 1), Arrival: time.Hour, PromptTokens: 100500, OutputTokens: 500, SessionID: int64(i), HasSession: true, Call: k})
 	}
 	slices.SortStableFunc(reqs, func(a, b trace.Request) int { return int(a.Arrival - b.Arrival) })
-	plan, err := PlanAgents(trace.NewSliceSource(reqs), "bench", planner{speedup: 1})
+	plan, err := PlanAgents(trace.NewSliceSource(reqs), "bench", planner{speedup: 1}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

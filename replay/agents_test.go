@@ -83,6 +83,12 @@ var idPrompter = PrompterFunc(func(dst []byte, r *trace.Request) ([]byte, error)
 
 func runAgents(t *testing.T, reqs []trace.Request, srv *agentServer, mod func(o *Options)) (map[int64]results.Result, *Summary) {
 	t.Helper()
+	return runAgentsTogether(t, reqs, srv, 0, mod)
+}
+
+// runAgentsTogether is runAgents with --agent-sessions together.
+func runAgentsTogether(t *testing.T, reqs []trace.Request, srv *agentServer, together int, mod func(o *Options)) (map[int64]results.Result, *Summary) {
+	t.Helper()
 	base, _ := wire.BaseURL("http://127.0.0.1:9/v1")
 	c, err := transport.NewClient(transport.ClientOptions{BaseURL: base, API: wire.APIChat, Backend: wire.BackendVLLM, Model: "m",
 		MaxInflight: 64, HTTPClient: "net/http"})
@@ -98,7 +104,7 @@ func runAgents(t *testing.T, reqs []trace.Request, srv *agentServer, mod func(o 
 		mod(&o)
 		pl.speedup = o.Speedup
 	}
-	plan, err := PlanAgents(trace.NewSliceSource(reqs), "t.parquet", pl)
+	plan, err := PlanAgents(trace.NewSliceSource(reqs), "t.parquet", pl, together)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +252,35 @@ func TestSynctestAgentEndSession(t *testing.T) {
 func TestPlanAgentsRejects(t *testing.T) {
 	reqs := agentTrace()
 	reqs[3].Call.Parents = []int64{99}
-	_, err := PlanAgents(trace.NewSliceSource(reqs), "t.parquet", planner{speedup: 1})
+	_, err := PlanAgents(trace.NewSliceSource(reqs), "t.parquet", planner{speedup: 1}, 0)
 	if err == nil || !strings.Contains(err.Error(), "t.parquet row 3 (request_id 21): parents: request_id 99 is not an earlier row") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestSynctestAgentSessionsTogether: --agent-sessions N replays the trace's first N
+// sessions only, all started at once; rows of other sessions and without one are not sent.
+func TestSynctestAgentSessionsTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &agentServer{took: map[int64]time.Duration{10: time.Second, 11: time.Second, 12: time.Second, 13: time.Second,
+			20: 200 * time.Millisecond, 21: 100 * time.Millisecond}, body: map[int64]string{}}
+		rs, _ := runAgentsTogether(t, agentTrace(), srv, 2, nil)
+		if len(rs) != 6 {
+			t.Fatalf("%d records, want the 6 calls of sessions 7 and 8", len(rs))
+		}
+		s := time.Second.Nanoseconds()
+		for id, due := range map[int64]int64{10: 0, 20: 0, 21: 12 * s / 10, 11: 3 * s, 12: 3 * s, 13: 34 * s} {
+			if r := rs[id]; r.Status != results.StatusOK || r.ScheduledNS != due || r.SentNS != due {
+				t.Errorf("call %d: %s due %d sent %d, want %d", id, r.Status, r.ScheduledNS, r.SentNS, due)
+			}
+		}
+		one, _ := runAgentsTogether(t, agentTrace(), srv, 1, nil)
+		if _, ok := one[20]; len(one) != 4 || ok {
+			t.Errorf("--agent-sessions 1 sent %d calls (session 8's first: %v), want session 7's 4", len(one), ok)
+		}
+	})
+	if _, err := PlanAgents(trace.NewSliceSource(agentTrace()), "t.parquet", planner{speedup: 1}, 3); err == nil ||
+		!strings.Contains(err.Error(), "--agent-sessions 3: trace t.parquet has 2 sessions") {
+		t.Errorf("3 of 2 sessions: %v", err)
 	}
 }

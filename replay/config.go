@@ -58,6 +58,9 @@ type Config struct {
 	OnTurnError string
 	// Gaps (--gaps), agent sessions: recorded ("" too), scaled or none.
 	Gaps string
+	// AgentSessions (--agent-sessions N): replay the trace's first N agent sessions only,
+	// all started at once (the sweep's agents axis); 0: every row at its trace time.
+	AgentSessions int
 
 	MaxInflight int
 	Prewarm     int
@@ -295,7 +298,18 @@ func (c *Config) validateSessions() error {
 	default:
 		return configErrorf("--gaps %q: want recorded, scaled or none", c.Gaps)
 	}
-	if c.Sessions == SessionsDAG {
+	if c.AgentSessions < 0 {
+		return configErrorf("--agent-sessions %d: must not be negative", c.AgentSessions)
+	}
+	if c.AgentSessions > 0 {
+		switch {
+		case c.Sessions != "" && c.Sessions != SessionsDAG:
+			return configErrorf("--agent-sessions: replays agent sessions (--sessions dag), not --sessions %s", c.Sessions)
+		case c.Limit > 0 || c.Duration > 0 || c.Warmup > 0 || c.RateSet:
+			return configErrorf("--agent-sessions %d: the run is those sessions, started at once; drop --limit, --duration, --warmup and --rate", c.AgentSessions)
+		}
+	}
+	if c.Sessions == SessionsDAG || c.AgentSessions > 0 {
 		switch {
 		case c.Concurrency > 0:
 			return configErrorf("--sessions dag: runs in the open loop (a call is due when its parents end); drop --concurrency, and set the session rate with --rate or --speedup")

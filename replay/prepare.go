@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +109,9 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	p.meta.Flags["sessions"] = p.sessMode
 	if p.sessMode == SessionsDAG {
 		p.meta.Flags["gaps"] = p.gaps()
+		if cfg.AgentSessions > 0 {
+			p.meta.Flags["agent-sessions"] = strconv.Itoa(cfg.AgentSessions)
+		}
 		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	if p.sessMode == SessionsSequential {
@@ -200,7 +204,7 @@ func (p *preparer) agents(context.Context) error {
 	}
 	pl := planner{speedup: p.speedup, duration: p.cfg.Duration, limit: p.cfg.Limit, warmup: p.cfg.Warmup,
 		origin: p.originAt, hasOrigin: p.shard.Count > 1}
-	if p.agentPlan, err = PlanAgents(src, scan.Name(), pl); err != nil {
+	if p.agentPlan, err = PlanAgents(src, scan.Name(), pl, p.cfg.AgentSessions); err != nil {
 		return err
 	}
 	if p.agentPlan.Sessions == 0 {
@@ -227,6 +231,9 @@ func (p *preparer) sessions(context.Context) error {
 	cfg := p.cfg
 	p.think, _ = ParseThinkTime(cfg.ThinkTime)
 	p.sessMode = cfg.Sessions
+	if p.sessMode == "" && cfg.AgentSessions > 0 {
+		p.sessMode = SessionsDAG
+	}
 	has := p.src.HasValues(trace.ColSessionID)
 	if p.sessMode == "" {
 		p.sessMode = SessionsIndependent
