@@ -23,7 +23,7 @@ var traceSubcommands = map[string]struct {
 }{
 	"import": {"convert a public trace (Azure, BurstGPT, Mooncake, Bailian, ShareGPT, CSV, JSONL) to trace/v1 Parquet", runTraceImport},
 	"synth":  {"generate a synthetic trace (Poisson, gamma or constant arrivals; length distributions; sessions)", runTraceSynth},
-	"info":   {"summarise a trace: rate, burstiness, length percentiles, prefix reuse", runTraceInfo},
+	"info":   {"summarise a trace: rate, burstiness, length percentiles, prefix reuse, agent shape", runTraceInfo},
 	"slice":  {"cut a window of a trace and rescale its time", runTraceSlice},
 }
 
@@ -266,7 +266,9 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 func runTraceInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("trace info", "llmreplay trace info TRACE.parquet [--json]",
 		`  llmreplay trace info azure-code.parquet
-  llmreplay trace info --json mooncake.parquet | jq .reusable_block_share`, stdout)
+  llmreplay trace info --json mooncake.parquet | jq .reusable_block_share
+  # an agent trace: calls per session, fan-out, depth, gaps, context lengths, cache share
+  llmreplay trace info --json agents.parquet | jq .agent.shared_prefix_share`, stdout)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err
