@@ -52,10 +52,12 @@ type Info struct {
 	// PrefixBlockRefs counts prefix block ids over all rows, UniqueBlocks distinct ones;
 	// ReusableBlockShare = 1 − Unique/Refs is the share of prompt blocks an infinite
 	// prefix cache could serve from cache (every first occurrence is a miss).
-	PrefixBlockRefs    int64    `json:"prefix_block_refs"`
-	UniqueBlocks       int64    `json:"unique_blocks"`
-	ReusableBlockShare float64  `json:"reusable_block_share"`
-	Warnings           []string `json:"warnings,omitempty"`
+	PrefixBlockRefs    int64   `json:"prefix_block_refs"`
+	UniqueBlocks       int64   `json:"unique_blocks"`
+	ReusableBlockShare float64 `json:"reusable_block_share"`
+	// Agent is the shape of an agent trace (shape.go); nil when no row has agent columns.
+	Agent    *AgentShape `json:"agent,omitempty"`
+	Warnings []string    `json:"warnings,omitempty"`
 }
 
 // binCounter accumulates the sum and sum of squares of per-bin counts. The index of
@@ -90,9 +92,12 @@ func (b *binCounter) dispersion(span int64) float64 {
 	return (sumSq/nb - mean*mean) / mean
 }
 
-// ComputeInfo reads src to its end and summarises it. Memory: 16 bytes per row (the two
-// length columns and the inter-arrival gaps, then one length column as float64 at a time),
-// plus a set of distinct session ids and prefix block ids.
+// ComputeInfo reads src to its end and summarises it. It checks the calls' dependencies
+// with DAGCheck (naming the file when src has a Name) and fails on the first bad row.
+// Memory: 16 bytes per row (the two length columns and the inter-arrival gaps, then one
+// length column as float64 at a time), plus a set of distinct session ids and prefix
+// block ids; for each row with a session, DAGCheck's id and session and the agent
+// shape's state (docs/trace-format.md, "trace info", gives the measured total).
 func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info := Info{Meta: meta}
 	var (
@@ -103,9 +108,19 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		b60              = binCounter{width: int64(time.Minute)}
 		sessions         = map[int64]struct{}{}
 		blocks           = map[int64]struct{}{}
+		shape            = newShapeAcc()
+		name             = "(in memory)"
 	)
+	if n, ok := src.(interface{ Name() string }); ok {
+		name = n.Name()
+	}
+	dag := NewDAGCheck(name)
 	for src.Next() {
 		r := src.Request()
+		if err := dag.Add(&r); err != nil {
+			return info, err
+		}
+		shape.add(&r)
 		a := int64(r.Arrival)
 		if info.Count == 0 {
 			first = a
@@ -151,6 +166,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info.Prompt = summarise(prompts)
 	info.Output = summarise(outputs)
 	info.Sessions = int64(len(sessions))
+	info.Agent = shape.shape()
 	info.UniqueBlocks = int64(len(blocks))
 	if info.PrefixBlockRefs > 0 {
 		info.ReusableBlockShare = 1 - float64(info.UniqueBlocks)/float64(info.PrefixBlockRefs)
@@ -212,6 +228,9 @@ func (info Info) WriteText(w io.Writer, name string) error {
 	if info.PrefixBlockRefs > 0 {
 		fmt.Fprintf(&b, "prefix     %d block refs, %d unique blocks of %d tokens: %.1f %% reusable with an infinite prefix cache\n",
 			info.PrefixBlockRefs, info.UniqueBlocks, m.BlockTokens, 100*info.ReusableBlockShare)
+	}
+	if info.Agent != nil {
+		info.Agent.writeText(&b)
 	}
 	if m.Generator != "" {
 		fmt.Fprintf(&b, "generator  %s\n", m.Generator)

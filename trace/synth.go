@@ -326,7 +326,7 @@ type SynthSpec struct {
 	Arrivals  ArrivalSpec   `json:"arrivals"`
 	Count     int64         `json:"count,omitempty"`
 	Duration  time.Duration `json:"duration_ns,omitempty"`
-	Prompt    Dist          `json:"prompt_tokens"`
+	Prompt    Dist          `json:"prompt_tokens,omitzero"` // unused by Agent
 	Output    Dist          `json:"output_tokens"`
 	PromptMin int32         `json:"prompt_min"`
 	PromptMax int32         `json:"prompt_max"`
@@ -341,6 +341,8 @@ type SynthSpec struct {
 	Sessions    int    `json:"sessions,omitempty"`
 	BlockTokens int    `json:"block_tokens,omitempty"` // prefix block size for sessions
 	Model       string `json:"model,omitempty"`
+	// Agent, when set, makes agent sessions instead (synth_agent.go); Prompt is unused.
+	Agent *AgentSpec `json:"agent,omitempty"`
 }
 
 // Validate checks the spec; it fills no defaults.
@@ -348,7 +350,15 @@ func (s *SynthSpec) Validate() error {
 	if err := s.Arrivals.Validate(); err != nil {
 		return err
 	}
-	if s.Count < 0 || s.Duration < 0 || (s.Count == 0 && s.Duration == 0) {
+	if s.Agent != nil {
+		// Agent sessions are bounded by their number; a duration only stops their starts.
+		if err := s.Agent.validate(s); err != nil {
+			return err
+		}
+		if s.Duration < 0 {
+			return errors.New("synth: the duration must be >= 0")
+		}
+	} else if s.Count < 0 || s.Duration < 0 || (s.Count == 0 && s.Duration == 0) {
 		return errors.New("synth: give a count or a duration (> 0)")
 	}
 	if s.Arrivals.RateEnd != 0 && s.Duration == 0 {
@@ -357,7 +367,7 @@ func (s *SynthSpec) Validate() error {
 	if s.PromptMin < 1 || s.OutputMin < 1 || s.PromptMax < s.PromptMin || s.OutputMax < s.OutputMin {
 		return fmt.Errorf("synth: clamps want 1 <= min <= max (prompt %d..%d, output %d..%d)", s.PromptMin, s.PromptMax, s.OutputMin, s.OutputMax)
 	}
-	if s.Prompt.Kind == "" || s.Output.Kind == "" {
+	if (s.Prompt.Kind == "" && s.Agent == nil) || s.Output.Kind == "" {
 		return errors.New("synth: prompt and output distributions are required")
 	}
 	if s.Turns != nil {
@@ -391,6 +401,14 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 	if err := spec.Prompt.load(ColPromptTokens); err != nil {
 		return 0, fmt.Errorf("synth: prompt tokens: %w", err)
 	}
+	if a := spec.Agent; a != nil {
+		if err := a.First.load(ColPromptTokens); err != nil {
+			return 0, fmt.Errorf("synth: agent first prompt: %w", err)
+		}
+		if err := a.Append.load(ColPromptTokens); err != nil {
+			return 0, fmt.Errorf("synth: agent append: %w", err)
+		}
+	}
 	if err := spec.Output.load(ColOutputTokens); err != nil {
 		return 0, fmt.Errorf("synth: output tokens: %w", err)
 	}
@@ -416,6 +434,9 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 	}
 	if err := w.SetMeta(meta); err != nil {
 		return 0, err
+	}
+	if spec.Agent != nil {
+		return synthAgent(ctx, spec, w)
 	}
 	clamp := func(v int64, lo, hi int32) int32 {
 		return int32(max(int64(lo), min(int64(hi), v)))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/trace"
+	"github.com/spf13/pflag"
 )
 
 func init() {
@@ -23,7 +24,7 @@ var traceSubcommands = map[string]struct {
 }{
 	"import": {"convert a public trace (Azure, BurstGPT, Mooncake, Bailian, ShareGPT, CSV, JSONL) to trace/v1 Parquet", runTraceImport},
 	"synth":  {"generate a synthetic trace (Poisson, gamma or constant arrivals; length distributions; sessions)", runTraceSynth},
-	"info":   {"summarise a trace: rate, burstiness, length percentiles, prefix reuse", runTraceInfo},
+	"info":   {"summarise a trace: rate, burstiness, length percentiles, prefix reuse, agent shape", runTraceInfo},
 	"slice":  {"cut a window of a trace and rescale its time", runTraceSlice},
 }
 
@@ -182,14 +183,79 @@ const traceSynthExamples = `  # 10 minutes of Poisson arrivals at 20 req/s, logn
   # Multi-turn chat: 2..8 turns per conversation, 64 open conversations, shared prefixes
   llmreplay trace synth --rate 5 --duration 30m --turns uniform:2,8 --sessions 64 -o chat.parquet
   # Lengths drawn from a real trace's columns
-  llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet`
+  llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet
+  # Agent sessions: 100 tasks started at 0.5/s, 10..40 calls each on a 20k-token first
+  # prompt, tool gaps of about 3 s, a user turn every 10 calls, and one call in five
+  # forking 2..3 subagents of 2..6 calls that join; contexts end at 128k tokens
+  llmreplay trace synth --agent-sessions 100 --rate 0.5 --agent-calls uniform:10,40 --agent-first-prompt lognormal:20000,8000 --agent-tool-gap lognormal:3000,4000 --agent-user-every 10 --agent-fork 0.2 --agent-branches uniform:2,3 --agent-branch-calls uniform:2,6 -o agents.parquet`
+
+// agentFlags are trace synth's agent-session flags.
+type agentFlags struct {
+	sessions                                                   int64
+	calls, first, app, toolGap, userGap, branches, branchCalls string
+	userEvery                                                  int
+	fork, prefill, decode                                      float64
+}
+
+func (f *agentFlags) register(fs *pflag.FlagSet) {
+	fs.Int64Var(&f.sessions, "agent-sessions", 0, "agent sessions instead of requests: this many tasks, started at --rate per second by --arrival (--duration also stops their starts); every other --agent-* flag shapes them")
+	fs.StringVar(&f.calls, "agent-calls", "uniform:10,40", "agent: the main agent's calls per session DIST (a join counts, subagents' calls do not)")
+	fs.StringVar(&f.first, "agent-first-prompt", "lognormal:20000,8000", "agent: first prompt tokens DIST (system prompt and task)")
+	fs.StringVar(&f.app, "agent-append", "lognormal:1500,2000", "agent: tokens a call appends to its parent's context DIST (the tools' output)")
+	fs.StringVar(&f.toolGap, "agent-tool-gap", "lognormal:3000,4000", "agent: tool gap DIST in milliseconds, from a parent's end to the next call")
+	fs.IntVar(&f.userEvery, "agent-user-every", 0, "agent: after every K main calls the gap is a user's turn (0: never)")
+	fs.StringVar(&f.userGap, "agent-user-gap", "lognormal:30000,30000", "agent: user gap DIST in milliseconds")
+	fs.Float64Var(&f.fork, "agent-fork", 0, "agent: probability that a main call forks subagents (0..1)")
+	fs.StringVar(&f.branches, "agent-branches", "fixed:2", "agent: subagents per fork DIST")
+	fs.StringVar(&f.branchCalls, "agent-branch-calls", "uniform:2,6", "agent: calls per subagent DIST")
+	fs.Float64Var(&f.prefill, "agent-prefill-rate", 10000, "agent: modelled prefill tokens/s of the uncached prompt, for duration_ns (0 with --agent-decode-rate 0: no durations)")
+	fs.Float64Var(&f.decode, "agent-decode-rate", 50, "agent: modelled decode tokens/s of the output, for duration_ns")
+}
+
+// spec returns the AgentSpec of the flags, or nil without --agent-sessions (then no other
+// --agent-* flag may be given).
+func (f *agentFlags) spec(fs *pflag.FlagSet) (*trace.AgentSpec, error) {
+	if f.sessions == 0 {
+		var set []string
+		fs.Visit(func(fl *pflag.Flag) {
+			if strings.HasPrefix(fl.Name, "agent-") {
+				set = append(set, "--"+fl.Name)
+			}
+		})
+		if len(set) > 0 {
+			return nil, usagef("%s: only with --agent-sessions N", strings.Join(set, ", "))
+		}
+		return nil, nil
+	}
+	a := &trace.AgentSpec{Sessions: f.sessions, UserEvery: f.userEvery, Fork: f.fork, PrefillPerS: f.prefill, DecodePerS: f.decode}
+	for _, d := range []struct {
+		flag, val string
+		dst       *trace.Dist
+		ptr       **trace.Dist
+	}{{"agent-calls", f.calls, &a.Calls, nil}, {"agent-first-prompt", f.first, &a.First, nil}, {"agent-append", f.app, &a.Append, nil},
+		{"agent-tool-gap", f.toolGap, &a.ToolGapMS, nil}, {"agent-user-gap", f.userGap, nil, &a.UserGapMS},
+		{"agent-branches", f.branches, nil, &a.Branches}, {"agent-branch-calls", f.branchCalls, nil, &a.BranchCalls}} {
+		v, err := trace.ParseDist(d.val)
+		if err != nil {
+			return nil, usagef("--%s: %v", d.flag, err)
+		}
+		switch {
+		case d.dst != nil:
+			*d.dst = v
+		case d.flag == "agent-user-gap" && f.userEvery > 0, d.flag != "agent-user-gap" && f.fork > 0:
+			// Only the draws a session makes go into the spec (and llmreplay.generator).
+			*d.ptr = &v
+		}
+	}
+	return a, nil
+}
 
 func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("trace synth", "llmreplay trace synth --rate R (--duration D | --count N) [flags] -o OUT.parquet",
+	fs := newFlagSet("trace synth", "llmreplay trace synth --rate R (--duration D | --count N | --agent-sessions N) [flags] -o OUT.parquet",
 		traceSynthExamples, stdout)
 	var af arrivalFlags
 	fs.StringVar(&af.process, "arrival", trace.ArrivalPoisson, "arrival process: poisson, gamma or constant")
-	fs.StringVar(&af.rate, "rate", "", "requests per second, or a linear ramp R0:R1 over --duration")
+	fs.StringVar(&af.rate, "rate", "", "requests per second (agent sessions started per second with --agent-sessions), or a linear ramp R0:R1 over --duration")
 	fs.Float64Var(&af.cv, "cv", 1, "gamma: inter-arrival coefficient of variation (1 is Poisson; >1 bursty)")
 	dur := fs.Duration("duration", 0, "trace length (arrivals before it)")
 	count := fs.Int64("count", 0, "number of requests")
@@ -197,11 +263,13 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	output := fs.String("output-tokens", "lognormal:256,192", "output length DIST")
 	lo := fs.Int32("min", 1, "clamp every drawn length to at least this")
 	hi := fs.Int32("max", 32768, "clamp prompt and output lengths to at most this (a model's context)")
-	pmax := fs.Int32("prompt-max", 0, "prompt clamp, overriding --max (with sessions, the context limit)")
+	pmax := fs.Int32("prompt-max", 0, "prompt clamp, overriding --max (with sessions, the context limit; with --agent-sessions 131072 unless this or --max is given)")
 	omax := fs.Int32("output-max", 0, "output clamp, overriding --max")
 	turns := fs.String("turns", "", "multi-turn sessions: turns per conversation as a DIST (e.g. uniform:2,8); empty: single requests")
 	sessions := fs.Int("sessions", 32, "with --turns: conversations open at once")
 	block := fs.Int("block-tokens", 16, "with --turns: tokens per prefix block")
+	var agf agentFlags
+	agf.register(fs)
 	model := fs.String("model", "", "model column value for every request")
 	fs.Uint64Var(&af.seed, "seed", 1, "random seed: the same command and seed give a byte-identical file")
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
@@ -244,6 +312,18 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		spec.Turns, spec.Sessions, spec.BlockTokens = &d, *sessions, *block
 	}
+	if spec.Agent, err = agf.spec(fs); err != nil {
+		return err
+	}
+	if spec.Agent != nil {
+		if fs.Changed("prompt-tokens") || fs.Changed("turns") {
+			return usagef("trace synth: --agent-sessions makes agent calls, whose prompts are --agent-first-prompt and --agent-append: drop --prompt-tokens and --turns")
+		}
+		spec.Prompt = trace.Dist{}
+		if !fs.Changed("prompt-max") && !fs.Changed("max") {
+			spec.PromptMax = 131072 // an agent's context window, not a chat request's clamp
+		}
+	}
 	if err := spec.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -266,7 +346,9 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 func runTraceInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("trace info", "llmreplay trace info TRACE.parquet [--json]",
 		`  llmreplay trace info azure-code.parquet
-  llmreplay trace info --json mooncake.parquet | jq .reusable_block_share`, stdout)
+  llmreplay trace info --json mooncake.parquet | jq .reusable_block_share
+  # an agent trace: calls per session, fan-out, depth, gaps, context lengths, cache share
+  llmreplay trace info --json agents.parquet | jq .agent.shared_prefix_share`, stdout)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
 		return err

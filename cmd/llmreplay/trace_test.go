@@ -136,3 +136,59 @@ func TestTraceSynthByteIdentical(t *testing.T) {
 		t.Errorf("info of synth: %v\n%s", err, msg)
 	}
 }
+
+// TestTraceSynthAgents: agent sessions from flags regenerate byte for byte, trace info
+// describes them, and agent flags outside agent mode (or beside --count, --prompt-tokens,
+// --turns) are usage errors.
+func TestTraceSynthAgents(t *testing.T) {
+	dir := t.TempDir()
+	args := func(out string) []string {
+		return []string{"trace", "synth", "--agent-sessions", "12", "--rate", "0.5", "--agent-calls", "uniform:5,20",
+			"--agent-user-every", "4", "--agent-fork", "0.3", "--agent-branches", "uniform:2,3", "--seed", "4", "-o", out}
+	}
+	a, b := filepath.Join(dir, "a.parquet"), filepath.Join(dir, "b.parquet")
+	for _, p := range []string{a, b} {
+		if msg, err := runArgs(t, args(p)...); err != nil {
+			t.Fatalf("synth: %v %s", err, msg)
+		}
+	}
+	ab, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if len(ab) == 0 || !bytes.Equal(ab, bb) {
+		t.Fatalf("the same agent command and seed gave different files (%d and %d bytes)", len(ab), len(bb))
+	}
+	msg, err := runArgs(t, "trace", "info", "--json", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Count int64 `json:"count"`
+		Agent *struct {
+			Calls    int64 `json:"calls"`
+			Sessions int64 `json:"sessions"`
+			Forks    int64 `json:"forks"`
+			Context  struct {
+				Max float64 `json:"max"`
+			} `json:"context_tokens"`
+		} `json:"agent"`
+	}
+	if err := json.Unmarshal([]byte(msg), &info); err != nil {
+		t.Fatalf("info --json: %v\n%s", err, msg)
+	}
+	// Without --prompt-max or --max, an agent's context window is 131072 tokens.
+	if ag := info.Agent; ag == nil || ag.Calls != info.Count || ag.Sessions != 12 || ag.Forks == 0 || ag.Context.Max > 131072 || ag.Context.Max <= 32768 {
+		t.Errorf("info of agent synth: %s", msg)
+	}
+	for _, bad := range [][]string{
+		{"trace", "synth", "--rate", "1", "--count", "5", "--agent-fork", "0.5", "-o", a},
+		{"trace", "synth", "--rate", "1", "--count", "5", "--agent-sessions", "5", "-o", a},
+		{"trace", "synth", "--rate", "1", "--agent-sessions", "5", "--prompt-tokens", "fixed:5", "-o", a},
+		{"trace", "synth", "--rate", "1", "--agent-sessions", "5", "--turns", "fixed:5", "-o", a},
+		{"trace", "synth", "--rate", "1", "--agent-sessions", "5", "--agent-tool-gap", "empirical:x.parquet", "-o", a},
+		{"trace", "synth", "--rate", "1", "--agent-sessions", "5", "--agent-fork", "1.5", "-o", a},
+	} {
+		if _, err := runArgs(t, bad...); exitCode(err, io.Discard) != 2 {
+			t.Errorf("%v: %v, want a usage error (exit 2)", bad, err)
+		}
+	}
+}
