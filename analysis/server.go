@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/plot"
+
 	"fmt"
 	"math"
 	"slices"
@@ -553,22 +555,22 @@ func (r *Report) serverPlots(xhi float64, window func(*Plot)) []*Plot {
 	}
 	var out []*Plot
 	if anyQ {
-		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
-		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
+		hi := math.Max(plot.MaxOf(run, 1)+plot.MaxOf(wait, 1), plot.MaxOf(infl, 1))
+		p := plot.New("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
 		window(p)
-		p.line(infl, "ref")
-		p.line(run, "s2")
-		p.line(wait, "s3")
-		p.legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
+		p.Line(infl, "ref")
+		p.Line(run, "s2")
+		p.Line(wait, "s3")
+		p.Legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
 		out = append(out, p)
 	}
 	if anyP {
-		p := newPlot("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
+		p := plot.New("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
 		window(p)
-		p.hline(100, "slo", "full")
-		p.line(kv, "s1")
-		p.line(util, "s3")
-		p.legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
+		p.HLine(100, "slo", "full")
+		p.Line(kv, "s1")
+		p.Line(util, "s3")
+		p.Legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
 		out = append(out, p)
 	}
 	return out
