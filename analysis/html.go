@@ -51,7 +51,11 @@ func (r *Report) timePlots() []*Plot {
 	p3.Line(ttft50, "s1")
 	p3.Line(ttft99, "s3")
 	p3.Legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
-	return append([]*Plot{p1, p2, p3}, r.serverPlots(xhi, window)...)
+	ps := append([]*Plot{p1, p2, p3}, r.serverPlots(xhi, window)...)
+	if p := r.agentPlot(); p != nil {
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) *Plot {
@@ -161,6 +165,7 @@ type reportPage struct {
 	PercentileMethod string
 	Closed           *closedHTML
 	Conversations    *conversationsHTML
+	Agents           *agentsHTML
 	Warnings         []string
 	TimePlots        []*Plot
 	Distributions    []*Plot // nil ones are left out
@@ -210,7 +215,10 @@ var reportTemplate = pageTemplate(htmlHead + `<h1>{{.Title}}</h1>
 {{end}}{{with .Conversations}}<h2>Conversations</h2><table>{{template "rows" .Rows}}` +
 	`{{with .Overlap}}<tr><th>turns sent before their predecessor's answer ended</th><td>{{.}}</td></tr>{{"\n"}}{{end}}{{template "rows" .Sessions}}</table>
 {{range .Buckets}}<table>{{template "header" .Header}}{{template "rows" .Rows}}</table>
-{{end}}{{end}}{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
+{{end}}{{end}}{{with .Agents}}<h2>Agents</h2><table>{{template "rows" .Rows}}</table>
+<table>{{template "header" .Header}}{{template "rows" .Dists}}</table>
+<table>{{template "header" .ContextHeader}}{{template "rows" .Contexts}}</table>
+{{end}}{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
 {{end}}<h2>Over time</h2><div class="grid-2">
 {{range .TimePlots}}{{template "svg" .}}
 {{end}}</div><h2>Distributions</h2><div class="grid-2">
@@ -238,7 +246,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		alerts = append(alerts, a)
 	}
 	pg := reportPage{Title: title, Alerts: alerts, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
-		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
+		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Agents: r.agentsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
 		Distributions: []*Plot{
 			r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6),
 			r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6),
