@@ -430,3 +430,30 @@ func TestAgentsDocumented(t *testing.T) {
 		t.Error("no agent_ summary column")
 	}
 }
+
+// TestAgentSessionsPerFile: a session is one file's calls with one session_id (sharding
+// keeps a session on one shard), so the same id in two shards' files is two sessions, and
+// a session's makespan never spans files.
+func TestAgentSessionsPerFile(t *testing.T) {
+	a := []row{agentCall(1, 7, 0, 100, 1000, 100, 0, 1000, -1, -1), agentCall(2, 7, 1500, 1600, 2000, 100, 1500, 500, -1, -1)}
+	b := []row{agentCall(3, 7, 5000, 5100, 8000, 100, 0, 2000, -1, -1)}
+	b[0].shard = 1
+	m0, m1 := agentMeta(), agentMeta()
+	m0.ShardCount, m1.ShardCount, m1.ShardIndex = 2, 2, 1
+	dir := t.TempDir()
+	pa, pb := filepath.Join(dir, "a.parquet"), filepath.Join(dir, "b.parquet")
+	writeResults(t, pa, m0, a)
+	writeResults(t, pb, m1, b)
+	d, err := Load(context.Background(), decode.LoadOptions{}, pa, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Analyze(d, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shard 0's session: 2.0 s against 2.0 s recorded; shard 1's: 3.0 s against 2.0 s.
+	if ag := r.Agents; ag.Sessions != 2 || !slices.Equal(ag.MakespansS, []float64{2, 3}) || !slices.Equal(ag.Slowdowns, []float64{1, 1.5}) {
+		t.Errorf("%d sessions, makespans %v, slowdowns %v; want 2, [2 3], [1 1.5]", ag.Sessions, ag.MakespansS, ag.Slowdowns)
+	}
+}

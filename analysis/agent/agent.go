@@ -146,7 +146,7 @@ func agentCalls(d *decode.Data) []call {
 		session int64
 	}
 	ids := map[key]int{}
-	var calls []call
+	calls := make([]call, 0, len(d.Status))
 	f := 0
 	for i := range d.Status {
 		for f < len(d.FileEnd)-1 && i >= d.FileEnd[f] {

@@ -14,7 +14,8 @@ import (
 // series reads them); a session is live over [its first sent_ns, its last end_ns or
 // sent_ns). Every session counts, complete or not: each loaded the server.
 func (r *Report) series(d *decode.Data, calls []call, interval time.Duration) {
-	var callSpans, sessionSpans [][2]int64
+	callSpans := make([][2]int64, 0, len(calls))
+	var sessionSpans [][2]int64
 	groups(calls, func(cs []call) {
 		first, last := int64(math.MaxInt64), int64(math.MinInt64)
 		for _, c := range cs {
@@ -55,29 +56,26 @@ func (r *Report) series(d *decode.Data, calls []call, interval time.Duration) {
 // peak is the most spans [a, b) open at once and when that was first reached (s; NaN
 // when no span has a length). A span that ends when another starts does not overlap it.
 func peak(spans [][2]int64) (int64, float64) {
-	type event struct {
-		t     int64
-		delta int64
-	}
-	ev := make([]event, 0, 2*len(spans))
+	// An event is 2t+1 for a start at t and 2t for an end: sorted as integers, ends come
+	// before starts at the same time ([a, b) is half-open). Offsets are in [0, 48 h), far
+	// from overflowing; an integer sort is several times faster than one of pairs.
+	ev := make([]int64, 0, 2*len(spans))
 	for _, s := range spans {
 		if s[1] > s[0] {
-			ev = append(ev, event{s[0], 1}, event{s[1], -1})
+			ev = append(ev, 2*s[0]+1, 2*s[1])
 		}
 	}
-	// Ends before starts at the same time: [a, b) is half-open.
-	slices.SortFunc(ev, func(x, y event) int {
-		if c := cmpInt64(x.t, y.t); c != 0 {
-			return c
-		}
-		return cmpInt64(x.delta, y.delta)
-	})
+	slices.Sort(ev)
 	var open, best int64
 	at := math.NaN()
 	for _, e := range ev {
-		open += e.delta
+		if e&1 == 1 {
+			open++
+		} else {
+			open--
+		}
 		if open > best {
-			best, at = open, float64(e.t)/1e9
+			best, at = open, float64(e>>1)/1e9
 		}
 	}
 	return best, at
