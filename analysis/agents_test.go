@@ -79,12 +79,17 @@ func agentMeta() results.RunMeta {
 
 func agentReport(t *testing.T, rows []row) (*Report, string) {
 	t.Helper()
+	return agentReportWith(t, rows, DefaultOptions())
+}
+
+func agentReportWith(t *testing.T, rows []row, opts Options) (*Report, string) {
+	t.Helper()
 	path := tempResults(t, agentMeta(), rows)
 	d, err := Load(context.Background(), decode.LoadOptions{}, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Analyze(d, DefaultOptions())
+	r, err := Analyze(d, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
