@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/analysis/agent"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
@@ -36,13 +37,16 @@ type Report struct {
 	// Conversations: prefix-cache hits and session waits; nil for a run without sessions,
 	// cached-token counts or a trace with prefix blocks.
 	Conversations *Conversations
-	Server        *Server // the scraped Prometheus endpoints (metrics files); nil when no run scraped
-	Flags         Flags
-	Tokens        Tokens
-	ByPrompt      []Bucket
-	ByOutput      []Bucket
-	Series        []Interval
-	Warnings      []string
+	// Agents: the agent-level figures (package analysis/agent); nil for a run without
+	// agent calls.
+	Agents   *agent.Report
+	Server   *Server // the scraped Prometheus endpoints (metrics files); nil when no run scraped
+	Flags    Flags
+	Tokens   Tokens
+	ByPrompt []Bucket
+	ByOutput []Bucket
+	Series   []Interval
+	Warnings []string
 
 	// Buffered is the evidence behind Flags.Buffered (buffered.go).
 	Buffered Buffered
@@ -220,6 +224,7 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	r.ByPrompt = r.breakdown(d, d.Prompt, opts.PromptBuckets)
 	r.ByOutput = r.breakdown(d, d.OutTarget, opts.OutputBuckets)
 	r.conversations(d)
+	r.agents(d)
 	r.sampleWarnings()
 	return r, nil
 }
@@ -540,6 +545,17 @@ func (r *Report) sampleWarnings() {
 			name string
 			q    stats.Quantiles
 		}{"steady-state schedule lateness", c.SteadyLateness})
+	}
+	if a := r.Agents; a != nil {
+		// Agent figures are per session: their tails rest on the sessions.
+		for _, m := range []struct {
+			name string
+			q    stats.Quantiles
+		}{{"agent makespan", a.Makespan}, {"agent slowdown", a.Slowdown}} {
+			if m.q.N > 0 && m.q.N < 100 {
+				r.warnf("%s p99 from %d sessions (under 100: it is near the max)", m.name, m.q.N)
+			}
+		}
 	}
 	for _, m := range ms {
 		if w := tailWarning(m.q.N); w != "" {

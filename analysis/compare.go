@@ -37,6 +37,9 @@ func CompareMethod(b stats.Bootstrap) string {
 		100*b.Confidence, stats.BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
 }
 
+// agentMethod ends the method line of a comparison of agent runs.
+const agentMethod = "Agent makespan, slowdown and prefix-cache hit rate: sessions resampled as independent units (n out of n; one session's calls wait for each other, sessions do not)."
+
 // ReadRunMeta returns the run metadata of a results file without reading its rows.
 func ReadRunMeta(path string) (results.RunMeta, error) {
 	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(decode.ReadProps()))
@@ -444,6 +447,12 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		if n := min(r.TTFT.N, r.TPOT.N); n > 0 && n < 1000 {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: p99 from %d requests (fewer than 10 above it): its intervals are unreliable", pointPrefix(point), s.Runs[i].Label, n))
 		}
+		if a := r.Agents; a != nil && a.Makespan.N > 0 && a.Makespan.N < 1000 {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: agent makespan and slowdown p99 from %d sessions (fewer than 10 above it): their intervals are unreliable", pointPrefix(point), s.Runs[i].Label, a.Makespan.N))
+		}
+	}
+	if s.reports[0].Agents != nil && !strings.Contains(c.Method, agentMethod) {
+		c.Method += " " + agentMethod
 	}
 	for _, r := range s.Runs {
 		if r.ClientLimited {

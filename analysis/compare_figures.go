@@ -74,6 +74,10 @@ func (rf *runFigures) add(f CompareFigure, e stats.Estimate) {
 // compare has no resampling for, its value alone.
 func (rf *runFigures) figure(f *Figure) {
 	cf := CompareFigure{Key: f.Key, Name: f.Compare.Name, Unit: f.Unit, Relative: f.Compare.Relative}
+	if f.Dist != nil && f.Units != nil {
+		rf.unitQuantiles(f)
+		return
+	}
 	if f.Dist != nil {
 		rf.quantiles(f)
 		return
@@ -96,6 +100,8 @@ func (rf *runFigures) figure(f *Figure) {
 		}))
 	case "drop_rate_pct":
 		rf.add(cf, rf.share("drops", all, func(i int) bool { return d.Status[i] == decode.StDropped }))
+	case "agent_cache_hit_rate_pct":
+		rf.add(cf, rf.agentCache(f))
 	case "prefix_cache_hit_rate_pct":
 		if d.Cached != nil {
 			rf.add(cf, rf.prefixCache(f))
@@ -191,11 +197,9 @@ func (rf *runFigures) quantiles(f *Figure) {
 		stats.SortFloat64s(xs)
 		n, at = int64(len(xs)), func(r int64) float64 { return xs[r] }
 	}
-	for _, p := range []struct {
-		name string
-		p    float64
-	}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}} {
-		key := f.Key + "_" + p.name + "_ms"
+	for _, p := range comparePs {
+		cf := quantileFigure(f, p.name)
+		key := cf.Key
 		var e stats.Estimate
 		switch {
 		case n == 0:
@@ -216,8 +220,54 @@ func (rf *runFigures) quantiles(f *Figure) {
 			}
 			e = rf.b.QuantileM(n, eff, at, p.p, rf.stream(key))
 		}
-		rf.add(CompareFigure{key, f.Compare.Name + " " + p.name + " ms", f.Unit, f.Compare.Relative}, e)
+		rf.add(cf, e)
 	}
+}
+
+// comparePs are the percentiles compare shows of a distribution.
+var comparePs = []struct {
+	name string
+	p    float64
+}{{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}}
+
+// quantileFigure names a distribution's percentile pn ("p50") in compare: KEY_p50_ms and
+// "NAME p50 ms" (the unit's suffix, s or ms; none for a ratio).
+func quantileFigure(f *Figure, pn string) CompareFigure {
+	key, name := f.Key+"_"+pn, f.Compare.Name+" "+pn
+	if f.Unit == "ms" || f.Unit == "s" {
+		key, name = key+"_"+f.Unit, name+" "+f.Unit
+	}
+	return CompareFigure{key, name, f.Unit, f.Compare.Relative}
+}
+
+// unitQuantiles adds p50, p90 and p99 of a distribution over independent units (an agent
+// figure's sessions: one session's calls wait for each other, sessions do not), each
+// resample drawing as many units as there are, with replacement.
+func (rf *runFigures) unitQuantiles(f *Figure) {
+	xs := f.Units(rf.r) // sorted
+	for _, p := range comparePs {
+		cf := quantileFigure(f, p.name)
+		e := stats.Undefined()
+		if len(xs) > 0 {
+			e = rf.b.QuantileSorted(xs, p.p, rf.stream(cf.Key))
+		}
+		rf.add(cf, e)
+	}
+}
+
+// agentCache is the agent calls' prefix-cache hit rate in percent, sessions resampled
+// with their cached and prompt tokens (a ratio of sums).
+func (rf *runFigures) agentCache(f *Figure) stats.Estimate {
+	s := rf.r.Agents.Cache.BySession
+	reps := rf.b.Resample(len(s), 1, rf.stream("agent_cache"), func(w []int32, out []float64) {
+		var sc, sp float64
+		for i, k := range w {
+			sc += float64(k) * s[i][0]
+			sp += float64(k) * s[i][1]
+		}
+		out[0] = 100 * sc / sp
+	})
+	return stats.Estimate{Value: f.float(rf.r), Reps: reps[0]}
 }
 
 // share is a share of requests in percent, m out of n with m from the dependence along

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/plot"
+
 	"bufio"
 	"encoding/json"
 	"fmt"
@@ -367,7 +369,7 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 		for i, r := range s.Runs {
 			items = append(items, [2]string{seriesClass(i), r.Label})
 		}
-		pl.legend(items...)
+		pl.Legend(items...)
 	}
 	for _, m := range []struct {
 		id, title string
@@ -393,9 +395,9 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 		if logx {
 			xlabel += " (log scale)"
 		}
-		pl := newPlot(fmt.Sprintf("plot-%s-cdf-%d", m.id, k), m.title, xlabel, "fraction of requests ≤ x", lo, math.Max(hi, lo*1.01), logx, 0, 1, false)
+		pl := plot.New(fmt.Sprintf("plot-%s-cdf-%d", m.id, k), m.title, xlabel, "fraction of requests ≤ x", lo, math.Max(hi, lo*1.01), logx, 0, 1, false)
 		for i, r := range s.reports {
-			pl.line(m.curve(r), seriesClass(i))
+			pl.Line(m.curve(r), seriesClass(i))
 		}
 		legend(pl)
 		out = append(out, pl)
@@ -410,14 +412,14 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 		}
 	}
 	if xhi > 0 {
-		pl := newPlot(fmt.Sprintf("plot-throughput-%d", k), "Output tokens/s over time", "time since run start (s)", "tok/s", 0, xhi, false, 0, yhi*1.1, false)
+		pl := plot.New(fmt.Sprintf("plot-throughput-%d", k), "Output tokens/s over time", "time since run start (s)", "tok/s", 0, xhi, false, 0, yhi*1.1, false)
 		for i, r := range s.reports {
 			iv := r.Options.Interval.Seconds()
 			var pts [][2]float64
 			for _, x := range r.Series {
 				pts = append(pts, [2]float64{x.StartS + iv/2, x.OutputTokensPerS})
 			}
-			pl.line(pts, seriesClass(i))
+			pl.Line(pts, seriesClass(i))
 		}
 		legend(pl)
 		out = append(out, pl)

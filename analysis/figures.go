@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/agent"
 	"github.com/llmreplay/llmreplay/stats"
 
 	"encoding/json"
@@ -17,7 +18,7 @@ import (
 type Figure struct {
 	// Key names the figure in compare (a distribution's compare keys are Key_p50_ms ...).
 	Key  string
-	Unit string // "req/s", "tok/s", "ms", "%"
+	Unit string // "req/s", "tok/s", "ms", "s", "%", "x" (a ratio)
 	// JSON is the figure's path in the JSON report, dot-separated ("throughput.requests_per_s",
 	// "ttft_ms"): a top-level key, or a key of one of the objects built from figures
 	// (figureObject: requests, throughput, goodput, breakdown.window, breakdown.duration).
@@ -49,8 +50,12 @@ type Figure struct {
 
 	// Value returns a scalar: float64 (NaN when undefined), int64, bool or string.
 	Value func(*Report) any
-	// Dist returns a distribution, ms.
+	// Dist returns a distribution, in Unit (ms unless said).
 	Dist func(*Report) stats.Quantiles
+	// Units, when set, are the sorted values of a distribution's independent units when
+	// they are not requests (an agent figure's sessions): compare resamples them as
+	// independent samples.
+	Units func(*Report) []float64
 }
 
 // CompareSpec is how compare shows a figure. How it resamples the figure is compare's own
@@ -180,6 +185,30 @@ var reportFigures = []Figure{
 	{Key: "prefix_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "prefix-cache hit rate %"},
 		Present: func(r *Report) bool { return r.Conversations != nil && r.Conversations.PrefixCache.PromptTokens > 0 },
 		Value:   func(r *Report) any { return 100 * r.Conversations.PrefixCache.HitRate }},
+	// Agents (package analysis/agent computes them; agents.go renders the section).
+	agentCount("agent_sessions", func(a *agent.Report) int64 { return a.Sessions }),
+	agentCount("agent_sessions_complete", func(a *agent.Report) int64 { return a.Complete }),
+	agentCount("agent_sessions_incomplete", func(a *agent.Report) int64 { return a.Incomplete }),
+	agentCount("agent_calls", func(a *agent.Report) int64 { return a.Calls }),
+	agentDist("agent_makespan", "s", "makespan_s", "makespan, s", &CompareSpec{Name: "agent makespan", Relative: true},
+		func(a *agent.Report) stats.Quantiles { return a.Makespan }, func(a *agent.Report) []float64 { return a.MakespansS }),
+	agentDist("agent_recorded_makespan", "s", "recorded_makespan_s", "recorded makespan, s", nil,
+		func(a *agent.Report) stats.Quantiles { return a.RecordedMakespan }, nil),
+	agentDist("agent_slowdown", "x", "slowdown", "slowdown (makespan / recorded)", &CompareSpec{Name: "agent slowdown", Relative: true},
+		func(a *agent.Report) stats.Quantiles { return a.Slowdown }, func(a *agent.Report) []float64 { return a.Slowdowns }),
+	agentScalar("agent_llm_share", "llm_share", "LLM share of makespan", pct100, llmShareNote, func(a *agent.Report) float64 { return a.LLMShare }),
+	agentScalar("agent_recorded_llm_share", "recorded_llm_share", "", nil, nil, func(a *agent.Report) float64 { return a.RecordedLLMShare }),
+	agentScalar("agent_cache_hit_rate", "cache.hit_rate", "prefix-cache hit rate", pct100, agentCacheNote, func(a *agent.Report) float64 { return a.Cache.HitRate }),
+	agentScalar("agent_recorded_cache_share", "cache.recorded_share", "", nil, nil, func(a *agent.Report) float64 { return a.Cache.RecordedShare }),
+	agentScalar("agent_cache_best_rate", "cache.best_rate", "", nil, nil, func(a *agent.Report) float64 { return a.Cache.BestRate }),
+	agentScalar("agent_peak_live_sessions", "peak_live_sessions", "peak live sessions", f0, peakAtNote(func(a *agent.Report) float64 { return a.PeakSessionsAtS }),
+		func(a *agent.Report) float64 { return float64(a.PeakSessions) }),
+	agentScalar("agent_peak_calls_in_flight", "peak_calls_in_flight", "peak calls in flight", f0, peakAtNote(func(a *agent.Report) float64 { return a.PeakCallsAtS }),
+		func(a *agent.Report) float64 { return float64(a.PeakCalls) }),
+	// Compare's: the hit rate in percent, the sessions resampled (compare_figures.go).
+	{Key: "agent_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "agent prefix-cache hit rate %"},
+		Present: func(r *Report) bool { return r.Agents != nil && r.Agents.Cache.PromptTokens > 0 },
+		Value:   func(r *Report) any { return 100 * r.Agents.Cache.HitRate }},
 }
 
 func countFigure(column, json string, get func(*Report) int64) Figure {
@@ -373,7 +402,7 @@ func distributionSamples(r *Report) map[string]int64 {
 	out := map[string]int64{}
 	for i := range reportFigures {
 		f := &reportFigures[i]
-		if f.Dist != nil && f.JSON != "" {
+		if f.Dist != nil && f.JSON != "" && f.present(r) {
 			out[f.JSON[strings.LastIndex(f.JSON, ".")+1:]] = f.Dist(r).N
 		}
 	}

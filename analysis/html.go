@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/plot"
+
 	"github.com/llmreplay/llmreplay/stats"
 
 	"bufio"
@@ -14,16 +16,6 @@ import (
 // The HTML report is one self-contained page: inline CSS, SVG plots drawn here in Go, and a
 // few lines of inline script that only check the plots rendered (a marker the browser test
 // reads). It loads nothing from the network.
-
-func maxOf(pts [][2]float64, k int) float64 {
-	m := 0.0
-	for _, q := range pts {
-		if !math.IsNaN(q[k]) && !math.IsInf(q[k], 0) {
-			m = math.Max(m, q[k])
-		}
-	}
-	return m
-}
 
 func (r *Report) timePlots() []*Plot {
 	if len(r.Series) == 0 {
@@ -42,24 +34,28 @@ func (r *Report) timePlots() []*Plot {
 	t := r.Throughput
 	window := func(p *Plot) {
 		if !math.IsNaN(t.WindowStartS) {
-			p.band(t.WindowStartS, t.WindowEndS, "steady-state window")
+			p.Band(t.WindowStartS, t.WindowEndS, "steady-state window")
 		}
 	}
-	p1 := newPlot("plot-throughput", fmt.Sprintf("Output tokens/s per %v interval", r.Options.Interval), "time since run start (s)", "tok/s", 0, xhi, false, 0, maxOf(tok, 1)*1.1, false)
+	p1 := plot.New("plot-throughput", fmt.Sprintf("Output tokens/s per %v interval", r.Options.Interval), "time since run start (s)", "tok/s", 0, xhi, false, 0, plot.MaxOf(tok, 1)*1.1, false)
 	window(p1)
-	p1.line(tok, "s1")
+	p1.Line(tok, "s1")
 	if !math.IsNaN(t.SustainedOutputTokensPerS) {
-		p1.hline(t.SustainedOutputTokensPerS, "ref", fmt.Sprintf("sustained %.1f tok/s", t.SustainedOutputTokensPerS))
+		p1.HLine(t.SustainedOutputTokensPerS, "ref", fmt.Sprintf("sustained %.1f tok/s", t.SustainedOutputTokensPerS))
 	}
-	p2 := newPlot("plot-inflight", "Requests in flight (time-averaged per interval)", "time since run start (s)", "requests", 0, xhi, false, 0, maxOf(infl, 1)*1.1, false)
+	p2 := plot.New("plot-inflight", "Requests in flight (time-averaged per interval)", "time since run start (s)", "requests", 0, xhi, false, 0, plot.MaxOf(infl, 1)*1.1, false)
 	window(p2)
-	p2.line(infl, "s2")
-	p3 := newPlot("plot-ttft-time", "TTFT of requests sent in each interval", "time since run start (s)", "ms", 0, xhi, false, 0, maxOf(ttft99, 1)*1.1, false)
+	p2.Line(infl, "s2")
+	p3 := plot.New("plot-ttft-time", "TTFT of requests sent in each interval", "time since run start (s)", "ms", 0, xhi, false, 0, plot.MaxOf(ttft99, 1)*1.1, false)
 	window(p3)
-	p3.line(ttft50, "s1")
-	p3.line(ttft99, "s3")
-	p3.legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
-	return append([]*Plot{p1, p2, p3}, r.serverPlots(xhi, window)...)
+	p3.Line(ttft50, "s1")
+	p3.Line(ttft99, "s3")
+	p3.Legend([2]string{"s1", "p50"}, [2]string{"s3", "p99"})
+	ps := append([]*Plot{p1, p2, p3}, r.serverPlots(xhi, window)...)
+	if p := r.agentPlot(); p != nil {
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles, slo float64) *Plot {
@@ -71,12 +67,12 @@ func (r *Report) cdfPlot(id, title string, curve [][2]float64, q stats.Quantiles
 	if !logx {
 		lo = 0
 	}
-	p := newPlot(id, title, "ms"+map[bool]string{true: " (log scale)", false: ""}[logx], "fraction of requests ≤ x", lo, math.Max(hi, lo*1.01), logx, 0, 1, false)
-	p.line(curve, "s1")
-	p.vline(q.P50, "ref", "p50")
-	p.vline(q.P99, "ref", "p99")
+	p := plot.New(id, title, "ms"+map[bool]string{true: " (log scale)", false: ""}[logx], "fraction of requests ≤ x", lo, math.Max(hi, lo*1.01), logx, 0, 1, false)
+	p.Line(curve, "s1")
+	p.VLine(q.P50, "ref", "p50")
+	p.VLine(q.P99, "ref", "p99")
 	if slo > 0 {
-		p.vline(slo, "slo", "SLO")
+		p.VLine(slo, "slo", "SLO")
 	}
 	return p
 }
@@ -95,8 +91,8 @@ func (r *Report) promptPlot() *Plot {
 	if ymax <= 0 {
 		ymax = r.TTFT.Max + 1
 	}
-	p := newPlot("plot-ttft-prompt", fmt.Sprintf("TTFT by prompt length (%d of %d ok requests)", len(r.promptTTFT), r.TTFT.N), "prompt tokens (log scale)", "TTFT ms", lo, hi, true, 0, ymax, false)
-	p.dots(r.promptTTFT, "dot")
+	p := plot.New("plot-ttft-prompt", fmt.Sprintf("TTFT by prompt length (%d of %d ok requests)", len(r.promptTTFT), r.TTFT.N), "prompt tokens (log scale)", "TTFT ms", lo, hi, true, 0, ymax, false)
+	p.Dots(r.promptTTFT, "dot")
 	var p50, p99 [][2]float64
 	for _, b := range r.ByPrompt {
 		if b.TTFT.N == 0 {
@@ -109,11 +105,11 @@ func (r *Report) promptPlot() *Plot {
 		p50 = append(p50, [2]float64{x, b.TTFT.P50})
 		p99 = append(p99, [2]float64{x, b.TTFT.P99})
 	}
-	p.line(p50, "s1")
-	p.line(p99, "s3")
-	p.legend([2]string{"s1", "bucket p50"}, [2]string{"s3", "bucket p99"})
+	p.Line(p50, "s1")
+	p.Line(p99, "s3")
+	p.Legend([2]string{"s1", "bucket p50"}, [2]string{"s3", "bucket p99"})
 	if r.Options.SLO.TTFT > 0 {
-		p.hline(float64(r.Options.SLO.TTFT)/1e6, "slo", "TTFT SLO")
+		p.HLine(float64(r.Options.SLO.TTFT)/1e6, "slo", "TTFT SLO")
 	}
 	return p
 }
@@ -122,7 +118,7 @@ func (r *Report) attainmentPlot(id, title string, bs []Bucket) *Plot {
 	if r.Goodput == nil || len(bs) == 0 {
 		return nil
 	}
-	p := newPlot(id, title, "", "% meeting every SLO", 0, float64(len(bs)), false, 0, 100, false)
+	p := plot.New(id, title, "", "% meeting every SLO", 0, float64(len(bs)), false, 0, 100, false)
 	// The x ticks of a bar chart are the labels under the bars, not numbers: the style
 	// hides the numeric ones.
 	p.Class = "plot bars"
@@ -130,7 +126,7 @@ func (r *Report) attainmentPlot(id, title string, bs []Bucket) *Plot {
 		if math.IsNaN(b.Attainment) {
 			continue
 		}
-		p.bar(i, len(bs), b.Attainment, b.Label(), fmt.Sprintf("%s: %.1f%% of %d", b.Label(), b.Attainment, b.Requests))
+		p.Bar(i, len(bs), b.Attainment, b.Label(), fmt.Sprintf("%s: %.1f%% of %d", b.Label(), b.Attainment, b.Requests))
 	}
 	return p
 }
@@ -169,6 +165,7 @@ type reportPage struct {
 	PercentileMethod string
 	Closed           *closedHTML
 	Conversations    *conversationsHTML
+	Agents           *agentsHTML
 	Warnings         []string
 	TimePlots        []*Plot
 	Distributions    []*Plot // nil ones are left out
@@ -218,7 +215,10 @@ var reportTemplate = pageTemplate(htmlHead + `<h1>{{.Title}}</h1>
 {{end}}{{with .Conversations}}<h2>Conversations</h2><table>{{template "rows" .Rows}}` +
 	`{{with .Overlap}}<tr><th>turns sent before their predecessor's answer ended</th><td>{{.}}</td></tr>{{"\n"}}{{end}}{{template "rows" .Sessions}}</table>
 {{range .Buckets}}<table>{{template "header" .Header}}{{template "rows" .Rows}}</table>
-{{end}}{{end}}{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
+{{end}}{{end}}{{with .Agents}}<h2>Agents</h2><table>{{template "rows" .Rows}}</table>
+<table>{{template "header" .Header}}{{template "rows" .Dists}}</table>
+<table>{{template "header" .ContextHeader}}{{template "rows" .Contexts}}</table>
+{{end}}{{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
 {{end}}<h2>Over time</h2><div class="grid-2">
 {{range .TimePlots}}{{template "svg" .}}
 {{end}}</div><h2>Distributions</h2><div class="grid-2">
@@ -246,7 +246,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		alerts = append(alerts, a)
 	}
 	pg := reportPage{Title: title, Alerts: alerts, Style: htmlStyle, Script: htmlScript, Summary: r.summaryRows(), PercentileMethod: PercentileMethod,
-		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
+		Closed: r.closedHTML(), Conversations: r.conversationsHTML(), Agents: r.agentsHTML(), Warnings: r.Warnings, TimePlots: r.timePlots(),
 		Distributions: []*Plot{
 			r.cdfPlot("plot-ttft-cdf", "TTFT distribution (CDF)", r.ttftCurve, r.TTFT, float64(r.Options.SLO.TTFT)/1e6),
 			r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6),

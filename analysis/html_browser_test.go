@@ -76,6 +76,19 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		}
 		renderCheck(t, bin, r)
 	})
+	t.Run("agents", func(t *testing.T) {
+		opts := DefaultOptions()
+		opts.SLO = SLO{TTFT: 200 * time.Millisecond} // every plot, the attainment ones too
+		r, _ := agentReportWith(t, agentRows(), opts)
+		var page strings.Builder
+		r.WriteHTML(&page)
+		for _, want := range []string{"<h2>Agents</h2>", `id="plot-agents"`, "<tr><th>peak calls in flight</th><td>3 (at 2.000 s)</td></tr>"} {
+			if !strings.Contains(page.String(), want) {
+				t.Errorf("HTML lacks %q", want)
+			}
+		}
+		renderCheck(t, bin, r)
+	})
 }
 
 func renderCheck(t *testing.T, bin string, r *Report) {
@@ -86,6 +99,9 @@ func renderCheck(t *testing.T, bin string, r *Report) {
 	want := 8
 	if r.Server != nil {
 		want = 10 // the two server panels
+	}
+	if r.Agents != nil {
+		want++ // live sessions and calls in flight
 	}
 	browsertest.RenderCheck(t, bin, page, want)
 	browsertest.Screenshot(t, bin, page, 1400, 2400)

@@ -295,6 +295,9 @@ func (r *Report) toJSON() Object {
 			flags.ReshapedByServer = &reshaped
 		}
 	}
+	if r.Agents != nil {
+		j = append(j, jsonField{"agents", r.agentsJSON()})
+	}
 	if s := r.Server; s != nil {
 		j = append(j, jsonField{"server", s.toJSON()})
 	}

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/plot"
+
 	"fmt"
 	"html/template"
 	"math"
@@ -112,26 +114,19 @@ func WriteColumns(path, format string, rows [][]Column) error {
 	return writeRecord(path, b.NewRecord())
 }
 
-// NewPlot is an empty plot with id (the element's id, which the render check names), a
-// title, axis labels and ranges, each axis linear or log.
+// Plot is one SVG plot of a page (package analysis/plot draws it; the pages' "svg"
+// template writes it).
+type Plot = plot.Plot
+
+// NewPlot is plot.New: an empty plot with id (the element's id, which the render check
+// names), a title, axis labels and ranges, each axis linear or log. Its methods Line,
+// Dots, VLine and Legend draw on it.
 func NewPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
-	return newPlot(id, title, xlabel, ylabel, xlo, xhi, xlog, ylo, yhi, ylog)
+	return plot.New(id, title, xlabel, ylabel, xlo, xhi, xlog, ylo, yhi, ylog)
 }
 
-// Line draws pts joined, in the style class (s1, s2, s3: the series; ref, slo: references).
-func (p *Plot) Line(pts [][2]float64, class string) { p.line(pts, class) }
-
-// Dots marks each of pts.
-func (p *Plot) Dots(pts [][2]float64, class string) { p.dots(pts, class) }
-
-// VLine draws a vertical line at x, labelled ("" for none).
-func (p *Plot) VLine(x float64, class, label string) { p.vline(x, class, label) }
-
-// Legend names each style class: {class, label} pairs.
-func (p *Plot) Legend(items ...[2]string) { p.legend(items...) }
-
 // MaxOf is the largest finite pts[i][k] (0 when none): a plot's range.
-func MaxOf(pts [][2]float64, k int) float64 { return maxOf(pts, k) }
+func MaxOf(pts [][2]float64, k int) float64 { return plot.MaxOf(pts, k) }
 
 // PageTemplate is a self-contained page whose body is body: the shared head (Content
 // Security Policy, style sheet) and foot (the render check), with "svg" to draw a Plot.

@@ -1,93 +1,24 @@
 package analysis
 
 import (
+	"github.com/llmreplay/llmreplay/analysis/plot"
+	"github.com/llmreplay/llmreplay/analysis/scraped"
+
 	"fmt"
 	"math"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/llmreplay/llmreplay/analysis/decode"
-	"github.com/llmreplay/llmreplay/stats"
-	"github.com/llmreplay/llmreplay/wire"
 )
 
 // The server section: what the engine's own Prometheus metrics said during the run, read
 // from the metrics files beside the results files (docs/metrics.md, "Server metrics").
-// Analysis knows a fixed table of metric names (serverMetrics); every other sample in a
+// Analysis knows a fixed table of metric names (scraped.Metrics); every other sample in a
 // metrics file is skipped while reading, so memory grows with the known series only.
 
-// serverRole is the quantity a known metric measures.
-type serverRole uint8
-
-const (
-	roleRunning       serverRole = iota // requests the engine is running (batch)
-	roleWaiting                         // requests queued in the engine
-	roleKVUsage                         // KV-cache usage, fraction 0..1
-	rolePreemptions                     // preemptions, counter
-	rolePrefixQueries                   // prefix-cache queries (tokens), counter
-	rolePrefixHits                      // prefix-cache hits (tokens), counter
-	rolePrefixRate                      // the engine's own prefix-cache hit rate gauge, 0..1
-	roleGPUUtil                         // GPU utilisation, percent
-	roleGPUPower                        // GPU power draw, W
-	roleGPUMem                          // GPU framebuffer memory used, MiB
-	nRoles
-)
-
-// How the series of one role combine at one instant: a count or a draw adds up over
-// engines and GPUs, a fraction is averaged, a counter's increase adds up.
-type roleAgg uint8
-
-const (
-	aggSum roleAgg = iota
-	aggMean
-	aggCounter
-)
-
-var roleAggs = [nRoles]roleAgg{
-	roleRunning: aggSum, roleWaiting: aggSum, roleKVUsage: aggMean, rolePreemptions: aggCounter,
-	rolePrefixQueries: aggCounter, rolePrefixHits: aggCounter, rolePrefixRate: aggMean,
-	roleGPUUtil: aggMean, roleGPUPower: aggSum, roleGPUMem: aggSum,
-}
-
-// serverMetric is one known metric name. Where an engine renamed a metric, both names are
-// known and Rank orders them: a source that exposes a lower-ranked name for a role has its
-// higher-ranked names for that role ignored, so a version exposing both is not counted twice.
-type serverMetric struct {
-	Name   string
-	Engine string
-	Role   serverRole
-	Rank   int
-}
-
-// serverMetrics is the table docs/metrics.md ("Server metrics") documents, with the source
-// of each name.
-var serverMetrics = []serverMetric{
-	{wire.VLLMRequestsRunning, "vllm", roleRunning, 0},
-	{wire.VLLMRequestsWaiting, "vllm", roleWaiting, 0},
-	{wire.VLLMKVCacheUsage, "vllm", roleKVUsage, 0},
-	{wire.VLLMGPUCacheUsage, "vllm", roleKVUsage, 1},
-	{wire.VLLMPreemptionsTotal, "vllm", rolePreemptions, 0},
-	{wire.VLLMPreemptions, "vllm", rolePreemptions, 1},
-	{wire.VLLMPrefixCacheQueries, "vllm", rolePrefixQueries, 0},
-	{wire.VLLMGPUPrefixCacheQueries, "vllm", rolePrefixQueries, 1},
-	{wire.VLLMPrefixCacheHits, "vllm", rolePrefixHits, 0},
-	{wire.VLLMGPUPrefixCacheHits, "vllm", rolePrefixHits, 1},
-	{wire.VLLMGPUPrefixCacheHitRate, "vllm", rolePrefixRate, 0},
-	{wire.SGLangRequestsRunning, "sglang", roleRunning, 0},
-	{wire.SGLangRequestsQueued, "sglang", roleWaiting, 0},
-	{wire.SGLangTokenUsage, "sglang", roleKVUsage, 0},
-	{wire.SGLangCacheHitRate, "sglang", rolePrefixRate, 0},
-	{wire.TGIBatchSize, "tgi", roleRunning, 0},
-	{wire.TGIQueueSize, "tgi", roleWaiting, 0},
-	{wire.LlamaCPPRequestsProcessing, "llamacpp", roleRunning, 0},
-	{wire.LlamaCPPRequestsDeferred, "llamacpp", roleWaiting, 0},
-	{wire.LlamaCPPKVCacheUsage, "llamacpp", roleKVUsage, 0},
-	{wire.DCGMGPUUtil, "dcgm", roleGPUUtil, 0},
-	{wire.DCGMPowerUsage, "dcgm", roleGPUPower, 0},
-	{wire.DCGMFBUsed, "dcgm", roleGPUMem, 0},
-}
+// GaugeStats summarises a gauge's aligned samples in the window (scraped.GaugeStats).
+type GaugeStats = scraped.GaugeStats
 
 // Server is the report's server section: what the scraped Prometheus endpoints said over
 // the window (the steady-state window, or the whole run when there is none).
@@ -113,13 +44,6 @@ type Server struct {
 	GPUMemMiB               GaugeStats // MiB, summed over GPUs
 }
 
-// GaugeStats summarises a gauge's aligned samples in the window: their mean, type-7 p99
-// and max; N == 0 (and NaN figures) when nothing exposed it.
-type GaugeStats struct {
-	N              int64
-	Mean, P99, Max float64
-}
-
 // ServerSource is one scraped endpoint: its scrape attempts over the whole run and how
 // many failed (llmreplay_scrape_up == 0), with the last failure's reason.
 type ServerSource struct {
@@ -127,191 +51,6 @@ type ServerSource struct {
 	Shard             int
 	Scrapes, Failures int64
 	LastError         string
-}
-
-// rolePoint is one aligned value of a role: its time (ns) and value; for a counter role,
-// the increase between two consecutive scrapes, stamped at the later one.
-type rolePoint struct {
-	t int64
-	v float64
-}
-
-// alignedRoles turns the kept samples into, per role, one value per scrape instant.
-// Gauges: the series of one source at one scrape combine by the role's rule; the sources
-// then combine at the same grid tick (t rounded to the scrape interval), so that two
-// endpoints scraped a few milliseconds apart add up. Counters: per series, the increase
-// between consecutive scrapes (a drop is a reset: the new value is the increase), stamped
-// at the later scrape.
-func alignedRoles(sd *decode.ServerData) [nRoles][]rolePoint {
-	var out [nRoles][]rolePoint
-	// The rank used for each (source, role): the lowest exposed.
-	best := map[[2]int]int{}
-	for _, s := range sd.Series {
-		m := serverMetrics[s.Metric]
-		k := [2]int{s.Source, int(m.Role)}
-		if r, ok := best[k]; !ok || m.Rank < r {
-			best[k] = m.Rank
-		}
-	}
-	use := make([]bool, len(sd.Series))
-	for i, s := range sd.Series {
-		m := serverMetrics[s.Metric]
-		use[i] = best[[2]int{s.Source, int(m.Role)}] == m.Rank
-	}
-	iv := sd.IntervalNS
-	if iv <= 0 {
-		iv = 1e9
-	}
-	// Samples by series, in time order.
-	bySeries := make([][]decode.ServerSample, len(sd.Series))
-	for _, x := range sd.Samples {
-		if use[x.Series] {
-			bySeries[x.Series] = append(bySeries[x.Series], x)
-		}
-	}
-	type acc struct {
-		sum float64
-		n   int
-		t   int64
-	}
-	// Gauges: per (role, source, instant), then per (role, tick).
-	perScrape := map[[3]int64]*acc{}
-	for i, xs := range bySeries {
-		s := sd.Series[i]
-		role := serverMetrics[s.Metric].Role
-		slices.SortStableFunc(xs, func(a, b decode.ServerSample) int { return cmpInt64(a.T, b.T) })
-		if roleAggs[role] == aggCounter {
-			for j := 1; j < len(xs); j++ {
-				d := xs[j].V - xs[j-1].V
-				if d < 0 {
-					d = xs[j].V
-				}
-				out[role] = append(out[role], rolePoint{xs[j].T, d})
-			}
-			continue
-		}
-		for _, x := range xs {
-			if math.IsNaN(x.V) {
-				continue
-			}
-			k := [3]int64{int64(role), int64(s.Source), x.T}
-			a := perScrape[k]
-			if a == nil {
-				a = &acc{t: x.T}
-				perScrape[k] = a
-			}
-			a.sum += x.V
-			a.n++
-		}
-	}
-	perTick := map[[2]int64]*acc{}
-	keys := make([][3]int64, 0, len(perScrape))
-	for k := range perScrape {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b [3]int64) int {
-		for i := range a {
-			if c := cmpInt64(a[i], b[i]); c != 0 {
-				return c
-			}
-		}
-		return 0
-	})
-	lastTick := map[[3]int64]bool{} // (role, source, tick) already counted: a late scrape replaces nothing
-	for _, k := range keys {
-		a := perScrape[k]
-		role := serverRole(k[0])
-		v := a.sum
-		if roleAggs[role] == aggMean {
-			v /= float64(a.n)
-		}
-		tick := floorDiv(a.t+iv/2, iv)
-		if lastTick[[3]int64{k[0], k[1], tick}] {
-			continue
-		}
-		lastTick[[3]int64{k[0], k[1], tick}] = true
-		tk := [2]int64{k[0], tick}
-		b := perTick[tk]
-		if b == nil {
-			b = &acc{t: a.t}
-			perTick[tk] = b
-		}
-		b.sum += v
-		b.n++
-		b.t = min(b.t, a.t)
-	}
-	for k, b := range perTick {
-		role := serverRole(k[0])
-		v := b.sum
-		if roleAggs[role] == aggMean {
-			v /= float64(b.n)
-		}
-		out[role] = append(out[role], rolePoint{b.t, v})
-	}
-	for r := range out {
-		slices.SortStableFunc(out[r], func(a, b rolePoint) int { return cmpInt64(a.t, b.t) })
-	}
-	return out
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// within returns the points of pts (sorted by time) stamped in [lo, hi), by binary search:
-// the time series asks once per interval.
-func within(pts []rolePoint, lo, hi int64) []rolePoint {
-	a := sort.Search(len(pts), func(i int) bool { return pts[i].t >= lo })
-	b := sort.Search(len(pts), func(i int) bool { return pts[i].t >= hi })
-	return pts[a:max(a, b)]
-}
-
-// gaugeStats summarises the points of pts in [lo, hi).
-func gaugeStats(pts []rolePoint, lo, hi int64) GaugeStats {
-	var xs []float64
-	for _, p := range within(pts, lo, hi) {
-		xs = append(xs, p.v)
-	}
-	nan := math.NaN()
-	if len(xs) == 0 {
-		return GaugeStats{Mean: nan, P99: nan, Max: nan}
-	}
-	q := stats.Summarize(xs)
-	return GaugeStats{N: q.N, Mean: q.Mean, P99: stats.Type7(xs, 0.99), Max: q.Max}
-}
-
-// counterIncrease sums the increases stamped in [lo, hi); NaN when the role has none
-// there (nothing exposed, or a single scrape).
-func counterIncrease(pts []rolePoint, lo, hi int64) float64 {
-	sum, n := sumWithin(pts, lo, hi)
-	if n == 0 {
-		return math.NaN()
-	}
-	return sum
-}
-
-func gaugeMean(pts []rolePoint, lo, hi int64) float64 {
-	sum, n := sumWithin(pts, lo, hi)
-	if n == 0 {
-		return math.NaN()
-	}
-	return sum / float64(n)
-}
-
-// sumWithin is the sum and count of the points in [lo, hi).
-func sumWithin(pts []rolePoint, lo, hi int64) (float64, int) {
-	sum, n := 0.0, 0
-	for _, p := range within(pts, lo, hi) {
-		sum += p.v
-		n++
-	}
-	return sum, n
 }
 
 // server builds r.Server and the server columns of r.Series from d's metrics files; it
@@ -331,14 +70,14 @@ func (r *Report) server(d *decode.Data) {
 	}
 	seen := map[string]bool{}
 	for _, x := range sd.Series {
-		seen[serverMetrics[x.Metric].Engine] = true
+		seen[scraped.Metrics[x.Metric].Engine] = true
 	}
 	for _, e := range []string{"vllm", "sglang", "tgi", "llamacpp", "dcgm"} {
 		if seen[e] {
 			s.Engines = append(s.Engines, e)
 		}
 	}
-	roles := alignedRoles(sd)
+	roles := scraped.Align(sd)
 	t := r.Throughput
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	s.WindowStartS, s.WindowEndS = math.NaN(), math.NaN()
@@ -348,15 +87,15 @@ func (r *Report) server(d *decode.Data) {
 	} else {
 		r.warnf("server metrics cover the whole run: there is no steady-state window")
 	}
-	s.Running = gaugeStats(roles[roleRunning], lo, hi)
-	s.Waiting = gaugeStats(roles[roleWaiting], lo, hi)
-	s.KVUsage = gaugeStats(roles[roleKVUsage], lo, hi)
-	s.GPUUtil = gaugeStats(roles[roleGPUUtil], lo, hi)
-	s.GPUPowerW = gaugeStats(roles[roleGPUPower], lo, hi)
-	s.GPUMemMiB = gaugeStats(roles[roleGPUMem], lo, hi)
-	s.Preemptions = counterIncrease(roles[rolePreemptions], lo, hi)
-	s.PrefixHits = counterIncrease(roles[rolePrefixHits], lo, hi)
-	s.PrefixQuery = counterIncrease(roles[rolePrefixQueries], lo, hi)
+	s.Running = scraped.Gauge(roles[scraped.Running], lo, hi)
+	s.Waiting = scraped.Gauge(roles[scraped.Waiting], lo, hi)
+	s.KVUsage = scraped.Gauge(roles[scraped.KVUsage], lo, hi)
+	s.GPUUtil = scraped.Gauge(roles[scraped.GPUUtil], lo, hi)
+	s.GPUPowerW = scraped.Gauge(roles[scraped.GPUPower], lo, hi)
+	s.GPUMemMiB = scraped.Gauge(roles[scraped.GPUMem], lo, hi)
+	s.Preemptions = scraped.Increase(roles[scraped.Preemptions], lo, hi)
+	s.PrefixHits = scraped.Increase(roles[scraped.PrefixHits], lo, hi)
+	s.PrefixQuery = scraped.Increase(roles[scraped.PrefixQueries], lo, hi)
 	s.PrefixHitRate = math.NaN()
 	switch {
 	case !math.IsNaN(s.PrefixQuery) && !math.IsNaN(s.PrefixHits):
@@ -364,9 +103,9 @@ func (r *Report) server(d *decode.Data) {
 		if s.PrefixQuery > 0 {
 			s.PrefixHitRate = s.PrefixHits / s.PrefixQuery
 		}
-	case len(roles[rolePrefixRate]) > 0:
+	case len(roles[scraped.PrefixRate]) > 0:
 		s.PrefixFrom = "gauge"
-		s.PrefixHitRate = gaugeMean(roles[rolePrefixRate], lo, hi)
+		s.PrefixHitRate = scraped.Mean(roles[scraped.PrefixRate], lo, hi)
 	}
 	var failing []string
 	for _, src := range s.Sources {
@@ -385,12 +124,12 @@ func (r *Report) server(d *decode.Data) {
 	for k := range r.Series {
 		p := &r.Series[k]
 		a, b := int64(k)*iv, int64(k+1)*iv
-		p.ServerRunning = gaugeMean(roles[roleRunning], a, b)
-		p.ServerWaiting = gaugeMean(roles[roleWaiting], a, b)
-		p.KVUsage = gaugeMean(roles[roleKVUsage], a, b)
-		p.Preemptions = counterIncrease(roles[rolePreemptions], a, b)
-		p.GPUUtil = gaugeMean(roles[roleGPUUtil], a, b)
-		p.GPUPowerW = gaugeMean(roles[roleGPUPower], a, b)
+		p.ServerRunning = scraped.Mean(roles[scraped.Running], a, b)
+		p.ServerWaiting = scraped.Mean(roles[scraped.Waiting], a, b)
+		p.KVUsage = scraped.Mean(roles[scraped.KVUsage], a, b)
+		p.Preemptions = scraped.Increase(roles[scraped.Preemptions], a, b)
+		p.GPUUtil = scraped.Mean(roles[scraped.GPUUtil], a, b)
+		p.GPUPowerW = scraped.Mean(roles[scraped.GPUPower], a, b)
 	}
 }
 
@@ -553,22 +292,22 @@ func (r *Report) serverPlots(xhi float64, window func(*Plot)) []*Plot {
 	}
 	var out []*Plot
 	if anyQ {
-		hi := math.Max(maxOf(run, 1)+maxOf(wait, 1), maxOf(infl, 1))
-		p := newPlot("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
+		hi := math.Max(plot.MaxOf(run, 1)+plot.MaxOf(wait, 1), plot.MaxOf(infl, 1))
+		p := plot.New("plot-server-queue", "Engine: running and waiting requests (scraped), client in flight", "time since run start (s)", "requests", 0, xhi, false, 0, hi*1.1, false)
 		window(p)
-		p.line(infl, "ref")
-		p.line(run, "s2")
-		p.line(wait, "s3")
-		p.legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
+		p.Line(infl, "ref")
+		p.Line(run, "s2")
+		p.Line(wait, "s3")
+		p.Legend([2]string{"s2", "running"}, [2]string{"s3", "waiting"}, [2]string{"ref", "in flight (client)"})
 		out = append(out, p)
 	}
 	if anyP {
-		p := newPlot("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
+		p := plot.New("plot-server-kv", "Engine: KV-cache usage and GPU utilisation (scraped)", "time since run start (s)", "%", 0, xhi, false, 0, 125, false)
 		window(p)
-		p.hline(100, "slo", "full")
-		p.line(kv, "s1")
-		p.line(util, "s3")
-		p.legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
+		p.HLine(100, "slo", "full")
+		p.Line(kv, "s1")
+		p.Line(util, "s3")
+		p.Legend([2]string{"s1", "KV-cache usage"}, [2]string{"s3", "GPU utilisation"})
 		out = append(out, p)
 	}
 	return out

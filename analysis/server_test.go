@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/llmreplay/llmreplay/analysis/scraped"
 	"math"
 	"os"
 	"path/filepath"
@@ -452,7 +453,7 @@ func TestServerKeysDocumented(t *testing.T) {
 			t.Errorf("timeseries column %s is not in docs/metrics.md", name)
 		}
 	}
-	for _, sm := range serverMetrics {
+	for _, sm := range scraped.Metrics {
 		if !bytes.Contains(doc, []byte("`"+sm.Name+"`")) {
 			t.Errorf("known metric %s is not in the table of docs/metrics.md", sm.Name)
 		}

@@ -90,6 +90,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	r.writeTextFigures(p)
 	r.writeTextClosed(p)
 	r.writeTextConversations(p)
+	r.writeTextAgents(p)
 	if s := r.Server; s != nil {
 		s.writeText(p)
 	}
@@ -146,12 +147,15 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 }
 
 // latencyRow writes one row of a latency table, ms.
-func latencyRow(p func(string, ...any), name string, x stats.Quantiles) {
+func latencyRow(p func(string, ...any), name string, x stats.Quantiles) { latencyRowW(p, 22, name, x) }
+
+// latencyRowW is latencyRow with its name in w characters.
+func latencyRowW(p func(string, ...any), w int, name string, x stats.Quantiles) {
 	if x.N == 0 {
-		p("  %-22s %9d %10s\n", name, 0, "-")
+		p("  %-*s %9d %10s\n", w, name, 0, "-")
 		return
 	}
-	p("  %-22s %9d %10s %10s %10s %10s %10s %10s %10s\n", name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
+	p("  %-*s %9d %10s %10s %10s %10s %10s %10s %10s\n", w, name, x.N, f3(x.Mean), f3(x.P50), f3(x.P90), f3(x.P95), f3(x.P99), f3(x.P999), f3(x.Max))
 }
 
 // writeTextClosed writes a closed-loop run's section.
@@ -301,6 +305,9 @@ func (r *Report) writeTextBuckets(p func(string, ...any)) {
 // writeSection writes the lines of a text section's scalar figures (figures.go).
 func (r *Report) writeSection(p func(string, ...any), section string) {
 	for _, f := range sectionFigures(r, section) {
+		if f.Dist != nil {
+			continue // a distribution's row is in its section's table
+		}
 		p("  %-30s %12s", f.Text, f.Format(f.float(r)))
 		if f.Note != nil {
 			p("   %s", f.Note(r))

@@ -1,14 +1,14 @@
-package analysis
+// Package plot draws the SVG plots of llmreplay's HTML pages in Go: a Plot collects its
+// frame, ticks, labels and marks as data, and the pages' "svg" template (package
+// analysis, htmlBase) writes them through html/template, which escapes every text and
+// attribute. It loads nothing and imports nothing of llmreplay.
+package plot
 
 import (
 	"fmt"
-	"html/template"
 	"math"
 	"strings"
 )
-
-// The plots of the HTML pages are SVG drawn here in Go: an svgPlot collects its marks, and
-// the pages' "svg" template (htmlBase) writes them, escaping every text and attribute.
 
 const plotW, plotH = 640.0, 260.0
 const padL, padR, padT, padB = 64.0, 16.0, 28.0, 40.0
@@ -114,63 +114,15 @@ type svgCircle struct{ Class, CX, CY string }
 func g(v float64) string  { return fmt.Sprintf("%g", v) }
 func d1(v float64) string { return fmt.Sprintf("%.1f", v) }
 
-// htmlBase holds what the HTML pages share: "svg" writes an svgPlot, "rows" and "header"
-// a table's rows. Each page clones it
-// and adds its own template (pageTemplate).
-var htmlBase = template.Must(template.New("base").Funcs(template.FuncMap{"g": g}).Parse(`{{define "svg"}}` +
-	`<svg class="{{.Class}}" id="{{.ID}}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {{g .W}} {{g .H}}" width="{{g .W}}" height="{{g .H}}" role="img" aria-label="{{.Title}}">` +
-	`<text x="{{g .PadL}}" y="16" class="title">{{.Title}}</text>` +
-	`{{range .Elems}}` +
-	`{{with .Line}}<line class="{{.Class}}" x1="{{.X1}}" x2="{{.X2}}" y1="{{.Y1}}" y2="{{.Y2}}"/>{{end}}` +
-	`{{with .Text}}<text class="{{.Class}}"{{with .Transform}} transform="{{.}}"{{end}}{{with .X}} x="{{.}}"{{end}}{{with .Y}} y="{{.}}"{{end}}{{with .Anchor}} text-anchor="{{.}}"{{end}}>{{.Text}}</text>{{end}}` +
-	`{{with .Rect}}<rect class="{{.Class}}" x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}"{{if .Title}}><title>{{.Title}}</title></rect>{{else}}/>{{end}}{{end}}` +
-	`{{with .Poly}}<polyline class="{{.Class}}" points="{{.Points}}"/>{{end}}` +
-	`{{with .Circle}}<circle class="{{.Class}}" cx="{{.CX}}" cy="{{.CY}}" r="1.6"/>{{end}}` +
-	`{{end}}</svg>{{end}}` +
-	// rows writes htmlRows; header a row of column titles.
-	`{{define "rows"}}{{range .}}<tr>{{with .Head}}<th>{{.}}</th>{{end}}{{range .Cells}}<td{{with .Class}} class="{{.}}"{{end}}{{if .Left}} style="text-align:left"{{end}}>{{.Text}}</td>{{end}}</tr>{{if .NL}}{{"\n"}}{{end}}{{end}}{{end}}` +
-	`{{define "header"}}<tr>{{range .}}<th>{{.}}</th>{{end}}</tr>{{"\n"}}{{end}}`))
-
-// htmlRow is a table row: an optional heading cell, then data cells; NL ends it with a
-// newline in the page's source.
-type htmlRow struct {
-	Head  string
-	Cells []htmlCell
-	NL    bool
-}
-
-// htmlCell is a data cell; Left aligns it left (the style aligns data right).
-type htmlCell struct {
-	Text, Class string
-	Left        bool
-}
-
-// dataRow is a row of data cells ending its line.
-func dataRow(cells ...string) htmlRow {
-	r := htmlRow{NL: true}
-	for _, c := range cells {
-		r.Cells = append(r.Cells, htmlCell{Text: c})
-	}
-	return r
-}
-
-// kvRow is a row of a heading and its value.
-func kvRow(head, value string, nl bool) htmlRow {
-	return htmlRow{Head: head, Cells: []htmlCell{{Text: value}}, NL: nl}
-}
-
-// pageTemplate is a page's template: htmlBase and text, which names the page "page".
-func pageTemplate(text string) *template.Template {
-	return template.Must(template.Must(htmlBase.Clone()).New("page").Parse(text))
-}
-
 func (p *Plot) add(e svgElem) { p.Elems = append(p.Elems, e) }
 
 func (p *Plot) text(t svgText) { p.add(svgElem{Text: &t}) }
 
 func (p *Plot) lineMark(l svgLine) { p.add(svgElem{Line: &l}) }
 
-func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
+// New is an empty plot with id (the element's id, which the render check names), a title,
+// axis labels and ranges, each axis linear or log (an empty range is widened by 1).
+func New(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo, yhi float64, ylog bool) *Plot {
 	if !(xhi > xlo) {
 		xhi = xlo + 1
 	}
@@ -206,8 +158,9 @@ func newPlot(id, title, xlabel, ylabel string, xlo, xhi float64, xlog bool, ylo,
 
 func (p *Plot) clip(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
 
-// line draws a polyline through the finite points.
-func (p *Plot) line(pts [][2]float64, class string) {
+// Line draws a polyline through the finite points, in the style class (s1, s2, s3: the
+// series; ref, slo: references).
+func (p *Plot) Line(pts [][2]float64, class string) {
 	var xy []string
 	for _, q := range pts {
 		if math.IsNaN(q[0]) || math.IsNaN(q[1]) || math.IsInf(q[1], 0) {
@@ -222,7 +175,8 @@ func (p *Plot) line(pts [][2]float64, class string) {
 	}
 }
 
-func (p *Plot) dots(pts [][2]float64, class string) {
+// Dots marks each of pts (a point at x <= 0 is left out on a log x axis).
+func (p *Plot) Dots(pts [][2]float64, class string) {
 	for _, q := range pts {
 		if q[0] <= 0 && p.x.log || math.IsNaN(q[1]) {
 			continue
@@ -231,13 +185,14 @@ func (p *Plot) dots(pts [][2]float64, class string) {
 	}
 }
 
-// band shades [x0, x1) (the steady-state window).
-func (p *Plot) band(x0, x1 float64, label string) {
+// Band shades [x0, x1) (the steady-state window); label is its tooltip.
+func (p *Plot) Band(x0, x1 float64, label string) {
 	a, b := p.clip(p.x.px(x0), padL, plotW-padR), p.clip(p.x.px(x1), padL, plotW-padR)
 	p.add(svgElem{Rect: &svgRect{Class: "band", X: d1(a), Y: g(padT), W: d1(b - a), H: g(plotH - padT - padB), Title: label}})
 }
 
-func (p *Plot) hline(v float64, class, label string) {
+// HLine draws a horizontal line at y = v, labelled, when v is in range.
+func (p *Plot) HLine(v float64, class, label string) {
 	y := p.y.px(v)
 	if y < padT || y > plotH-padB {
 		return
@@ -246,7 +201,8 @@ func (p *Plot) hline(v float64, class, label string) {
 	p.text(svgText{Class: "note", X: g(plotW - padR - 4), Y: d1(y - 4), Anchor: "end", Text: label})
 }
 
-func (p *Plot) vline(v float64, class, label string) {
+// VLine draws a vertical line at x = v, labelled ("" for none), when v is in range.
+func (p *Plot) VLine(v float64, class, label string) {
 	x := p.x.px(v)
 	if x < padL || x > plotW-padR {
 		return
@@ -255,7 +211,8 @@ func (p *Plot) vline(v float64, class, label string) {
 	p.text(svgText{Class: "note", X: d1(x + 3), Y: g(padT + 12), Text: label})
 }
 
-func (p *Plot) legend(items ...[2]string) {
+// Legend names each style class: {class, label} pairs.
+func (p *Plot) Legend(items ...[2]string) {
 	x := padL + 8
 	for _, it := range items {
 		p.lineMark(svgLine{it[0], g(x), g(x + 18), g(padT + 12), g(padT + 12)})
@@ -264,13 +221,24 @@ func (p *Plot) legend(items ...[2]string) {
 	}
 }
 
-// bar draws bar i of n: its height v (0..100 on the y axis), its label under it and its
+// Bar draws bar i of n: its height v (0..100 on the y axis), its label under it and its
 // value above it; tip is its tooltip.
-func (p *Plot) bar(i, n int, v float64, label, tip string) {
+func (p *Plot) Bar(i, n int, v float64, label, tip string) {
 	w := (plotW - padL - padR) / float64(n)
 	x := padL + float64(i)*w
 	y := p.y.px(v)
 	p.add(svgElem{Rect: &svgRect{Class: "bar", X: d1(x + w*0.15), Y: d1(y), W: d1(w * 0.7), H: d1(plotH - padB - y), Title: tip}})
 	p.text(svgText{Class: "tick", X: d1(x + w/2), Y: g(plotH - padB + 30), Anchor: "middle", Text: label})
 	p.text(svgText{Class: "note", X: d1(x + w/2), Y: d1(y - 3), Anchor: "middle", Text: fmt.Sprintf("%.0f%%", v)})
+}
+
+// MaxOf is the largest finite pts[i][k] (0 when none): a plot's range.
+func MaxOf(pts [][2]float64, k int) float64 {
+	m := 0.0
+	for _, q := range pts {
+		if !math.IsNaN(q[k]) && !math.IsInf(q[k], 0) {
+			m = math.Max(m, q[k])
+		}
+	}
+	return m
 }
