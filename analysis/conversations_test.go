@@ -185,6 +185,13 @@ func TestConversationFigures(t *testing.T) {
 	if ra.Conversations.PrefixCache.BestRule != results.ReusableHistory {
 		t.Errorf("best rule %q, want %q", ra.Conversations.PrefixCache.BestRule, results.ReusableHistory)
 	}
+	// An agent replay's rule is named as such, not as the trace's prefix blocks.
+	meta.PrefixReusableShare, meta.PrefixReusableRule = &best, results.ReusableAgents
+	var agents strings.Builder
+	conversationReport(t, meta, conversationRows()).WriteText(&agents)
+	if want := "the replay allows 78.0% (agent contexts: each call reuses what it shares of its first parent's prompt and planned answer)"; !strings.Contains(agents.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, agents.String())
+	}
 	meta.PrefixReusableShare, meta.PrefixReusableRule = &best, ""
 
 	// Under the flag's bound: only row 3 waits past 10 ms when the bound is 40 ms → 1/4 >

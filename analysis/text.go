@@ -325,8 +325,11 @@ func orDash(s string) string {
 
 // bestRuleText says how the best prefix-cache hit rate was computed (PrefixCache.BestRule).
 func bestRuleText(rule string) string {
-	if rule == results.ReusableHistory {
+	switch rule {
+	case results.ReusableHistory:
 		return "actual history: later turns reuse what their predecessor sent and its planned answer, first turns the trace's prefix blocks"
+	case results.ReusableAgents:
+		return "agent contexts: each call reuses what it shares of its first parent's prompt and planned answer"
 	}
 	return "the trace's prefix blocks"
 }
