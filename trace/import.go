@@ -23,10 +23,12 @@ const (
 	FormatShareGPT = "sharegpt"
 	FormatCSV      = "csv"
 	FormatJSONL    = "jsonl"
+	// FormatCopilotAgent is the GitHub Copilot coding-agent trace (import_copilot.go).
+	FormatCopilotAgent = "copilot-agent"
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL}
+var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatCopilotAgent}
 
 // ImportOptions configures Import. Only Format is required.
 type ImportOptions struct {
@@ -236,6 +238,8 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		err = importGenericCSV(in, p)
 	case FormatJSONL:
 		err = importGenericJSONL(in, p)
+	case FormatCopilotAgent:
+		err = importCopilot(in, p)
 	default:
 		return rep, fmt.Errorf("trace: import %s: unknown format %q (want one of %s)", name, opts.Format, strings.Join(ImportFormats, ", "))
 	}
@@ -297,12 +301,13 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 		}
 	}
 	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
-	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL
+	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
+		format == FormatCopilotAgent
 	switch {
 	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
 		return br, nil
 	case k == filekind.JSON && csvFormat:
-		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt or jsonl read JSON", name, format)
+		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt, jsonl or copilot-agent read JSON", name, format)
 	case k == filekind.Text && jsonFormat:
 		return nil, fmt.Errorf("trace: import %s: this is text that is not JSON (CSV?), not %s JSON; --from azure, burstgpt or csv read CSV", name, format)
 	case !csvFormat && !jsonFormat:
