@@ -39,6 +39,8 @@ type ImportOptions struct {
 	// (stably, so ties keep source order). Memory is about 100 bytes per row plus 8 per
 	// prefix block: 1 GB holds roughly 10 M rows without prefix blocks. Without Sort a row
 	// earlier than its predecessor is an error naming the row, and memory stays constant.
+	// FormatCopilotAgent always sorts (about 240 bytes a row), whatever Sort says: no order
+	// of its session lines is an arrival order.
 	Sort bool
 	// KeepFailed keeps BurstGPT's failed requests (0 response tokens) with their zero
 	// lengths raised to 1, so the arrival process is kept whole. Default: drop and count.
@@ -208,10 +210,11 @@ func (p *pipeline) finish() error {
 }
 
 // Import reads a trace in opts.Format from in and writes it to w, streaming: memory does
-// not grow with the input (except with Sort, and Bailian's chat-to-session map). The
-// caller owns w: on error it should Abort it (ImportFile does). Request ids are the
-// 0-based index of the data row in the source (dropped rows keep their index), so an
-// id leads back to its source line.
+// not grow with the input (except with Sort, FormatCopilotAgent, and Bailian's
+// chat-to-session map). The caller owns w: on error it should Abort it (ImportFile does).
+// Request ids are the 0-based index of the data row in the source (dropped rows keep
+// their index; for FormatCopilotAgent, of the LLM call among the file's calls), so an id
+// leads back to its source line.
 func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (ImportReport, error) {
 	rep := ImportReport{Format: opts.Format}
 	name := opts.Name

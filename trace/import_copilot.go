@@ -101,6 +101,13 @@ func importCopilot(in io.Reader, p *pipeline) error {
 		if l = bytes.TrimSpace(l); len(l) == 0 {
 			continue
 		}
+		// The sort buffer returns at once, so the pipeline never looks at ctx while the
+		// lines are read: an import of the whole release would not stop on ^C.
+		if c.line%1024 == 0 {
+			if err := p.ctx.Err(); err != nil {
+				return err
+			}
+		}
 		var s copilotSession
 		if err := json.Unmarshal(l, &s); err != nil {
 			return c.errorf("", "not a session object (schema.json's record): %v", err)

@@ -214,6 +214,21 @@ func TestCopilotCachedClamped(t *testing.T) {
 	}
 }
 
+// TestCopilotCancel checks that a cancelled import stops while it reads the lines (the
+// sort buffer never returns to the pipeline's own check).
+func TestCopilotCancel(t *testing.T) {
+	var lines []string
+	for i := range 1100 {
+		lines = append(lines, copilotLine(fmt.Sprint(i), copilotTurn(copilotCallJSON("m", "2026-06-01T10:00:00Z", 10, "user", 10, 5), "")))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep, err := Import(ctx, strings.NewReader(strings.Join(lines, "\n")), ImportOptions{Format: FormatCopilotAgent}, NewWriter(io.Discard, Meta{}))
+	if !errors.Is(err, context.Canceled) || rep.RowsRead >= 1100 {
+		t.Errorf("cancelled import: %v after %d calls", err, rep.RowsRead)
+	}
+}
+
 // TestCopilotErrors checks that bad input stops the import with the file, the session's
 // line and the field's path.
 func TestCopilotErrors(t *testing.T) {
