@@ -67,6 +67,7 @@ const (
 	copilotZeroCompletion = "zero completion tokens raised to 1"
 	copilotZeroPrompt     = "zero prompt tokens raised to 1"
 	copilotCachedClamped  = "cached tokens above prompt tokens, clamped to prompt"
+	copilotNullDuration   = "null duration_ms (not recorded): duration and the next call's gap unknown"
 	copilotKeptPrefix     = "call result not Success, kept as recorded: "
 	copilotMaxResultKeys  = 16 // distinct results named in the report; the rest are "other"
 )
@@ -196,15 +197,20 @@ func (c *copilotImporter) call(cc *copilotCall, field callPath) (copilotParsed, 
 	if err != nil {
 		return pc, c.errorf(field.at("timestamp"), "%v", err)
 	}
-	b, err := num(cc.DurationMS)
-	if err == nil {
-		pc.dur, err = parseScaled(b, 1e6)
-	}
-	if err == nil && (pc.dur < 0 || pc.dur > copilotMaxDurationNS) {
-		err = fmt.Errorf("%s ms is not a duration in [0, ten years]", b)
-	}
-	if err != nil {
-		return pc, c.errorf(field.at("duration_ms"), "%v", err)
+	if isNull(cc.DurationMS) {
+		pc.dur = Unknown
+		c.p.rep.adjust(copilotNullDuration)
+	} else {
+		b, err := num(cc.DurationMS)
+		if err == nil {
+			pc.dur, err = parseScaled(b, 1e6)
+		}
+		if err == nil && (pc.dur < 0 || pc.dur > copilotMaxDurationNS) {
+			err = fmt.Errorf("%s ms is not a duration in [0, ten years]", b)
+		}
+		if err != nil {
+			return pc, c.errorf(field.at("duration_ms"), "%v", err)
+		}
 	}
 	init, _, err := jsonString(cc.Initiator)
 	if err == nil && init != "user" && init != "agent" {
@@ -231,8 +237,15 @@ func (c *copilotImporter) call(cc *copilotCall, field callPath) (copilotParsed, 
 		name string
 		raw  json.RawMessage
 	}{{"prompt", cc.Tokens.Prompt}, {"completion", cc.Tokens.Completion}, {"cached", cc.Tokens.Cached}} {
-		if i == 2 && (f.raw == nil || bytes.Equal(bytes.TrimSpace(f.raw), []byte("null"))) {
+		switch {
+		case i == 2 && (f.raw == nil || isNull(f.raw)):
 			counts[2] = Unknown
+			continue
+		case isNull(f.raw):
+			// Not recorded. The publisher's scripts read it as 0 (trace_metrics.py:
+			// tok.get("prompt") or 0, fillna(0)); so does this, and says so apart.
+			c.p.rep.adjust("null " + f.name + " tokens (not recorded) read as 0, raised to 1")
+			counts[i] = Unknown
 			continue
 		}
 		b, err := num(f.raw)
@@ -247,13 +260,19 @@ func (c *copilotImporter) call(cc *copilotCall, field callPath) (copilotParsed, 
 		}
 	}
 	pt, ot, cached := int32(counts[0]), int32(counts[1]), int32(counts[2])
-	if pt == 0 {
-		pt = 1
+	switch pt {
+	case 0:
 		c.p.rep.adjust(copilotZeroPrompt)
+		fallthrough
+	case Unknown:
+		pt = 1
 	}
-	if ot == 0 {
-		ot = 1
+	switch ot {
+	case 0:
 		c.p.rep.adjust(copilotZeroCompletion)
+		fallthrough
+	case Unknown:
+		ot = 1
 	}
 	if cached > pt {
 		cached = pt
@@ -331,7 +350,10 @@ func (c *copilotImporter) link(calls []copilotParsed) error {
 				return c.errorf("timestamp", "the calls with request_ids %d and %d are centuries apart", par.req.ID, pc.req.ID)
 			}
 			gap := since - par.dur
-			if gap < 0 {
+			switch {
+			case par.dur == Unknown: // the parent's end is unknown, so is the gap
+				gap = Unknown
+			case gap < 0:
 				gap = 0
 				c.p.rep.adjust(copilotNegativeGap)
 			}
@@ -353,6 +375,9 @@ func (c *copilotImporter) link(calls []copilotParsed) error {
 	}
 	return nil
 }
+
+// isNull reports a JSON null (not an absent value: that is nil).
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
 // jsonString decodes a JSON string; ok is false when the value is absent or null.
 func jsonString(raw json.RawMessage) (s string, ok bool, err error) {

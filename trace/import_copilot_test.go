@@ -214,6 +214,32 @@ func TestCopilotCachedClamped(t *testing.T) {
 	}
 }
 
+// TestCopilotNulls checks the values a call may hold as null (not recorded): a count read
+// as 0 as the publisher's scripts read it, then raised to 1; a duration unknown, and with
+// it the gap of the call that waits for it; each counted apart.
+func TestCopilotNulls(t *testing.T) {
+	first := strings.NewReplacer(`"prompt": 10`, `"prompt": null`, `"completion": 5`, `"completion": null`, `"duration_ms": 10`, `"duration_ms": null`).
+		Replace(copilotCallJSON("a", "2026-06-01T10:00:00Z", 10, "user", 10, 5))
+	next := copilotCallJSON("b", "2026-06-01T10:00:01Z", 10, "agent", 10, 5)
+	rows, _, rep, err := importString(t, copilotLine("s", copilotTurn(first+", "+next, "")), ImportOptions{Format: FormatCopilotAgent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].PromptTokens != 1 || rows[0].OutputTokens != 1 || rows[0].Call.Duration != Unknown ||
+		!reflect.DeepEqual(rows[1].Call.Parents, []int64{0}) || rows[1].Call.Gap != Unknown || rows[1].Call.GapKind != GapTool {
+		t.Fatalf("rows %+v %+v / %+v %+v", rows[0], *rows[0].Call, rows[1], *rows[1].Call)
+	}
+	want := map[string]int64{
+		"null prompt tokens (not recorded) read as 0, raised to 1":     1,
+		"null completion tokens (not recorded) read as 0, raised to 1": 1,
+		copilotNullDuration: 1,
+	}
+	if !reflect.DeepEqual(rep.Adjusted, want) {
+		t.Errorf("adjusted %v, want %v", rep.Adjusted, want)
+	}
+	dagCheck(t, rows)
+}
+
 // TestCopilotCancel checks that a cancelled import stops while it reads the lines (the
 // sort buffer never returns to the pipeline's own check).
 func TestCopilotCancel(t *testing.T) {
@@ -248,7 +274,7 @@ func TestCopilotErrors(t *testing.T) {
 		{"batch without request_id", batch(""), `turns[0].tool_batches[0].request_id: missing`},
 		{"missing prompt", call(sub(`"prompt": 10, `, "")), "turns[0].llm_calls[0].tokens.prompt: missing"},
 		{"missing tokens", call(sub(`"tokens"`, `"tokens_"`)), "turns[0].llm_calls[0].tokens.prompt: missing"},
-		{"missing completion", call(sub(`"completion": 5`, `"completion": null`)), "turns[0].llm_calls[0].tokens.completion: null"},
+		{"missing completion", call(sub(`, "completion": 5`, "")), "turns[0].llm_calls[0].tokens.completion: missing"},
 		{"fractional prompt", call(sub(`"prompt": 10`, `"prompt": 10.5`)), `tokens.prompt: "10.5" is not a non-negative integer`},
 		{"prompt out of range", call(sub(`"prompt": 10`, `"prompt": 3000000000`)), "tokens.prompt: 3000000000 is out of range"},
 		{"negative cached", call(sub(`"cached": 0`, `"cached": -3`)), "tokens.cached:"},
