@@ -156,22 +156,19 @@ func (c *copilotImporter) session(s *copilotSession) error {
 	}
 	for ti, t := range s.Turns {
 		for bi, b := range t.ToolBatches {
-			field := fmt.Sprintf("turns[%d].tool_batches[%d].request_id", ti, bi)
+			field := func() string { return fmt.Sprintf("turns[%d].tool_batches[%d].request_id", ti, bi) }
 			id, err := idText(b.RequestID)
 			if err != nil {
-				return c.errorf(field, "%v (it names the call whose answer asked for the tools)", err)
+				return c.errorf(field(), "%v (it names the call whose answer asked for the tools)", err)
 			}
 			j, ok := byMessage[string(id)]
 			if !ok {
-				return c.errorf(field, "%q names no call of this session (no llm_calls message_id is %q)", id, id)
+				return c.errorf(field(), "%q names no call of this session (no llm_calls message_id is %q)", id, id)
 			}
 			calls[j].named = true
 		}
 	}
-	if err := c.link(calls); err != nil {
-		return err
-	}
-	return nil
+	return c.link(calls)
 }
 
 // callPath is where a call is in its session line, for errors.
@@ -307,7 +304,8 @@ func (c *copilotImporter) resultKey(result string) string {
 //     none is named, the previous call of its turn: the gap is the tools'.
 //
 // The gap is the call's timestamp minus the parent's end (timestamp + duration); one that
-// comes out negative (clock skew, or calls that overlapped) is 0 and counted.
+// comes out negative (clock skew, or calls that overlapped) is 0 and counted; after a
+// parent whose duration is not recorded, it is unknown.
 func (c *copilotImporter) link(calls []copilotParsed) error {
 	order := make([]int, len(calls))
 	for i := range order {
@@ -331,7 +329,7 @@ func (c *copilotImporter) link(calls []copilotParsed) error {
 			if calls[last].turn != pc.turn {
 				parent = last
 			}
-			if parent < 0 { // a user call after others of the first turn
+			if parent < 0 { // no other turn yet: a user call after others of the first turn
 				parent = last
 			}
 		default:
