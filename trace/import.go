@@ -23,10 +23,12 @@ const (
 	FormatShareGPT = "sharegpt"
 	FormatCSV      = "csv"
 	FormatJSONL    = "jsonl"
+	// FormatCopilotAgent is the GitHub Copilot coding-agent trace (import_copilot.go).
+	FormatCopilotAgent = "copilot-agent"
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL}
+var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatCopilotAgent}
 
 // ImportOptions configures Import. Only Format is required.
 type ImportOptions struct {
@@ -37,6 +39,8 @@ type ImportOptions struct {
 	// (stably, so ties keep source order). Memory is about 100 bytes per row plus 8 per
 	// prefix block: 1 GB holds roughly 10 M rows without prefix blocks. Without Sort a row
 	// earlier than its predecessor is an error naming the row, and memory stays constant.
+	// FormatCopilotAgent always sorts (about 240 bytes a row), whatever Sort says: no order
+	// of its session lines is an arrival order.
 	Sort bool
 	// KeepFailed keeps BurstGPT's failed requests (0 response tokens) with their zero
 	// lengths raised to 1, so the arrival process is kept whole. Default: drop and count.
@@ -206,10 +210,11 @@ func (p *pipeline) finish() error {
 }
 
 // Import reads a trace in opts.Format from in and writes it to w, streaming: memory does
-// not grow with the input (except with Sort, and Bailian's chat-to-session map). The
-// caller owns w: on error it should Abort it (ImportFile does). Request ids are the
-// 0-based index of the data row in the source (dropped rows keep their index), so an
-// id leads back to its source line.
+// not grow with the input (except with Sort, FormatCopilotAgent, and Bailian's
+// chat-to-session map). The caller owns w: on error it should Abort it (ImportFile does).
+// Request ids are the 0-based index of the data row in the source (dropped rows keep
+// their index; for FormatCopilotAgent, of the LLM call among the file's calls), so an id
+// leads back to its source line.
 func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (ImportReport, error) {
 	rep := ImportReport{Format: opts.Format}
 	name := opts.Name
@@ -236,6 +241,8 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		err = importGenericCSV(in, p)
 	case FormatJSONL:
 		err = importGenericJSONL(in, p)
+	case FormatCopilotAgent:
+		err = importCopilot(in, p)
 	default:
 		return rep, fmt.Errorf("trace: import %s: unknown format %q (want one of %s)", name, opts.Format, strings.Join(ImportFormats, ", "))
 	}
@@ -297,12 +304,13 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 		}
 	}
 	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
-	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL
+	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
+		format == FormatCopilotAgent
 	switch {
 	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
 		return br, nil
 	case k == filekind.JSON && csvFormat:
-		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt or jsonl read JSON", name, format)
+		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt, jsonl or copilot-agent read JSON", name, format)
 	case k == filekind.Text && jsonFormat:
 		return nil, fmt.Errorf("trace: import %s: this is text that is not JSON (CSV?), not %s JSON; --from azure, burstgpt or csv read CSV", name, format)
 	case !csvFormat && !jsonFormat:

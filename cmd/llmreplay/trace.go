@@ -22,7 +22,7 @@ var traceSubcommands = map[string]struct {
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }{
-	"import": {"convert a public trace (Azure, BurstGPT, Mooncake, Bailian, ShareGPT, CSV, JSONL) to trace/v1 Parquet", runTraceImport},
+	"import": {"convert a public trace (Azure, BurstGPT, Mooncake, Bailian, ShareGPT, Copilot agent, CSV, JSONL) to trace/v1 Parquet", runTraceImport},
 	"synth":  {"generate a synthetic trace (Poisson, gamma or constant arrivals; length distributions; sessions)", runTraceSynth},
 	"info":   {"summarise a trace: rate, burstiness, length percentiles, prefix reuse, agent shape", runTraceInfo},
 	"slice":  {"cut a window of a trace and rescale its time", runTraceSlice},
@@ -107,13 +107,16 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   llmreplay trace import --from mooncake conversation_trace.jsonl -o mooncake.parquet
   # ShareGPT (no timestamps): Poisson arrivals at 5 req/s
   llmreplay trace import --from sharegpt --rate 5 --seed 1 sharegpt.json -o sharegpt.parquet
+  # GitHub Copilot coding-agent sessions (a gzipped shard as released): one row per LLM
+  # call, with the calls it waits for; always sorted in memory (~240 B a call)
+  llmreplay trace import --from copilot-agent date=2026-06-01/shard-0000.jsonl.gz -o copilot.parquet
   # Any CSV: name the columns; arrival in milliseconds
   llmreplay trace import --from csv --map arrival=ts,prompt_tokens=in,output_tokens=out --time-unit ms log.csv -o log.parquet`, stdout)
 	from := fs.String("from", "", "input format: "+strings.Join(trace.ImportFormats, ", "))
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
 	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=]")
 	unit := fs.String("time-unit", "s", "csv/jsonl: unit of the arrival column: s, ms, us, ns or datetime")
-	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~100 B each)")
+	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~100 B each; copilot-agent always sorts)")
 	keepFailed := fs.Bool("keep-failed", false, "burstgpt: keep failed requests (0 response tokens), lengths raised to 1")
 	limit := fs.Int64("limit", 0, "stop after this many requests (0: all)")
 	var af arrivalFlags

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -190,5 +191,38 @@ func TestTraceSynthAgents(t *testing.T) {
 		if _, err := runArgs(t, bad...); exitCode(err, io.Discard) != 2 {
 			t.Errorf("%v: %v, want a usage error (exit 2)", bad, err)
 		}
+	}
+}
+
+// TestTraceImportCopilotAgent imports the hand-written Copilot agent sample gzipped, as the
+// release ships its shards, and reads it back with trace info.
+func TestTraceImportCopilotAgent(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(tracesDir(t), "copilot-agent.sample.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "shard-0000.jsonl.gz")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(src)
+	zw.Close()
+	os.WriteFile(in, gz.Bytes(), 0o644)
+	out := filepath.Join(dir, "copilot.parquet")
+	msg, err := runArgs(t, "trace", "import", "--from", "copilot-agent", in, "-o", out)
+	if err != nil || !strings.Contains(msg, "(copilot-agent)") || !strings.Contains(msg, "12 rows read, 12 written") ||
+		!strings.Contains(msg, "adjusted 2: zero completion tokens raised to 1") {
+		t.Fatalf("import: %v\n%s", err, msg)
+	}
+	msg, err = runArgs(t, "trace", "info", "--json", out)
+	var info struct {
+		Count int64                   `json:"count"`
+		Meta  struct{ Source string } `json:"meta"`
+	}
+	if err != nil || json.Unmarshal([]byte(msg), &info) != nil || info.Count != 12 || info.Meta.Source != "copilot-agent" {
+		t.Errorf("info --json: %v %+v\n%s", err, info, msg)
+	}
+	if help, _ := runArgs(t, "trace", "import", "--help"); !strings.Contains(help, "copilot-agent") {
+		t.Errorf("trace import --help does not list copilot-agent:\n%s", help)
 	}
 }
