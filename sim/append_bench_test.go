@@ -18,7 +18,7 @@ import (
 func appendText(m, n int) string {
 	var sb strings.Builder
 	for i := 0; sb.Len() < 33*n/10; i++ {
-		fmt.Fprintf(&sb, "Message %d: read src/module%d.go line %d and found %d issues; ", m, i, m*31+i, i%7)
+		fmt.Fprintf(&sb, "Message %d: read src/module%d.go line %d and found %d issues.\n", m, i, m*31+i, i%7)
 	}
 	return sb.String()
 }

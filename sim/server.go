@@ -339,10 +339,11 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 	}
 }
 
-// countCache remembers token counts of long texts by a 64-bit hash of their bytes.
-// cl100k_base counting through tiktoken-go costs about 2.5 µs per token (12 ms for a
-// 4.5k-token prompt), while replays repeat prompts: a sweep replays the same trace at
-// several rates, and chat requests share system prompts. With the prefix cache on, an
+// countCache remembers token counts of long texts (pieces of them: textPiece) by a 64-bit
+// hash of their bytes. cl100k_base counting through tiktoken-go costs about 2.5 µs per
+// token (12 ms for a 4.5k-token prompt), while replays repeat prompts: a sweep replays
+// the same trace at several rates, chat requests share system prompts, and an agent's
+// every call sends its context again. With the prefix cache on, an
 // entry also keeps the text's token ids (4 bytes a token), which the block hashes need.
 type countCache struct {
 	mu     sync.Mutex
@@ -362,8 +363,52 @@ const (
 	countCacheTokens   = 1 << 23 // ...or holds this many token ids (32 MiB)
 )
 
-// count returns the number of tokens of text, and feeds them to h when h is not nil.
+// pieceBytes is the least length of a piece of a long text (see textPiece).
+const pieceBytes = 8 << 10
+
+// textPiece returns the length of text's first piece: up to the first piece boundary at
+// least pieceBytes in, or all of it. A boundary is just after a newline that an ASCII
+// letter or digit follows. cl100k_base's pre-tokenizer (the regular expression that cuts
+// text into the pieces BPE then encodes one by one) always cuts there: none of its
+// alternatives matches across a newline into a letter or digit (those that take
+// newlines end with them), and none looks behind. So the text's tokens are its pieces'
+// tokens, end to end (TestTextPiecesTokenize checks it). And the cuts depend only on the
+// bytes before them: a prompt that grows by appends (an agent's context as one text)
+// has its previous version's pieces, all but the last, which the count cache then knows.
+func textPiece(text string) int {
+	for i := pieceBytes; i < len(text); i++ {
+		if pieceCut(text, i) {
+			return i
+		}
+	}
+	return len(text)
+}
+
+// pieceCut reports whether textPiece may cut text before byte i: a newline before it, an
+// ASCII letter or digit at it.
+func pieceCut(text string, i int) bool {
+	if i < 1 || i >= len(text) || text[i-1] != '\n' {
+		return false
+	}
+	c := text[i]
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// count returns the number of tokens of text, and feeds them to h when h is not nil. A
+// long text is counted piece by piece (textPiece), each through the count cache, so
+// that a text that grows by appends is not tokenized whole again each time.
 func (s *Server) count(text string, h *blockHasher) int {
+	n := 0
+	for len(text) > 0 {
+		k := textPiece(text)
+		n += s.countPiece(text[:k], h)
+		text = text[k:]
+	}
+	return n
+}
+
+// countPiece counts one piece of a text, through the count cache when it is long.
+func (s *Server) countPiece(text string, h *blockHasher) int {
 	if len(text) < countCacheMinBytes {
 		if h == nil {
 			return s.enc.Count(text)
