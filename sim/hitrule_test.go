@@ -242,7 +242,17 @@ func TestHitRateRuleHTTP(t *testing.T) {
 // the first step whose start leaves it room once unheld cached blocks are evicted, never
 // later; every request completes and the KV is free at the end.
 func TestLongContextAdmission(t *testing.T) {
+	for _, mode := range []string{KVReserve, KVOnDemand} {
+		t.Run(mode, func(t *testing.T) { longContextAdmission(t, mode) })
+	}
+}
+
+// longContextAdmission is TestLongContextAdmission under one KV admission policy
+// (on demand, a request needs room for its prompt only; those running grow a token a
+// step and the newest are preempted when the cache is full).
+func longContextAdmission(t *testing.T, mode string) {
 	cfg, _ := Profile("moe-230b-8gpu")
+	cfg.KVAdmission = mode
 	c := newCore(&cfg)
 	stream := func(id, n int) []int {
 		v := make([]int, n)
@@ -260,8 +270,11 @@ func TestLongContextAdmission(t *testing.T) {
 	for running[8].prefilled < running[8].prompt {
 		c.step()
 	}
-	if c.kvUsed != 9*102_000 {
+	switch {
+	case mode == KVReserve && c.kvUsed != 9*102_000:
 		t.Fatalf("KV used %d, want 9 x 102,000", c.kvUsed)
+	case mode == KVOnDemand && (c.kvUsed < 900_000 || c.kvUsed >= 918_000): // prompts, and the tokens decoded so far
+		t.Fatalf("KV used %d, want 900,000 and some", c.kvUsed)
 	}
 	shared := append(stream(1, 100_000), stream(100, 50_000)...)
 	b := idsSeq(&cfg, shared, 100)
@@ -275,14 +288,18 @@ func TestLongContextAdmission(t *testing.T) {
 		t.Fatalf("running %d, b cached %d, waiting %d: want b admitted beside the nine with 100k cached", len(c.running), b.cached, c.waitingLen())
 	}
 	for n := 0; !c.idle(); n++ {
-		used := c.kvUsed // at the step's start, where admission looks
+		used, running := c.kvUsed, len(c.running) // at the step's start, where admission looks
 		head := c.waiting[c.head:]
 		if c.step() == 0 {
 			t.Fatalf("step %d: no progress with %d running, %d waiting, KV used %d", n, len(c.running), c.waitingLen(), c.kvUsed)
 		}
 		if len(head) > 0 && c.waitingLen() == len(head) { // the head was refused
 			s := head[0]
-			if need := s.prompt + s.target; used+need <= cfg.KVCacheTokens {
+			need := s.prompt + s.target
+			if mode == KVOnDemand { // its prompt, beside the token each running one grows by first
+				need = s.fill + running
+			}
+			if used+need <= cfg.KVCacheTokens {
 				t.Fatalf("step %d: a %d-token request refused with %d of %d KV tokens in use", n, need, used, cfg.KVCacheTokens)
 			}
 		}
@@ -298,5 +315,5 @@ func TestLongContextAdmission(t *testing.T) {
 	if !(fresh.admitM > b.admitM && maxLen.admitM >= fresh.admitM) || c.kvUsed != 0 || c.pc.evictions == 0 {
 		t.Fatalf("admitted b %v, fresh %v, max-len %v; KV used %d, %d evictions", b.admitM, fresh.admitM, maxLen.admitM, c.kvUsed, c.pc.evictions)
 	}
-	t.Logf("fresh 120k admitted at %v, max_model_len at %v; %d blocks evicted", fresh.admitM, maxLen.admitM, c.pc.evictions)
+	t.Logf("%s: fresh 120k admitted at %v, max_model_len at %v; %d blocks evicted, %d preemptions", mode, fresh.admitM, maxLen.admitM, c.pc.evictions, c.preemptions)
 }
