@@ -43,7 +43,7 @@ func PredictCached(calls []AppendCall, blockTokens, kvTokens int) []int {
 	total := 0              // cached blocks in all
 	out := make([]int, len(calls))
 	for i, c := range calls {
-		hit := min(cached[c.Session], max(c.Prompt-1, 0)/b)
+		hit := min(cached[c.Session], max(c.Prompt-1, 0)/b) // BestCached, less what was evicted
 		out[i] = hit * b
 		// Blocks no request holds: every cached block but the hit ones. They must fit
 		// beside the Prompt+Output tokens the call holds.
@@ -67,6 +67,20 @@ func PredictCached(calls []AppendCall, blockTokens, kvTokens int) []int {
 		lru = append(lru, c.Session)
 	}
 	return out
+}
+
+// BestCached is the most of a prompt of prompt tokens that the prefix cache can serve
+// when its first shared tokens are the KV an earlier call left (that call's prompt, then
+// its output less the last token, whose KV is never computed: for an append, shared is
+// the earlier prompt + output - 1; for a subagent that forks from a parent's context,
+// the prefix it shares with it, at most that): whole blocks, never the block holding the
+// prompt's last token. It is what PredictCached gives every call when nothing is evicted,
+// and the replay's best hit for a call of a trace, whatever the cache's size.
+func BestCached(prompt, shared, blockTokens int) int {
+	if prompt < 1 || shared < 1 {
+		return 0
+	}
+	return min(shared, prompt-1) / blockTokens * blockTokens
 }
 
 // HitRate is the share of prompt tokens served from the cache: the sum of cached over

@@ -99,7 +99,11 @@ func TestHitRateRule(t *testing.T) {
 			for i, c := range calls {
 				prompts += c.Prompt
 				if i >= tc.w.sessions {
-					shared += (calls[i-tc.w.sessions].Prompt + c.Output - 1) / b * b
+					prev := calls[i-tc.w.sessions]
+					shared += (prev.Prompt + prev.Output - 1) / b * b
+					if best := BestCached(c.Prompt, prev.Prompt+prev.Output-1, b); best != (prev.Prompt+prev.Output-1)/b*b {
+						t.Fatalf("BestCached(%d, %d) = %d", c.Prompt, prev.Prompt+prev.Output-1, best)
+					}
 				}
 			}
 			best := float64(shared) / float64(prompts)
@@ -150,6 +154,14 @@ func TestPredictCachedSmall(t *testing.T) {
 	}
 	if r := HitRate(calls, got); math.Abs(r-16.0/65) > 1e-12 {
 		t.Errorf("HitRate %v, want 16/65", r)
+	}
+	// BestCached: whole blocks of the shared part, never the last prompt token's block.
+	for _, tc := range []struct{ prompt, shared, want int }{
+		{14, 11, 8}, {12, 11, 8}, {12, 12, 8}, {13, 12, 12}, {100, 3, 0}, {0, 5, 0}, {5, 0, 0},
+	} {
+		if got := BestCached(tc.prompt, tc.shared, 4); got != tc.want {
+			t.Errorf("BestCached(%d, %d, 4) = %d, want %d", tc.prompt, tc.shared, got, tc.want)
+		}
 	}
 }
 
