@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -146,4 +147,48 @@ func FuzzTextPieces(f *testing.F) {
 		}
 		cutsTokenizeApart(t, enc, s)
 	})
+}
+
+// TestCountMemo: with the prefix cache, a long text's block hashes come from the memo
+// when it starts at the same point of the hash chain (a session's context sent again:
+// nothing is tokenized), and are computed afresh from another starting point; either way
+// they are the hashes of its tokens.
+func TestCountMemo(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var sb strings.Builder
+	for i := 0; sb.Len() < 3*pieceBytes; i++ {
+		fmt.Fprintf(&sb, "Line %d of the tool's output, with value %d.\n", i, i*i%97)
+	}
+	text := sb.String()
+	ids := s.enc.Encode(text)
+	block := ids[:16] // a whole block first: the same offset in a block, another chain
+	leads := [][]int{nil, {1, 2, 3, 4, 5}, block}
+	for _, lead := range append(leads, leads...) {
+		want := newBlockHasher(16)
+		want.addInts(lead)
+		want.addInts(ids)
+		h := newBlockHasher(16)
+		h.addInts(lead)
+		before := s.counts.encoded.Load()
+		if n := s.count(text, h); n != len(ids) || !slices.Equal(h.hashes, want.hashes) || h.state != want.state || h.n != want.n {
+			t.Fatalf("lead %v: %d tokens (want %d), hashes equal %v, state equal %v", lead, n, len(ids), slices.Equal(h.hashes, want.hashes), h.state == want.state && h.n == want.n)
+		}
+		t.Logf("lead %v: %d bytes tokenized", lead, s.counts.encoded.Load()-before)
+	}
+	// Sent again from the same starting points: nothing tokenized.
+	before := s.counts.encoded.Load()
+	for _, lead := range leads {
+		h := newBlockHasher(16)
+		h.addInts(lead)
+		s.count(text, h)
+		s.count(text, nil)
+	}
+	if got := s.counts.encoded.Load() - before; got != 0 {
+		t.Fatalf("%d bytes tokenized again", got)
+	}
 }
