@@ -37,11 +37,14 @@ type AppendCall struct {
 // Concurrent calls hold their blocks while they run, which this rule does not model; the
 // engine's own counters (vllm:prefix_cache_hits_total) then say what it did.
 func PredictCached(calls []AppendCall, blockTokens, kvTokens int) []int {
+	out := make([]int, len(calls))
+	if blockTokens < 1 {
+		return out // no blocks: nothing is cached
+	}
 	b := blockTokens
 	cached := map[int]int{} // session -> blocks of its stream cached (a prefix)
 	var lru []int           // sessions with cached blocks, least recently used first
 	total := 0              // cached blocks in all
-	out := make([]int, len(calls))
 	for i, c := range calls {
 		hit := min(cached[c.Session], max(c.Prompt-1, 0)/b) // BestCached, less what was evicted
 		out[i] = hit * b
@@ -77,7 +80,7 @@ func PredictCached(calls []AppendCall, blockTokens, kvTokens int) []int {
 // prompt's last token. It is what PredictCached gives every call when nothing is evicted,
 // and the replay's best hit for a call of a trace, whatever the cache's size.
 func BestCached(prompt, shared, blockTokens int) int {
-	if prompt < 1 || shared < 1 {
+	if prompt < 1 || shared < 1 || blockTokens < 1 {
 		return 0
 	}
 	return min(shared, prompt-1) / blockTokens * blockTokens

@@ -155,6 +155,9 @@ func TestPredictCachedSmall(t *testing.T) {
 	if r := HitRate(calls, got); math.Abs(r-16.0/65) > 1e-12 {
 		t.Errorf("HitRate %v, want 16/65", r)
 	}
+	if z := PredictCached(calls, 0, 24); len(z) != len(calls) || slicesSum(z) != 0 || BestCached(14, 11, 0) != 0 {
+		t.Errorf("block size 0: %v", z)
+	}
 	// BestCached: whole blocks of the shared part, never the last prompt token's block.
 	for _, tc := range []struct{ prompt, shared, want int }{
 		{14, 11, 8}, {12, 11, 8}, {12, 12, 8}, {13, 12, 12}, {100, 3, 0}, {0, 5, 0}, {5, 0, 0},
