@@ -113,7 +113,7 @@ type Info struct {
 	// MaxBatchedTokens tokens after that many earlier tokens of the same sequence, and
 	// the whole prompt of that length alone on the engine. Attention makes both slow down
 	// as the context grows.
-	PrefillAt []PrefillPoint `json:"prefill_at"`
+	PrefillAt []PrefillPoint `json:"prefill_at,omitempty"`
 	// MaxConcurrentAtRef is how many requests of RefContextTokens (prompt+output) the KV
 	// cache holds at once (under on-demand KV admission, at their full context: more run
 	// while their contexts grow, and a warning says so).
