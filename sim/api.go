@@ -162,6 +162,9 @@ func parsePrompt(raw json.RawMessage) (parsedPrompt, error) {
 		}
 		return pp, nil
 	case '[':
+		if ids, ok := scanIDs(raw); ok {
+			return checkIDs(ids)
+		}
 		var items []json.RawMessage
 		if err := json.Unmarshal(raw, &items); err != nil {
 			return pp, badRequest("prompt", "prompt: %s", jsonErr(err))
@@ -180,15 +183,70 @@ func parsePrompt(raw json.RawMessage) (parsedPrompt, error) {
 		if err := json.Unmarshal(raw, &ids); err != nil {
 			return pp, badRequest("prompt", "prompt: a list must hold token ids (integers): %s", jsonErr(err))
 		}
-		for i, id := range ids {
-			if id < 0 || id >= vocabSize {
-				return pp, badRequest("prompt", "prompt[%d]: token id %d is out of vocabulary [0,%d)", i, id, vocabSize)
-			}
-		}
-		pp.ids, pp.isIDs = ids, true
-		return pp, nil
+		return checkIDs(ids)
 	}
 	return pp, badRequest("prompt", "prompt must be a string, a list of token ids, or a one-element list of either")
+}
+
+// checkIDs makes a token-id prompt of ids, each of which must be in the vocabulary.
+func checkIDs(ids []int) (parsedPrompt, error) {
+	for i, id := range ids {
+		if id < 0 || id >= vocabSize {
+			return parsedPrompt{}, badRequest("prompt", "prompt[%d]: token id %d is out of vocabulary [0,%d)", i, id, vocabSize)
+		}
+	}
+	return parsedPrompt{ids: ids, isIDs: true}, nil
+}
+
+// scanIDs reads raw as a JSON list of plain integers (an optional minus sign and up to 18
+// digits each) and reports whether it was one. encoding/json takes ~350 ns an element
+// (the list is scanned twice, once into one RawMessage per element, to tell a list of
+// ids from a list of prompts): 35 ms for an agent's 100k-token prompt, sent again with
+// every call. Anything else (an empty list, nested lists, strings, fractions, exponents,
+// bad syntax) reports false, and the general path decodes it and words its error.
+func scanIDs(raw []byte) ([]int, bool) {
+	i, n := 1, len(raw) // raw[0] is '['
+	skip := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+			i++
+		}
+	}
+	ids := make([]int, 0, len(raw)/7+1) // "12345, " is a typical element
+	for {
+		skip()
+		neg := i < n && raw[i] == '-'
+		if neg {
+			i++
+		}
+		start, v := i, 0
+		for i < n && raw[i] >= '0' && raw[i] <= '9' && i-start < 18 {
+			v = v*10 + int(raw[i]-'0')
+			i++
+		}
+		// No digits, a leading zero before more digits, or a number that goes on
+		// (more digits, a fraction, an exponent): not a plain integer list.
+		if i == start || (raw[start] == '0' && i-start > 1) || (i < n && (raw[i] >= '0' && raw[i] <= '9' || raw[i] == '.' || raw[i] == 'e' || raw[i] == 'E')) {
+			return nil, false
+		}
+		if neg {
+			v = -v
+		}
+		ids = append(ids, v)
+		skip()
+		if i >= n {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i++
+		case ']':
+			i++
+			skip()
+			return ids, i == n
+		default:
+			return nil, false
+		}
+	}
 }
 
 func parseMessages(raw json.RawMessage) ([]parsedMessage, error) {

@@ -16,9 +16,11 @@ import (
 // The step-time model (see StepTime) is
 //
 //	step = StepBase + PrefillPerToken*prefill_tokens + DecodePerSeq*decoding_seqs
-//	     + ContextPerToken*context_tokens + PerExpert*E*(1-(1-K/E)^tokens)
+//	     + ContextPerToken*context_tokens + AttentionPerPairNs*attention_pairs
+//	     + PerExpert*E*(1-(1-K/E)^tokens)
 //
-// where the last term is the expected number of distinct experts a step's tokens touch
+// where attention_pairs counts, for every prompt token prefilled in the step, the tokens
+// of its sequence before it (see AttentionPairs), and the last term is the expected number of distinct experts a step's tokens touch
 // (E = Experts, K = ExpertsPerToken), each of which costs one expert's weight read.
 // With Experts = 0 it is the plain linear model.
 type Config struct {
@@ -31,9 +33,15 @@ type Config struct {
 	PrefillPerToken time.Duration `json:"prefill_per_token_ns"`
 	DecodePerSeq    time.Duration `json:"decode_per_seq_ns"`
 	ContextPerToken time.Duration `json:"context_per_token_ns"`
-	PerExpert       time.Duration `json:"per_expert_ns"`
-	Experts         int           `json:"experts"`
-	ExpertsPerToken int           `json:"experts_per_token"`
+	// AttentionPerPairNs is the prefill's attention compute, in nanoseconds (fractions
+	// allowed: a pair costs well under one) per pair of a prompt token prefilled and a
+	// token of its sequence before it, cached or not. It makes the prefill of a chunk
+	// late in a long context cost more than the same chunk at its start, as attention
+	// does; decode's attention is ContextPerToken's KV read, which bounds it.
+	AttentionPerPairNs float64       `json:"attention_per_pair_ns"`
+	PerExpert          time.Duration `json:"per_expert_ns"`
+	Experts            int           `json:"experts"`
+	ExpertsPerToken    int           `json:"experts_per_token"`
 
 	// KVCacheTokens is the KV-cache capacity; a request is admitted only when its prompt
 	// and its whole output fit beside the running ones (KVAdmission reserve).
@@ -197,6 +205,7 @@ var profiles = map[string]func() Config{
 			PrefillPerToken:      10 * time.Microsecond,
 			DecodePerSeq:         50 * time.Microsecond,
 			ContextPerToken:      200 * time.Nanosecond,
+			AttentionPerPairNs:   1, // attention matches prefill_per_token at 10k tokens of context
 			KVCacheTokens:        65536,
 			MaxBatchedTokens:     2048,
 			MaxBatch:             16,
@@ -221,6 +230,7 @@ var profiles = map[string]func() Config{
 			PrefillPerToken:      8 * time.Microsecond,
 			DecodePerSeq:         5 * time.Microsecond,
 			ContextPerToken:      5 * time.Nanosecond,
+			AttentionPerPairNs:   0.6, // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
 			PerExpert:            200 * time.Microsecond,
 			Experts:              256,
 			ExpertsPerToken:      8,
@@ -304,6 +314,9 @@ func (c Config) Validate() error {
 			if d.v < 0 {
 				bad(d.name, "%v < 0", d.v)
 			}
+		}
+		if !(c.AttentionPerPairNs >= 0 && c.AttentionPerPairNs <= 1e6) {
+			bad("attention_per_pair_ns", "%v not in [0, 1e6]", c.AttentionPerPairNs)
 		}
 		if c.StepBase+c.DecodePerSeq+c.PerExpert <= 0 {
 			bad("step_base", "a decode step would take no time: set step_base, decode_per_seq or per_expert")

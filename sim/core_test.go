@@ -38,9 +38,19 @@ func runCore(t *testing.T, c *core) int {
 
 func TestStepTimeFormula(t *testing.T) {
 	c := linear()
-	// 1ms + 10us*20 + 100us*3 + 1us*500
-	if got, want := c.StepTime(20, 3, 500), 2*time.Millisecond; got != want {
+	// 1ms + 10us*20 + 100us*3 + 1us*500 (+ 1ns per attention pair)
+	if got, want := c.StepTime(20, 3, 500, 0), 2*time.Millisecond; got != want {
 		t.Errorf("StepTime = %v, want %v", got, want)
+	}
+	if got, want := c.StepTime(20, 3, 500, 1000), 2*time.Millisecond+time.Microsecond; got != want {
+		t.Errorf("StepTime with 1,000 attention pairs = %v, want %v", got, want)
+	}
+	// A chunk of 3 after 4 tokens: 3*4 pairs with those, and 0+1+2 among themselves.
+	if got := AttentionPairs(4, 3); got != 15 {
+		t.Errorf("AttentionPairs(4, 3) = %d, want 15", got)
+	}
+	if got := AttentionPairs(99_000, 1000); got != 1000*99_000+1000*999/2 {
+		t.Errorf("AttentionPairs(99000, 1000) = %d", got)
 	}
 	m, _ := Profile("moe-230b-8gpu")
 	for _, tc := range []struct {
@@ -60,10 +70,15 @@ func TestCoreSingleSequenceExact(t *testing.T) {
 	c.enqueue(s, 0)
 	steps := runCore(t, c)
 	// prefill: contexts 64, 128, 150; decode contexts 151..154
-	want := cfg.StepTime(64, 0, 64) + cfg.StepTime(64, 0, 128) + cfg.StepTime(22, 0, 150)
+	// and the chunks attend over the tokens before them.
+	want := cfg.StepTime(64, 0, 64, AttentionPairs(0, 64)) + cfg.StepTime(64, 0, 128, AttentionPairs(64, 64)) +
+		cfg.StepTime(22, 0, 150, AttentionPairs(128, 22))
 	first := want
+	if pf := cfg.PrefillTime(150, 0); pf != first {
+		t.Fatalf("PrefillTime(150, 0) = %v, the three chunks sum to %v", pf, first)
+	}
 	for k := 1; k <= 4; k++ {
-		want += cfg.StepTime(0, 1, 150+k)
+		want += cfg.StepTime(0, 1, 150+k, 0)
 	}
 	if steps != 7 || c.now != want {
 		t.Fatalf("steps %d now %v, want 7 and %v", steps, c.now, want)
@@ -88,7 +103,7 @@ func TestCoreBatchCapAndOneTokenPerStep(t *testing.T) {
 	}
 	before := c.now
 	c.step() // pure decode: one token each
-	if got, want := c.now-before, cfg.StepTime(0, 4, 4*(4+1)); got != want {
+	if got, want := c.now-before, cfg.StepTime(0, 4, 4*(4+1), 0); got != want {
 		t.Fatalf("decode step %v, want %v", got, want)
 	}
 	for _, s := range seqs[:4] {
@@ -139,7 +154,7 @@ func TestCoreChunkedPrefillSharesBudgetWithDecodes(t *testing.T) {
 	if long.prefilled != 63 || d.generated != 2 {
 		t.Fatalf("prefilled %d generated %d", long.prefilled, d.generated)
 	}
-	if got, want := c.now-before, cfg.StepTime(63, 1, (2+1)+63); got != want {
+	if got, want := c.now-before, cfg.StepTime(63, 1, (2+1)+63, AttentionPairs(0, 63)); got != want {
 		t.Fatalf("mixed step %v, want %v", got, want)
 	}
 }
@@ -360,5 +375,76 @@ func TestCoreOnDemandPreempts(t *testing.T) {
 				t.Errorf("on-demand: %d preemptions, max running %d, max KV used %d; want > 0, 4 and near %d", c.preemptions, maxRunning, maxUsed, cfg.KVCacheTokens)
 			}
 		}
+	}
+}
+
+// TestPrefillAttention: the same 1,024 prompt tokens cost more to prefill after 6,144
+// cached tokens than at the start of a fresh prompt, because they attend over the cached
+// tokens (which are not prefilled again): the step is exactly the step model's with
+// AttentionPairs(6144, 1024), and the difference from the fresh prompt's step is the
+// attention and the KV read of the cached tokens.
+func TestPrefillAttention(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	if cfg.AttentionPerPairNs <= 0 {
+		t.Fatal("tiny has no attention term: tests cannot tell it is applied")
+	}
+	c := newCore(&cfg)
+	long := ids(7168)
+	for i := range long {
+		long[i] = 20000 + i
+	}
+	warmup := idsSeq(&cfg, long[:6145], 1) // leaves 384 full blocks cached
+	c.enqueue(warmup, c.now)
+	runCore(t, c)
+	late := idsSeq(&cfg, long, 1)
+	c.enqueue(late, c.now)
+	runCore(t, c)
+	if late.cached != 6144 {
+		t.Fatalf("cached %d, want 6144", late.cached)
+	}
+	fresh := idsSeq(&cfg, ids(1024), 1)
+	c.enqueue(fresh, c.now)
+	runCore(t, c)
+	lateStep, freshStep := late.firstM-late.admitM, fresh.firstM-fresh.admitM
+	if want := cfg.StepTime(1024, 0, 7168, AttentionPairs(6144, 1024)); lateStep != want {
+		t.Errorf("1,024 tokens after 6,144 cached: step %v, want %v", lateStep, want)
+	}
+	if want := cfg.StepTime(1024, 0, 1024, AttentionPairs(0, 1024)); freshStep != want {
+		t.Errorf("1,024 fresh tokens: step %v, want %v", freshStep, want)
+	}
+	attn := time.Duration(cfg.AttentionPerPairNs * float64(1024*6144))
+	if got, want := lateStep-freshStep, attn+6144*cfg.ContextPerToken; got != want {
+		t.Errorf("late chunk costs %v more, want %v (attention over the cached tokens and their KV read)", got, want)
+	}
+}
+
+func TestInfoPrefillAt(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		ctxs    []int
+	}{
+		{"tiny", []int{0, 6144}},
+		{"moe-230b-8gpu", []int{0, 8192, 32768, 65536, 131072, 196608 - 8192}},
+	} {
+		cfg, _ := Profile(tc.profile)
+		in := Analyze(cfg)
+		n := cfg.MaxBatchedTokens
+		if len(in.PrefillAt) != len(tc.ctxs) {
+			t.Fatalf("%s: prefill_at %+v, want contexts %v", tc.profile, in.PrefillAt, tc.ctxs)
+		}
+		for i, p := range in.PrefillAt {
+			step := cfg.StepTime(n, 0, p.ContextTokens+n, AttentionPairs(p.ContextTokens, n))
+			if p.ContextTokens != tc.ctxs[i] || math.Abs(p.ChunkMs-float64(step)/1e6) > 1e-9 ||
+				math.Abs(p.PromptMs-float64(cfg.PrefillTime(p.ContextTokens+n, 0))/1e6) > 1e-9 {
+				t.Errorf("%s: point %d %+v, want context %d, chunk %v", tc.profile, i, p, tc.ctxs[i], step)
+			}
+			if i > 0 && !(p.ChunkTokPerSec < in.PrefillAt[i-1].ChunkTokPerSec) {
+				t.Errorf("%s: prefill at %d tokens of context %.0f tok/s, not slower than at %d", tc.profile, p.ContextTokens, p.ChunkTokPerSec, in.PrefillAt[i-1].ContextTokens)
+			}
+		}
+		if in.PrefillAt[0].ChunkTokPerSec != in.PrefillTokPerSec {
+			t.Errorf("%s: prefill_tok_per_sec %v, prefill_at[0] %v", tc.profile, in.PrefillTokPerSec, in.PrefillAt[0].ChunkTokPerSec)
+		}
+		t.Logf("%s: %+v", tc.profile, in.PrefillAt)
 	}
 }

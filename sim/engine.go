@@ -139,6 +139,7 @@ func (c *core) step() time.Duration {
 	c.touched = c.touched[:0]
 	budget := c.cfg.MaxBatchedTokens
 	prefill, decode, context := 0, 0, 0
+	var pairs int64 // prefill attention: each chunk's tokens against the sequence before them
 	preempted := c.cfg.onDemand() && c.grow(budget)
 	for _, s := range c.running {
 		s.stepTok = 0
@@ -156,6 +157,7 @@ func (c *core) step() time.Duration {
 			budget -= n
 			prefill += n
 			context += s.prefilled + n
+			pairs += AttentionPairs(s.prefilled, n)
 		}
 	}
 	// A step that preempted admits nothing (vLLM v1): the space freed is for the running.
@@ -174,11 +176,12 @@ func (c *core) step() time.Duration {
 		budget -= n
 		prefill += n
 		context += s.prefilled + n
+		pairs += AttentionPairs(s.prefilled, n) // s.prefilled: the tokens it found cached
 	}
 	if prefill+decode == 0 {
 		return 0
 	}
-	d := c.cfg.StepTime(prefill, decode, context)
+	d := c.cfg.StepTime(prefill, decode, context, pairs)
 	c.now += d
 	c.steps++
 	c.promptTokens += int64(prefill)

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -339,31 +340,97 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 	}
 }
 
-// countCache remembers token counts of long texts by a 64-bit hash of their bytes.
-// cl100k_base counting through tiktoken-go costs about 2.5 µs per token (12 ms for a
-// 4.5k-token prompt), while replays repeat prompts: a sweep replays the same trace at
-// several rates, and chat requests share system prompts. With the prefix cache on, an
-// entry also keeps the text's token ids (4 bytes a token), which the block hashes need.
+// countCache remembers token counts of long texts (pieces of them: textPiece) by a 64-bit
+// hash of their bytes. cl100k_base counting through tiktoken-go costs about 2.5 µs per
+// token (12 ms for a 4.5k-token prompt), while replays repeat prompts: a sweep replays
+// the same trace at several rates, chat requests share system prompts, and an agent's
+// every call sends its context again.
+//
+// With the prefix cache on, a piece's block hashes are needed too, and they depend on
+// where the piece starts (the hash chain before it, and how far into a block it starts).
+// memo keeps, per piece and starting point, what the piece does to the block hasher: the
+// blocks it completes and the state it leaves, 8 bytes per block of 16 tokens rather
+// than 4 bytes a token for its ids. An agent's context is the same pieces at the same
+// starting points on every call, so a session's next call hashes only its new text; and
+// a thousand sessions of 100k tokens fit in 50 MB.
 type countCache struct {
 	mu     sync.Mutex
 	seed   maphash.Seed
-	m      map[uint64]countEntry
-	tokens int // ids held
+	m      map[uint64]int // text hash -> tokens
+	memo   map[uint64]hashMemo
+	hashes int // block hashes held by memo
+
+	encoded atomic.Int64 // bytes of long text tokenized (the caches' misses), for tests
 }
 
-type countEntry struct {
-	n   int
-	ids []int32 // prefix cache only
+// hashMemo is what one piece of text did to a block hasher from one starting point.
+type hashMemo struct {
+	tokens int
+	state  uint64   // the hasher's state after the piece
+	n      int      // tokens into the current block after the piece
+	hashes []uint64 // the blocks the piece completed
 }
 
 const (
 	countCacheMinBytes = 256     // shorter texts are cheaper to count than to hash and look up
-	countCacheEntries  = 1 << 16 // the cache is cleared when it reaches this size...
-	countCacheTokens   = 1 << 23 // ...or holds this many token ids (32 MiB)
+	countCacheEntries  = 1 << 16 // the counts are cleared when they reach this many...
+	memoEntries        = 1 << 18 // ...and the memo at this many entries...
+	memoHashes         = 1 << 23 // ...or this many block hashes (64 MiB: 128M tokens in blocks of 16)
 )
 
-// count returns the number of tokens of text, and feeds them to h when h is not nil.
+// memoKey names a piece (by the hash of its text) at one starting point of the hasher.
+func memoKey(text uint64, h *blockHasher) uint64 {
+	return mix64(text ^ mix64(h.state^uint64(h.n)*0x9e3779b97f4a7c15))
+}
+
+// pieceBytes is the least length of a piece of a long text (see textPiece).
+const pieceBytes = 8 << 10
+
+// textPiece returns the length of text's first piece: up to the first piece boundary at
+// least pieceBytes in, or all of it. A boundary is just after a newline that an ASCII
+// letter or digit follows. cl100k_base's pre-tokenizer (the regular expression that cuts
+// text into the pieces BPE then encodes one by one) always cuts there: none of its
+// alternatives matches across a newline into a letter or digit (those that take
+// newlines end with them), and none looks behind. So the text's tokens are its pieces'
+// tokens, end to end (TestTextPiecesTokenize checks it). And the cuts depend only on the
+// bytes before them: a prompt that grows by appends (an agent's context as one text)
+// has its previous version's pieces, all but the last, which the count cache then knows.
+func textPiece(text string) int {
+	for i := pieceBytes; i < len(text); i++ {
+		if pieceCut(text, i) {
+			return i
+		}
+	}
+	return len(text)
+}
+
+// pieceCut reports whether textPiece may cut text before byte i: a newline before it, an
+// ASCII letter or digit at it.
+func pieceCut(text string, i int) bool {
+	if i < 1 || i >= len(text) || text[i-1] != '\n' {
+		return false
+	}
+	c := text[i]
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// count returns the number of tokens of text, and feeds them to h when h is not nil. A
+// long text is counted piece by piece (textPiece), each through the count cache, so
+// that a text that grows by appends is not tokenized whole again each time.
 func (s *Server) count(text string, h *blockHasher) int {
+	n := 0
+	for len(text) > 0 {
+		k := textPiece(text)
+		n += s.countPiece(text[:k], h)
+		text = text[k:]
+	}
+	return n
+}
+
+// countPiece counts one piece of a text, through the count cache when it is long, and
+// feeds its tokens to h when h is not nil (through the memo when it has seen the piece
+// from the same starting point).
+func (s *Server) countPiece(text string, h *blockHasher) int {
 	if len(text) < countCacheMinBytes {
 		if h == nil {
 			return s.enc.Count(text)
@@ -375,35 +442,54 @@ func (s *Server) count(text string, h *blockHasher) int {
 	c := &s.counts
 	c.mu.Lock()
 	if c.m == nil {
-		c.seed, c.m = maphash.MakeSeed(), make(map[uint64]countEntry)
+		c.seed, c.m, c.memo = maphash.MakeSeed(), make(map[uint64]int), make(map[uint64]hashMemo)
 	}
 	key := maphash.String(c.seed, text)
-	e, ok := c.m[key]
-	c.mu.Unlock()
-	if ok && (h == nil || e.ids != nil) {
-		if h != nil {
-			h.addInt32s(e.ids)
+	if h == nil {
+		n, ok := c.m[key]
+		c.mu.Unlock()
+		if ok {
+			return n
 		}
-		return e.n
+		c.encoded.Add(int64(len(text)))
+		n = s.enc.Count(text)
+		s.rememberCount(key, n)
+		return n
 	}
+	mk := memoKey(key, h)
+	m, ok := c.memo[mk]
+	c.mu.Unlock()
+	if ok {
+		h.hashes = append(h.hashes, m.hashes...)
+		h.state, h.n = m.state, m.n
+		return m.tokens
+	}
+	c.encoded.Add(int64(len(text)))
 	ids := s.enc.Encode(text)
-	e = countEntry{n: len(ids)}
-	if h != nil {
-		e.ids = make([]int32, len(ids))
-		for i, t := range ids {
-			e.ids[i] = int32(t)
-		}
-		h.addInt32s(e.ids)
-	}
+	first := len(h.hashes)
+	h.addInts(ids)
+	m = hashMemo{tokens: len(ids), state: h.state, n: h.n, hashes: slices.Clone(h.hashes[first:])}
 	c.mu.Lock()
-	if len(c.m) >= countCacheEntries || c.tokens+len(e.ids) > countCacheTokens {
-		clear(c.m)
-		c.tokens = 0
+	if len(c.memo) >= memoEntries || c.hashes+len(m.hashes) > memoHashes {
+		clear(c.memo)
+		c.hashes = 0
 	}
-	c.m[key] = e
-	c.tokens += len(e.ids)
+	c.memo[mk] = m
+	c.hashes += len(m.hashes)
 	c.mu.Unlock()
-	return e.n
+	s.rememberCount(key, len(ids))
+	return len(ids)
+}
+
+// rememberCount puts a long text's token count in the count cache.
+func (s *Server) rememberCount(key uint64, n int) {
+	c := &s.counts
+	c.mu.Lock()
+	if len(c.m) >= countCacheEntries {
+		clear(c.m)
+	}
+	c.m[key] = n
+	c.mu.Unlock()
 }
 
 func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {

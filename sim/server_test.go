@@ -299,7 +299,7 @@ func TestSingleStreamDecodeRate(t *testing.T) {
 		t.Errorf("single-stream decode %.1f tok/s, /sim/info says %.1f", rate, in.SingleStreamTokPerSec)
 	}
 	// Exactly: TTFT is one prefill step, then one decode step per token.
-	if got, want := first-arrival, cfg.StepTime(prompt, 0, prompt); got != want {
+	if got, want := first-arrival, cfg.StepTime(prompt, 0, prompt, AttentionPairs(0, prompt)); got != want {
 		t.Errorf("TTFT %v, want one prefill step %v", got, want)
 	}
 	var want time.Duration

@@ -29,7 +29,7 @@ func TestSimHelpAndInfo(t *testing.T) {
 	}
 	out.Reset()
 	err := run(context.Background(), []string{"sim", "--profile", "tiny", "--max-batch", "8", "--step-base", "2ms",
-		"--fault", "503=0.25", "--fault", "stall=0.5:3s", "--print-info"}, &out, &errb)
+		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--print-info"}, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,8 @@ func TestSimHelpAndInfo(t *testing.T) {
 	}
 	c := in.Config
 	if c.Model != "sim-tiny" || c.MaxBatch != 8 || c.StepBase != 2*time.Millisecond || len(in.Steps) != 8 ||
-		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 {
+		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 ||
+		c.AttentionPerPairNs != 0.25 {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
