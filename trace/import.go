@@ -23,10 +23,11 @@ const (
 	FormatShareGPT = "sharegpt"
 	FormatCSV      = "csv"
 	FormatJSONL    = "jsonl"
+	FormatTraceLab = "tracelab"
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL}
+var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatTraceLab}
 
 // ImportOptions configures Import. Only Format is required.
 type ImportOptions struct {
@@ -236,6 +237,8 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		err = importGenericCSV(in, p)
 	case FormatJSONL:
 		err = importGenericJSONL(in, p)
+	case FormatTraceLab:
+		err = importTraceLab(in, p)
 	default:
 		return rep, fmt.Errorf("trace: import %s: unknown format %q (want one of %s)", name, opts.Format, strings.Join(ImportFormats, ", "))
 	}
@@ -297,7 +300,8 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 		}
 	}
 	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
-	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL
+	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
+		format == FormatTraceLab
 	switch {
 	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
 		return br, nil
