@@ -24,10 +24,11 @@ const (
 	FormatCSV      = "csv"
 	FormatJSONL    = "jsonl"
 	FormatTraceLab = "tracelab"
+	FormatWeka     = "weka"
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatTraceLab}
+var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatTraceLab, FormatWeka}
 
 // ImportOptions configures Import. Only Format is required.
 type ImportOptions struct {
@@ -239,6 +240,8 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		err = importGenericJSONL(in, p)
 	case FormatTraceLab:
 		err = importTraceLab(in, p)
+	case FormatWeka:
+		err = importWeka(in, p)
 	default:
 		return rep, fmt.Errorf("trace: import %s: unknown format %q (want one of %s)", name, opts.Format, strings.Join(ImportFormats, ", "))
 	}
@@ -301,7 +304,7 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 	}
 	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
 	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
-		format == FormatTraceLab
+		format == FormatTraceLab || format == FormatWeka
 	switch {
 	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
 		return br, nil
