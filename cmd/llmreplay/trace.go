@@ -108,6 +108,8 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   llmreplay trace import --from sharegpt --rate 5 --seed 1 sharegpt.json -o sharegpt.parquet
   # TraceLab's Claude Code / Codex rounds as agent calls (parents, tool and user gaps)
   llmreplay trace import --from tracelab syfi_coding_trace.jsonl.gz -o tracelab.parquet
+  # A Weka agent trace (kv-cache-tester, AIPerf): subagents fork and join their parent
+  llmreplay trace import --from weka trace_0001.json -o weka.parquet
   # Any CSV: name the columns; arrival in milliseconds
   llmreplay trace import --from csv --map arrival=ts,prompt_tokens=in,output_tokens=out --time-unit ms log.csv -o log.parquet`, stdout)
 	from := fs.String("from", "", "input format: "+strings.Join(trace.ImportFormats, ", "))

@@ -32,3 +32,26 @@ func TestTraceImportTraceLab(t *testing.T) {
 		t.Errorf("trace import --help does not show tracelab:\n%s", help)
 	}
 }
+
+// TestTraceImportWeka runs --from weka on the hand-written sample (written from the
+// format's published schema, not real data: trace/testdata/weka/SOURCES.md) and reads
+// the result back with trace info.
+func TestTraceImportWeka(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "weka.parquet")
+	in := filepath.Join("..", "..", "trace", "testdata", "weka", "sample.jsonl")
+	msg, err := runArgs(t, "trace", "import", "--from", "weka", in, "-o", out)
+	if err != nil || !strings.Contains(msg, "11 written") {
+		t.Fatalf("import: %v\n%s", err, msg)
+	}
+	msg, err = runArgs(t, "trace", "info", "--json", out)
+	var info struct {
+		Count int64                   `json:"count"`
+		Meta  struct{ Source string } `json:"meta"`
+	}
+	if err != nil || json.Unmarshal([]byte(msg), &info) != nil || info.Count != 11 || info.Meta.Source != "weka" {
+		t.Errorf("info --json: %v %+v\n%s", err, info, msg)
+	}
+	if help, _ := runArgs(t, "trace", "import", "--help"); !strings.Contains(help, "--from weka") {
+		t.Errorf("trace import --help does not show weka:\n%s", help)
+	}
+}
