@@ -22,6 +22,7 @@ const (
 var tlOutputEvents = map[string]bool{"reasoning": true, "text": true, "tool_call": true}
 
 type tracelabRow struct {
+	User                  *string         `json:"user"`
 	Project               *string         `json:"project"`
 	SessionID             *string         `json:"session_id"`
 	RoundIndex            json.RawMessage `json:"round_index"`
@@ -68,6 +69,7 @@ func importTraceLab(in io.Reader, p *pipeline) error {
 	p.abs = true
 	p.opts.Sort = true
 	sessions := map[string]*tlSession{}
+	var nsessions int64
 	for {
 		var m tracelabRow
 		ok, err := s.next(&m)
@@ -99,18 +101,22 @@ func importTraceLab(in io.Reader, p *pipeline) error {
 		if times.end >= times.arrival {
 			req.Call.Duration = time.Duration(times.end - times.arrival)
 		}
-		key := *m.SessionID
-		if m.Project != nil {
-			// A session id recurs under two projects when a session file was copied
-			// (DB_SCHEMA.md, "Identity model"): those are two sessions.
-			key = *m.Project + "\x00" + key
-		}
+		// A session id recurs under two users or projects when a session file was
+		// collected twice (DB_SCHEMA.md, "Identity model"): those are two sessions.
+		key := tlDeref(m.User) + "\x00" + tlDeref(m.Project) + "\x00" + *m.SessionID
 		prev := sessions[key]
+		if prev != nil && round == 0 {
+			// Round 0 again: another copy of the session in the same file. TraceLab keeps
+			// every copy (its analyses count them all), so it is another session here.
+			prev = nil
+			p.rep.adjust("round_index 0 again: a repeated copy of a session, imported as another session")
+		}
 		if err := s.tracelabLink(prev, round, times); err != nil {
 			return err
 		}
 		if prev == nil {
-			prev = &tlSession{id: int64(len(sessions))}
+			prev = &tlSession{id: nsessions}
+			nsessions++
 			sessions[key] = prev
 		} else {
 			req.Call.Parents = []int64{prev.reqID}
@@ -280,4 +286,11 @@ func tracelabGap(c *Call, prev *tlSession, t tlTimes, rep *ImportReport) {
 		rep.adjust("gap_ns negative (input before the parent's last output) set to 0")
 	}
 	c.Gap = time.Duration(d)
+}
+
+func tlDeref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

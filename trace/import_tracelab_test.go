@@ -102,6 +102,7 @@ func TestTraceLabSample(t *testing.T) {
 // tlRound is a TraceLab row for the tests below; events are "type@seconds" after 10:00:00.
 type tlRound struct {
 	session, project string
+	user             string
 	round            int
 	total, prefix    int
 	output           int
@@ -119,6 +120,9 @@ func (r tlRound) line() string {
 	}
 	if r.project != "" {
 		m["project"] = r.project
+	}
+	if r.user != "" {
+		m["user"] = r.user
 	}
 	var evs []map[string]any
 	for _, e := range r.events {
@@ -253,6 +257,36 @@ func TestTraceLabEdges(t *testing.T) {
 		"gap_ns negative (input before the parent's last output) set to 0": 1,
 	}
 	if !reflect.DeepEqual(rep.Adjusted, wantAdj) {
+		t.Errorf("adjusted %v", rep.Adjusted)
+	}
+}
+
+// TestTraceLabCopies: TraceLab keeps every copy of a session collected twice
+// (DB_SCHEMA.md, "Identity model"). A copy under another user is another session; a copy
+// later in the file under the same ids restarts at round 0 and becomes another session,
+// counted as adjusted; its rounds chain among themselves.
+func TestTraceLabCopies(t *testing.T) {
+	a0 := tlRound{session: "s", project: "p", user: "u1", round: 0, total: 100, output: 10, events: []string{"user_message@0", "text@1"}}
+	a1 := tlRound{session: "s", project: "p", user: "u1", round: 1, total: 200, prefix: 100, output: 10, events: []string{"tool_result@2", "text@3"}}
+	b0 := a0
+	b0.user = "u2"
+	rows, _, rep, err := importTraceLabRows(t, tlLines(a0, a1, a0, a1, b0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		id, session int64
+		parents     []int64
+	}
+	var g []got
+	for _, r := range rows {
+		g = append(g, got{r.ID, r.SessionID, r.Call.Parents})
+	}
+	want := []got{{0, 0, nil}, {2, 1, nil}, {4, 2, nil}, {1, 0, []int64{0}}, {3, 1, []int64{2}}}
+	if !reflect.DeepEqual(g, want) {
+		t.Errorf("got  %+v\nwant %+v", g, want)
+	}
+	if n := rep.Adjusted["round_index 0 again: a repeated copy of a session, imported as another session"]; n != 1 || len(rep.Adjusted) != 1 {
 		t.Errorf("adjusted %v", rep.Adjusted)
 	}
 }

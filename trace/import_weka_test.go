@@ -187,6 +187,23 @@ func TestWekaEdges(t *testing.T) {
 	}
 }
 
+// TestWekaConcatenated: trace files concatenated (cat traces/*.json), pretty-printed,
+// import as one session each, their local hash ids kept apart.
+func TestWekaConcatenated(t *testing.T) {
+	rows, _, _, err := importWekaRows(t, wekaBase+"\n"+wekaBase)
+	if err != nil || len(rows) != 6 {
+		t.Fatalf("%v, %d rows", err, len(rows))
+	}
+	for _, r := range rows {
+		if want := r.ID / 3; r.SessionID != want {
+			t.Errorf("request %d in session %d, want %d", r.ID, r.SessionID, want)
+		}
+		if r.ID == 3 && !reflect.DeepEqual(r.PrefixBlocks, []int64{1<<40 + 1, 1<<40 + 2}) {
+			t.Errorf("trace 1's hash ids %v", r.PrefixBlocks)
+		}
+	}
+}
+
 // FuzzImportWeka checks that the importer never panics, that what it accepts reads back
 // row for row, and that its rows form a valid DAG whatever the input.
 func FuzzImportWeka(f *testing.F) {
