@@ -25,10 +25,13 @@ const (
 	FormatJSONL    = "jsonl"
 	// FormatCopilotAgent is the GitHub Copilot coding-agent trace (import_copilot.go).
 	FormatCopilotAgent = "copilot-agent"
+	FormatTraceLab     = "tracelab"
+	FormatWeka         = "weka"
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL, FormatCopilotAgent}
+var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL,
+	FormatCopilotAgent, FormatTraceLab, FormatWeka}
 
 // ImportOptions configures Import. Only Format is required.
 type ImportOptions struct {
@@ -243,6 +246,10 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 		err = importGenericJSONL(in, p)
 	case FormatCopilotAgent:
 		err = importCopilot(in, p)
+	case FormatTraceLab:
+		err = importTraceLab(in, p)
+	case FormatWeka:
+		err = importWeka(in, p)
 	default:
 		return rep, fmt.Errorf("trace: import %s: unknown format %q (want one of %s)", name, opts.Format, strings.Join(ImportFormats, ", "))
 	}
@@ -305,7 +312,7 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 	}
 	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
 	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
-		format == FormatCopilotAgent
+		format == FormatCopilotAgent || format == FormatTraceLab || format == FormatWeka
 	switch {
 	case k == filekind.Empty || k == filekind.Text && csvFormat || k == filekind.JSON && jsonFormat:
 		return br, nil

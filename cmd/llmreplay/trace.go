@@ -110,6 +110,10 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   # GitHub Copilot coding-agent sessions (a gzipped shard as released): one row per LLM
   # call, with the calls it waits for; always sorted in memory (~240 B a call)
   llmreplay trace import --from copilot-agent date=2026-06-01/shard-0000.jsonl.gz -o copilot.parquet
+  # TraceLab's Claude Code / Codex rounds as agent calls (parents, tool and user gaps)
+  llmreplay trace import --from tracelab syfi_coding_trace.jsonl.gz -o tracelab.parquet
+  # A Weka agent trace (kv-cache-tester, AIPerf): subagents fork and join their parent
+  llmreplay trace import --from weka trace_0001.json -o weka.parquet
   # Any CSV: name the columns; arrival in milliseconds
   llmreplay trace import --from csv --map arrival=ts,prompt_tokens=in,output_tokens=out --time-unit ms log.csv -o log.parquet`, stdout)
 	from := fs.String("from", "", "input format: "+strings.Join(trace.ImportFormats, ", "))
