@@ -142,7 +142,9 @@ func (s *Report) bracket() {
 			lo[i].Overloaded, hi[i].Overloaded = sp.OverloadedAny, sp.OverloadedAll
 		}
 	}
-	if s.closed() {
+	switch {
+	case s.agents(): // saturation not judged (agents.go)
+	case s.closed():
 		gain := func(a, b []stats.SweepPoint) func(i, j int) float64 {
 			return func(i, j int) float64 {
 				return stats.GainPerDoubling(s.Rows[i].Load, a[i].SustainedTokensPerSecond, s.Rows[j].Load, b[j].SustainedTokensPerSecond)
@@ -153,11 +155,11 @@ func (s *Report) bracket() {
 			pts[i] = r.Point()
 		}
 		s.SaturationBracket = &KneeBracket{Low: stats.SaturationBy(pts, o.MinGain, gain(hi, lo)), High: stats.SaturationBy(pts, o.MinGain, gain(lo, hi))}
-	} else {
+	default:
 		tracks := func(p stats.SweepPoint) bool { return p.Tracks(o.MinRatio) }
 		s.SaturationBracket = &KneeBracket{Low: stats.BoundsOf(lo, tracks), High: stats.BoundsOf(hi, tracks)}
 	}
-	if !s.SLO.IsZero() {
+	if s.judged() {
 		meets := func(p stats.SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
 		s.SLOBracket = &KneeBracket{Low: stats.BoundsOf(lo, meets), High: stats.BoundsOf(hi, meets)}
 	}
