@@ -76,8 +76,8 @@ func (s *Report) writeAgentsText(p func(string, ...any)) {
 func (s *Report) agentPlots() []*analysis.Plot {
 	var p50s, p90s, mk [][2]float64
 	for _, r := range s.Rows {
-		p50s = append(p50s, [2]float64{r.Load, analysis.FigureQuantile("agent_slowdown", p50)(r.Report)})
-		p90s = append(p90s, [2]float64{r.Load, analysis.FigureQuantile("agent_slowdown", p90)(r.Report)})
+		p50s = append(p50s, [2]float64{r.Load, agentQuantile("agent_slowdown", p50)(s, r)})
+		p90s = append(p90s, [2]float64{r.Load, agentQuantile("agent_slowdown", p90)(s, r)})
 		mk = append(mk, [2]float64{r.Load, 1})
 	}
 	lo, hi := s.Rows[0].Load, s.Rows[len(s.Rows)-1].Load*1.5
@@ -173,9 +173,21 @@ var agentSessionsColumn = sweepColumn{Head: "sessions", Width: 9, Text: onAgents
 
 var agentIncompleteColumn = sweepColumn{JSON: "agents.sessions_incomplete", OnJSON: onAgents, Value: value(sweepFigure("agent_sessions_incomplete"))}
 
+// agentQuantile is a percentile (p) of a declared agent distribution at a point, NaN when
+// it has no sample (no complete session: an empty distribution's quantiles are zeros,
+// which would read as a makespan of 0 s).
+func agentQuantile(key string, p func(stats.Quantiles) float64) func(*Report, Row) float64 {
+	return sweepQuantile(key, func(q stats.Quantiles) float64 {
+		if q.N == 0 {
+			return math.NaN()
+		}
+		return p(q)
+	})
+}
+
 // agentColumn is a percentile (p) of a declared agent distribution, at agents.path.
 func agentColumn(key string, p func(stats.Quantiles) float64, path, head string, format func(float64) string) sweepColumn {
-	get := sweepQuantile(key, p)
+	get := agentQuantile(key, p)
 	return sweepColumn{Head: head, Width: 10, Text: onAgents, Cell: cell(get, format), JSON: "agents." + path, OnJSON: onAgents, Value: value(get)}
 }
 

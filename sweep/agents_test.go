@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet/file"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/agent"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/browsertest"
 	"github.com/llmreplay/llmreplay/replay/results"
@@ -148,6 +149,18 @@ func TestSessionAttainment(t *testing.T) {
 	}
 	if got := SessionAttainment(&analysis.Report{}, 1.2); !math.IsNaN(got) {
 		t.Errorf("without agents: %v, want NaN", got)
+	}
+	// Every session incomplete: no makespan or slowdown ("-"), not 0 s, and none meets it.
+	failed := Row{Axis: Agents, Load: 2, MaxSlowdown: 1.2, Report: &analysis.Report{Agents: &agent.Report{Sessions: 2, Incomplete: 2}}}
+	for _, c := range sweepColumns {
+		if strings.HasPrefix(c.JSON, "agents.makespan_s.") || strings.HasPrefix(c.JSON, "agents.slowdown.") {
+			if got := c.Cell(nil, failed); got != "-" {
+				t.Errorf("%s with no complete session: %q, want -", c.JSON, got)
+			}
+		}
+	}
+	if got := failed.Point().Attainment; got != 0 {
+		t.Errorf("every session incomplete: attainment %v, want 0", got)
 	}
 }
 
@@ -295,5 +308,41 @@ func TestAgentSweepHTMLRendersInChromium(t *testing.T) {
 		if !strings.Contains(dom, want) {
 			t.Errorf("page lacks %q", want)
 		}
+	}
+}
+
+// TestAgentSweepRepeats: a repeated agents point's row is its median repeat by slowdown
+// p50, its attainment's interval the range of its repeats', and the SLO limit's bracket
+// judges the points at its ends; no saturation bracket. The fixture's points stand in as
+// repeats: agents 2 repeats points 1 and 2 (attainment 1 and 1), agents 4 repeats points 4
+// and 8 (0.75 and 0, slowdown p50 1.19 and 1.38).
+func TestAgentSweepRepeats(t *testing.T) {
+	rows := agentRows(t, 1.2)
+	at := func(load float64, rs ...Row) Row {
+		for i := range rs {
+			rs[i].Load = load
+		}
+		return NewRepeatedRow(rs, nil)
+	}
+	two, four := at(2, rows[0], rows[1]), at(4, rows[2], rows[3])
+	if four.File != "point-agents-4.parquet" || four.Spread.Attainment != (Span{0, 0.75}) {
+		t.Errorf("agents 4: the row of %s, attainment %+v: want point 4's, [0, 0.75]", four.File, four.Spread.Attainment)
+	}
+	s := NewReport(Agents, []Row{two, four}, stats.KneeOptions{Attainment: 0.75}, nil)
+	if s.SLOLimit.Pass != 4 || s.SLOBracket == nil || s.SLOBracket.Low.Pass != 2 || s.SLOBracket.Low.Fail != 4 || s.SLOBracket.High.Pass != 4 {
+		t.Errorf("limit %+v, bracket %+v: want 4, from 2 (fails at 4) to 4", s.SLOLimit, s.SLOBracket)
+	}
+	if s.SaturationBracket != nil {
+		t.Errorf("saturation bracket %+v on the agents axis", s.SaturationBracket)
+	}
+	var b bytes.Buffer
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "median repeat by slowdown p50") {
+		t.Errorf("text: no median by slowdown p50:\n%s", b.String())
+	}
+	if k := (Row{Axis: Agents, Report: &analysis.Report{}}).medianKey(); !math.IsInf(k, 1) {
+		t.Errorf("a repeat without a slowdown sorts at %v, want last (+Inf)", k)
 	}
 }

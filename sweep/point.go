@@ -142,8 +142,8 @@ func (sw *sweeper) logPoint(row Row, n int, took time.Duration) {
 			complete, incomplete = a.Complete, a.Incomplete
 		}
 		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d done in %s: %d sessions complete, %d incomplete, slowdown p50 %s p90 %s, %s within --max-slowdown%s\n",
-			n, took.Round(time.Second), complete, incomplete, f2(sweepQuantile("agent_slowdown", p50)(nil, row)),
-			f2(sweepQuantile("agent_slowdown", p90)(nil, row)), pct(100*att), flagsNote(row.Report))
+			n, took.Round(time.Second), complete, incomplete, f2(agentQuantile("agent_slowdown", p50)(nil, row)),
+			f2(agentQuantile("agent_slowdown", p90)(nil, row)), pct(100*att), flagsNote(row.Report))
 		return
 	}
 	if c.Axis == Concurrency {
