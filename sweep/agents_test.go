@@ -3,6 +3,7 @@ package sweep
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/llmreplay/llmreplay/analysis/agent"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/browsertest"
+	"github.com/llmreplay/llmreplay/replay"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/stats"
 	"github.com/llmreplay/llmreplay/trace"
@@ -253,24 +255,7 @@ func TestAgentsValidate(t *testing.T) {
 // sample), or of more agents than the trace has, is refused before the folder is made and
 // anything is sent.
 func TestAgentsNeedAgentTrace(t *testing.T) {
-	agentTrace := filepath.Join(t.TempDir(), "agents.parquet")
-	w, err := trace.Create(agentTrace, trace.Meta{Source: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range int64(6) { // 3 sessions of 2 calls
-		c := trace.NewCall()
-		if i >= 3 {
-			c.Parents, c.Gap, c.GapKind = []int64{i - 3}, time.Second, trace.GapTool
-		}
-		if err := w.Write(trace.Request{ID: i, Arrival: time.Duration(i) * time.Second, PromptTokens: 100, OutputTokens: 10,
-			SessionID: i % 3, HasSession: true, Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	agentTrace := writeAgentTrace(t, 3)
 	for _, tc := range []struct {
 		trace string
 		loads []float64
@@ -344,5 +329,86 @@ func TestAgentSweepRepeats(t *testing.T) {
 	}
 	if k := (Row{Axis: Agents, Report: &analysis.Report{}}).medianKey(); !math.IsInf(k, 1) {
 		t.Errorf("a repeat without a slowdown sorts at %v, want last (+Inf)", k)
+	}
+}
+
+// writeAgentTrace writes a trace of n agent sessions of 2 calls each, and returns its path.
+func writeAgentTrace(t *testing.T, n int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agents.parquet")
+	w, err := trace.Create(path, trace.Meta{Source: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * n {
+		c := trace.NewCall()
+		if i >= n {
+			c.Parents, c.Gap, c.GapKind = []int64{i - n}, time.Second, trace.GapTool
+		}
+		if err := w.Write(trace.Request{ID: i, Arrival: time.Duration(i) * time.Second, PromptTokens: 100, OutputTokens: 10,
+			SessionID: i % n, HasSession: true, Call: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// agentReplayer "replays" point N by writing the fixture's point N (agentRun).
+type agentReplayer struct {
+	t       *testing.T
+	replays []Replay
+}
+
+func (f *agentReplayer) Check(*replay.Config) error { return nil }
+
+func (f *agentReplayer) Replay(_ context.Context, r Replay) (string, error) {
+	f.replays = append(f.replays, r)
+	meta := pointMeta()
+	meta.Flags = r.Flags
+	writePoint(f.t, r.Config.Output, meta, agentRun(r.Config.AgentSessions))
+	return fmt.Sprintf("run-%d", len(f.replays)), nil
+}
+
+// TestRunAgents: a whole agents sweep through Run: each point replays --agent-sessions N
+// with its own seed, and the reports in the folder give the limit the fixture's slowdowns
+// do (4, failing at 8, at 1.2x for 75%).
+func TestRunAgents(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sweep")
+	fr := &agentReplayer{t: t}
+	c := testConfig(dir, fr)
+	c.Axis, c.Loads, c.Replay.Trace, c.MaxSlowdown, c.Attainment, c.Cooldown = Agents, []float64{1, 2, 4, 8}, writeAgentTrace(t, 8), 1.2, 75, 0
+	if err := Run(context.Background(), c, nil); err != nil {
+		t.Fatal(err)
+	}
+	seeds := map[uint64]bool{}
+	for i, r := range fr.replays {
+		want := int(c.Loads[i])
+		if r.Config.AgentSessions != want || r.Flags["agent-sessions"] != fmt.Sprint(want) || !strings.Contains(r.Config.Output, fmt.Sprintf("agents-%d.parquet", want)) {
+			t.Errorf("point %d: --agent-sessions %d (flag %q), output %s: want %d", i+1, r.Config.AgentSessions, r.Flags["agent-sessions"], r.Config.Output, want)
+		}
+		seeds[r.Config.Seed] = true
+	}
+	if len(fr.replays) != 4 || len(seeds) != 4 {
+		t.Errorf("%d replays, %d seeds: want 4 of each", len(fr.replays), len(seeds))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Axis     string
+		SLOLimit struct {
+			PassLoad float64 `json:"pass_load"`
+			FailLoad float64 `json:"fail_load"`
+		} `json:"slo_limit"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Axis != Agents || got.SLOLimit.PassLoad != 4 || got.SLOLimit.FailLoad != 8 {
+		t.Errorf("sweep.json: axis %q, limit %+v: want agents, 4 (fails at 8)", got.Axis, got.SLOLimit)
 	}
 }
