@@ -15,13 +15,15 @@ import (
 // declaration (figures.go).
 
 // sweepAxes says on which axes a column shows: open loop (speedup, rate), closed loop
-// (concurrency) or both.
+// (concurrency), both, or the agents axis (agent sessions started together).
 type sweepAxes uint8
 
 const (
 	onOpen sweepAxes = 1 << iota
 	onClosed
+	onAgents
 	onBoth = onOpen | onClosed
+	onAll  = onBoth | onAgents
 )
 
 // sweepColumn is one column of a sweep's points. Text: Head over Width characters (Width 0:
@@ -69,11 +71,23 @@ func figureColumn(key, head string, width int, text sweepAxes, format func(float
 
 // latencyColumn is a percentile of a declared latency distribution: "TTFT p99" in the
 // text, ttft_ms.p99 in the JSON.
-func latencyColumn(key, name, pn string, p func(stats.Quantiles) float64, text bool) sweepColumn {
+// on names the axes beyond both that the column shows on (text and JSON alike).
+func latencyColumn(key, name, pn string, p func(stats.Quantiles) float64, text bool, on sweepAxes) sweepColumn {
 	get := sweepQuantile(key, p)
-	c := sweepColumn{Head: name + " " + pn, Width: 9, Cell: cell(get, f1), JSON: key + "_ms." + pn, OnJSON: onBoth, Value: value(get)}
+	c := sweepColumn{Head: name + " " + pn, Width: 9, Cell: cell(get, f1), JSON: key + "_ms." + pn, OnJSON: onBoth | on, Value: value(get)}
 	if text {
-		c.Text = onBoth
+		c.Text = onBoth | on
+	}
+	return c
+}
+
+// also adds the axes on to where a column shows, text and JSON.
+func also(c sweepColumn, on sweepAxes) sweepColumn {
+	if c.Text != 0 {
+		c.Text |= on
+	}
+	if c.OnJSON != 0 {
+		c.OnJSON |= on
 	}
 	return c
 }
@@ -96,14 +110,25 @@ func zeroOnOpen(get func(*Report, Row) float64, scale float64) func(*Report, Row
 // sweepColumns are the sweep's point columns, in order.
 var sweepColumns = []sweepColumn{
 	{Width: 10, Text: onOpen, Cell: loadCell},
-	{Width: 11, Text: onClosed, Cell: loadCell, JSON: "load", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Load }},
-	{JSON: "file", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.File }},
+	{Width: 11, Text: onClosed | onAgents, Cell: loadCell, JSON: "load", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.Load }},
+	{JSON: "file", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.File }},
+	agentSessionsColumn,
+	agentIncompleteColumn,
+	agentColumn("agent_makespan", p50, "makespan_s.p50", "mkspan p50", f1),
+	agentColumn("agent_makespan", p90, "makespan_s.p90", "mkspan p90", f1),
+	agentColumn("agent_recorded_makespan", p50, "recorded_makespan_s.p50", "rec p50", f1),
+	agentColumn("agent_slowdown", p50, "slowdown.p50", "slow p50", f2),
+	agentColumn("agent_slowdown", p90, "slowdown.p90", "slow p90", f2),
+	{Head: "attain", Width: 7, Text: onAgents, Cell: func(_ *Report, r Row) string { return pct(100 * r.Point().Attainment) },
+		JSON: "session_attainment", OnJSON: onAgents, Value: func(_ *Report, r Row) any { return analysis.Num(r.Point().Attainment) }},
+	agentScalarColumn("agent_cache_hit_rate", "cache.hit_rate", "cache", 6, func(v float64) string { return pct(100 * v) }),
+	agentScalarColumn("agent_peak_calls_in_flight", "peak_calls_in_flight", "peak", 5, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
 	{Head: "offer r/s", Width: 10, Text: onOpen, Cell: func(_ *Report, r Row) string { return f2(r.Offered.WindowRequestsPerS) },
 		JSON: "offered_requests_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Offered.WindowRequestsPerS) }},
 	{Head: "offer tok/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().OfferedTokensPerSecond) },
 		JSON: "offered_output_tokens_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Point().OfferedTokensPerSecond) }},
 	figureColumn("requests_per_s", "req/s", 8, onClosed, f2),
-	figureColumn("output_tokens_per_s", "out tok/s", 10, onClosed, f1),
+	also(figureColumn("output_tokens_per_s", "out tok/s", 10, onClosed, f1), onAgents),
 	// The open loop's table prints the knee's sustained throughput (0 when undefined).
 	{Head: "sustain t/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().SustainedTokensPerSecond) }},
 	figureColumn("sustained_output_tokens_per_s", "sustain t/s", 11, onClosed, f1),
@@ -120,26 +145,26 @@ var sweepColumns = []sweepColumn{
 		}},
 	{Head: "user p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.TokensPerS.P50) }},
 	{Head: "1/TPOT p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.InvTPOT.P50) }},
-	latencyColumn("ttft", "TTFT", "p50", p50, true),
-	latencyColumn("ttft", "TTFT", "p99", p99, true),
-	latencyColumn("tpot", "TPOT", "p50", p50, true),
-	latencyColumn("tpot", "TPOT", "p99", p99, true),
-	latencyColumn("e2e", "E2E", "p50", p50, false),
-	latencyColumn("e2e", "E2E", "p99", p99, true),
+	latencyColumn("ttft", "TTFT", "p50", p50, true, onAgents),
+	latencyColumn("ttft", "TTFT", "p99", p99, true, onAgents),
+	latencyColumn("tpot", "TPOT", "p50", p50, true, 0),
+	latencyColumn("tpot", "TPOT", "p99", p99, true, 0),
+	latencyColumn("e2e", "E2E", "p50", p50, false, 0),
+	latencyColumn("e2e", "E2E", "p99", p99, true, 0),
 	{Head: "goodput", Width: 8, Text: onBoth, Cell: cell(sweepGoodput, f2), JSON: "goodput_requests_per_s", OnJSON: onBoth, Value: zeroOnOpen(sweepGoodput, 1)},
 	{Head: "attain", Width: 7, Text: onBoth, Cell: cell(sweepAttainment, pct), JSON: "attainment", OnJSON: onBoth, Value: zeroOnOpen(sweepAttainment, 1.0/100)},
-	{Head: "errors", Width: 7, Text: onBoth, Cell: func(_ *Report, r Row) string { return pct(100 * r.ErrorRate()) },
-		JSON: "error_rate", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return analysis.Num(r.ErrorRate()) }},
-	{JSON: "client_limited", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Report.Flags.ClientLimited }},
-	{JSON: "overloaded", OnJSON: onBoth, Value: func(_ *Report, r Row) any { return r.Report.Flags.Overloaded }},
-	{Head: "flags", Text: onBoth, Cell: func(_ *Report, r Row) string { return pointFlags(r.Report) }},
-	{JSON: "server", OnJSON: onBoth, Value: func(_ *Report, r Row) any {
+	{Head: "errors", Width: 7, Text: onAll, Cell: func(_ *Report, r Row) string { return pct(100 * r.ErrorRate()) },
+		JSON: "error_rate", OnJSON: onAll, Value: func(_ *Report, r Row) any { return analysis.Num(r.ErrorRate()) }},
+	{JSON: "client_limited", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.Report.Flags.ClientLimited }},
+	{JSON: "overloaded", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.Report.Flags.Overloaded }},
+	{Head: "flags", Text: onAll, Cell: func(_ *Report, r Row) string { return pointFlags(r.Report) }},
+	{JSON: "server", OnJSON: onAll, Value: func(_ *Report, r Row) any {
 		if v := sweepServerOf(r.Report); v != nil { // absent when the point scraped nothing
 			return v
 		}
 		return nil
 	}},
-	{JSON: "intervals", OnJSON: onBoth, Value: func(_ *Report, r Row) any {
+	{JSON: "intervals", OnJSON: onAll, Value: func(_ *Report, r Row) any {
 		if v := spreadOf(r.Spread); v != nil { // a repeated point's
 			return v
 		}
@@ -151,6 +176,9 @@ func loadCell(_ *Report, r Row) string { return loadText(r.Load) }
 
 // axes is the sweep's axis as a column mask.
 func (s *Report) axes() sweepAxes {
+	if s.agents() {
+		return onAgents
+	}
 	if s.closed() {
 		return onClosed
 	}

@@ -16,3 +16,4 @@ var (
 
 func p50(q stats.Quantiles) float64 { return q.P50 }
 func p99(q stats.Quantiles) float64 { return q.P99 }
+func p90(q stats.Quantiles) float64 { return q.P90 }

@@ -135,6 +135,17 @@ func (sw *sweeper) logPoint(row Row, n int, took time.Duration) {
 		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d, %d repeats: sustained %.1f - %.1f tok/s, TTFT p99 %.1f - %.1f ms (intervals: docs/metrics.md, \"Sweep\"); the row is the median repeat's\n",
 			n, sp.Repeats, sp.Sustained.Lo, sp.Sustained.Hi, sp.TTFTP99.Lo, sp.TTFTP99.Hi)
 	}
+	if c.Axis == Agents {
+		a, att := row.Report.Agents, pt.Attainment
+		var complete, incomplete int64
+		if a != nil {
+			complete, incomplete = a.Complete, a.Incomplete
+		}
+		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d done in %s: %d sessions complete, %d incomplete, slowdown p50 %s p90 %s, %s within --max-slowdown%s\n",
+			n, took.Round(time.Second), complete, incomplete, f2(agentQuantile("agent_slowdown", p50)(nil, row)),
+			f2(agentQuantile("agent_slowdown", p90)(nil, row)), pct(100*att), flagsNote(row.Report))
+		return
+	}
 	if c.Axis == Concurrency {
 		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d done in %s: sustained %.1f tok/s, %.1f tok/s per user (mean), TTFT p99 %.1f ms%s\n",
 			n, took.Round(time.Second), pt.SustainedTokensPerSecond, row.Report.PerUser.TokensPerS.Mean,
@@ -151,7 +162,8 @@ func (sw *sweeper) logPoint(row Row, n int, took time.Duration) {
 const pointSeedShift = 40
 
 // pointConfig returns the replay of point n (1-based): a copy of the sweep's options with
-// the load set on the axis (named after replay's flags: --speedup, --rate, --concurrency),
+// the load set on the axis (replay's flags: --speedup, --rate, --concurrency, and
+// --agent-sessions on the agents axis),
 // the output, and the prompt seed --seed + (n−1)·2^40, and its flag map with the same flags
 // as the command line would give them. Each point sends prompt text no earlier point sent:
 // the points replay the same trace, and an engine with automatic prefix caching (vLLM's and
@@ -174,12 +186,19 @@ func (c *Config) pointConfig(load float64, path string, n int) (replay.Config, m
 	case Concurrency:
 		cfg.Concurrency, cfg.ConcurrencySet = int(load), true
 		value = strconv.Itoa(cfg.Concurrency)
+	case Agents:
+		cfg.AgentSessions = int(load)
+		value = strconv.Itoa(cfg.AgentSessions)
 	}
 	flags := maps.Clone(c.Flags)
 	if flags == nil {
 		flags = map[string]string{}
 	}
-	flags[c.Axis], flags["output"], flags["seed"] = value, path, strconv.FormatUint(cfg.Seed, 10)
+	flag := c.Axis
+	if c.Axis == Agents {
+		flag = "agent-sessions"
+	}
+	flags[flag], flags["output"], flags["seed"] = value, path, strconv.FormatUint(cfg.Seed, 10)
 	return cfg, flags
 }
 
@@ -211,6 +230,7 @@ func (sw *sweeper) analyse(load float64, file string, repeats ...string) (Row, e
 		if err != nil {
 			return Row{}, err
 		}
+		row.MaxSlowdown = sw.cfg.MaxSlowdown
 		rows, data = append(rows, row), append(data, d)
 	}
 	if len(repeats) == 0 {

@@ -43,15 +43,14 @@ var SpreadBootstrap = stats.Bootstrap{Seed: 1}
 
 // NewRepeatedRow returns the row of a repeated point from its repeats' rows (repeat
 // order) and, when given, their loaded data (the same order): the row of the median
-// repeat by sustained output tok/s (the lower of the middle two for an even count), a row
+// repeat by sustained output tok/s (on the agents axis by slowdown p50: medianKey; the
+// lower of the middle two for an even count), a row
 // of figures measured together, with Spread set to the intervals across all the repeats:
 // with data, each figure's SpreadBootstrap interval over the repeats pooled, widened to
 // the range of the repeats' values (SpreadMethod); without, the range (RangeMethod).
 func NewRepeatedRow(rows []Row, data []*decode.Data) Row {
 	sorted := slices.Clone(rows)
-	slices.SortStableFunc(sorted, func(a, b Row) int {
-		return cmp.Compare(a.Point().SustainedTokensPerSecond, b.Point().SustainedTokensPerSecond)
-	})
+	slices.SortStableFunc(sorted, func(a, b Row) int { return cmp.Compare(a.medianKey(), b.medianKey()) })
 	row := sorted[(len(sorted)-1)/2]
 	sp := &PointSpread{Method: RangeMethod, Repeats: len(rows), OverloadedAll: true}
 	span := func(get func(Row) float64) Span {
@@ -91,6 +90,19 @@ func NewRepeatedRow(rows []Row, data []*decode.Data) Row {
 	}
 	row.Spread = sp
 	return row
+}
+
+// medianKey orders a point's repeats for NewRepeatedRow: by sustained output tok/s, and
+// on the agents axis by the slowdown's p50 (a repeat without one last), the figure that
+// axis judges: its throughput says little (agents.go).
+func (r Row) medianKey() float64 {
+	if r.Axis != Agents {
+		return r.Point().SustainedTokensPerSecond
+	}
+	if v := agentQuantile("agent_slowdown", p50)(nil, r); !math.IsNaN(v) {
+		return v
+	}
+	return math.Inf(1)
 }
 
 // hull is the smallest span holding s and the interval c (s when c is undefined).
@@ -142,7 +154,9 @@ func (s *Report) bracket() {
 			lo[i].Overloaded, hi[i].Overloaded = sp.OverloadedAny, sp.OverloadedAll
 		}
 	}
-	if s.closed() {
+	switch {
+	case s.agents(): // saturation not judged (agents.go)
+	case s.closed():
 		gain := func(a, b []stats.SweepPoint) func(i, j int) float64 {
 			return func(i, j int) float64 {
 				return stats.GainPerDoubling(s.Rows[i].Load, a[i].SustainedTokensPerSecond, s.Rows[j].Load, b[j].SustainedTokensPerSecond)
@@ -153,11 +167,11 @@ func (s *Report) bracket() {
 			pts[i] = r.Point()
 		}
 		s.SaturationBracket = &KneeBracket{Low: stats.SaturationBy(pts, o.MinGain, gain(hi, lo)), High: stats.SaturationBy(pts, o.MinGain, gain(lo, hi))}
-	} else {
+	default:
 		tracks := func(p stats.SweepPoint) bool { return p.Tracks(o.MinRatio) }
 		s.SaturationBracket = &KneeBracket{Low: stats.BoundsOf(lo, tracks), High: stats.BoundsOf(hi, tracks)}
 	}
-	if !s.SLO.IsZero() {
+	if s.judged() {
 		meets := func(p stats.SweepPoint) bool { return p.MeetsSLO(o.Attainment) }
 		s.SLOBracket = &KneeBracket{Low: stats.BoundsOf(lo, meets), High: stats.BoundsOf(hi, meets)}
 	}
@@ -198,7 +212,11 @@ func (s *Report) writeSpreadText(p func(string, ...any)) {
 			n, method = max(n, r.Spread.Repeats), r.Spread.Method
 		}
 	}
-	p("\nRepeated points (%d repeats; each row above is the point's median repeat by sustained tok/s).\nIntervals: %s.\n", n, method)
+	by := "sustained tok/s"
+	if s.agents() {
+		by = "slowdown p50"
+	}
+	p("\nRepeated points (%d repeats; each row above is the point's median repeat by %s).\nIntervals: %s.\n", n, by, method)
 	p("%11s %8s %21s %17s %21s %21s  %s\n", s.Axis, "repeats", "sustain t/s", "attain", "TTFT p99", "TPOT p99", "overloaded")
 	for _, r := range s.Rows {
 		sp := r.Spread

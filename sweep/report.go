@@ -21,7 +21,7 @@ const Format = "sweep/v1"
 
 // Row is one load point of a sweep: its results file analysed, and the load it offered.
 type Row struct {
-	Axis    string // "speedup", "rate" (mean requests/s) or "concurrency"
+	Axis    string // "speedup", "rate" (mean requests/s), "concurrency" or "agents"
 	Load    float64
 	File    string
 	Report  *analysis.Report
@@ -30,6 +30,10 @@ type Row struct {
 	// Spread: a repeated point's intervals across its repeats (NewRepeatedRow); nil
 	// for a point run once.
 	Spread *PointSpread
+
+	// MaxSlowdown is the agents axis's objective (Config.MaxSlowdown): Point's attainment
+	// is then the share of sessions meeting it (SessionAttainment); 0 on the other axes.
+	MaxSlowdown float64
 }
 
 // NewRow analyses one point's loaded results.
@@ -43,7 +47,8 @@ func NewRow(axis string, load float64, file string, d *decode.Data, opts analysi
 }
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both
-// taken over the steady-state window; attainment is a fraction (NaN without an SLO).
+// taken over the steady-state window; attainment is a fraction (NaN without an SLO): on the
+// agents axis, of the sessions meeting the slowdown objective (SessionAttainment).
 func (r Row) Point() stats.SweepPoint {
 	p := stats.SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
 		SustainedTokensPerSecond: r.Report.Throughput.SustainedOutputTokensPerS,
@@ -52,7 +57,9 @@ func (r Row) Point() stats.SweepPoint {
 	if math.IsNaN(p.SustainedTokensPerSecond) {
 		p.SustainedTokensPerSecond = 0
 	}
-	if g := r.Report.Goodput; g != nil {
+	if r.Axis == Agents {
+		p.Attainment = SessionAttainment(r.Report, r.MaxSlowdown)
+	} else if g := r.Report.Goodput; g != nil {
 		p.Attainment = g.Attainment / 100
 	}
 	return p
@@ -74,9 +81,12 @@ type Report struct {
 	Rows    []Row
 	Options stats.KneeOptions
 	SLO     analysis.SLO
+	// MaxSlowdown: the agents axis's objective (its rows'), 0 for none or another axis.
+	MaxSlowdown float64
 	// Saturation and SLOLimit bound the knee. For a list sweep they come from stats.BoundsOf over
 	// the listed points (the saturation of a concurrency sweep from stats.SaturationOf); for
-	// --auto from stats.SearchKnee or stats.SearchConcurrency.
+	// --auto from stats.SearchKnee or stats.SearchConcurrency. On the agents axis the
+	// saturation is not judged (agents.go) and SLOLimit is the slowdown objective's.
 	Saturation, SLOLimit stats.Bound
 
 	// SaturationBracket and SLOBracket: the bounds at their lowest and highest plausible
@@ -96,7 +106,7 @@ func NewReport(axis string, rows []Row, o stats.KneeOptions, auto *stats.KneeRes
 	s := &Report{Axis: axis, Rows: append([]Row(nil), rows...), Options: o}
 	sort.Slice(s.Rows, func(i, j int) bool { return s.Rows[i].Load < s.Rows[j].Load })
 	if len(s.Rows) > 0 {
-		s.SLO = s.Rows[0].Report.Options.SLO
+		s.SLO, s.MaxSlowdown = s.Rows[0].Report.Options.SLO, s.Rows[0].MaxSlowdown
 	}
 	defer s.bracket()
 	if auto != nil {
@@ -108,12 +118,14 @@ func NewReport(axis string, rows []Row, o stats.KneeOptions, auto *stats.KneeRes
 	for i, r := range s.Rows {
 		pts[i] = r.Point()
 	}
-	if s.closed() {
+	switch {
+	case s.agents(): // not judged (agents.go)
+	case s.closed():
 		s.Saturation = stats.SaturationOf(pts, o.MinGain)
-	} else {
+	default:
 		s.Saturation = stats.BoundsOf(pts, func(p stats.SweepPoint) bool { return p.Tracks(o.MinRatio) })
 	}
-	if !s.SLO.IsZero() {
+	if s.judged() {
 		s.SLOLimit = stats.BoundsOf(pts, func(p stats.SweepPoint) bool { return p.MeetsSLO(o.Attainment) })
 	}
 	return s
@@ -165,6 +177,16 @@ func (s *Report) WriteText(w io.Writer) error {
 	p("sweep over %s: %d points (%s)", s.Axis, len(s.Rows), how)
 	if !s.SLO.IsZero() {
 		p(", SLO %s at %s attainment", s.SLO.String(), pct(s.Options.Attainment*100))
+	}
+	if s.agents() {
+		if s.judged() {
+			p(", objective %s", s.objectiveText())
+		}
+		p("\n\n")
+		s.writeAgentsText(p)
+		s.writeServerText(p)
+		s.writeSpreadText(p)
+		return bw.Flush()
 	}
 	if s.closed() {
 		p("\n\n")
@@ -275,16 +297,17 @@ func (s *Report) gainAt(b stats.Bound) float64 {
 
 // reportJSON is the --json shape of a sweep (docs/metrics.md, "Sweep").
 type reportJSON struct {
-	Axis       string            `json:"axis"`
-	Auto       bool              `json:"auto"`
-	SLO        string            `json:"slo"`
-	Attainment float64           `json:"attainment_target"`
-	MinRatio   *float64          `json:"min_ratio,omitempty"` // open loop only
-	MinGain    *float64          `json:"min_gain,omitempty"`  // closed loop only
-	Saturation boundJSON         `json:"saturation"`
-	SLOLimit   *boundJSON        `json:"slo_limit"`
-	Points     []analysis.Object `json:"points"` // sweepColumns' JSON columns on the sweep's axis
-	Notes      []string          `json:"notes"`
+	Axis        string            `json:"axis"`
+	Auto        bool              `json:"auto"`
+	SLO         string            `json:"slo"`
+	Attainment  float64           `json:"attainment_target"`
+	MinRatio    *float64          `json:"min_ratio,omitempty"`    // open loop only
+	MinGain     *float64          `json:"min_gain,omitempty"`     // closed loop only
+	Saturation  *boundJSON        `json:"saturation"`             // null on the agents axis: not judged
+	MaxSlowdown *float64          `json:"max_slowdown,omitempty"` // agents axis only
+	SLOLimit    *boundJSON        `json:"slo_limit"`
+	Points      []analysis.Object `json:"points"` // sweepColumns' JSON columns on the sweep's axis
+	Notes       []string          `json:"notes"`
 
 	// The knee brackets of a sweep with repeated points (docs/metrics.md, "Sweep").
 	SaturationBracket *bracketJSON `json:"saturation_bracket,omitempty"`
@@ -319,20 +342,28 @@ func (s *Report) boundJSON(b stats.Bound, what string) boundJSON {
 func (s *Report) WriteJSON(w io.Writer) error {
 	out := reportJSON{Axis: s.Axis, Auto: s.Auto, SLO: s.SLO.String(), Attainment: s.Options.Attainment,
 		Points: []analysis.Object{}, Notes: []string{}}
-	if s.closed() {
+	sat := s.boundJSON(s.Saturation, "saturation")
+	switch {
+	case s.agents():
+		out.MaxSlowdown = &s.MaxSlowdown
+	case s.closed():
 		out.MinGain = &s.Options.MinGain
-		out.Saturation = s.boundJSON(s.Saturation, "saturation")
+		out.Saturation = &sat
 		out.Saturation.Summary = s.describeSaturation()
 		if s.Saturation.Found {
 			g := analysis.Num(s.gainAt(s.Saturation))
 			out.Saturation.GainPerDoubling = &g
 		}
-	} else {
+	default:
 		out.MinRatio = &s.Options.MinRatio
-		out.Saturation = s.boundJSON(s.Saturation, "saturation")
+		out.Saturation = &sat
 	}
-	if !s.SLO.IsZero() {
-		b := s.boundJSON(s.SLOLimit, "SLO limit")
+	if s.judged() {
+		what := "SLO limit"
+		if s.agents() {
+			what = "highest agents count meeting " + s.objectiveText()
+		}
+		b := s.boundJSON(s.SLOLimit, what)
 		out.SLOLimit = &b
 	}
 	for _, r := range s.Rows {
@@ -357,7 +388,9 @@ func (s *Report) WriteParquet(path string) error {
 	rows := make([][]analysis.Column, len(s.Rows))
 	for i, r := range s.Rows {
 		cs := []analysis.Column{analysis.NewColumn("axis", s.Axis), analysis.NewColumn("load", r.Load), analysis.NewColumn("results_file", r.File)}
-		if !s.closed() {
+		if s.agents() {
+			cs = append(cs, analysis.NewColumn("max_slowdown", s.MaxSlowdown), analysis.NewColumn("session_attainment", r.Point().Attainment))
+		} else if !s.closed() {
 			cs = append(cs, analysis.NewColumn("offered_requests_per_s", r.Offered.WindowRequestsPerS), analysis.NewColumn("offered_output_tokens_per_s", r.Offered.WindowOutputTokensPerS))
 		}
 		cs = append(cs, analysis.NewColumn("error_rate", r.ErrorRate()))
@@ -395,9 +428,12 @@ func (s *Report) WriteHTML(w io.Writer) error {
 		}
 	}
 	var plots []*analysis.Plot
-	if s.closed() {
+	switch {
+	case s.agents():
+		plots = s.agentPlots()
+	case s.closed():
 		plots = s.closedPlots()
-	} else {
+	default:
 		tp := analysis.NewPlot("plot-sweep-throughput", "Sustained vs offered output throughput", "offered output tok/s", "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
 		tp.Line(off, "ref")
 		tp.Line(sus, "s1")
@@ -412,15 +448,21 @@ func (s *Report) WriteHTML(w io.Writer) error {
 	lp := analysis.NewPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
 	lp.Line(ttft50, "s1")
 	lp.Line(ttft99, "s3")
-	lp.Line(tpot99, "s2")
+	if !s.agents() { // the agents axis's table has no TPOT: its question is the sessions'
+		lp.Line(tpot99, "s2")
+	}
 	lp.Dots(ttft99, "dot")
 	if s.Saturation.Found && !s.closed() {
 		lp.VLine(s.Saturation.Pass, "ref", "saturation")
 	}
-	if !s.SLO.IsZero() && s.SLOLimit.Found {
+	if s.judged() && s.SLOLimit.Found {
 		lp.VLine(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
-	lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
+	if s.agents() {
+		lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"})
+	} else {
+		lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
+	}
 	plots = append(append(plots, lp), s.serverPlots()...)
 	bw := bufio.NewWriter(w)
 	err := sweepTemplate.Execute(bw, sweepPage{Title: "llmreplay sweep", Style: analysis.PageStyle, Script: analysis.PageScript, Axis: s.Axis, Plots: plots, Text: text.String()})

@@ -35,6 +35,7 @@ const (
 	Speedup     = "speedup"     // open loop: the trace replayed N times faster
 	Rate        = "rate"        // open loop: the trace rescaled to a mean of N requests/s
 	Concurrency = "concurrency" // closed loop: N workers
+	Agents      = "agents"      // N agent sessions started at once (replay --agent-sessions N)
 )
 
 // Config is a sweep: the replay its points share, the loads, and how to judge and report
@@ -52,7 +53,7 @@ type Config struct {
 	Given map[string]bool
 
 	Dir   string    // the sweep's folder: the points' results files, the state, the reports
-	Axis  string    // Speedup, Rate or Concurrency
+	Axis  string    // Speedup, Rate, Concurrency or Agents
 	Loads []float64 // the points of a list sweep; none with Auto
 	Auto  bool      // search the saturation load and the highest load meeting the SLOs
 
@@ -62,6 +63,10 @@ type Config struct {
 	MaxPoints              int
 	MinRatio, MinGain      float64
 	Attainment             float64
+	// MaxSlowdown (--max-slowdown), the agents axis's objective: a point meets it when
+	// Attainment percent of its sessions took at most MaxSlowdown times their recorded
+	// makespan (SessionAttainment); 0: no objective.
+	MaxSlowdown float64
 
 	Repeat      int           // replays per point; the point's row is its median repeat's
 	Cooldown    time.Duration // pause between points, and between a point's repeats
@@ -124,19 +129,22 @@ func (c *Config) Validate() error {
 		return configErrorf("sweep: -o DIR is required")
 	}
 	switch c.Axis {
-	case Speedup, Rate, Concurrency:
+	case Speedup, Rate, Concurrency, Agents:
 	default:
-		return configErrorf("sweep: axis %q: want speedup, rate or concurrency", c.Axis)
+		return configErrorf("sweep: axis %q: want speedup, rate, concurrency or agents", c.Axis)
 	}
 	if c.Auto == (len(c.Loads) > 0) {
-		return configErrorf("sweep: give exactly one of --speedups, --rates, --concurrencies and --auto")
+		return configErrorf("sweep: give exactly one of --speedups, --rates, --concurrencies, --agents and --auto")
+	}
+	if err := c.validateAgents(); err != nil {
+		return err
 	}
 	for _, l := range c.Loads {
 		if !(l > 0) || math.IsInf(l, 0) {
 			return configErrorf("sweep: load %v: every point must be positive", l)
 		}
-		if c.Axis == Concurrency && l != math.Trunc(l) {
-			return configErrorf("sweep: concurrency %v: want whole numbers", l)
+		if (c.Axis == Concurrency || c.Axis == Agents) && l != math.Trunc(l) {
+			return configErrorf("sweep: %s %v: want whole numbers", c.Axis, l)
 		}
 	}
 	if err := repeat.Check(c.Repeat, &c.Replay); err != nil {
@@ -220,6 +228,9 @@ func (c *Config) analysisOptions() (analysis.Options, error) {
 // done) ends the point in progress, drops its files and reports the finished points.
 func Run(ctx context.Context, cfg *Config, resumed *State) error {
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.checkAgentTrace(); err != nil {
 		return err
 	}
 	state := resumed

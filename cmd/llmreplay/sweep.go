@@ -39,12 +39,19 @@ const sweepExamples = `  # The built-in simulated engine at five speedups of the
   # row is its median repeat's; llmreplay analyze DIR/point-01-*.r?.parquet gives the spread
   llmreplay sweep --speedups 2,4,8 --repeat 3 --cooldown 10s --duration 60s -o sweep-rep/
 
+  # How many concurrent agents before a task takes 20% longer than recorded: point N replays
+  # the agent trace's first N sessions started at once (replay --agent-sessions N); the limit
+  # is the highest N where 90% of the sessions took at most 1.2x their recorded makespan
+  llmreplay sweep --trace agents.parquet --endpoint http://127.0.0.1:8000/v1 --agents 1,2,4,8,16 \
+    --max-slowdown 1.2 --attainment 90 -o sweep-agents/
+
   # An interrupted sweep continues where it stopped (finished points are kept)
   llmreplay sweep --resume sweep-auto/`
 
 type sweepFlags struct {
 	speedups, rates                                 []float64
-	concurrencies                                   []int
+	concurrencies, agents                           []int
+	maxSlowdown                                     float64
 	auto                                            bool
 	autoAxis                                        string
 	start, max, resolution, minRatio, attainmentPct float64
@@ -81,10 +88,10 @@ func sweepUsage(err error) error {
 // parseSweep parses sweep's command line into a sweep.Config, checking what only the
 // flags say (which were given); sweep.Config.Validate checks the rest.
 func parseSweep(args []string, stdout, stderr io.Writer) (*sweep.Config, error) {
-	fs := newFlagSet("sweep", "llmreplay sweep (--speedups a,b,c | --rates a,b,c | --concurrencies a,b,c | --auto) -o DIR [replay flags]", sweepExamples, stdout)
+	fs := newFlagSet("sweep", "llmreplay sweep (--speedups a,b,c | --rates a,b,c | --concurrencies a,b,c | --agents a,b,c | --auto) -o DIR [replay flags]", sweepExamples, stdout)
 	cfg := replay.DefaultConfig()
 	addReplayFlags(fs, &cfg)
-	for _, n := range []string{"speedup", "rate", "concurrency", "keep-journal", "strict"} {
+	for _, n := range []string{"speedup", "rate", "concurrency", "agent-sessions", "keep-journal", "strict"} {
 		fs.MarkHidden(n) // set per point by the sweep
 	}
 	out := fs.Lookup("output")
@@ -98,9 +105,12 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep.Config, error) 
 		return nil, usagef("sweep: unexpected argument %q", fs.Arg(0))
 	}
 	setGiven(fs, &cfg)
-	for n, list := range map[string]string{"speedup": "speedups", "rate": "rates", "concurrency": "concurrencies"} {
+	for n, list := range map[string]string{"speedup": "speedups", "rate": "rates", "concurrency": "concurrencies", "agent-sessions": "agents"} {
 		if fs.Changed(n) {
-			return nil, usagef("sweep: --%s is set per point: give --%s (or --auto) instead", n, list)
+			if n != "agent-sessions" {
+				list += " (or --auto)"
+			}
+			return nil, usagef("sweep: --%s is set per point: give --%s instead", n, list)
 		}
 	}
 	if !fs.Changed("output") || cfg.Output == "" {
@@ -119,7 +129,7 @@ func parseSweep(args []string, stdout, stderr io.Writer) (*sweep.Config, error) 
 	return &sweep.Config{Replay: cfg, Flags: flags, Args: args, Given: given,
 		Dir: cfg.Output, Axis: axis, Loads: loads, Auto: sf.auto,
 		Start: sf.start, Max: sf.max, Resolution: sf.resolution, MaxPoints: sf.maxPoints,
-		MinRatio: sf.minRatio, MinGain: sf.minGain, Attainment: sf.attainmentPct,
+		MinRatio: sf.minRatio, MinGain: sf.minGain, Attainment: sf.attainmentPct, MaxSlowdown: sf.maxSlowdown,
 		Repeat: sf.repeat, Cooldown: sf.cooldown, IdleCheck: sf.idleCheck, IdleTimeout: sf.idleTimeout, JSON: sf.jsonOut,
 		Replayer: cliReplayer{stderr}, Stdout: stdout, Stderr: stderr}, nil
 }
@@ -128,6 +138,8 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 	fs.Float64SliceVar(&sf.speedups, "speedups", nil, "open-loop points at these speedups of the trace")
 	fs.Float64SliceVar(&sf.rates, "rates", nil, "open-loop points at these mean request rates (req/s), the trace's shape kept")
 	fs.IntSliceVar(&sf.concurrencies, "concurrencies", nil, "closed-loop points with these numbers of concurrent workers")
+	fs.IntSliceVar(&sf.agents, "agents", nil, "agent points: replay the trace's first N agent sessions, started at once (replay --agent-sessions N), for each N")
+	fs.Float64Var(&sf.maxSlowdown, "max-slowdown", 0, "--agents: a point meets the objective when --attainment percent of its sessions took at most this many times their recorded makespan (1.2: 20% longer)")
 	fs.BoolVar(&sf.auto, "auto", false, "search for the saturation load and the highest load meeting --slo (bracket, then bisect)")
 	fs.StringVar(&sf.autoAxis, "auto-axis", "speedup", "axis of --auto: speedup, rate (open loop) or concurrency (closed loop: doublings from --start, then the SLO bound bisected on whole concurrencies)")
 	fs.Float64Var(&sf.start, "start", 1, "--auto: first load probed (a whole number on the concurrency axis)")
@@ -136,7 +148,7 @@ func addSweepFlags(fs *pflag.FlagSet, sf *sweepFlags) {
 	fs.IntVar(&sf.maxPoints, "max-points", 24, "--auto: at most this many points")
 	fs.Float64Var(&sf.minRatio, "min-ratio", 0.95, "open loop: a load is sustained while sustained output tok/s >= this share of offered, and not overloaded")
 	fs.Float64Var(&sf.minGain, "min-gain", 0.10, "closed loop: saturation is the smallest concurrency after which doubling adds less than this share of sustained output tok/s (per doubling when the steps are not doublings)")
-	fs.Float64Var(&sf.attainmentPct, "attainment", 99, "SLO attainment (percent of due requests) a load must reach to meet --slo")
+	fs.Float64Var(&sf.attainmentPct, "attainment", 99, "SLO attainment (percent of due requests; with --agents, of sessions) a load must reach to meet --slo (--max-slowdown)")
 	fs.DurationVar(&sf.cooldown, "cooldown", defaultCooldown, "pause between points, and between a point's repeats")
 	addRepeatFlag(fs, &sf.repeat, "point")
 	fs.BoolVar(&sf.idleCheck, "idle-check", true, "before each point, wait until the endpoint's /metrics shows no running or waiting requests (when it has /metrics)")
@@ -164,17 +176,26 @@ func (sf *sweepFlags) axis() (string, []float64, error) {
 			loads = append(loads, float64(c))
 		}
 	}
+	if len(sf.agents) > 0 {
+		given, axis = given+1, "agents"
+		loads = nil
+		for _, c := range sf.agents {
+			loads = append(loads, float64(c))
+		}
+	}
 	if sf.auto {
 		given++
 		switch sf.autoAxis {
 		case "speedup", "rate", "concurrency":
 			axis = sf.autoAxis
+		case "agents":
+			return "", nil, usagef("sweep: --auto does not search the agents axis: list the counts, such as --agents 1,2,4,8,16")
 		default:
 			return "", nil, usagef("sweep: --auto-axis %q: want speedup, rate or concurrency", sf.autoAxis)
 		}
 	}
 	if given != 1 {
-		return "", nil, usagef("sweep: give exactly one of --speedups, --rates, --concurrencies and --auto")
+		return "", nil, usagef("sweep: give exactly one of --speedups, --rates, --concurrencies, --agents and --auto")
 	}
 	return axis, loads, nil
 }

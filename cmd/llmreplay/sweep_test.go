@@ -43,6 +43,13 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"-o", dir, "--rates", "1", "--attainment", "0"}, "--attainment"},
 		{[]string{"-o", dir, "--rates", "1", "--scrape", "http://u:pw@h:9/metrics"}, "--scrape http://h:9/metrics carries credentials"},
 		{[]string{"-o", dir, "--rates", "1", "--scrape", "ftp://h/metrics"}, "--scrape \"ftp://h/metrics\": scheme"},
+		{[]string{"-o", dir, "--agents", "1,2", "--auto"}, "exactly one of"},
+		{[]string{"-o", dir, "--agents", "1,2", "--concurrencies", "4"}, "exactly one of"},
+		{[]string{"-o", dir, "--auto", "--auto-axis", "agents"}, "--auto does not search the agents axis"},
+		{[]string{"-o", dir, "--agents", "1", "--agent-sessions", "2"}, "--agent-sessions is set per point: give --agents instead"},
+		{[]string{"-o", dir, "--speedups", "1", "--max-slowdown", "1.2"}, "--max-slowdown judges agent sessions"},
+		{[]string{"-o", dir, "--agents", "1,2", "--max-slowdown", "-1"}, "--max-slowdown -1"},
+		{[]string{"-o", dir, "--agents", "1,0"}, "must be positive"},
 	} {
 		err := runSweep(context.Background(), tc.args, io.Discard, io.Discard)
 		var ue *usageError
@@ -59,6 +66,9 @@ func TestSweepUsageErrors(t *testing.T) {
 		{[]string{"--auto", "--sim-profile", "nope"}, "--sim-profile"},
 		{[]string{"--concurrencies", "1", "--prompt-format", "token-ids", "--api", "chat"}, "token-ids"},
 		{[]string{"--speedups", "1", "--slo", "ttft=fast"}, "--slo"},
+		{[]string{"--agents", "1,2", "--slo", "ttft=1s"}, "give --max-slowdown instead"},
+		{[]string{"--agents", "1,2", "--limit", "10"}, "drop --limit"},
+		{[]string{"--agents", "1,2", "--max-slowdown", "1.2"}, "has no agent sessions"}, // the bundled sample
 	} {
 		out := filepath.Join(dir, "never-made-"+tc.want)
 		err := runSweep(context.Background(), append(tc.args, "-o", out), io.Discard, io.Discard)
