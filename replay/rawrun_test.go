@@ -75,6 +75,22 @@ func TestRawStaleConnection(t *testing.T) {
 	}
 }
 
+// TestRawStaleConnections: the same with several connections pooled (prewarmed), all closed
+// by the server while idle: the request sent again must not go on another of them, dead too,
+// but on a new connection. Agent traffic found it: connections pooled across a tool's
+// seconds of gap, then taken in a burst, failed "closed the connection before responding"
+// with the raw client and never with net/http (which watches its idle connections).
+func TestRawStaleConnections(t *testing.T) {
+	res := replayRaw(t, 6, 150*time.Millisecond, func(srv *http.Server) { srv.IdleTimeout = 20 * time.Millisecond },
+		func(o *Options) { o.Prewarm = 4 })
+	if st := byStatus(res); st[results.StatusOK] != 6 {
+		for _, r := range res {
+			t.Logf("request %d: %s %q", r.RequestID, r.Status, r.Error)
+		}
+		t.Fatalf("statuses %v", st)
+	}
+}
+
 // TestRawServerClosesBeforeAnswer: a fresh connection closed without a response is an
 // error (not retried: it was not a kept-alive connection).
 func TestRawServerClosesBeforeAnswer(t *testing.T) {

@@ -385,7 +385,14 @@ func (t *rawTransport) rawAttempts(ctx context.Context, clk Clock, r *Request, r
 		st := pre
 		pre = nil
 		if st == nil {
-			cn, err := t.get(ctx, deadline)
+			// A send again goes on a new connection: the pool's other idle connections
+			// may have been closed by the server as the lost one was (net/http watches
+			// its idle connections and drops those; the raw client finds out by sending).
+			get := t.get
+			if attempt > 0 {
+				get = t.dial
+			}
+			cn, err := get(ctx, deadline)
 			if err != nil {
 				res.Status, res.Error = t.rawBeforeResponse(ctx, err)
 				return
