@@ -47,12 +47,6 @@ func (h *blockHasher) addInts(ids []int) {
 	}
 }
 
-func (h *blockHasher) addInt32s(ids []int32) {
-	for _, t := range ids {
-		h.add(uint32(t))
-	}
-}
-
 // mix64 is splitmix64's finaliser.
 func mix64(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
