@@ -164,3 +164,30 @@ func FuzzParseMap(f *testing.F) {
 }
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 1)) }
+
+// fuzzAgentImport is fuzzImport for an agent trace format, and then the written file read
+// back: every row it accepted passes DAGCheck (parents earlier, same session, ids unique).
+func fuzzAgentImport(t *testing.T, format, data string) {
+	fuzzImport(t, ImportOptions{Format: format}, data)
+	var buf bytes.Buffer
+	w := NewWriter(&buf, Meta{})
+	if _, err := Import(t.Context(), strings.NewReader(data), ImportOptions{Format: format, Name: "fuzz"}, w); err != nil {
+		w.Abort()
+		return
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(buf.Bytes()), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	dag := NewDAGCheck("out")
+	for r.Next() {
+		req := r.Request()
+		if err := dag.Add(&req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -340,28 +340,7 @@ func FuzzImportCopilotAgent(f *testing.F) {
 	f.Add(string(readCopilotSample(f)))
 	f.Add(copilotLine("s", copilotTurn(copilotCallJSON("a", "2026-06-01T10:00:00Z", 1e3, "user", 10, 0), "")))
 	f.Fuzz(func(t *testing.T, data string) {
-		fuzzImport(t, ImportOptions{Format: FormatCopilotAgent}, data)
-		var buf bytes.Buffer
-		w := NewWriter(&buf, Meta{})
-		if _, err := Import(context.Background(), strings.NewReader(data), ImportOptions{Format: FormatCopilotAgent, Name: "fuzz"}, w); err != nil {
-			w.Abort()
-			return
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(bytes.NewReader(buf.Bytes()), "out")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		d := NewDAGCheck("out")
-		for r.Next() {
-			req := r.Request()
-			if err := d.Add(&req); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fuzzAgentImport(t, FormatCopilotAgent, data)
 	})
 }
 

@@ -305,27 +305,6 @@ func FuzzImportTraceLab(f *testing.F) {
 		tlRound{session: "s", project: "p1", round: 1, total: 150, prefix: 100, output: 10, events: []string{"tool_result@1.8", "text@3"}},
 		tlRound{session: "s", project: "p1", round: 2, total: 0, output: 0, events: []string{"usage_report@4"}}))
 	f.Fuzz(func(t *testing.T, data string) {
-		fuzzImport(t, ImportOptions{Format: FormatTraceLab}, data)
-		var buf bytes.Buffer
-		w := NewWriter(&buf, Meta{})
-		if _, err := Import(t.Context(), strings.NewReader(data), ImportOptions{Format: FormatTraceLab, Name: "fuzz"}, w); err != nil {
-			w.Abort()
-			return
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(bytes.NewReader(buf.Bytes()), "out")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		dag := NewDAGCheck("out")
-		for r.Next() {
-			req := r.Request()
-			if err := dag.Add(&req); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fuzzAgentImport(t, FormatTraceLab, data)
 	})
 }

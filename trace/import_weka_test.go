@@ -214,27 +214,6 @@ func FuzzImportWeka(f *testing.F) {
 	f.Add(string(src))
 	f.Add(wekaBase)
 	f.Fuzz(func(t *testing.T, data string) {
-		fuzzImport(t, ImportOptions{Format: FormatWeka}, data)
-		var buf bytes.Buffer
-		w := NewWriter(&buf, Meta{})
-		if _, err := Import(t.Context(), strings.NewReader(data), ImportOptions{Format: FormatWeka, Name: "fuzz"}, w); err != nil {
-			w.Abort()
-			return
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(bytes.NewReader(buf.Bytes()), "out")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		dag := NewDAGCheck("out")
-		for r.Next() {
-			req := r.Request()
-			if err := dag.Add(&req); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fuzzAgentImport(t, FormatWeka, data)
 	})
 }
