@@ -191,3 +191,19 @@ func fuzzAgentImport(t *testing.T, format, data string) {
 		}
 	}
 }
+
+// importAgentRows imports src in an agent trace format and checks the rows' DAG.
+func importAgentRows(t *testing.T, src, format string) ([]Request, Meta, ImportReport, error) {
+	t.Helper()
+	rows, meta, rep, err := importString(t, src, ImportOptions{Format: format})
+	if err != nil {
+		return nil, meta, rep, err
+	}
+	dag := NewDAGCheck(format)
+	for i := range rows {
+		if err := dag.Add(&rows[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rows, meta, rep, nil
+}

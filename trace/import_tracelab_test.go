@@ -20,17 +20,7 @@ const tracelabSample = "testdata/tracelab/sample.jsonl"
 // reads a whole trace does (DAGCheck).
 func importTraceLabRows(t *testing.T, src string) ([]Request, Meta, ImportReport, error) {
 	t.Helper()
-	rows, meta, rep, err := importString(t, src, ImportOptions{Format: FormatTraceLab})
-	if err != nil {
-		return nil, meta, rep, err
-	}
-	dag := NewDAGCheck("tracelab")
-	for i := range rows {
-		if err := dag.Add(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return rows, meta, rep, nil
+	return importAgentRows(t, src, FormatTraceLab)
 }
 
 func TestTraceLabSample(t *testing.T) {

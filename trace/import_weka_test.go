@@ -19,17 +19,7 @@ const wekaSample = "testdata/weka/sample.jsonl"
 
 func importWekaRows(t *testing.T, src string) ([]Request, Meta, ImportReport, error) {
 	t.Helper()
-	rows, meta, rep, err := importString(t, src, ImportOptions{Format: FormatWeka})
-	if err != nil {
-		return nil, meta, rep, err
-	}
-	dag := NewDAGCheck("weka")
-	for i := range rows {
-		if err := dag.Add(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return rows, meta, rep, nil
+	return importAgentRows(t, src, FormatWeka)
 }
 
 func seq(a, b int64) []int64 {
