@@ -47,7 +47,7 @@ type agentSession struct {
 	id       int64
 	start    time.Duration // the arrival of its first row
 	maxTok   int32         // the longest prompt of its calls, in tokens: a context's capacity
-	left     int           // calls not yet ended or dropped
+	calls    int32         // calls planned so far: the next one's turn
 	failed   bool          // --on-turn-error end-session after a failed call
 	failCall int32         // the failed call's turn, when failed
 }
@@ -112,8 +112,8 @@ func PlanAgents(src trace.Source, name string, p planner, together int) (*AgentP
 			due = Due(r.Arrival, s.start, p.speedup)
 		}
 		r.PrefixBlocks = nil // a call's prompt is its context and new text: no trace blocks
-		c := &agentCall{tr: r, dueNS: int64(due), warm: warm, turn: int32(s.left), sess: s}
-		s.left++
+		c := &agentCall{tr: r, dueNS: int64(due), warm: warm, turn: s.calls, sess: s}
+		s.calls++
 		s.maxTok = max(s.maxTok, r.PromptTokens)
 		if r.HasParents() {
 			for _, id := range r.Call.Parents {
@@ -258,12 +258,4 @@ func ctxCapacity(firstBytes int, firstTokens, maxTokens int32) int {
 	per := float64(firstBytes) / float64(firstTokens)
 	c := int(per*float64(maxTokens)*1.1) + 4096
 	return min(max(c, firstBytes+4096), 256<<20)
-}
-
-// gapNS returns the applied gap in results (Null for a call without parents).
-func gapNS(c *agentCall, mode string, speedup float64) int64 {
-	if len(c.parents) == 0 {
-		return -1
-	}
-	return c.gap(mode, speedup)
 }

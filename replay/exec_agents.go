@@ -16,6 +16,40 @@ import (
 // call's end do: build a call's request on its parent's context, and release the calls
 // that waited for it.
 
+// agentRow is the preparer's part for a row of an agent session (or, with --agent-sessions,
+// any row): a first call is handed to the executor, due at its trace time (with
+// --agent-sessions queued by its due time, which is not file order); a call with parents
+// waits for them, and a row --agent-sessions leaves out is skipped. false: the run stops.
+func (pr *feed) agentRow(tr *trace.Request) bool {
+	if !tr.HasSession {
+		return true // --agent-sessions replays its sessions only
+	}
+	req, err := pr.rootCall(tr)
+	if err != nil {
+		pr.fail(err)
+		return false
+	}
+	if req == nil {
+		return true
+	}
+	s := pr.sess
+	if s.agents.Together {
+		s.mu.Lock()
+		s.push(req)
+		s.mu.Unlock()
+		pr.prog.Planned.Add(1)
+		return true
+	}
+	if !pr.handOver(req) {
+		return false
+	}
+	pr.prog.Planned.Add(1)
+	if s.needHead.Load() {
+		s.signal()
+	}
+	return true
+}
+
 // rootCall is the preparer's part for a row of an agent session: a call without parents
 // gets its request, due at its trace time, on a context of its own; a call with parents
 // returns nil (it is built when they end).
@@ -132,7 +166,6 @@ func (pr *feed) release(c *agentCall, endNS int64, ready []*agentCall) []*agentC
 	if len(c.children) == 0 {
 		c.ctx = agentCtx{}
 	}
-	c.sess.left--
 	pr.sess.open--
 	if pr.sess.open == 0 && pr.sess.prepDone {
 		pr.sess.signal()
@@ -231,6 +264,15 @@ func (pr *feed) recordDropped(c *agentCall, failed int32) {
 	res.Status = results.StatusDropped
 	res.Error = fmt.Sprintf("not sent: call %d of the session failed (--on-turn-error end-session)", failed)
 	pr.results.put(res)
+}
+
+// gapNS returns the gap applied before c for its record: results.Null for a call without
+// parents.
+func gapNS(c *agentCall, mode string, speedup float64) int64 {
+	if len(c.parents) == 0 {
+		return results.Null
+	}
+	return c.gap(mode, speedup)
 }
 
 // setRecorded fills res's agent columns: the gap applied and what the trace recorded.

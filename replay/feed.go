@@ -77,31 +77,9 @@ func (pr *feed) prepare() {
 		if !ok {
 			return
 		}
-		if pr.sess != nil && pr.sess.agents != nil && pr.sess.agents.Together && !tr.HasSession {
-			continue // --agent-sessions replays its sessions only
-		}
-		if tr.HasSession && pr.sess != nil && pr.sess.agents != nil {
-			req, err := pr.rootCall(&tr)
-			if err != nil {
-				pr.fail(err)
+		if pr.sess != nil && pr.sess.agents != nil && (tr.HasSession || pr.sess.agents.Together) {
+			if !pr.agentRow(&tr) {
 				return
-			}
-			if req == nil {
-				continue // a call with parents: due when they end, or not replayed
-			}
-			if pr.sess.agents.Together { // due by session start, not in file order
-				pr.sess.mu.Lock()
-				pr.sess.push(req)
-				pr.sess.mu.Unlock()
-				pr.prog.Planned.Add(1)
-				continue
-			}
-			if !pr.handOver(req) {
-				return
-			}
-			pr.prog.Planned.Add(1)
-			if pr.sess.needHead.Load() {
-				pr.sess.signal()
 			}
 			continue
 		}

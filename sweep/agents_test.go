@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow/go/v15/parquet/file"
-
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/agent"
 	"github.com/llmreplay/llmreplay/analysis/decode"
@@ -195,26 +193,14 @@ func TestAgentSweepGolden(t *testing.T) {
 			t.Errorf("text: no %q", want)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "sweep.parquet")
-	if err := s.WriteParquet(path); err != nil {
-		t.Fatal(err)
-	}
-	f, err := file.OpenParquetFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cols []string
-	for i := 0; i < f.MetaData().Schema.NumColumns(); i++ {
-		cols = append(cols, f.MetaData().Schema.Column(i).Name())
-	}
+	cols, rows := parquetColumns(t, s)
 	for _, c := range []string{"session_attainment", "max_slowdown", "agent_slowdown_p90", "agent_sessions_incomplete"} {
 		if !slices.Contains(cols, c) {
 			t.Errorf("sweep.parquet: no %s in %v", c, cols)
 		}
 	}
-	if f.NumRows() != 4 || slices.ContainsFunc(cols, func(c string) bool { return strings.HasPrefix(c, "offered_") }) {
-		t.Errorf("sweep.parquet: %d rows, columns %v: want 4, no offered load", f.NumRows(), cols)
+	if rows != 4 || slices.ContainsFunc(cols, func(c string) bool { return strings.HasPrefix(c, "offered_") }) {
+		t.Errorf("sweep.parquet: %d rows, columns %v: want 4, no offered load", rows, cols)
 	}
 }
 

@@ -73,6 +73,16 @@ func TestClosedSweepGolden(t *testing.T) {
 			t.Errorf("a closed-loop sweep shows %q", bad)
 		}
 	}
+	cols, rows := parquetColumns(t, s)
+	if rows != 6 || !slices.Contains(cols, "error_rate") || !slices.Contains(cols, "sustained_output_tokens_per_s") ||
+		slices.ContainsFunc(cols, func(c string) bool { return strings.HasPrefix(c, "offered_") }) {
+		t.Errorf("sweep.parquet: %d rows, columns %v: want 6, no offered load", rows, cols)
+	}
+}
+
+// parquetColumns writes s's sweep.parquet and returns its column names and row count.
+func parquetColumns(t *testing.T, s *Report) ([]string, int64) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "sweep.parquet")
 	if err := s.WriteParquet(path); err != nil {
 		t.Fatal(err)
@@ -86,8 +96,5 @@ func TestClosedSweepGolden(t *testing.T) {
 	for i := 0; i < f.MetaData().Schema.NumColumns(); i++ {
 		cols = append(cols, f.MetaData().Schema.Column(i).Name())
 	}
-	if f.NumRows() != 6 || !slices.Contains(cols, "error_rate") || !slices.Contains(cols, "sustained_output_tokens_per_s") ||
-		slices.ContainsFunc(cols, func(c string) bool { return strings.HasPrefix(c, "offered_") }) {
-		t.Errorf("sweep.parquet: %d rows, columns %v: want 6, no offered load", f.NumRows(), cols)
-	}
+	return cols, f.NumRows()
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,8 +52,7 @@ func writeAgentTrace(t *testing.T, path string, sessions, calls int, first, add,
 			at += c.Duration + gap
 		}
 	}
-	// the file is sorted by arrival
-	sortByArrival(reqs)
+	slices.SortStableFunc(reqs, func(a, b trace.Request) int { return cmp.Compare(a.Arrival, b.Arrival) }) // a trace is sorted by arrival
 	w, err := trace.Create(path, trace.Meta{Source: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -65,14 +66,6 @@ func writeAgentTrace(t *testing.T, path string, sessions, calls int, first, add,
 		t.Fatal(err)
 	}
 	return reqs
-}
-
-func sortByArrival(reqs []trace.Request) {
-	for i := 1; i < len(reqs); i++ {
-		for j := i; j > 0 && reqs[j].Arrival < reqs[j-1].Arrival; j-- {
-			reqs[j], reqs[j-1] = reqs[j-1], reqs[j]
-		}
-	}
 }
 
 // TestE2EAgentsAgainstSim replays an agent trace against the in-process simulated engine
