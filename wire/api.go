@@ -38,6 +38,23 @@ type Kind struct {
 	// AppendMessages, for an API that takes a conversation, appends messages (JSON objects
 	// separated by commas) and closes the body's object; nil for one that does not.
 	AppendMessages func(b, messages []byte) []byte
+	// MaxTokens is the field that caps the output for the engines: "" means max_tokens
+	// (the Responses API's is max_output_tokens).
+	MaxTokens string
+	// StreamsUsage reports that the API streams its usage on its own (Anthropic's
+	// message_start and message_delta, the Responses API's response.completed): its
+	// bodies carry no stream_options.
+	StreamsUsage bool
+	// KeyHeader is the header that carries the API key, as the key itself: "" means
+	// "Authorization: Bearer KEY" (Anthropic's is x-api-key).
+	KeyHeader string
+	// Headers are sent with every request of the kind (Anthropic's anthropic-version).
+	Headers map[string]string
+	// AppendTools, for an API that takes tool definitions, appends a "tools" field (with
+	// its leading comma) holding one function tool whose description is desc, already
+	// escaped as inside a JSON string (AppendJSONContent); nil for an API without tools,
+	// whose tool tokens go into the prompt's text.
+	AppendTools func(b, desc []byte) []byte
 	// Decode decodes one stream event's data into c, which it must not retain; nil means
 	// OpenAI's chunk shapes (DecodeChunk). A client calls DecodeChunk directly for those,
 	// so that its per-stream state stays on the stack; a kind's own decoder is called
@@ -195,11 +212,15 @@ func (e Encoder) Kind() *Kind { return e.kind }
 func (e Encoder) AppendStart(b []byte, model string) []byte {
 	b = append(b, `{"model":`...)
 	b = AppendJSONString(b, model)
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true`...)
-	if e.backend == BackendVLLM {
-		b = append(b, `,"continuous_usage_stats":true`...)
+	b = append(b, `,"stream":true`...)
+	if !e.kind.StreamsUsage {
+		b = append(b, `,"stream_options":{"include_usage":true`...)
+		if e.backend == BackendVLLM {
+			b = append(b, `,"continuous_usage_stats":true`...)
+		}
+		b = append(b, '}')
 	}
-	b = append(b, `},"temperature":0`...)
+	b = append(b, `,"temperature":0`...)
 	switch e.backend {
 	case BackendVLLM, BackendSGLang, BackendLlamaCPP:
 		b = append(b, `,"ignore_eos":true`...)
@@ -259,13 +280,16 @@ func (e Encoder) AppendContextBody(b, start []byte, outputTokens int32, tail []b
 	return b[:need], at
 }
 
-// MaxTokensField returns the field that caps the output in the encoder's bodies:
-// max_tokens, or for the openai backend the kind's OpenAIMaxTokens (max_completion_tokens
-// for chat). A server that ignores it generates until it stops on its own; the preflight
-// says which field it ignored.
+// MaxTokensField returns the field that caps the output in the encoder's bodies: the
+// kind's MaxTokens (max_tokens unless it says), or for the openai backend the kind's
+// OpenAIMaxTokens (max_completion_tokens for chat). A server that ignores it generates
+// until it stops on its own; the preflight says which field it ignored.
 func (e Encoder) MaxTokensField() string {
 	if e.backend == BackendOpenAI && e.kind.OpenAIMaxTokens != "" {
 		return e.kind.OpenAIMaxTokens
+	}
+	if e.kind.MaxTokens != "" {
+		return e.kind.MaxTokens
 	}
 	return "max_tokens"
 }

@@ -9,6 +9,14 @@ var chatKind = Kind{
 	OpenAIMaxTokens: "max_completion_tokens",
 	AppendPrompt:    appendChatPrompt,
 	AppendMessages:  appendChatMessages,
+	AppendTools:     appendChatTools,
+}
+
+// appendChatTools appends one function tool in chat's shape (tools[].function).
+func appendChatTools(b, desc []byte) []byte {
+	b = append(b, `,"tools":[{"type":"function","function":{"name":"tool_0","description":"`...)
+	b = append(b, desc...)
+	return append(b, `","parameters":{"type":"object","properties":{}}}}]`...)
 }
 
 func appendChatPrompt(b, prompt []byte, _ bool) []byte {

@@ -34,6 +34,14 @@ type Chunk struct {
 	Reasoning []byte
 	// ToolCalls are the chunk's tool-call deltas (delta.tool_calls), in order.
 	ToolCalls []ToolCallDelta
+	// Answer: the chunk carries answer output, not only reasoning: text, content or a
+	// tool call. The first such chunk is the answer's first token (TTFA).
+	Answer bool
+	// ReasoningTokens is usage.completion_tokens_details.reasoning_tokens (the Responses
+	// API's usage.output_tokens_details.reasoning_tokens), when HasReasoningTokens: the part
+	// of the output tokens that was reasoning.
+	ReasoningTokens    int32
+	HasReasoningTokens bool
 }
 
 // ToolCallDelta is one element of a chunk's delta.tool_calls: a piece of the call at
@@ -72,6 +80,7 @@ func (ci *Chunk) reset() {
 	ci.Text, ci.Reasoning, ci.ToolCalls = ci.Text[:0], ci.Reasoning[:0], ci.ToolCalls[:0]
 	ci.Output, ci.Finished, ci.HasCached, ci.Cached, ci.Choices = false, false, false, 0, 0
 	ci.Usage, ci.PromptTokens, ci.CompletionTokens, ci.HasPrompt, ci.HasCompletion = false, 0, 0, false, false
+	ci.Answer, ci.ReasoningTokens, ci.HasReasoningTokens = false, 0, false
 	if ci.ErrorMessage != "" {
 		ci.ErrorMessage = ""
 	}
@@ -92,8 +101,7 @@ func decodeChunkJSON(data []byte, ci *Chunk) error {
 	for i := range ch.Choices {
 		cc := &ch.Choices[i]
 		d := &cc.Delta
-		if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" ||
-			(len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" && string(d.ToolCalls) != "[]") {
+		if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" || hasToolCalls(d.ToolCalls) {
 			ci.Output = true
 			ci.Text = append(ci.Text, cc.Text...)
 			ci.Text = append(ci.Text, d.Content...)
@@ -102,6 +110,7 @@ func decodeChunkJSON(data []byte, ci *Chunk) error {
 			ci.Reasoning = append(ci.Reasoning, d.ReasoningContent...)
 			ci.Reasoning = append(ci.Reasoning, d.Reasoning...)
 			ci.ToolCalls = appendToolCalls(ci.ToolCalls, d.ToolCalls)
+			ci.Answer = ci.Answer || cc.Text != "" || d.Content != "" || hasToolCalls(d.ToolCalls)
 		}
 		if cc.FinishReason != nil && *cc.FinishReason != "" {
 			ci.Finished = true
@@ -118,8 +127,17 @@ func decodeChunkJSON(data []byte, ci *Chunk) error {
 		if d := ch.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
 			ci.Cached, ci.HasCached = *d.CachedTokens, true
 		}
+		if d := ch.Usage.CompletionTokensDetails; d != nil && d.ReasoningTokens != nil {
+			ci.ReasoningTokens, ci.HasReasoningTokens = *d.ReasoningTokens, true
+		}
 	}
 	return nil
+}
+
+// hasToolCalls reports whether a delta.tool_calls value holds calls: neither absent, null
+// nor empty.
+func hasToolCalls(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null" && string(raw) != "[]"
 }
 
 // appendToolCalls appends the tool-call deltas of a delta.tool_calls value. A value that
@@ -516,6 +534,10 @@ func (p *chunkParser) chunk(ci *Chunk) error {
 					if err = us.first(2); err == nil {
 						err = p.promptDetails(ci)
 					}
+				case "completion_tokens_details":
+					if err = us.first(3); err == nil {
+						err = p.completionDetails(ci)
+					}
 				default:
 					err = p.skip(1)
 				}
@@ -556,6 +578,26 @@ func (p *chunkParser) promptDetails(ci *Chunk) error {
 	})
 }
 
+// completionDetails scans usage.completion_tokens_details (null, or an object whose
+// reasoning_tokens is taken), as promptDetails does its details.
+func (p *chunkParser) completionDetails(ci *Chunk) error {
+	if p.null() {
+		return nil
+	}
+	var ds seen
+	return p.object(func(k []byte) error {
+		if string(k) != "reasoning_tokens" {
+			return p.skip(3)
+		}
+		if err := ds.first(0); err != nil {
+			return err
+		}
+		var err error
+		ci.ReasoningTokens, ci.HasReasoningTokens, err = p.int32OrNull()
+		return err
+	})
+}
+
 func (p *chunkParser) choice(ci *Chunk) error {
 	if p.null() {
 		return nil
@@ -569,6 +611,7 @@ func (p *chunkParser) choice(ci *Chunk) error {
 			if err = cs.first(0); err == nil {
 				ci.Text, got, err = p.strOrNull(ci.Text)
 				ci.Output = ci.Output || got
+				ci.Answer = ci.Answer || got
 			}
 		case "finish_reason":
 			if err = cs.first(1); err == nil {
@@ -596,6 +639,7 @@ func (p *chunkParser) choice(ci *Chunk) error {
 						if got && bit != 7 {
 							ci.Reasoning = append(ci.Reasoning, ci.Text[n:]...)
 						}
+						ci.Answer = ci.Answer || got && bit == 7
 					}
 				case "tool_calls":
 					if err = ds.first(3); err != nil {

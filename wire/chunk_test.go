@@ -28,6 +28,11 @@ var chunkSeeds = []string{
 	`{"choices":[],"usage":{"prompt_tokens":24,"prompt_tokens_details":null}}`,
 	`{"usage":{"prompt_tokens_details":{"cached_tokens":1,"cached_tokens":2}}}`,
 	`{"usage":{"prompt_tokens_details":{"cached_tokens":"3"}}}`,
+	`{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":400,"completion_tokens_details":{"reasoning_tokens":300}}}`,
+	`{"choices":[],"usage":{"completion_tokens_details":{"reasoning_tokens":null,"accepted_prediction_tokens":0}}}`,
+	`{"choices":[],"usage":{"completion_tokens_details":null}}`,
+	`{"usage":{"completion_tokens_details":{"reasoning_tokens":1,"reasoning_tokens":2}}}`,
+	`{"choices":[{"delta":{"reasoning_content":"a","content":"b"}}]}`,
 	ollamaChunk, ollamaFinishChunk, ollamaUsageChunk,
 	`null`, `[]`, `{}`, `{"a":[1,-0.5e+3,true,false,null,{"b":"c"}]}`, `{"a":01}`, `{"x":"\x01"}`,
 }
@@ -71,7 +76,8 @@ func FuzzDecodeChunk(f *testing.F) {
 		if fast.Output != slow.Output || fast.Finished != slow.Finished || fast.Choices != slow.Choices ||
 			fast.Usage != slow.Usage || fast.HasPrompt != slow.HasPrompt || fast.PromptTokens != slow.PromptTokens ||
 			fast.HasCompletion != slow.HasCompletion || fast.CompletionTokens != slow.CompletionTokens || fast.IsError != slow.IsError ||
-			fast.HasCached != slow.HasCached || fast.Cached != slow.Cached ||
+			fast.HasCached != slow.HasCached || fast.Cached != slow.Cached || fast.Answer != slow.Answer ||
+			fast.HasReasoningTokens != slow.HasReasoningTokens || fast.ReasoningTokens != slow.ReasoningTokens ||
 			len(fast.Text) != len(slow.Text) || string(fast.Reasoning) != string(slow.Reasoning) ||
 			len(fast.ToolCalls) != len(slow.ToolCalls) {
 			t.Fatalf("disagree on %q:\nfast %+v\nslow %+v", data, fast, slow)
@@ -134,26 +140,30 @@ func TestDecodeDeltas(t *testing.T) {
 		text, reasoning string
 		calls           []ToolCallDelta
 		output, fast    bool
+		answer          bool
 	}{
-		{"content", `{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`, "Hi", "", nil, true, true},
-		{"reasoning_content (vLLM, SGLang)", `{"choices":[{"index":0,"delta":{"reasoning_content":"hm\u00e9"}}]}`, "hmé", "hmé", nil, true, true},
-		{"reasoning", `{"choices":[{"delta":{"reasoning":"so","content":null}}]}`, "so", "so", nil, true, true},
-		{"reasoning then content", `{"choices":[{"delta":{"reasoning_content":"a","content":"b"}}]}`, "ab", "a", nil, true, true},
-		{"null reasoning", `{"choices":[{"delta":{"reasoning_content":null,"content":"x"}}]}`, "x", "", nil, true, true},
+		{"content", `{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`, "Hi", "", nil, true, true, true},
+		{"reasoning_content (vLLM, SGLang)", `{"choices":[{"index":0,"delta":{"reasoning_content":"hm\u00e9"}}]}`, "hmé", "hmé", nil, true, true, false},
+		{"reasoning", `{"choices":[{"delta":{"reasoning":"so","content":null}}]}`, "so", "so", nil, true, true, false},
+		{"reasoning then content", `{"choices":[{"delta":{"reasoning_content":"a","content":"b"}}]}`, "ab", "a", nil, true, true, true},
+		{"null reasoning", `{"choices":[{"delta":{"reasoning_content":null,"content":"x"}}]}`, "x", "", nil, true, true, true},
 		{"tool call opens", `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
-			"", "", []ToolCallDelta{{Index: 0, ID: "call_1", Type: "function", Name: "get_weather"}}, true, false},
+			"", "", []ToolCallDelta{{Index: 0, ID: "call_1", Type: "function", Name: "get_weather"}}, true, false, true},
 		{"tool call arguments", `{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"city\":"}}]}}]}`,
-			"", "", []ToolCallDelta{{Index: 1, Arguments: `{"city":`}}, true, false},
+			"", "", []ToolCallDelta{{Index: 1, Arguments: `{"city":`}}, true, false, true},
 		{"two tool calls", `{"choices":[{"delta":{"tool_calls":[{"function":{"name":"a"}},{"function":{"name":"b"}}]}}]}`,
-			"", "", []ToolCallDelta{{Index: 0, Name: "a"}, {Index: 1, Name: "b"}}, true, false},
-		{"null tool calls", `{"choices":[{"delta":{"tool_calls":null,"content":"x"}}]}`, "x", "", nil, true, true},
-		{"empty tool calls", `{"choices":[{"delta":{"tool_calls":[]}}]}`, "", "", nil, false, false},
-		{"odd tool calls", `{"choices":[{"delta":{"tool_calls":{"x":1}}}]}`, "", "", nil, true, false},
+			"", "", []ToolCallDelta{{Index: 0, Name: "a"}, {Index: 1, Name: "b"}}, true, false, true},
+		{"null tool calls", `{"choices":[{"delta":{"tool_calls":null,"content":"x"}}]}`, "x", "", nil, true, true, true},
+		{"empty tool calls", `{"choices":[{"delta":{"tool_calls":[]}}]}`, "", "", nil, false, false, false},
+		{"odd tool calls", `{"choices":[{"delta":{"tool_calls":{"x":1}}}]}`, "", "", nil, true, false, true},
 	}
 	var ci Chunk // reused, as a client does
 	for _, tc := range cases {
 		if err := DecodeChunk([]byte(tc.chunk), &ci); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if ci.Answer != tc.answer {
+			t.Errorf("%s: answer %v, want %v", tc.name, ci.Answer, tc.answer)
 		}
 		if string(ci.Text) != tc.text || string(ci.Reasoning) != tc.reasoning || ci.Output != tc.output ||
 			fmt.Sprint(ci.ToolCalls) != fmt.Sprint(tc.calls) || len(ci.ToolCalls) != len(tc.calls) {
@@ -163,6 +173,36 @@ func TestDecodeDeltas(t *testing.T) {
 		p := chunkParser{b: []byte(tc.chunk)}
 		if fastOK := p.chunk(&Chunk{}) == nil; fastOK != tc.fast {
 			t.Errorf("%s: fast path took it: %v, want %v", tc.name, fastOK, tc.fast)
+		}
+	}
+}
+
+// TestReasoningTokens: usage.completion_tokens_details.reasoning_tokens (vLLM, SGLang,
+// OpenAI) is read by the fast path and by encoding/json alike; absent or null is no count.
+func TestReasoningTokens(t *testing.T) {
+	for _, tc := range []struct {
+		chunk string
+		n     int32
+		has   bool
+	}{
+		{`{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":400,"completion_tokens_details":{"reasoning_tokens":300}}}`, 300, true},
+		{`{"choices":[],"usage":{"completion_tokens_details":{"accepted_prediction_tokens":0,"reasoning_tokens":0}}}`, 0, true},
+		{`{"choices":[],"usage":{"completion_tokens_details":{"reasoning_tokens":null}}}`, 0, false},
+		{`{"choices":[],"usage":{"completion_tokens_details":null}}`, 0, false},
+		{`{"choices":[],"usage":{"completion_tokens":4}}`, 0, false},
+	} {
+		var fast, slow Chunk
+		p := chunkParser{b: []byte(tc.chunk)}
+		if err := p.chunk(&fast); err != nil {
+			t.Fatalf("%s: fast path refused: %v", tc.chunk, err)
+		}
+		if err := decodeChunkJSON([]byte(tc.chunk), &slow); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []Chunk{fast, slow} {
+			if c.ReasoningTokens != tc.n || c.HasReasoningTokens != tc.has {
+				t.Errorf("%s: %d %v, want %d %v", tc.chunk, c.ReasoningTokens, c.HasReasoningTokens, tc.n, tc.has)
+			}
 		}
 	}
 }

@@ -31,6 +31,10 @@ type chunkJSON struct {
 		PromptTokensDetails *struct {
 			CachedTokens *int32 `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
+		// vLLM, SGLang, OpenAI: the part of completion_tokens that was reasoning.
+		CompletionTokensDetails *struct {
+			ReasoningTokens *int32 `json:"reasoning_tokens"`
+		} `json:"completion_tokens_details"`
 	} `json:"usage"`
 }
 

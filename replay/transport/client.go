@@ -173,7 +173,16 @@ func NewClient(o ClientOptions) (*Client, error) {
 		u.User = nil
 	}
 	if o.APIKey != "" {
-		h.Set("Authorization", "Bearer "+o.APIKey)
+		if k := enc.Kind(); k.KeyHeader != "" {
+			h.Set(k.KeyHeader, o.APIKey)
+		} else {
+			h.Set("Authorization", "Bearer "+o.APIKey)
+		}
+	}
+	for name, v := range enc.Kind().Headers {
+		if h.Get(name) == "" { // a --header of the same name wins
+			h.Set(name, v)
+		}
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "text/event-stream")
