@@ -84,7 +84,8 @@ const (
 
 // responsesEvents are the event types OpenAI's streaming events reference defines (the
 // ResponseStreamEvent union of openai-python, src/openai/types/responses/
-// response_stream_event.py): any other type is a decode error that names it.
+// response_stream_event.py) and the two vLLM adds: any other type is a decode error that
+// names it.
 var responsesEvents = map[string]responsesEvent{
 	"response.created":                             evNone,
 	"response.in_progress":                         evNone,
@@ -145,6 +146,11 @@ var responsesEvents = map[string]responsesEvent{
 	"response.shell_call_command.done":             evNone,
 	"response.shell_call_output_content.delta":     evNone,
 	"response.shell_call_output_content.done":      evNone,
+	// vLLM's own, until openai-python's has them (vllm/entrypoints/openai/responses/
+	// protocol.py, ResponseReasoningPartAddedEvent and ResponseReasoningPartDoneEvent,
+	// which its StreamingResponsesResponse may send): parts, no text.
+	"response.reasoning_part.added": evNone,
+	"response.reasoning_part.done":  evNone,
 }
 
 // DecodeResponses decodes one event of a Responses API stream into c: a text delta is
@@ -367,7 +373,10 @@ func (e apiError) text() string {
 }
 
 // decodeItemAdded decodes response.output_item.added: a function call's names the call,
-// its name being the call's first generated tokens (as chat's first tool-call delta).
+// its name being the call's first generated tokens (as chat's first tool-call delta). Its
+// item's arguments are not taken: vLLM's (simple_streaming_events.py,
+// _event_add_tc_output_item) repeat the first piece, which the arguments delta right
+// after it carries again; OpenAI's are empty.
 func decodeItemAdded(data []byte, c *Chunk) error {
 	var e struct {
 		OutputIndex int `json:"output_index"`

@@ -95,6 +95,7 @@ var responsesSeeds = []string{
 	`{"type":"response.output_text.delta","delta":"\ud83d\ude00 \\ \/"}`,
 	`{"type":"response.output_text.delta","delta":null}`,
 	`{"type":"response.output_text.delta","delta":"trunc`,
+	`{"content_index":0,"item_id":"rs_1","output_index":0,"part":{"text":"","type":"reasoning_text"},"sequence_number":3,"type":"response.reasoning_part.added"}`,
 }
 
 func TestDecodeResponses(t *testing.T) {
@@ -124,6 +125,7 @@ func TestDecodeResponses(t *testing.T) {
 		{data: responsesSeeds[17], want: Chunk{Output: true, Answer: true, Choices: 1, Text: []byte("😀 \\ /")}},
 		{data: responsesSeeds[18]},
 		{data: responsesSeeds[19], err: "unexpected end of JSON input"},
+		{data: responsesSeeds[20]}, // vLLM's own event: known, carries nothing
 	} {
 		var c Chunk
 		c.Text = []byte("stale") // a reused chunk starts empty
