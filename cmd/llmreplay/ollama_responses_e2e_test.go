@@ -22,7 +22,7 @@ import (
 // max_output_tokens the num_predict) with both HTTP clients, and checks every record as
 // TestOllamaReplay does for chat: ok, exactly its target's output tokens as the usage of
 // response.completed counts them, one chunk a token, the prompt counted as its target plus
-// BOS. The same server's stream for one request has the event types, in order, of the
+// BOS; conversations' turns too, their history sent as input messages. The same server's stream for one request has the event types, in order, of the
 // fixture wire/testdata/responses/ollama-v0.17.4.sse (LLMREPLAY_WRITE_FIXTURES=1 writes
 // the fixture from it instead).
 func TestOllamaResponses(t *testing.T) {
@@ -55,6 +55,30 @@ func TestOllamaResponses(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// Conversations with actual history: each turn's input is the conversation's messages,
+	// which Ollama renders as it renders chat's, so the server counts every turn's prompt
+	// as its target plus BOS (TestOllamaSessions' check for chat).
+	conv := filepath.Join(dir, "conv.parquet")
+	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
+		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,4",
+		"--sessions", "2", "--seed", "3", "-o", conv)
+	res := filepath.Join(dir, "conv-responses.parquet")
+	ollamaRun(t, "replay", "--trace", conv, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
+		"--concurrency", "1", "--sessions", "sequential", "--history", "actual", "--quiet", "-o", res)
+	later := 0
+	for _, r := range readRows(t, res) {
+		if r.Status != results.StatusOK || r.OutputTokens != r.OutputTokensTarget || r.PromptTokensServer != r.PromptTokens+1 {
+			t.Errorf("conversation request %d (turn %d): %s %q, output %d of %d, prompt %d by usage for a target of %d (+1 BOS)",
+				r.RequestID, r.Turn, r.Status, r.Error, r.OutputTokens, r.OutputTokensTarget, r.PromptTokensServer, r.PromptTokens)
+		}
+		if r.Turn > 1 {
+			later++
+		}
+	}
+	if later == 0 {
+		t.Error("no later turns: the trace has no conversations")
 	}
 
 	// The fixture: one request's stream as the engine writes it.
