@@ -171,10 +171,14 @@ func DecodeResponses(data []byte, c *Chunk) error {
 	return decodeResponsesJSON(data, c)
 }
 
-// responsesEvent scans the events that carry nothing but their type and a text delta.
+// responsesEvent scans the events a stream is made of: those that carry nothing a record
+// takes, the text and reasoning deltas, a message's or reasoning's output_item.added and
+// the stop with its usage; a function call's events, errors and anything unusual fall
+// back to encoding/json.
 func (p *chunkParser) responsesEvent(c *Chunk) error {
-	var typ, delta []byte
-	var esc, hasDelta bool
+	var typ, delta, itemType []byte
+	var esc, hasDelta, hasResponse, hasItem bool
+	var u scannedUsage
 	var top seen
 	err := p.object(func(k []byte) error {
 		var err error
@@ -191,6 +195,20 @@ func (p *chunkParser) responsesEvent(c *Chunk) error {
 			if err = top.first(1); err == nil {
 				delta, esc, err = p.str()
 				hasDelta = true
+			}
+		case "response":
+			if err = top.first(2); err == nil {
+				hasResponse = true
+				err = p.responseObject(&u)
+			}
+		case "item":
+			if err = top.first(3); err == nil {
+				hasItem = true
+				itemType, err = p.itemObject()
+			}
+		case "output_index":
+			if err = top.first(4); err == nil {
+				_, _, err = p.int32OrNull()
 			}
 		default:
 			err = p.skip(1)
@@ -221,8 +239,134 @@ func (p *chunkParser) responsesEvent(c *Chunk) error {
 		}
 		c.setDelta(ev)
 		return nil
+	case evItemAdded:
+		if !hasItem || string(itemType) == "function_call" {
+			return errFallback // a function call's names it: the exact way
+		}
+		return nil
+	case evEnd:
+		if !hasResponse {
+			return errFallback
+		}
+		c.Finished = true
+		u.set(c)
+		return nil
 	}
 	return errFallback
+}
+
+// scannedUsage is a response object's usage as the scanner read it.
+type scannedUsage struct {
+	usage, hasPrompt, hasCompletion, hasCached, hasReasoning bool
+	prompt, completion, cached, reasoning                    int32
+}
+
+// set puts the usage in c as the final usage (Choices 0).
+func (u *scannedUsage) set(c *Chunk) {
+	if !u.usage {
+		return
+	}
+	c.Usage = true
+	c.PromptTokens, c.HasPrompt = u.prompt, u.hasPrompt
+	c.CompletionTokens, c.HasCompletion = u.completion, u.hasCompletion
+	c.Cached, c.HasCached = u.cached, u.hasCached
+	c.ReasoningTokens, c.HasReasoningTokens = u.reasoning, u.hasReasoning
+}
+
+// responseObject scans an event's response object (not null: that takes the exact way)
+// for its usage.
+func (p *chunkParser) responseObject(u *scannedUsage) error {
+	var rs seen
+	return p.object(func(k []byte) error {
+		if string(k) != "usage" {
+			return p.skip(2)
+		}
+		if err := rs.first(0); err != nil {
+			return err
+		}
+		if p.null() {
+			return nil
+		}
+		u.usage = true
+		var us seen
+		return p.object(func(k []byte) error {
+			var err error
+			switch string(k) {
+			case "input_tokens":
+				if err = us.first(0); err == nil {
+					u.prompt, u.hasPrompt, err = p.int32OrNull()
+				}
+			case "output_tokens":
+				if err = us.first(1); err == nil {
+					u.completion, u.hasCompletion, err = p.int32OrNull()
+				}
+			case "input_tokens_details":
+				if err = us.first(2); err == nil {
+					err = p.detail("cached_tokens", &u.cached, &u.hasCached)
+				}
+			case "output_tokens_details":
+				if err = us.first(3); err == nil {
+					err = p.detail("reasoning_tokens", &u.reasoning, &u.hasReasoning)
+				}
+			default:
+				err = p.skip(3)
+			}
+			return err
+		})
+	})
+}
+
+// detail scans a usage's details object (or null) for its count named name.
+func (p *chunkParser) detail(name string, v *int32, has *bool) error {
+	if p.null() {
+		return nil
+	}
+	var ds seen
+	return p.object(func(k []byte) error {
+		if string(k) != name {
+			return p.skip(4)
+		}
+		if err := ds.first(0); err != nil {
+			return err
+		}
+		var err error
+		*v, *has, err = p.int32OrNull()
+		return err
+	})
+}
+
+// itemObject scans an event's output item (not null) and returns its type; the fields
+// the exact way reads (type, call_id, name) must be strings or null there too.
+func (p *chunkParser) itemObject() ([]byte, error) {
+	var typ []byte
+	var is seen
+	err := p.object(func(k []byte) error {
+		var bit uint
+		switch string(k) {
+		case "type":
+		case "call_id":
+			bit = 1
+		case "name":
+			bit = 2
+		default:
+			return p.skip(2)
+		}
+		if err := is.first(bit); err != nil {
+			return err
+		}
+		if p.null() {
+			return nil
+		}
+		raw, esc, err := p.str()
+		if err == nil && bit == 0 {
+			if esc {
+				return errFallback
+			}
+			typ = raw
+		}
+		return err
+	})
+	return typ, err
 }
 
 // setDelta marks c, whose Text holds a text or reasoning delta, as the event ev says.

@@ -164,9 +164,10 @@ func chunksEqual(a, b Chunk) bool {
 }
 
 // TestDecodeResponsesAllocs: the deltas, nearly every event of a stream, decode into a
-// reused chunk without allocating, escapes included.
+// reused chunk without allocating, escapes included; so do a stream's start and stop
+// (response.created, a message's output_item.added, response.completed with its usage).
 func TestDecodeResponsesAllocs(t *testing.T) {
-	for _, s := range []string{responsesSeeds[0], responsesSeeds[1], responsesSeeds[2], `{"type":"response.content_part.added","item_id":"m","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`} {
+	for _, s := range []string{responsesSeeds[0], responsesSeeds[1], responsesSeeds[2], responsesSeeds[6], responsesSeeds[7], responsesSeeds[8], responsesSeeds[9], `{"type":"response.content_part.added","item_id":"m","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}}`} {
 		var c Chunk
 		data := []byte(s)
 		if err := DecodeResponses(data, &c); err != nil {
