@@ -20,9 +20,9 @@ import (
 // TestOllamaResponses replays a trace against Ollama's /v1/responses (openai/responses.go
 // and middleware/openai.go of v0.17.4 serve it: the request becomes a chat request, its
 // max_output_tokens the num_predict) with both HTTP clients, and checks every record as
-// TestOllamaReplay does for chat: ok, exactly its target's output tokens as the usage of
-// response.completed counts them, one chunk a token, the prompt counted as its target plus
-// BOS; conversations' turns too, their history sent as input messages. The same server's stream for one request has the event types, in order, of the
+// TestOllamaReplay does for chat (checkExactRows): ok, exactly its target's output tokens
+// as the usage of response.completed counts them, one chunk a token, the prompt counted as
+// its target plus BOS; conversations' turns too, their history sent as input messages. The same server's stream for one request has the event types, in order, of the
 // fixture wire/testdata/responses/ollama-v0.17.4.sse (LLMREPLAY_WRITE_FIXTURES=1 writes
 // the fixture from it instead).
 func TestOllamaResponses(t *testing.T) {
@@ -34,26 +34,7 @@ func TestOllamaResponses(t *testing.T) {
 			res := filepath.Join(dir, "responses-"+strings.ReplaceAll(client, "/", "")+".parquet")
 			ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 				"--api", "responses", "--http-client", client, "--quiet", "-o", res)
-			rows := readRows(t, res)
-			if len(rows) < 10 {
-				t.Fatalf("%d rows; want the trace's (>= 10)", len(rows))
-			}
-			for _, r := range rows {
-				if r.Status != results.StatusOK {
-					t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
-				}
-				if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
-					t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
-						r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
-				}
-				if len(r.ChunkNS) != int(r.OutputTokens) {
-					t.Errorf("request %d: %d chunks for %d tokens; the engine streams one a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
-				}
-				if r.PromptTokensServer != r.PromptTokens+1 {
-					t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
-						r.RequestID, r.PromptTokensServer, r.PromptTokens)
-				}
-			}
+			checkExactRows(t, readRows(t, res))
 		})
 	}
 
