@@ -62,6 +62,17 @@ func TestOllamaResponses(t *testing.T) {
 		t.Error("no later turns: the trace has no conversations")
 	}
 
+	// Calibration through the API: usage probes to /responses (Ollama has no /tokenize),
+	// then every prompt counted by the server as exactly its target.
+	res = filepath.Join(dir, "calibrated-responses.parquet")
+	ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
+		"--calibrate", "--limit", "8", "--quiet", "-o", res)
+	for _, r := range readRows(t, res) {
+		if r.Status != results.StatusOK || r.PromptTokensServer != r.PromptTokens {
+			t.Errorf("calibrated: request %d: %s %q, the server counted %d prompt tokens for a target of %d", r.RequestID, r.Status, r.Error, r.PromptTokensServer, r.PromptTokens)
+		}
+	}
+
 	// The fixture: one request's stream as the engine writes it.
 	body := `{"model":"` + ollamatest.Model + `","stream":true,"temperature":0,"max_output_tokens":4,"store":false,"input":"Say hi."}`
 	resp, err := http.Post(srv.BaseURL+"/responses", "application/json", strings.NewReader(body))
