@@ -22,9 +22,11 @@ import (
 // max_output_tokens the num_predict) with both HTTP clients, and checks every record as
 // TestOllamaReplay does for chat (checkExactRows): ok, exactly its target's output tokens
 // as the usage of response.completed counts them, one chunk a token, the prompt counted as
-// its target plus BOS; conversations' turns too, their history sent as input messages. The same server's stream for one request has the event types, in order, of the
-// fixture wire/testdata/responses/ollama-v0.17.4.sse (LLMREPLAY_WRITE_FIXTURES=1 writes
-// the fixture from it instead).
+// its target plus BOS; conversations' turns too, their history sent as input messages;
+// calibrated through the API, every prompt exactly its target. The same server's stream
+// for one request has the event types, in order, of the fixture
+// wire/testdata/responses/ollama-v0.17.4.sse (LLMREPLAY_WRITE_FIXTURES=1 writes the
+// fixture from it instead).
 func TestOllamaResponses(t *testing.T) {
 	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2})
 	dir := t.TempDir()
