@@ -57,9 +57,9 @@ type Kind struct {
 	// whose tool tokens go into the prompt's text.
 	AppendTools func(b, desc []byte) []byte
 	// Decode decodes one stream event's data into c, which it must not retain; nil means
-	// OpenAI's chunk shapes (DecodeChunk). A client calls DecodeChunk directly for those,
-	// so that its per-stream state stays on the stack; a kind's own decoder is called
-	// through a copy of the Chunk, one allocation per chunk.
+	// OpenAI's chunk shapes (DecodeChunk). A client calls the built-in kinds' decoders
+	// (DecodeChunk, DecodeResponses) by name, so that its per-stream state stays where it
+	// is; another kind's is called through a copy of the Chunk, one allocation per chunk.
 	Decode func(data []byte, c *Chunk) error
 	// LengthFields, when set, says which of a backend's length-forcing fields reach the
 	// engine's sampler through this API; the others are not sent. nil means all of them
