@@ -284,3 +284,39 @@ func TestSynctestAgentSessionsTogether(t *testing.T) {
 		t.Errorf("3 of 2 sessions: %v", err)
 	}
 }
+
+// TestSynctestAgentsResponsesInput: through the Responses API an agent's context is its
+// "input" list, the same messages chat sends (a body of the context's messages around a
+// new user message, valid JSON, the context in place).
+func TestSynctestAgentsResponsesInput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base, _ := wire.BaseURL("http://127.0.0.1:9/v1")
+		c, err := transport.NewClient(transport.ClientOptions{BaseURL: base, API: wire.APIResponses, Backend: wire.BackendVLLM, Model: "m",
+			MaxInflight: 64, HTTPClient: "net/http"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		srv := &agentServer{took: map[int64]time.Duration{}, body: map[int64]string{}}
+		rs, _ := runAgents(t, agentTrace(), srv, func(o *Options) { o.Client = c })
+		for id, want := range map[int64][]string{10: {"<10:100>"}, 11: {"<10:100>", "a10", "<11:195>"}, 13: {"<10:100>", "a10", "<11:195>", "a11", "<13:695>"}} {
+			if rs[id].Status != results.StatusOK {
+				t.Fatalf("call %d: %s %s", id, rs[id].Status, rs[id].Error)
+			}
+			var b struct {
+				Input []map[string]string
+				Store *bool
+			}
+			if err := json.Unmarshal([]byte(srv.body[id]), &b); err != nil {
+				t.Fatalf("call %d: body %q: %v", id, srv.body[id], err)
+			}
+			var got []string
+			for _, m := range b.Input {
+				got = append(got, m["content"])
+			}
+			if strings.Join(got, "|") != strings.Join(want, "|") || b.Store == nil || *b.Store || b.Input[len(b.Input)-1]["role"] != "user" {
+				t.Errorf("call %d sent input %v (store %v), want %v", id, b.Input, b.Store, want)
+			}
+		}
+	})
+}

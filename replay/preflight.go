@@ -287,7 +287,7 @@ func (p *preparer) lengths(ctx context.Context) error {
 	}
 	l, err := p.cl.CheckLength(HardContext(ctx), prompt, lengthCheckTokens)
 	asked := fmt.Sprintf("a preflight request for %d output tokens (%s with --api %s --backend %s, model %s)",
-		lengthCheckTokens, p.lengthFields(l.Field), p.api, p.backend, p.modelID)
+		lengthCheckTokens, l.Fields, p.api, p.backend, p.modelID)
 	if err != nil {
 		return fmt.Errorf("replay: the endpoint %s failed %s: %v; every request of the trace would be sent the same way, so none was sent", wire.SafeEndpoint(p.base), asked, err)
 	}
@@ -295,22 +295,23 @@ func (p *preparer) lengths(ctx context.Context) error {
 		return fmt.Errorf("replay: the endpoint %s does not honour %s: %s got %s; every request of the trace would run past its output length (until its model stops or the client cuts its stream), so none was sent. %s",
 			wire.SafeEndpoint(p.base), l.Field, asked, lengthSeen(l), p.lengthAdvice(l.Field))
 	}
-	if l.Tokens() < l.Asked && p.backend.ForcesLength() {
-		fmt.Fprintf(p.env.Log, "llmreplay: preflight: %s got %d: this server does not honour ignore_eos or min_tokens, so output lengths are upper bounds on it (a request whose model stops early is shorter than the trace's)\n",
-			asked, l.Tokens())
+	if l.Tokens() < l.Asked && l.Forced {
+		fmt.Fprintf(p.env.Log, "llmreplay: preflight: %s got %d: this server does not honour %s, so output lengths are upper bounds on it (a request whose model stops early is shorter than the trace's)\n",
+			asked, l.Tokens(), forcingFields(l))
 	}
 	return nil
 }
 
-// lengthFields names the length fields a body of the run's backend carries.
-func (p *preparer) lengthFields(field string) string {
-	switch p.backend {
-	case wire.BackendVLLM, wire.BackendSGLang:
-		return field + ", min_tokens and ignore_eos"
-	case wire.BackendLlamaCPP:
-		return field + ", n_predict and ignore_eos"
+// forcingFields names the fields of a length check's request that should have made its
+// length exact: all but the cap, "ignore_eos or min_tokens" as the log says them.
+func forcingFields(l transport.LengthCheck) string {
+	var names []string
+	for _, f := range []string{"ignore_eos", "min_tokens", "n_predict"} {
+		if strings.Contains(l.Fields, f) {
+			names = append(names, f)
+		}
 	}
-	return field
+	return strings.Join(names, " or ")
 }
 
 // lengthSeen says what a length check that overran saw.
@@ -326,6 +327,9 @@ func lengthSeen(l transport.LengthCheck) string {
 
 // lengthAdvice says what to do about a server that ignores field.
 func (p *preparer) lengthAdvice(field string) string {
+	if field == "max_output_tokens" {
+		return "This server ignores max_output_tokens, the Responses API's only output cap (every backend sends it): give --api chat, whose max_tokens the engines honour."
+	}
 	if field != "max_tokens" {
 		return fmt.Sprintf("This server ignores %s (Ollama does): give --backend vllm, which sends max_tokens (Ollama, vLLM, SGLang and llama.cpp honour it), or --backend tgi for max_tokens alone (for a server that refuses vllm's ignore_eos and min_tokens).", field)
 	}

@@ -267,16 +267,23 @@ func (s *ollamaLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	json.NewDecoder(r.Body).Decode(&b)
 	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
+	responses := strings.HasSuffix(r.URL.Path, "/responses") // as a server that ignores max_output_tokens
 	w.Header().Set("Content-Type", "text/event-stream")
 	f := w.(http.Flusher)
 	n := 0
 	for ; (b.MaxTokens == nil || n < *b.MaxTokens) && (s.eos == 0 || n < s.eos) && r.Context().Err() == nil; n++ {
-		if chat {
+		if responses {
+			fmt.Fprint(w, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\" w\"}\n\n")
+		} else if chat {
 			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" w\"},\"finish_reason\":null}]}\n\n")
 		} else {
 			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" w\",\"finish_reason\":null}]}\n\n")
 		}
 		f.Flush()
+	}
+	if responses {
+		fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":17,\"output_tokens\":%d}}}\n\n", n)
+		return
 	}
 	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":17,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\ndata: [DONE]\n\n", n, 17+n)
 }
@@ -287,8 +294,9 @@ func (s *ollamaLike) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the field, what came back and what to do; with --backend vllm (max_tokens) the same
 // server runs, the trace's requests and nothing else reaching it beside the one check. A
 // model that stops before the length with a backend that forces it is said on the log,
-// and not with one that does not; an error status stops the run with the server's
-// message, without the key.
+// and not with one that does not (through the Responses API, vLLM's ignore_eos forces it,
+// SGLang's nothing); an error status stops the run with the server's message, without
+// the key.
 func TestPrepareChecksOutputLength(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
@@ -306,6 +314,11 @@ func TestPrepareChecksOutputLength(t *testing.T) {
 		{name: "stops early, forced", api: "completions", backend: "vllm", eos: 2,
 			logHas: []string{"max_tokens, min_tokens and ignore_eos with --api completions --backend vllm", "got 2: this server does not honour ignore_eos or min_tokens, so output lengths are upper bounds"}},
 		{name: "stops early, not forced", api: "chat", backend: "tgi", eos: 2},
+		{name: "responses, ignored", api: "responses", backend: "vllm",
+			errHas: []string{"does not honour max_output_tokens", "(max_output_tokens and ignore_eos with --api responses --backend vllm, model tiny)", "give --api chat"}},
+		{name: "responses, stops early, forced", api: "responses", backend: "vllm", eos: 2,
+			logHas: []string{"got 2: this server does not honour ignore_eos, so output lengths are upper bounds"}},
+		{name: "responses, stops early, not forced", api: "responses", backend: "sglang", eos: 2},
 		{name: "error", api: "chat", backend: "vllm", status: http.StatusNotFound,
 			errHas: []string{"failed a preflight request", "HTTP 404: model not found (Bearer [redacted])"}},
 	} {

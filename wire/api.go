@@ -14,7 +14,8 @@ import (
 // API names an API kind, as --api takes it.
 type API string
 
-// The APIs built in; each is a file of its own (completions.go, chat.go).
+// The APIs built in; each is a file of its own (completions.go, chat.go, responses.go,
+// which declares its own name).
 const (
 	APICompletions API = "completions" // POST /completions with "prompt"
 	APIChat        API = "chat"        // POST /chat/completions with one user message
@@ -56,10 +57,21 @@ type Kind struct {
 	// whose tool tokens go into the prompt's text.
 	AppendTools func(b, desc []byte) []byte
 	// Decode decodes one stream event's data into c, which it must not retain; nil means
-	// OpenAI's chunk shapes (DecodeChunk). A client calls DecodeChunk directly for those,
-	// so that its per-stream state stays on the stack; a kind's own decoder is called
-	// through a copy of the Chunk, one allocation per chunk.
+	// OpenAI's chunk shapes (DecodeChunk). A client calls the built-in kinds' decoders
+	// (DecodeChunk, DecodeResponses) by name, so that its per-stream state stays where it
+	// is; another kind's is called through a copy of the Chunk, one allocation per chunk.
 	Decode func(data []byte, c *Chunk) error
+	// LengthFields, when set, says which of a backend's length-forcing fields reach the
+	// engine's sampler through this API; the others are not sent. nil means all of them
+	// (completions and chat, where every engine takes its own).
+	LengthFields func(Backend) LengthFields
+}
+
+// LengthFields are the length-forcing fields a body carries beside the output cap.
+type LengthFields struct {
+	IgnoreEOS bool // ignore_eos (vllm, sglang, llamacpp)
+	MinTokens bool // min_tokens (vllm, sglang)
+	NPredict  bool // n_predict (llamacpp)
 }
 
 // Decoder returns the function that decodes the kind's stream chunks.
@@ -141,7 +153,8 @@ func ParseAPI(s string) (API, error) {
 // force the output length the trace asks for.
 type Backend string
 
-// The backends and the length-forcing fields each gets (docs/replay.md):
+// The backends and the length-forcing fields each gets (docs/replay.md), less those an
+// API does not pass to the sampler (Kind.LengthFields: the Responses API's):
 //
 //	vllm      max_tokens, min_tokens, ignore_eos; stream_options.continuous_usage_stats
 //	sglang    max_tokens, min_tokens, ignore_eos
@@ -205,6 +218,51 @@ func NewEncoder(api API, backend Backend, tokenIDs bool) (Encoder, error) {
 // Kind returns the encoder's API kind.
 func (e Encoder) Kind() *Kind { return e.kind }
 
+// lengthFields returns the length-forcing fields the encoder's bodies carry: the
+// backend's, less those the kind says do not reach the sampler through its API.
+func (e Encoder) lengthFields() LengthFields {
+	var f LengthFields
+	switch e.backend {
+	case BackendVLLM, BackendSGLang:
+		f = LengthFields{IgnoreEOS: true, MinTokens: true}
+	case BackendLlamaCPP:
+		f = LengthFields{IgnoreEOS: true, NPredict: true}
+	}
+	if e.kind.LengthFields != nil {
+		k := e.kind.LengthFields(e.backend)
+		f = LengthFields{IgnoreEOS: f.IgnoreEOS && k.IgnoreEOS, MinTokens: f.MinTokens && k.MinTokens, NPredict: f.NPredict && k.NPredict}
+	}
+	return f
+}
+
+// ForcesLength reports whether the encoder's bodies make the server generate exactly the
+// requested number of tokens: the backend forces lengths (Backend.ForcesLength) and
+// ignore_eos reaches the sampler through the API (with the cap, it is what makes a
+// length exact; min_tokens and n_predict only repeat it).
+func (e Encoder) ForcesLength() bool {
+	return e.backend.ForcesLength() && e.lengthFields().IgnoreEOS
+}
+
+// LengthFieldNames names the fields of the encoder's bodies that ask for a length, as
+// messages say them: "max_tokens, min_tokens and ignore_eos".
+func (e Encoder) LengthFieldNames() string {
+	names := []string{e.MaxTokensField()}
+	f := e.lengthFields()
+	if f.MinTokens {
+		names = append(names, "min_tokens")
+	}
+	if f.NPredict {
+		names = append(names, "n_predict")
+	}
+	if f.IgnoreEOS {
+		names = append(names, "ignore_eos")
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
 // AppendStart appends the constant start of every body sent to model: the model, streaming
 // with usage (vLLM's continuous usage too, for per-chunk token counts), greedy sampling and
 // the backend's ignore_eos. Only the model differs between requests' starts, so a caller
@@ -221,8 +279,7 @@ func (e Encoder) AppendStart(b []byte, model string) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `,"temperature":0`...)
-	switch e.backend {
-	case BackendVLLM, BackendSGLang, BackendLlamaCPP:
+	if e.lengthFields().IgnoreEOS {
 		b = append(b, `,"ignore_eos":true`...)
 	}
 	return b
@@ -303,11 +360,12 @@ func (e Encoder) appendLengths(b, start []byte, outputTokens int32) []byte {
 	b = append(b, e.MaxTokensField()...)
 	b = append(b, `":`...)
 	b = append(b, n...)
-	switch e.backend {
-	case BackendVLLM, BackendSGLang:
+	f := e.lengthFields()
+	if f.MinTokens {
 		b = append(b, `,"min_tokens":`...)
 		b = append(b, n...)
-	case BackendLlamaCPP:
+	}
+	if f.NPredict {
 		b = append(b, `,"n_predict":`...)
 		b = append(b, n...)
 	}

@@ -124,7 +124,10 @@ type fakeReq struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
 	} `json:"messages"`
-	MaxTokens int `json:"max_tokens"`
+	MaxTokens       int     `json:"max_tokens"`
+	Input           *string `json:"input"`
+	MaxOutputTokens int     `json:"max_output_tokens"`
+	Store           *bool   `json:"store"`
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -182,6 +185,13 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]any{"usage": map[string]int{"prompt_tokens": f.count(s, chat), "completion_tokens": 1}})
+	case "/v1/responses":
+		// The input string is one user message: the chat template counts.
+		if req.Input == nil || req.MaxOutputTokens != 16 || req.Store == nil || *req.Store || req.Model != "m" {
+			http.Error(w, "probe must be a Responses request for 16 tokens of model m, input a string, not stored", http.StatusBadRequest)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"object": "response", "usage": map[string]int{"input_tokens": f.count(*req.Input, true), "output_tokens": 16}})
 	default:
 		http.NotFound(w, r)
 	}
@@ -217,7 +227,11 @@ func TestCalibrate(t *testing.T) {
 		{"none", wire.APICompletions, "", wire.MethodUsage},
 		{"none", wire.APIChat, "", wire.MethodUsage},
 		{"vllm", wire.APIChat, wire.MethodUsage, wire.MethodUsage},
+		{"vllm", wire.APIResponses, "", wire.MethodTokenize},
+		{"llamacpp", wire.APIResponses, "", wire.MethodUsage},
+		{"none", wire.APIResponses, "", wire.MethodUsage},
 	} {
+		chat := tc.api != wire.APICompletions // the chat template counts
 		for _, linear := range []bool{false, true} {
 			f := &fakeServer{shape: tc.shape, template: 12, bos: 1, linear: linear, t: t}
 			cal, err := calibrateAgainst(t, f, tc.api, tc.method)
@@ -244,7 +258,7 @@ func TestCalibrate(t *testing.T) {
 				}
 			}
 			overhead := 1.0
-			if tc.api == wire.APIChat {
+			if chat {
 				overhead = 13
 			}
 			if math.Abs(cal.Overhead-overhead) > 3 || math.Abs(cal.Ratio-1.1) > 0.01 {
@@ -255,7 +269,7 @@ func TestCalibrate(t *testing.T) {
 				// 1.1 server tokens) and the fitted slope's error, extrapolated: 0.1%.
 				for _, n := range []int{50, 999, 12345} {
 					k := cal.Target(n)
-					if got := f.count(mustPrompt(t, testBuilder(t, tokenize.CL100kBase, tokenize.BuilderOptions{}), tokenize.PromptSpec{RequestID: 3, Tokens: k}), tc.api == wire.APIChat); math.Abs(float64(got-n)) > max(1, 0.001*float64(n)) {
+					if got := f.count(mustPrompt(t, testBuilder(t, tokenize.CL100kBase, tokenize.BuilderOptions{}), tokenize.PromptSpec{RequestID: 3, Tokens: k}), chat); math.Abs(float64(got-n)) > max(1, 0.001*float64(n)) {
 						t.Errorf("%s %s: Target(%d)=%d counts %d", tc.shape, tc.api, n, k, got)
 					}
 				}

@@ -30,19 +30,19 @@ const maxProbeResponse = 8 << 20
 // alone when given, else /tokenize in both shapes, then usage probes (llama.cpp's
 // /tokenize applies no chat template, so the chat API never tries it).
 func ProbeMethods(api API, method string) ([]string, error) {
-	if api != APICompletions && api != APIChat {
-		return nil, fmt.Errorf("calibrate: api %q: want %s or %s", api, APICompletions, APIChat)
+	if api != APICompletions && api != APIChat && api != APIResponses {
+		return nil, fmt.Errorf("calibrate: api %q: want %s, %s or %s", api, APICompletions, APIChat, APIResponses)
 	}
 	switch method {
 	case "":
-		if api == APIChat {
+		if api != APICompletions {
 			return []string{MethodTokenize, MethodUsage}, nil
 		}
 		return []string{MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage}, nil
 	case MethodTokenize, MethodUsage:
 	case MethodTokenizeLlamaCpp:
-		if api == APIChat {
-			return nil, errors.New("calibrate: llama.cpp's /tokenize does not apply the chat template; use usage probes for the chat api")
+		if api != APICompletions {
+			return nil, fmt.Errorf("calibrate: llama.cpp's /tokenize does not apply the chat template; use usage probes for the %s api", api)
 		}
 	default:
 		return nil, fmt.Errorf("calibrate: method %q: want %s, %s or %s", method, MethodTokenize, MethodTokenizeLlamaCpp, MethodUsage)
@@ -78,8 +78,10 @@ type chatMessage struct {
 }
 
 func (p *Prober) count(ctx context.Context, method, text string) (int, int, error) {
+	// The Responses API's input string is one user message, rendered by the chat template
+	// as chat's: /tokenize counts it as chat's.
 	var msgs []chatMessage
-	if p.API == APIChat {
+	if p.API == APIChat || p.API == APIResponses {
 		msgs = []chatMessage{{Role: "user", Content: text}}
 	}
 	switch method {
@@ -106,9 +108,13 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		return tr.Count, 0, err
 	case MethodUsage:
 		body := map[string]any{"model": p.Model, "max_tokens": 1, "temperature": 0, "stream": false}
-		if msgs != nil {
+		switch {
+		case p.API == APIResponses:
+			// max_output_tokens 16: OpenAI's least, and SGLang generates 2 fewer than asked.
+			body = map[string]any{"model": p.Model, "max_output_tokens": 16, "temperature": 0, "stream": false, "store": false, "input": text}
+		case msgs != nil:
 			body["messages"] = msgs
-		} else {
+		default:
 			body["prompt"] = text
 		}
 		u := APIURL(p.Base, p.API)
@@ -247,18 +253,22 @@ func ParseTokenizeResponse(data []byte) (TokenizeResponse, error) {
 }
 
 // ParseUsagePromptTokens returns usage.prompt_tokens from a non-streaming completions or chat
-// completions response.
+// completions response, or usage.input_tokens from a Responses API one.
 func ParseUsagePromptTokens(data []byte) (int, error) {
 	var raw struct {
 		Usage *struct {
 			PromptTokens *int64 `json:"prompt_tokens"`
+			InputTokens  *int64 `json:"input_tokens"`
 		} `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return 0, fmt.Errorf("completion response: %w", err)
 	}
+	if raw.Usage != nil && raw.Usage.PromptTokens == nil {
+		raw.Usage.PromptTokens = raw.Usage.InputTokens
+	}
 	if raw.Usage == nil || raw.Usage.PromptTokens == nil {
-		return 0, fmt.Errorf("completion response: no usage.prompt_tokens: %s", snippet(data))
+		return 0, fmt.Errorf("completion response: no usage.prompt_tokens (or input_tokens): %s", snippet(data))
 	}
 	n := *raw.Usage.PromptTokens
 	if n < 0 || n > math.MaxInt32 {

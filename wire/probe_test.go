@@ -14,6 +14,8 @@ func TestProbeMethods(t *testing.T) {
 		{APICompletions, MethodTokenizeLlamaCpp, "tokenize-llamacpp"},
 		{APIChat, MethodTokenizeLlamaCpp, "error"},
 		{APIChat, "guess", "error"},
+		{APIResponses, "", "tokenize usage"},
+		{APIResponses, MethodTokenizeLlamaCpp, "error"},
 		{"embeddings", "", "error"},
 	} {
 		ms, err := ProbeMethods(tc.api, tc.method)
@@ -67,6 +69,8 @@ func TestParseUsagePromptTokens(t *testing.T) {
 	}{
 		{`{"id":"x","usage":{"prompt_tokens":17,"completion_tokens":1}}`, 17, false},
 		{`{"usage":{"prompt_tokens":0}}`, 0, false},
+		{`{"object":"response","usage":{"input_tokens":21,"output_tokens":16}}`, 21, false},
+		{`{"usage":{"input_tokens":-1}}`, 0, true},
 		{`{"usage":null}`, 0, true},
 		{`{"usage":{}}`, 0, true},
 		{`{"usage":{"prompt_tokens":-2}}`, 0, true},

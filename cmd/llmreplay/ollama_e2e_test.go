@@ -73,35 +73,7 @@ func TestOllamaReplay(t *testing.T) {
 				res := filepath.Join(dir, fmt.Sprintf("%s-%s.parquet", api, strings.ReplaceAll(client, "/", "")))
 				ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 					"--api", api, "--http-client", client, "--quiet", "-o", res)
-				rows := readRows(t, res)
-				if len(rows) < 10 {
-					t.Fatalf("%d rows; want the trace's (>= 10)", len(rows))
-				}
-				for _, r := range rows {
-					if r.Status != results.StatusOK {
-						t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
-					}
-					if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
-						t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
-							r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
-					}
-					if len(r.ChunkNS) != int(r.OutputTokens) {
-						t.Errorf("request %d: %d chunks for %d tokens; the engine streams one a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
-					}
-					if r.ChunkTokens != nil {
-						var sum int32
-						for _, n := range r.ChunkTokens {
-							sum += n
-						}
-						if sum != r.OutputTokens {
-							t.Errorf("request %d: chunk_tokens sum to %d, usage says %d", r.RequestID, sum, r.OutputTokens)
-						}
-					}
-					if r.PromptTokensServer != r.PromptTokens+1 {
-						t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
-							r.RequestID, r.PromptTokensServer, r.PromptTokens)
-					}
-				}
+				checkExactRows(t, readRows(t, res))
 				th := analyzeJSON(t, res)["throughput"].(map[string]any)
 				for _, k := range []string{"sustained_output_tokens_per_s", "peak_output_tokens_per_s", "output_tokens_per_s"} {
 					if v, _ := th[k].(float64); v <= 0 {
@@ -109,6 +81,42 @@ func TestOllamaReplay(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// checkExactRows checks a replay's records against what the tiny model does: at least the
+// trace's 10 requests, every one ok with exactly its target's output tokens as the
+// server's usage counts them, one chunk a token (chunk_tokens, when kept, summing to the
+// usage), the prompt counted by the server as its target plus BOS.
+func checkExactRows(t *testing.T, rows []results.Result) {
+	t.Helper()
+	if len(rows) < 10 {
+		t.Fatalf("%d rows; want the trace's (>= 10)", len(rows))
+	}
+	for _, r := range rows {
+		if r.Status != results.StatusOK {
+			t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
+		}
+		if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
+			t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
+				r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
+		}
+		if len(r.ChunkNS) != int(r.OutputTokens) {
+			t.Errorf("request %d: %d chunks for %d tokens; the engine streams one a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
+		}
+		if r.ChunkTokens != nil {
+			var sum int32
+			for _, n := range r.ChunkTokens {
+				sum += n
+			}
+			if sum != r.OutputTokens {
+				t.Errorf("request %d: chunk_tokens sum to %d, usage says %d", r.RequestID, sum, r.OutputTokens)
+			}
+		}
+		if r.PromptTokensServer != r.PromptTokens+1 {
+			t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
+				r.RequestID, r.PromptTokensServer, r.PromptTokens)
 		}
 	}
 }

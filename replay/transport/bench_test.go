@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // BenchmarkReadStream: the client's cost per streamed chunk (vLLM completions chunks with
@@ -17,8 +18,12 @@ func BenchmarkReadStream(b *testing.B) {
 		fmt.Fprintf(&body, "data: {\"id\":\"cmpl-8c3f1e2a\",\"object\":\"text_completion\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[{\"index\":0,\"text\":\" the\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":%d,\"completion_tokens\":%d}}\n\n", 100+i, i)
 	}
 	body.WriteString("data: {\"id\":\"cmpl-8c3f1e2a\",\"object\":\"text_completion\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":200,\"completion_tokens\":100}}\n\ndata: [DONE]\n\n")
-	raw := body.Bytes()
-	c := &Client{}
+	benchReadStream(b, &Client{}, body.Bytes())
+}
+
+// benchReadStream reads raw, a stream of 100 output chunks and its usage (100 tokens),
+// b.N times through c's stream state, and reports the time per chunk.
+func benchReadStream(b *testing.B, c *Client, raw []byte) {
 	s := NewSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
 	res := results.NewResult(1, 0, 0, 100, 100)
 	ctx := context.Background()
@@ -29,9 +34,27 @@ func BenchmarkReadStream(b *testing.B) {
 		s.Reset(bytes.NewReader(raw))
 		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS = res.ChunkNS[:0], nil, results.Null
 		c.readStream(ctx, ctx, s, res, nil)
-		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 {
-			b.Fatalf("%s %s %d", res.Status, res.Error, len(res.ChunkNS))
+		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 || res.OutputTokens != 100 {
+			b.Fatalf("%s %s %d chunks, %d tokens", res.Status, res.Error, len(res.ChunkNS), res.OutputTokens)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/chunk")
+}
+
+// BenchmarkReadStreamResponses is BenchmarkReadStream for the Responses API: 100
+// response.output_text.delta events in vLLM's shape (wire/testdata/responses), the
+// stream's start and end events around them, usage in response.completed.
+func BenchmarkReadStreamResponses(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString("event: response.created\ndata: {\"response\":{\"id\":\"resp_1\",\"created_at\":1733140000,\"model\":\"sim-fixed\",\"object\":\"response\",\"output\":[],\"status\":\"in_progress\",\"usage\":null},\"sequence_number\":0,\"type\":\"response.created\"}\n\n")
+	body.WriteString("event: response.output_item.added\ndata: {\"item\":{\"id\":\"msg_1\",\"content\":[],\"role\":\"assistant\",\"status\":\"in_progress\",\"type\":\"message\"},\"output_index\":0,\"sequence_number\":1,\"type\":\"response.output_item.added\"}\n\n")
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&body, "event: response.output_text.delta\ndata: {\"content_index\":0,\"delta\":\" the\",\"item_id\":\"msg_1\",\"logprobs\":[],\"output_index\":0,\"sequence_number\":%d,\"type\":\"response.output_text.delta\"}\n\n", i+1)
+	}
+	body.WriteString("event: response.completed\ndata: {\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"usage\":{\"input_tokens\":100,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":100,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":200}},\"sequence_number\":102,\"type\":\"response.completed\"}\n\n")
+	enc, err := wire.NewEncoder(wire.APIResponses, wire.BackendVLLM, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchReadStream(b, &Client{enc: enc}, body.Bytes())
 }

@@ -24,7 +24,7 @@ import (
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
-	API         wire.API      // completions or chat
+	API         wire.API      // completions, chat or responses
 	Backend     wire.Backend  // chooses the length-forcing fields
 	Model       string        // model name sent in every request (but those replay.Options.Models maps)
 	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
@@ -334,9 +334,9 @@ func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTok
 
 // decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
 // into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
-// kinds alone. OpenAI's shapes (every built-in kind) go straight to wire.DecodeChunk
-// (streamState.event): a call through a function value would move every stream's state
-// to the heap.
+// kinds alone. The built-in kinds' decoders (wire.DecodeChunk, wire.DecodeResponses) are
+// called by name (streamState.event): a call through a function value would move every
+// stream's state to the heap.
 //
 //go:noinline
 func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
@@ -586,10 +586,15 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	}
 	ci := &st.ci
 	var err error
-	if k := st.c.enc.Kind(); k != nil && k.Decode != nil {
-		err = decodeOwn(k, data, ci)
-	} else {
+	// The built-in kinds' decoders are called by name, so that the chunk stays where it
+	// is; only a kind from outside goes through decodeOwn's copy.
+	switch k := st.c.enc.Kind(); {
+	case k == nil || k.Decode == nil:
 		err = wire.DecodeChunk(data, ci)
+	case k.Name == wire.APIResponses:
+		err = wire.DecodeResponses(data, ci)
+	default:
+		err = decodeOwn(k, data, ci)
 	}
 	if err != nil {
 		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
@@ -670,7 +675,11 @@ func (st *streamState) end() {
 		return
 	}
 	if !st.done && !st.finished {
-		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS)))
+		stop := "[DONE]"
+		if k := st.c.enc.Kind(); k != nil && k.Name == wire.APIResponses {
+			stop = "response.completed" // the API has no [DONE]
+		}
+		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before %s after %d output chunks", stop, len(res.ChunkNS)))
 		return
 	}
 	res.Status = results.StatusOK

@@ -16,8 +16,13 @@ import (
 // request's output: asked for Asked tokens in Field (with the backend's other length
 // fields), it sent Chunks output chunks and, when its usage said so, CompletionTokens.
 type LengthCheck struct {
-	Field string // the field that capped the output: max_tokens or max_completion_tokens
-	Asked int
+	Field string // the field that capped the output: max_tokens, max_completion_tokens or max_output_tokens
+	// Fields names every length field the request carried ("max_tokens, min_tokens and
+	// ignore_eos"; wire.Encoder.LengthFieldNames), and Forced says whether they ask for
+	// exactly Asked tokens rather than at most (wire.Encoder.ForcesLength).
+	Fields string
+	Forced bool
+	Asked  int
 	// Chunks is the output chunks read. Each carries at least one token: a server sends a
 	// token's text once (one that is not valid UTF-8 alone waits for the next), so more
 	// chunks than asked is more tokens than asked.
@@ -64,7 +69,7 @@ func (c *Client) checkLength(ctx context.Context, prompt []byte, maxTokens int) 
 	if err != nil {
 		return LengthCheck{}, err
 	}
-	l := LengthCheck{Field: enc.MaxTokensField(), Asked: maxTokens}
+	l := LengthCheck{Field: enc.MaxTokensField(), Fields: enc.LengthFieldNames(), Forced: enc.ForcesLength(), Asked: maxTokens}
 	body := enc.AppendBody(nil, enc.AppendStart(nil, c.opts.Model), prompt, int32(maxTokens))
 	rctx, cancel := context.WithCancel(ctx)
 	// Canceling ends a stream that is still going: the server stops generating for it.
