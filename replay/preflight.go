@@ -295,15 +295,25 @@ func (p *preparer) lengths(ctx context.Context) error {
 		return fmt.Errorf("replay: the endpoint %s does not honour %s: %s got %s; every request of the trace would run past its output length (until its model stops or the client cuts its stream), so none was sent. %s",
 			wire.SafeEndpoint(p.base), l.Field, asked, lengthSeen(l), p.lengthAdvice(l.Field))
 	}
-	if l.Tokens() < l.Asked && p.backend.ForcesLength() {
+	if l.Tokens() < l.Asked && p.forcesLength() {
 		fmt.Fprintf(p.env.Log, "llmreplay: preflight: %s got %d: this server does not honour ignore_eos or min_tokens, so output lengths are upper bounds on it (a request whose model stops early is shorter than the trace's)\n",
 			asked, l.Tokens())
 	}
 	return nil
 }
 
-// lengthFields names the length fields a body of the run's backend carries.
+// forcesLength reports whether the run's bodies force the output length: the backend's
+// fields do, unless the API's routes drop them (wire.Kind.CapOnly: the Messages API).
+func (p *preparer) forcesLength() bool {
+	k, ok := wire.Lookup(p.api)
+	return p.backend.ForcesLength() && (!ok || !k.CapOnly)
+}
+
+// lengthFields names the length fields a body of the run's API and backend carries.
 func (p *preparer) lengthFields(field string) string {
+	if k, ok := wire.Lookup(p.api); ok && k.CapOnly {
+		return field
+	}
 	switch p.backend {
 	case wire.BackendVLLM, wire.BackendSGLang:
 		return field + ", min_tokens and ignore_eos"

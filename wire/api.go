@@ -14,10 +14,11 @@ import (
 // API names an API kind, as --api takes it.
 type API string
 
-// The APIs built in; each is a file of its own (completions.go, chat.go).
+// The APIs built in; each is a file of its own (completions.go, chat.go, messages.go).
 const (
 	APICompletions API = "completions" // POST /completions with "prompt"
 	APIChat        API = "chat"        // POST /chat/completions with one user message
+	APIMessages    API = "messages"    // POST /messages, Anthropic's Messages API
 )
 
 // Kind is everything that differs between APIs on the wire. Adding an API is one file
@@ -50,6 +51,14 @@ type Kind struct {
 	KeyHeader string
 	// Headers are sent with every request of the kind (Anthropic's anthropic-version).
 	Headers map[string]string
+	// Stop names what ends the API's streams, for the error of a stream that ended
+	// without it: "" means OpenAI's "data: [DONE]" (Anthropic's is message_stop).
+	Stop string
+	// CapOnly reports that the engines' routes of this API pass the output cap alone to
+	// the sampler and drop ignore_eos and min_tokens (vLLM's, SGLang's and Ollama's
+	// /v1/messages build their chat request field by field): its bodies carry no other
+	// length field, and its lengths are upper bounds whatever the backend.
+	CapOnly bool
 	// AppendTools, for an API that takes tool definitions, appends a "tools" field (with
 	// its leading comma) holding one function tool whose description is desc, already
 	// escaped as inside a JSON string (AppendJSONContent); nil for an API without tools,
@@ -60,6 +69,14 @@ type Kind struct {
 	// so that its per-stream state stays on the stack; a kind's own decoder is called
 	// through a copy of the Chunk, one allocation per chunk.
 	Decode func(data []byte, c *Chunk) error
+}
+
+// StopName returns what ends the kind's streams (Stop, "[DONE]" by default).
+func (k *Kind) StopName() string {
+	if k == nil || k.Stop == "" {
+		return "[DONE]"
+	}
+	return k.Stop
 }
 
 // Decoder returns the function that decodes the kind's stream chunks.
@@ -118,6 +135,7 @@ func init() {
 	// The built-in kinds, in the order messages list them.
 	Register(&completionsKind)
 	Register(&chatKind)
+	Register(&messagesKind)
 }
 
 // ParseAPI checks an --api value.
@@ -205,6 +223,34 @@ func NewEncoder(api API, backend Backend, tokenIDs bool) (Encoder, error) {
 // Kind returns the encoder's API kind.
 func (e Encoder) Kind() *Kind { return e.kind }
 
+// Decode decodes one stream event of the encoder's API into c, as Kind.Decoder's function
+// does, with the backend's reading of the usage where servers of the API differ (the
+// Messages API's input_tokens: the whole prompt on the engines, the uncached part on
+// Anthropic's own, --backend openai). The built-in decoders are called directly: a call
+// through a function value (Kind.Decode) makes c escape to the heap, and with it a
+// client's per-stream state that holds it. A kind's own decoder gets a copy of c: one
+// allocation an event, for such kinds alone. The zero Encoder decodes OpenAI's shapes.
+func (e Encoder) Decode(data []byte, c *Chunk) error {
+	k := e.kind
+	switch {
+	case k == nil || k.Decode == nil:
+		return DecodeChunk(data, c)
+	case k.Name == APIMessages:
+		return decodeMessages(data, c, e.backend == BackendOpenAI)
+	}
+	return decodeOwn(k, data, c)
+}
+
+// decodeOwn calls a kind's own decoder on a copy of c, so that only the copy escapes.
+//
+//go:noinline
+func decodeOwn(k *Kind, data []byte, c *Chunk) error {
+	tmp := *c
+	err := k.Decode(data, &tmp)
+	*c = tmp
+	return err
+}
+
 // AppendStart appends the constant start of every body sent to model: the model, streaming
 // with usage (vLLM's continuous usage too, for per-chunk token counts), greedy sampling and
 // the backend's ignore_eos. Only the model differs between requests' starts, so a caller
@@ -221,12 +267,16 @@ func (e Encoder) AppendStart(b []byte, model string) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, `,"temperature":0`...)
-	switch e.backend {
-	case BackendVLLM, BackendSGLang, BackendLlamaCPP:
+	if e.ForcesLength() {
 		b = append(b, `,"ignore_eos":true`...)
 	}
 	return b
 }
+
+// ForcesLength reports whether the encoder's bodies make the server generate exactly the
+// requested number of tokens: the backend forces lengths and the API's routes pass the
+// forcing fields on (Kind.CapOnly).
+func (e Encoder) ForcesLength() bool { return e.backend.ForcesLength() && !e.kind.CapOnly }
 
 // AppendBody appends the body asking for outputTokens tokens after prompt, starting with
 // start (an AppendStart).
@@ -303,6 +353,9 @@ func (e Encoder) appendLengths(b, start []byte, outputTokens int32) []byte {
 	b = append(b, e.MaxTokensField()...)
 	b = append(b, `":`...)
 	b = append(b, n...)
+	if e.kind.CapOnly {
+		return b
+	}
 	switch e.backend {
 	case BackendVLLM, BackendSGLang:
 		b = append(b, `,"min_tokens":`...)

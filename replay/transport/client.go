@@ -24,7 +24,7 @@ import (
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
-	API         wire.API      // completions or chat
+	API         wire.API      // completions, chat or messages
 	Backend     wire.Backend  // chooses the length-forcing fields
 	Model       string        // model name sent in every request (but those replay.Options.Models maps)
 	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
@@ -332,20 +332,6 @@ func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTok
 	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
-// decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
-// into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
-// kinds alone. OpenAI's shapes (every built-in kind) go straight to wire.DecodeChunk
-// (streamState.event): a call through a function value would move every stream's state
-// to the heap.
-//
-//go:noinline
-func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
-	tmp := *ci
-	err := k.Decode(data, &tmp)
-	*ci = tmp
-	return err
-}
-
 // Request is one prepared Request: everything needed to send it is computed.
 type Request struct {
 	ID           int64
@@ -585,13 +571,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	ci := &st.ci
-	var err error
-	if k := st.c.enc.Kind(); k != nil && k.Decode != nil {
-		err = decodeOwn(k, data, ci)
-	} else {
-		err = wire.DecodeChunk(data, ci)
-	}
-	if err != nil {
+	// The encoder calls the built-in decoders directly (wire.Encoder.Decode), so that st,
+	// which holds ci, stays on the stack.
+	if err := st.c.enc.Decode(data, ci); err != nil {
 		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
 		return true
 	}
@@ -647,7 +629,10 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		st.prevCompl = ci.CompletionTokens
 	}
 	if ci.Usage && ci.Choices == 0 {
-		st.usageSeen = true
+		// Only an output count makes counting the text needless: a usage of the prompt
+		// alone (the Messages API's message_start) leaves the output to the tokenizer
+		// until a later usage counts it.
+		st.usageSeen = st.usageSeen || ci.HasCompletion
 		if ci.HasPrompt {
 			res.PromptTokensServer = ci.PromptTokens
 		}
@@ -670,7 +655,7 @@ func (st *streamState) end() {
 		return
 	}
 	if !st.done && !st.finished {
-		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before [DONE] after %d output chunks", len(res.ChunkNS)))
+		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before %s after %d output chunks", st.c.enc.Kind().StopName(), len(res.ChunkNS)))
 		return
 	}
 	res.Status = results.StatusOK

@@ -1,0 +1,389 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// messagesKind is Anthropic's Messages API (https://docs.anthropic.com/en/api/messages):
+// POST /messages with "messages" (user and assistant turns only: a system message goes in
+// the top-level "system"), a required max_tokens, the key in x-api-key and the
+// anthropic-version header. Its stream is typed events (message_start, content_block_*,
+// message_delta, message_stop, ping, error) that carry their usage unasked. vLLM, SGLang
+// and Ollama serve it by converting the request to their chat request field by field,
+// which drops ignore_eos and min_tokens (CapOnly; docs/replay.md cites the sources).
+var messagesKind = Kind{
+	Name:           APIMessages,
+	Path:           "/messages",
+	StreamsUsage:   true,
+	KeyHeader:      "x-api-key",
+	Headers:        map[string]string{"anthropic-version": "2023-06-01"},
+	Stop:           "message_stop",
+	CapOnly:        true,
+	AppendPrompt:   appendMessagesPrompt,
+	AppendMessages: appendMessagesMessages,
+	AppendTools:    appendMessagesTools,
+	Decode:         DecodeMessages,
+}
+
+func appendMessagesPrompt(b, prompt []byte, _ bool) []byte {
+	b = append(b, `,"messages":[{"role":"user","content":`...)
+	b = AppendJSONBytes(b, prompt)
+	return append(b, `}]}`...)
+}
+
+// systemMessage is how a conversation's system message starts when llmreplay builds it.
+var systemMessage = []byte(`{"role":"system","content":`)
+
+// appendMessagesMessages appends the conversation, a leading system message (as a string
+// content, in the form llmreplay builds) moved to the top-level "system": the API takes
+// only user and assistant messages.
+func appendMessagesMessages(b, messages []byte) []byte {
+	if bytes.HasPrefix(messages, systemMessage) {
+		p := chunkParser{b: messages, i: len(systemMessage)}
+		if _, _, err := p.str(); err == nil && p.i < len(messages) && messages[p.i] == '}' {
+			content, rest := messages[len(systemMessage):p.i], messages[p.i+1:]
+			if len(rest) == 0 || rest[0] == ',' {
+				b = append(b, `,"system":`...)
+				b = append(b, content...)
+				messages = bytes.TrimPrefix(rest, []byte(","))
+			}
+		}
+	}
+	b = append(b, `,"messages":[`...)
+	b = append(b, messages...)
+	return append(b, `]}`...)
+}
+
+// appendMessagesTools appends one tool in the Messages API's shape (name, description,
+// input_schema).
+func appendMessagesTools(b, desc []byte) []byte {
+	b = append(b, `,"tools":[{"name":"tool_0","description":"`...)
+	b = append(b, desc...)
+	return append(b, `","input_schema":{"type":"object","properties":{}}}]`...)
+}
+
+// DecodeMessages decodes one event of a Messages API stream into c, reading its usage as
+// the engines write it (input_tokens is the whole prompt): Kind.Decode of the messages
+// kind. What each event means for a Chunk:
+//
+//	message_start        usage (Choices 0): input_tokens, cache_read_input_tokens; its
+//	                     output_tokens is a placeholder (0 or 1) and is not taken
+//	content_block_start  Choices 1; a tool_use block names a call (ToolCalls, Output,
+//	                     Answer); a text or thinking block's initial text is output
+//	content_block_delta  Choices 1; text_delta (Output, Answer), thinking_delta (Output,
+//	                     Reasoning), input_json_delta (ToolCalls' arguments, Output,
+//	                     Answer), signature_delta and citations_delta (no output)
+//	content_block_stop   Choices 1, nothing else
+//	message_delta        usage (Choices 0): the cumulative output_tokens, and the
+//	                     prompt's counts when it repeats them (vLLM, SGLang, Ollama do)
+//	message_stop         Finished: the stream's stop
+//	ping                 nothing
+//	error                IsError with the error's message
+//
+// Any other event type, or a content_block_delta of another delta type, is an error
+// naming it. The common event, a text or thinking delta, is read by a scanner that
+// allocates nothing; anything unusual goes to encoding/json, the reference
+// (FuzzDecodeMessages checks that they agree).
+func DecodeMessages(data []byte, c *Chunk) error { return decodeMessages(data, c, false) }
+
+// decodeMessages is DecodeMessages; uncached reads input_tokens as Anthropic's reference
+// defines it, the prompt's uncached part, so that the prompt is input_tokens plus
+// cache_read_input_tokens plus cache_creation_input_tokens.
+func decodeMessages(data []byte, c *Chunk, uncached bool) error {
+	c.reset()
+	p := chunkParser{b: data}
+	if p.messagesEvent(c) == nil {
+		return nil
+	}
+	c.reset()
+	return decodeMessagesJSON(data, c, uncached)
+}
+
+type messagesUsageJSON struct {
+	InputTokens              *int32 `json:"input_tokens"`
+	OutputTokens             *int32 `json:"output_tokens"`
+	CacheReadInputTokens     *int32 `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int32 `json:"cache_creation_input_tokens"`
+}
+
+// messagesEventJSON is one event as encoding/json reads it: the fields of every event
+// type the reference defines that a Chunk takes.
+type messagesEventJSON struct {
+	Type    string `json:"type"`
+	Index   *int   `json:"index"`
+	Message *struct {
+		Usage *messagesUsageJSON `json:"usage"`
+	} `json:"message"`
+	ContentBlock *struct {
+		Type     string `json:"type"`
+		ID       string `json:"id"`
+		Name     string `json:"name"`
+		Text     string `json:"text"`
+		Thinking string `json:"thinking"`
+	} `json:"content_block"`
+	Delta *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Thinking    string `json:"thinking"`
+		PartialJSON string `json:"partial_json"`
+	} `json:"delta"`
+	Usage *messagesUsageJSON `json:"usage"`
+	Error *struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// decodeMessagesJSON is the exact, slower path.
+func decodeMessagesJSON(data []byte, c *Chunk, uncached bool) error {
+	var ev messagesEventJSON
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	index := 0
+	if ev.Index != nil {
+		index = *ev.Index
+	}
+	switch ev.Type {
+	case "message_start":
+		if ev.Message != nil && ev.Message.Usage != nil {
+			c.messagesUsage(ev.Message.Usage, uncached, false)
+		}
+	case "message_delta":
+		if ev.Usage != nil {
+			c.messagesUsage(ev.Usage, uncached, true)
+		}
+	case "content_block_start":
+		c.Choices = 1
+		if b := ev.ContentBlock; b != nil {
+			switch b.Type {
+			case "text":
+				c.output(b.Text, true)
+			case "thinking":
+				c.output(b.Thinking, false)
+			case "tool_use":
+				c.Output, c.Answer = true, true
+				c.ToolCalls = append(c.ToolCalls, ToolCallDelta{Index: index, ID: b.ID, Type: "tool_use", Name: b.Name})
+			}
+		}
+	case "content_block_delta":
+		c.Choices = 1
+		d := ev.Delta
+		if d == nil {
+			return errors.New("content_block_delta event without a delta")
+		}
+		switch d.Type {
+		case "text_delta":
+			c.output(d.Text, true)
+		case "thinking_delta":
+			c.output(d.Thinking, false)
+		case "input_json_delta":
+			if d.PartialJSON != "" {
+				c.Output, c.Answer = true, true
+				c.ToolCalls = append(c.ToolCalls, ToolCallDelta{Index: index, Arguments: d.PartialJSON})
+			}
+		case "signature_delta", "citations_delta":
+		default:
+			return fmt.Errorf("content_block_delta of unknown delta type %q", d.Type)
+		}
+	case "content_block_stop":
+		c.Choices = 1
+	case "message_stop":
+		c.Finished = true
+	case "ping":
+	case "error":
+		c.IsError, c.ErrorMessage = true, "error event"
+		if e := ev.Error; e != nil && e.Message != "" {
+			c.ErrorMessage = e.Type + ": " + e.Message
+		} else if e != nil && e.Type != "" {
+			c.ErrorMessage = e.Type
+		}
+	case "":
+		return errors.New("event without a type")
+	default:
+		return fmt.Errorf("unknown event type %q", ev.Type)
+	}
+	return nil
+}
+
+// output takes a text or thinking piece: output when not empty, answer when text.
+func (c *Chunk) output(s string, answer bool) {
+	if s == "" {
+		return
+	}
+	c.Output = true
+	c.Text = append(c.Text, s...)
+	if answer {
+		c.Answer = true
+	} else {
+		c.Reasoning = append(c.Reasoning, s...)
+	}
+}
+
+// messagesUsage takes a message_start's or message_delta's usage (output: its
+// output_tokens too). The prompt is input_tokens, plus with uncached the cache reads and
+// writes the reference keeps apart; the cache hit is cache_read_input_tokens.
+func (c *Chunk) messagesUsage(u *messagesUsageJSON, uncached, output bool) {
+	c.Usage = true
+	if u.InputTokens != nil {
+		n := int64(*u.InputTokens)
+		if uncached && u.CacheReadInputTokens != nil {
+			n += int64(*u.CacheReadInputTokens)
+		}
+		if uncached && u.CacheCreationInputTokens != nil {
+			n += int64(*u.CacheCreationInputTokens)
+		}
+		c.PromptTokens, c.HasPrompt = int32(min(max(n, math.MinInt32), math.MaxInt32)), true
+	}
+	if u.CacheReadInputTokens != nil {
+		c.Cached, c.HasCached = *u.CacheReadInputTokens, true
+	}
+	if output && u.OutputTokens != nil {
+		c.CompletionTokens, c.HasCompletion = *u.OutputTokens, true
+	}
+}
+
+// messagesEvent scans the events a stream is mostly made of: a text or thinking
+// content_block_delta, content_block_stop, message_stop and ping, with the keys and
+// shapes the reference and the engines write and nothing else; any other event, key or
+// shape falls back to encoding/json.
+func (p *chunkParser) messagesEvent(c *Chunk) error {
+	var top seen
+	var typ []byte
+	var d messagesDeltaScan
+	hasDelta := false
+	err := p.object(func(k []byte) error {
+		switch string(k) {
+		case "type":
+			if err := top.first(0); err != nil {
+				return err
+			}
+			raw, esc, err := p.str()
+			if err != nil || esc {
+				return errFallback
+			}
+			typ = raw
+			return nil
+		case "index":
+			if err := top.first(1); err != nil {
+				return err
+			}
+			if p.null() {
+				return nil
+			}
+			t, err := p.number()
+			if err != nil {
+				return err
+			}
+			if _, err := strconv.ParseInt(string(t), 10, 64); err != nil {
+				return errFallback
+			}
+			return nil
+		case "delta":
+			if err := top.first(2); err != nil {
+				return err
+			}
+			hasDelta = true
+			return p.messagesDelta(&d)
+		}
+		return errFallback
+	})
+	if err != nil {
+		return err
+	}
+	p.ws()
+	if p.i != len(p.b) {
+		return errFallback
+	}
+	switch string(typ) {
+	case "content_block_delta":
+		if !hasDelta {
+			return errFallback
+		}
+		var raw []byte
+		var esc, answer bool
+		switch string(d.typ) {
+		case "text_delta":
+			raw, esc, answer = d.text, d.textEsc, true
+		case "thinking_delta":
+			raw, esc = d.thinking, d.thinkingEsc
+		case "signature_delta":
+		default:
+			return errFallback // tool arguments, citations, unknown types: the exact way
+		}
+		c.Choices = 1
+		n := len(c.Text)
+		if c.Text, err = appendStr(c.Text, raw, esc); err != nil {
+			return err
+		}
+		if len(c.Text) > n {
+			c.Output, c.Answer = true, answer
+			if !answer {
+				c.Reasoning = append(c.Reasoning, c.Text[n:]...)
+			}
+		}
+		return nil
+	case "content_block_stop":
+		c.Choices = 1
+	case "message_stop":
+		c.Finished = true
+	case "ping":
+	default:
+		return errFallback
+	}
+	if hasDelta {
+		return errFallback
+	}
+	return nil
+}
+
+// messagesDeltaScan is a content_block_delta's delta as scanned: its type and the raw
+// strings of the fields a text or thinking delta uses.
+type messagesDeltaScan struct {
+	typ, text, thinking  []byte
+	textEsc, thinkingEsc bool
+}
+
+// messagesDelta scans a delta object of string fields: type, text, thinking, signature.
+func (p *chunkParser) messagesDelta(d *messagesDeltaScan) error {
+	var ds seen
+	return p.object(func(k []byte) error {
+		var bit uint
+		switch string(k) {
+		case "type":
+			bit = 0
+		case "text":
+			bit = 1
+		case "thinking":
+			bit = 2
+		case "signature":
+			bit = 3
+		default:
+			return errFallback
+		}
+		if err := ds.first(bit); err != nil {
+			return err
+		}
+		raw, esc, err := p.str()
+		if err != nil {
+			return err
+		}
+		switch bit {
+		case 0:
+			if esc {
+				return errFallback
+			}
+			d.typ = raw
+		case 1:
+			d.text, d.textEsc = raw, esc
+		case 2:
+			d.thinking, d.thinkingEsc = raw, esc
+		}
+		return nil
+	})
+}
