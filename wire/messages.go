@@ -97,7 +97,7 @@ func DecodeMessages(data []byte, c *Chunk) error { return decodeMessages(data, c
 func decodeMessages(data []byte, c *Chunk, uncached bool) error {
 	c.reset()
 	p := chunkParser{b: data}
-	if p.messagesEvent(c) == nil {
+	if p.messagesEvent(c, uncached) == nil {
 		return nil
 	}
 	c.reset()
@@ -248,15 +248,37 @@ func (c *Chunk) messagesUsage(u *messagesUsageJSON, uncached, output bool) {
 	}
 }
 
-// messagesEvent scans the events a stream is mostly made of: a text or thinking
-// content_block_delta, content_block_stop, message_stop and ping, with the keys and
-// shapes the reference and the engines write and nothing else; any other event, key or
-// shape falls back to encoding/json.
-func (p *chunkParser) messagesEvent(c *Chunk) error {
+// messagesScan is an event as the scanner saw it: every field it may take, validated as
+// encoding/json would read it into messagesEventJSON, and applied once the type is known
+// (a key may come before "type").
+type messagesScan struct {
+	typ                        []byte
+	delta, block, usage, msgUs bool // which objects came
+	d                          messagesStrings
+	b                          messagesStrings
+	u, mu                      messagesUsageScan
+}
+
+// messagesStrings are a delta's or a content block's string fields.
+type messagesStrings struct {
+	typ, text, thinking  []byte
+	textEsc, thinkingEsc bool
+}
+
+// messagesUsageScan is a usage object's counts; has* say which were numbers.
+type messagesUsageScan struct {
+	input, output, cacheRead, cacheCreation             int32
+	hasInput, hasOutput, hasCacheRead, hasCacheCreation bool
+}
+
+// messagesEvent scans the events a stream is made of in the shapes the reference and the
+// engines write: message_start, a text or thinking content_block_start, a text, thinking
+// or signature content_block_delta, content_block_stop, message_delta, message_stop and
+// ping. Tool calls, errors, unknown types and any key or value it does not expect go to
+// encoding/json.
+func (p *chunkParser) messagesEvent(c *Chunk, uncached bool) error {
 	var top seen
-	var typ []byte
-	var d messagesDeltaScan
-	hasDelta := false
+	var s messagesScan
 	err := p.object(func(k []byte) error {
 		switch string(k) {
 		case "type":
@@ -267,29 +289,36 @@ func (p *chunkParser) messagesEvent(c *Chunk) error {
 			if err != nil || esc {
 				return errFallback
 			}
-			typ = raw
+			s.typ = raw
 			return nil
 		case "index":
 			if err := top.first(1); err != nil {
 				return err
 			}
-			if p.null() {
-				return nil
-			}
-			t, err := p.number()
-			if err != nil {
-				return err
-			}
-			if _, err := strconv.ParseInt(string(t), 10, 64); err != nil {
-				return errFallback
-			}
-			return nil
+			return p.intOrNull()
 		case "delta":
 			if err := top.first(2); err != nil {
 				return err
 			}
-			hasDelta = true
-			return p.messagesDelta(&d)
+			s.delta = true
+			return p.messagesStrings(&s.d, true)
+		case "content_block":
+			if err := top.first(3); err != nil {
+				return err
+			}
+			s.block = true
+			return p.messagesStrings(&s.b, false)
+		case "usage":
+			if err := top.first(4); err != nil {
+				return err
+			}
+			s.usage = true
+			return p.messagesUsage(&s.u)
+		case "message":
+			if err := top.first(5); err != nil {
+				return err
+			}
+			return p.messagesMessage(&s)
 		}
 		return errFallback
 	})
@@ -300,34 +329,47 @@ func (p *chunkParser) messagesEvent(c *Chunk) error {
 	if p.i != len(p.b) {
 		return errFallback
 	}
-	switch string(typ) {
+	return s.apply(c, uncached)
+}
+
+// apply gives c what the scanned event says, or falls back for what the scanner leaves to
+// encoding/json.
+func (s *messagesScan) apply(c *Chunk, uncached bool) error {
+	switch string(s.typ) {
 	case "content_block_delta":
-		if !hasDelta {
+		if !s.delta {
 			return errFallback
 		}
-		var raw []byte
-		var esc, answer bool
-		switch string(d.typ) {
+		c.Choices = 1
+		switch string(s.d.typ) {
 		case "text_delta":
-			raw, esc, answer = d.text, d.textEsc, true
+			return c.scanned(s.d.text, s.d.textEsc, true)
 		case "thinking_delta":
-			raw, esc = d.thinking, d.thinkingEsc
+			return c.scanned(s.d.thinking, s.d.thinkingEsc, false)
 		case "signature_delta":
-		default:
-			return errFallback // tool arguments, citations, unknown types: the exact way
+			return nil
+		}
+		return errFallback // tool arguments, citations, unknown types: the exact way
+	case "content_block_start":
+		if !s.block {
+			return errFallback
 		}
 		c.Choices = 1
-		n := len(c.Text)
-		if c.Text, err = appendStr(c.Text, raw, esc); err != nil {
-			return err
+		switch string(s.b.typ) {
+		case "text":
+			return c.scanned(s.b.text, s.b.textEsc, true)
+		case "thinking":
+			return c.scanned(s.b.thinking, s.b.thinkingEsc, false)
 		}
-		if len(c.Text) > n {
-			c.Output, c.Answer = true, answer
-			if !answer {
-				c.Reasoning = append(c.Reasoning, c.Text[n:]...)
-			}
+		return errFallback
+	case "message_start":
+		if s.msgUs {
+			c.takeUsage(&s.mu, uncached, false)
 		}
-		return nil
+	case "message_delta":
+		if s.usage {
+			c.takeUsage(&s.u, uncached, true)
+		}
 	case "content_block_stop":
 		c.Choices = 1
 	case "message_stop":
@@ -336,21 +378,64 @@ func (p *chunkParser) messagesEvent(c *Chunk) error {
 	default:
 		return errFallback
 	}
-	if hasDelta {
+	return nil
+}
+
+// scanned takes a text or thinking piece as scanned (Chunk.output).
+func (c *Chunk) scanned(raw []byte, esc, answer bool) error {
+	n := len(c.Text)
+	var err error
+	if c.Text, err = appendStr(c.Text, raw, esc); err != nil {
+		return err
+	}
+	if len(c.Text) > n {
+		c.Output = true
+		if answer {
+			c.Answer = true
+		} else {
+			c.Reasoning = append(c.Reasoning, c.Text[n:]...)
+		}
+	}
+	return nil
+}
+
+// takeUsage is messagesUsage for a scanned usage.
+func (c *Chunk) takeUsage(u *messagesUsageScan, uncached, output bool) {
+	j := messagesUsageJSON{}
+	if u.hasInput {
+		j.InputTokens = &u.input
+	}
+	if u.hasOutput {
+		j.OutputTokens = &u.output
+	}
+	if u.hasCacheRead {
+		j.CacheReadInputTokens = &u.cacheRead
+	}
+	if u.hasCacheCreation {
+		j.CacheCreationInputTokens = &u.cacheCreation
+	}
+	c.messagesUsage(&j, uncached, output)
+}
+
+// intOrNull scans an integer that fits an int, or null, as encoding/json reads an *int.
+func (p *chunkParser) intOrNull() error {
+	if p.null() {
+		return nil
+	}
+	t, err := p.number()
+	if err != nil {
+		return err
+	}
+	if _, err := strconv.ParseInt(string(t), 10, 64); err != nil {
 		return errFallback
 	}
 	return nil
 }
 
-// messagesDeltaScan is a content_block_delta's delta as scanned: its type and the raw
-// strings of the fields a text or thinking delta uses.
-type messagesDeltaScan struct {
-	typ, text, thinking  []byte
-	textEsc, thinkingEsc bool
-}
-
-// messagesDelta scans a delta object of string fields: type, text, thinking, signature.
-func (p *chunkParser) messagesDelta(d *messagesDeltaScan) error {
+// messagesStrings scans a delta or a content block: an object of string fields type,
+// text, thinking and signature, and for a delta (message_delta's) stop_reason and
+// stop_sequence, which the reference decoder ignores whatever they hold.
+func (p *chunkParser) messagesStrings(d *messagesStrings, delta bool) error {
 	var ds seen
 	return p.object(func(k []byte) error {
 		var bit uint
@@ -363,6 +448,15 @@ func (p *chunkParser) messagesDelta(d *messagesDeltaScan) error {
 			bit = 2
 		case "signature":
 			bit = 3
+		case "stop_reason", "stop_sequence":
+			if !delta {
+				return errFallback
+			}
+			bit = uint(len(k)) // 11 and 13
+			if err := ds.first(bit); err != nil {
+				return err
+			}
+			return p.skip(2)
 		default:
 			return errFallback
 		}
@@ -385,5 +479,57 @@ func (p *chunkParser) messagesDelta(d *messagesDeltaScan) error {
 			d.thinking, d.thinkingEsc = raw, esc
 		}
 		return nil
+	})
+}
+
+// messagesMessage scans message_start's message: its usage, every other field skipped
+// (the reference decoder reads the usage alone).
+func (p *chunkParser) messagesMessage(s *messagesScan) error {
+	var ms seen
+	return p.object(func(k []byte) error {
+		if string(k) != "usage" {
+			return p.skip(2)
+		}
+		if err := ms.first(0); err != nil {
+			return err
+		}
+		if p.null() {
+			return nil
+		}
+		s.msgUs = true
+		return p.messagesUsage(&s.mu)
+	})
+}
+
+// messagesUsage scans a usage object's counts; its other fields (service_tier,
+// cache_creation's breakdown) are skipped.
+func (p *chunkParser) messagesUsage(u *messagesUsageScan) error {
+	if p.peek() != '{' {
+		return errFallback // null: the reference decoder's nil usage is not worth a path
+	}
+	var us seen
+	return p.object(func(k []byte) error {
+		var err error
+		switch string(k) {
+		case "input_tokens":
+			if err = us.first(0); err == nil {
+				u.input, u.hasInput, err = p.int32OrNull()
+			}
+		case "output_tokens":
+			if err = us.first(1); err == nil {
+				u.output, u.hasOutput, err = p.int32OrNull()
+			}
+		case "cache_read_input_tokens":
+			if err = us.first(2); err == nil {
+				u.cacheRead, u.hasCacheRead, err = p.int32OrNull()
+			}
+		case "cache_creation_input_tokens":
+			if err = us.first(3); err == nil {
+				u.cacheCreation, u.hasCacheCreation, err = p.int32OrNull()
+			}
+		default:
+			err = p.skip(3)
+		}
+		return err
 	})
 }
