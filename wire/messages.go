@@ -340,28 +340,13 @@ func (s *messagesScan) apply(c *Chunk, uncached bool) error {
 		if !s.delta {
 			return errFallback
 		}
-		c.Choices = 1
-		switch string(s.d.typ) {
-		case "text_delta":
-			return c.scanned(s.d.text, s.d.textEsc, true)
-		case "thinking_delta":
-			return c.scanned(s.d.thinking, s.d.thinkingEsc, false)
-		case "signature_delta":
-			return nil
-		}
-		return errFallback // tool arguments, citations, unknown types: the exact way
+		// Tool arguments, citations and unknown types fall back: the exact way.
+		return c.piece(&s.d, "text_delta", "thinking_delta", "signature_delta")
 	case "content_block_start":
 		if !s.block {
 			return errFallback
 		}
-		c.Choices = 1
-		switch string(s.b.typ) {
-		case "text":
-			return c.scanned(s.b.text, s.b.textEsc, true)
-		case "thinking":
-			return c.scanned(s.b.thinking, s.b.thinkingEsc, false)
-		}
-		return errFallback
+		return c.piece(&s.b, "text", "thinking", "")
 	case "message_start":
 		if s.msgUs {
 			c.takeUsage(&s.mu, uncached, false)
@@ -379,6 +364,22 @@ func (s *messagesScan) apply(c *Chunk, uncached bool) error {
 		return errFallback
 	}
 	return nil
+}
+
+// piece takes a scanned delta or block start of a text or thinking kind (textType,
+// thinkingType), or of quiet, a kind that carries no output ("" for none); any other kind
+// falls back.
+func (c *Chunk) piece(f *messagesStrings, textType, thinkingType, quiet string) error {
+	c.Choices = 1
+	switch t := string(f.typ); {
+	case t == textType:
+		return c.scanned(f.text, f.textEsc, true)
+	case t == thinkingType:
+		return c.scanned(f.thinking, f.thinkingEsc, false)
+	case quiet != "" && t == quiet:
+		return nil
+	}
+	return errFallback
 }
 
 // scanned takes a text or thinking piece as scanned (Chunk.output).

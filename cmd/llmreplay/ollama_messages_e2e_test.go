@@ -11,6 +11,27 @@ import (
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
+// checkExactRecord holds one record of the tiny model to what the engine does: ok, exactly
+// its target's output tokens as the server's usage counts them, one chunk a token, the
+// prompt counted by the server as its target plus BOS.
+func checkExactRecord(t *testing.T, r results.Result) {
+	t.Helper()
+	if r.Status != results.StatusOK {
+		t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
+	}
+	if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
+		t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
+			r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
+	}
+	if len(r.ChunkNS) != int(r.OutputTokens) {
+		t.Errorf("request %d: %d chunks for %d tokens; the engine streams one a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
+	}
+	if r.PromptTokensServer != r.PromptTokens+1 {
+		t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
+			r.RequestID, r.PromptTokensServer, r.PromptTokens)
+	}
+}
+
 // TestOllamaMessages replays a trace against Ollama's Anthropic Messages route
 // (/v1/messages, middleware/anthropic.go in v0.17.4) with both HTTP clients and checks every
 // record against what the engine does and says: every request ok, its output tokens
@@ -34,20 +55,7 @@ func TestOllamaMessages(t *testing.T) {
 				t.Fatalf("%d rows; want the trace's (>= 10)", len(rows))
 			}
 			for _, r := range rows {
-				if r.Status != results.StatusOK {
-					t.Fatalf("request %d: %s: %s", r.RequestID, r.Status, r.Error)
-				}
-				if r.OutputTokens != r.OutputTokensTarget || r.OutputTokensSource != results.SourceUsage {
-					t.Errorf("request %d: output %d tokens (source %s); the engine generates exactly the target, %d",
-						r.RequestID, r.OutputTokens, r.OutputTokensSource, r.OutputTokensTarget)
-				}
-				if len(r.ChunkNS) != int(r.OutputTokens) {
-					t.Errorf("request %d: %d chunks for %d tokens; the engine streams one text_delta a token", r.RequestID, len(r.ChunkNS), r.OutputTokens)
-				}
-				if r.PromptTokensServer != r.PromptTokens+1 {
-					t.Errorf("request %d: the server counted %d prompt tokens; the tiny model counts the target %d plus BOS",
-						r.RequestID, r.PromptTokensServer, r.PromptTokens)
-				}
+				checkExactRecord(t, r)
 				if r.PromptTokensCached != results.Null {
 					t.Errorf("request %d: %d cached prompt tokens; Ollama sends no cache counts on /v1/messages", r.RequestID, r.PromptTokensCached)
 				}
