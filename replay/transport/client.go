@@ -27,7 +27,7 @@ type ClientOptions struct {
 	API         wire.API      // completions, chat or messages
 	Backend     wire.Backend  // chooses the length-forcing fields
 	Model       string        // model name sent in every request (but those replay.Options.Models maps)
-	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
+	APIKey      string        // sent as "Authorization: Bearer ..." (and in the kind's KeyHeader); never logged or stored
 	Header      http.Header   // extra headers for every request
 	Timeout     time.Duration // per request, from send to the end of the stream; 0 = none
 	MaxInflight int           // sizes the connection pool
@@ -173,9 +173,15 @@ func NewClient(o ClientOptions) (*Client, error) {
 		u.User = nil
 	}
 	if o.APIKey != "" {
-		if k := enc.Kind(); k.KeyHeader != "" {
+		k := enc.Kind()
+		if k.KeyHeader != "" {
 			h.Set(k.KeyHeader, o.APIKey)
-		} else {
+		}
+		// The engines check the bearer token on every route, their Anthropic one too
+		// (vLLM's AuthenticationMiddleware and SGLang's add_api_key_middleware read
+		// Authorization alone): only a provider's own API (--backend openai) gets the
+		// kind's header alone.
+		if k.KeyHeader == "" || o.Backend != wire.BackendOpenAI {
 			h.Set("Authorization", "Bearer "+o.APIKey)
 		}
 	}

@@ -111,8 +111,8 @@ func roundTrip(c *Client, clk Clock, prompt string, outputTokens int32) *results
 // prompt and its cache hit as the backend's server means them (an engine's input_tokens is
 // the whole prompt, Anthropic's the uncached part), whose chunks are the five output
 // deltas and whose TTFT is the first thinking delta's, not message_start's, the ping's or
-// the block start's. The request went to /v1/messages with the key in x-api-key and
-// anthropic-version, as the reference's body.
+// the block start's. The request went to /v1/messages with the key in x-api-key (and as a
+// bearer token to an engine) and anthropic-version, as the reference's body.
 func TestMessagesStream(t *testing.T) {
 	clk := Clock{Start: time.Now()}
 	for _, tc := range []struct {
@@ -142,8 +142,15 @@ func TestMessagesStream(t *testing.T) {
 			if late := time.Duration(res.FirstTokenNS - first); late < 0 || late > messagesLate {
 				t.Errorf("%s: TTFT stamped %v after the first thinking delta was written; want within [0, %v]", name, late, messagesLate)
 			}
-			if hdr.Get("x-api-key") != messagesKey || hdr.Get("anthropic-version") != "2023-06-01" || hdr.Get("Authorization") != "" {
-				t.Errorf("%s: headers x-api-key %q, anthropic-version %q, Authorization %q", name, hdr.Get("x-api-key"), hdr.Get("anthropic-version"), hdr.Get("Authorization"))
+			// An engine reads the key from Authorization on every route; Anthropic's own API
+			// from x-api-key alone.
+			bearer := "Bearer " + messagesKey
+			if tc.backend == wire.BackendOpenAI {
+				bearer = ""
+			}
+			if hdr.Get("x-api-key") != messagesKey || hdr.Get("anthropic-version") != "2023-06-01" || hdr.Get("Authorization") != bearer {
+				t.Errorf("%s: headers x-api-key %q, anthropic-version %q, Authorization %q; want the key, 2023-06-01, %q",
+					name, hdr.Get("x-api-key"), hdr.Get("anthropic-version"), hdr.Get("Authorization"), bearer)
 			}
 			var req struct {
 				Model     string `json:"model"`
