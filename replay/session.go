@@ -404,7 +404,7 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 			hist = c.hist
 		}
 		var sent []byte
-		if cl.Options().API == wire.APIChat {
+		if cl.TakesMessages() {
 			sent = make([]byte, 0, len(hist)+len(prompt)+len(prompt)/8+32)
 			sent = append(sent, hist...)
 			if len(hist) > 0 {
@@ -483,7 +483,7 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
-	if pr.o.Client.Options().API == wire.APIChat {
+	if pr.o.Client.TakesMessages() {
 		h = append(h, `,{"role":"assistant","content":`...)
 		h = wire.AppendJSONBytes(h, req.Answer)
 		h = append(h, '}')

@@ -338,6 +338,14 @@ func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTok
 	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
+// TakesMessages reports whether the client's API takes a conversation as role messages
+// (wire.Kind.AppendMessages: chat, Anthropic's messages): a conversation's turns and an
+// agent's context then go as user and assistant messages, else as one prompt's text.
+func (c *Client) TakesMessages() bool {
+	k := c.enc.Kind()
+	return k != nil && k.AppendMessages != nil
+}
+
 // Request is one prepared Request: everything needed to send it is computed.
 type Request struct {
 	ID           int64
