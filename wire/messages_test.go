@@ -198,6 +198,14 @@ func TestDecodeMessagesErrors(t *testing.T) {
 	}
 }
 
+// TestMessagesHTTPError: an error body in the API's shape gives its message.
+func TestMessagesHTTPError(t *testing.T) {
+	body := `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`
+	if got := HTTPErrorText(400, []byte(body)); got != "HTTP 400: max_tokens: Field required" {
+		t.Errorf("HTTPErrorText: %q", got)
+	}
+}
+
 // TestDecodeMessagesScanner: the scanner takes the events of the reference's and the
 // engines' shapes itself (all but tool calls and errors), and leaves the rest to
 // encoding/json.

@@ -116,21 +116,24 @@ func roundTrip(c *Client, clk Clock, prompt string, outputTokens int32) *results
 func TestMessagesStream(t *testing.T) {
 	clk := Clock{Start: time.Now()}
 	for _, tc := range []struct {
+		api     wire.API
 		backend wire.Backend
 		usage   string
 	}{
-		{wire.BackendSGLang, `"input_tokens":30,"cache_read_input_tokens":12`},
-		{wire.BackendOpenAI, `"input_tokens":18,"cache_creation_input_tokens":0,"cache_read_input_tokens":12`},
+		{wire.APIMessages, wire.BackendSGLang, `"input_tokens":30,"cache_read_input_tokens":12`},
+		{wire.APIMessages, wire.BackendOpenAI, `"input_tokens":18,"cache_creation_input_tokens":0,"cache_read_input_tokens":12`},
+		// The same kind outside package wire's built-ins: decoded through Kind.Decode.
+		{messagesOwn.Name, wire.BackendSGLang, `"input_tokens":30,"cache_read_input_tokens":12`},
 	} {
 		srv := &messagesServer{t: t, clk: clk, usage: tc.usage}
 		ts := httptest.NewServer(srv)
 		base, _ := url.Parse(ts.URL + "/v1")
 		for _, hc := range httpClients() {
 			c := newTestClient(t, base, func(o *ClientOptions) {
-				o.API, o.Backend, o.APIKey, o.HTTPClient = wire.APIMessages, tc.backend, messagesKey, hc
+				o.API, o.Backend, o.APIKey, o.HTTPClient = tc.api, tc.backend, messagesKey, hc
 			})
 			res := roundTrip(c, clk, "hi", 64)
-			name := string(tc.backend) + "/" + hc
+			name := string(tc.api) + "/" + string(tc.backend) + "/" + hc
 			if res.Status != results.StatusOK || res.OutputTokens != 7 || res.OutputTokensSource != results.SourceUsage ||
 				res.PromptTokensServer != 30 || res.PromptTokensCached != 12 || len(res.ChunkNS) != 5 {
 				t.Errorf("%s: %s %q, output %d (%s), prompt %d cached %d, %d chunks; want ok, 7 (usage), 30, 12, 5",
