@@ -227,7 +227,10 @@ func (c *Chunk) output(s string, answer bool) {
 
 // messagesUsage takes a message_start's or message_delta's usage (output: its
 // output_tokens too). The prompt is input_tokens, plus with uncached the cache reads and
-// writes the reference keeps apart; the cache hit is cache_read_input_tokens.
+// writes the reference keeps apart; the cache hit is cache_read_input_tokens. A
+// message_start whose prompt comes to 0 says nothing of it: SGLang's holds zeros there
+// before its chat stream has a usage (no prompt is empty), and a record cut before
+// message_delta keeps its prompt counts null rather than 0.
 func (c *Chunk) messagesUsage(u *messagesUsageJSON, uncached, output bool) {
 	c.Usage = true
 	if u.InputTokens != nil {
@@ -237,6 +240,9 @@ func (c *Chunk) messagesUsage(u *messagesUsageJSON, uncached, output bool) {
 		}
 		if uncached && u.CacheCreationInputTokens != nil {
 			n += int64(*u.CacheCreationInputTokens)
+		}
+		if n == 0 && !output {
+			return
 		}
 		c.PromptTokens, c.HasPrompt = int32(min(max(n, math.MinInt32), math.MaxInt32)), true
 	}

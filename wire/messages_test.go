@@ -108,6 +108,7 @@ var messagesSeeds = []string{
 	`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
 	`{"type":"message_pause"}`,
 	`{}`, `null`, `[]`, `{"type":"ping"} x`, `{"type":"ping","type":"message_stop"}`, `{"type":"\u0070ing"}`,
+	`{"type":"message_start","message":{"id":"msg_5b1e","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":0,"output_tokens":0,"cache_read_input_tokens":0}}}`,
 }
 
 // TestDecodeMessages: what each event of the reference says, on both paths.
@@ -126,6 +127,7 @@ func TestDecodeMessages(t *testing.T) {
 	}{
 		{"message_start: engines' input_tokens is the prompt; output_tokens is a placeholder", messagesSeeds[0],
 			want{usage: true, prompt: 25, hasPrompt: true, cached: 10, hasCached: true}},
+		{"message_start of zeros (SGLang's, before its usage): nothing said of the prompt", messagesSeeds[38], want{usage: true}},
 		{"thinking start", messagesSeeds[1], want{choices: 1}},
 		{"tool_use start names a call", messagesSeeds[3], want{choices: 1, output: true, answer: true,
 			calls: []ToolCallDelta{{Index: 1, ID: "toolu_01", Type: "tool_use", Name: "get_weather"}}}},
