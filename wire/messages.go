@@ -71,8 +71,9 @@ func appendMessagesTools(b, desc []byte) []byte {
 // the engines write it (input_tokens is the whole prompt): Kind.Decode of the messages
 // kind. What each event means for a Chunk:
 //
-//	message_start        usage (Choices 0): input_tokens, cache_read_input_tokens; its
-//	                     output_tokens is a placeholder (0 or 1) and is not taken
+//	message_start        usage (Choices 0): input_tokens, cache_read_input_tokens (none
+//	                     when the prompt comes to 0); its output_tokens is a
+//	                     placeholder (0 or 1) and is not taken
 //	content_block_start  Choices 1; a tool_use block names a call (ToolCalls, Output,
 //	                     Answer); a text or thinking block's initial text is output
 //	content_block_delta  Choices 1; text_delta (Output, Answer), thinking_delta (Output,
@@ -86,9 +87,9 @@ func appendMessagesTools(b, desc []byte) []byte {
 //	error                IsError with the error's message
 //
 // Any other event type, or a content_block_delta of another delta type, is an error
-// naming it. The common event, a text or thinking delta, is read by a scanner that
-// allocates nothing; anything unusual goes to encoding/json, the reference
-// (FuzzDecodeMessages checks that they agree).
+// naming it. Every event but tool calls and errors is read by a scanner that allocates
+// nothing; anything unusual goes to encoding/json, the reference (FuzzDecodeMessages
+// checks that they agree).
 func DecodeMessages(data []byte, c *Chunk) error { return decodeMessages(data, c, false) }
 
 // decodeMessages is DecodeMessages; uncached reads input_tokens as Anthropic's reference
@@ -104,6 +105,7 @@ func decodeMessages(data []byte, c *Chunk, uncached bool) error {
 	return decodeMessagesJSON(data, c, uncached)
 }
 
+// messagesUsageJSON is a usage object as encoding/json reads it.
 type messagesUsageJSON struct {
 	InputTokens              *int32 `json:"input_tokens"`
 	OutputTokens             *int32 `json:"output_tokens"`
