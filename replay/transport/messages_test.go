@@ -219,3 +219,33 @@ func TestMessagesBadStreams(t *testing.T) {
 		ts.Close()
 	}
 }
+
+// TestMessagesCheckLength: the preflight's length check reads a Messages API stream (its
+// text deltas, message_delta's output_tokens, message_stop) and sends max_tokens alone
+// with a backend that would force lengths on chat: a server that honours it passes, one
+// that sends more is caught.
+func TestMessagesCheckLength(t *testing.T) {
+	for _, sent := range []int{4, 9} {
+		var body map[string]any
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			json.NewDecoder(r.Body).Decode(&body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			messagesEvent(w, "message_start", `{"type":"message_start","message":{"usage":{"input_tokens":16,"output_tokens":0}}}`)
+			for range sent {
+				messagesEvent(w, "content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" w"}}`)
+			}
+			messagesEvent(w, "message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"output_tokens":%d}}`, sent))
+			messagesEvent(w, "message_stop", `{"type":"message_stop"}`)
+		}))
+		base, _ := url.Parse(ts.URL + "/v1")
+		c := newTestClient(t, base, func(o *ClientOptions) { o.API = wire.APIMessages })
+		l, err := c.CheckLength(context.Background(), []byte("hi"), 4)
+		ts.Close()
+		if err != nil || l.Field != "max_tokens" || !l.Finished || l.Chunks != sent || l.CompletionTokens != sent || l.Over() != (sent > 4) {
+			t.Errorf("server sending %d: %+v, %v; want max_tokens, finished, %d chunks and tokens, over %v", sent, l, err, sent, sent > 4)
+		}
+		if _, ok := body["min_tokens"]; ok || body["ignore_eos"] != nil || body["max_tokens"] != float64(4) {
+			t.Errorf("length check body %v: want max_tokens 4 alone", body)
+		}
+	}
+}
