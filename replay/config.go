@@ -23,7 +23,7 @@ type Config struct {
 	Trace      string // --trace: trace/v1 Parquet file; "" = the bundled sample
 	Endpoint   string // --endpoint: base URL as typed; "" = the simulated engine in-process
 	SimProfile string // --sim-profile: the in-process engine's profile
-	API        string // --api: completions, chat or responses
+	API        string // --api: completions, chat, messages or responses
 	Backend    string // --backend
 	Model      string // --model; "" = the first of GET /v1/models
 	Headers    []string

@@ -84,7 +84,7 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 // userPart appends the new text of a call: a user message (a tool's output or a person's
 // message; chat), or the text escaped as in a JSON string (an API without messages).
 func (pr *feed) userPart(b []byte, after bool, text []byte) []byte {
-	if !takesMessages(pr.o.Client.Options().API) {
+	if !pr.o.Client.TakesMessages() {
 		return wire.AppendJSONContent(b, text)
 	}
 	if after {
@@ -98,7 +98,7 @@ func (pr *feed) userPart(b []byte, after bool, text []byte) []byte {
 // answerPart appends a call's answer after its prompt: an assistant message (an empty
 // one when it received nothing, so that roles still alternate), or the text.
 func (pr *feed) answerPart(b []byte, answer []byte) []byte {
-	if !takesMessages(pr.o.Client.Options().API) {
+	if !pr.o.Client.TakesMessages() {
 		return wire.AppendJSONContent(b, answer)
 	}
 	b = append(b, `,{"role":"assistant","content":`...)
@@ -241,7 +241,7 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 	}
 	due := ch.readyNS + ch.gap(pr.o.Gaps, pr.o.Speedup)
 	s.mu.Lock() // the buffer's lock, inside the prompter's: text is the prompter's scratch
-	if base.endsWithUser() && takesMessages(pr.o.Client.Options().API) {
+	if base.endsWithUser() && pr.o.Client.TakesMessages() {
 		// A subagent cut after a user message: an empty answer between, so roles alternate.
 		base = base.add(0, false, func(b []byte) []byte { return pr.answerPart(b, nil) })
 	}

@@ -404,7 +404,7 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 			hist = c.hist
 		}
 		var sent []byte
-		if takesMessages(cl.Options().API) {
+		if cl.TakesMessages() {
 			sent = make([]byte, 0, len(hist)+len(prompt)+len(prompt)/8+32)
 			sent = append(sent, hist...)
 			if len(hist) > 0 {
@@ -483,7 +483,7 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 // still alternate), and its length in tokens: the prompt sent plus the output counted.
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
-	if takesMessages(pr.o.Client.Options().API) {
+	if pr.o.Client.TakesMessages() {
 		h = append(h, `,{"role":"assistant","content":`...)
 		h = wire.AppendJSONBytes(h, req.Answer)
 		h = append(h, '}')
@@ -495,12 +495,4 @@ func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 		n += res.OutputTokens
 	}
 	return h, n
-}
-
-// takesMessages reports whether api takes a conversation as messages (chat's
-// {"role","content"} objects: chat, the Responses API's input list), whose history is
-// built as messages; for another, as the prompt's text.
-func takesMessages(api wire.API) bool {
-	k, ok := wire.Lookup(api)
-	return ok && k.AppendMessages != nil
 }

@@ -310,6 +310,16 @@ func (s *historyServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	chat := strings.HasSuffix(r.URL.Path, "/chat/completions")
 	w.Header().Set("Content-Type", "text/event-stream")
+	if strings.HasSuffix(r.URL.Path, "/messages") { // Anthropic's Messages API
+		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n")
+		for _, piece := range historyAnswer(id) {
+			q, _ := json.Marshal(piece)
+			fmt.Fprintf(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":%s}}\n\n", q)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		return
+	}
 	for _, piece := range historyAnswer(id) {
 		q, _ := json.Marshal(piece)
 		if chat {
@@ -322,9 +332,10 @@ func (s *historyServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\ndata: [DONE]\n\n")
 }
 
-// Actual history, over both HTTP clients and both APIs: turn k+1 begins with exactly what
-// turn k sent and then exactly the text it received, byte for byte (chat: as messages
-// alternating user and assistant; completions: concatenated), then new text.
+// Actual history, over both HTTP clients and every API: turn k+1 begins with exactly what
+// turn k sent and then exactly the text it received, byte for byte (chat and Anthropic's
+// messages: as messages alternating user and assistant; completions: concatenated), then
+// new text.
 func TestSequentialHistoryActual(t *testing.T) {
 	reqs := sessionTrace(3, 3, time.Millisecond, 5*time.Millisecond)
 	for i := range reqs {
@@ -336,7 +347,7 @@ func TestSequentialHistoryActual(t *testing.T) {
 		}
 		reqs[i].OutputTokens = 5
 	}
-	for _, api := range []wire.API{wire.APIChat, wire.APICompletions} {
+	for _, api := range []wire.API{wire.APIChat, wire.APICompletions, wire.APIMessages} {
 		for _, hc := range []string{transport.HTTPClientRaw, transport.HTTPClientNetHTTP} {
 			if hc == transport.HTTPClientRaw && !transport.RawBuilt {
 				continue

@@ -14,11 +14,12 @@ import (
 // API names an API kind, as --api takes it.
 type API string
 
-// The APIs built in; each is a file of its own (completions.go, chat.go, responses.go,
-// which declares its own name).
+// The APIs built in; each is a file of its own (completions.go, chat.go, messages.go,
+// responses.go: the last two declare their own names).
 const (
 	APICompletions API = "completions" // POST /completions with "prompt"
 	APIChat        API = "chat"        // POST /chat/completions with one user message
+	APIMessages    API = "messages"    // POST /messages, Anthropic's Messages API
 )
 
 // Kind is everything that differs between APIs on the wire. Adding an API is one file
@@ -51,6 +52,9 @@ type Kind struct {
 	KeyHeader string
 	// Headers are sent with every request of the kind (Anthropic's anthropic-version).
 	Headers map[string]string
+	// Stop names what ends the API's streams, for the error of a stream that ended
+	// without it: "" means OpenAI's "data: [DONE]" (Anthropic's is message_stop).
+	Stop string
 	// AppendTools, for an API that takes tool definitions, appends a "tools" field (with
 	// its leading comma) holding one function tool whose description is desc, already
 	// escaped as inside a JSON string (AppendJSONContent); nil for an API without tools,
@@ -72,6 +76,14 @@ type LengthFields struct {
 	IgnoreEOS bool // ignore_eos (vllm, sglang, llamacpp)
 	MinTokens bool // min_tokens (vllm, sglang)
 	NPredict  bool // n_predict (llamacpp)
+}
+
+// StopName returns what ends the kind's streams (Stop, "[DONE]" by default).
+func (k *Kind) StopName() string {
+	if k == nil || k.Stop == "" {
+		return "[DONE]"
+	}
+	return k.Stop
 }
 
 // Decoder returns the function that decodes the kind's stream chunks.
@@ -130,6 +142,7 @@ func init() {
 	// The built-in kinds, in the order messages list them.
 	Register(&completionsKind)
 	Register(&chatKind)
+	Register(&messagesKind)
 }
 
 // ParseAPI checks an --api value.
@@ -261,6 +274,36 @@ func (e Encoder) LengthFieldNames() string {
 		return names[0]
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// Decode decodes one stream event of the encoder's API into c, as Kind.Decoder's function
+// does, with the backend's reading of the usage where servers of the API differ (the
+// Messages API's input_tokens: the whole prompt on the engines, the uncached part on
+// Anthropic's own, --backend openai). The built-in decoders are called directly: a call
+// through a function value (Kind.Decode) makes c escape to the heap, and with it a
+// client's per-stream state that holds it. A kind's own decoder gets a copy of c: one
+// allocation an event, for such kinds alone. The zero Encoder decodes OpenAI's shapes.
+func (e Encoder) Decode(data []byte, c *Chunk) error {
+	k := e.kind
+	switch {
+	case k == nil || k.Decode == nil:
+		return DecodeChunk(data, c)
+	case k.Name == APIMessages:
+		return decodeMessages(data, c, e.backend == BackendOpenAI)
+	case k.Name == APIResponses:
+		return DecodeResponses(data, c)
+	}
+	return decodeOwn(k, data, c)
+}
+
+// decodeOwn calls a kind's own decoder on a copy of c, so that only the copy escapes.
+//
+//go:noinline
+func decodeOwn(k *Kind, data []byte, c *Chunk) error {
+	tmp := *c
+	err := k.Decode(data, &tmp)
+	*c = tmp
+	return err
 }
 
 // AppendStart appends the constant start of every body sent to model: the model, streaming

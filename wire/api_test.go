@@ -85,8 +85,8 @@ func TestBodyAllocs(t *testing.T) {
 }
 
 func TestNewEncoderRefuses(t *testing.T) {
-	// toy_test.go registers a kind of its own, last, in this test binary.
-	if _, err := NewEncoder("embeddings", BackendVLLM, false); err == nil || !strings.HasPrefix(err.Error(), `unknown API "embeddings" (want completions, chat, `) || !strings.HasSuffix(err.Error(), " or toy)") {
+	// toy_test.go registers a kind of its own in this test binary.
+	if _, err := NewEncoder("embeddings", BackendVLLM, false); err == nil || err.Error() != `unknown API "embeddings" (want completions, chat, messages, responses or toy)` {
 		t.Errorf("unknown API: %v", err)
 	}
 	if _, err := NewEncoder(APIChat, "triton", false); err == nil {

@@ -30,6 +30,7 @@ var responsesKind = Kind{
 	AppendTools:     appendResponsesTools,
 	Decode:          DecodeResponses,
 	LengthFields:    responsesLengthFields,
+	Stop:            "response.completed",
 }
 
 func init() { Register(&responsesKind) }

@@ -103,7 +103,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVarP(&f.Trace, "trace", "t", f.Trace, "trace file (trace/v1 Parquet); default: the bundled sample ("+trace.SampleName+")")
 	fs.StringVarP(&f.Endpoint, "endpoint", "e", f.Endpoint, "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (no path: /v1); default: start the simulated engine in-process")
-	fs.StringVar(&f.API, "api", f.API, "API: completions, chat or responses (OpenAI's Responses API, POST /responses)")
+	fs.StringVar(&f.API, "api", f.API, "API: completions, chat, messages (Anthropic's Messages API, POST /messages) or responses (OpenAI's Responses API, POST /responses)")
 	fs.StringVar(&f.Backend, "backend", f.Backend, "server kind, chooses the length-forcing fields: vllm, sglang, tgi, llamacpp, openai")
 	fs.StringVar(&f.Model, "model", f.Model, "model name (default: the first of GET /v1/models)")
 	fs.StringArrayVarP(&f.Headers, "header", "H", f.Headers, "extra request header 'Name: value', repeatable (values are never stored)")

@@ -21,8 +21,56 @@ func BenchmarkReadStream(b *testing.B) {
 	benchReadStream(b, &Client{}, body.Bytes())
 }
 
-// benchReadStream reads raw, a stream of 100 output chunks and its usage (100 tokens),
-// b.N times through c's stream state, and reports the time per chunk.
+// messagesBenchStream is a Messages API stream of 100 output deltas, 50 thinking then 50
+// text, as vLLM writes them (wire/testdata/messages/vllm-82df3f4-thinking.sse).
+func messagesBenchStream() []byte {
+	var body bytes.Buffer
+	body.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"chatcmpl-9d2c4b7e1f8a4c6b\",\"content\":[],\"model\":\"sim-fixed\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":100,\"output_tokens\":0}}}\n\n")
+	body.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"},\"index\":0}\n\n")
+	for i := 0; i < 50; i++ {
+		body.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\" the\"},\"index\":0}\n\n")
+	}
+	body.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n")
+	body.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"text\",\"text\":\"\"},\"index\":1}\n\n")
+	for i := 0; i < 50; i++ {
+		body.WriteString("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\" the\"},\"index\":1}\n\n")
+	}
+	body.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n")
+	body.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"input_tokens\":100,\"output_tokens\":100}}\n\n")
+	body.WriteString("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	return body.Bytes()
+}
+
+// BenchmarkReadStreamMessages is BenchmarkReadStream for the Messages API; its "own"
+// variant decodes through a copy of the messages kind registered under another name, the
+// path a kind outside package wire takes (wire.Encoder.Decode: a copy of the chunk per
+// event), which the built-in kinds avoid.
+func BenchmarkReadStreamMessages(b *testing.B) {
+	raw := messagesBenchStream()
+	for _, api := range []wire.API{wire.APIMessages, messagesOwn.Name} {
+		b.Run(string(api), func(b *testing.B) {
+			enc, err := wire.NewEncoder(api, wire.BackendVLLM, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchReadStream(b, &Client{enc: enc}, raw)
+		})
+	}
+}
+
+// messagesOwn is the messages kind as a kind of its own would be: decoded through
+// Kind.Decode.
+var messagesOwn = func() wire.Kind {
+	k, _ := wire.Lookup(wire.APIMessages)
+	own := *k
+	own.Name = "messages-own"
+	return own
+}()
+
+func init() { wire.Register(&messagesOwn) }
+
+// benchReadStream reads raw, a stream of 100 output chunks, through c per iteration and
+// reports the cost per chunk.
 func benchReadStream(b *testing.B, c *Client, raw []byte) {
 	s := NewSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
 	res := results.NewResult(1, 0, 0, 100, 100)

@@ -24,10 +24,10 @@ import (
 // ClientOptions configure a Client.
 type ClientOptions struct {
 	BaseURL     *url.URL      // e.g. http://127.0.0.1:8000/v1 (userinfo becomes basic auth, never logged)
-	API         wire.API      // completions, chat or responses
+	API         wire.API      // completions, chat, messages or responses
 	Backend     wire.Backend  // chooses the length-forcing fields
 	Model       string        // model name sent in every request (but those replay.Options.Models maps)
-	APIKey      string        // sent as "Authorization: Bearer ..."; never logged or stored
+	APIKey      string        // sent as "Authorization: Bearer ..." (and in the kind's KeyHeader); never logged or stored
 	Header      http.Header   // extra headers for every request
 	Timeout     time.Duration // per request, from send to the end of the stream; 0 = none
 	MaxInflight int           // sizes the connection pool
@@ -173,9 +173,15 @@ func NewClient(o ClientOptions) (*Client, error) {
 		u.User = nil
 	}
 	if o.APIKey != "" {
-		if k := enc.Kind(); k.KeyHeader != "" {
+		k := enc.Kind()
+		if k.KeyHeader != "" {
 			h.Set(k.KeyHeader, o.APIKey)
-		} else {
+		}
+		// The engines check the bearer token on every route, their Anthropic one too
+		// (vLLM's AuthenticationMiddleware and SGLang's add_api_key_middleware read
+		// Authorization alone): only a provider's own API (--backend openai) gets the
+		// kind's header alone.
+		if k.KeyHeader == "" || o.Backend != wire.BackendOpenAI {
 			h.Set("Authorization", "Bearer "+o.APIKey)
 		}
 	}
@@ -332,18 +338,12 @@ func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTok
 	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
-// decodeOwn decodes one stream event's data with a kind's own decoder (wire.Kind.Decode)
-// into a copy of ci, so that only the copy escapes: one allocation per chunk, for such
-// kinds alone. The built-in kinds' decoders (wire.DecodeChunk, wire.DecodeResponses) are
-// called by name (streamState.event): a call through a function value would move every
-// stream's state to the heap.
-//
-//go:noinline
-func decodeOwn(k *wire.Kind, data []byte, ci *wire.Chunk) error {
-	tmp := *ci
-	err := k.Decode(data, &tmp)
-	*ci = tmp
-	return err
+// TakesMessages reports whether the client's API takes a conversation as role messages
+// (wire.Kind.AppendMessages: chat, Anthropic's messages): a conversation's turns and an
+// agent's context then go as user and assistant messages, else as one prompt's text.
+func (c *Client) TakesMessages() bool {
+	k := c.enc.Kind()
+	return k != nil && k.AppendMessages != nil
 }
 
 // Request is one prepared Request: everything needed to send it is computed.
@@ -585,18 +585,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		return true
 	}
 	ci := &st.ci
-	var err error
-	// The built-in kinds' decoders are called by name, so that the chunk stays where it
-	// is; only a kind from outside goes through decodeOwn's copy.
-	switch k := st.c.enc.Kind(); {
-	case k == nil || k.Decode == nil:
-		err = wire.DecodeChunk(data, ci)
-	case k.Name == wire.APIResponses:
-		err = wire.DecodeResponses(data, ci)
-	default:
-		err = decodeOwn(k, data, ci)
-	}
-	if err != nil {
+	// The encoder calls the built-in decoders directly (wire.Encoder.Decode), so that st,
+	// which holds ci, stays on the stack.
+	if err := st.c.enc.Decode(data, ci); err != nil {
 		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
 		return true
 	}
@@ -652,7 +643,10 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		st.prevCompl = ci.CompletionTokens
 	}
 	if ci.Usage && ci.Choices == 0 {
-		st.usageSeen = true
+		// Only an output count makes counting the text needless: a usage of the prompt
+		// alone (the Messages API's message_start) leaves the output to the tokenizer
+		// until a later usage counts it.
+		st.usageSeen = st.usageSeen || ci.HasCompletion
 		if ci.HasPrompt {
 			res.PromptTokensServer = ci.PromptTokens
 		}
@@ -675,11 +669,7 @@ func (st *streamState) end() {
 		return
 	}
 	if !st.done && !st.finished {
-		stop := "[DONE]"
-		if k := st.c.enc.Kind(); k != nil && k.Name == wire.APIResponses {
-			stop = "response.completed" // the API has no [DONE]
-		}
-		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before %s after %d output chunks", stop, len(res.ChunkNS)))
+		st.fail(results.StatusStreamError, fmt.Sprintf("stream ended before %s after %d output chunks", st.c.enc.Kind().StopName(), len(res.ChunkNS)))
 		return
 	}
 	res.Status = results.StatusOK

@@ -108,7 +108,6 @@ func (c *Client) checkLength(ctx context.Context, prompt []byte, maxTokens int) 
 		return l, fmt.Errorf("POST %s: the response is not an event stream (Content-Type %q)", path, resp.Header.Get("Content-Type"))
 	}
 	sse := NewSSEReader(resp.Body, func() int64 { return 0 }, 0, c.opts.MaxLine)
-	decode := enc.Kind().Decoder()
 	var ch wire.Chunk
 	for sse.Next() {
 		data := sse.Data()
@@ -119,7 +118,7 @@ func (c *Client) checkLength(ctx context.Context, prompt []byte, maxTokens int) 
 			l.Done = true
 			break
 		}
-		if err := decode(data, &ch); err != nil {
+		if err := enc.Decode(data, &ch); err != nil {
 			return l, fmt.Errorf("POST %s: malformed chunk: %v: %s", path, err, wire.ShortText(data))
 		}
 		if ch.IsError {
