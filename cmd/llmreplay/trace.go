@@ -189,6 +189,8 @@ const traceSynthExamples = `  # 10 minutes of Poisson arrivals at 20 req/s, logn
   llmreplay trace synth --rate 10:100 --duration 5m -o ramp.parquet
   # Multi-turn chat: 2..8 turns per conversation, 64 open conversations, shared prefixes
   llmreplay trace synth --rate 5 --duration 30m --turns uniform:2,8 --sessions 64 -o chat.parquet
+  # Every request also sends 4,000 tokens of tool definitions (inside its prompt_tokens)
+  llmreplay trace synth --rate 5 --count 1000 --tool-tokens 4000 -o tools.parquet
   # Lengths drawn from a real trace's columns
   llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet
   # Agent sessions: 100 tasks started at 0.5/s, 10..40 calls each on a 20k-token first
@@ -277,6 +279,7 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	block := fs.Int("block-tokens", 16, "with --turns: tokens per prefix block")
 	var agf agentFlags
 	agf.register(fs)
+	tools := fs.Int32("tool-tokens", 0, "every request sends tool definitions of N tokens (tool_tokens), counted in its prompt_tokens: a prompt is N plus the drawn tokens, the draw clamped so the whole stays within --prompt-max; later turns and agent calls send the tools once, before their history")
 	model := fs.String("model", "", "model column value for every request")
 	fs.Uint64Var(&af.seed, "seed", 1, "random seed: the same command and seed give a byte-identical file")
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
@@ -296,7 +299,7 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	spec := trace.SynthSpec{Arrivals: as, Count: *count, Duration: *dur, PromptMin: *lo, PromptMax: *hi, OutputMin: *lo, OutputMax: *hi, Model: *model}
+	spec := trace.SynthSpec{Arrivals: as, Count: *count, Duration: *dur, PromptMin: *lo, PromptMax: *hi, OutputMin: *lo, OutputMax: *hi, Model: *model, ToolTokens: *tools}
 	if *pmax > 0 {
 		spec.PromptMax = *pmax
 	}
