@@ -19,7 +19,8 @@ import (
 // TestE2EToolTokens replays traces whose requests send tools (trace synth --tool-tokens)
 // through the command, against a chat server that counts every message's tokens plus,
 // per tool, its description's tokens and an overhead: the simulated engine's rule (16)
-// without --calibrate, and another (40 per tool) with it. Single
+// without --calibrate, and another (40 per tool) with it, and over completions, which
+// takes no tools (they go into the text). Single
 // requests, conversations (their history carries no tools) and agent calls (their context
 // neither) each have every request ok and counted by the server exactly the trace's
 // prompt tokens; the run metadata says which overhead was used.
@@ -42,15 +43,16 @@ func TestE2EToolTokens(t *testing.T) {
 		for _, c := range []struct {
 			overhead, template int
 			calibrate          bool
-			want               string
-		}{{16, 0, false, "(default: the simulated engine's rule"}, {40, 0, true, "measured by --calibrate"}} {
+			api, want          string
+		}{{16, 0, false, "chat", "(default: the simulated engine's rule"}, {40, 0, true, "chat", "measured by --calibrate"},
+			{16, 0, false, "completions", "none: the completions API takes no tools"}} {
 			s, err := toolstest.New(c.overhead, c.template)
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := httptest.NewServer(s)
-			res := filepath.Join(dir, fmt.Sprintf("%s-%d-res.parquet", name, c.overhead))
-			rargs := []string{"replay", "--trace", tr, "--endpoint", srv.URL + "/v1", "--api", "chat", "--prompt-format", "text",
+			res := filepath.Join(dir, fmt.Sprintf("%s-%s-%d-res.parquet", name, c.api, c.overhead))
+			rargs := []string{"replay", "--trace", tr, "--endpoint", srv.URL + "/v1", "--api", c.api, "--prompt-format", "text",
 				"--speedup", "50", "--scrape", "none", "-q", "-o", res}
 			if name == "agents" {
 				rargs = append(rargs, "--gaps", "none")
@@ -73,10 +75,10 @@ func TestE2EToolTokens(t *testing.T) {
 			}
 			for _, r := range rs {
 				if r.Status != results.StatusOK || r.PromptTokensServer != r.PromptTokens {
-					t.Errorf("%s, overhead %d: request %d: %s, served %d prompt tokens, the trace's %d", name, c.overhead, r.RequestID, r.Status, r.PromptTokensServer, r.PromptTokens)
+					t.Errorf("%s, %s, overhead %d: request %d: %s, served %d prompt tokens, the trace's %d", name, c.api, c.overhead, r.RequestID, r.Status, r.PromptTokensServer, r.PromptTokens)
 				}
 			}
-			if name == "agents" {
+			if name == "agents" && c.api == "chat" {
 				checkJoins(t, tr, s.Messages())
 			}
 			if got := meta.Flags["tool-overhead"]; !strings.Contains(got, c.want) {

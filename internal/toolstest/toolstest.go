@@ -13,7 +13,8 @@ import (
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 
-// Server serves /v1/models and /v1/chat/completions (OpenAI's chat completions reference:
+// Server serves /v1/models, /v1/completions (a prompt's tokens, no tools) and
+// /v1/chat/completions (OpenAI's chat completions reference:
 // "messages", "tools": [{"type": "function", "function": {"name", "description",
 // "parameters"}}], "max_tokens", "stream"). Its prompt tokens are the cl100k tokens of every
 // message's content, plus Template per request (a chat template's markers), plus, per tool,
@@ -51,8 +52,9 @@ func (s *Server) Messages() map[string]int {
 }
 
 type body struct {
-	MaxTokens int  `json:"max_tokens"`
-	Stream    bool `json:"stream"`
+	MaxTokens int    `json:"max_tokens"`
+	Stream    bool   `json:"stream"`
+	Prompt    string `json:"prompt"`
 	Messages  []struct {
 		Content string `json:"content"`
 	} `json:"messages"`
@@ -71,7 +73,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/models":
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"tools-model","object":"model"}]}`)
 		return
-	case "/v1/chat/completions":
+	case "/v1/chat/completions", "/v1/completions":
 	default:
 		http.NotFound(w, r)
 		return
@@ -82,7 +84,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
 		return
 	}
-	n := s.Template
+	n := s.Template + s.enc.Count(b.Prompt)
 	for _, m := range b.Messages {
 		n += s.enc.Count(m.Content)
 	}
@@ -96,7 +98,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !b.Stream {
-		fmt.Fprintf(w, `{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, n, n+1)
+		fmt.Fprintf(w, `{"choices":[{"index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, n, n+1)
 		return
 	}
 	s.mu.Lock()
@@ -108,8 +110,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if i == b.MaxTokens {
 			fin = `"length"`
 		}
-		fmt.Fprintf(w, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" x\"},\"finish_reason\":%s}]}\n\n", fin)
+		piece := `"delta":{"content":" x"}`
+		if r.URL.Path == "/v1/completions" {
+			piece = `"text":" x"`
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,%s,\"finish_reason\":%s}]}\n\n", piece, fin)
 	}
-	fmt.Fprintf(w, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", n, b.MaxTokens, n+b.MaxTokens)
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", n, b.MaxTokens, n+b.MaxTokens)
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
