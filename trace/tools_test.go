@@ -190,3 +190,29 @@ func TestSynthToolTokens(t *testing.T) {
 		t.Errorf("tools filling the prompt clamp: %v", err)
 	}
 }
+
+// TestImportToolTokens: the generic importers take tool_tokens through --map (an empty or
+// null value is none) and refuse a value above prompt_tokens, naming the line and the
+// source column.
+func TestImportToolTokens(t *testing.T) {
+	m := map[string]string{"arrival": "t", "prompt_tokens": "p", "output_tokens": "o", "tool_tokens": "tools"}
+	for _, c := range []struct {
+		format, good, bad, line string
+	}{
+		{FormatCSV, "t,p,o,tools\n0,100,5,40\n1,100,5,\n2,100,5,0\n", "t,p,o,tools\n0,100,5,40\n1,100,5,101\n", "in.txt line 3"},
+		{FormatJSONL, `{"t":0,"p":100,"o":5,"tools":40}` + "\n" + `{"t":1,"p":100,"o":5,"tools":null}` + "\n" + `{"t":2,"p":100,"o":5,"tools":"0"}` + "\n",
+			`{"t":0,"p":100,"o":5,"tools":40}` + "\n" + `{"t":1,"p":100,"o":5,"tools":101}` + "\n", "in.txt line 2"},
+	} {
+		rows, _, _, err := importString(t, c.good, ImportOptions{Format: c.format, Map: m})
+		if err != nil {
+			t.Fatalf("%s: %v", c.format, err)
+		}
+		if len(rows) != 3 || rows[0].ToolTokens != 40 || !rows[0].HasToolTokens || rows[1].HasToolTokens || !rows[2].HasToolTokens || rows[2].ToolTokens != 0 {
+			t.Errorf("%s: %+v", c.format, rows)
+		}
+		_, _, _, err = importString(t, c.bad, ImportOptions{Format: c.format, Map: m})
+		if err == nil || !strings.Contains(err.Error(), c.line) || !strings.Contains(err.Error(), "tools: 101 is more than prompt_tokens 100") {
+			t.Errorf("%s: %v, want an error naming the line and the column", c.format, err)
+		}
+	}
+}
