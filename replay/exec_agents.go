@@ -65,8 +65,8 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 	if len(c.parents) > 0 {
 		return nil, nil
 	}
-	// The call's tools come first; its context is its messages (Tools.Split).
-	tr2, tools, err := pr.o.Tools.Split(&c.tr)
+	// The call's tools come first; its context is its messages (Tools.split).
+	tr2, tools, err := pr.o.Tools.split(&c.tr)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -222,7 +222,7 @@ func (pr *feed) letGo(ch *agentCall) {
 // least one token); due at the last parent's end plus its gap.
 func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 	s := pr.sess
-	tr, tools, err := pr.o.Tools.Split(&ch.tr)
+	tr, tools, err := pr.o.Tools.split(&ch.tr)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

@@ -100,7 +100,7 @@ func (pr *feed) prepare() {
 				pr.turnIdx[tr.SessionID] = turn + 1
 			}
 		}
-		text, tools, err := pr.o.Tools.Split(&tr)
+		text, tools, err := pr.o.Tools.split(&tr)
 		if err != nil {
 			pr.fail(fmt.Errorf("replay: %w", err))
 			return

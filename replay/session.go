@@ -361,8 +361,8 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	if pr.o.Concurrency > 0 {
 		req.sessionWaitNS = results.Null // a closed loop has no trace time to wait beyond
 	}
-	// The turn's tools come first and are not part of the history (Tools.Split).
-	tr, tools, err := pr.o.Tools.Split(&tp.tr)
+	// The turn's tools come first and are not part of the history (Tools.split).
+	tr, tools, err := pr.o.Tools.split(&tp.tr)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

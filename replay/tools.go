@@ -77,19 +77,19 @@ func NewTools(b *tokenize.Builder, overhead ToolOverhead, takesTools bool) *Tool
 	return &Tools{builder: b, overhead: overhead, takes: takesTools, descs: map[int]*[]byte{}}
 }
 
-// toolSplit is what Split decides for one request.
+// toolSplit is what split decides for one request.
 type toolSplit struct {
 	desc []byte // the description, escaped; nil: no tools
 	sent int32  // the tokens the server is expected to count for the tools
 }
 
-// Split returns r with PromptTokens cut to the prompt text's share, and the tools to
+// split returns r with PromptTokens cut to the prompt text's share, and the tools to
 // send. A request without tools, or an API without them, or a nil t, keeps all its prompt
 // tokens as text. Else the description has the builder tokens that make the server count
 // the tools as tool_tokens (at least one: a tool cannot cost less than its overhead plus
 // one token, and the text then gives up the difference), and the text is prompt_tokens
 // less what the tools are counted, at least one token.
-func (t *Tools) Split(r *trace.Request) (trace.Request, toolSplit, error) {
+func (t *Tools) split(r *trace.Request) (trace.Request, toolSplit, error) {
 	out := *r
 	if t == nil || !t.takes || r.Tools() == 0 {
 		return out, toolSplit{}, nil

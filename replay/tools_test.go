@@ -20,7 +20,7 @@ func TestToolsSplit(t *testing.T) {
 	enc, b := testBuilder(t)
 	tools := NewTools(b, DefaultToolOverhead, true)
 	r := trace.Request{ID: 3, PromptTokens: 1000, OutputTokens: 1, ToolTokens: 300, HasToolTokens: true}
-	text, s, err := tools.Split(&r)
+	text, s, err := tools.split(&r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,18 +30,18 @@ func TestToolsSplit(t *testing.T) {
 	}
 	r2 := r
 	r2.ID = 99
-	if _, s2, _ := tools.Split(&r2); string(s2.desc) != desc {
+	if _, s2, _ := tools.split(&r2); string(s2.desc) != desc {
 		t.Error("two requests with the same tool_tokens send different tools")
 	}
 	small := r
 	small.ToolTokens = 5
-	text, s, _ = tools.Split(&small)
+	text, s, _ = tools.split(&small)
 	if enc.Count(string(s.desc)) != 1 || s.sent != DefaultToolOverheadTokens+1 || text.PromptTokens != 1000-DefaultToolOverheadTokens-1 {
 		t.Errorf("tools 5: description %q, counted %d, text %d", s.desc, s.sent, text.PromptTokens)
 	}
 	// A measured overhead and ratio: the description is (T − Tokens)/Ratio builder tokens.
 	m := NewTools(b, ToolOverhead{Tokens: 40, Ratio: 1.25, Measured: true}, true)
-	text, s, _ = m.Split(&r)
+	text, s, _ = m.split(&r)
 	if got := enc.Count(string(s.desc)); got != 208 || s.sent != 300 || text.PromptTokens != 700 {
 		t.Errorf("measured: description of %d tokens, counted %d, text %d; want 208, 300, 700", got, s.sent, text.PromptTokens)
 	}
@@ -54,7 +54,7 @@ func TestToolsSplit(t *testing.T) {
 		"zero":        {tools, trace.Request{ID: 1, PromptTokens: 1000, OutputTokens: 1, HasToolTokens: true}},
 		"nil":         {nil, r},
 	} {
-		text, s, err := c.tools.Split(&c.r)
+		text, s, err := c.tools.split(&c.r)
 		if err != nil || s.desc != nil || s.sent != 0 || text.PromptTokens != 1000 {
 			t.Errorf("%s: %v, %+v, text %d", name, err, s, text.PromptTokens)
 		}
