@@ -67,7 +67,8 @@ type agentCall struct {
 	waiting int   // parents not yet ended
 	readyNS int64 // the latest end of its parents so far
 	ctx     agentCtx
-	kids    int // children not yet built: its context is let go at 0
+	tools   int32 // the prompt tokens its tools were counted, before its context's messages
+	kids    int   // children not yet built: its context is let go at 0
 }
 
 // PlanAgents reads src to its end through the planner the run uses (so it admits exactly

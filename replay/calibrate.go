@@ -26,6 +26,18 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 	if err != nil {
 		return tokenize.Calibration{}, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
 	}
+	p := newProber(base, api, model, apiKey, header, insecure)
+	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(api), Methods: methods, Count: p.Count, Builder: b})
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
+	}
+	return c, nil
+}
+
+// newProber returns the prober of base with the client's credentials: the base URL
+// without userinfo (its password goes as a basic Authorization header, whose value the
+// prober scrubs from its errors).
+func newProber(base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool) *wire.Prober {
 	h := header.Clone()
 	if h == nil {
 		h = http.Header{}
@@ -38,13 +50,54 @@ func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey s
 	}
 	clean := *base
 	clean.User = nil
-	p := &wire.Prober{Base: &clean, API: api, Model: model, Header: h,
+	return &wire.Prober{Base: &clean, API: api, Model: model, Header: h,
 		Client: &http.Client{Transport: transport.NewTransport(8, insecure), Timeout: time.Minute}}
-	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(api), Methods: methods, Count: p.Count, Builder: b})
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
+}
+
+// The tool probes: a prompt of toolProbePrompt builder tokens alone, then with one tool
+// whose description is each of toolProbeDescs builder tokens long.
+var (
+	toolProbePrompt = 256
+	toolProbeDescs  = [2]int{32, 512}
+)
+
+// CalibrateTools measures what one tool costs the server at base in prompt tokens
+// (ToolOverhead): the usage of a request with a tool of a known description against the
+// same request without it, at two description lengths: the difference grows by Ratio per
+// builder token of the description, and what it adds beyond that is Tokens (the tool's
+// name, its schema and the chat template's markers). Usage probes (max_tokens 1) count
+// exactly what the replay's requests are counted.
+func CalibrateTools(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (ToolOverhead, error) {
+	fail := func(format string, a ...any) (ToolOverhead, error) {
+		return ToolOverhead{}, fmt.Errorf("%s: tool overhead: %s", wire.SafeEndpoint(base), fmt.Sprintf(format, a...))
 	}
-	return c, nil
+	p := newProber(base, api, model, apiKey, header, insecure)
+	text, err := b.AppendPrompt(nil, tokenize.PromptSpec{RequestID: toolRequestID + 1, Tokens: toolProbePrompt})
+	if err != nil {
+		return ToolOverhead{}, err
+	}
+	without, _, err := p.Count(ctx, wire.MethodUsage, string(text))
+	if err != nil {
+		return fail("the probe without tools: %v", err)
+	}
+	var with [2]int
+	for i, k := range toolProbeDescs {
+		desc, err := b.AppendPrompt(nil, tokenize.PromptSpec{RequestID: toolRequestID, Tokens: k})
+		if err != nil {
+			return ToolOverhead{}, err
+		}
+		p.Tools = wire.AppendJSONContent(nil, desc)
+		if with[i], _, err = p.Count(ctx, wire.MethodUsage, string(text)); err != nil {
+			return fail("the probe with a tool of %d description tokens: %v", k, err)
+		}
+	}
+	d0, d1 := float64(with[0]-without), float64(with[1]-without)
+	ratio := (d1 - d0) / float64(toolProbeDescs[1]-toolProbeDescs[0])
+	if d0 <= 0 || !(ratio > 0) {
+		return fail("prompt tokens %d without a tool, %d and %d with one of %d and %d description tokens: the server does not count the tools it is sent (does the model's template render tools?)",
+			without, with[0], with[1], toolProbeDescs[0], toolProbeDescs[1])
+	}
+	return ToolOverhead{Tokens: d0 - ratio*float64(toolProbeDescs[0]), Ratio: ratio, Measured: true}, nil
 }
 
 // DefaultCalibrateMaxError is --calibrate-max-error's default: 5% held-out error. A

@@ -65,20 +65,25 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 	if len(c.parents) > 0 {
 		return nil, nil
 	}
+	// The call's tools come first; its context is its messages (Tools.split).
+	tr2, tools, err := pr.o.Tools.split(&c.tr)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	s.promptMu.Lock()
-	text, err := pr.o.Prompter.AppendPrompt(s.scratch[:0], &c.tr)
+	text, err := pr.o.Prompter.AppendPrompt(s.scratch[:0], &tr2)
 	s.scratch = text
 	if err != nil {
 		s.promptMu.Unlock()
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
-	ctx := newCtx(ctxCapacity(len(text)+len(text)/8+64, c.tr.PromptTokens, c.sess.maxTok))
-	ctx = ctx.add(c.tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, false, text) })
+	ctx := newCtx(ctxCapacity(len(text)+len(text)/8+64, tr2.PromptTokens, c.sess.maxTok))
+	ctx = ctx.add(tr2.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, false, text) })
 	s.promptMu.Unlock()
 	s.mu.Lock()
-	c.ctx = ctx
+	c.ctx, c.tools = ctx, tools.sent
 	s.mu.Unlock()
-	return pr.callRequest(c, ctx, c.dueNS, results.Null), nil
+	return pr.callRequest(c, ctx, tools, c.dueNS, results.Null), nil
 }
 
 // userPart appends the new text of a call: a user message (a tool's output or a person's
@@ -106,13 +111,13 @@ func (pr *feed) answerPart(b []byte, answer []byte) []byte {
 	return append(b, '}')
 }
 
-// callRequest returns c's request: its body built around ctx (sent in place, not copied),
-// due at dueNS.
-func (pr *feed) callRequest(c *agentCall, ctx agentCtx, dueNS, waitNS int64) *request {
+// callRequest returns c's request: its body built around ctx (sent in place, not copied)
+// with its tools, due at dueNS.
+func (pr *feed) callRequest(c *agentCall, ctx agentCtx, tools toolSplit, dueNS, waitNS int64) *request {
 	req := &request{
-		Request: transport.Request{ID: c.tr.ID, DueNS: dueNS, PromptTokens: ctx.tokens, OutputTokens: c.tr.OutputTokens,
+		Request: transport.Request{ID: c.tr.ID, DueNS: dueNS, PromptTokens: ctx.tokens + tools.sent, OutputTokens: c.tr.OutputTokens,
 			Warmup: c.warm, Session: c.sess.id, HasSession: true, Capture: len(c.children) > 0},
-		turn: c.turn, call: c, sessionWaitNS: waitNS, gapNS: gapNS(c, pr.o.Gaps, pr.o.Speedup),
+		turn: c.turn, tools: tools.sent, call: c, sessionWaitNS: waitNS, gapNS: gapNS(c, pr.o.Gaps, pr.o.Speedup),
 	}
 	runID := pr.preparedRunID.Load()
 	if runID != nil {
@@ -123,7 +128,7 @@ func (pr *feed) callRequest(c *agentCall, ctx agentCtx, dueNS, waitNS int64) *re
 	if p, ok := pr.bodyPrefixes[c.tr.Model]; ok {
 		prefix = p
 	}
-	req.Body, req.SharedAt = cl.AppendContextBody(make([]byte, 0, len(prefix)+128), prefix, c.tr.OutputTokens, nil)
+	req.Body, req.SharedAt = cl.AppendContextBody(make([]byte, 0, len(prefix)+len(tools.desc)+224), prefix, c.tr.OutputTokens, nil, tools.desc)
 	req.Shared = ctx.bytes()
 	pr.tr.Prepare(&req.Request, runID == nil)
 	return req
@@ -217,15 +222,20 @@ func (pr *feed) letGo(ch *agentCall) {
 // least one token); due at the last parent's end plus its gap.
 func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 	s := pr.sess
+	tr, tools, err := pr.o.Tools.split(&ch.tr)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	s.mu.Lock()
 	base := ch.parents[0].ctx
 	if k := ch.tr.Call.PrefixTokens; k != trace.Unknown {
-		base = base.cut(k)
+		// prefix_tokens counts from the prompt's start, where the parent's tools are:
+		// its messages are what follows them.
+		base = base.cut(max(0, k-ch.parents[0].tools))
 	}
 	pr.letGo(ch)
 	s.mu.Unlock()
-	tr := ch.tr
-	tr.PromptTokens, tr.Prompt = ch.tr.PromptTokens-base.tokens, ""
+	tr.PromptTokens, tr.Prompt = tr.PromptTokens-base.tokens, ""
 	if tr.PromptTokens < 1 {
 		tr.PromptTokens = 1
 		s.mu.Lock()
@@ -245,11 +255,11 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 		// A subagent cut after a user message: an empty answer between, so roles alternate.
 		base = base.add(0, false, func(b []byte) []byte { return pr.answerPart(b, nil) })
 	}
-	ch.ctx = base.add(tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) })
+	ch.ctx, ch.tools = base.add(tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) }), tools.sent
 	ctx := ch.ctx
 	s.mu.Unlock()
 	s.promptMu.Unlock()
-	return pr.callRequest(ch, ctx, due, max(0, due-ch.dueNS)), nil
+	return pr.callRequest(ch, ctx, tools, due, max(0, due-ch.dueNS)), nil
 }
 
 // recordDropped records a call of a session that --on-turn-error end-session ended: never

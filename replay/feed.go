@@ -100,11 +100,15 @@ func (pr *feed) prepare() {
 				pr.turnIdx[tr.SessionID] = turn + 1
 			}
 		}
-		var err error
+		text, tools, err := pr.o.Tools.split(&tr)
+		if err != nil {
+			pr.fail(fmt.Errorf("replay: %w", err))
+			return
+		}
 		if pr.sess != nil {
 			pr.sess.promptMu.Lock()
 		}
-		prompt, err = pr.o.Prompter.AppendPrompt(prompt[:0], &tr)
+		prompt, err = pr.o.Prompter.AppendPrompt(prompt[:0], &text)
 		if pr.sess != nil {
 			pr.sess.promptMu.Unlock()
 		}
@@ -115,20 +119,20 @@ func (pr *feed) prepare() {
 		req := &request{
 			Request: transport.Request{ID: tr.ID, DueNS: int64(due), PromptTokens: tr.PromptTokens, OutputTokens: tr.OutputTokens,
 				Warmup: warm, Session: tr.SessionID, HasSession: tr.HasSession},
-			turn: turn, conv: c, sessionWaitNS: results.Null,
+			turn: turn, tools: tools.sent, conv: c, sessionWaitNS: results.Null,
 		}
 		runID := pr.preparedRunID.Load()
 		if runID != nil {
 			req.RunID = *runID
 		}
 		if c != nil {
-			pr.finishBody(req, &tr, c, prompt)
+			pr.finishBody(req, &tr, c, prompt, tools.desc)
 		} else {
 			prefix := pr.o.Client.DefaultBodyPrefix()
 			if p, ok := pr.bodyPrefixes[tr.Model]; ok {
 				prefix = p
 			}
-			req.Body = pr.o.Client.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
+			req.Body = pr.o.Client.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools.desc)+192), prefix, prompt, tr.OutputTokens, tools.desc)
 			pr.tr.Prepare(&req.Request, runID == nil)
 		}
 		if !pr.handOver(req) {

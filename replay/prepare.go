@@ -97,7 +97,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -120,7 +120,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	s.Options = Options{
-		Source: p.source, Client: p.cl, Prompter: p.prompter(),
+		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()),
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
@@ -166,6 +166,8 @@ type preparer struct {
 	cl       *transport.Client
 	originAt time.Duration
 	cal      *tokenize.Calibration
+
+	toolOverhead ToolOverhead // what one tool costs the server (tools)
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models
@@ -489,6 +491,30 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	}
 	p.cal = &c
 	p.meta.Flags["calibration"] = c.String()
+	return nil
+}
+
+// tools decides what one tool costs the server, for the tools of the trace's rows
+// (Tools): measured with --calibrate (CalibrateTools), else DefaultToolOverhead; the run
+// metadata records which (flag tool-overhead) when the trace has tool_tokens.
+func (p *preparer) tools(ctx context.Context) error {
+	p.toolOverhead = DefaultToolOverhead
+	if !p.src.HasValues(trace.ColToolTokens) {
+		return nil
+	}
+	if !p.cl.TakesTools() {
+		p.meta.Flags["tool-overhead"] = fmt.Sprintf("none: the %s API takes no tools, so tool_tokens are sent as the prompt's text", p.api)
+		return nil
+	}
+	if p.cfg.Calibrate {
+		o, err := CalibrateTools(ctx, p.base, p.api, p.modelID, p.cfg.APIKey, p.header, p.cfg.Insecure, p.builder)
+		if err != nil {
+			return fmt.Errorf("replay: --calibrate: %w", err)
+		}
+		p.toolOverhead = o
+		fmt.Fprintf(p.env.Log, "llmreplay: calibrated tools: %s\n", o)
+	}
+	p.meta.Flags["tool-overhead"] = p.toolOverhead.String()
 	return nil
 }
 

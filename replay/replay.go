@@ -50,6 +50,9 @@ type Options struct {
 	Source   trace.Source
 	Client   *transport.Client
 	Prompter Prompter
+	// Tools splits a row's prompt tokens into its tool definitions and its prompt's text
+	// (tools.go); nil sends every prompt token as text.
+	Tools *Tools
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored

@@ -17,6 +17,7 @@ type request struct {
 	// history needs it, what it sends (sent; the text it receives is Request.Answer,
 	// captured by the stream when Request.Capture is set).
 	turn          int32
+	tools         int32 // the prompt tokens its tools are counted (Tools.split): history leaves them out
 	conv          *conv
 	sessionWaitNS int64
 	sent          []byte

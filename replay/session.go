@@ -361,20 +361,26 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	if pr.o.Concurrency > 0 {
 		req.sessionWaitNS = results.Null // a closed loop has no trace time to wait beyond
 	}
-	tr := tp.tr
+	// The turn's tools come first and are not part of the history (Tools.split).
+	tr, tools, err := pr.o.Tools.split(&tp.tr)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	req.tools = tools.sent
 	actual := pr.o.History == HistoryActual
 	if actual {
 		// The history is the prefix; the new text is what the trace's length leaves, at
 		// least one token; prompt_tokens records what is sent.
+		text := tr.PromptTokens
 		tr.PrefixBlocks, tr.Prompt = nil, ""
-		tr.PromptTokens = tp.tr.PromptTokens - c.histTokens
+		tr.PromptTokens = text - c.histTokens
 		if tr.PromptTokens < 1 {
 			tr.PromptTokens = 1
 			s.mu.Lock()
 			s.short++
 			s.mu.Unlock()
 		}
-		req.PromptTokens = c.histTokens + tr.PromptTokens
+		req.PromptTokens = c.histTokens + tr.PromptTokens + tools.sent
 	}
 	s.promptMu.Lock()
 	prompt, err := pr.o.Prompter.AppendPrompt(nil, &tr)
@@ -382,14 +388,15 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
-	pr.finishBody(req, &tr, c, prompt)
+	pr.finishBody(req, &tr, c, prompt, tools.desc)
 	return req, nil
 }
 
 // finishBody builds req's body (and the raw client's head) from prompt, the turn's new
-// text, with c's history before it when History is actual (c nil: no history). A turn
-// that is not its session's last keeps what it sends (req.sent) for the next one.
-func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []byte) {
+// text, with c's history before it when History is actual (c nil: no history), and the
+// tool of description tools (nil: none). A turn that is not its session's last keeps what
+// it sends (req.sent) for the next one.
+func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt, tools []byte) {
 	cl := pr.o.Client
 	prefix := cl.DefaultBodyPrefix()
 	if p, ok := pr.bodyPrefixes[tr.Model]; ok {
@@ -397,7 +404,7 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 	}
 	keep := c != nil && pr.o.History == HistoryActual && (c.turns == 0 || req.turn < c.turns-1)
 	if c == nil || pr.o.History != HistoryActual {
-		req.Body = cl.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+96), prefix, prompt, tr.OutputTokens)
+		req.Body = cl.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools)+192), prefix, prompt, tr.OutputTokens, tools)
 	} else {
 		var hist []byte
 		if c != nil {
@@ -413,11 +420,11 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt []by
 			sent = append(sent, `{"role":"user","content":`...)
 			sent = wire.AppendJSONBytes(sent, prompt)
 			sent = append(sent, '}')
-			req.Body = cl.AppendMessagesBody(make([]byte, 0, len(sent)+len(prefix)+96), prefix, sent, tr.OutputTokens)
+			req.Body = cl.AppendMessagesBody(make([]byte, 0, len(sent)+len(prefix)+len(tools)+192), prefix, sent, tr.OutputTokens, tools)
 		} else {
 			sent = make([]byte, 0, len(hist)+len(prompt))
 			sent = append(append(sent, hist...), prompt...)
-			req.Body = cl.AppendPromptBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+96), prefix, sent, tr.OutputTokens)
+			req.Body = cl.AppendPromptBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+len(tools)+192), prefix, sent, tr.OutputTokens, tools)
 		}
 		if c != nil {
 			c.hist = nil // moved into sent
@@ -480,7 +487,8 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 
 // history returns the session's history after req: what it sent, then what it received
 // (chat: as an assistant message; an empty one when it received nothing, so that roles
-// still alternate), and its length in tokens: the prompt sent plus the output counted.
+// still alternate), and its length in tokens: the prompt sent without its tools (each
+// turn sends its own, before the history) plus the output counted.
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
 	if pr.o.Client.TakesMessages() {
@@ -490,7 +498,7 @@ func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	} else {
 		h = append(h, req.Answer...)
 	}
-	n := req.PromptTokens
+	n := req.PromptTokens - req.tools
 	if res.OutputTokens > 0 && len(req.Answer) > 0 {
 		n += res.OutputTokens
 	}

@@ -66,7 +66,7 @@ func TestDuckDBReadsAzure(t *testing.T) {
 	want := map[string]string{"request_id": "BIGINT", "arrival_ns": "BIGINT", "prompt_tokens": "INTEGER", "output_tokens": "INTEGER",
 		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR",
 		"parents": "BIGINT[]", "gap_ns": "BIGINT", "gap_kind": "VARCHAR", "duration_ns": "BIGINT",
-		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER"}
+		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER", "tool_tokens": "INTEGER"}
 	if len(types) != len(want) {
 		t.Errorf("duckdb sees %d columns: %v", len(types), types)
 	}

@@ -242,9 +242,26 @@ const (
 	FieldRequestID = "request_id"
 	FieldModel     = "model"
 	FieldText      = "prompt"
+	FieldTools     = ColToolTokens // tokens of prompt_tokens that are tool definitions
 )
 
-var mapFields = []string{FieldArrival, FieldPrompt, FieldOutput, FieldSession, FieldRequestID, FieldModel, FieldText}
+var mapFields = []string{FieldArrival, FieldPrompt, FieldOutput, FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools}
+
+// toolTokens parses a tool_tokens value of a row whose prompt is prompt tokens: a count
+// in [0, prompt]; an empty value is none (ok false).
+func toolTokens(b []byte, prompt int32) (n int32, ok bool, err error) {
+	if len(b) == 0 {
+		return 0, false, nil
+	}
+	v, err := parseCount(b)
+	if err != nil {
+		return 0, false, err
+	}
+	if v > int64(prompt) {
+		return 0, false, fmt.Errorf("%d is more than prompt_tokens %d (the tool definitions are part of the prompt)", v, prompt)
+	}
+	return int32(v), true, nil
+}
 
 // ParseMap parses --map's "field=column,field=column" into a map, checking field names
 // and that arrival, prompt_tokens and output_tokens are present.
@@ -332,7 +349,7 @@ func importGenericCSV(in io.Reader, p *pipeline) error {
 		return err
 	}
 	opt := map[string]int{}
-	for _, k := range []string{FieldSession, FieldRequestID, FieldModel, FieldText} {
+	for _, k := range []string{FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools} {
 		if col, ok := p.opts.Map[k]; ok {
 			ix, err := c.require(col)
 			if err != nil {
@@ -376,6 +393,11 @@ func importGenericCSV(in io.Reader, p *pipeline) error {
 		}
 		if i, ok := opt[FieldText]; ok {
 			req.Prompt = string(f[i])
+		}
+		if i, ok := opt[FieldTools]; ok {
+			if req.ToolTokens, req.HasToolTokens, err = toolTokens(f[i], pt); err != nil {
+				return c.errorf(p.opts.Map[FieldTools], "%v", err)
+			}
 		}
 		if err := p.emit(row{ts: ts, line: c.r.line, req: req}); err != nil {
 			return err

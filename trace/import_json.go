@@ -240,6 +240,15 @@ func importGenericJSONL(in io.Reader, p *pipeline) error {
 				req.SessionID, req.HasSession = sessionKey(b), true
 			}
 		}
+		if k, ok := mp[FieldTools]; ok && m[k] != nil && !bytes.Equal(m[k], []byte("null")) {
+			b, err := num(m[k])
+			if err == nil {
+				req.ToolTokens, req.HasToolTokens, err = toolTokens(b, req.PromptTokens)
+			}
+			if err != nil {
+				return s.errorf(k, "%v", err)
+			}
+		}
 		for _, f := range []struct {
 			key string
 			dst *string

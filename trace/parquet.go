@@ -32,6 +32,9 @@ const (
 	ColPrefixBlocks = "prefix_blocks"
 	ColModel        = "model"
 	ColPrompt       = "prompt"
+	// ColToolTokens is the tokens of the tool definitions a request sends, counted in its
+	// prompt_tokens (nullable: older traces have no such column).
+	ColToolTokens = "tool_tokens"
 )
 
 // MetaTransforms is the schema metadata key recording the transforms (slice, speedup, ...)
@@ -65,7 +68,12 @@ var fields = []arrow.Field{
 	{Name: ColPrefixTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 	{Name: ColCachedTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 	{Name: ColReasoningTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColToolTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 }
+
+// colTools is the index of the tool_tokens column in fields; the agent columns are 8 up
+// to it.
+const colTools = 15
 
 // schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
 func schemaFor(meta Meta) *arrow.Schema {
@@ -222,6 +230,11 @@ func (w *Writer) Write(r Request) error {
 	appendStr(b.Field(6).(*array.StringBuilder), r.Model)
 	appendStr(b.Field(7).(*array.StringBuilder), r.Prompt)
 	appendCall(b, r.Call)
+	if r.HasToolTokens {
+		b.Field(colTools).(*array.Int32Builder).Append(r.ToolTokens)
+	} else {
+		b.Field(colTools).AppendNull()
+	}
 	w.last = a
 	w.rows++
 	if b.Field(0).Len() >= batchRows {
@@ -236,7 +249,7 @@ func (w *Writer) Write(r Request) error {
 // appendCall appends the agent columns (8 on) of c, all null when c is nil.
 func appendCall(b *array.RecordBuilder, c *Call) {
 	if c == nil {
-		for i := 8; i < len(fields); i++ {
+		for i := 8; i < colTools; i++ {
 			b.Field(i).AppendNull()
 		}
 		return
@@ -399,6 +412,7 @@ type readerCols struct {
 	blocks               *array.List
 	blockVals            *array.Int64
 	model, text          *array.String
+	tools                *array.Int32 // nil when the file has no tool_tokens
 
 	// agent columns (call.go); nil when the file has none
 	parents              *array.List
@@ -609,6 +623,9 @@ func (r *Reader) Next() bool {
 	if c.text != nil && c.text.IsValid(i) {
 		req.Prompt = strings.Clone(c.text.Value(i))
 	}
+	if c.tools != nil && c.tools.IsValid(i) {
+		req.ToolTokens, req.HasToolTokens = c.tools.Value(i), true
+	}
 	req.Call = c.call(i)
 	if err := req.Validate(); err != nil {
 		return r.fail("request_id %d: %v", req.ID, err)
@@ -671,6 +688,7 @@ func (r *Reader) bind() error {
 	if a := col(ColPrompt); a != nil {
 		r.cols.text, _ = a.(*array.String)
 	}
+	r.cols.tools, _ = col(ColToolTokens).(*array.Int32)
 	return r.cols.bindCall(col)
 }
 

@@ -56,8 +56,25 @@ type Info struct {
 	UniqueBlocks       int64   `json:"unique_blocks"`
 	ReusableBlockShare float64 `json:"reusable_block_share"`
 	// Agent is the shape of an agent trace (shape.go); nil when no row has agent columns.
-	Agent    *AgentShape `json:"agent,omitempty"`
-	Warnings []string    `json:"warnings,omitempty"`
+	Agent *AgentShape `json:"agent,omitempty"`
+	// Tools is what the trace says of its requests' tool definitions; nil when no row has
+	// a tool_tokens value.
+	Tools    *ToolsInfo `json:"tools,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+}
+
+// ToolsInfo summarises the tool_tokens column.
+type ToolsInfo struct {
+	// Recorded counts the rows with a tool_tokens value, WithTools those whose value is
+	// above 0 (they send a tools array), and Share = WithTools / Count.
+	Recorded  int64   `json:"recorded"`
+	WithTools int64   `json:"with_tools"`
+	Share     float64 `json:"share"`
+	// Tokens is the spread of tool_tokens over the rows that send tools.
+	Tokens Lengths `json:"tokens"`
+	// PromptShare = Σ tool_tokens / Σ prompt_tokens over every row: the part of the
+	// prompt tokens sent that are tool definitions.
+	PromptShare float64 `json:"prompt_share"`
 }
 
 // binCounter accumulates the sum and sum of squares of per-bin counts. The index of
@@ -109,6 +126,8 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		sessions         = map[int64]struct{}{}
 		blocks           = map[int64]struct{}{}
 		shape            = newShapeAcc()
+		tools            []int32 // tool_tokens of the rows that send tools
+		toolRows         int64   // rows with a tool_tokens value
 		name             = "(in memory)"
 	)
 	if n, ok := src.(interface{ Name() string }); ok {
@@ -131,6 +150,12 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		b1.add(a - first)
 		b60.add(a - first)
 		prompts = append(prompts, r.PromptTokens)
+		if r.HasToolTokens {
+			toolRows++
+			if r.ToolTokens > 0 {
+				tools = append(tools, r.ToolTokens)
+			}
+		}
 		outputs = append(outputs, r.OutputTokens)
 		if r.HasSession {
 			sessions[r.SessionID] = struct{}{}
@@ -164,6 +189,14 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info.Dispersion1s = b1.dispersion(span)
 	info.Dispersion60s = b60.dispersion(span)
 	info.Prompt = summarise(prompts)
+	if toolRows > 0 {
+		ti := &ToolsInfo{Recorded: toolRows, WithTools: int64(len(tools)), Share: float64(len(tools)) / float64(info.Count)}
+		if len(tools) > 0 {
+			ti.Tokens = summarise(tools)
+			ti.PromptShare = float64(ti.Tokens.Sum) / float64(info.Prompt.Sum)
+		}
+		info.Tools = ti
+	}
 	info.Output = summarise(outputs)
 	info.Sessions = int64(len(sessions))
 	info.Agent = shape.shape()
@@ -228,6 +261,14 @@ func (info Info) WriteText(w io.Writer, name string) error {
 	if info.PrefixBlockRefs > 0 {
 		fmt.Fprintf(&b, "prefix     %d block refs, %d unique blocks of %d tokens: %.1f %% reusable with an infinite prefix cache\n",
 			info.PrefixBlockRefs, info.UniqueBlocks, m.BlockTokens, 100*info.ReusableBlockShare)
+	}
+	if t := info.Tools; t != nil {
+		fmt.Fprintf(&b, "tools      %.1f %% of requests send tool definitions (%d of %d; %d rows record tool_tokens)",
+			100*t.Share, t.WithTools, info.Count, t.Recorded)
+		if t.WithTools > 0 {
+			fmt.Fprintf(&b, "; tool tokens p50 %.1f, p99 %.1f, max %d; %.1f %% of prompt tokens", t.Tokens.P50, t.Tokens.P99, t.Tokens.Max, 100*t.PromptShare)
+		}
+		b.WriteString("\n")
 	}
 	if info.Agent != nil {
 		info.Agent.writeText(&b)

@@ -343,6 +343,11 @@ type SynthSpec struct {
 	Model       string `json:"model,omitempty"`
 	// Agent, when set, makes agent sessions instead (synth_agent.go); Prompt is unused.
 	Agent *AgentSpec `json:"agent,omitempty"`
+	// ToolTokens, when > 0, is the tokens of tool definitions every request sends
+	// (tool_tokens), counted in its prompt_tokens: each prompt is ToolTokens plus the
+	// messages' tokens, the draw clamped to [PromptMin, PromptMax − ToolTokens]; a
+	// session's later turns and calls carry the tools once, before their history.
+	ToolTokens int32 `json:"tool_tokens,omitempty"`
 }
 
 // Validate checks the spec; it fills no defaults.
@@ -366,6 +371,9 @@ func (s *SynthSpec) Validate() error {
 	}
 	if s.PromptMin < 1 || s.OutputMin < 1 || s.PromptMax < s.PromptMin || s.OutputMax < s.OutputMin {
 		return fmt.Errorf("synth: clamps want 1 <= min <= max (prompt %d..%d, output %d..%d)", s.PromptMin, s.PromptMax, s.OutputMin, s.OutputMax)
+	}
+	if s.ToolTokens < 0 || int64(s.ToolTokens)+int64(s.PromptMin) > int64(s.PromptMax) {
+		return fmt.Errorf("synth: tool tokens %d: want >= 0, and room beside them for a prompt of at least %d tokens within the prompt clamp %d", s.ToolTokens, s.PromptMin, s.PromptMax)
 	}
 	if (s.Prompt.Kind == "" && s.Agent == nil) || s.Output.Kind == "" {
 		return errors.New("synth: prompt and output distributions are required")
@@ -458,22 +466,27 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 			}
 		}
 		req := Request{ID: n, Arrival: time.Duration(t), Model: spec.Model}
-		user := clamp(ps.draw(), spec.PromptMin, spec.PromptMax)
+		tools := spec.ToolTokens
+		if tools > 0 {
+			req.ToolTokens, req.HasToolTokens = tools, true
+		}
+		user := clamp(ps.draw(), spec.PromptMin, spec.PromptMax-tools)
 		req.OutputTokens = clamp(outs.draw(), spec.OutputMin, spec.OutputMax)
 		if ts == nil {
-			req.PromptTokens = user
+			req.PromptTokens = tools + user
 		} else {
 			i := srng.IntN(len(slots))
 			c := slots[i]
 			// A conversation ends after its turns, or when its context would pass the
 			// prompt clamp (as a real one ends at the model's context window).
-			if c == nil || c.history+int64(user) > int64(spec.PromptMax) {
+			if c == nil || int64(tools)+c.history+int64(user) > int64(spec.PromptMax) {
 				c = &conversation{id: nextSess, turns: max(1, ts.draw())}
 				nextSess++
 				slots[i] = c
 			}
 			req.SessionID, req.HasSession = c.id, true
-			prompt := c.history + int64(user)
+			// The tools come first in every turn, so block ids stay positional.
+			prompt := int64(tools) + c.history + int64(user)
 			req.PromptTokens = int32(prompt)
 			full := prompt / int64(spec.BlockTokens)
 			for int64(len(c.blocks)) < full {
@@ -488,7 +501,7 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 				req.PrefixBlocks = append(req.PrefixBlocks, nextBlk)
 				nextBlk++
 			}
-			c.history = prompt + int64(req.OutputTokens)
+			c.history = prompt - int64(tools) + int64(req.OutputTokens)
 			c.turn++
 			if c.turn >= c.turns {
 				slots[i] = nil

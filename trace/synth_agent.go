@@ -116,6 +116,10 @@ func (g *agentGen) emit(sid int64, start int64, parents []int, prompt int64, gap
 	s := g.spec
 	r := Request{ID: int64(len(g.rows)), SessionID: sid, HasSession: true, Model: s.Model,
 		PromptTokens: int32(prompt), OutputTokens: int32(max(int64(s.OutputMin), min(int64(s.OutputMax), g.out.draw())))}
+	if s.ToolTokens > 0 {
+		// Every call sends the agent's tools, first; a parent's context holds them once.
+		r.ToolTokens, r.HasToolTokens = s.ToolTokens, true
+	}
 	c := NewCall()
 	at := start
 	shared := int64(0)
@@ -157,7 +161,8 @@ func (g *agentGen) appendDraw() int64 { return max(1, g.add.draw()) }
 func (g *agentGen) session(sid, start int64) {
 	s, a := g.spec, g.a
 	calls := max(1, g.calls.draw())
-	first := max(int64(s.PromptMin), min(int64(s.PromptMax), g.first.draw()))
+	tools := int64(s.ToolTokens)
+	first := tools + max(int64(s.PromptMin), min(int64(s.PromptMax)-tools, g.first.draw()))
 	prev := g.emit(sid, start, nil, first, 0, "", Unknown)
 	for made := int64(1); made < calls; made++ {
 		gap, kind := g.mainGap(made)

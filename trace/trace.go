@@ -35,6 +35,11 @@ type Request struct {
 	PrefixBlocks []int64
 	Model        string // model or tenant column of the source; "" when absent
 	Prompt       string // recorded prompt text; "" when absent
+	// ToolTokens is how many of PromptTokens are the tool definitions the request sends
+	// (an agent's tools, rendered by the server before the messages); meaningful only when
+	// HasToolTokens. 0 and no value both send no tools.
+	ToolTokens    int32
+	HasToolTokens bool
 	// Call is what an agent trace records beyond the request: the calls it waits for, the
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
@@ -50,11 +55,22 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("prompt_tokens: %d, must be >= 1", r.PromptTokens)
 	case r.OutputTokens < 1:
 		return fmt.Errorf("output_tokens: %d, must be >= 1", r.OutputTokens)
+	case r.HasToolTokens && (r.ToolTokens < 0 || r.ToolTokens > r.PromptTokens):
+		return fmt.Errorf("%s: %d not in [0, prompt_tokens %d] (the tool definitions are part of the prompt)", ColToolTokens, r.ToolTokens, r.PromptTokens)
 	}
 	if r.Call != nil {
 		return r.Call.validate(r)
 	}
 	return nil
+}
+
+// Tools returns the tokens of the tool definitions r sends: ToolTokens, or 0 when the
+// trace has no value.
+func (r *Request) Tools() int32 {
+	if !r.HasToolTokens {
+		return 0
+	}
+	return r.ToolTokens
 }
 
 // Meta is a trace file's schema metadata.

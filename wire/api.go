@@ -209,6 +209,29 @@ type Encoder struct {
 	kind     *Kind
 	backend  Backend
 	tokenIDs bool
+	tools    []byte // WithTools: the tool's description, escaped; nil: no tools
+}
+
+// WithTools returns the encoder whose bodies also carry one tool whose description is
+// desc, already escaped as inside a JSON string (AppendJSONContent): the request's tool
+// definitions (docs/replay.md, "Tool definitions"). It is a copy on the stack, made per
+// request without an allocation; nil or empty desc, or a kind without tools
+// (Kind.AppendTools nil, whose caller puts the tools' tokens in the prompt's text), gives
+// bodies without tools, byte for byte those of e.
+func (e Encoder) WithTools(desc []byte) Encoder {
+	e.tools = desc
+	return e
+}
+
+// TakesTools reports whether the encoder's API takes tool definitions (Kind.AppendTools).
+func (e Encoder) TakesTools() bool { return e.kind.AppendTools != nil }
+
+// appendTools appends the tools field of WithTools, if any.
+func (e Encoder) appendTools(b []byte) []byte {
+	if len(e.tools) == 0 || e.kind.AppendTools == nil {
+		return b
+	}
+	return e.kind.AppendTools(b, e.tools)
 }
 
 // NewEncoder returns the encoder for api and backend; tokenIDs sends prompts as the JSON
@@ -329,9 +352,10 @@ func (e Encoder) AppendStart(b []byte, model string) []byte {
 }
 
 // AppendBody appends the body asking for outputTokens tokens after prompt, starting with
-// start (an AppendStart).
+// start (an AppendStart), with the tools of WithTools before the prompt's fields.
 func (e Encoder) AppendBody(b, start, prompt []byte, outputTokens int32) []byte {
 	b = e.appendLengths(b, start, outputTokens)
+	b = e.appendTools(b)
 	return e.kind.AppendPrompt(b, prompt, e.tokenIDs)
 }
 
@@ -340,6 +364,7 @@ func (e Encoder) AppendBody(b, start, prompt []byte, outputTokens int32) []byte 
 // messages (Kind.AppendMessages nil) gets them as its prompt's text.
 func (e Encoder) AppendMessagesBody(b, start, messages []byte, outputTokens int32) []byte {
 	b = e.appendLengths(b, start, outputTokens)
+	b = e.appendTools(b)
 	if e.kind.AppendMessages == nil {
 		return e.kind.AppendPrompt(b, messages, false)
 	}
@@ -360,6 +385,7 @@ var contextMark = []byte{0}
 // (AppendJSONContent). So a context of 100k tokens is never copied into a body.
 func (e Encoder) AppendContextBody(b, start []byte, outputTokens int32, tail []byte) (body []byte, at int) {
 	b = e.appendLengths(b, start, outputTokens)
+	b = e.appendTools(b) // before the mark's search: an escaped description may hold \u0000
 	from := len(b)
 	mark := contextMark
 	if e.kind.AppendMessages != nil {

@@ -63,6 +63,10 @@ type Prober struct {
 	Client *http.Client
 	// Header is added to every probe.
 	Header http.Header
+	// Tools, when set, is the description (escaped as inside a JSON string) of one tool
+	// every probe of a messages API carries, in the kind's own shape (Kind.AppendTools):
+	// how calibration measures what a tool costs.
+	Tools []byte
 }
 
 // Count sends text as one probe of method and returns the server's count of its tokens,
@@ -84,6 +88,10 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 	if p.API == APIChat || p.API == APIResponses {
 		msgs = []chatMessage{{Role: "user", Content: text}}
 	}
+	tools, err := p.tools()
+	if err != nil {
+		return 0, 0, err
+	}
 	switch method {
 	case MethodTokenize:
 		body := map[string]any{"model": p.Model}
@@ -91,6 +99,9 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 			body["messages"] = msgs
 		} else {
 			body["prompt"] = text
+		}
+		if tools != nil {
+			body["tools"] = tools
 		}
 		resp, err := p.post(ctx, method, TokenizeURL(p.Base), body)
 		if err != nil {
@@ -117,6 +128,9 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		default:
 			body["prompt"] = text
 		}
+		if tools != nil {
+			body["tools"] = tools
+		}
 		u := APIURL(p.Base, p.API)
 		u.RawQuery, u.Fragment = "", ""
 		resp, err := p.post(ctx, method, u, body)
@@ -127,6 +141,24 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		return n, 0, err
 	}
 	return 0, 0, fmt.Errorf("calibrate: unknown method %q", method)
+}
+
+// tools returns the value of the probes' "tools" field, nil without Tools: the kind's
+// AppendTools output without its leading `,"tools":`.
+func (p *Prober) tools() (json.RawMessage, error) {
+	if len(p.Tools) == 0 {
+		return nil, nil
+	}
+	k, ok := Lookup(p.API)
+	if !ok || k.AppendTools == nil {
+		return nil, fmt.Errorf("calibrate: the %s API takes no tools", p.API)
+	}
+	const lead = `,"tools":`
+	raw := k.AppendTools(nil, p.Tools)
+	if !bytes.HasPrefix(raw, []byte(lead)) {
+		return nil, fmt.Errorf("calibrate: the %s API's tools field starts %.20q, not %q", p.API, raw, lead)
+	}
+	return raw[len(lead):], nil
 }
 
 func (p *Prober) post(ctx context.Context, method string, target *url.URL, body any) ([]byte, error) {

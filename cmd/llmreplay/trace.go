@@ -118,7 +118,7 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   llmreplay trace import --from csv --map arrival=ts,prompt_tokens=in,output_tokens=out --time-unit ms log.csv -o log.parquet`, stdout)
 	from := fs.String("from", "", "input format: "+strings.Join(trace.ImportFormats, ", "))
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
-	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=]")
+	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=,tool_tokens=]")
 	unit := fs.String("time-unit", "s", "csv/jsonl: unit of the arrival column: s, ms, us, ns or datetime")
 	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~100 B each; copilot-agent always sorts)")
 	keepFailed := fs.Bool("keep-failed", false, "burstgpt: keep failed requests (0 response tokens), lengths raised to 1")
@@ -189,6 +189,8 @@ const traceSynthExamples = `  # 10 minutes of Poisson arrivals at 20 req/s, logn
   llmreplay trace synth --rate 10:100 --duration 5m -o ramp.parquet
   # Multi-turn chat: 2..8 turns per conversation, 64 open conversations, shared prefixes
   llmreplay trace synth --rate 5 --duration 30m --turns uniform:2,8 --sessions 64 -o chat.parquet
+  # Every request also sends 4,000 tokens of tool definitions (inside its prompt_tokens)
+  llmreplay trace synth --rate 5 --count 1000 --tool-tokens 4000 -o tools.parquet
   # Lengths drawn from a real trace's columns
   llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet
   # Agent sessions: 100 tasks started at 0.5/s, 10..40 calls each on a 20k-token first
@@ -277,6 +279,7 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	block := fs.Int("block-tokens", 16, "with --turns: tokens per prefix block")
 	var agf agentFlags
 	agf.register(fs)
+	tools := fs.Int32("tool-tokens", 0, "every request sends tool definitions of N tokens (tool_tokens), counted in its prompt_tokens: a prompt is N plus the drawn tokens, the draw clamped so the whole stays within --prompt-max; later turns and agent calls send the tools once, before their history")
 	model := fs.String("model", "", "model column value for every request")
 	fs.Uint64Var(&af.seed, "seed", 1, "random seed: the same command and seed give a byte-identical file")
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
@@ -296,7 +299,7 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	spec := trace.SynthSpec{Arrivals: as, Count: *count, Duration: *dur, PromptMin: *lo, PromptMax: *hi, OutputMin: *lo, OutputMax: *hi, Model: *model}
+	spec := trace.SynthSpec{Arrivals: as, Count: *count, Duration: *dur, PromptMin: *lo, PromptMax: *hi, OutputMin: *lo, OutputMax: *hi, Model: *model, ToolTokens: *tools}
 	if *pmax > 0 {
 		spec.PromptMax = *pmax
 	}

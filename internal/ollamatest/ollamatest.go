@@ -59,6 +59,9 @@ type Options struct {
 	// Debug is OLLAMA_DEBUG: the runner logs its prompt cache's use of each request
 	// (CacheLoads reads it), and much else.
 	Debug bool
+	// Template, when set, is the model's chat template instead of the messages' contents
+	// end to end (a test of tools gives one that renders .Tools).
+	Template string
 }
 
 // Server is one `ollama serve` on loopback with the tiny model created and loaded.
@@ -153,7 +156,11 @@ func start(bin, gguf string, o Options, dir string) (*Server, error) {
 	mf := filepath.Join(dir, "Modelfile")
 	// The template is the messages' contents, end to end: a chat's prompt is counted as
 	// exactly its messages' text (plus BOS), as a completion's is.
-	modelfile := "FROM " + gguf + "\nTEMPLATE \"\"\"{{- range .Messages }}{{ .Content }}{{ end }}\"\"\"\n" +
+	tmpl := o.Template
+	if tmpl == "" {
+		tmpl = "{{- range .Messages }}{{ .Content }}{{ end }}"
+	}
+	modelfile := "FROM " + gguf + "\nTEMPLATE \"\"\"" + tmpl + "\"\"\"\n" +
 		"PARAMETER num_thread " + strconv.Itoa(o.Threads) + "\n"
 	if err := os.WriteFile(mf, []byte(modelfile), 0o644); err != nil {
 		return fail(err)

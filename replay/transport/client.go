@@ -304,7 +304,7 @@ func (c *Client) Close() {
 
 // AppendBody appends the JSON body asking for outputTokens tokens after prompt.
 func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
-	return c.AppendPromptBody(b, c.bodyPrefix, prompt, outputTokens)
+	return c.AppendPromptBody(b, c.bodyPrefix, prompt, outputTokens, nil)
 }
 
 // Options returns the client's options, with NewClient's defaults filled in.
@@ -321,21 +321,26 @@ func (c *Client) BodyPrefix(model string) []byte { return c.enc.AppendStart(nil,
 
 // AppendPromptBody is AppendBody with the body's constant start given (DefaultBodyPrefix
 // or a BodyPrefix): the model is the only field that differs between requests' starts.
-func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens int32) []byte {
-	return c.enc.AppendBody(b, prefix, prompt, outputTokens)
+// tools, when not empty, is the description of the one tool the body carries, escaped as
+// inside a JSON string (wire.Encoder.WithTools); an API without tools ignores it.
+func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens int32, tools []byte) []byte {
+	return c.enc.WithTools(tools).AppendBody(b, prefix, prompt, outputTokens)
 }
+
+// TakesTools reports whether the client's API takes tool definitions.
+func (c *Client) TakesTools() bool { return c.enc.TakesTools() }
 
 // AppendContextBody is the body of a request whose conversation is a shared context, then
 // tail (wire.Encoder.AppendContextBody): the context's bytes go at the returned offset
 // (Request.Shared, Request.SharedAt).
-func (c *Client) AppendContextBody(b, prefix []byte, outputTokens int32, tail []byte) ([]byte, int) {
-	return c.enc.AppendContextBody(b, prefix, outputTokens, tail)
+func (c *Client) AppendContextBody(b, prefix []byte, outputTokens int32, tail, tools []byte) ([]byte, int) {
+	return c.enc.WithTools(tools).AppendContextBody(b, prefix, outputTokens, tail)
 }
 
 // AppendMessagesBody is AppendPromptBody for the chat API with the messages given, JSON
 // objects separated by commas (a conversation's history and its new user message).
-func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTokens int32) []byte {
-	return c.enc.AppendMessagesBody(b, prefix, messages, outputTokens)
+func (c *Client) AppendMessagesBody(b, prefix []byte, messages []byte, outputTokens int32, tools []byte) []byte {
+	return c.enc.WithTools(tools).AppendMessagesBody(b, prefix, messages, outputTokens)
 }
 
 // TakesMessages reports whether the client's API takes a conversation as role messages
