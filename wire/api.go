@@ -301,8 +301,8 @@ func (e Encoder) LengthFieldNames() string {
 
 // Decode decodes one stream event of the encoder's API into c, as Kind.Decoder's function
 // does, with the backend's reading of the usage where servers of the API differ (the
-// Messages API's input_tokens: the whole prompt on the engines, the uncached part on
-// Anthropic's own, --backend openai). The built-in decoders are called directly: a call
+// Messages API's input_tokens: the whole prompt on SGLang, the uncached part on
+// Anthropic's own and on vLLM since it reports cache reads). The built-in decoders are called directly: a call
 // through a function value (Kind.Decode) makes c escape to the heap, and with it a
 // client's per-stream state that holds it. A kind's own decoder gets a copy of c: one
 // allocation an event, for such kinds alone. The zero Encoder decodes OpenAI's shapes.
@@ -312,7 +312,10 @@ func (e Encoder) Decode(data []byte, c *Chunk) error {
 	case k == nil || k.Decode == nil:
 		return DecodeChunk(data, c)
 	case k.Name == APIMessages:
-		return decodeMessages(data, c, e.backend == BackendOpenAI)
+		// Anthropic's reading, which vLLM follows since it reports cache reads (and
+		// which, without cache fields, is input_tokens alone); SGLang's input_tokens is
+		// the whole prompt beside its cache_read_input_tokens.
+		return decodeMessages(data, c, e.backend != BackendSGLang)
 	case k.Name == APIResponses:
 		return DecodeResponses(data, c)
 	}

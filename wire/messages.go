@@ -72,8 +72,9 @@ func appendMessagesTools(b, desc []byte) []byte {
 }
 
 // DecodeMessages decodes one event of a Messages API stream into c, reading its usage as
-// the engines write it (input_tokens is the whole prompt): Kind.Decode of the messages
-// kind. What each event means for a Chunk:
+// SGLang writes it (input_tokens is the whole prompt, cache_read_input_tokens the part of
+// it that hit the cache): Kind.Decode of the messages kind. A client decodes through
+// Encoder.Decode, which reads it as the backend writes it. What each event means for a Chunk:
 //
 //	message_start        usage (Choices 0): input_tokens, cache_read_input_tokens (none
 //	                     when the prompt comes to 0); its output_tokens is a

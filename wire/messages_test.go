@@ -167,7 +167,7 @@ func TestDecodeMessages(t *testing.T) {
 			}
 		}
 	}
-	// Anthropic's own reading (--backend openai): input_tokens is the uncached part.
+	// Anthropic's own reading (every backend but sglang): input_tokens is the uncached part.
 	var c Chunk
 	if err := decodeMessages([]byte(messagesSeeds[0]), &c, true); err != nil || c.PromptTokens != 25+3+10 || c.Cached != 10 {
 		t.Errorf("uncached reading: prompt %d cached %d, %v", c.PromptTokens, c.Cached, err)
@@ -175,6 +175,10 @@ func TestDecodeMessages(t *testing.T) {
 	e, _ := NewEncoder(APIMessages, BackendOpenAI, false)
 	if err := e.Decode([]byte(messagesSeeds[0]), &c); err != nil || c.PromptTokens != 38 {
 		t.Errorf("--backend openai: prompt %d, want input_tokens plus the cache reads and writes (38), %v", c.PromptTokens, err)
+	}
+	e, _ = NewEncoder(APIMessages, BackendVLLM, false)
+	if err := e.Decode([]byte(messagesSeeds[0]), &c); err != nil || c.PromptTokens != 38 {
+		t.Errorf("--backend vllm: prompt %d, want input_tokens plus the cache reads and writes (38), %v", c.PromptTokens, err)
 	}
 	e, _ = NewEncoder(APIMessages, BackendSGLang, false)
 	if err := e.Decode([]byte(messagesSeeds[0]), &c); err != nil || c.PromptTokens != 25 {

@@ -108,8 +108,8 @@ func roundTrip(c *Client, clk Clock, prompt string, outputTokens int32) *results
 
 // TestMessagesStream: on both clients, a stream of the reference's shape is one ok record
 // whose output tokens are message_delta's, whose prompt and cached tokens are the whole
-// prompt and its cache hit as the backend's server means them (an engine's input_tokens is
-// the whole prompt, Anthropic's the uncached part), whose chunks are the five output
+// prompt and its cache hit as the backend's server means them (SGLang's input_tokens is
+// the whole prompt, Anthropic's and vLLM's the uncached part), whose chunks are the five output
 // deltas and whose TTFT is the first thinking delta's, not message_start's, the ping's or
 // the block start's. The request went to /v1/messages with the key in x-api-key (and as a
 // bearer token to an engine) and anthropic-version, as the reference's body.
@@ -122,6 +122,7 @@ func TestMessagesStream(t *testing.T) {
 	}{
 		{wire.APIMessages, wire.BackendSGLang, `"input_tokens":30,"cache_read_input_tokens":12`},
 		{wire.APIMessages, wire.BackendOpenAI, `"input_tokens":18,"cache_creation_input_tokens":0,"cache_read_input_tokens":12`},
+		{wire.APIMessages, wire.BackendVLLM, `"input_tokens":18,"cache_creation_input_tokens":0,"cache_read_input_tokens":12`},
 		// The same kind outside package wire's built-ins: decoded through Kind.Decode.
 		{messagesOwn.Name, wire.BackendSGLang, `"input_tokens":30,"cache_read_input_tokens":12`},
 	} {
