@@ -31,9 +31,14 @@ type Report struct {
 	// ITLPerToken is the per-token ITL when chunk_tokens says some chunks carry several
 	// tokens; N == 0 otherwise (it would repeat ITL).
 	ITLPerToken stats.Quantiles
-	Goodput     *Goodput    // nil when no SLO
-	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
-	Closed      *ClosedLoop // nil for open-loop runs
+	// Reasoning measured apart (reasoning.go), over ok requests: time to first answer
+	// token, time per answer token after it (ms), reasoning tokens per request. Reasoned
+	// says the run reasoned; the three are empty when it did not.
+	TTFA, AnswerTPOT, ReasoningTokens stats.Quantiles
+	Reasoned                          bool
+	Goodput                           *Goodput    // nil when no SLO
+	PerUser                           PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
+	Closed                            *ClosedLoop // nil for open-loop runs
 	// Conversations: prefix-cache hits and session waits; nil for a run without sessions,
 	// cached-token counts or a trace with prefix blocks.
 	Conversations *Conversations
@@ -56,6 +61,7 @@ type Report struct {
 
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64
+	ttfaCurve            [][2]float64 // nil unless the run reasoned
 	promptTTFT           [][2]float64
 }
 
@@ -212,6 +218,7 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	}
 	r.requests(d)
 	r.latencies(d)
+	r.reasoning(d)
 	r.perUser(d)
 	r.throughput(d)
 	r.goodput(d)
@@ -338,6 +345,18 @@ func meets(d *decode.Data, i int, slo SLO) bool {
 	}
 	if slo.TPOT > 0 {
 		if v := d.TPOTMS(i); !math.IsNaN(v) && v > float64(slo.TPOT)/1e6 {
+			return false
+		}
+	}
+	// A request that never answered misses a TTFA objective; answer TPOT, like TPOT,
+	// applies to requests of more than one answer token.
+	if slo.TTFA > 0 {
+		if v := d.TTFAMS(i); math.IsNaN(v) || v > float64(slo.TTFA)/1e6 {
+			return false
+		}
+	}
+	if slo.AnswerTPOT > 0 {
+		if v := d.AnswerTPOTMS(i); !math.IsNaN(v) && v > float64(slo.AnswerTPOT)/1e6 {
 			return false
 		}
 	}

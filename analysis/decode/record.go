@@ -319,10 +319,11 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, l *results.L
 	return nil
 }
 
-// addOptional stores the revision-1.1 columns of rec's rows (the rows addRecord just
-// stored, ending at p.at), refusing negative values: a count, an id or a wait is never
-// negative.
-func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results.Layout, opt []int) error {
+// addOptional stores the optional columns of rec's rows (the rows addRecord just stored,
+// ending at p.at), refusing negative values: a count, an id or a wait is never negative.
+// first_answer_ns is an offset like first_token_ns: shifted onto the common time axis and
+// checked to lie between the row's first token and its end.
+func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results.Layout, opt []int, shift int64) error {
 	n := int(rec.NumRows())
 	at := p.at - n
 	x := results.NewArrays(rec, l)
@@ -346,6 +347,11 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 					dst[i] = a.Value(i)
 				}
 			}
+			if k == oFirstAnswer {
+				if err := p.shiftFirstAnswer(path, row0, dst, at, shift); err != nil {
+					return err
+				}
+			}
 		default:
 			a := results.Array[*array.Int32](x, name)
 			if err := x.Err(); err != nil || a == nil {
@@ -360,6 +366,25 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 					dst[i] = a.Value(i)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// shiftFirstAnswer puts the first answers of rows [at, at+len(fa)) on the common time
+// axis and checks each against its row: a chunk at or after the first token, not after
+// the last.
+func (p *part) shiftFirstAnswer(path string, row0 int64, fa []int64, at int, shift int64) error {
+	d := p.d
+	for i, v := range fa {
+		if v == Null64 {
+			continue
+		}
+		j := at + i
+		fa[i] = v + shift
+		if d.First[j] == Null64 || fa[i] < d.First[j] || fa[i] > d.End[j] {
+			return &FieldError{File: path, Row: row0 + int64(i), Field: results.ColFirstAnswerNS,
+				Err: fmt.Errorf("%d is not within first_token_ns and end_ns", v)}
 		}
 	}
 	return nil
