@@ -273,24 +273,23 @@ func TestConvertJournalChecksByName(t *testing.T) {
 	}
 }
 
-// TestOlderFileReadsNewColumnsAsNull: a results file of revision 1.0 (without session_id,
-// turn, session_wait_ns and prompt_tokens_cached) still reads, every other field as
-// written and the four as null.
-func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
-	recs := fullRecords()
-	rev11 := map[string]bool{}
+// readWithout writes recs, drops the columns of revision 1.since from the file (an older
+// writer's file) and reads it back.
+func readWithout(t *testing.T, recs []*Result, since, want int) []Result {
+	t.Helper()
+	rev := map[string]bool{}
 	for _, c := range Columns() {
-		if c.Since == 1 {
-			rev11[c.Name] = true
+		if c.Since == since {
+			rev[c.Name] = true
 		}
 	}
-	if len(rev11) != 4 {
-		t.Fatalf("revision 1.1 has %d columns, want 4", len(rev11))
+	if len(rev) != want {
+		t.Fatalf("revision 1.%d has %d columns, want %d", since, len(rev), want)
 	}
 	older := rewrite(t, writeResultsFile(t, recs), func(fs []arrow.Field) []arrow.Field {
 		var out []arrow.Field
 		for _, f := range fs {
-			if !rev11[f.Name] {
+			if !rev[f.Name] {
 				out = append(out, f)
 			}
 		}
@@ -298,11 +297,20 @@ func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 	})
 	got, _, err := ReadFile(older)
 	if err != nil {
-		t.Fatalf("revision 1.0 file: %v", err)
+		t.Fatalf("file without revision 1.%d: %v", since, err)
 	}
 	if len(got) != len(recs) {
 		t.Fatalf("%d rows, want %d", len(got), len(recs))
 	}
+	return got
+}
+
+// TestOlderFileReadsNewColumnsAsNull: a results file of revision 1.0 (without session_id,
+// turn, session_wait_ns and prompt_tokens_cached) still reads, every other field as
+// written and the four as null.
+func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
+	recs := fullRecords()
+	got := readWithout(t, recs, 1, 4)
 	for i := range got {
 		want := *recs[i]
 		want.SessionID, want.Turn, want.SessionWaitNS, want.PromptTokensCached = Null, Null, Null, Null
@@ -316,31 +324,7 @@ func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 // reasoning_tokens and reasoning_tokens_source, reads them as null and the rest as written.
 func TestRevision12FileReadsReasoningAsNull(t *testing.T) {
 	recs := fullRecords()
-	rev13 := map[string]bool{}
-	for _, c := range Columns() {
-		if c.Since == 3 {
-			rev13[c.Name] = true
-		}
-	}
-	if len(rev13) != 3 {
-		t.Fatalf("revision 1.3 has %d columns, want 3", len(rev13))
-	}
-	older := rewrite(t, writeResultsFile(t, recs), func(fs []arrow.Field) []arrow.Field {
-		var out []arrow.Field
-		for _, f := range fs {
-			if !rev13[f.Name] {
-				out = append(out, f)
-			}
-		}
-		return out
-	})
-	got, _, err := ReadFile(older)
-	if err != nil {
-		t.Fatalf("revision 1.2 file: %v", err)
-	}
-	if len(got) != len(recs) {
-		t.Fatalf("%d rows, want %d", len(got), len(recs))
-	}
+	got := readWithout(t, recs, 3, 3)
 	for i := range got {
 		want := *recs[i]
 		want.FirstAnswerNS, want.ReasoningTokens, want.ReasoningTokensSource = Null, Null, ""
