@@ -473,6 +473,9 @@ func (r *Report) goodput(d *decode.Data) {
 		return
 	}
 	g := &Goodput{SLO: slo, RequestsPerS: math.NaN(), OutputTokensPerS: math.NaN(), Attainment: math.NaN()}
+	if (slo.TTFA > 0 || slo.AnswerTPOT > 0) && d.FirstAnswer == nil {
+		r.warnf("the SLO names ttfa or answer_tpot but no request has first_answer_ns (results written before revision 1.3, or no answer came): a ttfa objective is missed by every request")
+	}
 	var tok int64
 	for i := range d.Status {
 		if meets(d, i, slo) {

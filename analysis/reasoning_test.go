@@ -347,6 +347,18 @@ func TestReasoningSLO(t *testing.T) {
 			t.Errorf("slo %s: %+v good, want %d", c.slo, r.Goodput, want)
 		}
 	}
+	// A file without first answers (written before revision 1.3): said, since every
+	// request then misses a TTFA objective.
+	for i := range rows {
+		rows[i].firstAnswer = nil
+	}
+	old := filepath.Join(t.TempDir(), "old.parquet")
+	writeResults(t, old, testRun(), rows)
+	opts := DefaultOptions()
+	opts.SLO = SLO{TTFA: time.Second}
+	if r := analyzeFile(t, old, opts); r.Goodput.Good != 0 || !strings.Contains(strings.Join(r.Warnings, "\n"), "no request has first_answer_ns") {
+		t.Errorf("ttfa objective on a file without first answers: %d good, warnings %q", r.Goodput.Good, r.Warnings)
+	}
 	if s, err := ParseSLO("ttfa=3s,answer_tpot=40ms"); err != nil || s.TTFA != 3*time.Second || s.AnswerTPOT != 40*time.Millisecond || s.String() != "ttfa=3s,answer_tpot=40ms" {
 		t.Errorf("ParseSLO: %+v %v", s, err)
 	}
