@@ -36,9 +36,12 @@ type Report struct {
 	// says the run reasoned; the three are empty when it did not.
 	TTFA, AnswerTPOT, ReasoningTokens stats.Quantiles
 	Reasoned                          bool
-	Goodput                           *Goodput    // nil when no SLO
-	PerUser                           PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
-	Closed                            *ClosedLoop // nil for open-loop runs
+	// ReasoningBy counts the ok requests by how their reasoning tokens were counted
+	// (decode.ReasoningSources, then "none"); nil unless Reasoned.
+	ReasoningBy map[string]int64
+	Goodput     *Goodput    // nil when no SLO
+	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
+	Closed      *ClosedLoop // nil for open-loop runs
 	// Conversations: prefix-cache hits and session waits; nil for a run without sessions,
 	// cached-token counts or a trace with prefix blocks.
 	Conversations *Conversations

@@ -161,6 +161,7 @@ var reportFigures = []Figure{
 	reasoningFigure(keyAnswerTPOT, "ms", "answer_tpot_ms", "latency", "TPOT (answer)", "answer TPOT", func(r *Report) stats.Quantiles { return r.AnswerTPOT }),
 	reasoningFigure(keyReasoningTokens, "tok", "reasoning_tokens", "reasoning", "reasoning tokens", "reasoning tokens",
 		func(r *Report) stats.Quantiles { return r.ReasoningTokens }),
+	{Key: "reasoning_tokens_source", JSON: "reasoning_tokens_source", Present: reasoned, Value: reasoningByObject},
 	latencyFigure("itl", "itl_ms", "ITL (per chunk)", "ITL", func(r *Report) stats.Quantiles { return r.ITL }),
 	{Key: "itl_per_token", Unit: "ms", JSON: "breakdown.itl_per_token_ms", Column: "itl_per_token_ms", Section: "latency", Text: "ITL (per token)",
 		OnlyIfSampled: true, Dist: func(r *Report) stats.Quantiles { return r.ITLPerToken }},

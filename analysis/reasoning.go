@@ -1,7 +1,9 @@
 package analysis
 
 import (
+	"fmt"
 	"math"
+	"strings"
 
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
@@ -48,10 +50,12 @@ func (r *Report) reasoning(d *decode.Data) {
 		return
 	}
 	var ttfa, tpot, tok []float64
+	by := map[string]int64{}
 	for i, s := range d.Status {
 		if s != decode.StOK {
 			continue
 		}
+		by[reasoningSource(d, i)]++
 		if v, ok := reasoningSample(d, keyTTFA, i); ok {
 			ttfa = append(ttfa, v)
 			r.Reasoned = r.Reasoned || d.FirstAnswer[i] != d.First[i]
@@ -68,10 +72,42 @@ func (r *Report) reasoning(d *decode.Data) {
 		return
 	}
 	r.TTFA, r.AnswerTPOT, r.ReasoningTokens = stats.Summarize(ttfa), stats.Summarize(tpot), stats.Summarize(tok)
+	r.ReasoningBy = by
 	r.ttfaCurve = quantileCurve(ttfa) // sorted by Summarize
 }
 
 func reasoned(r *Report) bool { return r.Reasoned }
+
+// reasoningSource names how ok request i's reasoning tokens were counted: a value of
+// reasoning_tokens_source, or "none".
+func reasoningSource(d *decode.Data, i int) string {
+	if d.ReasoningSource == nil || d.ReasoningSource[i] == decode.Null32 {
+		return "none"
+	}
+	return decode.ReasoningSources[d.ReasoningSource[i]]
+}
+
+// reasoningByObject is the JSON report's reasoning_tokens_source: the ok requests by how
+// their reasoning was counted, every source named.
+func reasoningByObject(r *Report) any {
+	var o Object
+	for _, s := range append(decode.ReasoningSources[:len(decode.ReasoningSources):len(decode.ReasoningSources)], "none") {
+		o = append(o, jsonField{s, r.ReasoningBy[s]})
+	}
+	return o
+}
+
+// reasoningByText is the text report's note of the same: "usage 160, none 40", the
+// sources with requests.
+func reasoningByText(r *Report) string {
+	var parts []string
+	for _, s := range append(decode.ReasoningSources[:len(decode.ReasoningSources):len(decode.ReasoningSources)], "none") {
+		if n := r.ReasoningBy[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
 
 // reasoningFigure is a reasoning distribution of ok requests, shown and compared (p50, p90,
 // p99) when the run reasoned.
@@ -87,7 +123,7 @@ func (r *Report) writeTextReasoning(p func(string, ...any)) {
 	if len(fs) == 0 {
 		return
 	}
-	p("\nReasoning, tokens per ok request (answer tokens = output_tokens - reasoning_tokens)\n")
+	p("\nReasoning, tokens per ok request (answer tokens = output_tokens - reasoning_tokens; counted by %s)\n", reasoningByText(r))
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 	for _, f := range fs {
 		latencyRow(p, f.Text, f.Dist(r))

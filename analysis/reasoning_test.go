@@ -142,7 +142,7 @@ func TestReasoningFiguresEveryOutput(t *testing.T) {
 		return want.String()
 	}
 	for _, line := range []string{row("TTFA (first answer)", ttfa), row("TPOT (answer)", tpot), row("reasoning tokens", tok),
-		"\nReasoning, tokens per ok request"} {
+		"\nReasoning, tokens per ok request (answer tokens = output_tokens - reasoning_tokens; counted by usage 160, none 40)\n"} {
 		if !strings.Contains(txt.String(), line) {
 			t.Errorf("text report lacks %q:\n%s", line, txt.String())
 		}
@@ -168,6 +168,11 @@ func TestReasoningFiguresEveryOutput(t *testing.T) {
 		if !sameFloat(got["p50"], q.P50) || !sameFloat(got["p99"], q.P99) || !sameFloat(got["mean"], q.Mean) {
 			t.Errorf("JSON %s = %v, want p50 %v p99 %v mean %v", key, got, q.P50, q.P99, q.Mean)
 		}
+	}
+
+	var by map[string]int64
+	if err := json.Unmarshal(j["reasoning_tokens_source"], &by); err != nil || len(by) != 4 || by["usage"] != 160 || by["none"] != 40 {
+		t.Errorf("JSON reasoning_tokens_source = %s, want usage 160, none 40 of four sources", j["reasoning_tokens_source"])
 	}
 
 	// summary.parquet.
@@ -361,6 +366,20 @@ func TestReasoningSLO(t *testing.T) {
 	}
 	if s, err := ParseSLO("ttfa=3s,answer_tpot=40ms"); err != nil || s.TTFA != 3*time.Second || s.AnswerTPOT != 40*time.Millisecond || s.String() != "ttfa=3s,answer_tpot=40ms" {
 		t.Errorf("ParseSLO: %+v %v", s, err)
+	}
+}
+
+// TestUnknownReasoningSource: a reasoning_tokens_source the contract does not name is a
+// bad value, named with its file, row and column.
+func TestUnknownReasoningSource(t *testing.T) {
+	rows, _ := reasoningRows(3, 1)
+	rows[1].reasoningSource = "guess"
+	path := filepath.Join(t.TempDir(), "r.parquet")
+	writeResults(t, path, testRun(), rows)
+	_, err := Load(context.Background(), decode.LoadOptions{}, path)
+	var fe *decode.FieldError
+	if !errors.As(err, &fe) || fe.Field != results.ColReasoningTokensSource || fe.Row != 1 || !strings.Contains(err.Error(), `"guess"`) {
+		t.Errorf("source guess: %v; want an error naming row 1, reasoning_tokens_source and the value", err)
 	}
 }
 

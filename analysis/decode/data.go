@@ -86,9 +86,10 @@ type Data struct {
 	Gap, RecArrival, RecDuration []int64
 	RecCached                    []int32
 	// Reasoning (revision 1.3), likewise: first_answer_ns on the common time axis (as
-	// First) and reasoning_tokens.
-	FirstAnswer []int64
-	Reasoning   []int32
+	// First), reasoning_tokens, and reasoning_tokens_source as its index in
+	// ReasoningSources (Null32 for null).
+	FirstAnswer                []int64
+	Reasoning, ReasoningSource []int32
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
@@ -118,7 +119,11 @@ func (d *Data) alloc(n int) {
 // them (an older file reads them as null), in the order of the o* constants.
 var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached,
 	results.ColGapNS, results.ColRecordedArrivalNS, results.ColRecordedDurationNS, results.ColRecordedCachedTokens,
-	results.ColFirstAnswerNS, results.ColReasoningTokens}
+	results.ColFirstAnswerNS, results.ColReasoningTokens, results.ColReasoningTokensSource}
+
+// ReasoningSources are the values of reasoning_tokens_source, which Data.ReasoningSource
+// holds as indexes.
+var ReasoningSources = []string{results.SourceUsage, results.SourceChunkUsage, results.SourceTokenizer}
 
 const (
 	oSessionID = iota
@@ -131,10 +136,13 @@ const (
 	oRecCached
 	oFirstAnswer
 	oReasoning
+	oReasoningSource // a string column, held as its index in ReasoningSources
 )
 
 // is64 reports whether the k-th optional column holds int64 values (else int32).
-func is64(k int) bool { return k != oTurn && k != oCached && k != oRecCached && k != oReasoning }
+func is64(k int) bool {
+	return k != oTurn && k != oCached && k != oRecCached && k != oReasoning && k != oReasoningSource
+}
 
 // allocOptional sizes the k-th optional column for n requests, every entry null.
 func (d *Data) allocOptional(k, n int) {
@@ -184,6 +192,8 @@ func (d *Data) ref32(k int) *[]int32 {
 		return &d.Cached
 	case oReasoning:
 		return &d.Reasoning
+	case oReasoningSource:
+		return &d.ReasoningSource
 	}
 	return &d.RecCached
 }

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -333,6 +334,10 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("%d is negative", v)}
 		}
 		switch {
+		case k == oReasoningSource:
+			if err := p.addSources(path, row0, x, p.d.ReasoningSource[at:at+n]); err != nil {
+				return err
+			}
 		case is64(k):
 			a := results.Array[*array.Int64](x, name)
 			if err := x.Err(); err != nil || a == nil {
@@ -367,6 +372,27 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// addSources stores reasoning_tokens_source of a record's rows as indexes in
+// ReasoningSources, refusing a value the contract does not name.
+func (p *part) addSources(path string, row0 int64, x *results.Arrays, dst []int32) error {
+	name := results.ColReasoningTokensSource
+	a := results.Array[*array.String](x, name)
+	if err := x.Err(); err != nil || a == nil {
+		return fmt.Errorf("analysis: read %s: %w", path, missing(name, err))
+	}
+	for i := range dst {
+		if !a.IsValid(i) {
+			continue
+		}
+		k := slices.Index(ReasoningSources, a.Value(i))
+		if k < 0 {
+			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("unknown source %q", a.Value(i))}
+		}
+		dst[i] = int32(k)
 	}
 	return nil
 }

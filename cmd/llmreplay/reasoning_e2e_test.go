@@ -278,7 +278,8 @@ func checkReasoningRun(t *testing.T, res string, served []time.Duration, wantTok
 	}
 	for _, line := range []string{fmt.Sprintf("  %-22s %9d %10.3f %10.3f", "TTFA (first answer)", 4, want["ttfa_ms"].Mean, want["ttfa_ms"].P50),
 		fmt.Sprintf("  %-22s %9d %10.3f %10.3f", "TPOT (answer)", 4, want["answer_tpot_ms"].Mean, want["answer_tpot_ms"].P50),
-		fmt.Sprintf("  %-22s %9d %10.3f %10.3f", "reasoning tokens", 4, float64(wantTok), float64(wantTok))} {
+		fmt.Sprintf("  %-22s %9d %10.3f %10.3f", "reasoning tokens", 4, float64(wantTok), float64(wantTok)),
+		"; counted by " + wantSrc + " 4)\n"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("analyze's text lacks %q:\n%s", line, out.String())
 		}
