@@ -268,6 +268,13 @@ func TestReasoningCompare(t *testing.T) {
 		}
 	}
 	var txt bytes.Buffer
+	if err := c.WriteHTML(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), `id="plot-ttfa-cdf-0"`) {
+		t.Errorf("compare's HTML lacks the runs' TTFA CDF")
+	}
+	txt.Reset()
 	if err := c.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
@@ -296,9 +303,11 @@ func TestNoReasoningReportsAsBefore(t *testing.T) {
 	for i := range plain {
 		plain[i].firstAnswer = nil
 	}
+	var paths []string
 	out := func(rows []row) string {
 		path := filepath.Join(t.TempDir(), "r.parquet")
 		writeResults(t, path, testRun(), rows)
+		paths = append(paths, path)
 		r := analyzeFile(t, path, DefaultOptions())
 		var b bytes.Buffer
 		for _, w := range []func(*bytes.Buffer) error{
@@ -316,6 +325,19 @@ func TestNoReasoningReportsAsBefore(t *testing.T) {
 	if got != want {
 		t.Errorf("a run without reasoning reports differently with first_answer_ns stamped")
 	}
+	// compare of the two: no reasoning rows, no TTFA plot.
+	c, err := compareFiles(t, CompareOptions{}, paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := c.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	got += b.String()
 	for _, s := range []string{"TTFA", "ttfa", "answer_tpot", "reasoning"} {
 		if strings.Contains(got, s) {
 			t.Errorf("a run without reasoning mentions %q", s)
