@@ -32,9 +32,10 @@ const (
 	countNone       = "tokenizer"   // neither: the client counts the reasoning text
 )
 
-// reasoningChat is a chat server of a reasoning model, streaming as vLLM's serving_chat.py
-// does with a reasoning parser: a role chunk, 300 chunks of one reasoning token under
-// field (reasoning_content, or reasoning as later vLLM names it), a pause, then 100 chunks
+// reasoningChat is a chat server of a reasoning model, streaming in the shape of vLLM's chat
+// endpoint with --reasoning-parser (vllm/entrypoints/openai/serving_chat.py; vLLM's
+// docs/features/reasoning_outputs.md): a role chunk, 300 chunks of one reasoning token under
+// field (reasoning_content, or reasoning as vLLM names it since late 2025), a pause, then 100 chunks
 // of one content token flushed ten at a time 2 ms apart, the last with finish_reason, the
 // usage chunk, [DONE]. It records,
 // per request, how long after it read the request it flushed the first answer chunk: no

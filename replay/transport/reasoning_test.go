@@ -15,14 +15,16 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-// reasoningStream is a chat stream as vLLM's serving_chat.py sends it for a reasoning
-// model (a reasoning parser on): a role chunk, Reasoning chunks whose delta carries the
-// reasoning under field (reasoning_content, as vLLM and SGLang name it, or reasoning, as
-// later vLLM and OpenRouter do), then Answer chunks of delta.content, one token each, a
-// finish_reason on the last; with ChunkUsage the cumulative usage on every chunk (vLLM's
-// continuous_usage_stats); then the usage chunk, with completion_tokens_details.
-// reasoning_tokens when Detail (OpenAI's chat usage shape), and [DONE]. Mixed sends the
-// last reasoning token and the first answer token in one delta.
+// reasoningStream is a chat stream in the shape vLLM's chat endpoint streams for a model
+// served with --reasoning-parser (vllm/entrypoints/openai/serving_chat.py, its DeltaMessage;
+// vLLM's docs/features/reasoning_outputs.md): a role chunk, Reasoning chunks whose delta
+// carries the reasoning under field (reasoning_content, as SGLang and vLLM before its
+// rename name it, or reasoning, vLLM's name since late 2025 and OpenRouter's), then Answer
+// chunks of delta.content, one token each, a finish_reason on the last; with ChunkUsage the
+// cumulative usage on every chunk (vLLM's continuous_usage_stats); then the usage chunk,
+// with completion_tokens_details.reasoning_tokens when Detail (OpenAI's chat usage, in the
+// Chat Completions API reference), and [DONE]. Mixed sends the last reasoning token and the
+// first answer token in one delta. Not byte-exact: the shape, not an engine's bytes.
 type reasoningStream struct {
 	Field             string
 	Reasoning, Answer int
