@@ -17,8 +17,12 @@ func BenchmarkReadStream(b *testing.B) {
 		fmt.Fprintf(&body, "data: {\"id\":\"cmpl-8c3f1e2a\",\"object\":\"text_completion\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[{\"index\":0,\"text\":\" the\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":%d,\"completion_tokens\":%d}}\n\n", 100+i, i)
 	}
 	body.WriteString("data: {\"id\":\"cmpl-8c3f1e2a\",\"object\":\"text_completion\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":200,\"completion_tokens\":100}}\n\ndata: [DONE]\n\n")
-	raw := body.Bytes()
-	c := &Client{}
+	benchReadStream(b, &Client{}, body.Bytes(), results.Null)
+}
+
+// benchReadStream reads the stream raw of 100 output chunks with c, b.N times, each
+// record checked: ok, 100 chunks, wantReasoning reasoning tokens (results.Null: none).
+func benchReadStream(b *testing.B, c *Client, raw []byte, wantReasoning int32) {
 	s := NewSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
 	res := results.NewResult(1, 0, 0, 100, 100)
 	ctx := context.Background()
@@ -27,10 +31,10 @@ func BenchmarkReadStream(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		s.Reset(bytes.NewReader(raw))
-		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS = res.ChunkNS[:0], nil, results.Null
+		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS, res.FirstAnswerNS, res.ReasoningTokens = res.ChunkNS[:0], nil, results.Null, results.Null, results.Null
 		c.readStream(ctx, ctx, s, res, nil)
-		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 {
-			b.Fatalf("%s %s %d", res.Status, res.Error, len(res.ChunkNS))
+		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 || res.ReasoningTokens != wantReasoning {
+			b.Fatalf("%s %s %d chunks, %d reasoning", res.Status, res.Error, len(res.ChunkNS), res.ReasoningTokens)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/chunk")
@@ -58,21 +62,5 @@ func benchReasoning(b *testing.B, reasoningChunks int) {
 		fmt.Fprintf(&body, "data: {\"id\":\"chatcmpl-8c3f1e2a\",\"object\":\"chat.completion.chunk\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[{\"index\":0,\"delta\":%s,\"logprobs\":null,\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":%d,\"completion_tokens\":%d}}\n\n", delta, 100+i, i)
 	}
 	fmt.Fprintf(&body, "data: {\"id\":\"chatcmpl-8c3f1e2a\",\"object\":\"chat.completion.chunk\",\"created\":1733140000,\"model\":\"sim-fixed\",\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"total_tokens\":200,\"completion_tokens\":100,\"completion_tokens_details\":{\"reasoning_tokens\":%d}}}\n\ndata: [DONE]\n\n", reasoningChunks)
-	raw := body.Bytes()
-	c := &Client{opts: ClientOptions{CountTokens: func(s string) int { return len(s) }}}
-	s := NewSSEReader(nil, func() int64 { return 1 }, 32<<10, 0)
-	res := results.NewResult(1, 0, 0, 100, 100)
-	ctx := context.Background()
-	b.SetBytes(int64(len(raw)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s.Reset(bytes.NewReader(raw))
-		res.ChunkNS, res.ChunkTokens, res.FirstTokenNS, res.FirstAnswerNS, res.ReasoningTokens = res.ChunkNS[:0], nil, results.Null, results.Null, results.Null
-		c.readStream(ctx, ctx, s, res, nil)
-		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 || res.ReasoningTokens != int32(reasoningChunks) {
-			b.Fatalf("%s %s %d chunks, %d reasoning", res.Status, res.Error, len(res.ChunkNS), res.ReasoningTokens)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/chunk")
+	benchReadStream(b, &Client{opts: ClientOptions{CountTokens: func(s string) int { return len(s) }}}, body.Bytes(), int32(reasoningChunks))
 }
