@@ -85,15 +85,7 @@ func agentReport(t *testing.T, rows []row) (*Report, string) {
 func agentReportWith(t *testing.T, rows []row, opts Options) (*Report, string) {
 	t.Helper()
 	path := tempResults(t, agentMeta(), rows)
-	d, err := Load(context.Background(), decode.LoadOptions{}, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Analyze(d, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, path
+	return analyzeFile(t, path, opts), path
 }
 
 func nearly(a, b float64) bool { return math.Abs(a-b) < 1e-9 || (math.IsNaN(a) && math.IsNaN(b)) }

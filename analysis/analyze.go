@@ -31,6 +31,14 @@ type Report struct {
 	// ITLPerToken is the per-token ITL when chunk_tokens says some chunks carry several
 	// tokens; N == 0 otherwise (it would repeat ITL).
 	ITLPerToken stats.Quantiles
+	// Reasoning measured apart (reasoning.go), over ok requests: time to first answer
+	// token, time per answer token after it (ms), reasoning tokens per request. Reasoned
+	// says the run reasoned; the three are empty when it did not.
+	TTFA, AnswerTPOT, ReasoningTokens stats.Quantiles
+	Reasoned                          bool
+	// ReasoningBy counts the ok requests by how their reasoning tokens were counted
+	// (decode.ReasoningSources, then "none"); nil unless Reasoned.
+	ReasoningBy map[string]int64
 	Goodput     *Goodput    // nil when no SLO
 	PerUser     PerUser     // each ok request's decode speed (docs/metrics.md, "Per-user speed")
 	Closed      *ClosedLoop // nil for open-loop runs
@@ -56,6 +64,7 @@ type Report struct {
 
 	// For the HTML plots: quantile curves of TTFT and TPOT, and a sample of (prompt, TTFT).
 	ttftCurve, tpotCurve [][2]float64
+	ttfaCurve            [][2]float64 // nil unless the run reasoned
 	promptTTFT           [][2]float64
 }
 
@@ -212,6 +221,7 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	}
 	r.requests(d)
 	r.latencies(d)
+	r.reasoning(d)
 	r.perUser(d)
 	r.throughput(d)
 	r.goodput(d)
@@ -341,6 +351,18 @@ func meets(d *decode.Data, i int, slo SLO) bool {
 			return false
 		}
 	}
+	// A request that never answered misses a TTFA objective; answer TPOT, like TPOT,
+	// applies to requests of more than one answer token.
+	if slo.TTFA > 0 {
+		if v := d.TTFAMS(i); math.IsNaN(v) || v > float64(slo.TTFA)/1e6 {
+			return false
+		}
+	}
+	if slo.AnswerTPOT > 0 {
+		if v := d.AnswerTPOTMS(i); !math.IsNaN(v) && v > float64(slo.AnswerTPOT)/1e6 {
+			return false
+		}
+	}
 	return true
 }
 
@@ -454,6 +476,9 @@ func (r *Report) goodput(d *decode.Data) {
 		return
 	}
 	g := &Goodput{SLO: slo, RequestsPerS: math.NaN(), OutputTokensPerS: math.NaN(), Attainment: math.NaN()}
+	if (slo.TTFA > 0 || slo.AnswerTPOT > 0) && d.FirstAnswer == nil {
+		r.warnf("the SLO names ttfa or answer_tpot but no request has first_answer_ns (results written before revision 1.3, or no answer came): a ttfa objective is missed by every request")
+	}
 	var tok int64
 	for i := range d.Status {
 		if meets(d, i, slo) {

@@ -189,6 +189,10 @@ func (rf *runFigures) quantiles(f *Figure) {
 				if v := d.TPOTMS(i); !math.IsNaN(v) {
 					xs = append(xs, v)
 				}
+			default:
+				if v, ok := reasoningSample(d, f.Key, i); ok {
+					xs = append(xs, v)
+				}
 			}
 		}
 	}

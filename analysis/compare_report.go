@@ -376,6 +376,8 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 		curve     func(*Report) [][2]float64
 	}{
 		{"ttft", "TTFT distribution (CDF)", func(r *Report) [][2]float64 { return r.ttftCurve }},
+		// None of a run that did not reason: a comparison of such runs draws no TTFA plot.
+		{"ttfa", "TTFA (time to first answer token) distribution (CDF)", func(r *Report) [][2]float64 { return r.ttfaCurve }},
 		{"tpot", "TPOT distribution (CDF)", func(r *Report) [][2]float64 { return r.tpotCurve }},
 	} {
 		lo, hi := math.Inf(1), 0.0

@@ -101,6 +101,10 @@ type contractRow struct {
 	// Revision 1.2; results.Null when null.
 	gap, recArrival, recDuration int64
 	recCached                    int32
+	// Revision 1.3; results.Null (or "") when null.
+	firstAnswer     int64
+	reasoning       int32
+	reasoningSource string
 }
 
 func readContractRows(t *testing.T, path string) []contractRow {
@@ -155,6 +159,9 @@ func readContractRows(t *testing.T, path string) []contractRow {
 		recA := results.Array[*array.Int64](x, results.ColRecordedArrivalNS)
 		recD := results.Array[*array.Int64](x, results.ColRecordedDurationNS)
 		recC := results.Array[*array.Int32](x, results.ColRecordedCachedTokens)
+		fa := results.Array[*array.Int64](x, results.ColFirstAnswerNS)
+		rt := results.Array[*array.Int32](x, results.ColReasoningTokens)
+		rs := results.Array[*array.String](x, results.ColReasoningTokensSource)
 		if err := x.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +169,8 @@ func readContractRows(t *testing.T, path string) []contractRow {
 			r := contractRow{id: id.Value(i), shard: shard.Value(i), httpStatus: results.Int32At(hs, i),
 				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i),
 				sessionID: results.Int64At(sid, i), turn: results.Int32At(turn, i), sessionWait: results.Int64At(wait, i), cached: results.Int32At(cached, i),
-				gap: results.Int64At(gap, i), recArrival: results.Int64At(recA, i), recDuration: results.Int64At(recD, i), recCached: results.Int32At(recC, i)}
+				gap: results.Int64At(gap, i), recArrival: results.Int64At(recA, i), recDuration: results.Int64At(recD, i), recCached: results.Int32At(recC, i),
+				firstAnswer: results.Int64At(fa, i), reasoning: results.Int32At(rt, i), reasoningSource: results.StringAt(rs, i)}
 			if em.IsValid(i) {
 				s := em.Value(i)
 				r.errMsg = &s
@@ -256,6 +264,9 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		check(results.ColRecordedArrivalNS, d.RecArrival == nil && cr.recArrival == results.Null, "%d, want null", cr.recArrival)
 		check(results.ColRecordedDurationNS, d.RecDuration == nil && cr.recDuration == results.Null, "%d, want null", cr.recDuration)
 		check(results.ColRecordedCachedTokens, d.RecCached == nil && cr.recCached == results.Null, "%d, want null", cr.recCached)
+		// Nor reasoning: no reasoning count, and (below) the first answer is the first token.
+		check(results.ColReasoningTokens, d.Reasoning == nil && cr.reasoning == results.Null, "%d, want null", cr.reasoning)
+		check(results.ColReasoningTokensSource, cr.reasoningSource == "", "%q, want null", cr.reasoningSource)
 		wantCached := int32(results.Null)
 		if !fail && req.PromptTokens%2 == 0 {
 			wantCached = req.PromptTokens / 2
@@ -286,6 +297,7 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 			check(results.ColHTTPStatus, cr.httpStatus == 503, "%d, want 503", cr.httpStatus)
 			check(results.ColError, cr.errMsg != nil && *cr.errMsg == "HTTP 503: busy", "%s, want HTTP 503: busy", str(cr.errMsg))
 			check(results.ColFirstTokenNS, d.First[i] == decode.Null64, "%d, want null", d.First[i])
+			check(results.ColFirstAnswerNS, d.FirstAnswer[i] == decode.Null64 && cr.firstAnswer == results.Null, "%d, want null", d.FirstAnswer[i])
 			check(results.ColEndNS, d.End[i] == decode.Null64, "%d, want null", d.End[i])
 			check(results.ColChunkTokens, cr.chunkTokens == nil && d.ChunkTokSum[i] == -1, "%v, want null", cr.chunkTokens)
 			check(results.ColPromptTokensServer, d.PromptServer[i] == decode.Null32, "%d, want null", d.PromptServer[i])
@@ -303,6 +315,7 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		}
 		s, f, e := d.Sent[i], d.First[i], d.End[i]
 		check(results.ColFirstTokenNS, f == s+cr.chunkNS[0], "%d, want sent_ns + chunk_ns[0] = %d", f, s+cr.chunkNS[0])
+		check(results.ColFirstAnswerNS, d.FirstAnswer[i] == f, "%d, want first_token_ns %d (no reasoning)", d.FirstAnswer[i], f)
 		check(results.ColEndNS, e == s+cr.chunkNS[n-1], "%d, want sent_ns + chunk_ns[last] = %d", e, s+cr.chunkNS[n-1])
 		ones := slices.Repeat([]int32{1}, n)
 		check(results.ColChunkTokens, slices.Equal(cr.chunkTokens, ones) && d.ChunkTokSum[i] == int64(n), "%v (analysis: sum %d), want %v", cr.chunkTokens, d.ChunkTokSum[i], ones)

@@ -37,6 +37,10 @@ type row struct {
 	// Revision 1.2.
 	gap, recArrival, recDuration *int64
 	recCached                    *int32
+	// Revision 1.3.
+	firstAnswer     *int64
+	reasoning       *int32
+	reasoningSource string // "" = null
 }
 
 func p64(v int64) *int64    { return &v }
@@ -119,6 +123,9 @@ type fixtureBuilders struct {
 	turn, cached                    *array.Int32Builder
 	gap, recArrival, recDuration    *array.Int64Builder // nil when the schema is older than revision 1.2
 	recCached                       *array.Int32Builder
+	firstAnswer                     *array.Int64Builder // nil when the schema is older than revision 1.3
+	reasoning                       *array.Int32Builder
+	reasoningSource                 *array.StringBuilder
 }
 
 func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
@@ -167,6 +174,11 @@ func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
 		c.recArrival = results.Builder[*array.Int64Builder](bs, results.ColRecordedArrivalNS)
 		c.recDuration = results.Builder[*array.Int64Builder](bs, results.ColRecordedDurationNS)
 		c.recCached = results.Builder[*array.Int32Builder](bs, results.ColRecordedCachedTokens)
+	}
+	if has(results.ColFirstAnswerNS) {
+		c.firstAnswer = results.Builder[*array.Int64Builder](bs, results.ColFirstAnswerNS)
+		c.reasoning = results.Builder[*array.Int32Builder](bs, results.ColReasoningTokens)
+		c.reasoningSource = results.Builder[*array.StringBuilder](bs, results.ColReasoningTokensSource)
 	}
 	if err := bs.Done(); err != nil {
 		tb.Fatal(err)
@@ -255,6 +267,11 @@ func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 			i64(c.recArrival, r.recArrival)
 			i64(c.recDuration, r.recDuration)
 			i32(c.recCached, r.recCached)
+		}
+		if c.firstAnswer != nil {
+			i64(c.firstAnswer, r.firstAnswer)
+			i32(c.reasoning, r.reasoning)
+			results.AppendString(c.reasoningSource, r.reasoningSource)
 		}
 	}
 	return b.NewRecord()

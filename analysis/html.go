@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"github.com/llmreplay/llmreplay/analysis/plot"
+	"slices"
 
 	"github.com/llmreplay/llmreplay/stats"
 
@@ -252,12 +253,20 @@ func (r *Report) WriteHTML(w io.Writer) error {
 			r.cdfPlot("plot-tpot-cdf", "TPOT distribution (CDF)", r.tpotCurve, r.TPOT, float64(r.Options.SLO.TPOT)/1e6),
 			r.promptPlot()},
 		SLO: r.Goodput != nil, Text: text.String()}
+	if p := r.ttfaPlot(); p != nil { // beside TTFT's; no entry at all for a run that did not reason
+		pg.Distributions = slices.Insert(pg.Distributions, 1, p)
+	}
 	if rp := r.Repeats; rp != nil {
 		pg.Repeats = rp.html()
 	}
 	for _, f := range sectionFigures(r, "latency") {
 		if q := f.Dist(r); q.N > 0 {
 			pg.Latency = append(pg.Latency, quantileRow(f.Text, q))
+		}
+	}
+	for _, f := range sectionFigures(r, "reasoning") { // tokens, not ms: said in the label
+		if q := f.Dist(r); q.N > 0 {
+			pg.Latency = append(pg.Latency, quantileRow(f.Text+" per request (tokens)", q))
 		}
 	}
 	for _, m := range []struct {

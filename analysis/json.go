@@ -184,10 +184,14 @@ type jsonBreakdown struct {
 }
 
 type jsonSLO struct {
-	TTFTMS Num   `json:"ttft_ms"`
-	TPOTMS Num   `json:"tpot_ms"`
-	E2EMS  Num   `json:"e2e_ms"`
-	Good   int64 `json:"good"`
+	TTFTMS Num `json:"ttft_ms"`
+	TPOTMS Num `json:"tpot_ms"`
+	E2EMS  Num `json:"e2e_ms"`
+	// The reasoning objectives: absent when not set, so that a report without them is
+	// what it was before they existed.
+	TTFAMS       *Num  `json:"ttfa_ms,omitempty"`
+	AnswerTPOTMS *Num  `json:"answer_tpot_ms,omitempty"`
+	Good         int64 `json:"good"`
 }
 
 type jsonTokens struct {
@@ -348,6 +352,14 @@ func (r *Report) breakdownJSON() jsonBreakdown {
 	}
 	slo := r.Options.SLO
 	b.SLO = jsonSLO{TTFTMS: ms(float64(slo.TTFT)), TPOTMS: ms(float64(slo.TPOT)), E2EMS: ms(float64(slo.E2E))}
+	if slo.TTFA > 0 {
+		v := ms(float64(slo.TTFA))
+		b.SLO.TTFAMS = &v
+	}
+	if slo.AnswerTPOT > 0 {
+		v := ms(float64(slo.AnswerTPOT))
+		b.SLO.AnswerTPOTMS = &v
+	}
 	if r.Goodput != nil {
 		b.SLO.Good = r.Goodput.Good
 	}

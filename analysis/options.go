@@ -85,9 +85,13 @@ func (o *Options) Validate() error {
 
 // SLO is a set of latency objectives; a zero field is not an objective. A request meets the
 // SLO when it is ok and meets every objective given (TPOT only applies to requests of more
-// than one output token).
+// than one output token, AnswerTPOT to those of more than one answer token; a request
+// without a first answer misses TTFA).
 type SLO struct {
 	TTFT, TPOT, E2E time.Duration
+	// TTFA and AnswerTPOT are the reasoning figures' objectives (docs/metrics.md,
+	// "Reasoning"): ttfa= and answer_tpot= in ParseSLO.
+	TTFA, AnswerTPOT time.Duration
 }
 
 // IsZero reports whether no objective is set.
@@ -95,7 +99,7 @@ func (s SLO) IsZero() bool { return s == SLO{} }
 
 // Validate rejects negative objectives.
 func (s SLO) Validate() error {
-	if s.TTFT < 0 || s.TPOT < 0 || s.E2E < 0 {
+	if s.TTFT < 0 || s.TPOT < 0 || s.E2E < 0 || s.TTFA < 0 || s.AnswerTPOT < 0 {
 		return fmt.Errorf("slo %s: objectives must be positive", s)
 	}
 	return nil
@@ -107,7 +111,7 @@ func (s SLO) String() string {
 	for _, p := range []struct {
 		n string
 		d time.Duration
-	}{{"ttft", s.TTFT}, {"tpot", s.TPOT}, {"e2e", s.E2E}} {
+	}{{"ttft", s.TTFT}, {"tpot", s.TPOT}, {"e2e", s.E2E}, {"ttfa", s.TTFA}, {"answer_tpot", s.AnswerTPOT}} {
 		if p.d > 0 {
 			parts = append(parts, p.n+"="+p.d.String())
 		}
@@ -115,7 +119,7 @@ func (s SLO) String() string {
 	return strings.Join(parts, ",")
 }
 
-// ParseSLO reads "ttft=2s,tpot=100ms,e2e=30s": any subset, comma-separated, each a Go
+// ParseSLO reads "ttft=2s,tpot=100ms,e2e=30s,ttfa=3s,answer_tpot=50ms": any subset, comma-separated, each a Go
 // duration or a bare number of milliseconds (vLLM's --goodput unit); ':' may stand for '='.
 func ParseSLO(s string) (SLO, error) {
 	var slo SLO
@@ -156,8 +160,12 @@ func ParseSLO(s string) (SLO, error) {
 			slo.TPOT = d
 		case "e2e", "e2el":
 			slo.E2E = d
+		case "ttfa":
+			slo.TTFA = d
+		case "answer_tpot":
+			slo.AnswerTPOT = d
 		default:
-			return SLO{}, fmt.Errorf("slo %q: unknown objective %q (want ttft, tpot, e2e)", s, k)
+			return SLO{}, fmt.Errorf("slo %q: unknown objective %q (want ttft, tpot, e2e, ttfa, answer_tpot)", s, k)
 		}
 	}
 	return slo, nil

@@ -130,6 +130,7 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 			latencyRow(p, f.Text, q)
 		}
 	}
+	r.writeTextReasoning(p)
 
 	u := r.PerUser
 	p("\nPer-user speed, tok/s (ok requests with output_tokens > 1; slow tail p10, p1, min)\n")

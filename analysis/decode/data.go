@@ -85,6 +85,11 @@ type Data struct {
 	// recorded of it (arrival, duration, cache hit).
 	Gap, RecArrival, RecDuration []int64
 	RecCached                    []int32
+	// Reasoning (revision 1.3), likewise: first_answer_ns on the common time axis (as
+	// First), reasoning_tokens, and reasoning_tokens_source as its index in
+	// ReasoningSources (Null32 for null).
+	FirstAnswer                []int64
+	Reasoning, ReasoningSource []int32
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
@@ -110,10 +115,15 @@ func (d *Data) alloc(n int) {
 	d.NChunks, d.ChunkTokSum = make([]int32, n), make([]int64, n)
 }
 
-// optionalColumns are the columns of revisions 1.1 and 1.2 analysis reads when a file has
+// optionalColumns are the columns of revisions 1.1 to 1.3 analysis reads when a file has
 // them (an older file reads them as null), in the order of the o* constants.
 var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached,
-	results.ColGapNS, results.ColRecordedArrivalNS, results.ColRecordedDurationNS, results.ColRecordedCachedTokens}
+	results.ColGapNS, results.ColRecordedArrivalNS, results.ColRecordedDurationNS, results.ColRecordedCachedTokens,
+	results.ColFirstAnswerNS, results.ColReasoningTokens, results.ColReasoningTokensSource}
+
+// ReasoningSources are the values of reasoning_tokens_source, which Data.ReasoningSource
+// holds as indexes.
+var ReasoningSources = []string{results.SourceUsage, results.SourceChunkUsage, results.SourceTokenizer}
 
 const (
 	oSessionID = iota
@@ -124,10 +134,15 @@ const (
 	oRecArrival
 	oRecDuration
 	oRecCached
+	oFirstAnswer
+	oReasoning
+	oReasoningSource // a string column, held as its index in ReasoningSources
 )
 
 // is64 reports whether the k-th optional column holds int64 values (else int32).
-func is64(k int) bool { return k != oTurn && k != oCached && k != oRecCached }
+func is64(k int) bool {
+	return k != oTurn && k != oCached && k != oRecCached && k != oReasoning && k != oReasoningSource
+}
 
 // allocOptional sizes the k-th optional column for n requests, every entry null.
 func (d *Data) allocOptional(k, n int) {
@@ -163,6 +178,8 @@ func (d *Data) ref64(k int) *[]int64 {
 		return &d.Gap
 	case oRecArrival:
 		return &d.RecArrival
+	case oFirstAnswer:
+		return &d.FirstAnswer
 	}
 	return &d.RecDuration
 }
@@ -173,6 +190,10 @@ func (d *Data) ref32(k int) *[]int32 {
 		return &d.Turn
 	case oCached:
 		return &d.Cached
+	case oReasoning:
+		return &d.Reasoning
+	case oReasoningSource:
+		return &d.ReasoningSource
 	}
 	return &d.RecCached
 }
@@ -199,4 +220,37 @@ func (d *Data) TPOTMS(i int) float64 {
 		return math.NaN()
 	}
 	return float64(d.End[i]-d.First[i]) / 1e6 / float64(n-1)
+}
+
+// TTFAMS is request i's time to first answer token in ms, first_answer_ns - sent_ns: NaN
+// when it has no first answer (it only reasoned, or the file predates the column).
+func (d *Data) TTFAMS(i int) float64 {
+	if d.FirstAnswer == nil || d.FirstAnswer[i] == Null64 {
+		return math.NaN()
+	}
+	return float64(d.FirstAnswer[i]-d.Sent[i]) / 1e6
+}
+
+// ReasoningTokens is request i's reasoning_tokens, 0 when null: a request nobody counted
+// reasoning in is taken as all answer.
+func (d *Data) ReasoningTokens(i int) int32 {
+	if d.Reasoning == nil || d.Reasoning[i] == Null32 {
+		return 0
+	}
+	return d.Reasoning[i]
+}
+
+// AnswerTPOTMS is request i's time per answer token after the first answer token, in ms:
+// (end_ns - first_answer_ns) / (answer tokens - 1), answer tokens = output_tokens -
+// reasoning_tokens; NaN without a first answer or output_tokens, or for at most one
+// answer token.
+func (d *Data) AnswerTPOTMS(i int) float64 {
+	n := d.OutTokens[i]
+	if n == Null32 || d.FirstAnswer == nil || d.FirstAnswer[i] == Null64 {
+		return math.NaN()
+	}
+	if a := n - d.ReasoningTokens(i); a > 1 {
+		return float64(d.End[i]-d.FirstAnswer[i]) / 1e6 / float64(a-1)
+	}
+	return math.NaN()
 }

@@ -263,7 +263,7 @@ func (p *part) readRowGroup(ctx context.Context, f *results.File, plan *readPlan
 		if err := p.addRecord(path, row, rec, l, nsCur, tokCur, shift); err != nil {
 			return err
 		}
-		if err := p.addOptional(path, row, rec, l, plan.opt); err != nil {
+		if err := p.addOptional(path, row, rec, l, plan.opt, shift); err != nil {
 			return err
 		}
 		row += rec.NumRows()

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -319,10 +320,11 @@ func (p *part) addRecord(path string, row0 int64, rec arrow.Record, l *results.L
 	return nil
 }
 
-// addOptional stores the revision-1.1 columns of rec's rows (the rows addRecord just
-// stored, ending at p.at), refusing negative values: a count, an id or a wait is never
-// negative.
-func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results.Layout, opt []int) error {
+// addOptional stores the optional columns of rec's rows (the rows addRecord just stored,
+// ending at p.at), refusing negative values: a count, an id or a wait is never negative.
+// first_answer_ns is an offset like first_token_ns: shifted onto the common time axis and
+// checked to lie between the row's first token and its end.
+func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results.Layout, opt []int, shift int64) error {
 	n := int(rec.NumRows())
 	at := p.at - n
 	x := results.NewArrays(rec, l)
@@ -332,6 +334,10 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("%d is negative", v)}
 		}
 		switch {
+		case k == oReasoningSource:
+			if err := p.addSources(path, row0, x, p.d.ReasoningSource[at:at+n]); err != nil {
+				return err
+			}
 		case is64(k):
 			a := results.Array[*array.Int64](x, name)
 			if err := x.Err(); err != nil || a == nil {
@@ -344,6 +350,11 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 						return bad(i, v)
 					}
 					dst[i] = a.Value(i)
+				}
+			}
+			if k == oFirstAnswer {
+				if err := p.shiftFirstAnswer(path, row0, dst, at, shift); err != nil {
+					return err
 				}
 			}
 		default:
@@ -360,6 +371,46 @@ func (p *part) addOptional(path string, row0 int64, rec arrow.Record, l *results
 					dst[i] = a.Value(i)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// addSources stores reasoning_tokens_source of a record's rows as indexes in
+// ReasoningSources, refusing a value the contract does not name.
+func (p *part) addSources(path string, row0 int64, x *results.Arrays, dst []int32) error {
+	name := results.ColReasoningTokensSource
+	a := results.Array[*array.String](x, name)
+	if err := x.Err(); err != nil || a == nil {
+		return fmt.Errorf("analysis: read %s: %w", path, missing(name, err))
+	}
+	for i := range dst {
+		if !a.IsValid(i) {
+			continue
+		}
+		k := slices.Index(ReasoningSources, a.Value(i))
+		if k < 0 {
+			return &FieldError{File: path, Row: row0 + int64(i), Field: name, Err: fmt.Errorf("unknown source %q", a.Value(i))}
+		}
+		dst[i] = int32(k)
+	}
+	return nil
+}
+
+// shiftFirstAnswer puts the first answers of rows [at, at+len(fa)) on the common time
+// axis and checks each against its row: a chunk at or after the first token, not after
+// the last.
+func (p *part) shiftFirstAnswer(path string, row0 int64, fa []int64, at int, shift int64) error {
+	d := p.d
+	for i, v := range fa {
+		if v == Null64 {
+			continue
+		}
+		j := at + i
+		fa[i] = v + shift
+		if d.First[j] == Null64 || fa[i] < d.First[j] || fa[i] > d.End[j] {
+			return &FieldError{File: path, Row: row0 + int64(i), Field: results.ColFirstAnswerNS,
+				Err: fmt.Errorf("%d is not within first_token_ns and end_ns", v)}
 		}
 	}
 	return nil

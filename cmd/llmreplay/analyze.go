@@ -26,6 +26,10 @@ const analyzeExamples = `  # The text report of one run
   # Goodput and attainment under SLOs, as one JSON object for scripts
   llmreplay analyze results.parquet --slo ttft=2s,tpot=100ms --json
 
+  # A reasoning model: objectives on the time to the first answer token and the
+  # answer's own TPOT (docs/metrics.md, "Reasoning")
+  llmreplay analyze results.parquet --slo ttfa=3s,answer_tpot=50ms
+
   # Shards of one run merge on absolute time; an HTML report and Parquet summaries
   llmreplay analyze shard-*.parquet --html report.html --parquet summary/
 
@@ -41,7 +45,7 @@ const analyzeExamples = `  # The text report of one run
 
 func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("analyze", "llmreplay analyze results.parquet... [flags]", analyzeExamples, stdout)
-	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, e.g. ttft=2s,tpot=100ms,e2e=30s (default: the run's own --slo)")
+	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, e.g. ttft=2s,tpot=100ms,e2e=30s; a reasoning model's ttfa=3s,answer_tpot=50ms (default: the run's own --slo)")
 	warmup := fs.String("warmup", "auto", "warm-up excluded from the steady-state window, from the first send: a duration, or auto to detect it (MSER-5)")
 	maxLate := fs.Duration("max-lateness", 0, "schedule-lateness p99 above which the run is flagged client-limited; closed loop: of the steady state after the first wave (default: the run's, else 10ms)")
 	interval := fs.Duration("interval", time.Second, "time-series interval (a multiple of 10ms)")

@@ -35,7 +35,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	confidence := fs.Float64("confidence", stats.DefaultConfidence, "level of the confidence intervals, e.g. 0.95")
 	resamples := fs.Int("resamples", stats.DefaultResamples, "bootstrap resamples per figure and run (at least 100)")
 	seed := fs.Uint64("seed", 1, "seed of the bootstrap: the same runs and seed give the same intervals")
-	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, applied to every run, e.g. ttft=2s,tpot=100ms (default: run A's own --slo)")
+	sloFlag := fs.String("slo", "", "objectives for goodput and attainment, applied to every run, e.g. ttft=2s,tpot=100ms or ttfa=3s,answer_tpot=50ms (default: run A's own --slo)")
 	allowDifferent := fs.Bool("allow-different", false, "compare runs of different traces, speedups, rates or modes (the differences are printed on top)")
 	jsonOut := fs.Bool("json", false, "print one JSON object (keys in docs/compare.md) instead of the tables")
 	htmlOut := fs.String("html", "", "also write a self-contained HTML page (the tables, TTFT and TPOT CDFs, throughput over time) to this file")

@@ -130,7 +130,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.Int64Var(&f.Limit, "limit", f.Limit, "replay at most N requests (after warm-up)")
 	fs.Int64Var(&f.Warmup, "warmup", f.Warmup, "send the first N requests on schedule without recording them")
 	fs.DurationVar(&f.Grace, "grace", f.Grace, "after Ctrl-C, SIGTERM or a fatal error, how long requests in flight may finish before they are canceled (a second Ctrl-C cancels them at once)")
-	fs.StringVar(&f.SLO, "slo", f.SLO, "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms")
+	fs.StringVar(&f.SLO, "slo", f.SLO, "SLOs stored with the results for analyze, e.g. ttft=2s,tpot=100ms (ttfa=, answer_tpot= for a reasoning model)")
 	fs.DurationVar(&f.MaxLateness, "max-lateness", f.MaxLateness, "schedule lateness p99 above which the run is client-limited (closed loop: of the steady state after the first wave)")
 	fs.BoolVar(&f.Strict, "strict", f.Strict, "exit with status 3 when the run is client-limited")
 	fs.StringVarP(&f.Output, "output", "o", f.Output, "results file (Parquet; default: results-<start, UTC>.parquet, new for every run); its journal is written beside it while the run goes")

@@ -29,7 +29,7 @@ func writeLatenessRun(t *testing.T, lateMS []float64) string {
 	for i, l := range lateMS {
 		sched := int64(i) * 10e6
 		sent := sched + int64(l*1e6)
-		r := &results.Result{RequestID: int64(i), ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
+		r := &results.Result{RequestID: int64(i), ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, FirstAnswerNS: sent + 5e6, EndNS: sent + 9e6,
 			ChunkNS: []int64{5e6, 9e6}, PromptTokens: 10, PromptTokensServer: results.Null, OutputTokensTarget: 2,
 			OutputTokens: 2, OutputTokensSource: results.SourceUsage, Status: results.StatusOK, HTTPStatus: 200}
 		if err := j.Add(r); err != nil {
@@ -114,7 +114,7 @@ func writeClosedRun(t *testing.T, first, steady []float64) string {
 	}
 	add := func(id, sched int64, lateMS float64) {
 		sent := sched + int64(lateMS*1e6)
-		r := &results.Result{RequestID: id, ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, EndNS: sent + 9e6,
+		r := &results.Result{RequestID: id, ScheduledNS: sched, SentNS: sent, FirstTokenNS: sent + 5e6, FirstAnswerNS: sent + 5e6, EndNS: sent + 9e6,
 			ChunkNS: []int64{5e6, 9e6}, PromptTokens: 10, PromptTokensServer: results.Null, OutputTokensTarget: 2,
 			OutputTokens: 2, OutputTokensSource: results.SourceUsage, Status: results.StatusOK, HTTPStatus: 200}
 		if err := j.Add(r); err != nil {

@@ -120,6 +120,15 @@ func AppendInt32(b *array.Int32Builder, v int32) {
 	}
 }
 
+// AppendString appends v, or a null when v is "" (a nullable string column's null).
+func AppendString(b *array.StringBuilder, v string) {
+	if v == "" {
+		b.AppendNull()
+	} else {
+		b.Append(v)
+	}
+}
+
 // Int64At returns a's value at i, or Null when it is null or a is nil (a column the file
 // lacks).
 func Int64At(a *array.Int64, i int) int64 {

@@ -29,6 +29,7 @@ func fullRecords() []*Result {
 	ok.PromptTokensServer, ok.OutputTokens, ok.OutputTokensSource = 12, 4, SourceUsage
 	ok.SessionID, ok.Turn, ok.SessionWaitNS, ok.PromptTokensCached = 1<<40+5, 2, 37_000, 8
 	ok.GapNS, ok.RecordedArrivalNS, ok.RecordedDurationNS, ok.RecordedCachedTokens = 19e9, 1<<41, 4e9, 6
+	ok.FirstAnswerNS, ok.ReasoningTokens, ok.ReasoningTokensSource = ok.SentNS+250, 3, SourceUsage
 
 	tok := NewResult(8, 3, 2_000, 13, 6)
 	tok.Status, tok.HTTPStatus, tok.Error = StatusStreamError, 200, "stream broken after 2 output chunks"
@@ -36,8 +37,9 @@ func fullRecords() []*Result {
 	tok.ChunkNS = []int64{30, 90}
 	tok.FirstTokenNS, tok.EndNS = tok.SentNS+30, tok.SentNS+90
 	tok.OutputTokens, tok.OutputTokensSource = 2, SourceTokenizer
-	tok.SessionID, tok.Turn, tok.PromptTokensCached = 0, 0, 0 // a first turn: no wait; nothing cached
-	tok.RecordedArrivalNS, tok.RecordedCachedTokens = 0, 0    // a first call: no gap; no duration recorded
+	tok.SessionID, tok.Turn, tok.PromptTokensCached = 0, 0, 0            // a first turn: no wait; nothing cached
+	tok.RecordedArrivalNS, tok.RecordedCachedTokens = 0, 0               // a first call: no gap; no duration recorded
+	tok.ReasoningTokens, tok.ReasoningTokensSource = 2, SourceChunkUsage // all reasoning: no answer yet
 
 	drop := NewResult(9, 3, 3_000, 15, 8)
 	drop.Status, drop.Error = StatusDropped, "max-inflight reached"
@@ -271,24 +273,23 @@ func TestConvertJournalChecksByName(t *testing.T) {
 	}
 }
 
-// TestOlderFileReadsNewColumnsAsNull: a results file of revision 1.0 (without session_id,
-// turn, session_wait_ns and prompt_tokens_cached) still reads, every other field as
-// written and the four as null.
-func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
-	recs := fullRecords()
-	rev11 := map[string]bool{}
+// readWithout writes recs, drops the columns of revision 1.since from the file (an older
+// writer's file) and reads it back.
+func readWithout(t *testing.T, recs []*Result, since, want int) []Result {
+	t.Helper()
+	rev := map[string]bool{}
 	for _, c := range Columns() {
-		if c.Since == 1 {
-			rev11[c.Name] = true
+		if c.Since == since {
+			rev[c.Name] = true
 		}
 	}
-	if len(rev11) != 4 {
-		t.Fatalf("revision 1.1 has %d columns, want 4", len(rev11))
+	if len(rev) != want {
+		t.Fatalf("revision 1.%d has %d columns, want %d", since, len(rev), want)
 	}
 	older := rewrite(t, writeResultsFile(t, recs), func(fs []arrow.Field) []arrow.Field {
 		var out []arrow.Field
 		for _, f := range fs {
-			if !rev11[f.Name] {
+			if !rev[f.Name] {
 				out = append(out, f)
 			}
 		}
@@ -296,14 +297,37 @@ func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 	})
 	got, _, err := ReadFile(older)
 	if err != nil {
-		t.Fatalf("revision 1.0 file: %v", err)
+		t.Fatalf("file without revision 1.%d: %v", since, err)
 	}
 	if len(got) != len(recs) {
 		t.Fatalf("%d rows, want %d", len(got), len(recs))
 	}
+	return got
+}
+
+// TestOlderFileReadsNewColumnsAsNull: a results file of revision 1.0 (without session_id,
+// turn, session_wait_ns and prompt_tokens_cached) still reads, every other field as
+// written and the four as null.
+func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
+	recs := fullRecords()
+	got := readWithout(t, recs, 1, 4)
 	for i := range got {
 		want := *recs[i]
 		want.SessionID, want.Turn, want.SessionWaitNS, want.PromptTokensCached = Null, Null, Null, Null
+		if !reflect.DeepEqual(got[i], want) {
+			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], want)
+		}
+	}
+}
+
+// TestRevision12FileReadsReasoningAsNull: a file of revision 1.2, without first_answer_ns,
+// reasoning_tokens and reasoning_tokens_source, reads them as null and the rest as written.
+func TestRevision12FileReadsReasoningAsNull(t *testing.T) {
+	recs := fullRecords()
+	got := readWithout(t, recs, 3, 3)
+	for i := range got {
+		want := *recs[i]
+		want.FirstAnswerNS, want.ReasoningTokens, want.ReasoningTokensSource = Null, Null, ""
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], want)
 		}

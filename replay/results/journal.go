@@ -150,6 +150,9 @@ type resultBuilders struct {
 	turn, promptCached                     *array.Int32Builder
 	gap, recArrival, recDuration           *array.Int64Builder
 	recCached                              *array.Int32Builder
+	firstAnswer                            *array.Int64Builder
+	reasoning                              *array.Int32Builder
+	reasoningSource                        *array.StringBuilder
 }
 
 // bind binds every column of b's schema; it fails on a column of the schema that Result
@@ -186,6 +189,9 @@ func (c *resultBuilders) bind(b *array.RecordBuilder) error {
 	c.recArrival = Builder[*array.Int64Builder](bs, ColRecordedArrivalNS)
 	c.recDuration = Builder[*array.Int64Builder](bs, ColRecordedDurationNS)
 	c.recCached = Builder[*array.Int32Builder](bs, ColRecordedCachedTokens)
+	c.firstAnswer = Builder[*array.Int64Builder](bs, ColFirstAnswerNS)
+	c.reasoning = Builder[*array.Int32Builder](bs, ColReasoningTokens)
+	c.reasoningSource = Builder[*array.StringBuilder](bs, ColReasoningTokensSource)
 	if err := bs.Done(); err != nil {
 		return err
 	}
@@ -228,11 +234,7 @@ func (c *resultBuilders) append(r *Result) {
 	c.source.Append(r.OutputTokensSource)
 	c.status.Append(string(r.Status))
 	AppendInt32(c.httpStatus, r.HTTPStatus)
-	if r.Error == "" {
-		c.errMsg.AppendNull()
-	} else {
-		c.errMsg.Append(r.Error)
-	}
+	AppendString(c.errMsg, r.Error)
 	v, ok := r.TTFT()
 	appendF64(c.ttft, v, ok)
 	v, ok = r.TPOT()
@@ -247,6 +249,9 @@ func (c *resultBuilders) append(r *Result) {
 	AppendInt64(c.recArrival, r.RecordedArrivalNS)
 	AppendInt64(c.recDuration, r.RecordedDurationNS)
 	AppendInt32(c.recCached, r.RecordedCachedTokens)
+	AppendInt64(c.firstAnswer, r.FirstAnswerNS)
+	AppendInt32(c.reasoning, r.ReasoningTokens)
+	AppendString(c.reasoningSource, r.ReasoningTokensSource)
 }
 
 // ConvertInfo tells what ConvertJournal found.

@@ -51,6 +51,9 @@ type resultArrays struct {
 	turn, promptCached                     *array.Int32
 	gap, recArrival, recDuration           *array.Int64 // nil in a file older than revision 1.2
 	recCached                              *array.Int32
+	firstAnswer                            *array.Int64 // nil in a file older than revision 1.3
+	reasoning                              *array.Int32
+	reasoningSource                        *array.String
 }
 
 func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
@@ -79,6 +82,9 @@ func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
 	c.recArrival = Array[*array.Int64](x, ColRecordedArrivalNS)
 	c.recDuration = Array[*array.Int64](x, ColRecordedDurationNS)
 	c.recCached = Array[*array.Int32](x, ColRecordedCachedTokens)
+	c.firstAnswer = Array[*array.Int64](x, ColFirstAnswerNS)
+	c.reasoning = Array[*array.Int32](x, ColReasoningTokens)
+	c.reasoningSource = Array[*array.String](x, ColReasoningTokensSource)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
 	return x.Err()
 }
@@ -107,6 +113,9 @@ func appendRecord(out []Result, rec arrow.Record, l *Layout) ([]Result, error) {
 			// Revision 1.2, likewise.
 			GapNS: Int64At(c.gap, i), RecordedArrivalNS: Int64At(c.recArrival, i),
 			RecordedDurationNS: Int64At(c.recDuration, i), RecordedCachedTokens: Int32At(c.recCached, i),
+			// Revision 1.3, likewise.
+			FirstAnswerNS: Int64At(c.firstAnswer, i), ReasoningTokens: Int32At(c.reasoning, i),
+			ReasoningTokensSource: StringAt(c.reasoningSource, i),
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)

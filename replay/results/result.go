@@ -37,6 +37,11 @@ type Result struct {
 	RecordedArrivalNS    int64 // the trace's arrival_ns (trace time, not scaled)
 	RecordedDurationNS   int64 // the trace's duration_ns: production's end-to-end time
 	RecordedCachedTokens int32 // the trace's cached_tokens: production's cache hit
+
+	// Reasoning (results revision 1.3).
+	FirstAnswerNS         int64  // first chunk carrying answer output (not only reasoning); Null if none
+	ReasoningTokens       int32  // output tokens that were reasoning; Null when nobody counted any
+	ReasoningTokensSource string // SourceUsage, SourceChunkUsage or SourceTokenizer; "" when ReasoningTokens is Null
 }
 
 // NewResult returns a Result with every nullable field null.
@@ -48,6 +53,7 @@ func NewResult(id int64, shard int32, scheduledNS int64, promptTokens, outputTar
 		OutputTokensTarget: outputTarget, OutputTokens: Null, HTTPStatus: Null,
 		SessionID: Null, Turn: Null, SessionWaitNS: Null, PromptTokensCached: Null,
 		GapNS: Null, RecordedArrivalNS: Null, RecordedDurationNS: Null, RecordedCachedTokens: Null,
+		FirstAnswerNS: Null, ReasoningTokens: Null,
 	}
 }
 

@@ -58,6 +58,12 @@ const (
 	ColRecordedArrivalNS    = "recorded_arrival_ns"
 	ColRecordedDurationNS   = "recorded_duration_ns"
 	ColRecordedCachedTokens = "recorded_cached_tokens"
+
+	// Revision 1.3 (reasoning measured apart): null when the stream carried no answer
+	// output, or no reasoning that anyone counted.
+	ColFirstAnswerNS         = "first_answer_ns"
+	ColReasoningTokens       = "reasoning_tokens"
+	ColReasoningTokensSource = "reasoning_tokens_source"
 )
 
 // Column is one column of the contract.
@@ -106,6 +112,10 @@ var columns = []Column{
 	{Name: ColRecordedArrivalNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 2},
 	{Name: ColRecordedDurationNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 2},
 	{Name: ColRecordedCachedTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 2},
+	// Revision 1.3.
+	{Name: ColFirstAnswerNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 3},
+	{Name: ColReasoningTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 3},
+	{Name: ColReasoningTokensSource, Type: arrow.BinaryTypes.String, Nullable: true, Since: 3},
 }
 
 // Columns returns the contract's columns in the order the writer writes them.
@@ -176,6 +186,12 @@ const (
 	SourceUsage     = "usage"     // usage.completion_tokens as the server counted
 	SourceTokenizer = "tokenizer" // the client counted the generated text
 )
+
+// SourceChunkUsage is a reasoning_tokens_source value (beside SourceUsage and
+// SourceTokenizer, which mean there the usage's reasoning count and the client's count of
+// the reasoning text): the sum of the chunk_tokens of the chunks that carried only
+// reasoning, when the server's running usage gave every chunk's tokens.
+const SourceChunkUsage = "chunk_usage"
 
 // Error is a results file's schema that breaks the contract, naming the column.
 type Error struct {

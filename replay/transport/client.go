@@ -531,6 +531,12 @@ type streamState struct {
 	ci          wire.Chunk
 	answer      *[]byte // when set, every output chunk's text is appended (a conversation's history)
 	maxChunks   int     // maxOutputChunks of the request
+	// Reasoning, touched only by chunks that carry some (reasoningChunk), so that a stream
+	// without reasoning pays one test a chunk for it.
+	reasoned      bool   // a chunk carried reasoning
+	mixed         bool   // a chunk carried reasoning and answer: its tokens cannot be split
+	reasoningTok  int32  // chunk tokens of the chunks that carried only reasoning
+	reasoningText []byte // the reasoning text, kept when the client has a tokenizer
 }
 
 // maxOutputChunks is the most output chunks a stream may carry for a request asking for
@@ -563,13 +569,49 @@ func (st *streamState) over() bool { return st.done || st.failed }
 // mustCount reports whether end will count the output with the tokenizer (the server
 // reported no usage): work for a goroutine, not for a reactor's thread.
 func (st *streamState) mustCount() bool {
-	return !st.failed && st.countsText()
+	return !st.failed && (st.countsText() || st.countsReasoning())
 }
 
 // countsText reports whether the output is counted from its text: no usage was reported,
 // and the client has a tokenizer.
 func (st *streamState) countsText() bool {
 	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil
+}
+
+// countsReasoning reports whether end counts the reasoning from its text: the stream
+// reasoned, neither the usage nor the chunk tokens say how much, and the client has a
+// tokenizer.
+func (st *streamState) countsReasoning() bool {
+	return st.reasoned && st.res.ReasoningTokens == results.Null && !st.reasoningFromChunks() &&
+		st.c.opts.CountTokens != nil
+}
+
+// reasoningFromChunks reports whether the chunk tokens give the reasoning count: every
+// output chunk's tokens are known (they become chunk_tokens) and none mixed reasoning
+// with answer.
+func (st *streamState) reasoningFromChunks() bool {
+	return !st.mixed && st.everyUsage && len(st.chunkTokens) > 0 && len(st.chunkTokens) == len(st.res.ChunkNS)
+}
+
+// reasoningChunk takes an output chunk that carried reasoning, after its chunk tokens
+// were counted. Out of line: a stream without reasoning never calls it.
+//
+//go:noinline
+func (st *streamState) reasoningChunk(ci *wire.Chunk) {
+	st.reasoned = true
+	if st.res.ReasoningTokens == 0 && st.res.ReasoningTokensSource == results.SourceUsage {
+		// A usage said 0 before this reasoning came (event's comment): no count.
+		st.res.ReasoningTokens, st.res.ReasoningTokensSource = results.Null, ""
+	}
+	switch {
+	case ci.Answer:
+		st.mixed = true
+	case st.everyUsage && len(st.chunkTokens) == len(st.res.ChunkNS):
+		st.reasoningTok += st.chunkTokens[len(st.chunkTokens)-1]
+	}
+	if st.c.opts.CountTokens != nil {
+		st.reasoningText = append(st.reasoningText, ci.Reasoning...)
+	}
 }
 
 func (st *streamState) fail(s results.Status, msg string) {
@@ -618,6 +660,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		if res.FirstTokenNS == results.Null {
 			res.FirstTokenNS = stamp
 		}
+		if ci.Answer && res.FirstAnswerNS == results.Null {
+			res.FirstAnswerNS = stamp
+		}
 		res.EndNS = stamp
 		res.ChunkNS = append(res.ChunkNS, off)
 		// A chunk's tokens are the increase of the cumulative completion_tokens. A
@@ -638,6 +683,9 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 			if st.onTokens != nil {
 				st.onTokens(1)
 			}
+		}
+		if len(ci.Reasoning) > 0 {
+			st.reasoningChunk(ci)
 		}
 	} else if ci.Usage && ci.HasCompletion && ci.Choices > 0 {
 		// A chunk with no text may still count tokens (a role chunk, tokens whose text
@@ -661,6 +709,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 		}
 		if ci.HasCached && ci.Cached >= 0 {
 			res.PromptTokensCached = ci.Cached
+		}
+		// A count of 0 after reasoning was streamed is no count: Ollama's usage says 0
+		// whatever its model did (a constant, v0.17.4), so the next way of knowing counts.
+		if ci.HasReasoningTokens && (ci.ReasoningTokens > 0 || ci.ReasoningTokens == 0 && !st.reasoned) {
+			res.ReasoningTokens, res.ReasoningTokensSource = ci.ReasoningTokens, results.SourceUsage
 		}
 	}
 	return false
@@ -687,6 +740,17 @@ func (st *streamState) end() {
 	} else if !st.usageSeen && len(res.ChunkNS) == 0 {
 		res.OutputTokens = 0
 		res.OutputTokensSource = results.SourceTokenizer
+	}
+	// The usage's count, taken as it came, wins; a stream that never reasoned and whose
+	// server said nothing has no reasoning count (null), not 0.
+	if st.reasoned && res.ReasoningTokens == results.Null {
+		switch {
+		case st.reasoningFromChunks():
+			res.ReasoningTokens, res.ReasoningTokensSource = st.reasoningTok, results.SourceChunkUsage
+		case st.countsReasoning():
+			res.ReasoningTokens = int32(st.c.opts.CountTokens(string(st.reasoningText)))
+			res.ReasoningTokensSource = results.SourceTokenizer
+		}
 	}
 }
 
