@@ -86,6 +86,16 @@ type Config struct {
 	// max_model_len - prompt; the sim caps it so a bare request ends in reasonable time).
 	DefaultChatMaxTokens int `json:"default_chat_max_tokens"`
 
+	// ReasoningShare (0..1) is the share of every answer's output that is reasoning: its
+	// first round(ReasoningShare x output tokens) tokens, streamed as reasoning deltas as
+	// vLLM's reasoning parsers stream them (chat's delta.reasoning, a Messages thinking
+	// block, a Responses reasoning item; completions have no reasoning field). 0: none.
+	ReasoningShare float64 `json:"reasoning_share"`
+	// ReasoningUsage makes chat's final usage carry completion_tokens_details
+	// .reasoning_tokens, as OpenAI's does; vLLM's does not (its UsageInfo has no such
+	// field), which is the default. The Responses usage always carries it, as vLLM's does.
+	ReasoningUsage bool `json:"reasoning_usage,omitempty"`
+
 	// TimeScale speeds model time up: 10 runs everything 10x faster in real time.
 	TimeScale float64 `json:"time_scale"`
 	// Seed makes faults and natural output lengths reproducible.
@@ -294,6 +304,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultChatMaxTokens < 1 {
 		bad("default_chat_max_tokens", "%d < 1", c.DefaultChatMaxTokens)
+	}
+	if !(c.ReasoningShare >= 0 && c.ReasoningShare <= 1) {
+		bad("reasoning_share", "%v not in [0, 1]", c.ReasoningShare)
 	}
 	if c.EOSMeanTokens < 0 {
 		bad("eos_mean_tokens", "%d < 0", c.EOSMeanTokens)

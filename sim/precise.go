@@ -98,14 +98,14 @@ func appendChunk(out, content []byte) []byte {
 }
 
 // appendDue appends to out the chunks that the goroutine path writes for tokens
-// [from, to), ending the stream (usage, [DONE]) when to is the target: the same bytes,
+// [from, to), ending the stream (usage and [DONE], or the closing events) when to is the target: the same bytes,
 // with a chunk cut wherever the goroutine path cuts one (after a token that takes the
 // body past writeBatch, and at the end). scratch holds the chunk body being built.
 func (c *chunker) appendDue(out, scratch []byte, from, to int, usage bool) ([]byte, []byte) {
 	b := scratch[:0]
 	for i := from; i < to; i++ {
-		if i == 0 && c.chat {
-			b = c.appendRole(b)
+		if i == 0 {
+			b = c.appendStart(b)
 		}
 		b = c.appendToken(b, i)
 		if len(b) > writeBatch {
@@ -114,10 +114,7 @@ func (c *chunker) appendDue(out, scratch []byte, from, to int, usage bool) ([]by
 		}
 	}
 	if to == c.target {
-		if usage {
-			b = c.appendFinalUsage(b)
-		}
-		b = append(b, "data: [DONE]\n\n"...)
+		b = c.appendEnd(b, usage)
 	}
 	if len(b) > 0 {
 		out = appendChunk(out, b)

@@ -118,8 +118,10 @@ func New(cfg Config) (*Server, error) {
 		s.epoch = s.eng.epoch
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, false) })
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, true) })
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiCompletions) })
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiChat) })
+	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiMessages) })
+	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiResponses) })
 	mux.HandleFunc("/v1/models", s.serveModels)
 	mux.HandleFunc("/tokenize", s.serveTokenize)
 	mux.Handle("/metrics", s.metricsHandler())
@@ -132,8 +134,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves /v1/models, /v1/completions, /v1/chat/completions, /tokenize, /metrics,
-// /sim/info and /health.
+// Handler serves /v1/models, /v1/completions, /v1/chat/completions, /v1/messages,
+// /v1/responses, /tokenize, /metrics, /sim/info and /health.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Info returns the configuration and its analytical limits.
@@ -278,6 +280,37 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, b)
 }
 
+// anthropicErrorTypes are the error types of Anthropic's API reference by HTTP status
+// (https://docs.anthropic.com/en/api/errors). vLLM's router puts its OpenAI error type
+// there (vllm/entrypoints/anthropic/api_router.py); the sim follows the reference, so a
+// client is tested against the shape Anthropic documents.
+var anthropicErrorTypes = map[int]string{
+	400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+	404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+	429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error",
+}
+
+// writeAnthropicError answers e in the Messages API's shape:
+// {"type":"error","error":{"type":...,"message":...}}.
+func writeAnthropicError(w http.ResponseWriter, e *apiError) {
+	typ := anthropicErrorTypes[e.status]
+	if typ == "" {
+		typ = "api_error"
+	}
+	var b struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	b.Type, b.Error.Type, b.Error.Message = "error", typ, e.msg
+	if e.status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, b)
+}
+
 const maxBody = 64 << 20
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
@@ -305,7 +338,7 @@ func (s *Server) checkModel(model string) *apiError {
 }
 
 // promptTokens counts the prompt as the engine would: cl100k_base for text, len(ids) for
-// token ids, and for chat a ChatML template:
+// token ids, and for chat a ChatML template: the tools first (toolTokens), then
 // per message <|im_start|> + "role\n" + content + <|im_end|> + "\n", then
 // <|im_start|> + "assistant\n" for the reply (pieces tokenized separately).
 // With h non-nil it also feeds h that token stream (for the prefix cache).
@@ -318,13 +351,13 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 		return len(p.ids)
 	case p.messages != nil:
 		if h == nil {
-			n := s.chatReply
+			n := s.chatReply + s.toolTokens(p.tools, nil)
 			for _, m := range p.messages {
 				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil) + 2
 			}
 			return n
 		}
-		n := 0
+		n := s.toolTokens(p.tools, h)
 		for _, m := range p.messages {
 			h.add(imStart)
 			h.addInts(s.chatRoleIDs[m.role])
@@ -338,6 +371,23 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 	default:
 		return s.count(p.text, h)
 	}
+}
+
+// toolTokens counts the tool definitions (descs, their descriptions) by the sim's rule,
+// each its description's tokens and ToolOverheadTokens, and feeds them to h when h is not
+// nil: the overhead as toolMarker tokens, then the description, before the messages, as
+// chat templates put the tools in the system block.
+func (s *Server) toolTokens(descs []string, h *blockHasher) int {
+	n := 0
+	for _, d := range descs {
+		if h != nil {
+			for range ToolOverheadTokens {
+				h.add(toolMarker)
+			}
+		}
+		n += ToolOverheadTokens + s.count(d, h)
+	}
+	return n
 }
 
 // countCache remembers token counts of long texts (pieces of them: textPiece) by a 64-bit

@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "sim",
-		summary: "serve the simulated continuous-batching engine (OpenAI-compatible, no GPU)",
+		summary: "serve the simulated continuous-batching engine (OpenAI, Anthropic Messages and Responses APIs, no GPU)",
 		run:     runSim,
 	})
 }
@@ -37,6 +37,10 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
   llmreplay sim --profile fixed --ttft 200ms --itl 20ms
 
+  # A thinking model: the first 75% of every answer streams as reasoning, on every API
+  # (/v1/chat/completions, /v1/messages, /v1/responses)
+  llmreplay sim --profile tiny --reasoning-share 0.75
+
   # KV allocated as tokens are made (vLLM v1): under overload the cache runs full and
   # vllm:num_preemptions_total counts the requests preempted
   llmreplay sim --profile tiny --kv-admission on-demand --kv-cache-tokens 16384
@@ -47,6 +51,8 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Try it
   curl -N http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"prompt":"Hello","max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
+  curl -N http://127.0.0.1:8000/v1/messages -H 'Content-Type: application/json' \
+    -d '{"model":"sim-moe-230b","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"Hello"}]}'
   curl http://127.0.0.1:8000/sim/info`
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -135,6 +141,8 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.IntVar(&o.EOSMeanTokens, "eos-mean", 0, "mean natural output length for requests without ignore_eos (0 = always max_tokens)")
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", 0, "max_tokens for completions that give none")
 	fs.IntVar(&o.DefaultChatMaxTokens, "default-chat-max-tokens", 0, "max_tokens cap for chat requests that give none")
+	fs.Float64Var(&o.ReasoningShare, "reasoning-share", 0, "share (0..1) of every answer's output tokens streamed first as reasoning (chat delta.reasoning, a Messages thinking block, a Responses reasoning item), e.g. --reasoning-share 0.75")
+	fs.BoolVar(&o.ReasoningUsage, "reasoning-usage", false, "chat usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not)")
 }
 
 // applySimFlags sets over cfg (a profile) the model parameters the command line gave.
@@ -152,6 +160,8 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 			*d = *src.(*uint64)
 		case *float64:
 			*d = *src.(*float64)
+		case *bool:
+			*d = *src.(*bool)
 		case *time.Duration:
 			*d = *src.(*time.Duration)
 		}
@@ -179,6 +189,8 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("eos-mean", &cfg.EOSMeanTokens, &o.EOSMeanTokens)
 	set("default-max-tokens", &cfg.DefaultMaxTokens, &o.DefaultMaxTokens)
 	set("default-chat-max-tokens", &cfg.DefaultChatMaxTokens, &o.DefaultChatMaxTokens)
+	set("reasoning-share", &cfg.ReasoningShare, &o.ReasoningShare)
+	set("reasoning-usage", &cfg.ReasoningUsage, &o.ReasoningUsage)
 }
 
 // printSimBanner says on stderr what the running engine serves and models.
