@@ -785,3 +785,138 @@ func TestRequestLogReasoning(t *testing.T) {
 		t.Errorf("reasoning tokens by API %v, want %v", got, want)
 	}
 }
+
+// TestStreamErrorFault: the stream-error fault ends a stream with the engine's mid-stream
+// error in each API's shape, before the last token: chat and completions an error chunk
+// then [DONE]; Messages and Responses an "event: error" and nothing after it (no
+// message_stop, no response.completed), Responses' sequence numbers unbroken. Whole
+// answers get a 500 in the API's error shape. Seeds without the fault plan as before.
+func TestStreamErrorFault(t *testing.T) {
+	cfg := fastFixed()
+	cfg.ReasoningShare, cfg.Faults.StreamError = 0.5, 1
+	r := startSim(t, cfg)
+	base := strings.TrimSuffix(r.BaseURL(), "/v1")
+	const n = 40
+	for _, api := range []apiKind{apiCompletions, apiChat, apiMessages, apiResponses} {
+		path, body := apiRequest(api, n, true)
+		if api == apiCompletions {
+			path, body = "/v1/completions", fmt.Sprintf(`{"prompt":"x","max_tokens":%d,"stream":true}`, n)
+		}
+		resp, b := postRaw(t, base+path, body)
+		evs := readSSE(t, bytes.NewReader(b))
+		if resp.StatusCode != 200 || len(evs) < 1 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		last := evs[len(evs)-1]
+		switch api {
+		case apiCompletions, apiChat:
+			var e struct {
+				Error struct {
+					Message string `json:"message"`
+					Code    int    `json:"code"`
+				} `json:"error"`
+			}
+			if last.data != "[DONE]" || len(evs) < 2 || json.Unmarshal([]byte(evs[len(evs)-2].data), &e) != nil || e.Error.Code != 500 || e.Error.Message == "" {
+				t.Errorf("%s: does not end with an error chunk and [DONE]:\n%s", path, b)
+			}
+		case apiMessages:
+			var e anthEvent
+			if last.name != "error" || json.Unmarshal([]byte(last.data), &e) != nil || e.Type != "error" || e.Error == nil || e.Error.Message == "" {
+				t.Errorf("%s: last event %q %s, want an error event", path, last.name, last.data)
+			}
+			if bytes.Contains(b, []byte("message_stop")) {
+				t.Errorf("%s: message_stop after the error", path)
+			}
+		case apiResponses:
+			for i, e := range evs {
+				var ev respEvent
+				if json.Unmarshal([]byte(e.data), &ev) != nil || ev.SequenceNumber == nil || *ev.SequenceNumber != i || ev.Type != e.name {
+					t.Fatalf("%s: event %d %q %s", path, i, e.name, e.data)
+				}
+			}
+			if last.name != "error" || bytes.Contains(b, []byte("response.completed")) {
+				t.Errorf("%s: last event %q, want error and no response.completed", path, last.name)
+			}
+		}
+		marks := map[apiKind][]string{apiCompletions: {`"text":"`}, apiChat: {`"delta":{"content":"`, `"delta":{"reasoning":"`},
+			apiMessages: {`"type":"thinking_delta"`, `"type":"text_delta"`}, apiResponses: {`"type":"response.reasoning_text.delta"`, `"type":"response.output_text.delta"`}}[api]
+		tokens := 0
+		for _, m := range marks {
+			tokens += bytes.Count(b, []byte(m))
+		}
+		if tokens >= n {
+			t.Errorf("%s: %d tokens before the error, want fewer than %d", path, tokens, n)
+		}
+		_, body = apiRequest(api, n, false)
+		if api == apiCompletions {
+			body = fmt.Sprintf(`{"prompt":"x","max_tokens":%d}`, n)
+		}
+		resp, b = postRaw(t, base+path, body)
+		if resp.StatusCode != 500 || !bytes.Contains(b, []byte(streamErrorMsg)) || (api == apiMessages) != bytes.Contains(b, []byte(`"type":"error"`)) {
+			t.Errorf("%s whole: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if got := r.srv.faultCount[faultStreamError].Load(); got != 8 {
+		t.Errorf("stream-error faults counted %d, want 8", got)
+	}
+
+	// The fault is drawn after every other, so plans without it are unchanged.
+	plain, err := New(fastFixed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	withFaults := fastFixed()
+	withFaults.Faults = Faults{Malformed: 0.5, Disconnect: 0.5, StreamError: 0.5}
+	w, err := New(withFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	withFaults.Faults.StreamError = 0
+	wo, err := New(withFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wo.Close()
+	drawn := 0
+	for i := range uint64(200) {
+		a, b := w.makePlan(i, 50, 0, false), wo.makePlan(i, 50, 0, false)
+		if a.errorAt >= 0 {
+			drawn++
+		}
+		a.errorAt = -1
+		if a != b {
+			t.Fatalf("plan %d: %+v with the stream-error fault, %+v without", i, a, b)
+		}
+	}
+	if drawn < 50 || drawn > 150 {
+		t.Errorf("stream-error drawn %d times in 200 at rate 0.5", drawn)
+	}
+}
+
+// TestStreamErrorAtFirstToken: an error before the first token follows the Responses
+// preamble with the next sequence number, and Messages sends it alone.
+func TestStreamErrorAtFirstToken(t *testing.T) {
+	s, err := New(fastFixed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pl := plan{target: 5, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1, errorAt: 0}
+	ck := s.newChunker(apiResponses, 10, false, &pl)
+	evs := readSSE(t, bytes.NewReader(ck.appendStreamError(ck.appendResponsesPreamble(nil), 0)))
+	for i, e := range evs {
+		var ev respEvent
+		if json.Unmarshal([]byte(e.data), &ev) != nil || ev.SequenceNumber == nil || *ev.SequenceNumber != i {
+			t.Fatalf("event %d: %s", i, e.data)
+		}
+	}
+	if len(evs) != 3 || evs[2].name != "error" {
+		t.Fatalf("events %v", evs)
+	}
+	ck = s.newChunker(apiMessages, 10, false, &pl)
+	if evs := readSSE(t, bytes.NewReader(ck.appendStreamError(nil, 0))); len(evs) != 1 || evs[0].name != "error" {
+		t.Fatalf("messages: %v", evs)
+	}
+}

@@ -135,16 +135,19 @@ type Faults struct {
 	StallFor         time.Duration `json:"stall_for_ns"`
 	SlowFirstByte    float64       `json:"slow_first_byte"`
 	SlowFirstByteFor time.Duration `json:"slow_first_byte_for_ns"`
+	// StreamError ends a stream with the engine's mid-stream error before a token
+	// (chat's error chunk, an "event: error" in Messages and Responses).
+	StreamError float64 `json:"stream_error,omitempty"`
 }
 
 // Any reports whether any fault has a positive rate.
 func (f Faults) Any() bool {
 	return f.Status429 > 0 || f.Status500 > 0 || f.Status503 > 0 || f.Disconnect > 0 ||
-		f.Malformed > 0 || f.Stall > 0 || f.SlowFirstByte > 0
+		f.Malformed > 0 || f.Stall > 0 || f.SlowFirstByte > 0 || f.StreamError > 0
 }
 
 // FaultKinds lists the names ParseFault accepts.
-var FaultKinds = []string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+var FaultKinds = []string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte", "stream-error"}
 
 // ParseFault sets one fault from "KIND=RATE" or, for stall and slow-first-byte,
 // "KIND=RATE:DURATION" (e.g. "503=0.01", "stall=0.05:2s"). The duration defaults to 1s.
@@ -184,6 +187,8 @@ func ParseFault(s string, f *Faults) error {
 		f.Stall, f.StallFor = rate, dur
 	case "slow-first-byte":
 		f.SlowFirstByte, f.SlowFirstByteFor = rate, dur
+	case "stream-error":
+		f.StreamError = rate
 	default:
 		return fmt.Errorf("fault %q: unknown kind %q (want one of %s)", s, kind, strings.Join(FaultKinds, ", "))
 	}

@@ -436,6 +436,34 @@ func (c *chunker) appendResponsesEnd(b []byte) []byte {
 	return append(b, `,"type":"response.completed"}`+"\n\n"...)
 }
 
+// streamErrorMsg is the stream-error fault's message.
+const streamErrorMsg = "simulated fault: generation failed"
+
+// appendStreamError appends the engine's mid-stream error, in place of token i and all
+// after it, and the stream's end: for chat and completions vLLM's error chunk
+// (data: {"error":{...}}) then [DONE], as its chat and completions generators end on an
+// exception; for Messages an "event: error" and nothing after it, as
+// message_stream_converter ends (vLLM's type there is "internal_error"; the sim uses
+// "api_error", Anthropic's reference type); for Responses an "event: error" with the next
+// sequence number, as serving.py ends on a GenerationError, and no response.completed.
+func (c *chunker) appendStreamError(b []byte, i int) []byte {
+	switch c.api {
+	case apiMessages:
+		b = appendEvent(b, "error")
+		return append(b, `{"type":"error","error":{"type":"api_error","message":"`+streamErrorMsg+`"}}`+"\n\n"...)
+	case apiResponses:
+		seq := 2
+		if i > 0 {
+			seq = c.seqOf(i-1) + 1
+		}
+		b = appendEvent(b, "error")
+		b = append(b, `{"code":"server_error","message":"`+streamErrorMsg+`","param":null`...)
+		return c.appendSeqType(b, seq, "error")
+	}
+	b = append(b, `data: {"error":{"message":"`+streamErrorMsg+`","type":"InternalServerError","param":null,"code":500}}`+"\n\n"...)
+	return append(b, "data: [DONE]\n\n"...)
+}
+
 // appendEventMalformed appends an event whose JSON is cut short.
 func (c *chunker) appendEventMalformed(b []byte) []byte {
 	if c.api == apiMessages {

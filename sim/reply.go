@@ -135,6 +135,14 @@ func (s *Server) streamChunks(ctx context.Context, a *reply, rc *http.ResponseCo
 			if sent == pl.malformedAt {
 				sb.buf = ck.appendMalformed(sb.buf)
 			}
+			if sent == pl.errorAt {
+				sb.buf = ck.appendStreamError(sb.buf, sent)
+				sb.flush()
+				if a.rec != nil {
+					a.rec.Outcome, a.rec.Error = "fault", streamErrorMsg
+				}
+				return
+			}
 			if sent == 0 {
 				ck.cached = a.src.cachedTokens()
 				sb.buf = ck.appendStart(sb.buf)
@@ -296,6 +304,10 @@ func (s *Server) serveWhole(ctx context.Context, a *reply) {
 			a.rec.Outcome = "fault"
 		}
 		panic(http.ErrAbortHandler)
+	}
+	if pl.errorAt >= 0 {
+		failGen(a.w, ck.api, a.rec, &apiError{status: 500, typ: "InternalServerError", msg: streamErrorMsg}, "fault")
+		return
 	}
 	ck.cached = a.src.cachedTokens()
 	var b []byte

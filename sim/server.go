@@ -634,10 +634,11 @@ const (
 	faultMalformed
 	faultStall
 	faultSlowFirstByte
+	faultStreamError
 	numFaults
 )
 
-var faultNames = [numFaults]string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+var faultNames = [numFaults]string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte", "stream-error"}
 
 // plan is what one request will do: its output length and its faults, all drawn from a
 // generator seeded by (Config.Seed, request index) so a run sees the same faults each time
@@ -651,13 +652,14 @@ type plan struct {
 	stallFor     time.Duration // real time
 	malformedAt  int
 	disconnectAt int
+	errorAt      int // the stream ends with an error before this token
 	wordOff      int
 	id           uint64
 }
 
 // clean reports whether the plan streams without a fault (the precise writer's case).
 func (p *plan) clean() bool {
-	return p.status == 0 && p.slowFirst == 0 && p.stallAt < 0 && p.malformedAt < 0 && p.disconnectAt < 0
+	return p.status == 0 && p.slowFirst == 0 && p.stallAt < 0 && p.malformedAt < 0 && p.disconnectAt < 0 && p.errorAt < 0
 }
 
 func (s *Server) realDur(d time.Duration) time.Duration {
@@ -666,7 +668,7 @@ func (s *Server) realDur(d time.Duration) time.Duration {
 
 func (s *Server) makePlan(idx uint64, maxTokens, minTokens int, ignoreEOS bool) plan {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, idx))
-	p := plan{target: maxTokens, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1}
+	p := plan{target: maxTokens, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1, errorAt: -1}
 	p.id = rng.Uint64()
 	p.wordOff = rng.IntN(len(words))
 	if !ignoreEOS && s.cfg.EOSMeanTokens > 0 {
@@ -703,6 +705,11 @@ func (s *Server) makePlan(idx uint64, maxTokens, minTokens int, ignoreEOS bool) 
 	if rng.Float64() < f.Disconnect {
 		p.disconnectAt = rng.IntN(p.target)
 	}
+	// Drawn last, so that the draws before it, and the plans of a seed without it, are
+	// those they were before it existed.
+	if f.StreamError > 0 && rng.Float64() < f.StreamError {
+		p.errorAt = rng.IntN(p.target)
+	}
 	return p
 }
 
@@ -729,6 +736,9 @@ func (s *Server) countFaults(p *plan) {
 	}
 	if p.disconnectAt >= 0 {
 		s.faultCount[faultDisconnect].Add(1)
+	}
+	if p.errorAt >= 0 {
+		s.faultCount[faultStreamError].Add(1)
 	}
 }
 

@@ -63,7 +63,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	noPrefix := fs.Bool("no-prefix-cache", false, "turn automatic prefix caching off (on by default, as in vLLM and SGLang)")
 	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id, and arrive_unix_ns/read_unix_ns/first_write_unix_ns: when the request reached the server's socket (the kernel's stamp), when the server's read returned, when it wrote the first token; the wall clock), written off the engine's path")
 	requestLogWrites := fs.Bool("request-log-writes", false, "with --request-log: also log the wall-clock stamp and token count of every body write that carried tokens (write_unix_ns, write_tokens)")
-	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR (DUR in model time, default 1s)")
+	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR, stream-error=R (DUR in model time, default 1s)")
 
 	// Every model parameter; applied over the profile only when given.
 	var o sim.Config
