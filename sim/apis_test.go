@@ -920,3 +920,31 @@ func TestStreamErrorAtFirstToken(t *testing.T) {
 		t.Fatalf("messages: %v", evs)
 	}
 }
+
+// TestEventAPIsIgnoreLengthForcing: vLLM passes neither min_tokens nor ignore_eos through
+// /v1/messages or /v1/responses, so neither forces the length there: with natural
+// stopping on, answers stop early (end_turn, completed) as they do on chat without them,
+// while chat honours ignore_eos.
+func TestEventAPIsIgnoreLengthForcing(t *testing.T) {
+	cfg := fastFixed()
+	cfg.EOSMeanTokens = 2
+	r := startSim(t, cfg)
+	base := strings.TrimSuffix(r.BaseURL(), "/v1")
+	const n = 200 // P(a draw of mean 2 reaches 200) is 2^-199
+	for i := range 5 {
+		_, b := postRaw(t, base+"/v1/messages", fmt.Sprintf(`{"model":"m","max_tokens":%d,"min_tokens":%d,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"x"}]}`, n, n))
+		got := decodeMessages(t, readSSE(t, bytes.NewReader(b)))
+		if got.stop != "end_turn" || got.output >= n || got.answerDeltas != got.output {
+			t.Errorf("messages %d: stop %q after %d tokens (%d deltas)", i, got.stop, got.output, got.answerDeltas)
+		}
+		_, b = postRaw(t, base+"/v1/responses", fmt.Sprintf(`{"input":"x","max_output_tokens":%d,"min_tokens":%d,"ignore_eos":true,"stream":true}`, n, n))
+		got = decodeResponses(t, readSSE(t, bytes.NewReader(b)))
+		if got.stop != "completed" || got.output >= n || got.answerDeltas != got.output {
+			t.Errorf("responses %d: status %q after %d tokens (%d deltas)", i, got.stop, got.output, got.answerDeltas)
+		}
+	}
+	_, b := postRaw(t, base+"/v1/chat/completions", fmt.Sprintf(`{"max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`, n))
+	if got := decodeChat(t, readSSE(t, bytes.NewReader(b))); got.output != n || got.stop != "length" {
+		t.Errorf("chat with ignore_eos: %d tokens, %q", got.output, got.stop)
+	}
+}
