@@ -626,6 +626,14 @@ func TestToolTokens(t *testing.T) {
 		if p1-p0 != want {
 			t.Errorf("%s: tools added %d prompt tokens, want %d", c.path, p1-p0, want)
 		}
+		if c.path == "/v1/chat/completions" {
+			// /tokenize counts the same prompt, tools included.
+			_, b := postRaw(t, base+"/tokenize", strings.Replace(c.with, `"max_tokens":1,`, "", 1))
+			var tk struct{ Count int }
+			if json.Unmarshal(b, &tk) != nil || tk.Count != p1 {
+				t.Errorf("/tokenize with tools: %s, want count %d", b, p1)
+			}
+		}
 	}
 
 	cfg, _ := Profile("tiny")

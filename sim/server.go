@@ -571,6 +571,7 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 		Model    *string         `json:"model"`
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages json.RawMessage `json:"messages"`
+		Tools    json.RawMessage `json:"tools"` // chat's shape, with messages
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		s.badRequests.Add(1)
@@ -590,6 +591,18 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 			s.badRequests.Add(1)
 			writeError(w, err.(*apiError))
 			return
+		}
+		descs, aerr := parseTools(req.Tools, apiChat)
+		if aerr != nil {
+			s.badRequests.Add(1)
+			writeError(w, aerr)
+			return
+		}
+		for _, d := range descs { // as toolTokens hashes them
+			for range ToolOverheadTokens {
+				tokens = append(tokens, toolMarker)
+			}
+			tokens = append(tokens, s.enc.Encode(d)...)
 		}
 		for _, m := range msgs {
 			tokens = append(tokens, imStart)
