@@ -863,9 +863,13 @@ func TestStreamErrorFault(t *testing.T) {
 		if resp.StatusCode != 500 || !bytes.Contains(b, []byte(streamErrorMsg)) || (api == apiMessages) != bytes.Contains(b, []byte(`"type":"error"`)) {
 			t.Errorf("%s whole: %d %s", path, resp.StatusCode, b)
 		}
+		// With the timing trailers asked for, the error answer is whole too.
+		if res := post(t, http.DefaultClient, base+path, body); res.status != 500 || res.readErr != nil || !bytes.Contains(res.body, []byte(streamErrorMsg)) {
+			t.Errorf("%s whole, timing asked: %d %v %s", path, res.status, res.readErr, res.body)
+		}
 	}
-	if got := r.srv.faultCount[faultStreamError].Load(); got != 8 {
-		t.Errorf("stream-error faults counted %d, want 8", got)
+	if got := r.srv.faultCount[faultStreamError].Load(); got != 12 {
+		t.Errorf("stream-error faults counted %d, want 12", got)
 	}
 
 	// The fault is drawn after every other, so plans without it are unchanged.
