@@ -960,3 +960,17 @@ func TestEventAPIsIgnoreLengthForcing(t *testing.T) {
 		t.Errorf("chat with ignore_eos: %d tokens, %q", got.output, got.stop)
 	}
 }
+
+// TestMessagesSystemJoined: a Messages request's top-level system prompt and its system
+// messages become one system message, their texts joined, first, as vLLM converts them;
+// so does the Responses API's instructions.
+func TestMessagesSystemJoined(t *testing.T) {
+	r := startSim(t, fastFixed())
+	base := strings.TrimSuffix(r.BaseURL(), "/v1")
+	chat := promptOf(t, base+"/v1/chat/completions", `{"messages":[{"role":"system","content":"Be brief. Use lists."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"},{"role":"user","content":"More"}],"max_tokens":1}`)
+	msgs := promptOf(t, base+"/v1/messages", `{"model":"m","max_tokens":1,"system":[{"type":"text","text":"Be brief."}],"messages":[{"role":"user","content":"Hi"},{"role":"system","content":" Use lists."},{"role":"assistant","content":[{"type":"text","text":"Hel"},{"type":"text","text":"lo"}]},{"role":"user","content":"More"}]}`)
+	resp := promptOf(t, base+"/v1/responses", `{"max_output_tokens":1,"instructions":"Be brief. Use lists.","input":[{"role":"user","content":"Hi"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello"}]},{"role":"user","content":"More"}]}`)
+	if msgs != chat || resp != chat {
+		t.Errorf("prompt tokens: messages %d, responses %d, chat %d", msgs, resp, chat)
+	}
+}

@@ -215,6 +215,9 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 		}
 		fmt.Fprintf(stderr, "  request log: %s%s\n", cfg.RequestLog, w)
 	}
+	if cfg.ReasoningShare > 0 {
+		fmt.Fprintf(stderr, "  reasoning: the first %.0f%% of every answer's tokens stream as reasoning (chat, messages, responses)\n", 100*cfg.ReasoningShare)
+	}
 	if cfg.TimeScale != 1 {
 		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)
 	}

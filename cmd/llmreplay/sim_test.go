@@ -104,7 +104,7 @@ func TestSimServesAndStopsOnCancel(t *testing.T) {
 	var errb syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "fixed", "--ttft", "1ms", "--itl", "1ms"}, io.Discard, &errb)
+		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "fixed", "--ttft", "1ms", "--itl", "1ms", "--reasoning-share", "0.5"}, io.Discard, &errb)
 	}()
 	re := regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`)
 	var base string
@@ -127,6 +127,22 @@ func TestSimServesAndStopsOnCancel(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || body.Usage.CompletionTokens != 3 {
 		t.Fatalf("status %d usage %+v", resp.StatusCode, body.Usage)
+	}
+	// The Messages API, with --reasoning-share: half the answer is a thinking block.
+	resp, err = http.Post(base+"/messages", "application/json", strings.NewReader(`{"model":"sim-fixed","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Content []struct{ Type string } `json:"content"`
+	}
+	json.NewDecoder(resp.Body).Decode(&msg)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[1].Type != "text" {
+		t.Fatalf("messages: status %d content %+v", resp.StatusCode, msg.Content)
+	}
+	if !strings.Contains(errb.String(), "reasoning: the first 50% of every answer") {
+		t.Errorf("banner does not say the reasoning share: %q", errb.String())
 	}
 	cancel()
 	select {
