@@ -974,3 +974,53 @@ func TestMessagesSystemJoined(t *testing.T) {
 		t.Errorf("prompt tokens: messages %d, responses %d, chat %d", msgs, resp, chat)
 	}
 }
+
+// dechunk undoes appendChunk's framing.
+func dechunk(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out []byte
+	for len(b) > 0 {
+		line, rest, ok := bytes.Cut(b, []byte("\r\n"))
+		var n int
+		if _, err := fmt.Sscanf(string(line), "%x", &n); !ok || err != nil || len(rest) < n+2 {
+			t.Fatalf("bad chunk at %q", b)
+		}
+		out, b = append(out, rest[:n]...), rest[n+2:]
+	}
+	return out
+}
+
+// TestAppendDueAnySplit: the precise writer's bytes for a stream written whole or cut into
+// two writes at any token equal the goroutine path's (start, tokens, end), for every API and reasoning
+// share, so the reasoning-to-answer turn is right whichever write it falls in.
+func TestAppendDueAnySplit(t *testing.T) {
+	for _, share := range []float64{0, 0.3, 0.5, 1} {
+		cfg := fastFixed()
+		cfg.ReasoningShare, cfg.ReasoningUsage = share, true
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for api := range apiKind(4) {
+			for target := 1; target <= 9; target++ {
+				pl := plan{target: target, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1, errorAt: -1, wordOff: 5, id: 99}
+				ck := s.newChunker(api, 12, false, &pl)
+				want := ck.appendStart(nil)
+				for i := range target {
+					want = ck.appendToken(want, i)
+				}
+				want = ck.appendEnd(want, true)
+				for k := 1; k <= target; k++ { // k == target: one write (a write has a token at least)
+					out, scratch := ck.appendDue(nil, nil, 0, k, true)
+					if k < target {
+						out, _ = ck.appendDue(out, scratch, k, target, true)
+					}
+					if got := dechunk(t, out); !bytes.Equal(got, want) {
+						t.Fatalf("%s share %v target %d split %d:\n%s\nwant\n%s", apiNames[api], share, target, k, got, want)
+					}
+				}
+			}
+		}
+		s.Close()
+	}
+}
