@@ -1024,3 +1024,83 @@ func TestAppendDueAnySplit(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestFirstAnswerTimes: the X-Sim-First-Answer-Ns trailer is the model time of the first
+// answer token: on an idle engine, as long after the first token as the last token of a
+// request that stops at that token; on the fixed profile TTFT + R x ITL. An answer that is
+// all reasoning has none.
+func TestFirstAnswerTimes(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.Model, cfg.TimeScale, cfg.PrefixCache, cfg.ReasoningShare = "m", 100, false, 0.5
+	r := startSim(t, cfg)
+	url := r.BaseURL() + "/chat/completions"
+	body := func(n int) map[string]any {
+		return map[string]any{"messages": []map[string]string{{"role": "user", "content": "Hello there"}}, "max_tokens": n, "ignore_eos": true}
+	}
+	long := post(t, http.DefaultClient, url, body(20))  // reasoning 10: token 10 is the first answer
+	short := post(t, http.DefaultClient, url, body(11)) // its last token is token 10
+	got := long.modelNs(t, TrailerFirstAnswer) - long.modelNs(t, TrailerFirst)
+	want := short.modelNs(t, TrailerLast) - short.modelNs(t, TrailerFirst)
+	if got != want || got <= 0 {
+		t.Errorf("first answer %v after the first token, want %v", got, want)
+	}
+
+	fc := fastFixed()
+	fc.ReasoningShare = 1
+	f := startSim(t, fc)
+	res := post(t, http.DefaultClient, f.BaseURL()+"/chat/completions", body(4))
+	if v := res.trailer.Get(TrailerFirstAnswer); v != "" || res.trailer.Get(TrailerFirst) == "" {
+		t.Errorf("all reasoning: first answer trailer %q", v)
+	}
+	fc.ReasoningShare = 0.25
+	f = startSim(t, fc)
+	res = post(t, http.DefaultClient, f.BaseURL()+"/chat/completions", body(8))
+	if got := res.modelNs(t, TrailerFirstAnswer) - res.modelNs(t, TrailerFirst); got != 2*fc.FixedITL {
+		t.Errorf("fixed: first answer %v after the first token, want 2 ITL", got)
+	}
+}
+
+// TestRequestLogFirstAnswerWrite: the request log's first_answer_write_unix_ns is the
+// stamp of the write that carried the first answer token, on the precise writer and on
+// the goroutine path, and first_answer_ns its model time.
+func TestRequestLogFirstAnswerWrite(t *testing.T) {
+	for _, goroutine := range []bool{false, true} {
+		cfg := fastFixed()
+		cfg.FixedITL = 2 * time.Millisecond
+		cfg.ReasoningShare = 0.4
+		cfg.RequestLog, cfg.RequestLogWrites = filepath.Join(t.TempDir(), "log.jsonl"), true
+		r := startSim(t, cfg)
+		r.srv.noPrecise.Store(goroutine)
+		base := strings.TrimSuffix(r.BaseURL(), "/v1")
+		for _, api := range []apiKind{apiChat, apiMessages, apiResponses} {
+			path, body := apiRequest(api, 10, true)
+			postRaw(t, base+path, body)
+		}
+		r.Close()
+		b, err := os.ReadFile(cfg.RequestLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			var rec LogRecord
+			if err := json.Unmarshal(line, &rec); err != nil || rec.Outcome != "ok" {
+				t.Fatalf("%s: %v", line, err)
+			}
+			const answerAt = 4 // round(0.4 x 10)
+			sum, at := 0, int64(0)
+			for j, n := range rec.WriteTokens {
+				if sum <= answerAt && answerAt < sum+n {
+					at = rec.WriteUnixNs[j]
+				}
+				sum += n
+			}
+			if at == 0 || rec.FirstAnswerWriteUnixNs != at {
+				t.Errorf("goroutine %v %s: first_answer_write_unix_ns %d, want the stamp %d of the write with token %d (writes %v of %v)",
+					goroutine, rec.API, rec.FirstAnswerWriteUnixNs, at, answerAt, rec.WriteTokens, rec.WriteUnixNs)
+			}
+			if rec.FirstAnswerNs-rec.FirstNs != int64(answerAt*cfg.FixedITL) {
+				t.Errorf("%s: first_answer_ns %d, first_ns %d", rec.API, rec.FirstAnswerNs, rec.FirstNs)
+			}
+		}
+	}
+}

@@ -38,7 +38,10 @@ const (
 	// token (engine profiles only): samples of aggregate progress in model time.
 	TrailerGenAtAdmit = "X-Sim-Gen-At-Admit"
 	TrailerGenAtLast  = "X-Sim-Gen-At-Last"
-	TimingHeader      = "X-Sim-Timing"
+	// TrailerFirstAnswer is the first answer (non-reasoning) token's model time; absent
+	// when the whole answer is reasoning.
+	TrailerFirstAnswer = "X-Sim-First-Answer-Ns"
+	TimingHeader       = "X-Sim-Timing"
 )
 
 // chunker writes one request's SSE chunks into a byte slice with no per-token allocation:
@@ -280,6 +283,7 @@ func (e *engineSource) next(ctx context.Context, sent int) (int, bool) {
 // timing is one request's model times (see the X-Sim-* trailers).
 type timing struct {
 	arrival, queued, admit, first, last time.Duration
+	answer                              time.Duration // the first answer token's
 	ahead                               int
 	genAtAdmit, genAtLast               int64
 }
@@ -289,7 +293,7 @@ func (e *engineSource) times() timing {
 	if !s.done.Load() {
 		return timing{}
 	}
-	return timing{s.arrivalM, s.queuedM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
+	return timing{s.arrivalM, s.queuedM, s.admitM, s.firstM, s.lastM, s.answerM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
@@ -300,10 +304,11 @@ func (e *engineSource) cachedTokens() int { return e.s.cached }
 
 // fixedSource emits token i at recv + (FixedTTFT + i*FixedITL)/TimeScale exactly.
 type fixedSource struct {
-	srv    *Server
-	recv   time.Time
-	target int
-	timer  *time.Timer
+	srv      *Server
+	recv     time.Time
+	target   int
+	answerAt int // the first answer token
+	timer    *time.Timer
 }
 
 func (f *fixedSource) due(i int) time.Time {
@@ -333,7 +338,8 @@ func (f *fixedSource) times() timing {
 	c := &f.srv.cfg
 	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
-	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
+	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL,
+		answer: first + time.Duration(f.answerAt)*c.FixedITL}
 }
 
 func (f *fixedSource) cachedTokens() int { return 0 }
@@ -510,6 +516,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 // client gone during the slow start.
 func (s *Server) planGen(ctx context.Context, w http.ResponseWriter, rec *LogRecord, req checkedGen, recv time.Time) (pl plan, arrival time.Time, ok bool) {
 	pl = s.makePlan(s.reqIndex.Add(1)-1, req.maxTokens, req.p.minTokens, req.p.ignoreEOS)
+	pl.reasoning = s.reasoningTokens(req.p.api, pl.target)
 	s.countFaults(&pl)
 	if pl.slowFirst > 0 {
 		if !s.sleep(ctx, pl.slowFirst) {
@@ -538,10 +545,10 @@ func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
 		s.fixedPrompt.Add(int64(prompt))
-		return &fixedSource{srv: s, recv: recv, target: pl.target}
+		return &fixedSource{srv: s, recv: recv, target: pl.target, answerAt: pl.reasoning}
 	}
 	sq := newSeq(prompt, pl.target)
-	sq.recv = recv
+	sq.recv, sq.answerAt = recv, pl.reasoning
 	if hasher != nil {
 		// The KV cache will hold the prompt and the output less its last token: hash
 		// that stream here, on the handler's goroutine, so the engine only looks up.
@@ -555,16 +562,23 @@ func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl
 	return &engineSource{s: sq, srv: s}
 }
 
+// reasoningTokens is how many of an answer's target tokens stream as reasoning: the first
+// round(ReasoningShare x target). Completions have no reasoning parser: the model's
+// thinking is part of the text there.
+func (s *Server) reasoningTokens(api apiKind, target int) int {
+	if api == apiCompletions {
+		return 0
+	}
+	return int(math.Round(s.cfg.ReasoningShare * float64(target)))
+}
+
 // newChunker returns the chunker of the planned request, with its response id and its
 // chunks' JSON head.
 func (s *Server) newChunker(api apiKind, prompt int, continuous bool, pl *plan) *chunker {
 	ck := &chunker{api: api, chat: api == apiChat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: continuous,
 		wordOff: pl.wordOff, details: s.prefix, model: s.modelJSON, created: time.Now().Unix()}
-	if api != apiCompletions {
-		// Completions have no reasoning parser: the model's thinking is part of the text.
-		ck.reasoning = int(math.Round(s.cfg.ReasoningShare * float64(pl.target)))
-		ck.reasoningUsage = s.cfg.ReasoningUsage && api == apiChat
-	}
+	ck.reasoning = s.reasoningTokens(api, pl.target)
+	ck.reasoningUsage = s.cfg.ReasoningUsage && api == apiChat
 	hex := strconv.FormatUint(pl.id, 16)
 	switch api {
 	case apiMessages:

@@ -46,12 +46,14 @@ type pstream struct {
 	// whether they end the stream ([DONE]).
 	pending       []byte
 	pendingTokens int
+	pendingFrom   int
 	pendingFinal  bool
 
-	writes       int // write(2) calls made, for tests
-	firstWriteNs int64
-	writeNs      []int64
-	writeTokens  []int
+	writes        int // write(2) calls made, for tests
+	firstWriteNs  int64
+	answerWriteNs int64 // the write that carried the first answer token
+	writeNs       []int64
+	writeTokens   []int
 
 	content, out []byte // scratch for the next write
 	wn           int
@@ -74,10 +76,14 @@ func (st *pstream) cancel() int {
 	return st.result
 }
 
-// stamp records a write of tokens at t (unix ns).
-func (st *pstream) stamp(t int64, tokens int) {
+// stamp records a write of tokens [from, to) at t (unix ns).
+func (st *pstream) stamp(t int64, from, to int) {
+	tokens := to - from
 	if tokens == 0 {
 		return
+	}
+	if from <= st.ck.reasoning && st.ck.reasoning < to {
+		st.answerWriteNs = t
 	}
 	if st.firstWriteNs == 0 {
 		st.firstWriteNs = t
@@ -151,6 +157,9 @@ func (s *Server) servePrecise(ctx context.Context, sc *stampConn, f *fixedSource
 			if st.firstWriteNs != 0 {
 				rec.FirstWriteUnixNs = st.firstWriteNs
 			}
+			if st.answerWriteNs != 0 {
+				rec.FirstAnswerWriteUnixNs = st.answerWriteNs
+			}
 			rec.WriteUnixNs, rec.WriteTokens = append(rec.WriteUnixNs, st.writeNs...), append(rec.WriteTokens, st.writeTokens...)
 		}
 	}()
@@ -171,7 +180,7 @@ func (s *Server) servePrecise(ctx context.Context, sc *stampConn, f *fixedSource
 		if _, err := sc.Conn.Write(st.pending); err != nil {
 			return st.sent, false, false
 		}
-		st.stamp(t, st.pendingTokens)
+		st.stamp(t, st.pendingFrom, st.pendingFrom+st.pendingTokens)
 		return st.sent, st.pendingFinal, true
 	}
 	return st.sent, false, false

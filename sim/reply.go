@@ -25,7 +25,7 @@ type reply struct {
 // announceTrailers declares the timing trailers, which must be named before the head.
 func (a *reply) announceTrailers() {
 	if a.wantTiming {
-		a.w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
+		a.w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast, TrailerFirstAnswer}, ", "))
 	}
 }
 
@@ -44,6 +44,9 @@ func (a *reply) setTrailers() {
 	h.Set(TrailerAhead, strconv.Itoa(tm.ahead))
 	h.Set(TrailerGenAtAdmit, strconv.FormatInt(tm.genAtAdmit, 10))
 	h.Set(TrailerGenAtLast, strconv.FormatInt(tm.genAtLast, 10))
+	if a.pl.reasoning < a.pl.target {
+		h.Set(TrailerFirstAnswer, strconv.FormatInt(int64(tm.answer), 10))
+	}
 }
 
 // recordOK puts an answered request's token counts and model times in its record; it runs
@@ -55,6 +58,9 @@ func (a *reply) recordOK() {
 	tm := a.src.times()
 	a.rec.CachedTokens, a.rec.CompletionTokens, a.rec.ReasoningTokens = a.ck.cached, a.pl.target, a.ck.reasoning
 	a.rec.ArrivalNs, a.rec.FirstNs, a.rec.LastNs = int64(tm.arrival), int64(tm.first), int64(tm.last)
+	if a.pl.reasoning < a.pl.target {
+		a.rec.FirstAnswerNs = int64(tm.answer)
+	}
 }
 
 // answered ends a request answered in full: counted, its record ok, its trailers set.
@@ -147,6 +153,9 @@ func (s *Server) streamChunks(ctx context.Context, a *reply, rc *http.ResponseCo
 				ck.cached = a.src.cachedTokens()
 				sb.buf = ck.appendStart(sb.buf)
 			}
+			if sent == pl.reasoning {
+				sb.answer = true
+			}
 			sb.buf = ck.appendToken(sb.buf, sent)
 			sb.tokens++
 			if len(sb.buf) > writeBatch {
@@ -183,6 +192,7 @@ type streamBuf struct {
 	rc        *http.ResponseController
 	buf       []byte
 	tokens    int        // tokens in buf, for the request log
+	answer    bool       // buf holds the first answer token
 	rec       *LogRecord // nil without a request log
 	logWrites bool       // the record lists every write
 }
@@ -195,6 +205,9 @@ func (b *streamBuf) stamp() {
 	t := time.Now().UnixNano()
 	if b.rec.FirstWriteUnixNs == 0 {
 		b.rec.FirstWriteUnixNs = t
+	}
+	if b.answer {
+		b.rec.FirstAnswerWriteUnixNs, b.answer = t, false
 	}
 	if b.logWrites {
 		b.rec.WriteUnixNs = append(b.rec.WriteUnixNs, t)

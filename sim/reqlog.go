@@ -111,6 +111,12 @@ type LogRecord struct {
 	ArrivalNs int64 `json:"arrival_ns,omitempty"`
 	FirstNs   int64 `json:"first_ns,omitempty"`
 	LastNs    int64 `json:"last_ns,omitempty"`
+	// FirstAnswerNs is the first answer (non-reasoning) token's model time, when there is
+	// one; FirstAnswerWriteUnixNs the wall-clock stamp of the write that carried it
+	// (streams): a client's time to first answer is held against these as its TTFT is
+	// against first_ns and first_write_unix_ns.
+	FirstAnswerNs          int64 `json:"first_answer_ns,omitempty"`
+	FirstAnswerWriteUnixNs int64 `json:"first_answer_write_unix_ns,omitempty"`
 
 	// Wall-clock stamps (CLOCK_REALTIME, ns since 1970) of what the server did, when known:
 	// when the bytes of the request's head reached the server's socket (the kernel's

@@ -666,6 +666,7 @@ type plan struct {
 	malformedAt  int
 	disconnectAt int
 	errorAt      int // the stream ends with an error before this token
+	reasoning    int // the first answer token: those before it are reasoning
 	wordOff      int
 	id           uint64
 }
