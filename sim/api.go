@@ -74,7 +74,7 @@ type genBody struct {
 func parseGenRequest(body []byte, api apiKind) (*params, error) {
 	switch api {
 	case apiMessages:
-		return parseMessagesRequest(body)
+		return parseMessagesRequest(body, false)
 	case apiResponses:
 		return parseResponsesRequest(body)
 	}

@@ -156,7 +156,10 @@ type messagesBody struct {
 // parseMessagesRequest decodes and checks a Messages request into the chat prompt vLLM
 // makes of it: the system prompt (the top-level one, then any system messages, joined)
 // as a system message first, then the user and assistant messages.
-func parseMessagesRequest(body []byte) (*params, error) {
+//
+// countOnly parses a count_tokens request, which has no max_tokens
+// (AnthropicCountTokensRequest).
+func parseMessagesRequest(body []byte, countOnly bool) (*params, error) {
 	var r messagesBody
 	if err := decodeStrict(body, &r); err != nil {
 		return nil, err
@@ -164,13 +167,16 @@ func parseMessagesRequest(body []byte) (*params, error) {
 	if r.Model == nil || *r.Model == "" {
 		return nil, badRequest("model", "model is required")
 	}
-	if r.MaxTokens == nil {
-		return nil, badRequest("max_tokens", "max_tokens is required")
+	p := &params{api: apiMessages, model: *r.Model, maxTokens: -1, stream: r.Stream != nil && *r.Stream, includeUsage: true}
+	if !countOnly {
+		if r.MaxTokens == nil {
+			return nil, badRequest("max_tokens", "max_tokens is required")
+		}
+		if *r.MaxTokens < 1 {
+			return nil, badRequest("max_tokens", "max_tokens must be positive, got %d", *r.MaxTokens)
+		}
+		p.maxTokens = *r.MaxTokens
 	}
-	if *r.MaxTokens < 1 {
-		return nil, badRequest("max_tokens", "max_tokens must be positive, got %d", *r.MaxTokens)
-	}
-	p := &params{api: apiMessages, model: *r.Model, maxTokens: *r.MaxTokens, stream: r.Stream != nil && *r.Stream, includeUsage: true}
 	var system strings.Builder
 	if s := bytes.TrimSpace(r.System); len(s) > 0 && string(s) != "null" {
 		text, err := blocksText(s, "system", "text")

@@ -626,6 +626,23 @@ func TestToolTokens(t *testing.T) {
 		if p1-p0 != want {
 			t.Errorf("%s: tools added %d prompt tokens, want %d", c.path, p1-p0, want)
 		}
+		if c.path == "/v1/messages" {
+			// count_tokens counts the same prompt, tools included, without max_tokens.
+			_, b := postRaw(t, base+"/v1/messages/count_tokens", strings.Replace(c.with, `"max_tokens":1,`, "", 1))
+			var ct struct {
+				InputTokens int `json:"input_tokens"`
+				Context     struct {
+					Original int `json:"original_input_tokens"`
+				} `json:"context_management"`
+			}
+			if json.Unmarshal(b, &ct) != nil || ct.InputTokens != p1 || ct.Context.Original != p1 {
+				t.Errorf("count_tokens with tools: %s, want %d", b, p1)
+			}
+			resp, b := postRaw(t, base+"/v1/messages/count_tokens", `{"messages":[{"role":"user","content":"Hi"}]}`)
+			if resp.StatusCode != 400 || !bytes.Contains(b, []byte(`"type":"invalid_request_error"`)) {
+				t.Errorf("count_tokens without model: %d %s", resp.StatusCode, b)
+			}
+		}
 		if c.path == "/v1/chat/completions" {
 			// /tokenize counts the same prompt, tools included.
 			_, b := postRaw(t, base+"/tokenize", strings.Replace(c.with, `"max_tokens":1,`, "", 1))

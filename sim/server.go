@@ -122,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiChat) })
 	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiMessages) })
 	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiResponses) })
+	mux.HandleFunc("/v1/messages/count_tokens", s.serveCountTokens)
 	mux.HandleFunc("/v1/models", s.serveModels)
 	mux.HandleFunc("/tokenize", s.serveTokenize)
 	mux.Handle("/metrics", s.metricsHandler())
@@ -135,7 +136,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler serves /v1/models, /v1/completions, /v1/chat/completions, /v1/messages,
-// /v1/responses, /tokenize, /metrics, /sim/info and /health.
+// /v1/messages/count_tokens, /v1/responses, /tokenize, /metrics, /sim/info and /health.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Info returns the configuration and its analytical limits.
@@ -630,6 +631,37 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 		tokens = []int{}
 	}
 	writeJSON(w, 200, map[string]any{"count": len(tokens), "max_model_len": s.cfg.MaxModelLen, "tokens": tokens, "token_strs": nil})
+}
+
+// serveCountTokens answers Anthropic's messages.count_tokens as vLLM does
+// (vllm/entrypoints/anthropic/serving.py, count_tokens): the prompt tokens a Messages
+// request of the same model, system, messages and tools would have, as
+// {"input_tokens":N,"context_management":{"original_input_tokens":N}}.
+func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		s.badRequests.Add(1)
+		writeAnthropicError(w, aerr)
+		return
+	}
+	p, err := parseMessagesRequest(body, true)
+	if err != nil {
+		s.badRequests.Add(1)
+		writeAnthropicError(w, err.(*apiError))
+		return
+	}
+	if aerr := s.checkModel(p.model); aerr != nil {
+		writeAnthropicError(w, aerr)
+		return
+	}
+	n := s.promptTokens(&p.prompt, nil)
+	type ctxMgmt struct {
+		Original int `json:"original_input_tokens"`
+	}
+	writeJSON(w, 200, struct {
+		InputTokens int     `json:"input_tokens"`
+		Context     ctxMgmt `json:"context_management"`
+	}{n, ctxMgmt{n}})
 }
 
 // ChatML's special tokens in cl100k_base's id space.
