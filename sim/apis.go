@@ -92,6 +92,7 @@ func parseTools(raw json.RawMessage, api apiKind) ([]string, *apiError) {
 	return descs, nil
 }
 
+// isObject reports whether raw is a JSON object.
 func isObject(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) > 0 && raw[0] == '{'

@@ -36,12 +36,14 @@ func (c *chunker) appendWords(b []byte, from, to int) []byte {
 	return b
 }
 
+// appendEvent appends an event's name line and the start of its data line.
 func appendEvent(b []byte, typ string) []byte {
 	b = append(b, "event: "...)
 	b = append(b, typ...)
 	return append(b, "\ndata: "...)
 }
 
+// appendInt appends k (a JSON key with its punctuation) and the number v.
 func appendInt(b []byte, k string, v int) []byte {
 	b = append(b, k...)
 	return strconv.AppendInt(b, int64(v), 10)
@@ -189,7 +191,8 @@ func (c *chunker) appendMessagesWhole(b []byte) []byte {
 
 // ---- OpenAI Responses ----
 
-// Item ids: the reasoning item's and the message item's, from the response id.
+// appendItemID appends the reasoning item's or the message item's id, made of the
+// response id.
 func (c *chunker) appendItemID(b []byte, reasoning bool) []byte {
 	if reasoning {
 		b = append(b, "rs_"...)
