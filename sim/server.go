@@ -560,12 +560,25 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.info) }
 
-// serveTokenize answers like vLLM's /tokenize: {"count","max_model_len","tokens","token_strs"}.
-func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+// bodyOr reads a request's body, or answers the failure with fail (counted as a bad
+// request) and returns nil.
+func (s *Server) bodyOr(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, *apiError)) []byte {
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
-		writeError(w, aerr)
+		fail(w, aerr)
+		return nil
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return body
+}
+
+// serveTokenize answers like vLLM's /tokenize: {"count","max_model_len","tokens","token_strs"}.
+func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	body := s.bodyOr(w, r, writeError)
+	if body == nil {
 		return
 	}
 	var req struct {
@@ -638,10 +651,8 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 // request of the same model, system, messages and tools would have, as
 // {"input_tokens":N,"context_management":{"original_input_tokens":N}}.
 func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		s.badRequests.Add(1)
-		writeAnthropicError(w, aerr)
+	body := s.bodyOr(w, r, writeAnthropicError)
+	if body == nil {
 		return
 	}
 	p, err := parseMessagesRequest(body, true)
