@@ -429,6 +429,19 @@ func TestAPIStreamsReasoning(t *testing.T) {
 			}
 			prompts[api] = got.prompt
 		}
+		// The whole chat answer's usage says the reasoning tokens as the stream's does.
+		path, body := apiRequest(apiChat, n, false)
+		_, b := postRaw(t, base+path, body)
+		var whole struct {
+			Usage struct {
+				Details *struct {
+					ReasoningTokens int `json:"reasoning_tokens"`
+				} `json:"completion_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(b, &whole); err != nil || (whole.Usage.Details != nil) != usageFlag || usageFlag && whole.Usage.Details.ReasoningTokens != wantR {
+			t.Errorf("whole chat answer (reasoning usage %v): %s", usageFlag, b)
+		}
 		// The system prompt and the user message, by the ChatML template, whatever the API.
 		want := 1 + countTokens(t, "system\n") + countTokens(t, "Be brief.") + 1 + countTokens(t, "\n") +
 			1 + countTokens(t, "user\n") + countTokens(t, "Hello there") + 1 + countTokens(t, "\n") + 1 + countTokens(t, "assistant\n")
