@@ -41,13 +41,14 @@ type parsedPrompt struct {
 	ids      []int
 	isIDs    bool
 	messages []parsedMessage
+	tools    []string // the tool definitions' descriptions (chat, messages, responses)
 }
 
 type parsedMessage struct{ role, content string }
 
 // params is a validated generation request.
 type params struct {
-	chat         bool
+	api          apiKind
 	model        string
 	prompt       parsedPrompt
 	maxTokens    int // -1: not given
@@ -61,21 +62,31 @@ type params struct {
 // vocabSize is cl100k_base's id space (100256 ranks plus the special tokens up to 100276).
 const vocabSize = 100277
 
-// parseGenRequest decodes and checks a request body. Every problem is a 400 naming the
-// field, as vLLM answers.
-func parseGenRequest(body []byte, chat bool) (*params, error) {
+// genBody is a completions or chat request: the client encoder's fields
+// (wire.RequestBody) and chat's tool definitions.
+type genBody struct {
+	wire.RequestBody
+	Tools json.RawMessage `json:"tools"`
+}
+
+// parseGenRequest decodes and checks a request body of the API. Every problem is a 400
+// naming the field, as vLLM answers.
+func parseGenRequest(body []byte, api apiKind) (*params, error) {
+	switch api {
+	case apiMessages:
+		return parseMessagesRequest(body, false)
+	case apiResponses:
+		return parseResponsesRequest(body)
+	}
+	chat := api == apiChat
 	// The body's fields are defined once, with the client's encoder (wire.RequestBody);
 	// fields it does not name (temperature, top_p, ...) are accepted and ignored, as vLLM
 	// ignores what it does not use.
-	var r wire.RequestBody
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&r); err != nil {
-		return nil, badRequest("", "invalid JSON body: %s", jsonErr(err))
+	var r genBody
+	if err := decodeStrict(body, &r); err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, badRequest("", "invalid JSON body: trailing data after the object")
-	}
-	p := &params{chat: chat, maxTokens: -1}
+	p := &params{api: api, maxTokens: -1}
 	if r.Model != nil {
 		p.model = *r.Model
 	}
@@ -85,6 +96,12 @@ func parseGenRequest(body []byte, chat bool) (*params, error) {
 			return nil, badRequest("prompt", "chat completions take messages, not prompt")
 		}
 		p.prompt.messages, err = parseMessages(r.Messages)
+		if err == nil {
+			var aerr *apiError
+			if p.prompt.tools, aerr = parseTools(r.Tools, apiChat); aerr != nil {
+				return nil, aerr
+			}
+		}
 	} else {
 		if len(r.Messages) > 0 && string(r.Messages) != "null" {
 			return nil, badRequest("messages", "completions take prompt, not messages (use /v1/chat/completions)")

@@ -86,6 +86,16 @@ type Config struct {
 	// max_model_len - prompt; the sim caps it so a bare request ends in reasonable time).
 	DefaultChatMaxTokens int `json:"default_chat_max_tokens"`
 
+	// ReasoningShare (0..1) is the share of every answer's output that is reasoning: its
+	// first round(ReasoningShare x output tokens) tokens, streamed as reasoning deltas as
+	// vLLM's reasoning parsers stream them (chat's delta.reasoning, a Messages thinking
+	// block, a Responses reasoning item; completions have no reasoning field). 0: none.
+	ReasoningShare float64 `json:"reasoning_share"`
+	// ReasoningUsage makes chat's final usage carry completion_tokens_details
+	// .reasoning_tokens, as OpenAI's does; vLLM's does not (its UsageInfo has no such
+	// field), which is the default. The Responses usage always carries it, as vLLM's does.
+	ReasoningUsage bool `json:"reasoning_usage,omitempty"`
+
 	// TimeScale speeds model time up: 10 runs everything 10x faster in real time.
 	TimeScale float64 `json:"time_scale"`
 	// Seed makes faults and natural output lengths reproducible.
@@ -125,16 +135,19 @@ type Faults struct {
 	StallFor         time.Duration `json:"stall_for_ns"`
 	SlowFirstByte    float64       `json:"slow_first_byte"`
 	SlowFirstByteFor time.Duration `json:"slow_first_byte_for_ns"`
+	// StreamError ends a stream with the engine's mid-stream error before a token
+	// (chat's error chunk, an "event: error" in Messages and Responses).
+	StreamError float64 `json:"stream_error,omitempty"`
 }
 
 // Any reports whether any fault has a positive rate.
 func (f Faults) Any() bool {
 	return f.Status429 > 0 || f.Status500 > 0 || f.Status503 > 0 || f.Disconnect > 0 ||
-		f.Malformed > 0 || f.Stall > 0 || f.SlowFirstByte > 0
+		f.Malformed > 0 || f.Stall > 0 || f.SlowFirstByte > 0 || f.StreamError > 0
 }
 
 // FaultKinds lists the names ParseFault accepts.
-var FaultKinds = []string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+var FaultKinds = []string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte", "stream-error"}
 
 // ParseFault sets one fault from "KIND=RATE" or, for stall and slow-first-byte,
 // "KIND=RATE:DURATION" (e.g. "503=0.01", "stall=0.05:2s"). The duration defaults to 1s.
@@ -174,6 +187,8 @@ func ParseFault(s string, f *Faults) error {
 		f.Stall, f.StallFor = rate, dur
 	case "slow-first-byte":
 		f.SlowFirstByte, f.SlowFirstByteFor = rate, dur
+	case "stream-error":
+		f.StreamError = rate
 	default:
 		return fmt.Errorf("fault %q: unknown kind %q (want one of %s)", s, kind, strings.Join(FaultKinds, ", "))
 	}
@@ -294,6 +309,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultChatMaxTokens < 1 {
 		bad("default_chat_max_tokens", "%d < 1", c.DefaultChatMaxTokens)
+	}
+	if !(c.ReasoningShare >= 0 && c.ReasoningShare <= 1) {
+		bad("reasoning_share", "%v not in [0, 1]", c.ReasoningShare)
 	}
 	if c.EOSMeanTokens < 0 {
 		bad("eos_mean_tokens", "%d < 0", c.EOSMeanTokens)

@@ -230,16 +230,16 @@ func TestValidateRejects(t *testing.T) {
 
 func TestParseFault(t *testing.T) {
 	var f Faults
-	for _, s := range []string{"429=0.1", "500=0.2", "503=0.3", "disconnect=0.01", "malformed=1", "stall=0.5:2s", "slow-first-byte=0.25"} {
+	for _, s := range []string{"429=0.1", "500=0.2", "503=0.3", "disconnect=0.01", "malformed=1", "stall=0.5:2s", "slow-first-byte=0.25", "stream-error=0.125"} {
 		if err := ParseFault(s, &f); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
-	want := Faults{Status429: 0.1, Status500: 0.2, Status503: 0.3, Disconnect: 0.01, Malformed: 1, Stall: 0.5, StallFor: 2 * time.Second, SlowFirstByte: 0.25, SlowFirstByteFor: time.Second}
+	want := Faults{Status429: 0.1, Status500: 0.2, Status503: 0.3, Disconnect: 0.01, Malformed: 1, Stall: 0.5, StallFor: 2 * time.Second, SlowFirstByte: 0.25, SlowFirstByteFor: time.Second, StreamError: 0.125}
 	if f != want {
 		t.Fatalf("got %+v\nwant %+v", f, want)
 	}
-	for _, s := range []string{"", "429", "429=x", "429=-1", "429=2", "bogus=0.1", "429=0.1:1s", "stall=0.1:x", "stall=0.1:-1s", "stall=NaN"} {
+	for _, s := range []string{"", "429", "429=x", "429=-1", "429=2", "bogus=0.1", "429=0.1:1s", "stall=0.1:x", "stall=0.1:-1s", "stall=NaN", "stream-error=0.1:1s"} {
 		if err := ParseFault(s, &f); err == nil {
 			t.Errorf("%q accepted", s)
 		}

@@ -39,7 +39,11 @@ type seq struct {
 	// Model times (durations since the engine's model epoch). Written by the engine
 	// before done is stored.
 	arrivalM, queuedM, admitM, firstM, lastM time.Duration // queuedM: step start at which the engine took it in
-	waitingAhead                             int           // waiting requests ahead of it on arrival
+	// answerAt is the first answer token (0-based; the tokens before it are reasoning) and
+	// answerM the end of the step that produced it.
+	answerAt     int
+	answerM      time.Duration
+	waitingAhead int // waiting requests ahead of it on arrival
 	// The engine's generated-token counter at admission (step start) and at the end of
 	// the step that produced the last token: with admitM and lastM these are samples of
 	// the engine's aggregate progress in model time.
@@ -209,6 +213,9 @@ func (c *core) step() time.Duration {
 			}
 		}
 		s.stepTok = 0
+		if s.generated == s.answerAt+1 && s.answerM == 0 {
+			s.answerM = c.now
+		}
 		if s.generated == s.target {
 			if c.pc != nil {
 				c.cacheOutput(s)

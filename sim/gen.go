@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,7 +38,10 @@ const (
 	// token (engine profiles only): samples of aggregate progress in model time.
 	TrailerGenAtAdmit = "X-Sim-Gen-At-Admit"
 	TrailerGenAtLast  = "X-Sim-Gen-At-Last"
-	TimingHeader      = "X-Sim-Timing"
+	// TrailerFirstAnswer is the first answer (non-reasoning) token's model time; absent
+	// when the whole answer is reasoning.
+	TrailerFirstAnswer = "X-Sim-First-Answer-Ns"
+	TimingHeader       = "X-Sim-Timing"
 )
 
 // chunker writes one request's SSE chunks into a byte slice with no per-token allocation:
@@ -45,7 +49,8 @@ const (
 type chunker struct {
 	id         string // the response's id, also in head
 	head       []byte
-	chat       bool
+	api        apiKind
+	chat       bool // api == apiChat, the hot path's test
 	prompt     int
 	target     int
 	finish     string
@@ -55,6 +60,16 @@ type chunker struct {
 	// cache is on); cached is that count, known once the first token exists.
 	details bool
 	cached  int
+	// reasoning: the first reasoning tokens are streamed as reasoning (Config.ReasoningShare);
+	// reasoningUsage: chat's usage says so (Config.ReasoningUsage).
+	reasoning      int
+	reasoningUsage bool
+	// The event-stream APIs' (events.go): the model name as JSON, the response's
+	// creation time, its output cap, and the Messages thinking block's signature.
+	model     []byte
+	created   int64
+	maxTokens int
+	sig       string
 }
 
 // appendUsage appends the usage object; final adds prompt_tokens_details (vLLM puts it
@@ -71,6 +86,11 @@ func (c *chunker) appendUsage(b []byte, completion int, final bool) []byte {
 		b = strconv.AppendInt(b, int64(c.cached), 10)
 		b = append(b, '}')
 	}
+	if final && c.reasoningUsage {
+		b = append(b, `,"completion_tokens_details":{"reasoning_tokens":`...)
+		b = strconv.AppendInt(b, int64(c.reasoning), 10)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -85,11 +105,53 @@ func (c *chunker) appendRole(b []byte) []byte {
 	return append(b, "}\n\n"...)
 }
 
-// appendToken appends the chunk of token i (0-based).
+// appendStart appends what goes out with the first token, before it: chat's role chunk,
+// Messages' message_start and first block start, Responses' first item's start.
+func (c *chunker) appendStart(b []byte) []byte {
+	switch c.api {
+	case apiChat:
+		return c.appendRole(b)
+	case apiMessages:
+		return c.appendMessagesStart(b)
+	case apiResponses:
+		return c.appendItemStart(b, c.reasoning > 0, 2)
+	}
+	return b
+}
+
+// appendEnd appends what ends a stream after its last token: the final usage chunk (if
+// asked for) and [DONE], or the event APIs' closing events.
+func (c *chunker) appendEnd(b []byte, usage bool) []byte {
+	switch c.api {
+	case apiMessages:
+		return c.appendMessagesEnd(b)
+	case apiResponses:
+		return c.appendResponsesEnd(b)
+	}
+	if usage {
+		b = c.appendFinalUsage(b)
+	}
+	return append(b, "data: [DONE]\n\n"...)
+}
+
+// appendToken appends the chunk of token i (0-based). A chat reasoning token's delta is
+// "reasoning", the field vLLM's reasoning parsers fill (DeltaMessage in
+// vllm/entrypoints/openai/engine/protocol.py, the newest release's; older releases sent
+// reasoning_content).
 func (c *chunker) appendToken(b []byte, i int) []byte {
+	if c.api.events() {
+		if c.api == apiMessages {
+			return c.appendMessagesToken(b, i)
+		}
+		return c.appendResponsesToken(b, i)
+	}
 	b = append(b, c.head...)
 	if c.chat {
-		b = append(b, `,"choices":[{"index":0,"delta":{"content":"`...)
+		if i < c.reasoning {
+			b = append(b, `,"choices":[{"index":0,"delta":{"reasoning":"`...)
+		} else {
+			b = append(b, `,"choices":[{"index":0,"delta":{"content":"`...)
+		}
 	} else {
 		b = append(b, `,"choices":[{"index":0,"text":"`...)
 	}
@@ -131,6 +193,9 @@ func (c *chunker) appendFinalUsage(b []byte) []byte {
 
 // appendMalformed appends a chunk whose JSON is cut short.
 func (c *chunker) appendMalformed(b []byte) []byte {
+	if c.api.events() {
+		return c.appendEventMalformed(b)
+	}
 	b = append(b, c.head...)
 	b = append(b, `,"choices":[{"index":0,"te`...)
 	return append(b, "\n\n"...)
@@ -218,6 +283,7 @@ func (e *engineSource) next(ctx context.Context, sent int) (int, bool) {
 // timing is one request's model times (see the X-Sim-* trailers).
 type timing struct {
 	arrival, queued, admit, first, last time.Duration
+	answer                              time.Duration // the first answer token's
 	ahead                               int
 	genAtAdmit, genAtLast               int64
 }
@@ -227,7 +293,7 @@ func (e *engineSource) times() timing {
 	if !s.done.Load() {
 		return timing{}
 	}
-	return timing{s.arrivalM, s.queuedM, s.admitM, s.firstM, s.lastM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
+	return timing{s.arrivalM, s.queuedM, s.admitM, s.firstM, s.lastM, s.answerM, s.waitingAhead, s.genAtAdmit, s.genAtLast}
 }
 
 func (e *engineSource) cancel() { e.s.canceled.Store(true) }
@@ -238,10 +304,11 @@ func (e *engineSource) cachedTokens() int { return e.s.cached }
 
 // fixedSource emits token i at recv + (FixedTTFT + i*FixedITL)/TimeScale exactly.
 type fixedSource struct {
-	srv    *Server
-	recv   time.Time
-	target int
-	timer  *time.Timer
+	srv      *Server
+	recv     time.Time
+	target   int
+	answerAt int // the first answer token
+	timer    *time.Timer
 }
 
 func (f *fixedSource) due(i int) time.Time {
@@ -271,7 +338,8 @@ func (f *fixedSource) times() timing {
 	c := &f.srv.cfg
 	a := scaleDur(f.recv.Sub(f.srv.epoch), c.TimeScale)
 	first := a + c.FixedTTFT
-	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL}
+	return timing{arrival: a, queued: a, admit: a, first: first, last: first + time.Duration(f.target-1)*c.FixedITL,
+		answer: first + time.Duration(f.answerAt)*c.FixedITL}
 }
 
 func (f *fixedSource) cachedTokens() int { return 0 }
@@ -283,11 +351,10 @@ func (f *fixedSource) cancel() {
 	f.srv.inflight.Add(-1)
 }
 
-// serveGen answers a completions (chat false) or chat request, streamed or whole. Its
-// phases: stamp the arrival, open the request-log record, decode and check the request,
-// plan it and play the faults that come before any token, start the token source, then
-// answer.
-func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
+// serveGen answers a generation request of the API, streamed or whole. Its phases: stamp
+// the arrival, open the request-log record, decode and check the request, plan it and
+// play the faults that come before any token, start the token source, then answer.
+func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, api apiKind) {
 	// Arrival is stamped before the body is read and parsed, so the server's own request
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
@@ -296,15 +363,12 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	rid := echoRequestID(w, r)
 	var rec *LogRecord
 	if s.reqLog != nil {
-		rec = &LogRecord{RequestID: rid, API: "completions", Status: 200, Outcome: "canceled", ReadUnixNs: readNs, ArriveUnixNs: arriveNs}
-		if chat {
-			rec.API = "chat"
-		}
+		rec = &LogRecord{RequestID: rid, API: apiNames[api], Status: 200, Outcome: "canceled", ReadUnixNs: readNs, ArriveUnixNs: arriveNs}
 		defer s.logRequest(rec)
 	}
-	req, aerr := s.decodeGen(w, r, chat, rec)
+	req, aerr := s.decodeGen(w, r, api, rec)
 	if aerr != nil {
-		failGen(w, rec, aerr, "bad_request")
+		failGen(w, api, rec, aerr, "bad_request")
 		return
 	}
 	ctx := r.Context()
@@ -314,7 +378,9 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	src := s.startSource(recv, req.prompt, req.hasher, &pl)
 	defer src.cancel()
-	a := &reply{w: w, ck: s.newChunker(chat, req.prompt, req.p.continuous, &pl), src: src, pl: pl, rec: rec,
+	ck := s.newChunker(api, req.prompt, req.p.continuous, &pl)
+	ck.maxTokens = req.maxTokens
+	a := &reply{w: w, ck: ck, src: src, pl: pl, rec: rec,
 		wantTiming: r.Header.Get(TimingHeader) != ""}
 	if rec != nil {
 		rec.ID, rec.PromptTokens = a.ck.id, req.prompt
@@ -322,7 +388,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	a.announceTrailers()
 	if !req.p.stream {
-		s.serveWhole(ctx, a, chat)
+		s.serveWhole(ctx, a)
 		return
 	}
 	s.serveStream(ctx, a, r, conn, req.p.includeUsage)
@@ -360,10 +426,15 @@ func echoRequestID(w http.ResponseWriter, r *http.Request) string {
 	return rid
 }
 
-// failGen answers the request with e and records the outcome (rec may be nil).
-func failGen(w http.ResponseWriter, rec *LogRecord, e *apiError, outcome string) {
+// failGen answers the request with e in the API's error shape and records the outcome
+// (rec may be nil).
+func failGen(w http.ResponseWriter, api apiKind, rec *LogRecord, e *apiError, outcome string) {
 	if rec != nil {
 		rec.Status, rec.Outcome, rec.Error = e.status, outcome, e.msg
+	}
+	if api == apiMessages {
+		writeAnthropicError(w, e)
+		return
 	}
 	writeError(w, e)
 }
@@ -379,13 +450,13 @@ type checkedGen struct {
 // decodeGen reads, decodes and checks the request; every failure but an unknown model is
 // counted as a bad request. The prompt is tokenized (and hashed for the prefix cache)
 // here, on the handler's goroutine, after the arrival stamp.
-func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool, rec *LogRecord) (checkedGen, *apiError) {
+func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, rec *LogRecord) (checkedGen, *apiError) {
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
 		return checkedGen{}, aerr
 	}
-	p, err := parseGenRequest(body, chat)
+	p, err := parseGenRequest(body, api)
 	if err != nil {
 		s.badRequests.Add(1)
 		return checkedGen{}, err.(*apiError)
@@ -404,6 +475,9 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool, re
 		for _, m := range p.prompt.messages {
 			est += 6 + len(m.content)/3
 		}
+		for _, d := range p.prompt.tools {
+			est += ToolOverheadTokens + len(d)/3
+		}
 		hasher.hashes = make([]uint64, 0, est/hasher.size+1)
 	}
 	prompt := s.promptTokens(&p.prompt, hasher)
@@ -413,11 +487,16 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool, re
 	}
 	maxTokens := p.maxTokens
 	if maxTokens < 0 {
-		if chat {
-			maxTokens = min(s.cfg.DefaultChatMaxTokens, s.cfg.MaxModelLen-prompt)
-		} else {
+		if api == apiCompletions {
 			maxTokens = s.cfg.DefaultMaxTokens
+		} else {
+			maxTokens = min(s.cfg.DefaultChatMaxTokens, s.cfg.MaxModelLen-prompt)
 		}
+	}
+	if api == apiResponses {
+		// vLLM caps max_output_tokens at the context left rather than refusing it
+		// (ResponsesRequest.to_sampling_params).
+		maxTokens = min(maxTokens, s.cfg.MaxModelLen-prompt)
 	}
 	if maxTokens < 1 || prompt+maxTokens > s.cfg.MaxModelLen {
 		s.badRequests.Add(1)
@@ -437,6 +516,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, chat bool, re
 // client gone during the slow start.
 func (s *Server) planGen(ctx context.Context, w http.ResponseWriter, rec *LogRecord, req checkedGen, recv time.Time) (pl plan, arrival time.Time, ok bool) {
 	pl = s.makePlan(s.reqIndex.Add(1)-1, req.maxTokens, req.p.minTokens, req.p.ignoreEOS)
+	pl.reasoning = s.reasoningTokens(req.p.api, pl.target)
 	s.countFaults(&pl)
 	if pl.slowFirst > 0 {
 		if !s.sleep(ctx, pl.slowFirst) {
@@ -444,15 +524,16 @@ func (s *Server) planGen(ctx context.Context, w http.ResponseWriter, rec *LogRec
 		}
 		recv = recv.Add(pl.slowFirst)
 	}
+	api := req.p.api
 	switch pl.status {
 	case 429:
-		failGen(w, rec, &apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"}, "fault")
+		failGen(w, api, rec, &apiError{status: 429, typ: "RateLimitError", msg: "simulated fault: rate limited"}, "fault")
 		return pl, recv, false
 	case 500:
-		failGen(w, rec, &apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"}, "fault")
+		failGen(w, api, rec, &apiError{status: 500, typ: "InternalServerError", msg: "simulated fault: internal error"}, "fault")
 		return pl, recv, false
 	case 503:
-		failGen(w, rec, &apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"}, "fault")
+		failGen(w, api, rec, &apiError{status: 503, typ: "ServiceUnavailableError", msg: "simulated fault: service unavailable"}, "fault")
 		return pl, recv, false
 	}
 	return pl, recv, true
@@ -464,10 +545,10 @@ func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
 		s.fixedPrompt.Add(int64(prompt))
-		return &fixedSource{srv: s, recv: recv, target: pl.target}
+		return &fixedSource{srv: s, recv: recv, target: pl.target, answerAt: pl.reasoning}
 	}
 	sq := newSeq(prompt, pl.target)
-	sq.recv = recv
+	sq.recv, sq.answerAt = recv, pl.reasoning
 	if hasher != nil {
 		// The KV cache will hold the prompt and the output less its last token: hash
 		// that stream here, on the handler's goroutine, so the engine only looks up.
@@ -481,22 +562,45 @@ func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl
 	return &engineSource{s: sq, srv: s}
 }
 
+// reasoningTokens is how many of an answer's target tokens stream as reasoning: the first
+// round(ReasoningShare x target). Completions have no reasoning parser: the model's
+// thinking is part of the text there.
+func (s *Server) reasoningTokens(api apiKind, target int) int {
+	if api == apiCompletions {
+		return 0
+	}
+	return int(math.Round(s.cfg.ReasoningShare * float64(target)))
+}
+
 // newChunker returns the chunker of the planned request, with its response id and its
 // chunks' JSON head.
-func (s *Server) newChunker(chat bool, prompt int, continuous bool, pl *plan) *chunker {
-	ck := &chunker{chat: chat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: continuous, wordOff: pl.wordOff, details: s.prefix}
+func (s *Server) newChunker(api apiKind, prompt int, continuous bool, pl *plan) *chunker {
+	ck := &chunker{api: api, chat: api == apiChat, prompt: prompt, target: pl.target, finish: pl.finish, continuous: continuous,
+		wordOff: pl.wordOff, details: s.prefix, model: s.modelJSON, created: time.Now().Unix()}
+	ck.reasoning = s.reasoningTokens(api, pl.target)
+	ck.reasoningUsage = s.cfg.ReasoningUsage && api == apiChat
+	hex := strconv.FormatUint(pl.id, 16)
+	switch api {
+	case apiMessages:
+		// vLLM's Messages id is its chat stream's; the signature is a uuid4 hex there.
+		ck.id, ck.sig = "chatcmpl-"+hex, strconv.FormatUint(pl.id^0x5bd1e9955bd1e995, 16)
+		return ck
+	case apiResponses:
+		ck.id = "resp_" + hex
+		return ck
+	}
 	object, idPrefix := "text_completion", "cmpl-"
-	if chat {
+	if api == apiChat {
 		object, idPrefix = "chat.completion.chunk", "chatcmpl-"
 	}
-	ck.id = idPrefix + strconv.FormatUint(pl.id, 16)
+	ck.id = idPrefix + hex
 	head := make([]byte, 0, 96+len(s.modelJSON))
 	head = append(head, `data: {"id":"`...)
 	head = append(head, ck.id...)
 	head = append(head, `","object":"`...)
 	head = append(head, object...)
 	head = append(head, `","created":`...)
-	head = strconv.AppendInt(head, time.Now().Unix(), 10)
+	head = strconv.AppendInt(head, ck.created, 10)
 	head = append(head, `,"model":`...)
 	head = append(head, s.modelJSON...)
 	ck.head = head

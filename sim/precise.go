@@ -46,12 +46,14 @@ type pstream struct {
 	// whether they end the stream ([DONE]).
 	pending       []byte
 	pendingTokens int
+	pendingFrom   int
 	pendingFinal  bool
 
-	writes       int // write(2) calls made, for tests
-	firstWriteNs int64
-	writeNs      []int64
-	writeTokens  []int
+	writes        int // write(2) calls made, for tests
+	firstWriteNs  int64
+	answerWriteNs int64 // the write that carried the first answer token
+	writeNs       []int64
+	writeTokens   []int
 
 	content, out []byte // scratch for the next write
 	wn           int
@@ -74,10 +76,14 @@ func (st *pstream) cancel() int {
 	return st.result
 }
 
-// stamp records a write of tokens at t (unix ns).
-func (st *pstream) stamp(t int64, tokens int) {
+// stamp records a write of tokens [from, to) at t (unix ns).
+func (st *pstream) stamp(t int64, from, to int) {
+	tokens := to - from
 	if tokens == 0 {
 		return
+	}
+	if from <= st.ck.reasoning && st.ck.reasoning < to {
+		st.answerWriteNs = t
 	}
 	if st.firstWriteNs == 0 {
 		st.firstWriteNs = t
@@ -98,14 +104,14 @@ func appendChunk(out, content []byte) []byte {
 }
 
 // appendDue appends to out the chunks that the goroutine path writes for tokens
-// [from, to), ending the stream (usage, [DONE]) when to is the target: the same bytes,
+// [from, to), ending the stream (usage and [DONE], or the closing events) when to is the target: the same bytes,
 // with a chunk cut wherever the goroutine path cuts one (after a token that takes the
 // body past writeBatch, and at the end). scratch holds the chunk body being built.
 func (c *chunker) appendDue(out, scratch []byte, from, to int, usage bool) ([]byte, []byte) {
 	b := scratch[:0]
 	for i := from; i < to; i++ {
-		if i == 0 && c.chat {
-			b = c.appendRole(b)
+		if i == 0 {
+			b = c.appendStart(b)
 		}
 		b = c.appendToken(b, i)
 		if len(b) > writeBatch {
@@ -114,10 +120,7 @@ func (c *chunker) appendDue(out, scratch []byte, from, to int, usage bool) ([]by
 		}
 	}
 	if to == c.target {
-		if usage {
-			b = c.appendFinalUsage(b)
-		}
-		b = append(b, "data: [DONE]\n\n"...)
+		b = c.appendEnd(b, usage)
 	}
 	if len(b) > 0 {
 		out = appendChunk(out, b)
@@ -154,6 +157,9 @@ func (s *Server) servePrecise(ctx context.Context, sc *stampConn, f *fixedSource
 			if st.firstWriteNs != 0 {
 				rec.FirstWriteUnixNs = st.firstWriteNs
 			}
+			if st.answerWriteNs != 0 {
+				rec.FirstAnswerWriteUnixNs = st.answerWriteNs
+			}
 			rec.WriteUnixNs, rec.WriteTokens = append(rec.WriteUnixNs, st.writeNs...), append(rec.WriteTokens, st.writeTokens...)
 		}
 	}()
@@ -174,7 +180,7 @@ func (s *Server) servePrecise(ctx context.Context, sc *stampConn, f *fixedSource
 		if _, err := sc.Conn.Write(st.pending); err != nil {
 			return st.sent, false, false
 		}
-		st.stamp(t, st.pendingTokens)
+		st.stamp(t, st.pendingFrom, st.pendingFrom+st.pendingTokens)
 		return st.sent, st.pendingFinal, true
 	}
 	return st.sent, false, false

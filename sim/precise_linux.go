@@ -205,7 +205,7 @@ func (sc *scheduler) write(st *pstream) (next int64, more bool) {
 	st.writes++
 	switch {
 	case err == nil && n == len(st.out):
-		st.stamp(t, to-from)
+		st.stamp(t, from, to)
 		if to == f.target {
 			st.finish(preciseOK, nil)
 			return 0, false
@@ -216,7 +216,7 @@ func (sc *scheduler) write(st *pstream) (next int64, more bool) {
 		// waiting for the socket as net/http would.
 		n = max(n, 0)
 		st.pending = append([]byte(nil), st.out[n:]...)
-		st.pendingTokens, st.pendingFinal = to-from, to == f.target
+		st.pendingTokens, st.pendingFrom, st.pendingFinal = to-from, from, to == f.target
 		st.finish(preciseFallback, nil)
 	default:
 		st.finish(preciseErr, err)

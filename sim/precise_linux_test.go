@@ -101,7 +101,7 @@ func rawRequest(addr, path, body string) string {
 		path, addr, len(body), body)
 }
 
-var createdRE = regexp.MustCompile(`"created":\d+`)
+var createdRE = regexp.MustCompile(`"created(_at)?":\d+`)
 
 // TestPreciseWireMatchesGoroutinePath: a fixed stream written by the precise writer
 // carries the same bytes as one written through net/http (the same events, usage and
@@ -109,13 +109,19 @@ var createdRE = regexp.MustCompile(`"created":\d+`)
 func TestPreciseWireMatchesGoroutinePath(t *testing.T) {
 	cfg, _ := Profile("fixed")
 	cfg.FixedTTFT, cfg.FixedITL = 3*time.Millisecond, time.Millisecond
+	cfg.ReasoningShare, cfg.ReasoningUsage = 0.4, true // every API's reasoning-to-answer turn
 	precise, plain := startSim(t, cfg), startSim(t, cfg)
 	plain.srv.noPrecise.Store(true)
 	reqs := []struct{ path, body string }{
 		{"/v1/completions", `{"prompt":"hi","max_tokens":12,"ignore_eos":true,"stream":true}`},
 		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":9,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`},
 		{"/v1/completions", `{"prompt":"hi","max_tokens":1,"stream":true,"stream_options":{"include_usage":true}}`},
+		{"/v1/messages", `{"model":"` + cfg.Model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":9,"stream":true}`},
+		{"/v1/responses", `{"input":"hi","max_output_tokens":9,"stream":true}`},
+		{"/v1/messages", `{"model":"` + cfg.Model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":true}`},
+		{"/v1/responses", `{"input":"hi","max_output_tokens":2,"stream":true}`},
 	}
+	ends := map[string]string{"/v1/messages": "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", "/v1/responses": "\"type\":\"response.completed\"}\n\n"}
 	exchange := func(r *Running) []*rawResponse {
 		conn, err := net.Dial("tcp", r.Addr().String())
 		if err != nil {
@@ -151,8 +157,12 @@ func TestPreciseWireMatchesGoroutinePath(t *testing.T) {
 		if !bytes.Equal(gb, wb) {
 			t.Errorf("%d: body\n%s\nwant\n%s", i, gb, wb)
 		}
-		if !bytes.HasSuffix(g.body, []byte("data: [DONE]\n\n")) {
-			t.Errorf("%d: no [DONE]:\n%s", i, g.body)
+		end := "data: [DONE]\n\n"
+		if e, ok := ends[reqs[i].path]; ok {
+			end = e
+		}
+		if !bytes.HasSuffix(g.body, []byte(end)) {
+			t.Errorf("%d: does not end %q:\n%s", i, end, g.body)
 		}
 	}
 	if n, m := precise.srv.fixedPrecise.Load(), plain.srv.fixedPrecise.Load(); n != int64(len(reqs)) || m != 0 {

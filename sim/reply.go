@@ -25,7 +25,7 @@ type reply struct {
 // announceTrailers declares the timing trailers, which must be named before the head.
 func (a *reply) announceTrailers() {
 	if a.wantTiming {
-		a.w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast}, ", "))
+		a.w.Header().Set("Trailer", strings.Join([]string{TrailerArrival, TrailerQueued, TrailerAdmit, TrailerFirst, TrailerLast, TrailerAhead, TrailerGenAtAdmit, TrailerGenAtLast, TrailerFirstAnswer}, ", "))
 	}
 }
 
@@ -44,6 +44,9 @@ func (a *reply) setTrailers() {
 	h.Set(TrailerAhead, strconv.Itoa(tm.ahead))
 	h.Set(TrailerGenAtAdmit, strconv.FormatInt(tm.genAtAdmit, 10))
 	h.Set(TrailerGenAtLast, strconv.FormatInt(tm.genAtLast, 10))
+	if a.pl.reasoning < a.pl.target {
+		h.Set(TrailerFirstAnswer, strconv.FormatInt(int64(tm.answer), 10))
+	}
 }
 
 // recordOK puts an answered request's token counts and model times in its record; it runs
@@ -53,8 +56,11 @@ func (a *reply) recordOK() {
 		return
 	}
 	tm := a.src.times()
-	a.rec.CachedTokens, a.rec.CompletionTokens = a.ck.cached, a.pl.target
+	a.rec.CachedTokens, a.rec.CompletionTokens, a.rec.ReasoningTokens = a.ck.cached, a.pl.target, a.ck.reasoning
 	a.rec.ArrivalNs, a.rec.FirstNs, a.rec.LastNs = int64(tm.arrival), int64(tm.first), int64(tm.last)
+	if a.pl.reasoning < a.pl.target {
+		a.rec.FirstAnswerNs = int64(tm.answer)
+	}
 }
 
 // answered ends a request answered in full: counted, its record ok, its trailers set.
@@ -76,6 +82,13 @@ func (s *Server) serveStream(ctx context.Context, a *reply, r *http.Request, con
 	a.w.WriteHeader(http.StatusOK)
 	if rc.Flush() != nil {
 		return
+	}
+	if a.ck.api == apiResponses {
+		// The Responses stream opens with response.created and response.in_progress,
+		// before any token, as vLLM's does; the precise writer takes the stream after it.
+		if _, err := a.w.Write(a.ck.appendResponsesPreamble(nil)); err != nil || rc.Flush() != nil {
+			return
+		}
 	}
 	fixed, _ := a.src.(*fixedSource)
 	sent := 0
@@ -128,11 +141,20 @@ func (s *Server) streamChunks(ctx context.Context, a *reply, rc *http.ResponseCo
 			if sent == pl.malformedAt {
 				sb.buf = ck.appendMalformed(sb.buf)
 			}
+			if sent == pl.errorAt {
+				sb.buf = ck.appendStreamError(sb.buf, sent)
+				sb.flush()
+				if a.rec != nil {
+					a.rec.Outcome, a.rec.Error = "fault", streamErrorMsg
+				}
+				return
+			}
 			if sent == 0 {
 				ck.cached = a.src.cachedTokens()
-				if ck.chat {
-					sb.buf = ck.appendRole(sb.buf)
-				}
+				sb.buf = ck.appendStart(sb.buf)
+			}
+			if sent == pl.reasoning {
+				sb.answer = true
 			}
 			sb.buf = ck.appendToken(sb.buf, sent)
 			sb.tokens++
@@ -147,10 +169,7 @@ func (s *Server) streamChunks(ctx context.Context, a *reply, rc *http.ResponseCo
 			return
 		}
 	}
-	if includeUsage {
-		sb.buf = ck.appendFinalUsage(sb.buf)
-	}
-	sb.buf = append(sb.buf, "data: [DONE]\n\n"...)
+	sb.buf = ck.appendEnd(sb.buf, includeUsage)
 	if !sb.flush() {
 		return
 	}
@@ -173,6 +192,7 @@ type streamBuf struct {
 	rc        *http.ResponseController
 	buf       []byte
 	tokens    int        // tokens in buf, for the request log
+	answer    bool       // buf holds the first answer token
 	rec       *LogRecord // nil without a request log
 	logWrites bool       // the record lists every write
 }
@@ -185,6 +205,9 @@ func (b *streamBuf) stamp() {
 	t := time.Now().UnixNano()
 	if b.rec.FirstWriteUnixNs == 0 {
 		b.rec.FirstWriteUnixNs = t
+	}
+	if b.answer {
+		b.rec.FirstAnswerWriteUnixNs, b.answer = t, false
 	}
 	if b.logWrites {
 		b.rec.WriteUnixNs = append(b.rec.WriteUnixNs, t)
@@ -222,10 +245,17 @@ const writeBatch = 16 << 10
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, writeBatch+1024); return &b }}
 
 type usage struct {
-	PromptTokens        int            `json:"prompt_tokens"`
-	TotalTokens         int            `json:"total_tokens"`
-	CompletionTokens    int            `json:"completion_tokens"`
-	PromptTokensDetails *promptDetails `json:"prompt_tokens_details,omitempty"`
+	PromptTokens            int                `json:"prompt_tokens"`
+	TotalTokens             int                `json:"total_tokens"`
+	CompletionTokens        int                `json:"completion_tokens"`
+	PromptTokensDetails     *promptDetails     `json:"prompt_tokens_details,omitempty"`
+	CompletionTokensDetails *completionDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// completionDetails is OpenAI's usage.completion_tokens_details (vLLM sends none; the
+// sim does with Config.ReasoningUsage).
+type completionDetails struct {
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // promptDetails is OpenAI's (and vLLM's) usage.prompt_tokens_details.
@@ -243,10 +273,12 @@ type wholeResponse[Choice any] struct {
 	Usage   usage    `json:"usage"`
 }
 
-// assistantMessage is a chat choice's message.
+// assistantMessage is a chat choice's message; Reasoning is vLLM's field for the
+// reasoning parser's part (ChatMessage in vllm/entrypoints/openai/chat_completion/protocol.py).
 type assistantMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string  `json:"role"`
+	Content   string  `json:"content"`
+	Reasoning *string `json:"reasoning,omitempty"`
 }
 
 // chatChoice and textChoice are a chat and a completions answer's choice, with the
@@ -268,7 +300,7 @@ type textChoice struct {
 }
 
 // serveWhole answers a non-streaming request once every token exists.
-func (s *Server) serveWhole(ctx context.Context, a *reply, chat bool) {
+func (s *Server) serveWhole(ctx context.Context, a *reply) {
 	ck, pl := a.ck, &a.pl
 	for sent := 0; sent < pl.target; {
 		n, ok := a.src.next(ctx, sent)
@@ -286,21 +318,20 @@ func (s *Server) serveWhole(ctx context.Context, a *reply, chat bool) {
 		}
 		panic(http.ErrAbortHandler)
 	}
+	if pl.errorAt >= 0 {
+		failGen(a.w, ck.api, a.rec, &apiError{status: 500, typ: "InternalServerError", msg: streamErrorMsg}, "fault")
+		return
+	}
 	ck.cached = a.src.cachedTokens()
-	u := usage{PromptTokens: ck.prompt, TotalTokens: ck.prompt + ck.target, CompletionTokens: ck.target}
-	if ck.details {
-		u.PromptTokensDetails = &promptDetails{CachedTokens: ck.cached}
+	var b []byte
+	switch ck.api {
+	case apiMessages:
+		b = ck.appendMessagesWhole(nil)
+	case apiResponses:
+		b = ck.appendResponse(nil, true)
+	default:
+		b = s.wholeChoices(ck)
 	}
-	text := ck.text()
-	var resp any
-	if chat {
-		resp = wholeResponse[chatChoice]{ck.id, "chat.completion", time.Now().Unix(), s.cfg.Model,
-			[]chatChoice{{Message: assistantMessage{"assistant", text}, FinishReason: ck.finish}}, u}
-	} else {
-		resp = wholeResponse[textChoice]{ck.id, "text_completion", time.Now().Unix(), s.cfg.Model,
-			[]textChoice{{Text: text, FinishReason: ck.finish}}, u}
-	}
-	b, _ := json.Marshal(resp)
 	if pl.malformedAt >= 0 {
 		b = b[:len(b)/2]
 	}
@@ -308,4 +339,30 @@ func (s *Server) serveWhole(ctx context.Context, a *reply, chat bool) {
 	a.w.WriteHeader(http.StatusOK)
 	a.w.Write(append(b, '\n'))
 	s.answered(a)
+}
+
+// wholeChoices is a whole completions or chat answer.
+func (s *Server) wholeChoices(ck *chunker) []byte {
+	u := usage{PromptTokens: ck.prompt, TotalTokens: ck.prompt + ck.target, CompletionTokens: ck.target}
+	if ck.details {
+		u.PromptTokensDetails = &promptDetails{CachedTokens: ck.cached}
+	}
+	if ck.reasoningUsage {
+		u.CompletionTokensDetails = &completionDetails{ReasoningTokens: ck.reasoning}
+	}
+	var resp any
+	if ck.chat {
+		msg := assistantMessage{Role: "assistant", Content: string(ck.appendWords(nil, ck.reasoning, ck.target))}
+		if ck.reasoning > 0 {
+			r := string(ck.appendWords(nil, 0, ck.reasoning))
+			msg.Reasoning = &r
+		}
+		resp = wholeResponse[chatChoice]{ck.id, "chat.completion", ck.created, s.cfg.Model,
+			[]chatChoice{{Message: msg, FinishReason: ck.finish}}, u}
+	} else {
+		resp = wholeResponse[textChoice]{ck.id, "text_completion", ck.created, s.cfg.Model,
+			[]textChoice{{Text: ck.text(), FinishReason: ck.finish}}, u}
+	}
+	b, _ := json.Marshal(resp)
+	return b
 }

@@ -95,7 +95,7 @@ type LogRecord struct {
 	Time      string `json:"time"`                 // when the handler returned, RFC 3339 UTC
 	RequestID string `json:"request_id,omitempty"` // the client's X-Request-Id
 	ID        string `json:"id,omitempty"`         // the response id (cmpl-..., chatcmpl-...)
-	API       string `json:"api"`                  // completions or chat
+	API       string `json:"api"`                  // completions, chat, messages or responses
 	Status    int    `json:"status"`               // HTTP status
 	Outcome   string `json:"outcome"`              // ok, bad_request, fault, canceled
 	Error     string `json:"error,omitempty"`
@@ -104,10 +104,19 @@ type LogRecord struct {
 	PromptTokens     int `json:"prompt_tokens,omitempty"`
 	CachedTokens     int `json:"cached_tokens,omitempty"`
 	CompletionTokens int `json:"completion_tokens,omitempty"`
+	// ReasoningTokens is how many of the completion tokens were streamed as reasoning
+	// (Config.ReasoningShare; completions have none).
+	ReasoningTokens int `json:"reasoning_tokens,omitempty"`
 	// Model times (ns since the engine's epoch), when the request completed.
 	ArrivalNs int64 `json:"arrival_ns,omitempty"`
 	FirstNs   int64 `json:"first_ns,omitempty"`
 	LastNs    int64 `json:"last_ns,omitempty"`
+	// FirstAnswerNs is the first answer (non-reasoning) token's model time, when there is
+	// one; FirstAnswerWriteUnixNs the wall-clock stamp of the write that carried it
+	// (streams): a client's time to first answer is held against these as its TTFT is
+	// against first_ns and first_write_unix_ns.
+	FirstAnswerNs          int64 `json:"first_answer_ns,omitempty"`
+	FirstAnswerWriteUnixNs int64 `json:"first_answer_write_unix_ns,omitempty"`
 
 	// Wall-clock stamps (CLOCK_REALTIME, ns since 1970) of what the server did, when known:
 	// when the bytes of the request's head reached the server's socket (the kernel's

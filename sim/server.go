@@ -118,8 +118,11 @@ func New(cfg Config) (*Server, error) {
 		s.epoch = s.eng.epoch
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, false) })
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, true) })
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiCompletions) })
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiChat) })
+	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiMessages) })
+	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiResponses) })
+	mux.HandleFunc("/v1/messages/count_tokens", s.serveCountTokens)
 	mux.HandleFunc("/v1/models", s.serveModels)
 	mux.HandleFunc("/tokenize", s.serveTokenize)
 	mux.Handle("/metrics", s.metricsHandler())
@@ -132,8 +135,8 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves /v1/models, /v1/completions, /v1/chat/completions, /tokenize, /metrics,
-// /sim/info and /health.
+// Handler serves /v1/models, /v1/completions, /v1/chat/completions, /v1/messages,
+// /v1/messages/count_tokens, /v1/responses, /tokenize, /metrics, /sim/info and /health.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Info returns the configuration and its analytical limits.
@@ -278,6 +281,37 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	writeJSON(w, e.status, b)
 }
 
+// anthropicErrorTypes are the error types of Anthropic's API reference by HTTP status
+// (https://docs.anthropic.com/en/api/errors). vLLM's router puts its OpenAI error type
+// there (vllm/entrypoints/anthropic/api_router.py); the sim follows the reference, so a
+// client is tested against the shape Anthropic documents.
+var anthropicErrorTypes = map[int]string{
+	400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+	404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+	429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 529: "overloaded_error",
+}
+
+// writeAnthropicError answers e in the Messages API's shape:
+// {"type":"error","error":{"type":...,"message":...}}.
+func writeAnthropicError(w http.ResponseWriter, e *apiError) {
+	typ := anthropicErrorTypes[e.status]
+	if typ == "" {
+		typ = "api_error"
+	}
+	var b struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	b.Type, b.Error.Type, b.Error.Message = "error", typ, e.msg
+	if e.status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, b)
+}
+
 const maxBody = 64 << 20
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
@@ -305,7 +339,7 @@ func (s *Server) checkModel(model string) *apiError {
 }
 
 // promptTokens counts the prompt as the engine would: cl100k_base for text, len(ids) for
-// token ids, and for chat a ChatML template:
+// token ids, and for chat a ChatML template: the tools first (toolTokens), then
 // per message <|im_start|> + "role\n" + content + <|im_end|> + "\n", then
 // <|im_start|> + "assistant\n" for the reply (pieces tokenized separately).
 // With h non-nil it also feeds h that token stream (for the prefix cache).
@@ -318,13 +352,13 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 		return len(p.ids)
 	case p.messages != nil:
 		if h == nil {
-			n := s.chatReply
+			n := s.chatReply + s.toolTokens(p.tools, nil)
 			for _, m := range p.messages {
 				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil) + 2
 			}
 			return n
 		}
-		n := 0
+		n := s.toolTokens(p.tools, h)
 		for _, m := range p.messages {
 			h.add(imStart)
 			h.addInts(s.chatRoleIDs[m.role])
@@ -338,6 +372,23 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 	default:
 		return s.count(p.text, h)
 	}
+}
+
+// toolTokens counts the tool definitions (descs, their descriptions) by the sim's rule,
+// each its description's tokens and ToolOverheadTokens, and feeds them to h when h is not
+// nil: the overhead as toolMarker tokens, then the description, before the messages, as
+// chat templates put the tools in the system block.
+func (s *Server) toolTokens(descs []string, h *blockHasher) int {
+	n := 0
+	for _, d := range descs {
+		if h != nil {
+			for range ToolOverheadTokens {
+				h.add(toolMarker)
+			}
+		}
+		n += ToolOverheadTokens + s.count(d, h)
+	}
+	return n
 }
 
 // countCache remembers token counts of long texts (pieces of them: textPiece) by a 64-bit
@@ -509,18 +560,32 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveInfo(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, s.info) }
 
-// serveTokenize answers like vLLM's /tokenize: {"count","max_model_len","tokens","token_strs"}.
-func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+// bodyOr reads a request's body, or answers the failure with fail (counted as a bad
+// request) and returns nil.
+func (s *Server) bodyOr(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, *apiError)) []byte {
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		s.badRequests.Add(1)
-		writeError(w, aerr)
+		fail(w, aerr)
+		return nil
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return body
+}
+
+// serveTokenize answers like vLLM's /tokenize: {"count","max_model_len","tokens","token_strs"}.
+func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
+	body := s.bodyOr(w, r, writeError)
+	if body == nil {
 		return
 	}
 	var req struct {
 		Model    *string         `json:"model"`
 		Prompt   json.RawMessage `json:"prompt"`
 		Messages json.RawMessage `json:"messages"`
+		Tools    json.RawMessage `json:"tools"` // chat's shape, with messages
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		s.badRequests.Add(1)
@@ -540,6 +605,18 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 			s.badRequests.Add(1)
 			writeError(w, err.(*apiError))
 			return
+		}
+		descs, aerr := parseTools(req.Tools, apiChat)
+		if aerr != nil {
+			s.badRequests.Add(1)
+			writeError(w, aerr)
+			return
+		}
+		for _, d := range descs { // as toolTokens hashes them
+			for range ToolOverheadTokens {
+				tokens = append(tokens, toolMarker)
+			}
+			tokens = append(tokens, s.enc.Encode(d)...)
 		}
 		for _, m := range msgs {
 			tokens = append(tokens, imStart)
@@ -569,6 +646,35 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, map[string]any{"count": len(tokens), "max_model_len": s.cfg.MaxModelLen, "tokens": tokens, "token_strs": nil})
 }
 
+// serveCountTokens answers Anthropic's messages.count_tokens as vLLM does
+// (vllm/entrypoints/anthropic/serving.py, count_tokens): the prompt tokens a Messages
+// request of the same model, system, messages and tools would have, as
+// {"input_tokens":N,"context_management":{"original_input_tokens":N}}.
+func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
+	body := s.bodyOr(w, r, writeAnthropicError)
+	if body == nil {
+		return
+	}
+	p, err := parseMessagesRequest(body, true)
+	if err != nil {
+		s.badRequests.Add(1)
+		writeAnthropicError(w, err.(*apiError))
+		return
+	}
+	if aerr := s.checkModel(p.model); aerr != nil {
+		writeAnthropicError(w, aerr)
+		return
+	}
+	n := s.promptTokens(&p.prompt, nil)
+	type ctxMgmt struct {
+		Original int `json:"original_input_tokens"`
+	}
+	writeJSON(w, 200, struct {
+		InputTokens int     `json:"input_tokens"`
+		Context     ctxMgmt `json:"context_management"`
+	}{n, ctxMgmt{n}})
+}
+
 // ChatML's special tokens in cl100k_base's id space.
 const (
 	imStart = 100264
@@ -584,10 +690,11 @@ const (
 	faultMalformed
 	faultStall
 	faultSlowFirstByte
+	faultStreamError
 	numFaults
 )
 
-var faultNames = [numFaults]string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte"}
+var faultNames = [numFaults]string{"429", "500", "503", "disconnect", "malformed", "stall", "slow-first-byte", "stream-error"}
 
 // plan is what one request will do: its output length and its faults, all drawn from a
 // generator seeded by (Config.Seed, request index) so a run sees the same faults each time
@@ -601,13 +708,15 @@ type plan struct {
 	stallFor     time.Duration // real time
 	malformedAt  int
 	disconnectAt int
+	errorAt      int // the stream ends with an error before this token
+	reasoning    int // the first answer token: those before it are reasoning
 	wordOff      int
 	id           uint64
 }
 
 // clean reports whether the plan streams without a fault (the precise writer's case).
 func (p *plan) clean() bool {
-	return p.status == 0 && p.slowFirst == 0 && p.stallAt < 0 && p.malformedAt < 0 && p.disconnectAt < 0
+	return p.status == 0 && p.slowFirst == 0 && p.stallAt < 0 && p.malformedAt < 0 && p.disconnectAt < 0 && p.errorAt < 0
 }
 
 func (s *Server) realDur(d time.Duration) time.Duration {
@@ -616,7 +725,7 @@ func (s *Server) realDur(d time.Duration) time.Duration {
 
 func (s *Server) makePlan(idx uint64, maxTokens, minTokens int, ignoreEOS bool) plan {
 	rng := rand.New(rand.NewPCG(s.cfg.Seed, idx))
-	p := plan{target: maxTokens, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1}
+	p := plan{target: maxTokens, finish: "length", stallAt: -1, malformedAt: -1, disconnectAt: -1, errorAt: -1}
 	p.id = rng.Uint64()
 	p.wordOff = rng.IntN(len(words))
 	if !ignoreEOS && s.cfg.EOSMeanTokens > 0 {
@@ -653,6 +762,11 @@ func (s *Server) makePlan(idx uint64, maxTokens, minTokens int, ignoreEOS bool) 
 	if rng.Float64() < f.Disconnect {
 		p.disconnectAt = rng.IntN(p.target)
 	}
+	// Drawn last, so that the draws before it, and the plans of a seed without it, are
+	// those they were before it existed.
+	if f.StreamError > 0 && rng.Float64() < f.StreamError {
+		p.errorAt = rng.IntN(p.target)
+	}
 	return p
 }
 
@@ -679,6 +793,9 @@ func (s *Server) countFaults(p *plan) {
 	}
 	if p.disconnectAt >= 0 {
 		s.faultCount[faultDisconnect].Add(1)
+	}
+	if p.errorAt >= 0 {
+		s.faultCount[faultStreamError].Add(1)
 	}
 }
 

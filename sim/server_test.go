@@ -790,23 +790,31 @@ func TestWordsAreSingleTokens(t *testing.T) {
 
 func FuzzParseGenRequest(f *testing.F) {
 	for _, s := range []string{`{"prompt":"a","max_tokens":3}`, `{"prompt":[1,2]}`, `{"prompt":[[1]]}`, `{"prompt":["x"]}`,
-		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, `{"stream":true,"stream_options":{}}`, `{`} {
-		f.Add([]byte(s), false)
-		f.Add([]byte(s), true)
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`, `{"stream":true,"stream_options":{}}`, `{`,
+		`{"model":"m","max_tokens":5,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"x"}],"tools":[{"name":"t","input_schema":{}}]}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"x"}]}],"instructions":"i","max_output_tokens":3,"tools":[{"type":"function","name":"t"}]}`,
+		`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"t","description":"d"}}]}`} {
+		for api := range uint8(4) {
+			f.Add([]byte(s), api)
+		}
 	}
-	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		p, err := parseGenRequest(body, chat)
+	f.Fuzz(func(t *testing.T, body []byte, a uint8) {
+		api := apiKind(a % 4)
+		p, err := parseGenRequest(body, api)
 		if err != nil {
 			if _, ok := err.(*apiError); !ok {
 				t.Fatalf("error %T is not an apiError", err)
 			}
 			return
 		}
-		if p.maxTokens == 0 || p.maxTokens < -1 || p.minTokens < 0 || (p.maxTokens > 0 && p.minTokens > p.maxTokens) {
+		if p.api != api || p.maxTokens == 0 || p.maxTokens < -1 || p.minTokens < 0 || (p.maxTokens > 0 && p.minTokens > p.maxTokens) {
 			t.Fatalf("accepted bad limits %+v", p)
 		}
-		if chat && len(p.prompt.messages) == 0 || !chat && p.prompt.text == "" && len(p.prompt.ids) == 0 {
+		if api != apiCompletions && len(p.prompt.messages) == 0 || api == apiCompletions && p.prompt.text == "" && len(p.prompt.ids) == 0 {
 			t.Fatalf("accepted empty prompt %+v", p.prompt)
+		}
+		if api == apiMessages && p.maxTokens < 1 {
+			t.Fatalf("accepted a Messages request without max_tokens: %+v", p)
 		}
 	})
 }

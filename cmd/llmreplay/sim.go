@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "sim",
-		summary: "serve the simulated continuous-batching engine (OpenAI-compatible, no GPU)",
+		summary: "serve the simulated continuous-batching engine (OpenAI, Anthropic Messages and Responses APIs, no GPU)",
 		run:     runSim,
 	})
 }
@@ -37,6 +37,10 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Exact timing for measuring a client's own error: TTFT 200ms, ITL 20ms
   llmreplay sim --profile fixed --ttft 200ms --itl 20ms
 
+  # A thinking model: the first 75% of every answer streams as reasoning, on every API
+  # (/v1/chat/completions, /v1/messages, /v1/responses)
+  llmreplay sim --profile tiny --reasoning-share 0.75
+
   # KV allocated as tokens are made (vLLM v1): under overload the cache runs full and
   # vllm:num_preemptions_total counts the requests preempted
   llmreplay sim --profile tiny --kv-admission on-demand --kv-cache-tokens 16384
@@ -47,6 +51,8 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Try it
   curl -N http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"prompt":"Hello","max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
+  curl -N http://127.0.0.1:8000/v1/messages -H 'Content-Type: application/json' \
+    -d '{"model":"sim-moe-230b","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"Hello"}]}'
   curl http://127.0.0.1:8000/sim/info`
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -57,7 +63,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	noPrefix := fs.Bool("no-prefix-cache", false, "turn automatic prefix caching off (on by default, as in vLLM and SGLang)")
 	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id, and arrive_unix_ns/read_unix_ns/first_write_unix_ns: when the request reached the server's socket (the kernel's stamp), when the server's read returned, when it wrote the first token; the wall clock), written off the engine's path")
 	requestLogWrites := fs.Bool("request-log-writes", false, "with --request-log: also log the wall-clock stamp and token count of every body write that carried tokens (write_unix_ns, write_tokens)")
-	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR (DUR in model time, default 1s)")
+	faults := fs.StringArray("fault", nil, "inject a fault by rate, repeatable: 429=R, 500=R, 503=R, disconnect=R, malformed=R, stall=R:DUR, slow-first-byte=R:DUR, stream-error=R (DUR in model time, default 1s)")
 
 	// Every model parameter; applied over the profile only when given.
 	var o sim.Config
@@ -135,6 +141,8 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.IntVar(&o.EOSMeanTokens, "eos-mean", 0, "mean natural output length for requests without ignore_eos (0 = always max_tokens)")
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", 0, "max_tokens for completions that give none")
 	fs.IntVar(&o.DefaultChatMaxTokens, "default-chat-max-tokens", 0, "max_tokens cap for chat requests that give none")
+	fs.Float64Var(&o.ReasoningShare, "reasoning-share", 0, "share (0..1) of every answer's output tokens streamed first as reasoning (chat delta.reasoning, a Messages thinking block, a Responses reasoning item), e.g. --reasoning-share 0.75")
+	fs.BoolVar(&o.ReasoningUsage, "reasoning-usage", false, "chat usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not)")
 }
 
 // applySimFlags sets over cfg (a profile) the model parameters the command line gave.
@@ -152,6 +160,8 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 			*d = *src.(*uint64)
 		case *float64:
 			*d = *src.(*float64)
+		case *bool:
+			*d = *src.(*bool)
 		case *time.Duration:
 			*d = *src.(*time.Duration)
 		}
@@ -179,6 +189,8 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("eos-mean", &cfg.EOSMeanTokens, &o.EOSMeanTokens)
 	set("default-max-tokens", &cfg.DefaultMaxTokens, &o.DefaultMaxTokens)
 	set("default-chat-max-tokens", &cfg.DefaultChatMaxTokens, &o.DefaultChatMaxTokens)
+	set("reasoning-share", &cfg.ReasoningShare, &o.ReasoningShare)
+	set("reasoning-usage", &cfg.ReasoningUsage, &o.ReasoningUsage)
 }
 
 // printSimBanner says on stderr what the running engine serves and models.
@@ -202,6 +214,9 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 			w = " (every write)"
 		}
 		fmt.Fprintf(stderr, "  request log: %s%s\n", cfg.RequestLog, w)
+	}
+	if cfg.ReasoningShare > 0 {
+		fmt.Fprintf(stderr, "  reasoning: the first %.0f%% of every answer's tokens stream as reasoning (chat, messages, responses)\n", 100*cfg.ReasoningShare)
 	}
 	if cfg.TimeScale != 1 {
 		fmt.Fprintf(stderr, "  time scale %gx: real-time rates are model rates x %g\n", cfg.TimeScale, cfg.TimeScale)

@@ -22,14 +22,14 @@ func TestSimHelpAndInfo(t *testing.T) {
 	if err := run(context.Background(), []string{"sim", "--help"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000"} {
+	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000", "--reasoning-share 0.75", "--reasoning-usage"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
 	out.Reset()
 	err := run(context.Background(), []string{"sim", "--profile", "tiny", "--max-batch", "8", "--step-base", "2ms",
-		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--print-info"}, &out, &errb)
+		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--reasoning-share", "0.75", "--reasoning-usage", "--print-info"}, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestSimHelpAndInfo(t *testing.T) {
 	c := in.Config
 	if c.Model != "sim-tiny" || c.MaxBatch != 8 || c.StepBase != 2*time.Millisecond || len(in.Steps) != 8 ||
 		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 ||
-		c.AttentionPerPairNs != 0.25 {
+		c.AttentionPerPairNs != 0.25 || c.ReasoningShare != 0.75 || !c.ReasoningUsage {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
@@ -70,6 +70,7 @@ func TestSimBadFlags(t *testing.T) {
 		{"--time-scale", "-1"},
 		{"extra"},
 		{"--request-log-writes"}, // without --request-log
+		{"--reasoning-share", "1.5"},
 	} {
 		err := run(context.Background(), append([]string{"sim", "--print-info"}, args...), io.Discard, io.Discard)
 		var ue *usageError
@@ -103,7 +104,7 @@ func TestSimServesAndStopsOnCancel(t *testing.T) {
 	var errb syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "fixed", "--ttft", "1ms", "--itl", "1ms"}, io.Discard, &errb)
+		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "fixed", "--ttft", "1ms", "--itl", "1ms", "--reasoning-share", "0.5"}, io.Discard, &errb)
 	}()
 	re := regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`)
 	var base string
@@ -126,6 +127,22 @@ func TestSimServesAndStopsOnCancel(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || body.Usage.CompletionTokens != 3 {
 		t.Fatalf("status %d usage %+v", resp.StatusCode, body.Usage)
+	}
+	// The Messages API, with --reasoning-share: half the answer is a thinking block.
+	resp, err = http.Post(base+"/messages", "application/json", strings.NewReader(`{"model":"sim-fixed","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Content []struct{ Type string } `json:"content"`
+	}
+	json.NewDecoder(resp.Body).Decode(&msg)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[1].Type != "text" {
+		t.Fatalf("messages: status %d content %+v", resp.StatusCode, msg.Content)
+	}
+	if !strings.Contains(errb.String(), "reasoning: the first 50% of every answer") {
+		t.Errorf("banner does not say the reasoning share: %q", errb.String())
 	}
 	cancel()
 	select {
