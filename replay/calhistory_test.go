@@ -88,8 +88,11 @@ func (s *templateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // conversationTrace is sessions of turns whose prompt_tokens count the whole
 // conversation as a server reports it: each turn the previous turn's prompt, its answer
-// and new text of 60 to 95 tokens (room for any template of the tests).
-func conversationTrace(t *testing.T, path string, sessions, turns int) []trace.Request {
+// and new text of 60 to 95 tokens (room for any template of the tests), except the last
+// session's third turn, whose length is its predecessor's: it cannot hold its history
+// (shortTurn). With calls, each
+// turn is an agent's call that appends to its predecessor's context (--sessions dag).
+func conversationTrace(t *testing.T, path string, sessions, turns int, calls bool) []trace.Request {
 	var reqs []trace.Request
 	prompt := make([]int32, sessions)
 	for turn := range turns {
@@ -101,9 +104,19 @@ func conversationTrace(t *testing.T, path string, sessions, turns int) []trace.R
 			} else {
 				prev := reqs[i-sessions]
 				prompt[s] = prev.PromptTokens + prev.OutputTokens + int32(60+5*((i*3)%8))
+				if s == sessions-1 && turn == 2 {
+					prompt[s] = prev.PromptTokens
+				}
 			}
-			reqs = append(reqs, trace.Request{ID: int64(i + 1), Arrival: time.Duration(i) * time.Millisecond,
-				PromptTokens: prompt[s], OutputTokens: out, SessionID: int64(500 + s), HasSession: true})
+			r := trace.Request{ID: int64(i + 1), Arrival: time.Duration(i) * time.Millisecond,
+				PromptTokens: prompt[s], OutputTokens: out, SessionID: int64(500 + s), HasSession: true}
+			if calls {
+				r.Call = trace.NewCall()
+				if turn > 0 {
+					r.Call.Parents, r.Call.Gap, r.Call.GapKind = []int64{reqs[i-sessions].ID}, time.Millisecond, trace.GapTool
+				}
+			}
+			reqs = append(reqs, r)
 		}
 	}
 	w, err := trace.Create(path, trace.Meta{Source: "test"})
@@ -121,7 +134,8 @@ func conversationTrace(t *testing.T, path string, sessions, turns int) []trace.R
 	return reqs
 }
 
-// TestCalibratedConversations replays conversations with actual history against servers
+// TestCalibratedConversations replays conversations with actual history (and agents'
+// calls, each appending to its predecessor's context) against servers
 // whose template costs perRequest tokens a request and perMessage a message, each zero
 // and not. With --calibrate every turn's prompt, history and all, is counted by the
 // server as exactly the trace's prompt_tokens: the calibration measures the template of a
@@ -139,25 +153,40 @@ func TestCalibratedConversations(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	tr := filepath.Join(dir, "conv.parquet")
-	reqs := conversationTrace(t, tr, 3, 4)
-	byID := map[int64]trace.Request{}
-	for _, q := range reqs {
-		byID[q.ID] = q
+	for _, mode := range []string{SessionsSequential, SessionsDAG} {
+		tr := filepath.Join(dir, mode+".parquet")
+		reqs := conversationTrace(t, tr, 3, 4, mode == SessionsDAG)
+		byID := map[int64]trace.Request{}
+		for _, q := range reqs {
+			byID[q.ID] = q
+		}
+		testCalibratedConversations(t, enc, answers, mode, tr, reqs, byID)
 	}
+}
+
+// shortTurn reports whether conversationTrace's turn of session is one whose history does
+// not fit its trace length.
+func shortTurn(session int64, turn int32, sessions int) bool {
+	return session == int64(500+sessions-1) && turn == 2
+}
+
+func testCalibratedConversations(t *testing.T, enc *tokenize.Encoding, answers *tokenize.Builder, mode, tr string, reqs []trace.Request, byID map[int64]trace.Request) {
 	for _, api := range []wire.API{wire.APIChat, wire.APICompletions} {
 		for _, tmpl := range [][2]int{{0, 0}, {7, 0}, {0, 5}, {3, 4}} {
 			if api == wire.APICompletions && tmpl[1] != 0 {
 				continue // a completions prompt has no messages
 			}
 			for _, calibrate := range []bool{true, false} {
-				name := fmt.Sprintf("%s/request%d-message%d/calibrate=%v", api, tmpl[0], tmpl[1], calibrate)
+				name := fmt.Sprintf("%s/%s/request%d-message%d/calibrate=%v", mode, api, tmpl[0], tmpl[1], calibrate)
 				t.Run(name, func(t *testing.T) {
 					srv := httptest.NewServer(&templateServer{perRequest: tmpl[0], perMessage: tmpl[1], enc: enc, answers: answers})
 					t.Cleanup(srv.Close)
 					cfg := DefaultConfig()
 					cfg.Trace, cfg.Endpoint, cfg.API, cfg.Calibrate = tr, srv.URL+"/v1", string(api), calibrate
-					cfg.Sessions, cfg.History, cfg.Quiet = SessionsSequential, HistoryActual, true
+					cfg.Sessions, cfg.Quiet = mode, true
+					if mode == SessionsSequential {
+						cfg.History = HistoryActual
+					}
 					cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
 					sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
 					if err != nil {
@@ -168,8 +197,8 @@ func TestCalibratedConversations(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if sum.HistoryLonger != 0 {
-						t.Errorf("%d turns sent longer than the trace: its lengths add up", sum.HistoryLonger)
+					if sum.HistoryLonger != 1 {
+						t.Errorf("%d turns sent longer than the trace, want 1: the last session's third", sum.HistoryLonger)
 					}
 					rows, meta, err := results.ReadFile(cfg.Output)
 					if err != nil {
@@ -190,7 +219,16 @@ func TestCalibratedConversations(t *testing.T) {
 					}
 					for _, r := range rows {
 						q := byID[r.RequestID]
-						want := q.PromptTokens
+						// A turn whose history does not fit is sent longer, and prompt_tokens
+						// records what the server counts of it (its new text one builder token).
+						sent := q.PromptTokens
+						if shortTurn(r.SessionID, r.Turn, 3) {
+							sent = r.PromptTokens
+							if sent <= q.PromptTokens {
+								t.Errorf("request %d: prompt_tokens %d, want more than the trace's %d: its history does not fit", r.RequestID, sent, q.PromptTokens)
+							}
+						}
+						want := sent
 						if !calibrate {
 							messages := int32(0) // completions
 							if api == wire.APIChat {
@@ -198,7 +236,7 @@ func TestCalibratedConversations(t *testing.T) {
 							}
 							want += int32(tmpl[0]) + int32(tmpl[1])*messages
 						}
-						if r.Status != results.StatusOK || r.PromptTokens != q.PromptTokens || r.PromptTokensServer != want {
+						if r.Status != results.StatusOK || r.PromptTokens != sent || r.PromptTokensServer != want {
 							t.Errorf("request %d (session %d turn %d): %s %q, prompt_tokens %d, the server counted %d; want %d counted for the trace's %d",
 								r.RequestID, r.SessionID, r.Turn, r.Status, r.Error, r.PromptTokens, r.PromptTokensServer, want, q.PromptTokens)
 						}
