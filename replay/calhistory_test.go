@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -243,6 +244,69 @@ func testCalibratedConversations(t *testing.T, enc *tokenize.Encoding, answers *
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestCalibratedConversationsSim replays conversations and agents' calls with
+// --calibrate against the simulated engine, whose ChatML template (sim/server.go
+// promptTokens) costs a request its reply's prefix and each message its markers: every
+// turn is counted as exactly the trace's prompt_tokens, through every API that
+// calibrates.
+func TestCalibratedConversationsSim(t *testing.T) {
+	cfg, err := sim.Profile("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := sim.Start(ctx, "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	for _, mode := range []string{SessionsSequential, SessionsDAG} {
+		tr := filepath.Join(dir, mode+".parquet")
+		reqs := conversationTrace(t, tr, 3, 4, mode == SessionsDAG)
+		byID := map[int64]trace.Request{}
+		for _, q := range reqs {
+			byID[q.ID] = q
+		}
+		for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APICompletions} {
+			t.Run(mode+"/"+string(api), func(t *testing.T) {
+				rc := DefaultConfig()
+				rc.Trace, rc.Endpoint, rc.API, rc.Calibrate = tr, srv.BaseURL(), string(api), true
+				rc.Sessions, rc.Quiet = mode, true
+				if mode == SessionsSequential {
+					rc.History = HistoryActual
+				}
+				rc.Output = filepath.Join(t.TempDir(), "r.parquet")
+				sess, err := Prepare(context.Background(), rc, Env{ToolVersion: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sess.Close()
+				if _, err := Run(context.Background(), sess.Options); err != nil {
+					t.Fatal(err)
+				}
+				rows, meta, err := results.ReadFile(rc.Output)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("calibration %s; history-overhead %s", meta.Flags["calibration"], meta.Flags["history-overhead"])
+				for _, r := range rows {
+					q := byID[r.RequestID]
+					sent := q.PromptTokens
+					if shortTurn(r.SessionID, r.Turn, 3) {
+						sent = r.PromptTokens
+					}
+					if r.Status != results.StatusOK || r.PromptTokens != sent || r.PromptTokensServer != sent {
+						t.Errorf("request %d (session %d turn %d): %s %q, prompt_tokens %d, the engine counted %d; want %d",
+							r.RequestID, r.SessionID, r.Turn, r.Status, r.Error, r.PromptTokens, r.PromptTokensServer, sent)
+					}
+				}
+			})
 		}
 	}
 }
