@@ -27,6 +27,7 @@ import (
 // so that an answer taken into a conversation's history counts as its output tokens.
 type templateServer struct {
 	perRequest, perMessage int
+	lastOnly               bool // counts a chat request's last message alone
 	enc                    *tokenize.Encoding
 	answers                *tokenize.Builder
 
@@ -46,7 +47,11 @@ type templateBody struct {
 
 func (s *templateServer) count(body *templateBody) int {
 	n := s.perRequest + s.enc.Count(body.Prompt)
-	for _, m := range body.Messages {
+	msgs := body.Messages
+	if s.lastOnly && len(msgs) > 0 {
+		msgs = msgs[len(msgs)-1:]
+	}
+	for _, m := range msgs {
 		n += s.perMessage + s.enc.Count(m.Content)
 	}
 	return n
@@ -93,7 +98,7 @@ func (s *templateServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // session's third turn, whose length is its predecessor's: it cannot hold its history
 // (shortTurn). With calls, each
 // turn is an agent's call that appends to its predecessor's context (--sessions dag).
-func conversationTrace(t *testing.T, path string, sessions, turns int, calls bool) []trace.Request {
+func conversationTrace(t *testing.T, sessions, turns int, calls bool) (string, []trace.Request) {
 	var reqs []trace.Request
 	prompt := make([]int32, sessions)
 	for turn := range turns {
@@ -120,19 +125,35 @@ func conversationTrace(t *testing.T, path string, sessions, turns int, calls boo
 			reqs = append(reqs, r)
 		}
 	}
-	w, err := trace.Create(path, trace.Meta{Source: "test"})
+	return writeTrace(t, reqs), reqs
+}
+
+// runConversations replays the conversation trace tr (conversationTrace) with Prepare and
+// Run, as `llmreplay replay` would, against endpoint in mode (sequential sessions with
+// actual history, or agents) and reads the results back.
+func runConversations(t *testing.T, tr, endpoint string, api wire.API, mode string, calibrate bool) (*Summary, []results.Result, *results.RunMeta) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Trace, cfg.Endpoint, cfg.API, cfg.Calibrate = tr, endpoint, string(api), calibrate
+	cfg.Sessions, cfg.Quiet = mode, true
+	if mode == SessionsSequential {
+		cfg.History = HistoryActual
+	}
+	cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
+	sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range reqs {
-		if err := w.Write(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
+	defer sess.Close()
+	sum, err := Run(context.Background(), sess.Options)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return reqs
+	rows, meta, err := results.ReadFile(cfg.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, rows, meta
 }
 
 // TestCalibratedConversations replays conversations with actual history (and agents'
@@ -153,10 +174,8 @@ func TestCalibratedConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
 	for _, mode := range []string{SessionsSequential, SessionsDAG} {
-		tr := filepath.Join(dir, mode+".parquet")
-		reqs := conversationTrace(t, tr, 3, 4, mode == SessionsDAG)
+		tr, reqs := conversationTrace(t, 3, 4, mode == SessionsDAG)
 		byID := map[int64]trace.Request{}
 		for _, q := range reqs {
 			byID[q.ID] = q
@@ -182,28 +201,9 @@ func testCalibratedConversations(t *testing.T, enc *tokenize.Encoding, answers *
 				t.Run(name, func(t *testing.T) {
 					srv := httptest.NewServer(&templateServer{perRequest: tmpl[0], perMessage: tmpl[1], enc: enc, answers: answers})
 					t.Cleanup(srv.Close)
-					cfg := DefaultConfig()
-					cfg.Trace, cfg.Endpoint, cfg.API, cfg.Calibrate = tr, srv.URL+"/v1", string(api), calibrate
-					cfg.Sessions, cfg.Quiet = mode, true
-					if mode == SessionsSequential {
-						cfg.History = HistoryActual
-					}
-					cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
-					sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer sess.Close()
-					sum, err := Run(context.Background(), sess.Options)
-					if err != nil {
-						t.Fatal(err)
-					}
+					sum, rows, meta := runConversations(t, tr, srv.URL+"/v1", api, mode, calibrate)
 					if sum.HistoryLonger != 1 {
 						t.Errorf("%d turns sent longer than the trace, want 1: the last session's third", sum.HistoryLonger)
-					}
-					rows, meta, err := results.ReadFile(cfg.Output)
-					if err != nil {
-						t.Fatal(err)
 					}
 					// What was measured: a one-message prompt's template (c + d) and each
 					// earlier answer and user message's (2d; none for completions).
@@ -265,35 +265,15 @@ func TestCalibratedConversationsSim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	dir := t.TempDir()
 	for _, mode := range []string{SessionsSequential, SessionsDAG} {
-		tr := filepath.Join(dir, mode+".parquet")
-		reqs := conversationTrace(t, tr, 3, 4, mode == SessionsDAG)
+		tr, reqs := conversationTrace(t, 3, 4, mode == SessionsDAG)
 		byID := map[int64]trace.Request{}
 		for _, q := range reqs {
 			byID[q.ID] = q
 		}
 		for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APICompletions} {
 			t.Run(mode+"/"+string(api), func(t *testing.T) {
-				rc := DefaultConfig()
-				rc.Trace, rc.Endpoint, rc.API, rc.Calibrate = tr, srv.BaseURL(), string(api), true
-				rc.Sessions, rc.Quiet = mode, true
-				if mode == SessionsSequential {
-					rc.History = HistoryActual
-				}
-				rc.Output = filepath.Join(t.TempDir(), "r.parquet")
-				sess, err := Prepare(context.Background(), rc, Env{ToolVersion: "test"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sess.Close()
-				if _, err := Run(context.Background(), sess.Options); err != nil {
-					t.Fatal(err)
-				}
-				rows, meta, err := results.ReadFile(rc.Output)
-				if err != nil {
-					t.Fatal(err)
-				}
+				_, rows, meta := runConversations(t, tr, srv.BaseURL(), api, mode, true)
 				t.Logf("calibration %s; history-overhead %s", meta.Flags["calibration"], meta.Flags["history-overhead"])
 				for _, r := range rows {
 					q := byID[r.RequestID]
@@ -308,5 +288,30 @@ func TestCalibratedConversationsSim(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A server that does not count a conversation's earlier messages cannot be given the
+// trace's lengths with actual history: --calibrate says so, naming what to do, before any
+// request of the trace is sent.
+func TestCalibrateHistoryIgnored(t *testing.T) {
+	enc, err := tokenize.Get(tokenize.CL100kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, err := tokenize.NewBuilder(enc, tokenize.BuilderOptions{Seed: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&templateServer{perRequest: 3, perMessage: 4, lastOnly: true, enc: enc, answers: answers})
+	defer srv.Close()
+	tr, _ := conversationTrace(t, 2, 2, false)
+	cfg := DefaultConfig()
+	cfg.Trace, cfg.Endpoint, cfg.API, cfg.Calibrate = tr, srv.URL+"/v1", string(wire.APIChat), true
+	cfg.Sessions, cfg.History, cfg.Quiet = SessionsSequential, HistoryActual, true
+	cfg.Output = filepath.Join(t.TempDir(), "r.parquet")
+	_, err = Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
+	if err == nil || !strings.Contains(err.Error(), "does not count a conversation's earlier messages") || !strings.Contains(err.Error(), "--history synthetic") {
+		t.Fatalf("Prepare: %v; want the calibration to say the server does not count earlier messages", err)
 	}
 }

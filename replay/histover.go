@@ -60,7 +60,7 @@ func (o HistoryOverhead) String() string {
 	if !o.Measured {
 		return "none: without --calibrate a turn's history counts the builder's text alone; the server adds its template to every request"
 	}
-	return fmt.Sprintf("%.2f tokens per request (a prompt of one user message's template) + %.2f per earlier answer and user message (measured by --calibrate)", o.Request, o.Exchange)
+	return fmt.Sprintf("%.2f tokens per request (the template of a prompt of one user message) + %.2f per earlier answer and user message (measured by --calibrate)", o.Request, o.Exchange)
 }
 
 // The conversation probes: a user message, an answer, a user message, each of
