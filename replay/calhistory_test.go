@@ -248,11 +248,11 @@ func testCalibratedConversations(t *testing.T, enc *tokenize.Encoding, answers *
 	}
 }
 
-// TestCalibratedConversationsSim replays conversations and agents' calls with
-// --calibrate against the simulated engine, whose ChatML template (sim/server.go
-// promptTokens) costs a request its reply's prefix and each message its markers: every
-// turn is counted as exactly the trace's prompt_tokens, through every API that
-// calibrates.
+// TestCalibratedConversationsSim replays conversations and agents' calls against the
+// simulated engine, whose ChatML template (sim/server.go promptTokens) costs a request its
+// reply's prefix and each message its markers. With --calibrate every turn is counted as
+// exactly the trace's prompt_tokens, through every API that calibrates; without it the
+// builder's text is exact and the engine adds its template on top (completions: none).
 func TestCalibratedConversationsSim(t *testing.T) {
 	cfg, err := sim.Profile("tiny")
 	if err != nil {
@@ -272,21 +272,31 @@ func TestCalibratedConversationsSim(t *testing.T) {
 			byID[q.ID] = q
 		}
 		for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APICompletions} {
-			t.Run(mode+"/"+string(api), func(t *testing.T) {
-				_, rows, meta := runConversations(t, tr, srv.BaseURL(), api, mode, true)
-				t.Logf("calibration %s; history-overhead %s", meta.Flags["calibration"], meta.Flags["history-overhead"])
-				for _, r := range rows {
-					q := byID[r.RequestID]
-					sent := q.PromptTokens
-					if shortTurn(r.SessionID, r.Turn, 3) {
-						sent = r.PromptTokens
+			for _, calibrate := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/%s/calibrate=%v", mode, api, calibrate), func(t *testing.T) {
+					_, rows, meta := runConversations(t, tr, srv.BaseURL(), api, mode, calibrate)
+					t.Logf("calibration %s; history-overhead %s", meta.Flags["calibration"], meta.Flags["history-overhead"])
+					for _, r := range rows {
+						q := byID[r.RequestID]
+						sent := q.PromptTokens
+						if shortTurn(r.SessionID, r.Turn, 3) {
+							sent = r.PromptTokens
+						}
+						want := sent
+						if !calibrate && api != wire.APICompletions {
+							// The engine's ChatML on top of the builder's text: the reply's
+							// <|im_start|>assistant\n (3 tokens) and each message's
+							// <|im_start|>, role line and <|im_end|>\n (5 for user and for
+							// assistant alike).
+							want += 3 + 5*(2*r.Turn+1)
+						}
+						if r.Status != results.StatusOK || r.PromptTokens != sent || r.PromptTokensServer != want {
+							t.Errorf("request %d (session %d turn %d): %s %q, prompt_tokens %d, the engine counted %d; want %d",
+								r.RequestID, r.SessionID, r.Turn, r.Status, r.Error, r.PromptTokens, r.PromptTokensServer, want)
+						}
 					}
-					if r.Status != results.StatusOK || r.PromptTokens != sent || r.PromptTokensServer != sent {
-						t.Errorf("request %d (session %d turn %d): %s %q, prompt_tokens %d, the engine counted %d; want %d",
-							r.RequestID, r.SessionID, r.Turn, r.Status, r.Error, r.PromptTokens, r.PromptTokensServer, sent)
-					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
