@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/transport"
+	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/stats"
+	"github.com/llmreplay/llmreplay/wire"
+)
+
+// simReasoningShare is the share of every answer the simulated engine streams as
+// reasoning in these tests: 6 of a 20-token answer, then 14 of answer.
+const simReasoningShare = 0.3
+
+// apiRun is one replay of TestE2EAPIsAgainstSim: an API, whether chat's usage says the
+// reasoning count (Config.ReasoningUsage), and where the record's reasoning count must come
+// from: the usage where the API's usage says it (Responses always, chat with the detail),
+// else the running usage of every chunk (chat: vLLM's continuous_usage_stats, which the
+// sim serves), else the client's tokenizer (Messages: the sim, as vLLM, sends one
+// message_delta, at the end); completions have no reasoning field.
+type apiRun struct {
+	api    string
+	usage  bool
+	source string
+}
+
+// TestE2EAPIsAgainstSim is the proof of every API against the simulated engine (started
+// in the test with its request log, reasoning share 0.3): for completions, chat (the usage
+// detail on and off), messages and responses, on both HTTP clients, every record of a
+// small trace is checked against the engine's own log line for it (by X-Request-Id):
+// status ok; output tokens and reasoning tokens equal to what the engine served, from the
+// source the API allows; the prompt tokens the engine counted; the first token and the
+// first answer token never seen before the engine's write that carried it (completions:
+// the first answer is the first token). With LLMREPLAY_E2E=1 (scripts/test's real-time
+// pass, alone on the cores) each is also at most 25 ms after that write: the HTTP and
+// scheduling overhead TestE2EFixedEngine allows a loaded 2-core machine on TTFT. Then
+// analyze's JSON of the run: its TTFT, TTFA and reasoning figures are the records' own.
+func TestE2EAPIsAgainstSim(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.parquet")
+	if msg, err := runArgs(t, "trace", "synth", "--arrival", "constant", "--rate", "20", "--count", "6",
+		"--prompt-tokens", "uniform:40,200", "--output-tokens", "fixed:20", "--seed", "3", "-o", tr); err != nil {
+		t.Fatalf("synth: %v %s", err, msg)
+	}
+	clients := []string{transport.HTTPClientNetHTTP}
+	if autoClient() == transport.HTTPClientRaw {
+		clients = append(clients, transport.HTTPClientRaw)
+	}
+	runs := []apiRun{
+		{"completions", false, ""},
+		{"chat", true, results.SourceUsage},
+		{"chat", false, results.SourceChunkUsage},
+		{"messages", false, results.SourceTokenizer},
+		{"responses", false, results.SourceUsage},
+	}
+	for _, c := range runs {
+		for _, client := range clients {
+			name := fmt.Sprintf("%s-usage=%v-%s", c.api, c.usage, strings.ReplaceAll(client, "/", ""))
+			t.Run(name, func(t *testing.T) {
+				res, log := replayAgainstSim(t, filepath.Join(dir, name), tr, c, client)
+				checkAPIRun(t, c, res, log)
+			})
+		}
+	}
+}
+
+// replayAgainstSim replays trace tr against a simulated engine of this test's reasoning
+// share, started for the run with a request log, and returns the results file and the
+// log's lines by request id (the preflight's left out).
+func replayAgainstSim(t *testing.T, base, tr string, c apiRun, client string) (string, map[int64]sim.LogRecord) {
+	t.Helper()
+	cfg, err := sim.Profile("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := base + ".log"
+	cfg.ReasoningShare, cfg.ReasoningUsage, cfg.RequestLog = simReasoningShare, c.usage, logPath
+	srv, err := sim.Start(context.Background(), "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := base + ".parquet"
+	var out, errb bytes.Buffer
+	err = run(context.Background(), []string{"replay", "--trace", tr, "--endpoint", srv.BaseURL(), "--api", c.api,
+		"--http-client", client, "--scrape", "none", "-q", "-o", res}, &out, &errb)
+	srv.Close() // writes the log
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, errb.String())
+	}
+	return res, readSimLog(t, logPath)
+}
+
+// readSimLog reads a simulated engine's request log into its lines by the request id of
+// their X-Request-Id (RUNID-ID), the preflight's left out.
+func readSimLog(t *testing.T, path string) map[int64]sim.LogRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	byID := map[int64]sim.LogRecord{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var rec sim.LogRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if rec.RequestID == wire.PreflightRequestID {
+			continue
+		}
+		id, err := strconv.ParseInt(rec.RequestID[strings.LastIndexByte(rec.RequestID, '-')+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: X-Request-Id %q: %v", path, rec.RequestID, err)
+		}
+		byID[id] = rec
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return byID
+}
+
+// lateBound is how much later than the engine's write a client may see a token: the
+// HTTP and scheduling overhead TestE2EFixedEngine allows on TTFT (+25 ms). It is checked
+// only in the real-time pass (LLMREPLAY_E2E=1); the lower bound, causality, always is.
+const lateBound = 25 * time.Millisecond
+
+// checkAPIRun checks one run's records against the engine's log, and analyze's figures
+// against the records.
+func checkAPIRun(t *testing.T, c apiRun, res string, log map[int64]sim.LogRecord) {
+	t.Helper()
+	recs, meta, err := results.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 6 || len(log) != 6 {
+		t.Fatalf("%d records, %d logged by the engine; want 6", len(recs), len(log))
+	}
+	realTime := os.Getenv("LLMREPLAY_E2E") != ""
+	// seen checks that the client saw a write no sooner than the engine made it: the raw
+	// client dates a read by the kernel's receive time, CLOCK_REALTIME put on the run's
+	// monotonic clock, which a slewing wall clock may move by up to 500 ppm of the run,
+	// under 1 ms here, the slack allowed (as TestReasoningRunEndToEnd).
+	seen := func(id int64, what string, runNS, writeUnix int64) {
+		if writeUnix <= 0 {
+			t.Errorf("request %d: the engine logged no %s write", id, what)
+			return
+		}
+		d := time.Duration(meta.RunStartUnixNS + runNS - writeUnix)
+		if d < -time.Millisecond || (realTime && d > lateBound) {
+			t.Errorf("request %d: %s seen %v after the engine's write (want [-1ms, %v])", id, what, d, lateBound)
+		}
+	}
+	var ttft, ttfa, reasoning []float64
+	for _, r := range recs {
+		s, ok := log[r.RequestID]
+		if !ok {
+			t.Errorf("request %d: not in the engine's log", r.RequestID)
+			continue
+		}
+		if r.Status != results.StatusOK || s.Outcome != "ok" {
+			t.Errorf("request %d: %s %q; the engine: %s %q", r.RequestID, r.Status, r.Error, s.Outcome, s.Error)
+			continue
+		}
+		if r.OutputTokens != int32(s.CompletionTokens) || r.OutputTokensSource != results.SourceUsage {
+			t.Errorf("request %d: %d output tokens (%s), the engine served %d", r.RequestID, r.OutputTokens, r.OutputTokensSource, s.CompletionTokens)
+		}
+		if r.PromptTokensServer != int32(s.PromptTokens) {
+			t.Errorf("request %d: prompt_tokens_server %d, the engine counted %d", r.RequestID, r.PromptTokensServer, s.PromptTokens)
+		}
+		wantR, wantSrc := int32(s.ReasoningTokens), c.source
+		if c.api == "completions" {
+			wantR = results.Null // no reasoning field: none seen
+		}
+		if s.ReasoningTokens == 0 && c.api != "completions" {
+			t.Errorf("request %d: the engine streamed no reasoning", r.RequestID)
+		}
+		if r.ReasoningTokens != wantR || r.ReasoningTokensSource != wantSrc {
+			t.Errorf("request %d: %d reasoning tokens (%q), the engine served %d: want %d (%q)", r.RequestID, r.ReasoningTokens, r.ReasoningTokensSource, s.ReasoningTokens, wantR, wantSrc)
+		}
+		seen(r.RequestID, "first token", r.FirstTokenNS, s.FirstWriteUnixNs)
+		if c.api == "completions" {
+			if r.FirstAnswerNS != r.FirstTokenNS {
+				t.Errorf("request %d: first answer %d, first token %d: completions answer from the first token", r.RequestID, r.FirstAnswerNS, r.FirstTokenNS)
+			}
+		} else {
+			seen(r.RequestID, "first answer", r.FirstAnswerNS, s.FirstAnswerWriteUnixNs)
+			reasoning = append(reasoning, float64(r.ReasoningTokens))
+		}
+		ttft = append(ttft, float64(r.FirstTokenNS-r.SentNS)/1e6)
+		ttfa = append(ttfa, float64(r.FirstAnswerNS-r.SentNS)/1e6)
+	}
+	want := map[string]stats.Quantiles{"ttft_ms": stats.Summarize(ttft)}
+	if c.api != "completions" { // analyze reports TTFA and reasoning for a run that reasoned
+		want["ttfa_ms"], want["reasoning_tokens"] = stats.Summarize(ttfa), stats.Summarize(reasoning)
+	}
+	checkAnalyzeFigures(t, res, want)
+}
+
+// checkAnalyzeFigures checks analyze --json of res: each key's p50, p99 and mean are
+// want's.
+func checkAnalyzeFigures(t *testing.T, res string, want map[string]stats.Quantiles) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"analyze", "--json", res}, &out, &errb); err != nil {
+		t.Fatalf("analyze: %v\n%s", err, errb.String())
+	}
+	var j map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
+		t.Fatal(err)
+	}
+	for key, q := range want {
+		var got struct{ P50, P99, Mean float64 }
+		if err := json.Unmarshal(j[key], &got); err != nil {
+			t.Errorf("analyze --json %s: %v (%s)", key, err, j[key])
+			continue
+		}
+		if !same(got.P50, q.P50) || !same(got.P99, q.P99) || !same(got.Mean, q.Mean) {
+			t.Errorf("analyze --json %s = %+v, want the records' p50 %v p99 %v mean %v", key, got, q.P50, q.P99, q.Mean)
+		}
+	}
+}
