@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,4 +234,80 @@ func checkAnalyzeFigures(t *testing.T, res string, want map[string]stats.Quantil
 			t.Errorf("analyze --json %s = %+v, want the records' p50 %v p99 %v mean %v", key, got, q.P50, q.P99, q.Mean)
 		}
 	}
+}
+
+// TestE2EToolsAgainstSim replays a trace whose requests send 500 tokens of tools (trace
+// synth --tool-tokens) against the in-process simulated engine with each API that takes
+// tools. The engine counts a tool as its description plus sim.ToolOverheadTokens, which is
+// replay's default overhead, so without --calibrate the tools cost exactly their
+// tool_tokens: every request's prompt_tokens_server exceeds the trace's prompt_tokens by
+// what the same request without tools (the same trace synthesized without
+// --tool-tokens) exceeds it, the engine's chat template around the message, which only
+// --calibrate takes off. With --calibrate, every request's prompt_tokens_server is the
+// trace's prompt_tokens (the tools' overhead then measured against the engine).
+func TestE2EToolsAgainstSim(t *testing.T) {
+	dir := t.TempDir()
+	synth := func(name string, tools string) string {
+		tr := filepath.Join(dir, name+".parquet")
+		if msg, err := runArgs(t, "trace", "synth", "--tool-tokens", tools, "--arrival", "constant", "--rate", "50", "--count", "10",
+			"--prompt-tokens", "uniform:600,1500", "--output-tokens", "fixed:8", "--seed", "2", "-o", tr); err != nil {
+			t.Fatalf("synth: %v %s", err, msg)
+		}
+		return tr
+	}
+	withTools, without := synth("tools", "500"), synth("none", "0")
+	// --calibrate does not speak messages yet (calibrate: want completions, chat or
+	// responses): that case waits for it.
+	for _, c := range []struct {
+		api       string
+		calibrate bool
+	}{{"chat", false}, {"chat", true}, {"messages", false}, {"responses", false}, {"responses", true}} {
+		api, calibrate := c.api, c.calibrate
+		name := fmt.Sprintf("%s-calibrate=%v", api, calibrate)
+		t.Run(name, func(t *testing.T) {
+			replayTools := func(tr, tag string) map[int64]results.Result {
+				args := []string{"replay", "--trace", tr, "--api", api, "--sim-profile", "tiny", "-q", "-o", filepath.Join(dir, name+tag+".parquet")}
+				if calibrate {
+					args = append(args, "--calibrate")
+				}
+				byID := map[int64]results.Result{}
+				for _, r := range replayInProcess(t, args) {
+					if r.Status != results.StatusOK {
+						t.Errorf("%s: request %d: %s %q", tag, r.RequestID, r.Status, r.Error)
+					}
+					byID[r.RequestID] = r
+				}
+				if len(byID) != 10 {
+					t.Fatalf("%s: %d records, want 10", tag, len(byID))
+				}
+				return byID
+			}
+			got, base := replayTools(withTools, "tools"), replayTools(without, "none")
+			for id, r := range got {
+				template := base[id].PromptTokensServer - base[id].PromptTokens
+				if calibrate {
+					template = 0
+				}
+				if r.PromptTokens != base[id].PromptTokens+500 || r.PromptTokensServer-r.PromptTokens != template {
+					t.Errorf("request %d: the engine counted %d prompt tokens, the trace has %d (%d without its 500 of tools, counted %d): want the trace's + %d",
+						id, r.PromptTokensServer, r.PromptTokens, base[id].PromptTokens, base[id].PromptTokensServer, template)
+				}
+			}
+		})
+	}
+}
+
+// replayInProcess runs replay with args (no --endpoint: the in-process engine) and
+// returns its records.
+func replayInProcess(t *testing.T, args []string) []results.Result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("replay %v: %v\n%s", args, err, errb.String())
+	}
+	recs, _, err := results.ReadFile(args[slices.Index(args, "-o")+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
