@@ -18,6 +18,7 @@ import (
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/stats"
+	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
 )
 
@@ -310,4 +311,76 @@ func replayInProcess(t *testing.T, args []string) []results.Result {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+// TestE2EAgentsAPIsAgainstSim replays an agent trace (trace synth --agent-sessions: chains,
+// forks, joins) against the in-process simulated engine with --api messages and
+// responses, chat beside them. Every call is ok: its context went as messages the engine
+// could read (it answers 400 to what it cannot). The engine counts every call's context
+// alike in each API: the same history, only its wire shape differs. And an append (a call
+// of one parent whose context it extends: tool output after the parent's prompt and actual
+// answer) exceeds the trace's prompt_tokens by its parent's excess plus one constant, the
+// same for every append of the run: the parent's answer went back with exactly the tokens
+// the engine made, and the trace's increment was sent as new text. The constant is the
+// chat template's markers around the two messages an append adds (the sim's rule,
+// sim/server.go promptTokens), which the history does not count yet; it is logged.
+func TestE2EAgentsAPIsAgainstSim(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "agents.parquet")
+	if msg, err := runArgs(t, "trace", "synth", "--agent-sessions", "3", "--rate", "20", "--agent-calls", "fixed:4",
+		"--agent-first-prompt", "fixed:300", "--agent-append", "uniform:20,80", "--agent-fork", "0.5", "--agent-branches", "fixed:2",
+		"--agent-branch-calls", "fixed:2", "--output-tokens", "uniform:5,30", "--prompt-max", "20000", "--seed", "4", "-o", tr); err != nil {
+		t.Fatalf("synth: %v %s", err, msg)
+	}
+	calls := map[int64]trace.Request{}
+	src, err := trace.Open(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src.Next() {
+		calls[src.Request().ID] = src.Request()
+	}
+	src.Close()
+	served := map[string]map[int64]int32{}
+	for _, api := range []string{"chat", "messages", "responses"} {
+		recs := replayInProcess(t, []string{"replay", "--trace", tr, "--api", api, "--gaps", "none", "-q", "-o", filepath.Join(dir, api+".parquet")})
+		if len(recs) != len(calls) {
+			t.Fatalf("%s: %d records, the trace has %d calls", api, len(recs), len(calls))
+		}
+		byID := map[int64]results.Result{}
+		served[api] = map[int64]int32{}
+		for _, r := range recs {
+			if r.Status != results.StatusOK {
+				t.Errorf("%s: call %d: %s %q", api, r.RequestID, r.Status, r.Error)
+			}
+			byID[r.RequestID] = r
+			served[api][r.RequestID] = r.PromptTokensServer
+		}
+		excess := func(r results.Result) int32 { return r.PromptTokensServer - r.PromptTokens }
+		appends, perAppend := 0, int32(-1)
+		for id, q := range calls {
+			if q.Call == nil || len(q.Call.Parents) != 1 || q.Call.PrefixTokens != trace.Unknown {
+				continue
+			}
+			appends++
+			r, p := byID[id], byID[q.Call.Parents[0]]
+			d := excess(r) - excess(p)
+			if perAppend < 0 {
+				perAppend = d
+			}
+			if d != perAppend {
+				t.Errorf("%s: call %d: the engine counted %d prompt tokens (the trace's %d), its parent %d %d (%d): %+d over the parent's excess, other appends %+d",
+					api, id, r.PromptTokensServer, r.PromptTokens, p.RequestID, p.PromptTokensServer, p.PromptTokens, d, perAppend)
+			}
+		}
+		if appends == 0 {
+			t.Fatalf("%s: the trace has no append", api)
+		}
+		t.Logf("%s: %d calls ok, %d appends, each %+d tokens over its parent's excess (the template of the two messages it adds)", api, len(recs), appends, perAppend)
+	}
+	for id, n := range served["chat"] {
+		if served["messages"][id] != n || served["responses"][id] != n {
+			t.Errorf("call %d: the engine counted %d prompt tokens on chat, %d on messages, %d on responses", id, n, served["messages"][id], served["responses"][id])
+		}
+	}
 }
