@@ -210,15 +210,15 @@ func checkAPIRun(t *testing.T, c apiRun, res string, log map[int64]sim.LogRecord
 	if c.api != "completions" { // analyze reports TTFA and reasoning for a run that reasoned
 		want["ttfa_ms"], want["reasoning_tokens"] = stats.Summarize(ttfa), stats.Summarize(reasoning)
 	}
-	checkAnalyzeFigures(t, res, want)
+	checkAnalyzeFigures(t, want, res)
 }
 
-// checkAnalyzeFigures checks analyze --json of res: each key's p50, p99 and mean are
-// want's.
-func checkAnalyzeFigures(t *testing.T, res string, want map[string]stats.Quantiles) {
+// checkAnalyzeFigures runs analyze --json with args (a results file and any other flag)
+// and checks that each of want's keys has want's p50, p99 and mean.
+func checkAnalyzeFigures(t *testing.T, want map[string]stats.Quantiles, args ...string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	if err := run(context.Background(), []string{"analyze", "--json", res}, &out, &errb); err != nil {
+	if err := run(context.Background(), append([]string{"analyze", "--json"}, args...), &out, &errb); err != nil {
 		t.Fatalf("analyze: %v\n%s", err, errb.String())
 	}
 	var j map[string]json.RawMessage
