@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/llmreplay/llmreplay/analysis/agent"
+	"github.com/llmreplay/llmreplay/analysis/conversation"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/analysis/plot"
 	"github.com/llmreplay/llmreplay/stats"
@@ -90,7 +91,7 @@ func peakAtNote(at func(*agent.Report) float64) func(*Report) string {
 
 // agents computes r.Agents, with its warnings; it runs after conversations.
 func (r *Report) agents(d *decode.Data) {
-	best, _ := bestRate(d)
+	best, _ := conversation.BestRate(d)
 	a := agent.Analyze(d, r.Options.Interval, best)
 	if a == nil {
 		return

@@ -1,261 +1,42 @@
 package analysis
 
 import (
-	"math"
-	"sort"
-	"time"
-
+	"github.com/llmreplay/llmreplay/analysis/conversation"
 	"github.com/llmreplay/llmreplay/analysis/decode"
-	"github.com/llmreplay/llmreplay/replay/results"
-	"github.com/llmreplay/llmreplay/stats"
 )
 
-// ReshapedShare is the bound of the "reshaped by the server" flag: the run is marked when
-// more than this share of the turns that followed a predecessor (session_wait_ns not null)
-// waited for it longer than the run's schedule-lateness bound (Flags.MaxLateness, default
-// 10 ms). Equivalently, session_wait_ns p90 above the bound: the same tolerance as
-// client-limited, at the tenth of the turns instead of the hundredth, because a wait is the
-// server's answer time and a run at the knee makes some turns wait by design; when a tenth
-// of the conversation is sent off its trace time by more than the replayer would accept
-// of itself, the load the server received is no longer the trace's (docs/metrics.md).
-const ReshapedShare = 0.10
+// The conversations section: package analysis/conversation computes it, this package
+// renders it. The names below keep the report's API what it was before it moved there.
 
-// maxTurnBucket is the last turn index reported on its own; later turns pool in ">= 8".
-const maxTurnBucket = 8
+// ReshapedShare is the bound of the "reshaped by the server" flag (conversation.ReshapedShare).
+const ReshapedShare = conversation.ReshapedShare
 
 // Conversations is what a run with sessions, cached-token counts or a trace with prefix
-// blocks adds to its report (nil otherwise).
-type Conversations struct {
-	PrefixCache PrefixCache
-	// Sessions is nil when no row has a session_wait_ns (no sequential sessions).
-	Sessions *SessionWaits
-	// Overlap is nil when no row has both a session_id and a turn.
-	Overlap *TurnOverlap
-}
+// blocks adds to its report (conversation.Report).
+type Conversations = conversation.Report
 
-// TurnOverlap counts the later turns sent before their predecessor's answer ended: traffic
-// no user makes, which independent mode sends whenever the server answers more slowly than
-// the trace's gaps (sequential mode never does). A later turn's predecessor is the row of
-// the same results file (one run's shard: sharding keeps a session on one shard), session_id
-// and turn − 1.
-type TurnOverlap struct {
-	// Turns counts the rows with turn ≥ 1 and a sent_ns whose predecessor has an end_ns
-	// (a predecessor without output has no end to compare with).
-	Turns int64
-	// Overlapped counts those sent before their predecessor's end_ns; Share is
-	// Overlapped / Turns (NaN when Turns is 0).
-	Overlapped int64
-	Share      float64
-}
+// The members of Conversations (package analysis/conversation documents them).
+type (
+	PrefixCache  = conversation.PrefixCache
+	CacheBucket  = conversation.CacheBucket
+	SessionWaits = conversation.SessionWaits
+	TurnOverlap  = conversation.TurnOverlap
+)
 
-// PrefixCache is the prefix-cache hit rate over ok requests whose server reported
-// prompt_tokens_cached: cached tokens over their prompt tokens (the server's count when it
-// gave one, else the target).
-type PrefixCache struct {
-	CacheBucket
-	// BestRate is the run metadata's prefix_reusable_share: the best rate the replayed rows
-	// allow with an infinite cache; NaN when the trace has no prefix blocks or the shards
-	// pooled disagree.
-	BestRate float64
-	// BestRule is how BestRate was computed: the run metadata's prefix_reusable_rule
-	// (results.ReusableBlocks or results.ReusableHistory; a file with the share and no rule
-	// is ReusableBlocks); "" when BestRate is NaN.
-	BestRule string
-	ByTurn   []CacheBucket // Lo = Hi-1 = the turn index; the last, Hi = 0, pools the later turns
-	ByPrompt []CacheBucket // the prompt-length buckets of the breakdown (Report.ByPrompt)
-}
-
-// AboveBest reports whether the measured rate passes the best rate by more than half a
-// point. The best rate bounds what the replay sent, so this should never happen: either a
-// bug, or a server whose cache held these prompts before the run (a rerun against the
-// same server, a cache shared between replicas).
-func (pc PrefixCache) AboveBest() bool {
-	return pc.Requests > 0 && !math.IsNaN(pc.BestRate) && pc.HitRate > pc.BestRate+0.005
-}
-
-// CacheBucket is the hit rate of the requests in [Lo, Hi) (Hi = 0: no upper bound).
-type CacheBucket struct {
-	Lo, Hi       int64
-	Requests     int64 // ok requests whose server reported cached tokens
-	CachedTokens int64
-	PromptTokens int64
-	HitRate      float64 // CachedTokens / PromptTokens; NaN when PromptTokens is 0
-}
-
-// SessionWaits is how the server reshaped a sequential-session replay: the turns that
-// waited for their predecessor's end beyond their trace time.
-type SessionWaits struct {
-	Turns       int64           // rows with session_wait_ns (turns after the first, sequential mode)
-	Waited      int64           // of them, session_wait_ns > 0
-	WaitedShare float64         // Waited / Turns
-	Wait        stats.Quantiles // ms, over the turns that waited
-	// OverBound counts turns that waited longer than Bound (Flags.MaxLateness); Reshaped
-	// is OverBound / Turns > ReshapedShare.
-	OverBound int64
-	Bound     time.Duration
-	Reshaped  bool
-}
-
-func (b *CacheBucket) add(cached, prompt int64) {
-	b.Requests++
-	b.CachedTokens += cached
-	b.PromptTokens += prompt
-}
-
-func (b *CacheBucket) finish() {
-	b.HitRate = math.NaN()
-	if b.PromptTokens > 0 {
-		b.HitRate = float64(b.CachedTokens) / float64(b.PromptTokens)
-	}
-}
-
-// bestRate is the runs' prefix_reusable_share and its rule when every run carries the
-// same ones (NaN and "" otherwise).
-func bestRate(d *decode.Data) (float64, string) {
-	best, rule := math.NaN(), ""
-	for i, m := range d.Runs {
-		if m.PrefixReusableShare == nil {
-			return math.NaN(), ""
-		}
-		r := m.PrefixReusableRule
-		if r == "" {
-			r = results.ReusableBlocks
-		}
-		if i > 0 && (*m.PrefixReusableShare != best || r != rule) {
-			return math.NaN(), ""
-		}
-		best, rule = *m.PrefixReusableShare, r
-	}
-	return best, rule
-}
-
-// conversations computes r.Conversations; it runs after flags (it needs the lateness bound)
-// and the prompt breakdown (its buckets).
+// conversations computes r.Conversations, with its warning; it runs after flags (it needs
+// the lateness bound) and the prompt breakdown (its buckets).
 func (r *Report) conversations(d *decode.Data) {
-	best, rule := bestRate(d)
-	if d.Cached == nil && d.SessionWait == nil && d.Turn == nil && d.SessionID == nil && math.IsNaN(best) {
+	buckets := make([][2]int64, len(r.ByPrompt))
+	for k, b := range r.ByPrompt {
+		buckets[k] = [2]int64{b.Lo, b.Hi}
+	}
+	c := conversation.Analyze(d, buckets, r.Flags.MaxLateness)
+	if c == nil {
 		return
 	}
-	c := &Conversations{}
-	pc := &c.PrefixCache
-	pc.BestRate, pc.BestRule = best, rule
-	edges := make([]int64, 0, len(r.ByPrompt))
-	for _, b := range r.ByPrompt {
-		pc.ByPrompt = append(pc.ByPrompt, CacheBucket{Lo: b.Lo, Hi: b.Hi})
-		if b.Hi != 0 {
-			edges = append(edges, b.Hi)
-		}
-	}
-	var byTurn [maxTurnBucket + 1]CacheBucket
-	if d.Cached != nil {
-		for i, s := range d.Status {
-			if s != decode.StOK || d.Cached[i] == decode.Null32 {
-				continue
-			}
-			prompt := int64(d.Prompt[i])
-			if d.PromptServer[i] != decode.Null32 {
-				prompt = int64(d.PromptServer[i])
-			}
-			cached := int64(d.Cached[i])
-			pc.add(cached, prompt)
-			if len(pc.ByPrompt) > 0 {
-				k := sort.Search(len(edges), func(k int) bool { return edges[k] > int64(d.Prompt[i]) })
-				pc.ByPrompt[k].add(cached, prompt)
-			}
-			if d.Turn != nil && d.Turn[i] != decode.Null32 {
-				byTurn[min(int(d.Turn[i]), maxTurnBucket)].add(cached, prompt)
-			}
-		}
-	}
-	pc.finish()
-	if pc.AboveBest() {
+	if pc := c.PrefixCache; pc.AboveBest() {
 		r.warnf("prefix-cache hit rate %s above the best the replay allows (%s): a server that cached these prompts before the run, or a bug",
 			pct(100*pc.HitRate), pct(100*pc.BestRate))
 	}
-	for k := range pc.ByPrompt {
-		pc.ByPrompt[k].finish()
-	}
-	for k := range byTurn {
-		b := byTurn[k]
-		if b.Requests == 0 {
-			continue
-		}
-		b.Lo, b.Hi = int64(k), int64(k+1)
-		if k == maxTurnBucket {
-			b.Hi = 0
-		}
-		b.finish()
-		pc.ByTurn = append(pc.ByTurn, b)
-	}
-
-	if d.SessionWait != nil {
-		w := &SessionWaits{Bound: r.Flags.MaxLateness}
-		var waits []float64
-		for _, v := range d.SessionWait {
-			if v == decode.Null64 {
-				continue
-			}
-			w.Turns++
-			if v > 0 {
-				w.Waited++
-				waits = append(waits, float64(v)/1e6)
-			}
-			if v > int64(w.Bound) {
-				w.OverBound++
-			}
-		}
-		if w.Turns > 0 {
-			w.WaitedShare = float64(w.Waited) / float64(w.Turns)
-			w.Reshaped = float64(w.OverBound)/float64(w.Turns) > ReshapedShare
-			w.Wait = stats.Summarize(waits)
-			c.Sessions = w
-		}
-	}
-	c.Overlap = turnOverlap(d)
 	r.Conversations = c
-}
-
-// turnOverlap computes Conversations.Overlap. Memory: one map entry (about 40 bytes) per
-// row with a session, a turn and an end_ns.
-func turnOverlap(d *decode.Data) *TurnOverlap {
-	if d.SessionID == nil || d.Turn == nil {
-		return nil
-	}
-	type key struct {
-		file    int // a session's rows are in one file: sharding keeps a session on one shard
-		session int64
-		turn    int32
-	}
-	runOf := func(i int, f *int) int {
-		for *f < len(d.FileEnd)-1 && i >= d.FileEnd[*f] {
-			*f++
-		}
-		return *f
-	}
-	ends := map[key]int64{}
-	f := 0
-	for i := range d.SessionID {
-		if d.SessionID[i] != decode.Null64 && d.Turn[i] != decode.Null32 && d.End[i] != decode.Null64 {
-			ends[key{runOf(i, &f), d.SessionID[i], d.Turn[i]}] = d.End[i]
-		}
-	}
-	o := &TurnOverlap{Share: math.NaN()}
-	f = 0
-	for i := range d.SessionID {
-		if d.SessionID[i] == decode.Null64 || d.Turn[i] == decode.Null32 || d.Turn[i] < 1 || d.Sent[i] == decode.Null64 {
-			continue
-		}
-		end, ok := ends[key{runOf(i, &f), d.SessionID[i], d.Turn[i] - 1}]
-		if !ok {
-			continue
-		}
-		o.Turns++
-		if d.Sent[i] < end {
-			o.Overlapped++
-		}
-	}
-	if o.Turns > 0 {
-		o.Share = float64(o.Overlapped) / float64(o.Turns)
-	}
-	return o
 }

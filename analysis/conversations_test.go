@@ -100,7 +100,7 @@ func TestConversationFigures(t *testing.T) {
 		t.Fatalf("by prompt: %+v", pc.ByPrompt)
 	}
 	for k, w := range wantPrompt {
-		same(pc.ByPrompt[k].label(), pc.ByPrompt[k], w)
+		same(cacheLabel(pc.ByPrompt[k]), pc.ByPrompt[k], w)
 	}
 
 	// Waits: rows 2 (0), 3 (50 ms), 5 (5 ms), 6 (30 ms); three waited, two over 10 ms:
@@ -208,7 +208,8 @@ func TestConversationFigures(t *testing.T) {
 	}
 }
 
-func (b CacheBucket) label() string { return Bucket{Lo: b.Lo, Hi: b.Hi}.Label() }
+// cacheLabel is a prefix-cache bucket's range as the breakdown prints it.
+func cacheLabel(b CacheBucket) string { return Bucket{Lo: b.Lo, Hi: b.Hi}.Label() }
 
 // TestNoConversations: an open-loop run without sessions, cached counts or prefix blocks
 // has no conversations section, no reshaped flag, and no new text (nor any conversation

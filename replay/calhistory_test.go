@@ -271,7 +271,7 @@ func TestCalibratedConversationsSim(t *testing.T) {
 		for _, q := range reqs {
 			byID[q.ID] = q
 		}
-		for _, api := range []wire.API{wire.APIChat, wire.APIResponses, wire.APICompletions} {
+		for _, api := range []wire.API{wire.APIChat, wire.APIMessages, wire.APIResponses, wire.APICompletions} {
 			for _, calibrate := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%s/calibrate=%v", mode, api, calibrate), func(t *testing.T) {
 					_, rows, meta := runConversations(t, tr, srv.BaseURL(), api, mode, calibrate)

@@ -23,10 +23,16 @@ type Config struct {
 	Trace      string // --trace: trace/v1 Parquet file; "" = the bundled sample
 	Endpoint   string // --endpoint: base URL as typed; "" = the simulated engine in-process
 	SimProfile string // --sim-profile: the in-process engine's profile
-	API        string // --api: completions, chat, messages or responses
-	Backend    string // --backend
-	Model      string // --model; "" = the first of GET /v1/models
-	Headers    []string
+	// SimReasoningShare (--sim-reasoning-share, 0..1) and SimReasoningUsage
+	// (--sim-reasoning-usage) set the in-process engine's sim.Config ReasoningShare and
+	// ReasoningUsage: a thinking model without a separate `llmreplay sim`. An endpoint's
+	// engine reasons as it does, so they are refused with Endpoint.
+	SimReasoningShare float64
+	SimReasoningUsage bool
+	API               string // --api: completions, chat, messages or responses
+	Backend           string // --backend
+	Model             string // --model; "" = the first of GET /v1/models
+	Headers           []string
 	// APIKey is sent as a bearer token. It is never serialised, stored or printed.
 	APIKey     string `json:"-"`
 	Insecure   bool
@@ -137,6 +143,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := transport.ParseHTTPClient(c.HTTPClient); err != nil {
 		return configErrorf("--http-client: %v", err)
+	}
+	if err := c.validateSim(); err != nil {
+		return err
 	}
 	if c.ReadBatch < 0 || c.ReadBatch > transport.MaxReadBatch {
 		return configErrorf("--read-batch %v: must be between 0 (read every chunk as it arrives) and %v", c.ReadBatch, transport.MaxReadBatch)
@@ -339,6 +348,25 @@ func (c *Config) validateSessions() error {
 	}
 	if c.History == HistoryActual && c.PromptFormat == "token-ids" {
 		return configErrorf("--history actual: needs text prompts, not --prompt-format token-ids (the answers are text; turning them into the server's token ids needs its tokenizer); use --history synthetic")
+	}
+	return nil
+}
+
+// validateSim checks the in-process engine's options: they shape the simulated engine
+// only, so with --endpoint they would be silently ignored, and a run would claim a
+// reasoning share its server never had.
+func (c *Config) validateSim() error {
+	if !(c.SimReasoningShare >= 0 && c.SimReasoningShare <= 1) {
+		return configErrorf("--sim-reasoning-share %v: want a share in [0, 1] (0.3: the first 30%% of every answer's tokens are reasoning)", c.SimReasoningShare)
+	}
+	if c.Endpoint == "" {
+		return nil
+	}
+	if c.SimReasoningShare != 0 {
+		return configErrorf("--sim-reasoning-share shapes the in-process simulated engine, and --endpoint %s replaces it: drop one (for a separate sim: llmreplay sim --reasoning-share %v)", wire.SafeURL(c.Endpoint), c.SimReasoningShare)
+	}
+	if c.SimReasoningUsage {
+		return configErrorf("--sim-reasoning-usage shapes the in-process simulated engine, and --endpoint %s replaces it: drop one (for a separate sim: llmreplay sim --reasoning-usage)", wire.SafeURL(c.Endpoint))
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ const historyRequestID = -1<<50 - 1<<20
 // tokens (at cal's Ratio) is Exchange. An API without messages (completions) has none.
 func CalibrateHistory(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder, cal tokenize.Calibration) (HistoryOverhead, error) {
 	o := HistoryOverhead{Request: cal.Overhead, Ratio: cal.Ratio, Measured: true}
-	if api != wire.APIChat && api != wire.APIResponses {
+	if api == wire.APICompletions {
 		return o, nil
 	}
 	var texts [3]string

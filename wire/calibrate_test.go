@@ -185,6 +185,18 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]any{"usage": map[string]int{"prompt_tokens": f.count(s, chat), "completion_tokens": 1}})
+	case "/v1/messages":
+		// Anthropic's usage: input_tokens is the part not read from the cache; the probe
+		// carries the kind's anthropic-version header.
+		s, chat := text()
+		if !chat || req.MaxTokens != 1 || req.Model != "m" || r.Header.Get("anthropic-version") != "2023-06-01" {
+			http.Error(w, "probe must be a Messages request for one token of model m, with anthropic-version", http.StatusBadRequest)
+			return
+		}
+		n := f.count(s, true)
+		cached := min(n, 5)
+		json.NewEncoder(w).Encode(map[string]any{"type": "message", "usage": map[string]int{"input_tokens": n - cached,
+			"cache_read_input_tokens": cached, "cache_creation_input_tokens": 0, "output_tokens": 1}})
 	case "/v1/responses":
 		// The input string is one user message: the chat template counts.
 		if req.Input == nil || req.MaxOutputTokens != 16 || req.Store == nil || *req.Store || req.Model != "m" {
@@ -230,6 +242,8 @@ func TestCalibrate(t *testing.T) {
 		{"vllm", wire.APIResponses, "", wire.MethodTokenize},
 		{"llamacpp", wire.APIResponses, "", wire.MethodUsage},
 		{"none", wire.APIResponses, "", wire.MethodUsage},
+		{"vllm", wire.APIMessages, "", wire.MethodTokenize},
+		{"none", wire.APIMessages, "", wire.MethodUsage},
 	} {
 		chat := tc.api != wire.APICompletions // the chat template counts
 		for _, linear := range []bool{false, true} {

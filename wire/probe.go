@@ -30,8 +30,8 @@ const maxProbeResponse = 8 << 20
 // alone when given, else /tokenize in both shapes, then usage probes (llama.cpp's
 // /tokenize applies no chat template, so the chat API never tries it).
 func ProbeMethods(api API, method string) ([]string, error) {
-	if api != APICompletions && api != APIChat && api != APIResponses {
-		return nil, fmt.Errorf("calibrate: api %q: want %s, %s or %s", api, APICompletions, APIChat, APIResponses)
+	if api != APICompletions && api != APIChat && api != APIMessages && api != APIResponses {
+		return nil, fmt.Errorf("calibrate: api %q: want %s, %s, %s or %s", api, APICompletions, APIChat, APIMessages, APIResponses)
 	}
 	switch method {
 	case "":
@@ -63,12 +63,15 @@ type Prober struct {
 	Client *http.Client
 	// Header is added to every probe.
 	Header http.Header
+	// Backend says how a Messages API usage counts the prompt (Encoder.Decode's reading:
+	// input_tokens alone on SGLang, with the cache reads and writes on every other).
+	Backend Backend
 	// Tools, when set, is the description (escaped as inside a JSON string) of one tool
 	// every probe of a messages API carries, in the kind's own shape (Kind.AppendTools):
 	// how calibration measures what a tool costs.
 	Tools []byte
 	// Before, when set, are earlier messages of a conversation, alternately user and
-	// assistant, that every probe of the chat and Responses APIs sends before the probe's
+	// assistant, that every probe of the chat, Messages and Responses APIs sends before the probe's
 	// text: how calibration measures what a conversation's earlier turns cost beyond their
 	// text (the template's markers of each message).
 	Before []string
@@ -87,10 +90,10 @@ type chatMessage struct {
 }
 
 func (p *Prober) count(ctx context.Context, method, text string) (int, int, error) {
-	// The Responses API's input string is one user message, rendered by the chat template
-	// as chat's: /tokenize counts it as chat's.
+	// The Responses API's input string and the Messages API's one message are one user
+	// message, rendered by the chat template as chat's: /tokenize counts them as chat's.
 	var msgs []chatMessage
-	if p.API == APIChat || p.API == APIResponses {
+	if p.API == APIChat || p.API == APIResponses || p.API == APIMessages {
 		for i, b := range p.Before {
 			role := "user"
 			if i%2 == 1 {
@@ -152,6 +155,10 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		if err != nil {
 			return 0, 0, err
 		}
+		if p.API == APIMessages {
+			n, err := parseMessagesPromptTokens(resp, p.Backend != BackendSGLang)
+			return n, 0, err
+		}
 		n, err := ParseUsagePromptTokens(resp)
 		return n, 0, err
 	}
@@ -189,6 +196,13 @@ func (p *Prober) post(ctx context.Context, method string, target *url.URL, body 
 	for k, vs := range p.Header {
 		for _, v := range vs {
 			req.Header.Add(k, v)
+		}
+	}
+	if k, ok := Lookup(p.API); ok {
+		for name, v := range k.Headers { // anthropic-version; a caller's header wins
+			if req.Header.Get(name) == "" {
+				req.Header.Set(name, v)
+			}
 		}
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -297,6 +311,27 @@ func ParseTokenizeResponse(data []byte) (TokenizeResponse, error) {
 		r.MaxModelLen = int(*raw.MaxModelLen)
 	}
 	return r, nil
+}
+
+// parseMessagesPromptTokens returns the prompt tokens of a non-streaming Messages API
+// answer's usage, read as a stream's usage is (messagesUsage): input_tokens, plus with
+// uncached the cache reads and writes.
+func parseMessagesPromptTokens(data []byte, uncached bool) (int, error) {
+	var raw struct {
+		Usage *messagesUsageJSON `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return 0, fmt.Errorf("messages response: %w", err)
+	}
+	if raw.Usage == nil || raw.Usage.InputTokens == nil {
+		return 0, fmt.Errorf("messages response: no usage.input_tokens: %s", snippet(data))
+	}
+	var c Chunk
+	c.messagesUsage(raw.Usage, uncached, true)
+	if !c.HasPrompt || c.PromptTokens < 0 {
+		return 0, fmt.Errorf("messages response: usage.input_tokens %d out of range", *raw.Usage.InputTokens)
+	}
+	return int(c.PromptTokens), nil
 }
 
 // ParseUsagePromptTokens returns usage.prompt_tokens from a non-streaming completions or chat

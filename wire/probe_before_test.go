@@ -11,7 +11,7 @@ import (
 )
 
 // A probe with earlier messages (Prober.Before) sends the conversation as a client does:
-// chat's messages and the Responses API's input list alternate user and assistant and end
+// chat's and the Messages API's messages and the Responses API's input list alternate user and assistant and end
 // with the probe's text as a user message; without them the Responses API's input is the
 // text alone.
 func TestProbeBefore(t *testing.T) {
@@ -29,7 +29,7 @@ func TestProbeBefore(t *testing.T) {
 		api    API
 		method string
 		field  string
-	}{{APIChat, MethodUsage, "messages"}, {APIChat, MethodTokenize, "messages"}, {APIResponses, MethodUsage, "input"}} {
+	}{{APIChat, MethodUsage, "messages"}, {APIChat, MethodTokenize, "messages"}, {APIMessages, MethodUsage, "messages"}, {APIResponses, MethodUsage, "input"}} {
 		p := &Prober{Base: base, API: tc.api, Model: "m", Before: []string{"u0", "a0"}}
 		if _, _, err := p.Count(context.Background(), tc.method, "text"); err != nil {
 			t.Fatalf("%s %s: %v", tc.api, tc.method, err)

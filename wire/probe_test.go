@@ -16,6 +16,7 @@ func TestProbeMethods(t *testing.T) {
 		{APIChat, "guess", "error"},
 		{APIResponses, "", "tokenize usage"},
 		{APIResponses, MethodTokenizeLlamaCpp, "error"},
+		{APIMessages, "", "tokenize usage"},
 		{"embeddings", "", "error"},
 	} {
 		ms, err := ProbeMethods(tc.api, tc.method)
@@ -81,6 +82,23 @@ func TestParseUsagePromptTokens(t *testing.T) {
 		got, err := ParseUsagePromptTokens([]byte(tc.in))
 		if (err != nil) != tc.wantErr || got != tc.want {
 			t.Errorf("ParseUsagePromptTokens(%s) = %d, %v", tc.in, got, err)
+		}
+	}
+}
+
+// TestParseMessagesPromptTokens: a Messages answer's prompt is input_tokens plus the cache
+// reads and writes (Anthropic's reading), or input_tokens alone (SGLang's).
+func TestParseMessagesPromptTokens(t *testing.T) {
+	const body = `{"type":"message","usage":{"input_tokens":12,"cache_read_input_tokens":30,"cache_creation_input_tokens":2,"output_tokens":1}}`
+	if n, err := parseMessagesPromptTokens([]byte(body), true); err != nil || n != 44 {
+		t.Errorf("Anthropic's reading: %d, %v; want 44", n, err)
+	}
+	if n, err := parseMessagesPromptTokens([]byte(body), false); err != nil || n != 12 {
+		t.Errorf("SGLang's reading: %d, %v; want 12", n, err)
+	}
+	for _, bad := range []string{`{"usage":{"output_tokens":1}}`, `{"usage":null}`, `nope`, `{"usage":{"input_tokens":-3}}`} {
+		if n, err := parseMessagesPromptTokens([]byte(bad), true); err == nil {
+			t.Errorf("%s: %d accepted", bad, n)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 const markersTemplate = "{{- range .Messages }} the{{ .Content }}{{ end }} of and the"
 
 // TestOllamaCalibratedConversations replays conversations with actual history through the
-// chat and Responses APIs against the real engine with a template of known markers: with
+// chat, Messages and Responses APIs against the real engine with a template of known markers: with
 // --calibrate every turn, history and all, is counted by the engine as exactly the trace's
 // prompt tokens (the calibration measures 5 tokens for a one-message prompt and 2 for each
 // earlier answer and user message); without it the engine adds its template to each:
@@ -30,7 +30,7 @@ func TestOllamaCalibratedConversations(t *testing.T) {
 	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
 		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,4",
 		"--sessions", "2", "--seed", "3", "-o", conv)
-	for _, api := range []string{"chat", "responses"} {
+	for _, api := range []string{"chat", "messages", "responses"} {
 		for _, calibrate := range []bool{true, false} {
 			res := filepath.Join(dir, api+map[bool]string{true: "-calibrated", false: ""}[calibrate]+".parquet")
 			args := []string{"replay", "--trace", conv, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", api,

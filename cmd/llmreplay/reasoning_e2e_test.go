@@ -254,25 +254,10 @@ func checkReasoningRun(t *testing.T, res string, served []time.Duration, wantTok
 	want := map[string]stats.Quantiles{"ttft_ms": stats.Summarize(ttft), "ttfa_ms": stats.Summarize(ttfa), "answer_tpot_ms": stats.Summarize(tpot),
 		"reasoning_tokens": stats.Summarize([]float64{float64(wantTok), float64(wantTok), float64(wantTok), float64(wantTok)})}
 
-	var out, errb bytes.Buffer
 	html := filepath.Join(t.TempDir(), "r.html")
 	pq := filepath.Join(t.TempDir(), "pq")
-	if err := run(context.Background(), []string{"analyze", "--json", "--html", html, "--parquet", pq, res}, &out, &errb); err != nil {
-		t.Fatalf("analyze: %v\n%s", err, errb.String())
-	}
-	var j map[string]json.RawMessage
-	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
-		t.Fatal(err)
-	}
-	for key, q := range want {
-		var got struct{ P50, P99, Mean float64 }
-		if err := json.Unmarshal(j[key], &got); err != nil {
-			t.Fatalf("analyze --json %s: %v", key, err)
-		}
-		if !same(got.P50, q.P50) || !same(got.P99, q.P99) || !same(got.Mean, q.Mean) {
-			t.Errorf("analyze --json %s = %+v, want p50 %v p99 %v mean %v", key, got, q.P50, q.P99, q.Mean)
-		}
-	}
+	checkAnalyzeFigures(t, want, "--html", html, "--parquet", pq, res)
+	var out, errb bytes.Buffer
 	out.Reset()
 	if err := run(context.Background(), []string{"analyze", res}, &out, &errb); err != nil {
 		t.Fatalf("analyze: %v\n%s", err, errb.String())

@@ -65,6 +65,9 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   llmreplay replay --trace t.parquet --endpoint http://10.0.0.5:8000/v1 \
     --scrape http://10.0.0.5:8000/metrics --scrape http://10.0.0.5:9400/metrics --scrape-interval 500ms
 
+  # A thinking model on the built-in simulated engine: 30% of every answer streams as reasoning
+  llmreplay replay --api chat --sim-reasoning-share 0.3 --sim-reasoning-usage
+
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
 
@@ -139,6 +142,8 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.Shard, "shard", f.Shard, "send only shard i of N of the trace (by session, else request id); see docs/scaling-out.md")
 	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
 	fs.StringVar(&f.SimProfile, "sim-profile", f.SimProfile, "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.Float64Var(&f.SimReasoningShare, "sim-reasoning-share", f.SimReasoningShare, "in-process simulated engine (no --endpoint): share (0..1) of every answer's output tokens streamed first as reasoning (chat, messages, responses), e.g. --api chat --sim-reasoning-share 0.3; refused with --endpoint (a separate sim: llmreplay sim --reasoning-share)")
+	fs.BoolVar(&f.SimReasoningUsage, "sim-reasoning-usage", f.SimReasoningUsage, "in-process simulated engine: chat's usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not); refused with --endpoint")
 	fs.StringVar(&f.PromptFormat, "prompt-format", f.PromptFormat, "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
 	fs.IntVar(&f.VocabSize, "vocab-size", f.VocabSize, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
 	fs.BoolVar(&f.Calibrate, "calibrate", f.Calibrate, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's; text prompts only")
@@ -177,7 +182,7 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 	if err := checkReplayConfig(&cfg); err != nil {
 		return "", err
 	}
-	sess, err := replay.Prepare(ctx, cfg, replay.Env{Log: stderr, ToolVersion: version, Flags: flags, StartSim: startInProcessSim})
+	sess, err := replay.Prepare(ctx, cfg, replay.Env{Log: stderr, ToolVersion: version, Flags: flags, StartSim: inProcessSim(cfg)})
 	if err != nil {
 		if replay.IsConfigError(err) {
 			return "", usagef("replay: %v", err)
@@ -250,17 +255,21 @@ func replayConfigProblem(cfg *replay.Config) error {
 	return nil
 }
 
-// startInProcessSim starts the simulated engine for a replay with no --endpoint.
-func startInProcessSim(ctx context.Context, profile string) (string, func(), error) {
-	cfg, err := sim.Profile(profile)
-	if err != nil {
-		return "", nil, fmt.Errorf("replay: --sim-profile: %w", err)
+// inProcessSim returns the starter of the simulated engine for a replay of rc with no
+// --endpoint: the named profile with rc's --sim-* options.
+func inProcessSim(rc replay.Config) func(ctx context.Context, profile string) (string, func(), error) {
+	return func(ctx context.Context, profile string) (string, func(), error) {
+		cfg, err := sim.Profile(profile)
+		if err != nil {
+			return "", nil, fmt.Errorf("replay: --sim-profile: %w", err)
+		}
+		cfg.ReasoningShare, cfg.ReasoningUsage = rc.SimReasoningShare, rc.SimReasoningUsage
+		running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
+		if err != nil {
+			return "", nil, err
+		}
+		return running.BaseURL(), func() { running.Close() }, nil
 	}
-	running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	return running.BaseURL(), func() { running.Close() }, nil
 }
 
 // runSession runs a prepared replay with the progress display. Stopping: main's signal
