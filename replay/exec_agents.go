@@ -78,7 +78,7 @@ func (pr *feed) rootCall(tr *trace.Request) (*request, error) {
 		return nil, fmt.Errorf("replay: prompt of request %d: %w", tr.ID, err)
 	}
 	ctx := newCtx(ctxCapacity(len(text)+len(text)/8+64, tr2.PromptTokens, c.sess.maxTok))
-	ctx = ctx.add(tr2.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, false, text) })
+	ctx = ctx.add(tr2.PromptTokens+pr.o.HistoryOverhead.shift(), true, func(b []byte) []byte { return pr.userPart(b, false, text) })
 	s.promptMu.Unlock()
 	s.mu.Lock()
 	c.ctx, c.tools = ctx, tools.sent
@@ -112,10 +112,11 @@ func (pr *feed) answerPart(b []byte, answer []byte) []byte {
 }
 
 // callRequest returns c's request: its body built around ctx (sent in place, not copied)
-// with its tools, due at dueNS.
+// with its tools, due at dueNS. A context counts its parts as later requests count them
+// (HistoryOverhead); the request itself counts its template's own tokens instead.
 func (pr *feed) callRequest(c *agentCall, ctx agentCtx, tools toolSplit, dueNS, waitNS int64) *request {
 	req := &request{
-		Request: transport.Request{ID: c.tr.ID, DueNS: dueNS, PromptTokens: ctx.tokens + tools.sent, OutputTokens: c.tr.OutputTokens,
+		Request: transport.Request{ID: c.tr.ID, DueNS: dueNS, PromptTokens: ctx.tokens - pr.o.HistoryOverhead.shift() + tools.sent, OutputTokens: c.tr.OutputTokens,
 			Warmup: c.warm, Session: c.sess.id, HasSession: true, Capture: len(c.children) > 0},
 		turn: c.turn, tools: tools.sent, call: c, sessionWaitNS: waitNS, gapNS: gapNS(c, pr.o.Gaps, pr.o.Speedup),
 	}
@@ -236,8 +237,8 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 	pr.letGo(ch)
 	s.mu.Unlock()
 	tr.PromptTokens, tr.Prompt = tr.PromptTokens-base.tokens, ""
-	if tr.PromptTokens < 1 {
-		tr.PromptTokens = 1
+	if least := pr.o.HistoryOverhead.least(); tr.PromptTokens < least {
+		tr.PromptTokens = least
 		s.mu.Lock()
 		s.short++
 		s.mu.Unlock()
@@ -255,7 +256,7 @@ func (pr *feed) buildCall(ch *agentCall) (*request, error) {
 		// A subagent cut after a user message: an empty answer between, so roles alternate.
 		base = base.add(0, false, func(b []byte) []byte { return pr.answerPart(b, nil) })
 	}
-	ch.ctx, ch.tools = base.add(tr.PromptTokens, true, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) }), tools.sent
+	ch.ctx, ch.tools = base.add(tr.PromptTokens+pr.o.HistoryOverhead.shift(), true, func(b []byte) []byte { return pr.userPart(b, base.n > 0, text) }), tools.sent
 	ctx := ch.ctx
 	s.mu.Unlock()
 	s.promptMu.Unlock()

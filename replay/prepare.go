@@ -131,12 +131,12 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	}
 	if p.sessMode == SessionsSequential {
 		o := &s.Options
-		o.Sessions, o.History, o.OnTurnError = p.sessMode, p.history, p.onTurnError()
+		o.Sessions, o.History, o.OnTurnError, o.HistoryOverhead = p.sessMode, p.history, p.onTurnError(), p.histOverhead
 		o.ThinkTime, o.ThinkSeed, o.SessionPlan = p.think, cfg.Seed, p.plan
 	}
 	if p.sessMode == SessionsDAG {
 		o := &s.Options
-		o.Sessions, o.Gaps, o.AgentPlan, o.OnTurnError = p.sessMode, p.gaps(), p.agentPlan, p.onTurnError()
+		o.Sessions, o.Gaps, o.AgentPlan, o.OnTurnError, o.HistoryOverhead = p.sessMode, p.gaps(), p.agentPlan, p.onTurnError(), p.histOverhead
 	}
 	s.ProgressTotal = p.progressTotal()
 	p.diskCheck()
@@ -166,6 +166,8 @@ type preparer struct {
 	cl       *transport.Client
 	originAt time.Duration
 	cal      *tokenize.Calibration
+
+	histOverhead HistoryOverhead // what earlier turns cost beyond their text (calibrate)
 
 	toolOverhead ToolOverhead // what one tool costs the server (tools)
 
@@ -491,6 +493,15 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	}
 	p.cal = &c
 	p.meta.Flags["calibration"] = c.String()
+	if p.sessMode == SessionsDAG || (p.sessMode == SessionsSequential && p.history == HistoryActual) {
+		// A turn's history is what earlier requests sent: the template of each is measured
+		// apart from the messages' (HistoryOverhead).
+		if p.histOverhead, err = CalibrateHistory(ctx, p.base, p.api, p.modelID, cfg.APIKey, p.header, cfg.Insecure, p.builder, c); err != nil {
+			return fmt.Errorf("replay: --calibrate: %w", err)
+		}
+		fmt.Fprintf(p.env.Log, "llmreplay: calibrated conversations: %s\n", p.histOverhead)
+		p.meta.Flags["history-overhead"] = p.histOverhead.String()
+	}
 	return nil
 }
 

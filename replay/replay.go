@@ -94,12 +94,16 @@ type Options struct {
 	// TurnErrorEndSession. ThinkTime is drawn in trace order from ThinkSeed. SessionPlan,
 	// from PlanSessions, says when a session's last turn has come (its history is freed
 	// then); nil: sessions end with the trace.
-	Sessions    string
-	History     string
-	OnTurnError string
-	ThinkTime   ThinkTime
-	ThinkSeed   uint64
-	SessionPlan *SessionPlan
+	Sessions string
+	History  string
+	// HistoryOverhead is what a conversation's (or an agent's context's) earlier turns
+	// cost the server beyond their text: measured by --calibrate (CalibrateHistory); the
+	// zero value counts the builder's text alone.
+	HistoryOverhead HistoryOverhead
+	OnTurnError     string
+	ThinkTime       ThinkTime
+	ThinkSeed       uint64
+	SessionPlan     *SessionPlan
 
 	// Agents (agents.go, docs/replay.md "Agents"): with Sessions SessionsDAG, AgentPlan
 	// (from PlanAgents, over the rows this run reads) holds the calls; each is due when

@@ -370,12 +370,12 @@ func (pr *feed) buildTurn(c *conv, tp *turnPlan) (*request, error) {
 	actual := pr.o.History == HistoryActual
 	if actual {
 		// The history is the prefix; the new text is what the trace's length leaves, at
-		// least one token; prompt_tokens records what is sent.
+		// least one builder token; prompt_tokens records what is sent.
 		text := tr.PromptTokens
 		tr.PrefixBlocks, tr.Prompt = nil, ""
 		tr.PromptTokens = text - c.histTokens
-		if tr.PromptTokens < 1 {
-			tr.PromptTokens = 1
+		if least := pr.o.HistoryOverhead.least(); tr.PromptTokens < least {
+			tr.PromptTokens = least
 			s.mu.Lock()
 			s.short++
 			s.mu.Unlock()
@@ -488,7 +488,8 @@ func (pr *feed) turnEnded(req *request, res *results.Result, endNS int64) {
 // history returns the session's history after req: what it sent, then what it received
 // (chat: as an assistant message; an empty one when it received nothing, so that roles
 // still alternate), and its length in tokens: the prompt sent without its tools (each
-// turn sends its own, before the history) plus the output counted.
+// turn sends its own, before the history) plus the output counted, with the template's
+// difference between a request's own tokens and an earlier turn's (HistoryOverhead).
 func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	h := req.sent
 	if pr.o.Client.TakesMessages() {
@@ -498,7 +499,7 @@ func (pr *feed) history(req *request, res *results.Result) ([]byte, int32) {
 	} else {
 		h = append(h, req.Answer...)
 	}
-	n := req.PromptTokens - req.tools
+	n := req.PromptTokens - req.tools + pr.o.HistoryOverhead.shift()
 	if res.OutputTokens > 0 && len(req.Answer) > 0 {
 		n += res.OutputTokens
 	}

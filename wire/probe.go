@@ -70,6 +70,11 @@ type Prober struct {
 	// every probe of a messages API carries, in the kind's own shape (Kind.AppendTools):
 	// how calibration measures what a tool costs.
 	Tools []byte
+	// Before, when set, are earlier messages of a conversation, alternately user and
+	// assistant, that every probe of the chat, Messages and Responses APIs sends before the probe's
+	// text: how calibration measures what a conversation's earlier turns cost beyond their
+	// text (the template's markers of each message).
+	Before []string
 }
 
 // Count sends text as one probe of method and returns the server's count of its tokens,
@@ -89,7 +94,14 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 	// message, rendered by the chat template as chat's: /tokenize counts them as chat's.
 	var msgs []chatMessage
 	if p.API == APIChat || p.API == APIResponses || p.API == APIMessages {
-		msgs = []chatMessage{{Role: "user", Content: text}}
+		for i, b := range p.Before {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			msgs = append(msgs, chatMessage{Role: role, Content: b})
+		}
+		msgs = append(msgs, chatMessage{Role: "user", Content: text})
 	}
 	tools, err := p.tools()
 	if err != nil {
@@ -126,6 +138,9 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		case p.API == APIResponses:
 			// max_output_tokens 16: OpenAI's least, and SGLang generates 2 fewer than asked.
 			body = map[string]any{"model": p.Model, "max_output_tokens": 16, "temperature": 0, "stream": false, "store": false, "input": text}
+			if len(p.Before) > 0 {
+				body["input"] = msgs // a conversation: its input is a list of messages
+			}
 		case msgs != nil:
 			body["messages"] = msgs
 		default:

@@ -323,7 +323,8 @@ func replayInProcess(t *testing.T, args []string) []results.Result {
 // same for every append of the run: the parent's answer went back with exactly the tokens
 // the engine made, and the trace's increment was sent as new text. The constant is the
 // chat template's markers around the two messages an append adds (the sim's rule,
-// sim/server.go promptTokens), which the history does not count yet; it is logged.
+// sim/server.go promptTokens), which the history counts only with --calibrate
+// (TestCalibratedConversationsSim); it is logged.
 func TestE2EAgentsAPIsAgainstSim(t *testing.T) {
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "agents.parquet")
