@@ -16,42 +16,63 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-// Calibrate fits how the server at base counts the builder's prompts (tokenize.Calibrate),
+// Endpoint is the server a calibration probes, with the run's credentials; the API and
+// the backend the replay speaks choose the probes' shape, their headers and how a usage
+// is read (a Messages API usage differs by server).
+type Endpoint struct {
+	Base     *url.URL
+	API      wire.API
+	Backend  wire.Backend
+	Model    string
+	APIKey   string
+	Header   http.Header
+	Insecure bool
+}
+
+// Calibrate fits how the server at e counts the builder's prompts (tokenize.Calibrate),
 // counting through the wire's probes with the client's credentials. The probes see the
 // base URL without userinfo (its password goes as a basic Authorization header, whose
 // value the prober scrubs from its errors); the errors returned are wrapped with the
 // endpoint's safe form.
-func Calibrate(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (tokenize.Calibration, error) {
-	methods, err := wire.ProbeMethods(api, "")
+func Calibrate(ctx context.Context, e Endpoint, b *tokenize.Builder) (tokenize.Calibration, error) {
+	methods, err := wire.ProbeMethods(e.API, "")
 	if err != nil {
-		return tokenize.Calibration{}, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
+		return tokenize.Calibration{}, fmt.Errorf("%s: %w", wire.SafeEndpoint(e.Base), err)
 	}
-	p := newProber(base, api, model, apiKey, header, insecure)
-	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(api), Methods: methods, Count: p.Count, Builder: b})
+	p := newProber(e)
+	c, err := tokenize.Calibrate(ctx, tokenize.CalibrateOptions{API: string(e.API), Methods: methods, Count: p.Count, Builder: b})
 	if err != nil {
-		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(base), err)
+		return c, fmt.Errorf("%s: %w", wire.SafeEndpoint(e.Base), err)
 	}
 	return c, nil
 }
 
-// newProber returns the prober of base with the client's credentials: the base URL
-// without userinfo (its password goes as a basic Authorization header, whose value the
-// prober scrubs from its errors).
-func newProber(base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool) *wire.Prober {
-	h := header.Clone()
+// newProber returns the prober of e with the client's credentials, as the client sends
+// them (transport.NewClient): the base URL without userinfo (its password goes as a basic
+// Authorization header, whose value the prober scrubs from its errors), the key as a
+// bearer token and in the API's own key header (a provider's own Messages API,
+// --backend openai, takes only that one).
+func newProber(e Endpoint) *wire.Prober {
+	h := e.Header.Clone()
 	if h == nil {
 		h = http.Header{}
 	}
-	if auth := transport.BasicAuth(base); auth != "" {
+	if auth := transport.BasicAuth(e.Base); auth != "" {
 		h.Set("Authorization", auth)
 	}
-	if apiKey != "" {
-		h.Set("Authorization", "Bearer "+apiKey)
+	if e.APIKey != "" {
+		k, ok := wire.Lookup(e.API)
+		if ok && k.KeyHeader != "" {
+			h.Set(k.KeyHeader, e.APIKey)
+		}
+		if !ok || k.KeyHeader == "" || e.Backend != wire.BackendOpenAI {
+			h.Set("Authorization", "Bearer "+e.APIKey)
+		}
 	}
-	clean := *base
+	clean := *e.Base
 	clean.User = nil
-	return &wire.Prober{Base: &clean, API: api, Model: model, Header: h,
-		Client: &http.Client{Transport: transport.NewTransport(8, insecure), Timeout: time.Minute}}
+	return &wire.Prober{Base: &clean, API: e.API, Backend: e.Backend, Model: e.Model, Header: h,
+		Client: &http.Client{Transport: transport.NewTransport(8, e.Insecure), Timeout: time.Minute}}
 }
 
 // The tool probes: a prompt of toolProbePrompt builder tokens alone, then with one tool
@@ -67,11 +88,11 @@ var (
 // builder token of the description, and what it adds beyond that is Tokens (the tool's
 // name, its schema and the chat template's markers). Usage probes (max_tokens 1) count
 // exactly what the replay's requests are counted.
-func CalibrateTools(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder) (ToolOverhead, error) {
+func CalibrateTools(ctx context.Context, e Endpoint, b *tokenize.Builder) (ToolOverhead, error) {
 	fail := func(format string, a ...any) (ToolOverhead, error) {
-		return ToolOverhead{}, fmt.Errorf("%s: tool overhead: %s", wire.SafeEndpoint(base), fmt.Sprintf(format, a...))
+		return ToolOverhead{}, fmt.Errorf("%s: tool overhead: %s", wire.SafeEndpoint(e.Base), fmt.Sprintf(format, a...))
 	}
-	p := newProber(base, api, model, apiKey, header, insecure)
+	p := newProber(e)
 	text, err := b.AppendPrompt(nil, tokenize.PromptSpec{RequestID: toolRequestID + 1, Tokens: toolProbePrompt})
 	if err != nil {
 		return ToolOverhead{}, err

@@ -111,7 +111,7 @@ func TestCalibrateErrorsCarryNoSecrets(t *testing.T) {
 	_, b := testBuilder(t)
 	header := http.Header{"X-Secret": {"hv-Secret2"}}
 	for _, key := range []string{"", "sk-Secret3"} {
-		_, err = Calibrate(context.Background(), base, wire.APICompletions, "m", key, header, false, b)
+		_, err = Calibrate(context.Background(), Endpoint{Base: base, API: wire.APICompletions, Model: "m", APIKey: key, Header: header}, b)
 		if err == nil {
 			t.Fatal("calibration against a server that refuses everything succeeded")
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http"
-	"net/url"
 
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/wire"
@@ -74,9 +72,9 @@ const historyRequestID = -1<<50 - 1<<20
 // a prompt of one user message against the same message after a user message and an
 // answer, counted by cal's method; the difference beyond the two earlier texts' builder
 // tokens (at cal's Ratio) is Exchange. An API without messages (completions) has none.
-func CalibrateHistory(ctx context.Context, base *url.URL, api wire.API, model, apiKey string, header http.Header, insecure bool, b *tokenize.Builder, cal tokenize.Calibration) (HistoryOverhead, error) {
+func CalibrateHistory(ctx context.Context, e Endpoint, b *tokenize.Builder, cal tokenize.Calibration) (HistoryOverhead, error) {
 	o := HistoryOverhead{Request: cal.Overhead, Ratio: cal.Ratio, Measured: true}
-	if api == wire.APICompletions {
+	if e.API == wire.APICompletions {
 		return o, nil
 	}
 	var texts [3]string
@@ -87,20 +85,20 @@ func CalibrateHistory(ctx context.Context, base *url.URL, api wire.API, model, a
 		}
 		texts[i] = string(t)
 	}
-	p := newProber(base, api, model, apiKey, header, insecure)
+	p := newProber(e)
 	one, _, err := p.Count(ctx, cal.Method, texts[2])
 	if err != nil {
-		return o, fmt.Errorf("%s: conversation overhead: the probe of one message: %v", wire.SafeEndpoint(base), err)
+		return o, fmt.Errorf("%s: conversation overhead: the probe of one message: %v", wire.SafeEndpoint(e.Base), err)
 	}
 	p.Before = texts[:2]
 	three, _, err := p.Count(ctx, cal.Method, texts[2])
 	if err != nil {
-		return o, fmt.Errorf("%s: conversation overhead: the probe of three messages: %v", wire.SafeEndpoint(base), err)
+		return o, fmt.Errorf("%s: conversation overhead: the probe of three messages: %v", wire.SafeEndpoint(e.Base), err)
 	}
 	earlier := cal.Ratio * float64(historyProbe[0]+historyProbe[1])
 	if float64(three-one) < earlier/2 {
 		return o, fmt.Errorf("%s: conversation overhead: prompt tokens %d for one message and %d with two earlier ones of %d and %d builder tokens before it: the server does not count a conversation's earlier messages, so actual history cannot have the trace's lengths; replay with --history synthetic",
-			wire.SafeEndpoint(base), one, three, historyProbe[0], historyProbe[1])
+			wire.SafeEndpoint(e.Base), one, three, historyProbe[0], historyProbe[1])
 	}
 	o.Exchange = float64(three-one) - earlier
 	return o, nil

@@ -467,6 +467,13 @@ func (p *preparer) origin(context.Context) error {
 	return nil
 }
 
+// probed is what the calibrations probe: the run's server, API, backend, model and
+// credentials.
+func (p *preparer) probed() Endpoint {
+	return Endpoint{Base: p.base, API: p.api, Backend: p.backend, Model: p.modelID, APIKey: p.cfg.APIKey,
+		Header: p.header, Insecure: p.cfg.Insecure}
+}
+
 // calibrate runs --calibrate: it learns how the server counts the builder's text, and
 // stops the run when the fit's held-out error is above --calibrate-max-error.
 func (p *preparer) calibrate(ctx context.Context) error {
@@ -478,7 +485,7 @@ func (p *preparer) calibrate(ctx context.Context) error {
 		fmt.Fprintln(p.env.Log, "llmreplay: --calibrate: token-id prompts are counted exactly; nothing to calibrate")
 		return nil
 	}
-	c, err := Calibrate(ctx, p.base, p.api, p.modelID, cfg.APIKey, p.header, cfg.Insecure, p.builder)
+	c, err := Calibrate(ctx, p.probed(), p.builder)
 	if err != nil {
 		return fmt.Errorf("replay: --calibrate: %w", err)
 	}
@@ -496,7 +503,7 @@ func (p *preparer) calibrate(ctx context.Context) error {
 	if p.sessMode == SessionsDAG || (p.sessMode == SessionsSequential && p.history == HistoryActual) {
 		// A turn's history is what earlier requests sent: the template of each is measured
 		// apart from the messages' (HistoryOverhead).
-		if p.histOverhead, err = CalibrateHistory(ctx, p.base, p.api, p.modelID, cfg.APIKey, p.header, cfg.Insecure, p.builder, c); err != nil {
+		if p.histOverhead, err = CalibrateHistory(ctx, p.probed(), p.builder, c); err != nil {
 			return fmt.Errorf("replay: --calibrate: %w", err)
 		}
 		fmt.Fprintf(p.env.Log, "llmreplay: calibrated conversations: %s\n", p.histOverhead)
@@ -518,7 +525,7 @@ func (p *preparer) tools(ctx context.Context) error {
 		return nil
 	}
 	if p.cfg.Calibrate {
-		o, err := CalibrateTools(ctx, p.base, p.api, p.modelID, p.cfg.APIKey, p.header, p.cfg.Insecure, p.builder)
+		o, err := CalibrateTools(ctx, p.probed(), p.builder)
 		if err != nil {
 			return fmt.Errorf("replay: --calibrate: %w", err)
 		}

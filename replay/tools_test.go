@@ -74,7 +74,7 @@ func TestCalibrateTools(t *testing.T) {
 		}
 		srv := httptest.NewServer(s)
 		base, _ := wire.BaseURL(srv.URL)
-		o, err := CalibrateTools(context.Background(), base, wire.APIChat, "tools-model", "", nil, false, b)
+		o, err := CalibrateTools(context.Background(), Endpoint{Base: base, API: wire.APIChat, Model: "tools-model"}, b)
 		srv.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -91,7 +91,7 @@ func TestCalibrateTools(t *testing.T) {
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	base, _ := wire.BaseURL(srv.URL)
-	if _, err := CalibrateTools(context.Background(), base, wire.APIChat, "m", "", nil, false, b); err == nil || !strings.Contains(err.Error(), "does not count the tools") {
+	if _, err := CalibrateTools(context.Background(), Endpoint{Base: base, API: wire.APIChat, Model: "m"}, b); err == nil || !strings.Contains(err.Error(), "does not count the tools") {
 		t.Errorf("a server that ignores tools: %v", err)
 	}
 }
