@@ -49,9 +49,8 @@ func Calibrate(ctx context.Context, e Endpoint, b *tokenize.Builder) (tokenize.C
 
 // newProber returns the prober of e with the client's credentials, as the client sends
 // them (transport.NewClient): the base URL without userinfo (its password goes as a basic
-// Authorization header, whose value the prober scrubs from its errors), the key as a
-// bearer token and in the API's own key header (a provider's own Messages API,
-// --backend openai, takes only that one).
+// Authorization header, whose value the prober scrubs from its errors), the key where the
+// run's requests carry it (transport.SetAPIKey).
 func newProber(e Endpoint) *wire.Prober {
 	h := e.Header.Clone()
 	if h == nil {
@@ -60,15 +59,8 @@ func newProber(e Endpoint) *wire.Prober {
 	if auth := transport.BasicAuth(e.Base); auth != "" {
 		h.Set("Authorization", auth)
 	}
-	if e.APIKey != "" {
-		k, ok := wire.Lookup(e.API)
-		if ok && k.KeyHeader != "" {
-			h.Set(k.KeyHeader, e.APIKey)
-		}
-		if !ok || k.KeyHeader == "" || e.Backend != wire.BackendOpenAI {
-			h.Set("Authorization", "Bearer "+e.APIKey)
-		}
-	}
+	k, _ := wire.Lookup(e.API)
+	transport.SetAPIKey(h, k, e.Backend, e.APIKey)
 	clean := *e.Base
 	clean.User = nil
 	return &wire.Prober{Base: &clean, API: e.API, Backend: e.Backend, Model: e.Model, Header: h,

@@ -127,7 +127,7 @@ func TestWekaBadInput(t *testing.T) {
 		{"missing out", rep(`"out": 5, `, ``), "in.txt trace 0: requests[1].requests[0].out: missing"},
 		{"missing t", rep(`"t": 0.5, `, ``), "in.txt trace 0: requests[1].requests[0].t: missing"},
 		{"missing block_size", rep(`"block_size": 64, `, ``), "in.txt trace 0: block_size: missing"},
-		{"unknown hash scope", rep(`"local"`, `"shared"`), `in.txt trace 0: hash_id_scope: "shared", want local or global`},
+		{"unknown hash scope", rep(`"local"`, `"pooled"`), `in.txt trace 0: hash_id_scope: "pooled", want local or global`},
 		{"unknown type", rep(`"type": "n", "model": "m", "in": 200`, `"type": "x", "model": "m", "in": 200`),
 			`in.txt trace 0: requests[2].type: "x", want n, s or subagent`},
 		{"a subagent naming no call", rep(`"requests": [

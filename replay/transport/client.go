@@ -172,19 +172,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		req.SetBasicAuth(u.User.Username(), pw)
 		u.User = nil
 	}
-	if o.APIKey != "" {
-		k := enc.Kind()
-		if k.KeyHeader != "" {
-			h.Set(k.KeyHeader, o.APIKey)
-		}
-		// The engines check the bearer token on every route, their Anthropic one too
-		// (vLLM's AuthenticationMiddleware and SGLang's add_api_key_middleware read
-		// Authorization alone): only a provider's own API (--backend openai) gets the
-		// kind's header alone.
-		if k.KeyHeader == "" || o.Backend != wire.BackendOpenAI {
-			h.Set("Authorization", "Bearer "+o.APIKey)
-		}
-	}
+	SetAPIKey(h, enc.Kind(), o.Backend, o.APIKey)
 	for name, v := range enc.Kind().Headers {
 		if h.Get(name) == "" { // a --header of the same name wins
 			h.Set(name, v)

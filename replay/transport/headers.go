@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/llmreplay/llmreplay/wire"
 )
 
 // RequestIDHeader is the header that carries RUNID-REQUESTID on every request.
@@ -21,6 +23,24 @@ const RunIDPlaceholder = "0000000000000000"
 // clientHeaders are the headers the clients set themselves; neither --header nor
 // --session-header may name one.
 var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "Accept", RequestIDHeader}
+
+// SetAPIKey puts key in h as a request of kind k to a backend's server carries it: a
+// bearer token, and in the kind's own key header (the Messages API's x-api-key) too. The
+// engines check the bearer token on every route, their Anthropic one too (vLLM's
+// AuthenticationMiddleware and SGLang's add_api_key_middleware read Authorization alone):
+// only a provider's own API (--backend openai) gets the kind's header alone. An empty key
+// sets nothing.
+func SetAPIKey(h http.Header, k *wire.Kind, backend wire.Backend, key string) {
+	if key == "" {
+		return
+	}
+	if k != nil && k.KeyHeader != "" {
+		h.Set(k.KeyHeader, key)
+	}
+	if k == nil || k.KeyHeader == "" || backend != wire.BackendOpenAI {
+		h.Set("Authorization", "Bearer "+key)
+	}
+}
 
 // CheckSessionHeader checks a --session-header name ("" = none).
 func CheckSessionHeader(name string) error {
