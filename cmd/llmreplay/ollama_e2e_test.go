@@ -254,7 +254,15 @@ func TestOllamaLoad(t *testing.T) {
 			"--duration", "20s", "-o", res}, common...)...)
 		flags := analyzeJSON(t, res)["flags"].(map[string]any)
 		if got, _ := flags["overloaded"].(bool); got != c.overloaded {
-			t.Errorf("open loop at %g x the knee's %.2f req/s: overloaded %v; want %v", c.factor, knee, flags["overloaded"], c.overloaded)
+			// The text report says the evidence (the slopes, their t, the window), which
+			// the JSON flags do not: what the next reader needs to judge a failure.
+			var evidence []string
+			for _, line := range strings.Split(ollamaRun(t, "analyze", res), "\n") {
+				if strings.Contains(line, "overloaded:") || strings.Contains(line, "sustained output tok/s") {
+					evidence = append(evidence, strings.TrimSpace(line))
+				}
+			}
+			t.Errorf("open loop at %g x the knee's %.2f req/s: overloaded %v; want %v\n%s", c.factor, knee, flags["overloaded"], c.overloaded, strings.Join(evidence, "\n"))
 		}
 	}
 
