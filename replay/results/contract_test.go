@@ -30,6 +30,7 @@ func fullRecords() []*Result {
 	ok.SessionID, ok.Turn, ok.SessionWaitNS, ok.PromptTokensCached = 1<<40+5, 2, 37_000, 8
 	ok.GapNS, ok.RecordedArrivalNS, ok.RecordedDurationNS, ok.RecordedCachedTokens = 19e9, 1<<41, 4e9, 6
 	ok.FirstAnswerNS, ok.ReasoningTokens, ok.ReasoningTokensSource = ok.SentNS+250, 3, SourceUsage
+	ok.Images, ok.ImageTokens = 2, 8 // two images that count for 8 of its 12 prompt tokens
 
 	tok := NewResult(8, 3, 2_000, 13, 6)
 	tok.Status, tok.HTTPStatus, tok.Error = StatusStreamError, 200, "stream broken after 2 output chunks"
@@ -42,6 +43,7 @@ func fullRecords() []*Result {
 	tok.ReasoningTokens, tok.ReasoningTokensSource = 2, SourceChunkUsage // all reasoning: no answer yet
 
 	drop := NewResult(9, 3, 3_000, 15, 8)
+	drop.Inputs = 4 // an embeddings request of four inputs, never sent
 	drop.Status, drop.Error = StatusDropped, "max-inflight reached"
 	drop.ChunkNS = []int64{} // chunk_ns is never null: an empty list reads back as one
 	return []*Result{ok, tok, drop}
@@ -320,14 +322,67 @@ func TestOlderFileReadsNewColumnsAsNull(t *testing.T) {
 	}
 }
 
+// nullsOf sets to null what each revision added, by revision: a file written before it
+// reads so.
+var nullsOf = map[int]func(*Result){
+	3: func(r *Result) { r.FirstAnswerNS, r.ReasoningTokens, r.ReasoningTokensSource = Null, Null, "" },
+	4: func(r *Result) { r.Images, r.ImageTokens, r.Inputs = Null, Null, Null },
+}
+
 // TestRevision12FileReadsReasoningAsNull: a file of revision 1.2, without first_answer_ns,
-// reasoning_tokens and reasoning_tokens_source, reads them as null and the rest as written.
-func TestRevision12FileReadsReasoningAsNull(t *testing.T) {
+// reasoning_tokens and reasoning_tokens_source (nor what came later), reads them as null
+// and the rest as written.
+func TestRevision12FileReadsReasoningAsNull(t *testing.T) { readsAsNullBefore(t, 3, 3) }
+
+// TestRevision13FileReadsImagesAndInputsAsNull: a file of revision 1.3, without images,
+// image_tokens and inputs, reads them as null and the rest as written.
+func TestRevision13FileReadsImagesAndInputsAsNull(t *testing.T) { readsAsNullBefore(t, 4, 3) }
+
+// readsAsNullBefore writes fullRecords, drops the columns of revision 1.since and later
+// (of which 1.since has n) and reads the file back: each record must be as written with
+// those revisions' columns null (nullsOf).
+func readsAsNullBefore(t *testing.T, since, n int) {
+	t.Helper()
 	recs := fullRecords()
-	got := readWithout(t, recs, 3, 3)
+	drop, at := map[string]bool{}, 0
+	for _, c := range Columns() {
+		if c.Since < since {
+			continue
+		}
+		if nullsOf[c.Since] == nil {
+			t.Fatalf("revision 1.%d (%s) has no entry in nullsOf", c.Since, c.Name)
+		}
+		drop[c.Name] = true
+		if c.Since == since {
+			at++
+		}
+	}
+	if at != n {
+		t.Fatalf("revision 1.%d has %d columns, want %d", since, at, n)
+	}
+	older := rewrite(t, writeResultsFile(t, recs), func(fs []arrow.Field) []arrow.Field {
+		var out []arrow.Field
+		for _, f := range fs {
+			if !drop[f.Name] {
+				out = append(out, f)
+			}
+		}
+		return out
+	})
+	got, _, err := ReadFile(older)
+	if err != nil {
+		t.Fatalf("revision 1.%d file: %v", since-1, err)
+	}
+	if len(got) != len(recs) {
+		t.Fatalf("%d rows, want %d", len(got), len(recs))
+	}
 	for i := range got {
 		want := *recs[i]
-		want.FirstAnswerNS, want.ReasoningTokens, want.ReasoningTokensSource = Null, Null, ""
+		for rev, clear := range nullsOf {
+			if rev >= since {
+				clear(&want)
+			}
+		}
 		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("row %d:\n got %+v\nwant %+v", i, got[i], want)
 		}

@@ -45,6 +45,14 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		if r.Status == StatusOK && i%4 == 1 {
 			r.FirstAnswerNS, r.ReasoningTokens, r.ReasoningTokensSource = r.SentNS+200, 2, SourceUsage
 		}
+		// Revision 1.4: rows 20..23 sent i-19 images of 5 tokens each; rows 24..29 were
+		// embeddings requests of i-22 inputs (2..7).
+		if i >= 20 && i < 24 {
+			r.Images, r.ImageTokens = int32(i-19), int32(i-19)*5
+		}
+		if i >= 24 {
+			r.Inputs = int32(i - 22)
+		}
 		j.Add(r)
 	}
 	if err := j.Close(); err != nil {
@@ -64,7 +72,9 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		count(gap_ns)::INT AS gaps, sum(gap_ns)::BIGINT AS gap_ns, max(recorded_arrival_ns + recorded_duration_ns)::BIGINT AS rec_end,
 		count(recorded_duration_ns)::INT AS rec_rows, sum(recorded_cached_tokens)::INT AS rec_cached,
 		count(first_answer_ns)::INT AS answered, avg(first_answer_ns - sent_ns) AS ttfa_ns, sum(reasoning_tokens)::INT AS reasoning,
-		count(*) FILTER (reasoning_tokens_source = 'usage')::INT AS reasoning_usage, count(reasoning_tokens_source)::INT AS reasoning_sources
+		count(*) FILTER (reasoning_tokens_source = 'usage')::INT AS reasoning_usage, count(reasoning_tokens_source)::INT AS reasoning_sources,
+		count(images)::INT AS with_images, sum(images)::INT AS images, sum(image_tokens)::INT AS image_tokens,
+		count(inputs)::INT AS with_inputs, sum(inputs)::INT AS inputs
 		FROM '%s'`, out))
 	// Rows 0..29: ok unless i%3 == 0 (20 ok); sessions i/3 for i < 15, turn i%3, waits on
 	// turns 1 and 2: i in {1,2,4,5,7,8,10,11,13,14}, summing to 75 µs; cached on the ok rows
@@ -74,7 +84,8 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		"sessions": 15.0, "distinct_sessions": 5.0, "turns": 15.0, "waited": 10.0, "wait_ns": 75000.0,
 		"cached_rows": 10.0, "cached": 40.0,
 		"gaps": 4.0, "gap_ns": "8000000000", "rec_end": "5500000000", "rec_rows": 6.0, "rec_cached": 15.0,
-		"answered": 6.0, "ttfa_ns": 200.0, "reasoning": 12.0, "reasoning_usage": 6.0, "reasoning_sources": 6.0}
+		"answered": 6.0, "ttfa_ns": 200.0, "reasoning": 12.0, "reasoning_usage": 6.0, "reasoning_sources": 6.0,
+		"with_images": 4.0, "images": 10.0, "image_tokens": 50.0, "with_inputs": 6.0, "inputs": 27.0}
 	for k, w := range want {
 		if rows[0][k] != w {
 			t.Errorf("%s = %v, want %v", k, rows[0][k], w)
@@ -85,7 +96,8 @@ func TestResultsReadByDuckDB(t *testing.T) {
 		"INTEGER", "INTEGER", "INTEGER", "INTEGER", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE",
 		"BIGINT", "INTEGER", "BIGINT", "INTEGER",
 		"BIGINT", "BIGINT", "BIGINT", "INTEGER",
-		"BIGINT", "INTEGER", "VARCHAR"}
+		"BIGINT", "INTEGER", "VARCHAR",
+		"INTEGER", "INTEGER", "INTEGER"}
 	for i, f := range Schema.Fields() {
 		if i >= len(types) || types[i]["c"] != f.Name || types[i]["t"] != wantTypes[i] {
 			t.Errorf("column %d: got %v, want %s %s", i, types[min(i, len(types)-1)], f.Name, wantTypes[i])

@@ -153,6 +153,7 @@ type resultBuilders struct {
 	firstAnswer                            *array.Int64Builder
 	reasoning                              *array.Int32Builder
 	reasoningSource                        *array.StringBuilder
+	images, imageTokens, inputs            *array.Int32Builder
 }
 
 // bind binds every column of b's schema; it fails on a column of the schema that Result
@@ -192,6 +193,9 @@ func (c *resultBuilders) bind(b *array.RecordBuilder) error {
 	c.firstAnswer = Builder[*array.Int64Builder](bs, ColFirstAnswerNS)
 	c.reasoning = Builder[*array.Int32Builder](bs, ColReasoningTokens)
 	c.reasoningSource = Builder[*array.StringBuilder](bs, ColReasoningTokensSource)
+	c.images = Builder[*array.Int32Builder](bs, ColImages)
+	c.imageTokens = Builder[*array.Int32Builder](bs, ColImageTokens)
+	c.inputs = Builder[*array.Int32Builder](bs, ColInputs)
 	if err := bs.Done(); err != nil {
 		return err
 	}
@@ -252,6 +256,9 @@ func (c *resultBuilders) append(r *Result) {
 	AppendInt64(c.firstAnswer, r.FirstAnswerNS)
 	AppendInt32(c.reasoning, r.ReasoningTokens)
 	AppendString(c.reasoningSource, r.ReasoningTokensSource)
+	AppendInt32(c.images, r.Images)
+	AppendInt32(c.imageTokens, r.ImageTokens)
+	AppendInt32(c.inputs, r.Inputs)
 }
 
 // ConvertInfo tells what ConvertJournal found.

@@ -54,6 +54,7 @@ type resultArrays struct {
 	firstAnswer                            *array.Int64 // nil in a file older than revision 1.3
 	reasoning                              *array.Int32
 	reasoningSource                        *array.String
+	images, imageTokens, inputs            *array.Int32 // nil in a file older than revision 1.4
 }
 
 func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
@@ -85,6 +86,9 @@ func (c *resultArrays) locate(rec arrow.Record, l *Layout) error {
 	c.firstAnswer = Array[*array.Int64](x, ColFirstAnswerNS)
 	c.reasoning = Array[*array.Int32](x, ColReasoningTokens)
 	c.reasoningSource = Array[*array.String](x, ColReasoningTokensSource)
+	c.images = Array[*array.Int32](x, ColImages)
+	c.imageTokens = Array[*array.Int32](x, ColImageTokens)
+	c.inputs = Array[*array.Int32](x, ColInputs)
 	// ttft_ms, tpot_ms and e2e_ms are derived (Result.TTFT, ...): not read back.
 	return x.Err()
 }
@@ -116,6 +120,8 @@ func appendRecord(out []Result, rec arrow.Record, l *Layout) ([]Result, error) {
 			// Revision 1.3, likewise.
 			FirstAnswerNS: Int64At(c.firstAnswer, i), ReasoningTokens: Int32At(c.reasoning, i),
 			ReasoningTokensSource: StringAt(c.reasoningSource, i),
+			// Revision 1.4, likewise.
+			Images: Int32At(c.images, i), ImageTokens: Int32At(c.imageTokens, i), Inputs: Int32At(c.inputs, i),
 		}
 		lo, hi := c.chunkNS.ValueOffsets(i)
 		r.ChunkNS = append([]int64{}, chunkNSv.Int64Values()[lo:hi]...)

@@ -42,6 +42,11 @@ type Result struct {
 	FirstAnswerNS         int64  // first chunk carrying answer output (not only reasoning); Null if none
 	ReasoningTokens       int32  // output tokens that were reasoning; Null when nobody counted any
 	ReasoningTokensSource string // SourceUsage, SourceChunkUsage or SourceTokenizer; "" when ReasoningTokens is Null
+
+	// Images and requests that are not generation (results revision 1.4).
+	Images      int32 // images the request sent; Null when none
+	ImageTokens int32 // the prompt tokens those images count for under the run's image rule; Null when none
+	Inputs      int32 // inputs of an embeddings request, documents of a rerank; Null for a generation
 }
 
 // NewResult returns a Result with every nullable field null.
@@ -54,6 +59,7 @@ func NewResult(id int64, shard int32, scheduledNS int64, promptTokens, outputTar
 		SessionID: Null, Turn: Null, SessionWaitNS: Null, PromptTokensCached: Null,
 		GapNS: Null, RecordedArrivalNS: Null, RecordedDurationNS: Null, RecordedCachedTokens: Null,
 		FirstAnswerNS: Null, ReasoningTokens: Null,
+		Images: Null, ImageTokens: Null, Inputs: Null,
 	}
 }
 

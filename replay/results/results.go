@@ -64,6 +64,12 @@ const (
 	ColFirstAnswerNS         = "first_answer_ns"
 	ColReasoningTokens       = "reasoning_tokens"
 	ColReasoningTokensSource = "reasoning_tokens_source"
+
+	// Revision 1.4 (images and requests that are not generation): null for a request
+	// that sent no images, or that was a generation.
+	ColImages      = "images"
+	ColImageTokens = "image_tokens"
+	ColInputs      = "inputs"
 )
 
 // Column is one column of the contract.
@@ -116,6 +122,10 @@ var columns = []Column{
 	{Name: ColFirstAnswerNS, Type: arrow.PrimitiveTypes.Int64, Nullable: true, Since: 3},
 	{Name: ColReasoningTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 3},
 	{Name: ColReasoningTokensSource, Type: arrow.BinaryTypes.String, Nullable: true, Since: 3},
+	// Revision 1.4.
+	{Name: ColImages, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 4},
+	{Name: ColImageTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 4},
+	{Name: ColInputs, Type: arrow.PrimitiveTypes.Int32, Nullable: true, Since: 4},
 }
 
 // Columns returns the contract's columns in the order the writer writes them.
