@@ -105,6 +105,8 @@ type contractRow struct {
 	firstAnswer     int64
 	reasoning       int32
 	reasoningSource string
+	// Revision 1.4; results.Null when null.
+	images, imageTokens, inputs int32
 }
 
 func readContractRows(t *testing.T, path string) []contractRow {
@@ -162,6 +164,9 @@ func readContractRows(t *testing.T, path string) []contractRow {
 		fa := results.Array[*array.Int64](x, results.ColFirstAnswerNS)
 		rt := results.Array[*array.Int32](x, results.ColReasoningTokens)
 		rs := results.Array[*array.String](x, results.ColReasoningTokensSource)
+		ims := results.Array[*array.Int32](x, results.ColImages)
+		imt := results.Array[*array.Int32](x, results.ColImageTokens)
+		inp := results.Array[*array.Int32](x, results.ColInputs)
 		if err := x.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +175,8 @@ func readContractRows(t *testing.T, path string) []contractRow {
 				ttft: f64(ttft, i), tpot: f64(tpot, i), e2e: f64(e2e, i),
 				sessionID: results.Int64At(sid, i), turn: results.Int32At(turn, i), sessionWait: results.Int64At(wait, i), cached: results.Int32At(cached, i),
 				gap: results.Int64At(gap, i), recArrival: results.Int64At(recA, i), recDuration: results.Int64At(recD, i), recCached: results.Int32At(recC, i),
-				firstAnswer: results.Int64At(fa, i), reasoning: results.Int32At(rt, i), reasoningSource: results.StringAt(rs, i)}
+				firstAnswer: results.Int64At(fa, i), reasoning: results.Int32At(rt, i), reasoningSource: results.StringAt(rs, i),
+				images: results.Int32At(ims, i), imageTokens: results.Int32At(imt, i), inputs: results.Int32At(inp, i)}
 			if em.IsValid(i) {
 				s := em.Value(i)
 				r.errMsg = &s
@@ -267,6 +273,10 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		// Nor reasoning: no reasoning count, and (below) the first answer is the first token.
 		check(results.ColReasoningTokens, d.Reasoning == nil && cr.reasoning == results.Null, "%d, want null", cr.reasoning)
 		check(results.ColReasoningTokensSource, cr.reasoningSource == "", "%q, want null", cr.reasoningSource)
+		// Nor images, and every request was a generation: no inputs.
+		check(results.ColImages, cr.images == results.Null, "%d, want null", cr.images)
+		check(results.ColImageTokens, cr.imageTokens == results.Null, "%d, want null", cr.imageTokens)
+		check(results.ColInputs, cr.inputs == results.Null, "%d, want null", cr.inputs)
 		wantCached := int32(results.Null)
 		if !fail && req.PromptTokens%2 == 0 {
 			wantCached = req.PromptTokens / 2

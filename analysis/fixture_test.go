@@ -41,6 +41,8 @@ type row struct {
 	firstAnswer     *int64
 	reasoning       *int32
 	reasoningSource string // "" = null
+	// Revision 1.4.
+	images, imageTokens, inputs *int32
 }
 
 func p64(v int64) *int64    { return &v }
@@ -126,6 +128,7 @@ type fixtureBuilders struct {
 	firstAnswer                     *array.Int64Builder // nil when the schema is older than revision 1.3
 	reasoning                       *array.Int32Builder
 	reasoningSource                 *array.StringBuilder
+	images, imageTokens, inputs     *array.Int32Builder // nil when the schema is older than revision 1.4
 }
 
 func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
@@ -179,6 +182,11 @@ func bindFixture(tb testing.TB, b *array.RecordBuilder) *fixtureBuilders {
 		c.firstAnswer = results.Builder[*array.Int64Builder](bs, results.ColFirstAnswerNS)
 		c.reasoning = results.Builder[*array.Int32Builder](bs, results.ColReasoningTokens)
 		c.reasoningSource = results.Builder[*array.StringBuilder](bs, results.ColReasoningTokensSource)
+	}
+	if has(results.ColInputs) {
+		c.images = results.Builder[*array.Int32Builder](bs, results.ColImages)
+		c.imageTokens = results.Builder[*array.Int32Builder](bs, results.ColImageTokens)
+		c.inputs = results.Builder[*array.Int32Builder](bs, results.ColInputs)
 	}
 	if err := bs.Done(); err != nil {
 		tb.Fatal(err)
@@ -272,6 +280,11 @@ func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 			i64(c.firstAnswer, r.firstAnswer)
 			i32(c.reasoning, r.reasoning)
 			results.AppendString(c.reasoningSource, r.reasoningSource)
+		}
+		if c.inputs != nil {
+			i32(c.images, r.images)
+			i32(c.imageTokens, r.imageTokens)
+			i32(c.inputs, r.inputs)
 		}
 	}
 	return b.NewRecord()
