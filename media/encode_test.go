@@ -47,7 +47,7 @@ func TestEncodeDeterministicAndDistinct(t *testing.T) {
 		// codec's quantisation leaves the least of them).
 		for _, side := range []int{8, 64} {
 			seen := map[string]uint64{}
-			for seed := range uint64(2000) {
+			for seed := range uint64(400) {
 				b, err := Encode(side, side, seed, f)
 				if err != nil {
 					t.Fatal(err)

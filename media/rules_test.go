@@ -8,11 +8,24 @@ import (
 // The expected counts below are worked by hand from each source's formula (the steps are
 // in the comments), not taken from the code under test.
 
+// ruleCase is one image size and the tokens a rule gives it, with the working.
+type ruleCase struct {
+	w, h, want int
+	why        string
+}
+
+// checkRule checks f against every case.
+func checkRule(t *testing.T, name string, f func(w, h int) int, cases []ruleCase) {
+	t.Helper()
+	for _, c := range cases {
+		if got := f(c.w, c.h); got != c.want {
+			t.Errorf("%s(%d, %d) = %d, want %d (%s)", name, c.w, c.h, got, c.want, c.why)
+		}
+	}
+}
+
 func TestQwenVLTokens(t *testing.T) {
-	for _, c := range []struct {
-		w, h, want int
-		why        string
-	}{
+	checkRule(t, "QwenVLTokens", QwenVLTokens, []ruleCase{
 		{1024, 1024, 1371, "1024/28=36.57 rounds to 37: 1036x1036, 37*37+2"},
 		{512, 512, 326, "512/28=18.29 rounds to 18: 504x504, 18*18+2"},
 		{42, 42, 6, "42/28=1.5 rounds half to even, up to 2: 56x56 = min_pixels exactly, 2*2+2"},
@@ -26,18 +39,11 @@ func TestQwenVLTokens(t *testing.T) {
 		{3612, 3612, 16386, "129*28 square: over max_pixels, beta=1.0078125 exactly, 3612/beta/28 = 128.0: floor 128"},
 		{8000, 6000, 16172, "over: beta=sqrt(48e6/12845056)=1.93309, w floor(147.80)=147, h floor(110.85)=110: 147*110+2"},
 		{5000, 100, 718, "5000/28=178.57 -> 179, 100/28=3.57 -> 4: 5012x112, 179*4+2"},
-	} {
-		if got := QwenVLTokens(c.w, c.h); got != c.want {
-			t.Errorf("QwenVLTokens(%d, %d) = %d, want %d (%s)", c.w, c.h, got, c.want, c.why)
-		}
-	}
+	})
 }
 
 func TestAnthropicTokens(t *testing.T) {
-	for _, c := range []struct {
-		w, h, want int
-		why        string
-	}{
+	checkRule(t, "AnthropicTokens", AnthropicTokens, []ruleCase{
 		{200, 200, 54, "40,000/750 = 53.3, the docs' ~54"},
 		{1000, 1000, 1334, "1,000,000/750 = 1333.3, the docs' ~1334"},
 		{1092, 1092, 1590, "1,192,464/750 = 1589.95, the docs' ~1590"},
@@ -45,18 +51,11 @@ func TestAnthropicTokens(t *testing.T) {
 		{784, 1568, 1599, "edge fits; 1,229,312 px over 1.2M: s=0.98801, 774x1549 = 1,198,926, /750 = 1598.6"},
 		{4000, 3000, 1598, "edge: 1568x1176 = 1,843,968 px; s=sqrt(1.2M/1,843,968)=0.80670: 1264x948 = 1,198,272, /750 = 1597.7"},
 		{1, 1, 1, "one pixel still costs a token (ceil)"},
-	} {
-		if got := AnthropicTokens(c.w, c.h); got != c.want {
-			t.Errorf("AnthropicTokens(%d, %d) = %d, want %d (%s)", c.w, c.h, got, c.want, c.why)
-		}
-	}
+	})
 }
 
 func TestOpenAIHighTokens(t *testing.T) {
-	for _, c := range []struct {
-		w, h, want int
-		why        string
-	}{
+	checkRule(t, "OpenAIHighTokens", OpenAIHighTokens, []ruleCase{
 		{1024, 1024, 765, "the guide's: 768x768, 4 tiles, 85+4*170"},
 		{2048, 4096, 1105, "the guide's: 1024x2048, then 768x1536, 6 tiles"},
 		{4096, 8192, 1105, "box: 1024x2048, then 768x1536, 6 tiles"},
@@ -64,11 +63,7 @@ func TestOpenAIHighTokens(t *testing.T) {
 		{513, 513, 765, "no scaling, 2x2 tiles"},
 		{1920, 1080, 1105, "short side 1080 -> 768: 1365x768, 3x2 tiles"},
 		{100, 3000, 765, "box: 68x2048; short side under 768: 1x4 tiles, 85+4*170"},
-	} {
-		if got := OpenAIHighTokens(c.w, c.h); got != c.want {
-			t.Errorf("OpenAIHighTokens(%d, %d) = %d, want %d (%s)", c.w, c.h, got, c.want, c.why)
-		}
-	}
+	})
 }
 
 func TestLookupRule(t *testing.T) {
