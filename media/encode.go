@@ -50,15 +50,18 @@ const JPEGQuality = 85
 // library's decoders (image/png, image/jpeg) accept. Its pixels are a deterministic
 // function of seed, width and height, and distinct seeds give distinct pixels (an
 // engine's multimodal cache keys on the decoded pixels, so a replay's distinct images
-// must be distinct there, not only in their bytes).
+// must be distinct there, not only in their bytes): every pixel's grain and colour is
+// drawn from the seed's stream, so two seeds agreeing on all of them is a chance of
+// about one in 2^(15 x pixels) for PNG; for JPEG, whose quantisation merges nearby
+// values, the tests check 400 seeds down to one 8x8 block.
 //
 // The content is made to cost on the wire what a photograph does, not the hundred bytes
 // of a blank image: a smooth random colour field at two scales (a 64-pixel and a
 // 16-pixel lattice of random colours, bilinearly blended: the broad shapes and the
 // texture of a scene) plus a per-pixel grain of +-8 levels per channel (sensor noise).
-// Written at JPEGQuality, a 1024x1024 image is about 1.5 bits per pixel, inside a
-// photo's usual 0.5 to 3; as PNG (deflate at its fastest level, as screenshot tools
-// write) about 12 bits per pixel, a photo's as a PNG. docs/replay.md ("Images") gives
+// Written at JPEGQuality, a 1024x1024 image is about 1.2 bits per pixel, inside a
+// photo's usual 0.5 to 3; as PNG (deflate at its fastest level) about 14 bits per
+// pixel, a photo's as a PNG. docs/replay.md ("Images") gives
 // the measured sizes and how to measure them.
 func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 	if width < 1 || height < 1 || width > MaxSide || height > MaxSide {
