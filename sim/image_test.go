@@ -195,3 +195,39 @@ func TestVisionEncoderThroughTheServer(t *testing.T) {
 		t.Errorf("tiny's vision encoder is not the documented 2 ms an image and 2 us a token")
 	}
 }
+
+// FuzzImageParts: whatever a request's image parts hold, parsing answers an apiError or
+// images of a real size, never a panic.
+func FuzzImageParts(f *testing.F) {
+	raw, err := media.Encode(9, 5, 1, media.PNG)
+	if err != nil {
+		f.Fatal(err)
+	}
+	b64 := string(media.AppendBase64(nil, raw))
+	url := "data:image/png;base64," + b64
+	for _, s := range []string{
+		fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":%q}}]}]}`, url),
+		fmt.Sprintf(`{"model":"m","max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":%q}}]}]}`, b64),
+		fmt.Sprintf(`{"input":[{"role":"user","content":[{"type":"input_image","image_url":%q,"detail":"auto"}]}]}`, url),
+	} {
+		for api := range uint8(4) {
+			f.Add([]byte(s), api)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte, a uint8) {
+		p, err := parseGenRequest(body, apiKind(a%4))
+		if err != nil {
+			if _, ok := err.(*apiError); !ok {
+				t.Fatalf("error %T is not an apiError", err)
+			}
+			return
+		}
+		for _, m := range p.prompt.messages {
+			for _, img := range m.images {
+				if img.width < 1 || img.height < 1 {
+					t.Fatalf("accepted an image of %dx%d", img.width, img.height)
+				}
+			}
+		}
+	})
+}
