@@ -16,10 +16,10 @@ type seq struct {
 	prompt int // prompt tokens
 	target int // tokens to generate (>= 1)
 	recv   time.Time
-	// vision is the vision encoder's time for the request's images (Config.VisionTime),
-	// added to the step that admits it (again after a preemption: its encoder outputs
-	// went with its KV).
-	vision time.Duration
+	// visions are the request's images (where each ends in the prompt, its encoder
+	// time): the encoder time of those past the cached prefix is added to the step that
+	// admits it (again after a preemption: its encoder outputs went with its KV).
+	visions []visionSpan
 
 	// Prefix cache (nil hashes: none). hashes are the chain hashes of the full blocks of
 	// the prompt followed by the output less its last token (what ends up in the KV
@@ -180,7 +180,7 @@ func (c *core) step() time.Duration {
 		s.admitM = c.now
 		s.genAtAdmit = c.genTokens
 		c.running = append(c.running, s)
-		vision += s.vision
+		vision += visionTime(s.visions, s.cached)
 		n := min(s.fill-s.prefilled, budget)
 		s.stepTok = n
 		budget -= n

@@ -442,10 +442,10 @@ func failGen(w http.ResponseWriter, api apiKind, rec *LogRecord, e *apiError, ou
 // checkedGen is a decoded request that fits the model.
 type checkedGen struct {
 	p         *params
-	prompt    int           // prompt tokens, the images' included
-	vision    time.Duration // the vision encoder's time for its images (Config.VisionTime)
-	maxTokens int           // with the API's default applied
-	hasher    *blockHasher  // the prompt's block hashes; nil without the prefix cache
+	prompt    int          // prompt tokens, the images' included
+	visions   []visionSpan // its images' places in the prompt and encoder times
+	maxTokens int          // with the API's default applied
+	hasher    *blockHasher // the prompt's block hashes; nil without the prefix cache
 }
 
 // decodeGen reads, decodes and checks the request; every failure but an unknown model is
@@ -481,7 +481,8 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 		}
 		hasher.hashes = make([]uint64, 0, est/hasher.size+1)
 	}
-	prompt := s.promptTokens(&p.prompt, hasher)
+	var spans []visionSpan
+	prompt := s.promptTokens(&p.prompt, hasher, &spans)
 	if prompt < 1 {
 		s.badRequests.Add(1)
 		return checkedGen{}, badRequest("prompt", "prompt has no tokens")
@@ -508,8 +509,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 		s.badRequests.Add(1)
 		return checkedGen{}, badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens)
 	}
-	images, imageTokens := s.promptImages(&p.prompt)
-	return checkedGen{p: p, prompt: prompt, maxTokens: maxTokens, hasher: hasher, vision: s.cfg.VisionTime(images, imageTokens)}, nil
+	return checkedGen{p: p, prompt: prompt, maxTokens: maxTokens, hasher: hasher, visions: spans}, nil
 }
 
 // planGen draws the request's plan and plays the faults that come before any token: a
@@ -551,7 +551,7 @@ func (s *Server) startSource(recv time.Time, req checkedGen, pl *plan) tokenSour
 		return &fixedSource{srv: s, recv: recv, target: pl.target, answerAt: pl.reasoning}
 	}
 	sq := newSeq(prompt, pl.target)
-	sq.recv, sq.answerAt, sq.vision = recv, pl.reasoning, req.vision
+	sq.recv, sq.answerAt, sq.visions = recv, pl.reasoning, req.visions
 	if hasher != nil {
 		// The KV cache will hold the prompt and the output less its last token: hash
 		// that stream here, on the handler's goroutine, so the engine only looks up.

@@ -69,9 +69,20 @@ func topField(field string) string {
 	return field
 }
 
+// visionSpan is one image of a request as the engine sees it: where its tokens end in
+// the prompt's token stream and its vision encoder time. The engine charges the encoder
+// for the images that end past the prefix it finds cached: those within it need no
+// encoder, as vLLM schedules encoder inputs only for the tokens it computes.
+type visionSpan struct {
+	end  int
+	cost time.Duration
+}
+
 // imageTokens counts a message's images by the server's rule, and feeds their tokens to
-// h when h is not nil: each image's tokens as the same id drawn from its hash.
-func (s *Server) imageTokens(imgs []parsedImage, h *blockHasher) int {
+// h when h is not nil: each image's tokens as the same id drawn from its hash. With
+// spans not nil it appends each image's span, the images starting at token at of the
+// prompt.
+func (s *Server) imageTokens(imgs []parsedImage, h *blockHasher, at int, spans *[]visionSpan) int {
 	n := 0
 	for _, img := range imgs {
 		t := s.rule.Tokens(img.width, img.height)
@@ -82,23 +93,29 @@ func (s *Server) imageTokens(imgs []parsedImage, h *blockHasher) int {
 			}
 		}
 		n += t
+		if spans != nil {
+			*spans = append(*spans, visionSpan{end: at + n, cost: s.cfg.VisionTime(1, t)})
+		}
 	}
 	return n
 }
 
-// promptImages returns the number of images a prompt sends and the tokens they count for.
-func (s *Server) promptImages(p *parsedPrompt) (images, tokens int) {
-	for _, m := range p.messages {
-		images += len(m.images)
-		tokens += s.imageTokens(m.images, nil)
+// visionTime is the encoder time of the spans that end past cached prompt tokens.
+func visionTime(spans []visionSpan, cached int) time.Duration {
+	var d time.Duration
+	for _, sp := range spans {
+		if sp.end > cached {
+			d += sp.cost
+		}
 	}
-	return images, tokens
+	return d
 }
 
 // VisionTime is the vision encoder's model time for images images of imageTokens tokens
-// in all: VisionPerImage each plus VisionPerImageToken per token. The engine adds it to
-// the step that admits the request, before the request's first prefill chunk: the
-// encoder runs on the same GPUs, inside the step, as vLLM runs it.
+// in all: VisionPerImage each plus VisionPerImageToken per token. The engine adds the
+// time of a request's images to the step that admits it, before its first prefill chunk
+// (the encoder runs on the same GPUs, inside the step, as vLLM runs it), less that of
+// the images wholly within the prefix it finds cached.
 func (c *Config) VisionTime(images, imageTokens int) time.Duration {
 	return time.Duration(images)*c.VisionPerImage + time.Duration(imageTokens)*c.VisionPerImageToken
 }

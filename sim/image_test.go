@@ -156,7 +156,7 @@ func TestVisionEncoderInTheModel(t *testing.T) {
 	first := func(vision time.Duration) (time.Duration, time.Duration) {
 		c := newCore(&cfg)
 		s := newSeq(150, 5)
-		s.vision = vision
+		s.visions = []visionSpan{{end: 100, cost: vision}}
 		c.enqueue(s, 0)
 		runCore(t, c)
 		return s.firstM, s.lastM
@@ -230,4 +230,53 @@ func FuzzImageParts(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestVisionSkipsCachedImages: the encoder runs for the images that end past the cached
+// prefix only, so a conversation's next turn, which finds its earlier images cached,
+// pays their prefill and their encoder neither.
+func TestVisionSkipsCachedImages(t *testing.T) {
+	spans := []visionSpan{{end: 100, cost: time.Millisecond}, {end: 200, cost: 2 * time.Millisecond}}
+	for _, c := range []struct {
+		cached int
+		want   time.Duration
+	}{{0, 3 * time.Millisecond}, {99, 3 * time.Millisecond}, {100, 2 * time.Millisecond}, {112, 2 * time.Millisecond}, {200, 0}} {
+		if got := visionTime(spans, c.cached); got != c.want {
+			t.Errorf("visionTime with %d cached = %v, want %v", c.cached, got, c.want)
+		}
+	}
+
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 100
+	r := startSim(t, cfg)
+	imgs := wireImages(t, [2]int{300, 200}, [2]int{64, 48})
+	e, _ := wire.NewEncoder(wire.APIChat, wire.BackendVLLM, false)
+	k := e.Kind()
+	msgs := k.AppendUserMessage(nil, []byte("Look."), imgs)
+	msgs = append(msgs, `,{"role":"assistant","content":"Two pictures."},{"role":"user","content":"`...)
+	msgs = append(msgs, strings.Repeat("Now say more about them. ", 40)...)
+	msgs = append(msgs, `"}`...)
+	body := e.AppendMessagesBody(nil, e.AppendStart(nil, cfg.Model), msgs, 2)
+	ttft := func() (ttft time.Duration, prompt, cached int) {
+		res := post(t, http.DefaultClient, r.BaseURL()+"/chat/completions", string(body))
+		if res.status != 200 || res.usage == nil {
+			t.Fatalf("status %d, usage %v", res.status, res.usage)
+		}
+		prompt = int(res.usage["prompt_tokens"].(float64))
+		if d, ok := res.usage["prompt_tokens_details"].(map[string]any); ok {
+			cached = int(d["cached_tokens"].(float64))
+		}
+		return res.modelNs(t, TrailerFirst) - res.modelNs(t, TrailerAdmit), prompt, cached
+	}
+	t1, p1, c1 := ttft()
+	if want := cfg.PrefillTime(p1, 0) + cfg.VisionTime(2, 79+6); c1 != 0 || t1 != want {
+		t.Fatalf("first send: TTFT %v with %d cached, want %v with none", t1, c1, want)
+	}
+	t2, p2, c2 := ttft()
+	if p2 != p1 || c2 < p1-cfg.PrefixBlockTokens {
+		t.Fatalf("second send: %d prompt tokens, %d cached; want %d and all but the last block", p2, c2, p1)
+	}
+	if want := cfg.PrefillTime(p2, c2); t2 != want {
+		t.Errorf("second send: TTFT %v, want the uncached prefill alone, %v (the images are cached: no encoder)", t2, want)
+	}
 }

@@ -351,8 +351,9 @@ func (s *Server) checkModel(model string) *apiError {
 // per message <|im_start|> + "role\n" + content + its images' tokens (imageTokens, by
 // the server's rule) + <|im_end|> + "\n", then <|im_start|> + "assistant\n" for the
 // reply (pieces tokenized separately).
-// With h non-nil it also feeds h that token stream (for the prefix cache).
-func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
+// With h non-nil it also feeds h that token stream (for the prefix cache); with spans
+// non-nil it appends each image's place in the stream and encoder time (visionSpan).
+func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher, spans *[]visionSpan) int {
 	switch {
 	case p.isIDs:
 		if h != nil {
@@ -361,17 +362,19 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 		return len(p.ids)
 	case p.messages != nil:
 		if h == nil {
-			n := s.chatReply + s.toolTokens(p.tools, nil)
+			n := s.toolTokens(p.tools, nil)
 			for _, m := range p.messages {
-				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil) + s.imageTokens(m.images, nil) + 2
+				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil)
+				n += s.imageTokens(m.images, nil, n, spans) + 2
 			}
-			return n
+			return n + s.chatReply
 		}
 		n := s.toolTokens(p.tools, h)
 		for _, m := range p.messages {
 			h.add(imStart)
 			h.addInts(s.chatRoleIDs[m.role])
-			n += 1 + len(s.chatRoleIDs[m.role]) + s.count(m.content, h) + s.imageTokens(m.images, h) + 1 + len(s.newlineIDs)
+			n += 1 + len(s.chatRoleIDs[m.role]) + s.count(m.content, h)
+			n += s.imageTokens(m.images, h, n, spans) + 1 + len(s.newlineIDs)
 			h.add(imEnd)
 			h.addInts(s.newlineIDs)
 		}
@@ -631,7 +634,7 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 			tokens = append(tokens, imStart)
 			tokens = append(tokens, s.enc.Encode(m.role+"\n")...)
 			tokens = append(tokens, s.enc.Encode(m.content)...)
-			for range s.imageTokens(m.images, nil) {
+			for range s.imageTokens(m.images, nil, 0, nil) {
 				tokens = append(tokens, imagePad)
 			}
 			tokens = append(tokens, imEnd)
@@ -677,7 +680,7 @@ func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, aerr)
 		return
 	}
-	n := s.promptTokens(&p.prompt, nil)
+	n := s.promptTokens(&p.prompt, nil, nil)
 	type ctxMgmt struct {
 		Original int `json:"original_input_tokens"`
 	}
