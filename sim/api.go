@@ -77,9 +77,15 @@ type genBody struct {
 	Tools json.RawMessage `json:"tools"`
 }
 
-// parseGenRequest decodes and checks a request body of the API. Every problem is a 400
-// naming the field, as vLLM answers.
+// parseGenRequest decodes and checks a request body of the API, its images read to their
+// sizes. Every problem is a 400 naming the field, as vLLM answers.
 func parseGenRequest(body []byte, api apiKind) (*params, error) {
+	return parseLifted(body, func(b []byte) (*params, error) { return parseGenBody(b, api) },
+		func(p *params) []parsedMessage { return p.prompt.messages })
+}
+
+// parseGenBody is parseGenRequest before the images are read (loadImages).
+func parseGenBody(body []byte, api apiKind) (*params, error) {
 	switch api {
 	case apiMessages:
 		return parseMessagesRequest(body, false)
@@ -316,11 +322,7 @@ func parseMessages(raw json.RawMessage) ([]parsedMessage, error) {
 				case p.Type == "text" && p.Text != nil:
 					sb.WriteString(*p.Text)
 				case p.Type == "image_url" && p.ImageURL != nil:
-					img, aerr := parseDataURL(p.ImageURL.URL, fmt.Sprintf("messages[%d].content[%d].image_url", i, j))
-					if aerr != nil {
-						return nil, aerr
-					}
-					out[i].images = append(out[i].images, img)
+					out[i].images = append(out[i].images, parsedImage{src: p.ImageURL.URL, url: true, field: fmt.Sprintf("messages[%d].content[%d].image_url", i, j)})
 				default:
 					return nil, badRequest("messages", "messages[%d].content[%d]: only text and image_url parts are supported (type %q)", i, j, p.Type)
 				}

@@ -182,12 +182,12 @@ func blockImage(b anthropicBlock, field string) (parsedImage, *apiError) {
 		if b.ImageURL == nil {
 			return parsedImage{}, badRequest(topField(field), "%s.image_url is required (the simulated engine does not take file_id)", field)
 		}
-		return parseDataURL(*b.ImageURL, field+".image_url")
+		return parsedImage{src: *b.ImageURL, url: true, field: field + ".image_url"}, nil
 	}
 	if b.Source == nil || b.Source.Type != "base64" {
 		return parsedImage{}, badRequest(topField(field), "%s.source must be a base64 source (the simulated engine does not fetch URLs)", field)
 	}
-	return decodeImage(b.Source.Data, field+".source.data")
+	return parsedImage{src: b.Source.Data, field: field + ".source.data"}, nil
 }
 
 // messagesBody is an Anthropic Messages request, as vLLM's AnthropicMessagesRequest

@@ -280,3 +280,94 @@ func TestVisionSkipsCachedImages(t *testing.T) {
 		t.Errorf("second send: TTFT %v, want the uncached prefill alone, %v (the images are cached: no encoder)", t2, want)
 	}
 }
+
+// BenchmarkParseImageRequest measures the handler's reading of a chat body with two
+// 1024x1024 JPEGs (413 kB): JSON, base64 and the images' headers, all before the request
+// reaches the engine.
+func BenchmarkParseImageRequest(b *testing.B) {
+	imgs := make([]wire.Image, 2)
+	for i := range imgs {
+		raw, err := media.Encode(1024, 1024, uint64(i), media.JPEG)
+		if err != nil {
+			b.Fatal(err)
+		}
+		imgs[i] = wire.Image{MIME: "image/jpeg", Base64: media.AppendBase64(nil, raw)}
+	}
+	for _, a := range []wire.API{wire.APIChat, wire.APIMessages, wire.APIResponses} {
+		b.Run(string(a), func(b *testing.B) {
+			e, _ := wire.NewEncoder(a, wire.BackendVLLM, false)
+			body := e.WithImages(imgs).AppendBody(nil, e.AppendStart(nil, "m"), []byte("Describe them."), 10)
+			api := map[wire.API]apiKind{wire.APIChat: apiChat, wire.APIMessages: apiMessages, wire.APIResponses: apiResponses}[a]
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := parseGenRequest(body, api)
+				if err != nil || len(p.prompt.messages[len(p.prompt.messages)-1].images) != 2 {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestLiftImagesSameParse: parsing with the images' bytes lifted out of the body gives
+// what parsing the whole body gives (texts, tools, image sizes and keys), and a data URL
+// sent as text, escaped base64, or a "data" key elsewhere do not fool it.
+func TestLiftImagesSameParse(t *testing.T) {
+	imgs := wireImages(t, [2]int{300, 200}, [2]int{64, 48})
+	url := "data:" + imgs[0].MIME + ";base64," + string(imgs[0].Base64)
+	escaped := strings.ReplaceAll(string(imgs[1].Base64), "/", `\/`)
+	var bodies []struct {
+		api  apiKind
+		body string
+	}
+	for _, a := range []wire.API{wire.APIChat, wire.APIMessages, wire.APIResponses} {
+		e, _ := wire.NewEncoder(a, wire.BackendVLLM, false)
+		b := e.WithImages(imgs).WithTools([]byte("a tool")).AppendBody(nil, e.AppendStart(nil, "m"), []byte("Describe."), 2)
+		api := map[wire.API]apiKind{wire.APIChat: apiChat, wire.APIMessages: apiMessages, wire.APIResponses: apiResponses}[a]
+		bodies = append(bodies, struct {
+			api  apiKind
+			body string
+		}{api, string(b)})
+	}
+	bodies = append(bodies, []struct {
+		api  apiKind
+		body string
+	}{
+		// A data URL as the text: the placeholder lands in a text, and the whole body is parsed.
+		{apiChat, fmt.Sprintf(`{"messages":[{"role":"user","content":[{"type":"text","text":%q},{"type":"image_url","image_url":{"url":%q}}]}]}`, url, url)},
+		// Escaped base64 (a JSON encoder that escapes '/') is not lifted, and reads the same.
+		{apiMessages, fmt.Sprintf(`{"model":"m","max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"%s"}}]}]}`, escaped)},
+		// Spaces around a "data" key, and a "data" key the parser ignores.
+		{apiMessages, fmt.Sprintf(`{"model":"m","max_tokens":2,"extra":{"data" : %q},"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data" :	%q}}]}]}`, string(imgs[1].Base64), string(imgs[0].Base64))},
+	}...)
+	for i, c := range bodies {
+		got, err := parseGenRequest([]byte(c.body), c.api)
+		if err != nil {
+			t.Fatalf("body %d: %v", i, err)
+		}
+		want, err := parseGenBody([]byte(c.body), c.api)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, aerr := loadImages(want.prompt.messages, nil); aerr != nil {
+			t.Fatal(aerr)
+		}
+		if fmt.Sprint(got.prompt) != fmt.Sprint(want.prompt) {
+			t.Errorf("body %d: lifted parse\n%+v\nwhole parse\n%+v", i, got.prompt, want.prompt)
+		}
+		n := 0
+		for _, m := range got.prompt.messages {
+			n += len(m.images)
+			if strings.Contains(m.content, liftMarkDecoded) {
+				t.Errorf("body %d: a placeholder is left in a text", i)
+			}
+		}
+		if n == 0 {
+			t.Errorf("body %d: no images parsed", i)
+		}
+	}
+	if small, blobs := liftImages([]byte(bodies[0].body)); len(blobs) != 2 || len(small) > 1000 {
+		t.Errorf("a chat body with 2 images lifted %d blobs, leaving %d bytes", len(blobs), len(small))
+	}
+}

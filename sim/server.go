@@ -613,6 +613,11 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 	var tokens []int
 	if len(req.Messages) > 0 && string(req.Messages) != "null" {
 		msgs, err := parseMessages(req.Messages)
+		if err == nil {
+			if _, aerr := loadImages(msgs, nil); aerr != nil {
+				err = aerr
+			}
+		}
 		if err != nil {
 			s.badRequests.Add(1)
 			writeError(w, err.(*apiError))
@@ -670,7 +675,8 @@ func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 	if body == nil {
 		return
 	}
-	p, err := parseMessagesRequest(body, true)
+	p, err := parseLifted(body, func(b []byte) (*params, error) { return parseMessagesRequest(b, true) },
+		func(p *params) []parsedMessage { return p.prompt.messages })
 	if err != nil {
 		s.badRequests.Add(1)
 		writeAnthropicError(w, err.(*apiError))
