@@ -143,6 +143,9 @@ const LLaVA15Tokens = 576
 // replaces the <start_of_image> the chat template writes per image with
 // "\n\n<start_of_image>" + 256 x <image_soft_token> + "<end_of_image>\n\n": Gemma's
 // tokenizer has "\n\n" as one token, so the image is 1 + 1 + 256 + 1 + 1 = 260 tokens.
+// vLLM's model file (vllm/model_executor/models/gemma3_mm.py) merges a "\n\n" that
+// lands beside a newline of the text into one "\n\n\n" token, as the tokenizer would:
+// an image next to a newline counts one fewer.
 const Gemma3Tokens = 260
 
 // Anthropic's documented image limits (docs.anthropic.com, "Vision", "Evaluate image
