@@ -281,9 +281,10 @@ func TestVisionSkipsCachedImages(t *testing.T) {
 	}
 }
 
-// BenchmarkParseImageRequest measures the handler's reading of a chat body with two
-// 1024x1024 JPEGs (413 kB): JSON, base64 and the images' headers, all before the request
-// reaches the engine.
+// BenchmarkParseImageRequest measures the handler's reading of a body with two
+// 1024x1024 JPEGs (518 kB): JSON, base64 and the images' headers, all before the request
+// reaches the engine; whole-body is the same chat body parsed without lifting the
+// images out (liftImages), for comparison.
 func BenchmarkParseImageRequest(b *testing.B) {
 	imgs := make([]wire.Image, 2)
 	for i := range imgs {
@@ -308,6 +309,21 @@ func BenchmarkParseImageRequest(b *testing.B) {
 			}
 		})
 	}
+	b.Run("whole-body", func(b *testing.B) {
+		e, _ := wire.NewEncoder(wire.APIChat, wire.BackendVLLM, false)
+		body := e.WithImages(imgs).AppendBody(nil, e.AppendStart(nil, "m"), []byte("Describe them."), 10)
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := parseGenBody(body, apiChat)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, aerr := loadImages(p.prompt.messages, nil); aerr != nil {
+				b.Fatal(aerr)
+			}
+		}
+	})
 }
 
 // TestLiftImagesSameParse: parsing with the images' bytes lifted out of the body gives

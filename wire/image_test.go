@@ -315,8 +315,8 @@ func TestUserMessageInConversation(t *testing.T) {
 	}
 }
 
-// BenchmarkAppendBodyImages builds a chat body with two 1024x1024 JPEGs (about 200 kB of
-// base64 each) into a reused buffer: each image is appended once, so a body costs about
+// BenchmarkAppendBodyImages builds a body of each API with two 1024x1024 JPEGs (about
+// 257 kB of base64 each) into a reused buffer: each image is appended once, so a body costs about
 // what copying its bytes does, and nothing is allocated once the buffer has grown.
 func BenchmarkAppendBodyImages(b *testing.B) {
 	imgs := testImages(b, [2]int{1024, 1024}, [2]int{1024, 1024})
