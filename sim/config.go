@@ -50,8 +50,9 @@ type Config struct {
 	ImageRule string `json:"image_rule"`
 	// VisionPerImage and VisionPerImageToken are the vision encoder's cost: each image a
 	// request sends adds VisionPerImage plus VisionPerImageToken per token it counts for
-	// to the step that admits the request (VisionTime). Engine profiles only. Modelled,
-	// not measured: docs/sim.md gives each profile's reasoning.
+	// to the step that admits the request, unless it lies within the prefix the request
+	// finds cached (VisionTime). Engine profiles only. Modelled, not measured:
+	// docs/sim.md gives each profile's reasoning.
 	VisionPerImage      time.Duration `json:"vision_per_image_ns"`
 	VisionPerImageToken time.Duration `json:"vision_per_image_token_ns"`
 
@@ -232,8 +233,8 @@ var profiles = map[string]func() Config{
 			PrefillPerToken:      10 * time.Microsecond,
 			DecodePerSeq:         50 * time.Microsecond,
 			ContextPerToken:      200 * time.Nanosecond,
-			AttentionPerPairNs:   1, // attention matches prefill_per_token at 10k tokens of context
-			VisionPerImage:       2 * time.Millisecond,
+			AttentionPerPairNs:   1,                    // attention matches prefill_per_token at 10k tokens of context
+			VisionPerImage:       2 * time.Millisecond, // non-zero, so that tests see the encoder term
 			VisionPerImageToken:  2 * time.Microsecond,
 			KVCacheTokens:        65536,
 			MaxBatchedTokens:     2048,
@@ -253,17 +254,15 @@ var profiles = map[string]func() Config{
 	// at 1,024 tokens of context; prefill (8 us/token) is an estimate.
 	"moe-230b-8gpu": func() Config {
 		return Config{
-			Model:              "sim-moe-230b",
-			MaxModelLen:        196608,
-			StepBase:           10300 * time.Microsecond,
-			PrefillPerToken:    8 * time.Microsecond,
-			DecodePerSeq:       5 * time.Microsecond,
-			ContextPerToken:    5 * time.Nanosecond,
-			AttentionPerPairNs: 0.6, // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
-			// A ViT of ~670M parameters (Qwen2.5-VL's) at half the LM prefill's FLOP rate:
-			// 4 patches of 1.3 GFLOP per image token; a launch-bound 1.5 ms per image.
-			VisionPerImage:       1500 * time.Microsecond,
-			VisionPerImageToken:  4 * time.Microsecond,
+			Model:                "sim-moe-230b",
+			MaxModelLen:          196608,
+			StepBase:             10300 * time.Microsecond,
+			PrefillPerToken:      8 * time.Microsecond,
+			DecodePerSeq:         5 * time.Microsecond,
+			ContextPerToken:      5 * time.Nanosecond,
+			AttentionPerPairNs:   0.6,                     // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
+			VisionPerImage:       1500 * time.Microsecond, // a ViT of ~670M parameters: launch-bound per image (docs/sim.md, Images)
+			VisionPerImageToken:  4 * time.Microsecond,    // 4 patches of 1.3 GFLOP an image token at half the prefill's FLOP rate
 			PerExpert:            200 * time.Microsecond,
 			Experts:              256,
 			ExpertsPerToken:      8,

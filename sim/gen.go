@@ -474,7 +474,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 		// Room for the prompt's and the output's blocks, so the hashes grow at most once.
 		est := max(p.maxTokens, 0) + len(p.prompt.ids) + len(p.prompt.text)/3
 		for _, m := range p.prompt.messages {
-			est += 6 + len(m.content)/3
+			est += 6 + len(m.content)/3 + s.imageTokens(m.images, nil, 0, nil)
 		}
 		for _, d := range p.prompt.tools {
 			est += ToolOverheadTokens + len(d)/3
