@@ -45,18 +45,17 @@ func (e Encoder) appendImagePrompt(b, prompt []byte) []byte {
 	from := len(b)
 	b = e.kind.AppendMessages(b, userMark)
 	at := from + bytes.IndexByte(b[from:], 0)
-	var tail [32]byte // what follows the messages: "]}" in every built-in kind
-	n := copy(tail[:], b[at+1:])
-	if n < len(b)-at-1 {
-		panic("wire: a kind's messages close with more than 32 bytes")
-	}
+	// What follows the messages ("]}" in every built-in kind), kept on the stack while
+	// the message is appended where it was.
+	var buf [32]byte
+	tail := append(buf[:0], b[at+1:]...)
 	b = b[:at]
 	tp := textPool.Get().(*[]byte)
 	text := AppendJSONContent((*tp)[:0], prompt)
 	b = e.kind.AppendUserMessage(b, text, e.images)
 	*tp = text[:0]
 	textPool.Put(tp)
-	return append(b, tail[:n]...)
+	return append(b, tail...)
 }
 
 // appendDataURL appends img as a data URL's content: "data:MIME;base64,DATA".
