@@ -31,8 +31,11 @@ type chatMessage struct {
 }
 
 type contentPart struct {
-	Type string  `json:"type"`
-	Text *string `json:"text"`
+	Type     string  `json:"type"`
+	Text     *string `json:"text"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
 }
 
 // parsedPrompt is the prompt in one of its forms: text, token ids, or chat messages.
@@ -44,7 +47,12 @@ type parsedPrompt struct {
 	tools    []string // the tool definitions' descriptions (chat, messages, responses)
 }
 
-type parsedMessage struct{ role, content string }
+// parsedMessage is one message of a chat prompt: its role, its text and its images (in
+// the sim's token stream the images' tokens follow the text).
+type parsedMessage struct {
+	role, content string
+	images        []parsedImage
+}
 
 // params is a validated generation request.
 type params struct {
@@ -69,9 +77,15 @@ type genBody struct {
 	Tools json.RawMessage `json:"tools"`
 }
 
-// parseGenRequest decodes and checks a request body of the API. Every problem is a 400
-// naming the field, as vLLM answers.
+// parseGenRequest decodes and checks a request body of the API, its images read to their
+// sizes. Every problem is a 400 naming the field, as vLLM answers.
 func parseGenRequest(body []byte, api apiKind) (*params, error) {
+	return parseLifted(body, func(b []byte) (*params, error) { return parseGenBody(b, api) },
+		func(p *params) []parsedMessage { return p.prompt.messages })
+}
+
+// parseGenBody is parseGenRequest before the images are read (loadImages).
+func parseGenBody(body []byte, api apiKind) (*params, error) {
 	switch api {
 	case apiMessages:
 		return parseMessagesRequest(body, false)
@@ -304,16 +318,20 @@ func parseMessages(raw json.RawMessage) ([]parsedMessage, error) {
 			}
 			var sb strings.Builder
 			for j, p := range parts {
-				if p.Type != "text" || p.Text == nil {
-					return nil, badRequest("messages", "messages[%d].content[%d]: only text parts are supported (type %q)", i, j, p.Type)
+				switch {
+				case p.Type == "text" && p.Text != nil:
+					sb.WriteString(*p.Text)
+				case p.Type == "image_url" && p.ImageURL != nil:
+					out[i].images = append(out[i].images, parsedImage{src: p.ImageURL.URL, url: true, field: fmt.Sprintf("messages[%d].content[%d].image_url", i, j)})
+				default:
+					return nil, badRequest("messages", "messages[%d].content[%d]: only text and image_url parts are supported (type %q)", i, j, p.Type)
 				}
-				sb.WriteString(*p.Text)
 			}
 			text = sb.String()
 		default:
-			return nil, badRequest("messages", "messages[%d].content must be a string or a list of text parts", i)
+			return nil, badRequest("messages", "messages[%d].content must be a string or a list of text and image_url parts", i)
 		}
-		out[i] = parsedMessage{role: m.Role, content: text}
+		out[i].role, out[i].content = m.Role, text
 	}
 	return out, nil
 }
