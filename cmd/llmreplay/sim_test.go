@@ -22,14 +22,15 @@ func TestSimHelpAndInfo(t *testing.T) {
 	if err := run(context.Background(), []string{"sim", "--help"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000", "--reasoning-share 0.75", "--reasoning-usage"} {
+	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000", "--reasoning-share 0.75", "--reasoning-usage", "--pool-max-batched-tokens", "/v1/embeddings"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
 	out.Reset()
 	err := run(context.Background(), []string{"sim", "--profile", "tiny", "--max-batch", "8", "--step-base", "2ms",
-		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--reasoning-share", "0.75", "--reasoning-usage", "--print-info"}, &out, &errb)
+		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--reasoning-share", "0.75", "--reasoning-usage",
+		"--embedding-dim", "96", "--pool-max-batched-tokens", "1024", "--pool-max-batch", "3", "--print-info"}, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,8 @@ func TestSimHelpAndInfo(t *testing.T) {
 	c := in.Config
 	if c.Model != "sim-tiny" || c.MaxBatch != 8 || c.StepBase != 2*time.Millisecond || len(in.Steps) != 8 ||
 		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 ||
-		c.AttentionPerPairNs != 0.25 || c.ReasoningShare != 0.75 || !c.ReasoningUsage {
+		c.AttentionPerPairNs != 0.25 || c.ReasoningShare != 0.75 || !c.ReasoningUsage ||
+		c.EmbeddingDim != 96 || c.PoolMaxBatchedTokens != 1024 || c.PoolMaxBatch != 3 || in.Pooling == nil || in.Pooling.FullStepInputs != 3 {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
@@ -71,6 +73,9 @@ func TestSimBadFlags(t *testing.T) {
 		{"extra"},
 		{"--request-log-writes"}, // without --request-log
 		{"--reasoning-share", "1.5"},
+		{"--embedding-dim", "0"},
+		{"--pool-max-batch", "0"},
+		{"--pool-max-batched-tokens", "-5"},
 	} {
 		err := run(context.Background(), append([]string{"sim", "--print-info"}, args...), io.Discard, io.Discard)
 		var ue *usageError
