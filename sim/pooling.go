@@ -49,6 +49,7 @@ func (c *Config) PoolPrefillTime(tokens int) time.Duration {
 // prompt: cl100k_base for text, the ids' count for token ids.
 func (s *Server) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 	recv, _, _ := earliestArrival(connFrom(r.Context()), time.Now())
+	echoRequestID(w, r)
 	body := s.bodyOr(w, r, writeError)
 	if body == nil {
 		return
@@ -81,11 +82,12 @@ func (s *Server) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 		s.poolBad(w, badRequest(perr.Param, "%s", perr.Msg))
 		return
 	}
-	// The body is built before the inputs run, so that its cost (dims normals an input)
+	// The body is built while the inputs run, so that its cost (dims normals an input)
 	// is not added to the modelled latency.
-	out := pooling.AppendEmbeddings(make([]byte, 0, 128+len(inputs)*(dims*12+48)), rand.Uint64(), time.Now().Unix(),
+	run := s.startPool(recv, inputs)
+	out := pooling.AppendEmbeddings(make([]byte, 0, pooling.EmbeddingsSize(len(inputs), dims)), rand.Uint64(), time.Now().Unix(),
 		s.modelJSON, inputs, s.cfg.EmbeddingDim, dims, b64)
-	s.runPool(w, r, recv, inputs, out)
+	s.finishPool(w, r, run, out)
 }
 
 // serveRerank answers POST /rerank, /v1/rerank and /v2/rerank as vLLM's do_rerank. Each
@@ -93,6 +95,7 @@ func (s *Server) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 // tokens: a cross-encoder reads the two together.
 func (s *Server) serveRerank(w http.ResponseWriter, r *http.Request) {
 	recv, _, _ := earliestArrival(connFrom(r.Context()), time.Now())
+	echoRequestID(w, r)
 	body := s.bodyOr(w, r, writeError)
 	if body == nil {
 		return
@@ -123,8 +126,9 @@ func (s *Server) serveRerank(w http.ResponseWriter, r *http.Request) {
 	if req.TopN != nil {
 		topN = *req.TopN
 	}
+	run := s.startPool(recv, inputs)
 	out := pooling.AppendRerank(make([]byte, 0, 128+len(docs)*64), rand.Uint64(), s.modelJSON, docs, inputs, topN)
-	s.runPool(w, r, recv, inputs, out)
+	s.finishPool(w, r, run, out)
 }
 
 // poolModel answers a request for another model with a 404 and reports whether the
@@ -145,34 +149,51 @@ func (s *Server) poolBad(w http.ResponseWriter, e *apiError) {
 	writeError(w, e)
 }
 
-// runPool runs the inputs through the pooling engine (or, in the fixed profile, holds
-// the answer FixedTTFT after the arrival, with no batching) and then writes body. A
-// client that leaves cancels its inputs.
-func (s *Server) runPool(w http.ResponseWriter, r *http.Request, recv time.Time, inputs []pooling.Input, body []byte) {
-	echoRequestID(w, r)
+// poolRun is a pooling request under way: its inputs on the pooling engine, or in the
+// fixed profile its arrival and inputs.
+type poolRun struct {
+	recv   time.Time
+	inputs []pooling.Input
+	req    *pooling.Request // nil in the fixed profile
+}
+
+// startPool hands the inputs to the pooling engine (the fixed profile has none).
+func (s *Server) startPool(recv time.Time, inputs []pooling.Input) *poolRun {
+	run := &poolRun{recv: recv, inputs: inputs}
+	if s.cfg.Fixed {
+		s.poolInflight.Add(int64(len(inputs)))
+		return run
+	}
+	tokens := make([]int, len(inputs))
+	for i, in := range inputs {
+		tokens[i] = in.Tokens
+	}
+	run.req = s.pool.Submit(recv, tokens)
+	return run
+}
+
+// finishPool waits until the inputs are done (in the fixed profile, FixedTTFT after the
+// arrival, with no batching) and then writes body. A client that leaves cancels its
+// inputs.
+func (s *Server) finishPool(w http.ResponseWriter, r *http.Request, run *poolRun, body []byte) {
 	ctx := r.Context()
 	var arrival, admit, done time.Duration
 	ahead := 0
 	if s.cfg.Fixed {
-		s.poolInflight.Add(int64(len(inputs)))
-		ok := s.sleep(ctx, time.Until(recv.Add(s.realDur(s.cfg.FixedTTFT))))
-		s.poolInflight.Add(-int64(len(inputs)))
+		ok := s.sleep(ctx, time.Until(run.recv.Add(s.realDur(s.cfg.FixedTTFT))))
+		s.poolInflight.Add(-int64(len(run.inputs)))
 		if !ok {
 			return
 		}
-		arrival = scaleDur(recv.Sub(s.epoch), s.cfg.TimeScale)
+		arrival = scaleDur(run.recv.Sub(s.epoch), s.cfg.TimeScale)
 		admit, done = arrival, arrival+s.cfg.FixedTTFT
-		for _, in := range inputs {
+		for _, in := range run.inputs {
 			s.fixedPoolPrompt.Add(int64(in.Tokens))
 			s.e2e.observe(s.cfg.FixedTTFT)
 		}
-		s.poolFixedDone.Add(int64(len(inputs)))
+		s.poolFixedDone.Add(int64(len(run.inputs)))
 	} else {
-		tokens := make([]int, len(inputs))
-		for i, in := range inputs {
-			tokens[i] = in.Tokens
-		}
-		seqs, ok := s.pool.Run(ctx, s.closing, recv, tokens)
+		seqs, ok := run.req.Wait(ctx, s.closing)
 		if !ok {
 			return
 		}

@@ -407,12 +407,12 @@ func TestPoolingLatencyHTTP(t *testing.T) {
 	}
 }
 
-// poolRun drives a pooling scheduler as the engine loop does, with cfg's step model and
+// runSched drives a pooling scheduler as the engine loop does, with cfg's step model and
 // limits: inputs of tokens each arriving every gap of model time (the queue takes each at
 // the first step start at or after its arrival; an idle engine waits for the next). It
 // returns them when all are done, and each step's duration, and fails a step over the
 // token budget.
-func poolRun(t *testing.T, cfg *Config, n, tokens int, gap time.Duration) (seqs []*pooling.Seq, steps []time.Duration) {
+func runSched(t *testing.T, cfg *Config, n, tokens int, gap time.Duration) (seqs []*pooling.Seq, steps []time.Duration) {
 	t.Helper()
 	step := func(prefill, context int, pairs int64) time.Duration {
 		if prefill > cfg.PoolMaxBatchedTokens {
@@ -465,7 +465,7 @@ func TestPoolCoreSchedule(t *testing.T) {
 		cfg.PoolMaxBatch = maxBatch
 		per := min(cfg.PoolMaxBatchedTokens/L, maxBatch)
 		T := cfg.StepTime(per*L, 0, per*L, int64(per)*AttentionPairs(0, L))
-		seqs, steps := poolRun(t, &cfg, n, L, 0)
+		seqs, steps := runSched(t, &cfg, n, L, 0)
 		if len(steps) != (n+per-1)/per {
 			t.Errorf("max batch %d: %d steps, want %d", maxBatch, len(steps), (n+per-1)/per)
 		}
@@ -502,7 +502,7 @@ func TestPoolCoreKnee(t *testing.T) {
 	single := cfg.StepTime(L, 0, L, AttentionPairs(0, L))
 
 	// Below the knee: an input every step and a bit.
-	seqs, _ := poolRun(t, &cfg, n, L, single+time.Microsecond)
+	seqs, _ := runSched(t, &cfg, n, L, single+time.Microsecond)
 	for i, s := range seqs {
 		if s.Done-s.Arrival != single {
 			t.Fatalf("light load: input %d took %v, want one step, %v", i, s.Done-s.Arrival, single)
@@ -510,7 +510,7 @@ func TestPoolCoreKnee(t *testing.T) {
 	}
 	// Past the knee: inputs offered at twice the capacity.
 	gap := time.Duration(float64(L) / (2 * capRate) * 1e9)
-	seqs, steps := poolRun(t, &cfg, n, L, gap)
+	seqs, steps := runSched(t, &cfg, n, L, gap)
 	span := seqs[n-1].Done - seqs[0].Arrival
 	rate := float64(n*L) / span.Seconds()
 	if rate > capRate*(1+1e-9) || rate < 0.95*capRate {
@@ -624,16 +624,36 @@ func TestPoolingInfo(t *testing.T) {
 		}
 		in := Analyze(cfg).Pooling
 		ref := cfg.RefContextTokens
-		one, _ := poolRun(t, &cfg, 1, ref, 0)
+		one, _ := runSched(t, &cfg, 1, ref, 0)
 		if ms := one[0].Done.Seconds() * 1e3; ms != in.SingleInputMs {
 			t.Errorf("%s: one input took %v ms, info says %v", name, ms, in.SingleInputMs)
 		}
-		seqs, steps := poolRun(t, &cfg, 3*in.FullStepInputs, ref, 0)
+		seqs, steps := runSched(t, &cfg, 3*in.FullStepInputs, ref, 0)
 		if len(steps) != 3 || steps[0].Seconds()*1e3 != in.FullStepMs || steps[2] != steps[0] {
 			t.Errorf("%s: steps %v, info says 3 of %v ms", name, steps, in.FullStepMs)
 		}
 		if rate := float64(len(seqs)*ref) / seqs[len(seqs)-1].Done.Seconds(); math.Abs(rate-in.MaxTokPerSec) > 1e-9*rate {
 			t.Errorf("%s: burst at %v tok/s, info says %v", name, rate, in.MaxTokPerSec)
+		}
+	}
+}
+
+// TestPoolingRequestID: the pooling endpoints echo X-Request-Id as the generation ones
+// do, on an answer and on an error.
+func TestPoolingRequestID(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 1000
+	r := startSim(t, cfg)
+	for _, body := range []string{`{"input":"a"}`, `{"input":[]}`} {
+		req, _ := http.NewRequest(http.MethodPost, r.BaseURL()+"/embeddings", strings.NewReader(body))
+		req.Header.Set(RequestIDHeader, "run-7")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get(RequestIDHeader); got != "run-7" {
+			t.Errorf("%s: %s %q, want run-7", body, RequestIDHeader, got)
 		}
 	}
 }

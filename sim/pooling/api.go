@@ -173,6 +173,11 @@ func CheckLen(param string, i, n, maxLen int, operation string) *Error {
 	return nil
 }
 
+// EmbeddingsSize is room enough for the response of n inputs of dims components as
+// floats (a float32's shortest form, its sign and a comma take at most 16 bytes; base64
+// takes under 6), so that building it does not grow the buffer.
+func EmbeddingsSize(n, dims int) int { return 160 + n*(dims*16+64) }
+
 // AppendEmbeddings appends vLLM's EmbeddingResponse for the inputs:
 // {"id":"embd-…","object":"list","created","model","data":[{"index","object":"embedding",
 // "embedding"}],"usage":{"prompt_tokens","total_tokens","completion_tokens":0,

@@ -226,36 +226,48 @@ func (e *Engine) Stats() Stats {
 	return Stats{len(c.running) + e.ending, c.waitingLen() + len(e.inbox), c.promptTokens, c.done, c.steps}
 }
 
-// Run submits one request's inputs (their token counts), received at recv, and waits
-// until all are done; it returns them with their model times, or false when ctx or stop
-// ended first (the inputs are then canceled).
-func (e *Engine) Run(ctx context.Context, stop <-chan struct{}, recv time.Time, tokens []int) ([]*Seq, bool) {
+// Submit hands one request's inputs (their token counts), received at recv, to the
+// engine; they are queued together at the start of the next step. Wait for them with
+// the Request returned.
+func (e *Engine) Submit(recv time.Time, tokens []int) *Request {
 	g := &group{notify: make(chan struct{}, 1)}
 	g.left.Store(int64(len(tokens)))
-	seqs := make([]*Seq, len(tokens))
+	r := &Request{g: g, seqs: make([]*Seq, len(tokens))}
 	for i, n := range tokens {
-		seqs[i] = &Seq{Tokens: n, recv: recv, group: g}
+		r.seqs[i] = &Seq{Tokens: n, recv: recv, group: g}
 	}
 	e.mu.Lock()
-	e.inbox = append(e.inbox, seqs...)
+	e.inbox = append(e.inbox, r.seqs...)
 	e.mu.Unlock()
 	select {
 	case e.wakeCh <- struct{}{}:
 	default:
 	}
-	for g.left.Load() > 0 {
+	return r
+}
+
+// Request is a submitted request's inputs.
+type Request struct {
+	g    *group
+	seqs []*Seq
+}
+
+// Wait blocks until every input is done and returns them with their model times, or
+// returns false when ctx or stop ended first (the inputs are then canceled).
+func (r *Request) Wait(ctx context.Context, stop <-chan struct{}) ([]*Seq, bool) {
+	for r.g.left.Load() > 0 {
 		select {
-		case <-g.notify:
+		case <-r.g.notify:
 			continue
 		case <-ctx.Done():
 		case <-stop:
 		}
-		for _, s := range seqs {
+		for _, s := range r.seqs {
 			s.canceled.Store(true)
 		}
 		return nil, false
 	}
-	return seqs, true
+	return r.seqs, true
 }
 
 func (e *Engine) model(t time.Time) time.Duration {
