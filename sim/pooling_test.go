@@ -6,12 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -655,5 +657,79 @@ func TestPoolingRequestID(t *testing.T) {
 		if got := resp.Header.Get(RequestIDHeader); got != "run-7" {
 			t.Errorf("%s: %s %q, want run-7", body, RequestIDHeader, got)
 		}
+	}
+}
+
+// TestPoolingConcurrentHTTP: 32 clients in closed loop against the real-time engine.
+// Every answer is ok, no input is faster than alone on an idle engine, the engine never
+// beats the budget's rate (/sim/info's max_tok_per_sec at this input length), and
+// /metrics agrees with the answers: prompt tokens with their usage, successes and the
+// e2e histogram's count and sum with their inputs and their headers' latencies.
+func TestPoolingConcurrentHTTP(t *testing.T) {
+	cfg, _ := Profile("tiny")
+	cfg.TimeScale = 20
+	const L = 128
+	cfg.RefContextTokens = L
+	r := startSim(t, cfg)
+	body, _ := json.Marshal(map[string]any{"input": [][]int{ids(L)}})
+	type answer struct {
+		arrival, admit, done time.Duration
+		tokens               int
+	}
+	const clients, each = 32, 8
+	answers := make(chan answer, clients*each)
+	errs := make(chan string, clients*each)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for range each {
+				res := postPool(t, r.BaseURL()+"/embeddings", string(body))
+				var e embeddingsResponse
+				if res.status != 200 || json.Unmarshal(res.body, &e) != nil {
+					errs <- fmt.Sprintf("%d %s", res.status, res.body)
+					continue
+				}
+				answers <- answer{res.modelNs(t, HeaderPoolArrival), res.modelNs(t, HeaderPoolAdmit), res.modelNs(t, HeaderPoolDone), int(e.Usage["prompt_tokens"].(float64))}
+			}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	var tokens int
+	var sum float64
+	first, last := time.Duration(math.MaxInt64), time.Duration(0)
+	alone := cfg.PoolPrefillTime(L)
+	for a := range answers {
+		tokens += a.tokens
+		sum += (a.done - a.arrival).Seconds()
+		first, last = min(first, a.admit), max(last, a.done)
+		if a.done-a.arrival < alone || a.admit < a.arrival {
+			t.Errorf("arrival %v admit %v done %v: faster than alone (%v)", a.arrival, a.admit, a.done, alone)
+		}
+	}
+	if rate, capRate := float64(tokens)/(last-first).Seconds(), Analyze(cfg).Pooling.MaxTokPerSec; rate > capRate*(1+1e-9) {
+		t.Errorf("%.0f tok/s, over the budget's %.0f", rate, capRate)
+	}
+	ss, _ := scrapeSamples(t, r, "")
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"vllm:prompt_tokens_total", float64(tokens)},
+		{"vllm:e2e_request_latency_seconds_count", clients * each},
+	} {
+		if v, _ := sampleValue(ss, c.name); v != c.want {
+			t.Errorf("%s = %v, want %v", c.name, v, c.want)
+		}
+	}
+	if v, _ := sampleValue(ss, "vllm:request_success_total", "finished_reason", "stop"); v != clients*each {
+		t.Errorf("successes %v, want %d", v, clients*each)
+	}
+	if v, _ := sampleValue(ss, "vllm:e2e_request_latency_seconds_sum"); math.Abs(v-sum) > 1e-9*sum {
+		t.Errorf("e2e sum %v, want the answers' %v", v, sum)
 	}
 }
