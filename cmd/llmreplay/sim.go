@@ -221,6 +221,10 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 		} else {
 			fmt.Fprintln(stderr, "  prefix cache: off")
 		}
+		if p := in.Pooling; p != nil {
+			fmt.Fprintf(stderr, "  embeddings, rerank: inputs of %d tokens take %.2f ms alone, at most %.0f tok/s (%.1f inputs/s) under load; %d tokens a step, %d inputs at once\n",
+				p.RefInputTokens, p.SingleInputMs, p.MaxTokPerSec, p.MaxInputsPerSec, p.MaxBatchedTokens, p.MaxBatch)
+		}
 	}
 	if cfg.RequestLog != "" {
 		w := ""

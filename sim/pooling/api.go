@@ -140,7 +140,8 @@ func parseList(items []json.RawMessage) (texts []string, ids [][]int, err *Error
 	default:
 		one := make([]int, len(items))
 		for i, it := range items {
-			if e := json.Unmarshal(it, &one[i]); e != nil {
+			// A null would read as 0: only numbers are token ids.
+			if it = bytes.TrimSpace(it); len(it) == 0 || (it[0] != '-' && (it[0] < '0' || it[0] > '9')) || json.Unmarshal(it, &one[i]) != nil {
 				return nil, nil, wrong
 			}
 		}
@@ -225,8 +226,13 @@ func (r *RerankRequest) Parse() (query string, docs []string, err *Error) {
 	if len(q) == 0 || q[0] != '"' || json.Unmarshal(q, &query) != nil {
 		return "", nil, bad("query", "query is required and must be a string")
 	}
-	if json.Unmarshal(r.Documents, &docs) != nil || docs == nil {
+	var ptrs []*string // a null document would read as ""
+	if json.Unmarshal(r.Documents, &ptrs) != nil || ptrs == nil || slices.Contains(ptrs, nil) {
 		return "", nil, bad("documents", "documents is required and must be a list of strings")
+	}
+	docs = make([]string, len(ptrs))
+	for i, p := range ptrs {
+		docs[i] = *p
 	}
 	if len(docs) == 0 {
 		// vLLM's _validate_score_input_lens (score/utils.py).

@@ -1,6 +1,7 @@
 package pooling
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 )
@@ -37,4 +38,31 @@ func TestEmbeddingsSize(t *testing.T) {
 			t.Errorf("dims %d: %d bytes, over EmbeddingsSize's %d", dims, len(out), size)
 		}
 	}
+}
+
+// FuzzParseInput: any body's input either is refused naming input, or gives at least one
+// input, all of one kind, every token id in range; and it never panics.
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{`"a"`, `["a","b"]`, `[1,2]`, `[[1],[2,3]]`, `[]`, `[null]`, `[[]]`, `5`, `{"a":1}`, `["a",1]`, `[-1]`, `[1e3]`, ` [ 1 ] `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		texts, ids, err := ParseInput(json.RawMessage(raw), 1000)
+		if err != nil {
+			if err.Param != "input" || err.Msg == "" {
+				t.Fatalf("%q: error %+v", raw, err)
+			}
+			return
+		}
+		if len(texts)+len(ids) == 0 || (texts != nil && ids != nil) {
+			t.Fatalf("%q: %d texts and %d id lists", raw, len(texts), len(ids))
+		}
+		for _, l := range ids {
+			for _, id := range l {
+				if id < 0 || id >= 1000 {
+					t.Fatalf("%q: id %d out of range", raw, id)
+				}
+			}
+		}
+	})
 }
