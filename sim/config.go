@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmreplay/llmreplay/sim/pooling"
 )
 
 // Config is every parameter of the simulated engine. Durations are model time: the engine
@@ -74,6 +76,16 @@ type Config struct {
 	// RefContextTokens is the per-sequence context at which Info's analytical figures are
 	// computed.
 	RefContextTokens int `json:"ref_context_tokens"`
+
+	// The pooling engine (/v1/embeddings, /rerank): a scheduler of its own, as vLLM serves
+	// a pooling model from an instance of its own, with the step coefficients above.
+	// EmbeddingDim is the length of the vectors /v1/embeddings returns (the model's
+	// hidden size); PoolMaxBatchedTokens is its per-step token budget and PoolMaxBatch
+	// caps its running inputs (vLLM's max_num_batched_tokens and max_num_seqs for a
+	// pooling model). See pooling.go and docs/sim.md.
+	EmbeddingDim         int `json:"embedding_dim"`
+	PoolMaxBatchedTokens int `json:"pool_max_batched_tokens"`
+	PoolMaxBatch         int `json:"pool_max_batch"`
 
 	// PrefixCache turns on automatic prefix caching (vLLM's and SGLang's default): full
 	// blocks of PrefixBlockTokens prompt tokens, named by the hash chain of their tokens,
@@ -240,6 +252,9 @@ var profiles = map[string]func() Config{
 			MaxBatchedTokens:     2048,
 			MaxBatch:             16,
 			RefContextTokens:     128,
+			EmbeddingDim:         256,
+			PoolMaxBatchedTokens: 4096,
+			PoolMaxBatch:         16,
 			PrefixCache:          true,
 			PrefixBlockTokens:    16,
 			DefaultMaxTokens:     16,
@@ -270,10 +285,41 @@ var profiles = map[string]func() Config{
 			MaxBatchedTokens:     8192,
 			MaxBatch:             256,
 			RefContextTokens:     1024,
+			EmbeddingDim:         1024,
+			PoolMaxBatchedTokens: 32768,
+			PoolMaxBatch:         256,
 			PrefixCache:          true,
 			PrefixBlockTokens:    16,
 			DefaultMaxTokens:     16,
 			DefaultChatMaxTokens: 1024,
+			TimeScale:            1,
+			Seed:                 1,
+		}
+	},
+	// embed-0.6b-1gpu: a 0.6B dense embedding model (Qwen3-Embedding-0.6B's shape: 28
+	// layers, hidden size 1024, 16 query and 8 KV heads of 128) on one H100-class GPU,
+	// served by vLLM's pooling runner. The coefficients are estimates, derived in
+	// docs/sim.md (Pooling: embeddings and rerank).
+	"embed-0.6b-1gpu": func() Config {
+		return Config{
+			Model:                "sim-embed-0.6b",
+			MaxModelLen:          32768,
+			StepBase:             2 * time.Millisecond,
+			PrefillPerToken:      5 * time.Microsecond,
+			DecodePerSeq:         10 * time.Microsecond,
+			ContextPerToken:      40 * time.Nanosecond,
+			AttentionPerPairNs:   0.95, // 229 kFLOP a pair at the prefill term's FLOP rate
+			KVCacheTokens:        600_000,
+			MaxBatchedTokens:     8192, // vLLM's API-server defaults on an H100-class GPU
+			MaxBatch:             1024,
+			RefContextTokens:     512,
+			EmbeddingDim:         1024,
+			PoolMaxBatchedTokens: 32768, // vLLM raises the budget to this for a pooling model
+			PoolMaxBatch:         1024,
+			PrefixCache:          true,
+			PrefixBlockTokens:    16,
+			DefaultMaxTokens:     16,
+			DefaultChatMaxTokens: 256,
 			TimeScale:            1,
 			Seed:                 1,
 		}
@@ -289,6 +335,9 @@ var profiles = map[string]func() Config{
 			KVCacheTokens:        1 << 20,
 			MaxBatchedTokens:     1 << 20,
 			MaxBatch:             1 << 20,
+			EmbeddingDim:         1024,
+			PoolMaxBatchedTokens: 1 << 20,
+			PoolMaxBatch:         1 << 20,
 			DefaultMaxTokens:     16,
 			DefaultChatMaxTokens: 256,
 			TimeScale:            1,
@@ -297,7 +346,8 @@ var profiles = map[string]func() Config{
 	},
 }
 
-// Profile returns the named parameter set: "tiny", "moe-230b-8gpu" or "fixed".
+// Profile returns the named parameter set: "tiny", "moe-230b-8gpu", "embed-0.6b-1gpu" or
+// "fixed".
 func Profile(name string) (Config, error) {
 	p, ok := profiles[name]
 	if !ok {
@@ -384,6 +434,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.imageRule(); err != nil {
 		bad("image_rule", "%v", err)
+	}
+	if c.EmbeddingDim < 1 || c.EmbeddingDim > pooling.MaxEmbeddingDim {
+		bad("embedding_dim", "%d not in [1, %d]", c.EmbeddingDim, pooling.MaxEmbeddingDim)
+	}
+	if c.PoolMaxBatch < 1 {
+		bad("pool_max_batch", "%d < 1", c.PoolMaxBatch)
+	}
+	if c.PoolMaxBatchedTokens < 1 {
+		bad("pool_max_batched_tokens", "%d < 1", c.PoolMaxBatchedTokens)
 	}
 	if c.RequestLogWrites && c.RequestLog == "" {
 		bad("request_log_writes", "set without request_log")

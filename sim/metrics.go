@@ -29,6 +29,7 @@ type simCollector struct {
 	pcQueries, pcHits, pcBlocks, pcFree, pcEvict   *prometheus.Desc // prefix cache on
 	logDropped                                     *prometheus.Desc // request log on
 	steps, modelTime, lag, badRequests, faults     *prometheus.Desc
+	e2e, poolSteps                                 *prometheus.Desc // pooling.go
 	fixedLate, fixedStreams                        *prometheus.Desc // fixed profile
 }
 
@@ -52,6 +53,8 @@ func newSimCollector(s *Server) *simCollector {
 		lag:         d("llmreplay_sim_lag_seconds", "How far the engine loop was behind real time at its last step (0 = on time; > 0 means the machine limits the sim)."),
 		badRequests: d("llmreplay_sim_bad_requests_total", "Requests answered 4xx for bad input."),
 		faults:      d("llmreplay_sim_faults_total", "Faults injected, by kind.", "kind"),
+		e2e:         d("vllm:e2e_request_latency_seconds", "End-to-end latency of finished requests in model seconds: arrival to the step that finished them (each input of an embeddings or rerank request counts, as in vLLM)."),
+		poolSteps:   d("llmreplay_sim_pooling_steps_total", "Steps of the pooling engine (embeddings and rerank)."),
 	}
 	if s.prefix {
 		c.pcQueries = d("vllm:prefix_cache_queries_total", "Prefix cache queries: prompt tokens of the requests admitted.")
@@ -73,7 +76,7 @@ func newSimCollector(s *Server) *simCollector {
 func (c *simCollector) descs() []*prometheus.Desc {
 	all := []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.promptTok, c.genTok, c.success,
 		c.pcQueries, c.pcHits, c.pcBlocks, c.pcFree, c.pcEvict, c.logDropped,
-		c.kvUsed, c.steps, c.modelTime, c.lag, c.badRequests, c.faults, c.fixedLate, c.fixedStreams}
+		c.kvUsed, c.steps, c.modelTime, c.lag, c.badRequests, c.faults, c.fixedLate, c.fixedStreams, c.e2e, c.poolSteps}
 	out := all[:0]
 	for _, d := range all {
 		if d != nil {
@@ -114,6 +117,10 @@ func (c *simCollector) Collect(ch chan<- prometheus.Metric) {
 		running = int(s.inflight.Load())
 		promptTok, genTok = s.fixedPrompt.Load(), s.fixedGen.Load()
 	}
+	// The pooling engine's inputs are engine requests as vLLM counts them: running,
+	// waiting, their prompt tokens, and finished with reason stop.
+	pRunning, pWaiting, pPrompt, pDone, pSteps := s.poolCounts()
+	running, waiting, promptTok = running+pRunning, waiting+pWaiting, promptTok+pPrompt
 	kvFrac := 0.0
 	if s.cfg.KVCacheTokens > 0 {
 		kvFrac = float64(kvUsed) / float64(s.cfg.KVCacheTokens)
@@ -131,7 +138,7 @@ func (c *simCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.promptTok, float64(promptTok))
 	counter(c.genTok, float64(genTok))
 	counter(c.success, float64(s.finishedLength.Load()), "length")
-	counter(c.success, float64(s.finishedStop.Load()), "stop")
+	counter(c.success, float64(s.finishedStop.Load()+pDone), "stop")
 	if s.prefix {
 		counter(c.pcQueries, float64(pcQueries))
 		counter(c.pcHits, float64(pcHits))
@@ -147,6 +154,9 @@ func (c *simCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.modelTime, modelNow)
 	gauge(c.lag, lag)
 	counter(c.badRequests, float64(s.badRequests.Load()))
+	n, sum, buckets := s.e2e.snapshot()
+	ch <- prometheus.MustNewConstHistogram(c.e2e, n, sum, buckets)
+	counter(c.poolSteps, float64(pSteps))
 	for i, n := range faultNames {
 		counter(c.faults, float64(s.faultCount[i].Load()), n)
 	}

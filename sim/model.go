@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/sim/pooling"
 )
 
 // StepTime returns the model duration of one engine step that runs prefillTokens prompt
@@ -127,6 +128,8 @@ type Info struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// PrefixCache describes the automatic prefix cache (engine profiles).
 	PrefixCache *PrefixCacheInfo `json:"prefix_cache,omitempty"`
+	// Pooling is the pooling engine's figures (engine profiles; package pooling).
+	Pooling *pooling.Info `json:"pooling,omitempty"`
 	// Fixed profile: exact TTFT and ITL in milliseconds (model time).
 	FixedTTFTMs float64 `json:"fixed_ttft_ms,omitempty"`
 	FixedITLMs  float64 `json:"fixed_itl_ms,omitempty"`
@@ -168,6 +171,7 @@ func Analyze(c Config) Info {
 		return in
 	}
 	in.StepFormula = stepFormula
+	in.Pooling = pooling.Analyze(c.poolStep, c.poolLimits(), c.EmbeddingDim, c.RefContextTokens)
 	in.PrefixCache = &PrefixCacheInfo{Enabled: c.PrefixCache}
 	if c.PrefixCache {
 		in.PrefixCache.BlockTokens = c.PrefixBlockTokens

@@ -66,6 +66,9 @@ func (a *reply) recordOK() {
 // answered ends a request answered in full: counted, its record ok, its trailers set.
 func (s *Server) answered(a *reply) {
 	s.finished(&a.pl)
+	if tm := a.src.times(); tm.last > 0 {
+		s.e2e.observe(tm.last - tm.arrival)
+	}
 	if a.rec != nil {
 		a.rec.Outcome = "ok"
 	}

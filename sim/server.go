@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/sim/pooling"
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 
@@ -26,8 +27,9 @@ type Server struct {
 	cfg   Config
 	info  Info
 	enc   *tokenize.Encoding
-	rule  media.Rule // counts a request's images (Config.ImageRule)
-	eng   *engine    // nil for the fixed profile
+	rule  media.Rule      // counts a request's images (Config.ImageRule)
+	eng   *engine         // nil for the fixed profile
+	pool  *pooling.Engine // the pooling engine (pooling.go); nil for the fixed profile
 	epoch time.Time
 	mux   *http.ServeMux
 
@@ -43,6 +45,9 @@ type Server struct {
 	finishedLength, finishedStop atomic.Int64
 	badRequests                  atomic.Int64
 	faultCount                   [numFaults]atomic.Int64
+	e2e                          e2eHist // vllm:e2e_request_latency_seconds, model time
+	// The fixed profile's pooling inputs: being served, their tokens, and done.
+	poolInflight, fixedPoolPrompt, poolFixedDone atomic.Int64
 
 	modelJSON      []byte // the model name as a JSON string, for chunk heads
 	counts         countCache
@@ -124,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 	} else {
 		s.eng = newEngine(&s.cfg)
 		s.epoch = s.eng.epoch
+		s.pool = pooling.NewEngine(s.cfg.poolStep, s.cfg.poolLimits(), s.epoch, s.cfg.TimeScale)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiCompletions) })
@@ -131,6 +137,10 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("/v1/messages", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiMessages) })
 	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveGen(w, r, apiResponses) })
 	mux.HandleFunc("/v1/messages/count_tokens", s.serveCountTokens)
+	mux.HandleFunc("/v1/embeddings", s.serveEmbeddings)
+	for _, p := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} { // vLLM serves all three
+		mux.HandleFunc(p, s.serveRerank)
+	}
 	mux.HandleFunc("/v1/models", s.serveModels)
 	mux.HandleFunc("/tokenize", s.serveTokenize)
 	mux.Handle("/metrics", s.metricsHandler())
@@ -144,7 +154,8 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler serves /v1/models, /v1/completions, /v1/chat/completions, /v1/messages,
-// /v1/messages/count_tokens, /v1/responses, /tokenize, /metrics, /sim/info and /health.
+// /v1/messages/count_tokens, /v1/responses, /v1/embeddings, /rerank (and /v1/rerank,
+// /v2/rerank), /tokenize, /metrics, /sim/info and /health.
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Info returns the configuration and its analytical limits.
@@ -168,6 +179,7 @@ func (s *Server) stop() {
 		close(s.closing)
 		if s.eng != nil {
 			s.eng.close()
+			s.pool.Close()
 		}
 		s.schedOnce.Do(func() {}) // none is started after this
 		s.sched.close()

@@ -18,7 +18,7 @@ import (
 func init() {
 	register(&command{
 		name:    "sim",
-		summary: "serve the simulated continuous-batching engine (OpenAI, Anthropic Messages and Responses APIs, no GPU)",
+		summary: "serve the simulated continuous-batching engine (OpenAI, Anthropic Messages and Responses APIs, embeddings and rerank; no GPU)",
 		run:     runSim,
 	})
 }
@@ -53,11 +53,19 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Override the model: twice the KV cache, batch cap 512; print the analytical limits and exit
   llmreplay sim --kv-cache-tokens 2000000 --max-batch 512 --max-batched-tokens 16384 --print-info
 
+  # An embedding model (0.6B, one GPU) serving /v1/embeddings and /rerank; a smaller
+  # per-step budget moves the knee a sweep finds
+  llmreplay sim --profile embed-0.6b-1gpu --pool-max-batched-tokens 8192
+
   # Try it
   curl -N http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \
     -d '{"prompt":"Hello","max_tokens":20,"stream":true,"stream_options":{"include_usage":true}}'
   curl -N http://127.0.0.1:8000/v1/messages -H 'Content-Type: application/json' \
     -d '{"model":"sim-moe-230b","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"Hello"}]}'
+  curl http://127.0.0.1:8000/v1/embeddings -H 'Content-Type: application/json' \
+    -d '{"input":["Hello","world"],"dimensions":8}'
+  curl http://127.0.0.1:8000/rerank -H 'Content-Type: application/json' \
+    -d '{"query":"capital of France","documents":["Paris","Berlin"],"top_n":1}'
   curl http://127.0.0.1:8000/sim/info`
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -139,7 +147,10 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.StringVar(&o.KVAdmission, "kv-admission", sim.KVReserve, "KV allocation: reserve (prompt + whole output at admission: never preempts) or on-demand (a token per step, as vLLM v1; the newest running request is preempted and recomputed when the cache is full), e.g. --kv-admission on-demand")
 	fs.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, "per-step token budget (decodes + prefill chunks)")
 	fs.IntVar(&o.MaxBatch, "max-batch", 0, "max running sequences")
-	fs.IntVar(&o.RefContextTokens, "ref-context-tokens", 0, "per-sequence context for the analytical figures")
+	fs.IntVar(&o.RefContextTokens, "ref-context-tokens", 0, "per-sequence context for the analytical figures (and the input length of the pooling figures)")
+	fs.IntVar(&o.EmbeddingDim, "embedding-dim", 0, "length of the vectors /v1/embeddings returns, e.g. --embedding-dim 4096")
+	fs.IntVar(&o.PoolMaxBatchedTokens, "pool-max-batched-tokens", 0, "pooling engine (embeddings, rerank): per-step token budget (vLLM's max_num_batched_tokens for a pooling model)")
+	fs.IntVar(&o.PoolMaxBatch, "pool-max-batch", 0, "pooling engine: max inputs running at once (vLLM's max_num_seqs)")
 	fs.IntVar(&o.PrefixBlockTokens, "prefix-block-tokens", 16, "prefix cache block size in tokens (vLLM's default block size)")
 	fs.DurationVar(&o.FixedTTFT, "ttft", 0, "fixed profile: time to first token")
 	fs.DurationVar(&o.FixedITL, "itl", 0, "fixed profile: time between tokens")
@@ -191,6 +202,9 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("max-batched-tokens", &cfg.MaxBatchedTokens, &o.MaxBatchedTokens)
 	set("max-batch", &cfg.MaxBatch, &o.MaxBatch)
 	set("ref-context-tokens", &cfg.RefContextTokens, &o.RefContextTokens)
+	set("embedding-dim", &cfg.EmbeddingDim, &o.EmbeddingDim)
+	set("pool-max-batched-tokens", &cfg.PoolMaxBatchedTokens, &o.PoolMaxBatchedTokens)
+	set("pool-max-batch", &cfg.PoolMaxBatch, &o.PoolMaxBatch)
 	set("prefix-block-tokens", &cfg.PrefixBlockTokens, &o.PrefixBlockTokens)
 	set("ttft", &cfg.FixedTTFT, &o.FixedTTFT)
 	set("itl", &cfg.FixedITL, &o.FixedITL)
@@ -217,6 +231,10 @@ func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile st
 			fmt.Fprintf(stderr, "  prefix cache: blocks of %d tokens, up to %d blocks in free KV space (--no-prefix-cache turns it off)\n", pc.BlockTokens, pc.CapacityBlocks)
 		} else {
 			fmt.Fprintln(stderr, "  prefix cache: off")
+		}
+		if p := in.Pooling; p != nil {
+			fmt.Fprintf(stderr, "  embeddings, rerank: inputs of %d tokens take %.2f ms alone, at most %.0f tok/s (%.1f inputs/s) under load; %d tokens a step, %d inputs at once\n",
+				p.RefInputTokens, p.SingleInputMs, p.MaxTokPerSec, p.MaxInputsPerSec, p.MaxBatchedTokens, p.MaxBatch)
 		}
 	}
 	if cfg.RequestLog != "" {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -22,14 +23,15 @@ func TestSimHelpAndInfo(t *testing.T) {
 	if err := run(context.Background(), []string{"sim", "--help"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000", "--reasoning-share 0.75", "--reasoning-usage"} {
+	for _, want := range []string{"Examples:", "--fault", "--time-scale", "--kv-cache-tokens", "llmreplay sim --addr 127.0.0.1:8000", "--reasoning-share 0.75", "--reasoning-usage", "--pool-max-batched-tokens", "/v1/embeddings"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
 	out.Reset()
 	err := run(context.Background(), []string{"sim", "--profile", "tiny", "--max-batch", "8", "--step-base", "2ms",
-		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--reasoning-share", "0.75", "--reasoning-usage", "--print-info"}, &out, &errb)
+		"--attention-per-pair", "0.25", "--fault", "503=0.25", "--fault", "stall=0.5:3s", "--reasoning-share", "0.75", "--reasoning-usage",
+		"--embedding-dim", "96", "--pool-max-batched-tokens", "1024", "--pool-max-batch", "3", "--print-info"}, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,8 @@ func TestSimHelpAndInfo(t *testing.T) {
 	c := in.Config
 	if c.Model != "sim-tiny" || c.MaxBatch != 8 || c.StepBase != 2*time.Millisecond || len(in.Steps) != 8 ||
 		c.Faults.Status503 != 0.25 || c.Faults.Stall != 0.5 || c.Faults.StallFor != 3*time.Second || c.DecodePerSeq == 0 ||
-		c.AttentionPerPairNs != 0.25 || c.ReasoningShare != 0.75 || !c.ReasoningUsage {
+		c.AttentionPerPairNs != 0.25 || c.ReasoningShare != 0.75 || !c.ReasoningUsage ||
+		c.EmbeddingDim != 96 || c.PoolMaxBatchedTokens != 1024 || c.PoolMaxBatch != 3 || in.Pooling == nil || in.Pooling.FullStepInputs != 3 {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
@@ -71,6 +74,9 @@ func TestSimBadFlags(t *testing.T) {
 		{"extra"},
 		{"--request-log-writes"}, // without --request-log
 		{"--reasoning-share", "1.5"},
+		{"--embedding-dim", "0"},
+		{"--pool-max-batch", "0"},
+		{"--pool-max-batched-tokens", "-5"},
 	} {
 		err := run(context.Background(), append([]string{"sim", "--print-info"}, args...), io.Discard, io.Discard)
 		var ue *usageError
@@ -184,5 +190,49 @@ func TestSimPrefixCacheFlags(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "prefix") {
 			t.Errorf("%v: got %v, want a usage error naming the flag", args, err)
 		}
+	}
+}
+
+// TestSimServesEmbeddings: `llmreplay sim --profile embed-0.6b-1gpu` serves
+// /v1/embeddings at the announced base URL and /rerank beside it, and its banner states
+// the pooling engine's figures.
+func TestSimServesEmbeddings(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sim", "--addr", "127.0.0.1:0", "--profile", "embed-0.6b-1gpu", "--time-scale", "100"}, io.Discard, &errb)
+	}()
+	re := regexp.MustCompile(`http://127\.0\.0\.1:\d+/v1`)
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		base = re.FindString(errb.String())
+	}
+	if base == "" {
+		t.Fatalf("no base URL announced: %q", errb.String())
+	}
+	for _, c := range []struct{ url, body, want string }{
+		{base + "/embeddings", `{"input":["a","b c"]}`, `"usage":{"prompt_tokens":3,"total_tokens":3`},
+		{strings.TrimSuffix(base, "/v1") + "/rerank", `{"query":"q","documents":["a","b c"]}`, `"usage":{"prompt_tokens":5,"total_tokens":5}`},
+	} {
+		resp, err := http.Post(c.url, "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s, want %s", c.url, resp.StatusCode, b, c.want)
+		}
+	}
+	cfg, _ := sim.Profile("embed-0.6b-1gpu")
+	p := sim.Analyze(cfg).Pooling
+	if !strings.Contains(errb.String(), fmt.Sprintf("embeddings, rerank: inputs of %d tokens take %.2f ms alone", p.RefInputTokens, p.SingleInputMs)) {
+		t.Errorf("banner does not state the pooling figures: %q", errb.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("after cancel: %v", err)
 	}
 }
