@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -116,7 +117,7 @@ func DefaultConfig() Config {
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, CalibrateMaxError: DefaultCalibrateMaxError, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
-		ScrapeInterval: DefaultScrapeInterval,
+		ScrapeInterval: scrape.DefaultInterval,
 	}
 }
 
@@ -208,13 +209,13 @@ const MinScrapeInterval = 100 * time.Millisecond
 // validateScrape checks --scrape and --scrape-interval (any host: the user names it).
 func (c *Config) validateScrape() error {
 	for _, s := range c.Scrape {
-		if s == ScrapeNone {
+		if s == scrape.None {
 			if len(c.Scrape) > 1 {
 				return configErrorf("--scrape none: turns scraping off, so it cannot be given with a URL")
 			}
 			continue
 		}
-		if _, err := ParseScrapeURL(s); err != nil {
+		if _, err := scrape.ParseURL(s); err != nil {
 			return configErrorf("--scrape %v", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -628,7 +629,7 @@ func (p *preparer) scrape(ctx context.Context) error {
 	cfg := p.cfg
 	iv := cfg.ScrapeInterval
 	switch {
-	case len(cfg.Scrape) == 1 && cfg.Scrape[0] == ScrapeNone:
+	case len(cfg.Scrape) == 1 && cfg.Scrape[0] == scrape.None:
 		return nil
 	case len(cfg.Scrape) > 0:
 		p.scrapeURLs = append([]string(nil), cfg.Scrape...)
@@ -640,7 +641,7 @@ func (p *preparer) scrape(ctx context.Context) error {
 		return nil
 	}
 	u := wire.MetricsURL(p.base)
-	n, err := Probe(ctx, u, cfg.Insecure)
+	n, err := scrape.Probe(ctx, u, cfg.Insecure)
 	if err != nil {
 		fmt.Fprintf(p.env.Log, "llmreplay: not scraping: %s: %v (--scrape URL names a metrics endpoint)\n", wire.SafeEndpoint(u), err)
 		return nil

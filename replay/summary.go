@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -40,7 +41,7 @@ type Summary struct {
 	SessionWait Percentiles
 	// Scrapes is what scraping each --scrape source came to (nil when the run scraped
 	// nothing); ScrapeNotes prints it.
-	Scrapes []ScrapeStat
+	Scrapes []scrape.Stat
 }
 
 // ScrapeNotes returns one line per source whose scrapes failed, were skipped or were not
