@@ -30,7 +30,7 @@ type Config struct {
 	// engine reasons as it does, so they are refused with Endpoint.
 	SimReasoningShare float64
 	SimReasoningUsage bool
-	API               string // --api: completions, chat, messages or responses
+	API               string // --api: completions, chat, messages, responses, embeddings or rerank
 	Backend           string // --backend
 	Model             string // --model; "" = the first of GET /v1/models
 	Headers           []string
@@ -42,6 +42,11 @@ type Config struct {
 	// SessionHeader (--session-header) names the session-affinity header; "" sends none.
 	SessionHeader string
 	ModelMap      string // --model-map: TRACE=SERVED,...; "" = the trace's models as served, else --model
+	// Inputs (--inputs) is how many inputs an embeddings request sends, documents a rerank
+	// request (unary.go); QueryTokens (--query-tokens) a rerank query's length. Generation
+	// APIs take neither (their defaults: 1 and DefaultQueryTokens).
+	Inputs      int
+	QueryTokens int
 
 	// The load: at most one of Speedup, Rate and Concurrency is given (the *Set fields say
 	// which; a given zero is an error, an absent one a default).
@@ -117,7 +122,7 @@ func DefaultConfig() Config {
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, CalibrateMaxError: DefaultCalibrateMaxError, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
-		ScrapeInterval: scrape.DefaultInterval,
+		ScrapeInterval: scrape.DefaultInterval, Inputs: 1, QueryTokens: DefaultQueryTokens,
 	}
 }
 
@@ -178,6 +183,9 @@ func (c *Config) Validate() error {
 	}
 	tokenIDs, err := c.tokenIDPrompts(api)
 	if err != nil {
+		return err
+	}
+	if err := c.validateUnary(api); err != nil {
 		return err
 	}
 	if _, _, err := tokenize.TokenIDRange(c.VocabSize); tokenIDs && err != nil {

@@ -82,6 +82,12 @@ type Options struct {
 	HasOrigin   bool
 	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
+	// Inputs > 0: the Client's API is unary (embeddings, rerank; unary.go) and each row is
+	// one request of Inputs inputs (rerank: documents, after a query of QueryTokens) whose
+	// lengths add up to its prompt tokens. 0 for a generation API.
+	Inputs      int
+	QueryTokens int
+
 	// Models maps the trace's model names to the served ones sent in the request body;
 	// a model it does not name (and a null one) is the Client's. nil: the Client's for all.
 	Models map[string]string
@@ -182,6 +188,9 @@ func (o *Options) Validate() error {
 		return errors.New("replay: history actual needs text prompts: a received answer is text, not the server's token ids")
 	case o.OnTurnError != "" && o.OnTurnError != TurnErrorContinue && o.OnTurnError != TurnErrorEndSession:
 		return fmt.Errorf("replay: on-turn-error %q: want continue or end-session", o.OnTurnError)
+	}
+	if err := o.validateUnary(); err != nil {
+		return err
 	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = transport.DefaultMaxInflight

@@ -325,7 +325,10 @@ func (c *Client) AppendInputsBody(b, prefix []byte, inputs [][]byte) []byte {
 }
 
 // Unary reports whether the client's API answers with one JSON body (wire.Kind.Unary).
-func (c *Client) Unary() bool { return c.enc.Kind().Unary }
+func (c *Client) Unary() bool {
+	k := c.enc.Kind()
+	return k != nil && k.Unary
+}
 
 // TakesTools reports whether the client's API takes tool definitions.
 func (c *Client) TakesTools() bool { return c.enc.TakesTools() }
