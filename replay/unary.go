@@ -67,11 +67,34 @@ type unaryScratch struct {
 
 // unaryRow prepares and hands over a row of a unary API; false when the run ends.
 func (pr *feed) unaryRow(tr *trace.Request, due int64, warm bool) bool {
-	o, s := pr.o, &pr.un
-	var err error
-	if s.lens, err = inputLengths(s.lens[:0], tr.PromptTokens, o.Inputs, o.QueryTokens); err != nil {
+	prefix := pr.o.Client.DefaultBodyPrefix()
+	if p, ok := pr.bodyPrefixes[tr.Model]; ok {
+		prefix = p
+	}
+	body, err := pr.un.body(pr.o, prefix, tr)
+	if err != nil {
 		pr.fail(fmt.Errorf("replay: request %d: %w", tr.ID, err))
 		return false
+	}
+	req := &request{Request: transport.Request{ID: tr.ID, DueNS: due, PromptTokens: tr.PromptTokens, Warmup: warm,
+		Inputs: int32(pr.o.Inputs), Body: body}, sessionWaitNS: results.Null}
+	runID := pr.preparedRunID.Load()
+	if runID != nil {
+		req.RunID = *runID
+	}
+	pr.tr.Prepare(&req.Request, runID == nil)
+	if !pr.handOver(req) {
+		return false
+	}
+	pr.prog.Planned.Add(1)
+	return true
+}
+
+// body builds the body of row tr: its inputs' lengths, each input's text, the request.
+func (s *unaryScratch) body(o *Options, prefix []byte, tr *trace.Request) ([]byte, error) {
+	var err error
+	if s.lens, err = inputLengths(s.lens[:0], tr.PromptTokens, o.Inputs, o.QueryTokens); err != nil {
+		return nil, err
 	}
 	// Each input is a text prompt of its own request id, so that no two inputs of the run
 	// are alike (nor prefixes of each other): the id maps (row, input) one to one.
@@ -79,8 +102,7 @@ func (pr *feed) unaryRow(tr *trace.Request, due int64, warm bool) bool {
 	for i, l := range s.lens {
 		in := trace.Request{ID: tr.ID*int64(len(s.lens)) + int64(i), PromptTokens: int32(l)}
 		if s.text, err = o.Prompter.AppendPrompt(s.text, &in); err != nil {
-			pr.fail(fmt.Errorf("replay: input %d of request %d: %w", i, tr.ID, err))
-			return false
+			return nil, fmt.Errorf("input %d: %w", i, err)
 		}
 		s.ends = append(s.ends, len(s.text))
 	}
@@ -92,23 +114,7 @@ func (pr *feed) unaryRow(tr *trace.Request, due int64, warm bool) bool {
 		}
 		s.ins = append(s.ins, s.text[from:e])
 	}
-	prefix := o.Client.DefaultBodyPrefix()
-	if p, ok := pr.bodyPrefixes[tr.Model]; ok {
-		prefix = p
-	}
-	req := &request{Request: transport.Request{ID: tr.ID, DueNS: due, PromptTokens: tr.PromptTokens, Warmup: warm,
-		Inputs: int32(o.Inputs), Body: o.Client.AppendInputsBody(make([]byte, 0, len(s.text)+len(prefix)+16*len(s.ins)+64), prefix, s.ins)},
-		sessionWaitNS: results.Null}
-	runID := pr.preparedRunID.Load()
-	if runID != nil {
-		req.RunID = *runID
-	}
-	pr.tr.Prepare(&req.Request, runID == nil)
-	if !pr.handOver(req) {
-		return false
-	}
-	pr.prog.Planned.Add(1)
-	return true
+	return o.Client.AppendInputsBody(make([]byte, 0, len(s.text)+len(prefix)+16*len(s.ins)+64), prefix, s.ins), nil
 }
 
 // validateUnary checks Options for a unary API.

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/wire"
@@ -133,6 +134,38 @@ func TestUnaryBothClients(t *testing.T) {
 				res.FirstTokenNS != results.Null || len(res.ChunkNS) != 0 || res.ChunkTokens != nil || res.OutputTokens != results.Null || res.HTTPStatus != 200 {
 				t.Errorf("%s (%s): record %+v", tc.name, hc, res)
 			}
+		}
+	}
+}
+
+// TestUnaryTimeout: an answer whose body stalls past --timeout is a timeout with the bytes
+// read, through either client, not an ok nor a broken answer.
+func TestUnaryTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL + "/v1")
+	clients := []string{HTTPClientNetHTTP}
+	if runtime.GOOS == "linux" {
+		clients = append(clients, HTTPClientRaw)
+	}
+	for _, hc := range clients {
+		c := newTestClient(t, base, func(o *ClientOptions) {
+			o.HTTPClient, o.API, o.Timeout = hc, wire.APIEmbeddings, 300*time.Millisecond
+		})
+		tr := c.Transport()
+		req := &Request{ID: 1, PromptTokens: 2, Inputs: 1, Body: c.AppendInputsBody(nil, c.DefaultBodyPrefix(), [][]byte{[]byte("a b")})}
+		tr.Prepare(req, false)
+		res := results.NewResult(1, 0, 0, 2, 0)
+		res.Inputs = 1
+		tr.RoundTrip(context.Background(), Clock{}, req, res, NewSSEReader(nil, Clock{}.Now, 4096, DefaultMaxLine), func(int) {}, nil)
+		if res.Status != results.StatusTimeout || res.Error != "answer not read within the 300ms timeout (25 bytes)" {
+			t.Errorf("%s: %s %q", hc, res.Status, res.Error)
 		}
 	}
 }
