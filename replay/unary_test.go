@@ -152,20 +152,25 @@ func TestUnaryReplay(t *testing.T) {
 		inputs  int
 		query   int
 		wantFmt string
+		conc    int // closed loop workers; 0: open loop
 	}{
-		{"embeddings", transport.HTTPClientRaw, 4, 0, "base64"},
-		{"embeddings", transport.HTTPClientNetHTTP, 4, 0, "base64"},
-		{"rerank", transport.HTTPClientRaw, 3, 1, ""},
-		{"rerank", transport.HTTPClientNetHTTP, 2, 1, ""},
+		{"embeddings", transport.HTTPClientRaw, 4, 0, "base64", 0},
+		{"embeddings", transport.HTTPClientNetHTTP, 4, 0, "base64", 0},
+		{"embeddings", transport.HTTPClientRaw, 2, 0, "base64", 2},
+		{"rerank", transport.HTTPClientRaw, 3, 1, "", 0},
+		{"rerank", transport.HTTPClientNetHTTP, 2, 1, "", 0},
 	} {
 		if tc.client == transport.HTTPClientRaw && !transport.RawBuilt {
 			continue
 		}
-		t.Run(tc.api+" "+tc.client, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s %s %d", tc.api, tc.client, tc.conc), func(t *testing.T) {
 			srv := &unaryServer{enc: enc}
 			u := vllmtest.Start(t, srv)
 			cfg := unaryConfig(t, u, reqs, tc.api, tc.inputs)
 			cfg.HTTPClient = tc.client
+			if tc.conc > 0 {
+				cfg.Concurrency, cfg.ConcurrencySet = tc.conc, true
+			}
 			if tc.query > 0 {
 				cfg.QueryTokens = tc.query
 			}
@@ -214,7 +219,7 @@ func TestUnaryReplay(t *testing.T) {
 					t.Errorf("record %d: %+v; want ok with %d inputs, prompt_tokens_server %d, no chunks or output", i, r, tc.inputs, want)
 				}
 			}
-			if tc.api != "embeddings" || tc.client != transport.HTTPClientRaw {
+			if tc.api != "embeddings" || tc.client != transport.HTTPClientRaw || tc.conc > 0 {
 				return
 			}
 			rows := duckdbtest.Rows(t, fmt.Sprintf(`SELECT count(*)::INT AS n, count(*) FILTER (status = 'ok')::INT AS ok,
