@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -29,7 +30,7 @@ type Config struct {
 	// engine reasons as it does, so they are refused with Endpoint.
 	SimReasoningShare float64
 	SimReasoningUsage bool
-	API               string // --api: completions, chat, messages or responses
+	API               string // --api: completions, chat, messages, responses, embeddings or rerank
 	Backend           string // --backend
 	Model             string // --model; "" = the first of GET /v1/models
 	Headers           []string
@@ -41,6 +42,11 @@ type Config struct {
 	// SessionHeader (--session-header) names the session-affinity header; "" sends none.
 	SessionHeader string
 	ModelMap      string // --model-map: TRACE=SERVED,...; "" = the trace's models as served, else --model
+	// Inputs (--inputs) is how many inputs an embeddings request sends, documents a rerank
+	// request (unary.go); QueryTokens (--query-tokens) a rerank query's length. Generation
+	// APIs take neither (their defaults: 1 and DefaultQueryTokens).
+	Inputs      int
+	QueryTokens int
 
 	// The load: at most one of Speedup, Rate and Concurrency is given (the *Set fields say
 	// which; a given zero is an error, an absent one a default).
@@ -116,7 +122,7 @@ func DefaultConfig() Config {
 		MaxLateness: DefaultMaxLateness, Shard: "0/1",
 		PromptFormat: "auto", VocabSize: 100256, CalibrateMaxError: DefaultCalibrateMaxError, Encoding: tokenize.CL100kBase, SessionHeader: DefaultSessionHeader,
 		ProgressInterval: 5 * time.Second, ThinkTime: "0", OnTurnError: TurnErrorContinue,
-		ScrapeInterval: DefaultScrapeInterval,
+		ScrapeInterval: scrape.DefaultInterval, Inputs: 1, QueryTokens: DefaultQueryTokens,
 	}
 }
 
@@ -179,6 +185,9 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
+	if err := c.validateUnary(api); err != nil {
+		return err
+	}
 	if _, _, err := tokenize.TokenIDRange(c.VocabSize); tokenIDs && err != nil {
 		return configErrorf("--vocab-size: %v", err)
 	}
@@ -208,13 +217,13 @@ const MinScrapeInterval = 100 * time.Millisecond
 // validateScrape checks --scrape and --scrape-interval (any host: the user names it).
 func (c *Config) validateScrape() error {
 	for _, s := range c.Scrape {
-		if s == ScrapeNone {
+		if s == scrape.None {
 			if len(c.Scrape) > 1 {
 				return configErrorf("--scrape none: turns scraping off, so it cannot be given with a URL")
 			}
 			continue
 		}
-		if _, err := ParseScrapeURL(s); err != nil {
+		if _, err := scrape.ParseURL(s); err != nil {
 			return configErrorf("--scrape %v", err)
 		}
 	}

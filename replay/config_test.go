@@ -41,7 +41,7 @@ func TestConfigValidate(t *testing.T) {
 		{"read-batch negative", func(c *Config) { c.ReadBatch = -time.Millisecond }, "--read-batch -1ms: must be between 0"},
 		{"read-batch too long", func(c *Config) { c.ReadBatch = 11 * time.Millisecond }, "--read-batch 11ms: must be between 0 (read every chunk as it arrives) and 10ms"},
 		{"http-client", func(c *Config) { c.HTTPClient = "curl" }, "--http-client: "},
-		{"api", func(c *Config) { c.API = "embeddings" }, "--api: "},
+		{"api", func(c *Config) { c.API = "images" }, "--api: "},
 		{"backend", func(c *Config) { c.Backend = "x" }, "--backend: "},
 		{"prompt-format", func(c *Config) { c.PromptFormat = "bytes" }, `--prompt-format "bytes": want auto, text or token-ids`},
 		{"token-ids chat", func(c *Config) { c.PromptFormat, c.API = "token-ids", "chat" }, "--prompt-format token-ids needs --api completions"},

@@ -224,5 +224,8 @@ func (d *dispatcher) resultOf(req *request) *results.Result {
 	if req.call != nil {
 		setRecorded(res, req.call, req.gapNS)
 	}
+	if req.Inputs > 0 {
+		res.Inputs = req.Inputs
+	}
 	return res
 }

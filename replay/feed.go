@@ -39,6 +39,7 @@ type feed struct {
 
 	sess    *sessions       // sequential sessions; nil otherwise
 	turnIdx map[int64]int32 // independent mode: turns read per session
+	un      unaryScratch    // a unary API's inputs (unary.go)
 }
 
 // newFeed returns r's preparer, once its stop contexts are made.
@@ -76,6 +77,12 @@ func (pr *feed) prepare() {
 		due, warm, ok := p.plan(tr.Arrival)
 		if !ok {
 			return
+		}
+		if pr.o.Inputs > 0 {
+			if !pr.unaryRow(&tr, int64(due), warm) {
+				return
+			}
+			continue
 		}
 		if pr.sess != nil && pr.sess.agents != nil && (tr.HasSession || pr.sess.agents.Together) {
 			if !pr.agentRow(&tr) {

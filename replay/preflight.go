@@ -281,6 +281,10 @@ const (
 // status, a broken stream) stops the run with the server's message, scrubbed of secrets:
 // every request of the trace would meet it. On the hard context, as reachable.
 func (p *preparer) lengths(ctx context.Context) error {
+	if p.unaryAPI() {
+		fmt.Fprintf(p.env.Log, "llmreplay: preflight: --api %s asks for no output, so there is no output length to check\n", p.api)
+		return nil
+	}
 	prompt, err := p.builder.AppendPrompt(nil, tokenize.PromptSpec{RequestID: lengthCheckRequestID, Tokens: lengthCheckPrompt})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -328,7 +329,7 @@ func TestPrepareChecksOutputLength(t *testing.T) {
 			reqs := uniformTrace(3, time.Millisecond, 8, 4)
 			cfg := DefaultConfig()
 			cfg.Endpoint, cfg.Trace, cfg.API, cfg.Backend, cfg.Model, cfg.APIKey = u.String(), writeTrace(t, reqs), tc.api, tc.backend, "tiny", "sk-Secret-123"
-			cfg.Output, cfg.Quiet, cfg.Prewarm, cfg.Scrape = filepath.Join(t.TempDir(), "r.parquet"), true, 1, []string{ScrapeNone}
+			cfg.Output, cfg.Quiet, cfg.Prewarm, cfg.Scrape = filepath.Join(t.TempDir(), "r.parquet"), true, 1, []string{scrape.None}
 			var log strings.Builder
 			sess, err := Prepare(context.Background(), cfg, Env{Log: &log, ToolVersion: "test"})
 			if srv.checks.Load() != 1 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -97,7 +98,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.unary, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -128,6 +129,14 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		Meta: p.meta, MaxLateness: cfg.MaxLateness, Models: p.models,
 		Start: p.startAt, Origin: p.originAt, HasOrigin: p.shard.Count > 1,
 		Scrape: p.scrapeURLs, ScrapeInterval: cfg.ScrapeInterval,
+	}
+	if p.unaryAPI() {
+		s.Options.Inputs, s.Options.QueryTokens = cfg.Inputs, p.queryTokens()
+		p.meta.Flags["inputs"] = strconv.Itoa(cfg.Inputs)
+		if q := p.queryTokens(); q > 0 {
+			p.meta.Flags["query-tokens"] = strconv.Itoa(q)
+		}
+		s.Options.Meta = p.meta
 	}
 	if p.sessMode == SessionsSequential {
 		o := &s.Options
@@ -235,6 +244,10 @@ func (p *preparer) sessions(context.Context) error {
 	cfg := p.cfg
 	p.think, _ = ParseThinkTime(cfg.ThinkTime)
 	p.sessMode = cfg.Sessions
+	if p.sessMode == "" && p.unaryAPI() {
+		p.sessMode = SessionsIndependent // a trace's sessions are no conversation to an embeddings model
+		return nil
+	}
 	if p.sessMode == "" && cfg.AgentSessions > 0 {
 		p.sessMode = SessionsDAG
 	}
@@ -628,7 +641,7 @@ func (p *preparer) scrape(ctx context.Context) error {
 	cfg := p.cfg
 	iv := cfg.ScrapeInterval
 	switch {
-	case len(cfg.Scrape) == 1 && cfg.Scrape[0] == ScrapeNone:
+	case len(cfg.Scrape) == 1 && cfg.Scrape[0] == scrape.None:
 		return nil
 	case len(cfg.Scrape) > 0:
 		p.scrapeURLs = append([]string(nil), cfg.Scrape...)
@@ -640,7 +653,7 @@ func (p *preparer) scrape(ctx context.Context) error {
 		return nil
 	}
 	u := wire.MetricsURL(p.base)
-	n, err := Probe(ctx, u, cfg.Insecure)
+	n, err := scrape.Probe(ctx, u, cfg.Insecure)
 	if err != nil {
 		fmt.Fprintf(p.env.Log, "llmreplay: not scraping: %s: %v (--scrape URL names a metrics endpoint)\n", wire.SafeEndpoint(u), err)
 		return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -81,6 +82,12 @@ type Options struct {
 	HasOrigin   bool
 	MaxLateness time.Duration // schedule lateness above which the run is client-limited
 
+	// Inputs > 0: the Client's API is unary (embeddings, rerank; unary.go) and each row is
+	// one request of Inputs inputs (rerank: documents, after a query of QueryTokens) whose
+	// lengths add up to its prompt tokens. 0 for a generation API.
+	Inputs      int
+	QueryTokens int
+
 	// Models maps the trace's model names to the served ones sent in the request body;
 	// a model it does not name (and a null one) is the Client's. nil: the Client's for all.
 	Models map[string]string
@@ -113,8 +120,8 @@ type Options struct {
 	AgentPlan *AgentPlan
 
 	// Scrape lists the Prometheus endpoints sampled every ScrapeInterval (0 =
-	// DefaultScrapeInterval) on the run clock while the run goes, into the metrics file
-	// results.MetricsPath(Output) (scrape.go). The URLs may carry credentials: they are
+	// scrape.DefaultInterval) on the run clock while the run goes, into the metrics file
+	// results.MetricsPath(Output) (package scrape). The URLs may carry credentials: they are
 	// sent, and stored only through wire.SafeURL. nil: no scraping, no metrics file.
 	Scrape         []string
 	ScrapeInterval time.Duration
@@ -182,6 +189,9 @@ func (o *Options) Validate() error {
 	case o.OnTurnError != "" && o.OnTurnError != TurnErrorContinue && o.OnTurnError != TurnErrorEndSession:
 		return fmt.Errorf("replay: on-turn-error %q: want continue or end-session", o.OnTurnError)
 	}
+	if err := o.validateUnary(); err != nil {
+		return err
+	}
 	if o.MaxInflight == 0 {
 		o.MaxInflight = transport.DefaultMaxInflight
 	}
@@ -201,10 +211,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("replay: scrape interval %v is negative", o.ScrapeInterval)
 	}
 	if o.ScrapeInterval == 0 {
-		o.ScrapeInterval = DefaultScrapeInterval
+		o.ScrapeInterval = scrape.DefaultInterval
 	}
 	for _, u := range o.Scrape {
-		if _, err := ParseScrapeURL(u); err != nil {
+		if _, err := scrape.ParseURL(u); err != nil {
 			return fmt.Errorf("replay: scrape %w", err)
 		}
 	}
@@ -286,13 +296,14 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	scr, err := startScrape(ctx, o, r.clk, &meta, metricsPath)
+	scr, err := scrape.Start(ctx, scrape.Config{URLs: o.Scrape, Interval: o.ScrapeInterval, Insecure: o.Client.Options().Insecure,
+		Flush: o.FlushInterval, RT: o.seams.scrapeRT}, r.clk, &meta, metricsPath)
 	if err != nil {
 		journal.Close()
 		os.Remove(journalPath) // nothing was sent: no run to recover
 		return nil, err
 	}
-	defer scr.stop()
+	defer scr.Stop()
 	r.prog.StartUnixNS.Store(meta.RunStartUnixNS)
 
 	r.meta = &meta
@@ -313,7 +324,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	newExecutor(r).run()
 	r.stop(errScheduleEnd) // a no-op after an early stop; the preparer may be blocked on a full channel
 	r.d.wg.Wait()          // the requests in flight end by themselves, or by the hard context
-	scr.stop()
+	scr.Stop()
 	if r.sess != nil {
 		<-r.feed.preparerDone // it records the turns of sessions ended by a failed turn
 	}
@@ -326,9 +337,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		runErr = *e
 	}
 	s := sum.finish()
-	if scr.scr != nil {
-		s.Scrapes = scr.scr.stats
-	}
+	s.Scrapes = scr.Stats()
 	if err := convert(o, journalPath, metricsPath, scr, errors.Join(writeErr, closeErr)); err != nil {
 		return s, errors.Join(runErr, err)
 	}
@@ -412,49 +421,11 @@ func runMeta(o Options, mode string, start time.Time, runID string) results.RunM
 	return meta
 }
 
-// scrapeRun is a run's scraper (scrape.go), with its own goroutines, client and writer of
-// the metrics journal; without Options.Scrape, one that scrapes nothing.
-type scrapeRun struct {
-	scr  *scraper
-	err  error  // the metrics journal's, once stopped
-	stop func() // stops the scraper (once the last request in flight has ended); idempotent
-}
-
-// startScrape starts the scraper of a run of o, writing metricsPath's journal.
-func startScrape(ctx context.Context, o Options, clk transport.Clock, meta *results.RunMeta, metricsPath string) (*scrapeRun, error) {
-	sr := &scrapeRun{stop: func() {}}
-	if len(o.Scrape) == 0 {
-		return sr, nil
-	}
-	mj, err := results.CreateMetricsJournal(metricsPath+results.JournalSuffix, meta)
-	if err != nil {
-		return nil, err
-	}
-	sr.scr = newScraper(clk, o.Scrape, o.ScrapeInterval, o.Client.Options().Insecure, o.seams.scrapeRT)
-	scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
-	sr.scr.start(scrapeCtx)
-	metricsDone := make(chan struct{})
-	go func() {
-		defer close(metricsDone)
-		sr.err = writeMetrics(mj, sr.scr.out, o.FlushInterval)
-		sr.err = errors.Join(sr.err, mj.Close())
-	}()
-	var once sync.Once
-	sr.stop = func() {
-		once.Do(func() {
-			stopScrape()
-			sr.scr.wait()
-			<-metricsDone
-		})
-	}
-	return sr, nil
-}
-
 // convert turns the closed journal of a run of o into its results file and, when it
 // scraped, the metrics journal into the metrics file; journalErr is the journal's
 // writing's. Each journal is removed once converted (but with KeepJournal), or kept for
 // recover, which the error then says.
-func convert(o Options, journalPath, metricsPath string, scr *scrapeRun, journalErr error) error {
+func convert(o Options, journalPath, metricsPath string, scr *scrape.Run, journalErr error) error {
 	if journalErr != nil {
 		return errors.Join(journalErr, KeptJournalError(journalPath, o.Output))
 	}
@@ -468,12 +439,12 @@ func convert(o Options, journalPath, metricsPath string, scr *scrapeRun, journal
 	if !o.KeepJournal {
 		os.Remove(journalPath)
 	}
-	if scr.scr == nil {
+	if !scr.Scraping() {
 		return nil
 	}
 	// The results file is written; a metrics file that cannot be is an error of the run,
 	// its journal kept for recover.
-	metricsErr := scr.err
+	metricsErr := scr.Err()
 	if metricsErr == nil {
 		_, metricsErr = results.ConvertMetricsJournal(metricsPath+results.JournalSuffix, metricsPath)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -281,7 +282,7 @@ func TestPrepareModels(t *testing.T) {
 				cfg.Endpoint, cfg.Trace, cfg.HTTPClient = u.String(), writeTrace(t, reqs), hc
 				cfg.Model, cfg.ModelMap = c.model, c.modelMap
 				cfg.Output, cfg.Quiet, cfg.Prewarm = filepath.Join(t.TempDir(), "r.parquet"), true, 1
-				cfg.Scrape = []string{ScrapeNone} // the server counts every request it sees
+				cfg.Scrape = []string{scrape.None} // the server counts every request it sees
 				var log bytes.Buffer
 				sess, err := Prepare(context.Background(), cfg, Env{Log: &log, ToolVersion: "test"})
 				if c.errHas != "" {
@@ -447,7 +448,7 @@ func TestPrepareSessionHeader(t *testing.T) {
 	cfg.Endpoint, cfg.Trace, cfg.Model, cfg.SessionHeader = u.String(), writeTrace(t, reqs), "m", "X-Affinity"
 	cfg.StartAt = strconv.FormatFloat(float64(time.Now().Add(300*time.Millisecond).UnixNano())/1e9, 'f', 6, 64)
 	cfg.Output, cfg.Quiet, cfg.Prewarm = filepath.Join(t.TempDir(), "r.parquet"), true, 1
-	cfg.Scrape = []string{ScrapeNone} // the server counts every request it sees
+	cfg.Scrape = []string{scrape.None} // the server counts every request it sees
 	sess, err := Prepare(context.Background(), cfg, Env{ToolVersion: "test"})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -22,6 +23,10 @@ type Summary struct {
 	FirstSentNS int64                    // results.Null when nothing was sent
 	LastEndNS   int64                    // results.Null when no output arrived
 	TTFT        Percentiles              // ms, ok requests
+	// A run of embeddings or rerank (requests with inputs; no output): the ok requests'
+	// inputs and prompt tokens, and their latency (end_ns - sent_ns) in ms.
+	Inputs, PromptTok int64
+	Latency           Percentiles
 	// Lateness is sent_ns - scheduled_ns in ms: of every sent request in open loop; in closed
 	// loop, of the steady state (the sent requests scheduled after the first wave), which
 	// the client-limited decision judges there (docs/replay.md).
@@ -40,7 +45,7 @@ type Summary struct {
 	SessionWait Percentiles
 	// Scrapes is what scraping each --scrape source came to (nil when the run scraped
 	// nothing); ScrapeNotes prints it.
-	Scrapes []ScrapeStat
+	Scrapes []scrape.Stat
 }
 
 // ScrapeNotes returns one line per source whose scrapes failed, were skipped or were not
@@ -83,11 +88,14 @@ func percentiles(x []float64) Percentiles {
 
 // OutputTokensPerSecond is output tokens of ok requests / (last end - first sent), the
 // overall throughput as vLLM's benchmark reports it.
-func (s *Summary) OutputTokensPerSecond() float64 {
+func (s *Summary) OutputTokensPerSecond() float64 { return s.perSecond(s.OutputTok) }
+
+// perSecond is n / (last end - first sent).
+func (s *Summary) perSecond(n int64) float64 {
 	if s.FirstSentNS == results.Null || s.LastEndNS == results.Null || s.LastEndNS <= s.FirstSentNS {
 		return 0
 	}
-	return float64(s.OutputTok) / (float64(s.LastEndNS-s.FirstSentNS) / 1e9)
+	return float64(n) / (float64(s.LastEndNS-s.FirstSentNS) / 1e9)
 }
 
 // WriteText prints the summary in a few lines.
@@ -105,7 +113,13 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 	}
 	p("\n")
-	p("output: %d tokens, %.1f tok/s overall (ok requests; last end - first send)\n", s.OutputTok, s.OutputTokensPerSecond())
+	if s.Inputs > 0 {
+		p("inputs: %d, %.1f inputs/s; prompt: %d tokens, %.1f tok/s overall (ok requests; last end - first send)\n",
+			s.Inputs, s.perSecond(s.Inputs), s.PromptTok, s.perSecond(s.PromptTok))
+		p("latency ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  (n=%d, linear interpolation)\n", s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.Max, s.Latency.N)
+	} else {
+		p("output: %d tokens, %.1f tok/s overall (ok requests; last end - first send)\n", s.OutputTok, s.OutputTokensPerSecond())
+	}
 	if s.TTFT.N > 0 {
 		p("TTFT ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  (n=%d, linear interpolation)\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Max, s.TTFT.N)
 	}
@@ -156,6 +170,7 @@ type summary struct {
 	lateness  []float64
 	firstLate []float64 // closed loop: the first wave's lateness
 	wait      []float64 // session_wait_ns > 0, ms
+	latency   []float64 // requests with inputs (embeddings, rerank): end_ns - sent_ns, ms
 }
 
 // closedLoop makes a the summary of a closed loop whose last worker starts at lastStartNS:
@@ -204,10 +219,18 @@ func (a *summary) add(r *results.Result) {
 	if v, ok := r.TTFT(); ok {
 		a.ttft = append(a.ttft, v)
 	}
+	if r.Inputs != results.Null {
+		s.Inputs += int64(r.Inputs)
+		s.PromptTok += int64(r.PromptTokens)
+		if v, ok := r.E2E(); ok {
+			a.latency = append(a.latency, v)
+		}
+	}
 }
 
 func (a *summary) finish() *Summary {
 	a.s.TTFT = percentiles(a.ttft)
+	a.s.Latency = percentiles(a.latency)
 	a.s.Lateness = percentiles(a.lateness)
 	a.s.LatenessMS = a.lateness
 	a.s.SessionWait = percentiles(a.wait)

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/llmreplay/llmreplay/replay/results"
@@ -40,5 +41,33 @@ func TestSummaryClosedLoopFirstWave(t *testing.T) {
 	}
 	if s.Lateness.N != 2 || s.Lateness.Max != 4 || len(s.LatenessMS) != 2 || s.LatenessMS[0] != 2 {
 		t.Errorf("steady-state lateness %+v %v, want 2 values, 2 and 4 ms", s.Lateness, s.LatenessMS)
+	}
+}
+
+// TestSummaryInputs: a run of requests with inputs (embeddings, rerank) is summarised by its
+// ok requests' inputs and prompt tokens per second and their latency, not by an output it
+// never had.
+func TestSummaryInputs(t *testing.T) {
+	a := newSummary(results.ModeOpen, 0)
+	for i := range 4 {
+		r := results.NewResult(int64(i), 0, 0, 100, 0)
+		r.SentNS, r.EndNS, r.Inputs, r.Status = int64(i)*1e9/2, int64(i)*1e9/2+int64(i+1)*1e7, 8, results.StatusOK
+		a.add(r)
+	}
+	bad := results.NewResult(9, 0, 0, 100, 0)
+	bad.SentNS, bad.Inputs, bad.Status = 0, 8, results.StatusStreamError
+	a.add(bad)
+	var b strings.Builder
+	s := a.finish()
+	s.WriteText(&b)
+	// Sent from 0 to 1.5 s, the last ending at 1.54 s: 32 inputs and 400 tokens in 1.54 s;
+	// latencies 10, 20, 30, 40 ms.
+	for _, want := range []string{"inputs: 32, 20.8 inputs/s; prompt: 400 tokens, 259.7 tok/s overall", "latency ms: p50 25.0  p90 37.0  p99 39.7  max 40.0  (n=4"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary %q\nwant %q", b.String(), want)
+		}
+	}
+	if strings.Contains(b.String(), "output:") {
+		t.Errorf("summary of a run without output speaks of output: %q", b.String())
 	}
 }

@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/wire"
 
 	"context"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/internal/prom"
-	"github.com/llmreplay/llmreplay/replay"
 )
 
 // idlePoll is how often the idle check scrapes a busy endpoint.
@@ -61,7 +61,7 @@ func scrapeBusy(ctx context.Context, client *http.Client, url string) (busy floa
 	if resp.StatusCode != http.StatusOK {
 		return 0, false
 	}
-	return parseBusy(io.LimitReader(resp.Body, replay.MaxExposition), resp.Header)
+	return parseBusy(io.LimitReader(resp.Body, scrape.MaxExposition), resp.Header)
 }
 
 // parseBusy sums wire.BusyGauges over their label sets; known is false when the exposition does

@@ -15,7 +15,7 @@ import (
 type API string
 
 // The APIs built in; each is a file of its own (completions.go, chat.go, messages.go,
-// responses.go: the last two declare their own names).
+// responses.go, embeddings.go, rerank.go: the last four declare their own names).
 const (
 	APICompletions API = "completions" // POST /completions with "prompt"
 	APIChat        API = "chat"        // POST /chat/completions with one user message
@@ -74,6 +74,12 @@ type Kind struct {
 	// engine's sampler through this API; the others are not sent. nil means all of them
 	// (completions and chat, where every engine takes its own).
 	LengthFields func(Backend) LengthFields
+	// Unary reports that the API answers with one JSON body, not a stream (embeddings,
+	// rerank; unary.go): its bodies are {"model":M then AppendInputs's fields, with no
+	// stream, sampling or length field, and Answer says where its response answers.
+	Unary        bool
+	AppendInputs func(b []byte, inputs [][]byte) []byte
+	Answer       UnaryAnswer
 }
 
 // LengthFields are the length-forcing fields a body carries beside the output cap.
@@ -107,7 +113,7 @@ var registry struct {
 // Register adds an API kind. It panics on a duplicate or incomplete kind: registration
 // happens at init, where a mistake is the program's, not the user's.
 func Register(k *Kind) {
-	if k.Name == "" || k.Path == "" || k.AppendPrompt == nil {
+	if k.Name == "" || k.Path == "" || k.AppendPrompt == nil || k.Unary && k.AppendInputs == nil {
 		panic(fmt.Sprintf("wire: register %q: a kind needs a name, a path and AppendPrompt", k.Name))
 	}
 	registry.Lock()
@@ -282,7 +288,7 @@ func (e Encoder) lengthFields() LengthFields {
 // ignore_eos reaches the sampler through the API (with the cap, it is what makes a
 // length exact; min_tokens and n_predict only repeat it).
 func (e Encoder) ForcesLength() bool {
-	return e.backend.ForcesLength() && e.lengthFields().IgnoreEOS
+	return !e.kind.Unary && e.backend.ForcesLength() && e.lengthFields().IgnoreEOS
 }
 
 // LengthFieldNames names the fields of the encoder's bodies that ask for a length, as
@@ -345,6 +351,9 @@ func decodeOwn(k *Kind, data []byte, c *Chunk) error {
 func (e Encoder) AppendStart(b []byte, model string) []byte {
 	b = append(b, `{"model":`...)
 	b = AppendJSONString(b, model)
+	if e.kind.Unary {
+		return b
+	}
 	b = append(b, `,"stream":true`...)
 	if !e.kind.StreamsUsage {
 		b = append(b, `,"stream_options":{"include_usage":true`...)
@@ -365,6 +374,9 @@ func (e Encoder) AppendStart(b []byte, model string) []byte {
 // the images of WithImages, the prompt goes as one user message holding its text and
 // the images (Kind.AppendUserMessage), each image's bytes appended once.
 func (e Encoder) AppendBody(b, start, prompt []byte, outputTokens int32) []byte {
+	if e.kind.Unary {
+		return e.kind.AppendPrompt(append(b, start...), prompt, false)
+	}
 	b = e.appendLengths(b, start, outputTokens)
 	b = e.appendTools(b)
 	if len(e.images) > 0 && e.kind.AppendUserMessage != nil && e.kind.AppendMessages != nil && !e.tokenIDs {

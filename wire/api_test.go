@@ -86,7 +86,7 @@ func TestBodyAllocs(t *testing.T) {
 
 func TestNewEncoderRefuses(t *testing.T) {
 	// toy_test.go registers a kind of its own in this test binary.
-	if _, err := NewEncoder("embeddings", BackendVLLM, false); err == nil || err.Error() != `unknown API "embeddings" (want completions, chat, messages, responses or toy)` {
+	if _, err := NewEncoder("images", BackendVLLM, false); err == nil || err.Error() != `unknown API "images" (want completions, chat, messages, responses, embeddings, rerank or toy)` {
 		t.Errorf("unknown API: %v", err)
 	}
 	if _, err := NewEncoder(APIChat, "triton", false); err == nil {

@@ -53,7 +53,7 @@ func TestToyKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseAPI("nope"); err == nil || !strings.Contains(err.Error(), "want completions, chat, messages, responses or toy") {
+	if _, err := ParseAPI("nope"); err == nil || !strings.Contains(err.Error(), "want completions, chat, messages, responses, embeddings, rerank or toy") {
 		t.Errorf("ParseAPI lists %v", err)
 	}
 	base, _ := BaseURL("http://h:8000")

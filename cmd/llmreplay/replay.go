@@ -68,6 +68,13 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   # A thinking model on the built-in simulated engine: 30% of every answer streams as reasoning
   llmreplay replay --api chat --sim-reasoning-share 0.3 --sim-reasoning-usage
 
+  # An embeddings server: each row is one request of 8 inputs sharing its prompt tokens, as evenly
+  # as can be (latency, inputs/s and tokens/s; no output)
+  llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --api embeddings --inputs 8
+
+  # A reranker (vLLM's /rerank): a 32-token query and 20 documents sharing the rest of each row
+  llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --api rerank --inputs 20 --query-tokens 32
+
   # Fail (exit 3) if the replayer itself could not keep to the schedule
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000 --strict --max-lateness 5ms`
 
@@ -106,7 +113,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVarP(&f.Trace, "trace", "t", f.Trace, "trace file (trace/v1 Parquet); default: the bundled sample ("+trace.SampleName+")")
 	fs.StringVarP(&f.Endpoint, "endpoint", "e", f.Endpoint, "OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (no path: /v1); default: start the simulated engine in-process")
-	fs.StringVar(&f.API, "api", f.API, "API: completions, chat, messages (Anthropic's Messages API, POST /messages) or responses (OpenAI's Responses API, POST /responses)")
+	fs.StringVar(&f.API, "api", f.API, "API: completions, chat, messages (Anthropic's Messages API, POST /messages), responses (OpenAI's Responses API, POST /responses), embeddings (POST /embeddings, --inputs per request) or rerank (POST /rerank, a --query-tokens query and --inputs documents); the last two are not streamed")
+	fs.IntVar(&f.Inputs, "inputs", f.Inputs, "--api embeddings: inputs per request; --api rerank: documents per request; their lengths add up to the row's prompt tokens (split as evenly as can be, the first ones a token longer)")
+	fs.IntVar(&f.QueryTokens, "query-tokens", f.QueryTokens, "--api rerank: the query's tokens, taken from each row's prompt tokens before the documents share the rest")
 	fs.StringVar(&f.Backend, "backend", f.Backend, "server kind, chooses the length-forcing fields: vllm, sglang, tgi, llamacpp, openai")
 	fs.StringVar(&f.Model, "model", f.Model, "model name (default: the first of GET /v1/models)")
 	fs.StringArrayVarP(&f.Headers, "header", "H", f.Headers, "extra request header 'Name: value', repeatable (values are never stored)")

@@ -180,6 +180,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "text/event-stream")
+	if enc.Kind().Unary {
+		h.Set("Accept", "application/json")
+	}
 	if h.Get("User-Agent") == "" {
 		h.Set("User-Agent", "llmreplay")
 	}
@@ -315,6 +318,18 @@ func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens 
 	return c.enc.WithTools(tools).AppendBody(b, prefix, prompt, outputTokens)
 }
 
+// AppendInputsBody is the body of a unary API's request carrying inputs, with the body's
+// constant start given (wire.Encoder.AppendInputsBody).
+func (c *Client) AppendInputsBody(b, prefix []byte, inputs [][]byte) []byte {
+	return c.enc.AppendInputsBody(b, prefix, inputs)
+}
+
+// Unary reports whether the client's API answers with one JSON body (wire.Kind.Unary).
+func (c *Client) Unary() bool {
+	k := c.enc.Kind()
+	return k != nil && k.Unary
+}
+
 // TakesTools reports whether the client's API takes tool definitions.
 func (c *Client) TakesTools() bool { return c.enc.TakesTools() }
 
@@ -360,6 +375,9 @@ type Request struct {
 	RunIDAt    int   // offset of the run id in head; 0 when head has no X-Request-Id
 	Session    int64 // the trace's session id, sent in the session header when hasSession
 	HasSession bool
+	// Inputs is what a unary API's request carries (embeddings' inputs, rerank's
+	// documents): its answer must have as many results. 0 for a generation.
+	Inputs int32
 
 	// Answer is where the stream appends the output text when Capture is set (a
 	// conversation's next turn needs it in its history).
@@ -460,6 +478,10 @@ func (c *Client) doHTTP(ctx context.Context, clk Clock, r *Request, res *results
 	}
 	if wire.Encoded(enc) {
 		res.Status, res.Error = results.StatusStreamError, wire.EncodedStreamText(enc)
+		return
+	}
+	if c.enc.Kind().Unary {
+		c.readUnary(ctx, rctx, clk, resp, res)
 		return
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {

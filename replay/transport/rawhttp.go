@@ -503,6 +503,9 @@ func (t *rawTransport) exchangeStart(ctx context.Context, clk Clock, st *rawStar
 	}
 	p.st.begin(t.c, res, onTokens)
 	p.st.answer = r.AnswerBuf()
+	if k := t.c.enc.Kind(); k.Unary {
+		p.un = newUnary(k, res, 0)
+	}
 	sse.Reset(nil)
 	if err := p.start(ctx); err != nil {
 		p.startErr = err
@@ -535,6 +538,17 @@ func (t *rawTransport) exchangeEnd(ctx context.Context, clk Clock, p *rawResp, r
 			res.Error = wire.EncodedErrorText(p.status, p.encoding)
 		} else {
 			res.Error = wire.HTTPErrorText(p.status, p.errBody)
+		}
+	case p.mode == modeUnary:
+		switch {
+		case p.un.failed || p.state == rsDone:
+			end := p.un.lastNS
+			if end == results.Null {
+				end = clk.Now() // an empty body
+			}
+			p.un.end(end)
+		default:
+			p.un.broken(ctx.Err() != nil, isTimeout(err), t.c.opts.Timeout, err)
 		}
 	case p.mode == modeNotStream:
 		// res was filled when the head arrived

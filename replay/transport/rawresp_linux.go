@@ -39,6 +39,7 @@ const (
 	modeErrBody          // a non-2xx answer: its first bytes make the message
 	modeNotStream        // 2xx but not an event stream: recorded, body not read
 	modeDiscard          // read only to find the body's end (prewarm's GET)
+	modeUnary            // a 2xx answer of a unary API: into un (unary.go)
 )
 
 // rawResp reads one response from a connection, pushing an event stream's bytes through
@@ -49,6 +50,7 @@ type rawResp struct {
 	res  *results.Result
 	sse  *SSEReader
 	st   streamState
+	un   *unaryState // a unary API's answer (nil for a stream)
 
 	fd       int            // the connection's socket, while the reactor reads it
 	done     chan struct{}  // closed by the reactor when the response is over or failed
@@ -277,6 +279,8 @@ func (p *rawResp) deliver(b []byte, stamp int64) bool {
 	case modeErrBody:
 		p.errBody = append(p.errBody, b[:min(len(b), rawErrBody-len(p.errBody))]...)
 		return len(p.errBody) >= rawErrBody
+	case modeUnary:
+		return !p.un.write(b, stamp)
 	case modeSSE:
 		for len(b) > 0 && !p.st.over() {
 			if data, n := p.sse.direct(b); n > 0 {
@@ -404,6 +408,9 @@ func (p *rawResp) parseHead(h []byte) error {
 	case p.encoding != "":
 		p.mode = modeNotStream
 		p.res.Status, p.res.Error = results.StatusStreamError, wire.EncodedStreamText(p.encoding)
+	case p.un != nil:
+		p.mode = modeUnary
+		p.un.status = code
 	case !bytes.HasPrefix(contentType, []byte("text/event-stream")):
 		p.mode = modeNotStream
 		p.res.Status = results.StatusStreamError

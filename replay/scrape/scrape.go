@@ -1,4 +1,7 @@
-package replay
+// Package scrape samples Prometheus endpoints during a run into its metrics journal
+// (docs/replay.md, "Server metrics"). Package replay starts one Run per run; nothing of it
+// is on the dispatcher's path.
+package scrape
 
 import (
 	"context"
@@ -18,7 +21,7 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-// Scraping Prometheus endpoints during a run (docs/replay.md, "Server metrics"). Each
+// Each
 // source has its own goroutine, which scrapes at k·interval on the run clock (the clock of
 // scheduled_ns and sent_ns) with its own http.Client and a timeout shorter than the
 // interval, and hands each scrape to the metrics writer through a bounded channel without
@@ -28,9 +31,9 @@ import (
 
 // Defaults of scraping.
 const (
-	DefaultScrapeInterval = time.Second
-	// ScrapeNone is the --scrape value that turns scraping off.
-	ScrapeNone = "none"
+	DefaultInterval = time.Second
+	// None is the --scrape value that turns scraping off.
+	None = "none"
 	// MaxExposition bounds the bytes of one scrape's response.
 	MaxExposition = 16 << 20
 	// ProbeTimeout bounds the probe of the endpoint's /metrics before a run.
@@ -41,15 +44,15 @@ const (
 	scrapeQueue = 8
 )
 
-// ScrapeTimeout is the timeout of one scrape at interval: 80 % of it, at most 10 s, so a
+// Timeout is the timeout of one scrape at interval: 80 % of it, at most 10 s, so a
 // scrape is over before the next is due.
-func ScrapeTimeout(interval time.Duration) time.Duration {
+func Timeout(interval time.Duration) time.Duration {
 	return min(interval-interval/5, maxScrapeTimeout)
 }
 
-// ParseScrapeURL checks a --scrape value: an http or https URL with a host. Its errors
+// ParseURL checks a --scrape value: an http or https URL with a host. Its errors
 // quote the URL only in its safe form (wire.SafeURL).
-func ParseScrapeURL(s string) (*url.URL, error) {
+func ParseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
 		var ue *url.Error
@@ -67,8 +70,8 @@ func ParseScrapeURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// scrapeResult is one scrape attempt of one source.
-type scrapeResult struct {
+// result is one scrape attempt of one source.
+type result struct {
 	tNS     int64  // when it was sent, on the run clock
 	source  string // wire.SafeURL of the source
 	samples []prom.Sample
@@ -77,12 +80,12 @@ type scrapeResult struct {
 }
 
 // ownRows returns the scraper's own rows of the attempt (results.MetricScrape*).
-func (s *scrapeResult) ownRows() [3]prom.Sample {
+func (s *result) ownRows() [3]prom.Sample {
 	return results.ScrapeRows(s.err, s.dur, len(s.samples))
 }
 
-// ScrapeStat is what the scraping of one source came to, for the end of the run.
-type ScrapeStat struct {
+// Stat is what the scraping of one source came to, for the end of the run.
+type Stat struct {
 	Source     string // wire.SafeURL
 	Attempts   int64  // scrapes sent (one per tick, less the skipped ones)
 	Failed     int64  // of them, without a parsed exposition
@@ -93,7 +96,7 @@ type ScrapeStat struct {
 
 // Note returns the one line the end of a run prints for s, or "" when every scrape worked
 // and was written.
-func (s *ScrapeStat) Note() string {
+func (s *Stat) Note() string {
 	var parts []string
 	if s.Failed > 0 {
 		parts = append(parts, fmt.Sprintf("%d of %d scrapes failed: %s", s.Failed, s.Attempts, s.FirstError))
@@ -117,8 +120,8 @@ type scraper struct {
 	timeout  time.Duration
 	client   *http.Client
 	urls     []string // as given (they may carry credentials: sent, never stored)
-	stats    []ScrapeStat
-	out      chan *scrapeResult
+	stats    []Stat
+	out      chan *result
 	wg       sync.WaitGroup
 }
 
@@ -127,9 +130,9 @@ func newScraper(clk transport.Clock, urls []string, interval time.Duration, inse
 	if rt == nil {
 		rt = transport.NewTransport(len(urls)+1, insecure)
 	}
-	s := &scraper{clk: clk, interval: interval, timeout: ScrapeTimeout(interval), urls: urls,
-		client: &http.Client{Transport: rt}, stats: make([]ScrapeStat, len(urls)),
-		out: make(chan *scrapeResult, scrapeQueue*len(urls))}
+	s := &scraper{clk: clk, interval: interval, timeout: Timeout(interval), urls: urls,
+		client: &http.Client{Transport: rt}, stats: make([]Stat, len(urls)),
+		out: make(chan *result, scrapeQueue*len(urls))}
 	for i, u := range urls {
 		s.stats[i].Source = wire.SafeURL(u)
 	}
@@ -175,7 +178,7 @@ func (s *scraper) loop(ctx context.Context, i int) {
 		if ctx.Err() != nil {
 			return // the run is over: an interrupted scrape is neither data nor a failure
 		}
-		res := &scrapeResult{tNS: sent, source: st.Source, samples: samples, dur: time.Duration(s.clk.Now() - sent)}
+		res := &result{tNS: sent, source: st.Source, samples: samples, dur: time.Duration(s.clk.Now() - sent)}
 		st.Attempts++
 		if err != nil {
 			res.err = err.Error()
@@ -277,7 +280,7 @@ func Probe(ctx context.Context, u *url.URL, insecure bool) (int, error) {
 }
 
 // journalScrape appends one scrape to j: its samples, then the scraper's own rows.
-func journalScrape(j *results.MetricsJournal, sc *scrapeResult) error {
+func journalScrape(j *results.MetricsJournal, sc *result) error {
 	own := sc.ownRows()
 	return j.AddSamples(sc.tNS, sc.source, sc.samples, own[:])
 }
@@ -285,7 +288,7 @@ func journalScrape(j *results.MetricsJournal, sc *scrapeResult) error {
 // writeMetrics is the metrics writer goroutine: it journals each scrape, flushing at least
 // every flush, until the scraper closes its channel. After a write error it keeps reading
 // (and drops) so that the scrapers never block.
-func writeMetrics(j *results.MetricsJournal, in <-chan *scrapeResult, flush time.Duration) error {
+func writeMetrics(j *results.MetricsJournal, in <-chan *result, flush time.Duration) error {
 	tick := time.NewTicker(flush)
 	defer tick.Stop()
 	var err error
@@ -304,4 +307,72 @@ func writeMetrics(j *results.MetricsJournal, in <-chan *scrapeResult, flush time
 			}
 		}
 	}
+}
+
+// Config is what a Run scrapes and how.
+type Config struct {
+	URLs     []string      // as given (they may carry credentials: sent, never stored)
+	Interval time.Duration // the sampling period on the run clock
+	Insecure bool          // skip TLS verification (--insecure)
+	Flush    time.Duration // the metrics journal is flushed at least this often
+	// RT, when not nil, is the scrapers' transport instead of a network one (tests).
+	RT http.RoundTripper
+}
+
+// Run is a run's scraping, with its own goroutines, client and writer of the metrics
+// journal; with no URLs, one that scrapes nothing.
+type Run struct {
+	scr  *scraper
+	err  error  // the metrics journal's, once stopped
+	stop func() // stops the scraper (once the last request in flight has ended); idempotent
+}
+
+// Start starts scraping cfg.URLs on clk into metricsPath's journal (results.JournalSuffix
+// after it), headed by meta. The scrapers outlive ctx's cancelation (a stopped run still
+// scrapes until its last request ends): Stop ends them.
+func Start(ctx context.Context, cfg Config, clk transport.Clock, meta *results.RunMeta, metricsPath string) (*Run, error) {
+	sr := &Run{stop: func() {}}
+	if len(cfg.URLs) == 0 {
+		return sr, nil
+	}
+	mj, err := results.CreateMetricsJournal(metricsPath+results.JournalSuffix, meta)
+	if err != nil {
+		return nil, err
+	}
+	sr.scr = newScraper(clk, cfg.URLs, cfg.Interval, cfg.Insecure, cfg.RT)
+	scrapeCtx, stopScrape := context.WithCancel(context.WithoutCancel(ctx))
+	sr.scr.start(scrapeCtx)
+	metricsDone := make(chan struct{})
+	go func() {
+		defer close(metricsDone)
+		sr.err = writeMetrics(mj, sr.scr.out, cfg.Flush)
+		sr.err = errors.Join(sr.err, mj.Close())
+	}()
+	var once sync.Once
+	sr.stop = func() {
+		once.Do(func() {
+			stopScrape()
+			sr.scr.wait()
+			<-metricsDone
+		})
+	}
+	return sr, nil
+}
+
+// Stop stops the scrapers and waits for the metrics journal to be closed; idempotent.
+func (r *Run) Stop() { r.stop() }
+
+// Scraping says whether r scrapes anything (a metrics file is to be converted).
+func (r *Run) Scraping() bool { return r.scr != nil }
+
+// Err is the metrics journal's error, once stopped.
+func (r *Run) Err() error { return r.err }
+
+// Stats returns what scraping each source came to (nil when r scrapes nothing); read it
+// once stopped.
+func (r *Run) Stats() []Stat {
+	if r.scr == nil {
+		return nil
+	}
+	return r.scr.stats
 }
