@@ -31,8 +31,11 @@ type chatMessage struct {
 }
 
 type contentPart struct {
-	Type string  `json:"type"`
-	Text *string `json:"text"`
+	Type     string  `json:"type"`
+	Text     *string `json:"text"`
+	ImageURL *struct {
+		URL string `json:"url"`
+	} `json:"image_url"`
 }
 
 // parsedPrompt is the prompt in one of its forms: text, token ids, or chat messages.
@@ -44,7 +47,12 @@ type parsedPrompt struct {
 	tools    []string // the tool definitions' descriptions (chat, messages, responses)
 }
 
-type parsedMessage struct{ role, content string }
+// parsedMessage is one message of a chat prompt: its role, its text and its images (in
+// the sim's token stream the images' tokens follow the text).
+type parsedMessage struct {
+	role, content string
+	images        []parsedImage
+}
 
 // params is a validated generation request.
 type params struct {
@@ -304,16 +312,24 @@ func parseMessages(raw json.RawMessage) ([]parsedMessage, error) {
 			}
 			var sb strings.Builder
 			for j, p := range parts {
-				if p.Type != "text" || p.Text == nil {
-					return nil, badRequest("messages", "messages[%d].content[%d]: only text parts are supported (type %q)", i, j, p.Type)
+				switch {
+				case p.Type == "text" && p.Text != nil:
+					sb.WriteString(*p.Text)
+				case p.Type == "image_url" && p.ImageURL != nil:
+					img, aerr := parseDataURL(p.ImageURL.URL, fmt.Sprintf("messages[%d].content[%d].image_url", i, j))
+					if aerr != nil {
+						return nil, aerr
+					}
+					out[i].images = append(out[i].images, img)
+				default:
+					return nil, badRequest("messages", "messages[%d].content[%d]: only text and image_url parts are supported (type %q)", i, j, p.Type)
 				}
-				sb.WriteString(*p.Text)
 			}
 			text = sb.String()
 		default:
-			return nil, badRequest("messages", "messages[%d].content must be a string or a list of text parts", i)
+			return nil, badRequest("messages", "messages[%d].content must be a string or a list of text and image_url parts", i)
 		}
-		out[i] = parsedMessage{role: m.Role, content: text}
+		out[i].role, out[i].content = m.Role, text
 	}
 	return out, nil
 }

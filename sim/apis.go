@@ -98,46 +98,96 @@ func isObject(raw json.RawMessage) bool {
 	return len(raw) > 0 && raw[0] == '{'
 }
 
-// anthropicBlock is a content block of a Messages request; the sim takes text blocks.
+// anthropicBlock is a content block of a Messages request (text, or an image with a
+// base64 source) or a content part of a Responses input message (input_text,
+// output_text, or input_image with a data URL).
 type anthropicBlock struct {
-	Type string  `json:"type"`
-	Text *string `json:"text"`
+	Type   string  `json:"type"`
+	Text   *string `json:"text"`
+	Source *struct {
+		Type string `json:"type"`
+		Data string `json:"data"`
+	} `json:"source"`
+	ImageURL *string `json:"image_url"`
 }
 
-// blocksText reads content that is a string or a list of text blocks (Anthropic's
-// message content and system prompt, the Responses API's message content, whose text
-// parts are input_text or output_text); field names it in errors.
+// Image blocks' types, for blocksContent: Anthropic's and the Responses API's.
+const (
+	imageBlock      = "image"
+	inputImageBlock = "input_image"
+)
+
+// blocksText reads content that is a string or a list of text blocks (a system prompt);
+// field names it in errors.
 func blocksText(raw json.RawMessage, field string, textTypes ...string) (string, *apiError) {
+	text, _, aerr := blocksContent(raw, field, "", textTypes...)
+	return text, aerr
+}
+
+// blocksContent reads content that is a string or a list of blocks: text blocks of
+// textTypes (Anthropic's "text"; the Responses API's input_text and output_text) and,
+// when imageType is not "", image blocks of that type (Anthropic's "image" with a base64
+// source, the Responses API's "input_image" with a data URL); field names it in errors.
+func blocksContent(raw json.RawMessage, field, imageType string, textTypes ...string) (string, []parsedImage, *apiError) {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case len(raw) > 0 && raw[0] == '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badRequest(field, "%s: %s", field, jsonErr(err))
+			return "", nil, badRequest(field, "%s: %s", field, jsonErr(err))
 		}
-		return s, nil
+		return s, nil, nil
 	case len(raw) > 0 && raw[0] == '[':
 		var blocks []anthropicBlock
 		if err := json.Unmarshal(raw, &blocks); err != nil {
-			return "", badRequest(field, "%s: %s", field, jsonErr(err))
+			return "", nil, badRequest(field, "%s: %s", field, jsonErr(err))
 		}
 		if len(blocks) == 0 {
-			return "", badRequest(field, "%s must not be empty", field)
+			return "", nil, badRequest(field, "%s must not be empty", field)
 		}
 		var sb strings.Builder
+		var imgs []parsedImage
 		for j, b := range blocks {
+			if imageType != "" && b.Type == imageType {
+				img, aerr := blockImage(b, fmt.Sprintf("%s[%d]", field, j))
+				if aerr != nil {
+					return "", nil, aerr
+				}
+				imgs = append(imgs, img)
+				continue
+			}
 			ok := false
 			for _, tt := range textTypes {
 				ok = ok || b.Type == tt
 			}
 			if !ok || b.Text == nil {
-				return "", badRequest(field, "%s[%d]: only %s blocks with text are supported (type %q)", field, j, strings.Join(textTypes, " or "), b.Type)
+				want := strings.Join(textTypes, " or ") + " blocks with text"
+				if imageType != "" {
+					want += " and " + imageType + " blocks"
+				}
+				return "", nil, badRequest(field, "%s[%d]: only %s are supported (type %q)", field, j, want, b.Type)
 			}
 			sb.WriteString(*b.Text)
 		}
-		return sb.String(), nil
+		return sb.String(), imgs, nil
 	}
-	return "", badRequest(field, "%s must be a string or a list of text blocks", field)
+	return "", nil, badRequest(field, "%s must be a string or a list of content blocks", field)
+}
+
+// blockImage reads an image block: Anthropic's {"type":"image","source":{"type":"base64",
+// "media_type":...,"data":...}} or the Responses API's {"type":"input_image",
+// "image_url":"data:..."}.
+func blockImage(b anthropicBlock, field string) (parsedImage, *apiError) {
+	if b.Type == inputImageBlock {
+		if b.ImageURL == nil {
+			return parsedImage{}, badRequest(topField(field), "%s.image_url is required (the simulated engine does not take file_id)", field)
+		}
+		return parseDataURL(*b.ImageURL, field+".image_url")
+	}
+	if b.Source == nil || b.Source.Type != "base64" {
+		return parsedImage{}, badRequest(topField(field), "%s.source must be a base64 source (the simulated engine does not fetch URLs)", field)
+	}
+	return decodeImage(b.Source.Data, field+".source.data")
 }
 
 // messagesBody is an Anthropic Messages request, as vLLM's AnthropicMessagesRequest
@@ -206,15 +256,18 @@ func parseMessagesRequest(body []byte, countOnly bool) (*params, error) {
 		default:
 			return nil, badRequest("messages", "%s.role %q is not user or assistant", field, m.Role)
 		}
-		text, err := blocksText(m.Content, field+".content", "text")
+		text, imgs, err := blocksContent(m.Content, field+".content", imageBlock, "text")
 		if err != nil {
 			return nil, err
 		}
 		if m.Role == "system" {
+			if len(imgs) > 0 {
+				return nil, badRequest("messages", "%s: a system message takes no images", field)
+			}
 			system.WriteString(text)
 			continue
 		}
-		out = append(out, parsedMessage{role: m.Role, content: text})
+		out = append(out, parsedMessage{role: m.Role, content: text, images: imgs})
 	}
 	if system.Len() > 0 {
 		out = append([]parsedMessage{{role: "system", content: system.String()}}, out...)
@@ -330,11 +383,11 @@ func responsesMessage(it responsesItem, i int) (parsedMessage, *apiError) {
 	default:
 		return parsedMessage{}, badRequest("input", "%s.role %q is not user, assistant, system or developer", field, it.Role)
 	}
-	text, aerr := blocksText(it.Content, field+".content", "input_text", "output_text")
+	text, imgs, aerr := blocksContent(it.Content, field+".content", inputImageBlock, "input_text", "output_text")
 	if aerr != nil {
 		return parsedMessage{}, aerr
 	}
-	return parsedMessage{role: it.Role, content: text}, nil
+	return parsedMessage{role: it.Role, content: text, images: imgs}, nil
 }
 
 // decodeStrict decodes one JSON object, refusing trailing data.

@@ -43,6 +43,18 @@ type Config struct {
 	Experts            int           `json:"experts"`
 	ExpertsPerToken    int           `json:"experts_per_token"`
 
+	// ImageRule names how many prompt tokens one image counts for (media.LookupRule:
+	// qwen2-vl, llava-1.5, gemma3, anthropic, openai, fixed:N); "" means
+	// media.DefaultRule. A request's images add their tokens to its prompt, which
+	// prefill charges like text.
+	ImageRule string `json:"image_rule"`
+	// VisionPerImage and VisionPerImageToken are the vision encoder's cost: each image a
+	// request sends adds VisionPerImage plus VisionPerImageToken per token it counts for
+	// to the step that admits the request (VisionTime). Engine profiles only. Modelled,
+	// not measured: docs/sim.md gives each profile's reasoning.
+	VisionPerImage      time.Duration `json:"vision_per_image_ns"`
+	VisionPerImageToken time.Duration `json:"vision_per_image_token_ns"`
+
 	// KVCacheTokens is the KV-cache capacity; a request is admitted only when its prompt
 	// and its whole output fit beside the running ones (KVAdmission reserve).
 	KVCacheTokens int `json:"kv_cache_tokens"`
@@ -221,6 +233,8 @@ var profiles = map[string]func() Config{
 			DecodePerSeq:         50 * time.Microsecond,
 			ContextPerToken:      200 * time.Nanosecond,
 			AttentionPerPairNs:   1, // attention matches prefill_per_token at 10k tokens of context
+			VisionPerImage:       2 * time.Millisecond,
+			VisionPerImageToken:  2 * time.Microsecond,
 			KVCacheTokens:        65536,
 			MaxBatchedTokens:     2048,
 			MaxBatch:             16,
@@ -239,13 +253,17 @@ var profiles = map[string]func() Config{
 	// at 1,024 tokens of context; prefill (8 us/token) is an estimate.
 	"moe-230b-8gpu": func() Config {
 		return Config{
-			Model:                "sim-moe-230b",
-			MaxModelLen:          196608,
-			StepBase:             10300 * time.Microsecond,
-			PrefillPerToken:      8 * time.Microsecond,
-			DecodePerSeq:         5 * time.Microsecond,
-			ContextPerToken:      5 * time.Nanosecond,
-			AttentionPerPairNs:   0.6, // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
+			Model:              "sim-moe-230b",
+			MaxModelLen:        196608,
+			StepBase:           10300 * time.Microsecond,
+			PrefillPerToken:    8 * time.Microsecond,
+			DecodePerSeq:       5 * time.Microsecond,
+			ContextPerToken:    5 * time.Nanosecond,
+			AttentionPerPairNs: 0.6, // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
+			// A ViT of ~670M parameters (Qwen2.5-VL's) at half the LM prefill's FLOP rate:
+			// 4 patches of 1.3 GFLOP per image token; a launch-bound 1.5 ms per image.
+			VisionPerImage:       1500 * time.Microsecond,
+			VisionPerImageToken:  4 * time.Microsecond,
 			PerExpert:            200 * time.Microsecond,
 			Experts:              256,
 			ExpertsPerToken:      8,
@@ -328,7 +346,8 @@ func (c Config) Validate() error {
 			name string
 			v    time.Duration
 		}{{"step_base", c.StepBase}, {"prefill_per_token", c.PrefillPerToken}, {"decode_per_seq", c.DecodePerSeq},
-			{"context_per_token", c.ContextPerToken}, {"per_expert", c.PerExpert}} {
+			{"context_per_token", c.ContextPerToken}, {"per_expert", c.PerExpert},
+			{"vision_per_image", c.VisionPerImage}, {"vision_per_image_token", c.VisionPerImageToken}} {
 			if d.v < 0 {
 				bad(d.name, "%v < 0", d.v)
 			}
@@ -363,6 +382,9 @@ func (c Config) Validate() error {
 		if c.PrefixCache && (c.PrefixBlockTokens < 1 || c.PrefixBlockTokens > c.KVCacheTokens) {
 			bad("prefix_block_tokens", "%d not in [1, kv_cache_tokens %d]", c.PrefixBlockTokens, c.KVCacheTokens)
 		}
+	}
+	if _, err := c.imageRule(); err != nil {
+		bad("image_rule", "%v", err)
 	}
 	if c.RequestLogWrites && c.RequestLog == "" {
 		bad("request_log_writes", "set without request_log")

@@ -16,6 +16,10 @@ type seq struct {
 	prompt int // prompt tokens
 	target int // tokens to generate (>= 1)
 	recv   time.Time
+	// visions are the request's images (where each ends in the prompt, its encoder
+	// time): the encoder time of those past the cached prefix is added to the step that
+	// admits it (again after a preemption: its encoder outputs went with its KV).
+	visions []visionSpan
 
 	// Prefix cache (nil hashes: none). hashes are the chain hashes of the full blocks of
 	// the prompt followed by the output less its last token (what ends up in the KV
@@ -143,7 +147,8 @@ func (c *core) step() time.Duration {
 	c.touched = c.touched[:0]
 	budget := c.cfg.MaxBatchedTokens
 	prefill, decode, context := 0, 0, 0
-	var pairs int64 // prefill attention: each chunk's tokens against the sequence before them
+	var pairs int64          // prefill attention: each chunk's tokens against the sequence before them
+	var vision time.Duration // the vision encoder, for the images of the requests admitted
 	preempted := c.cfg.onDemand() && c.grow(budget)
 	for _, s := range c.running {
 		s.stepTok = 0
@@ -175,6 +180,7 @@ func (c *core) step() time.Duration {
 		s.admitM = c.now
 		s.genAtAdmit = c.genTokens
 		c.running = append(c.running, s)
+		vision += visionTime(s.visions, s.cached)
 		n := min(s.fill-s.prefilled, budget)
 		s.stepTok = n
 		budget -= n
@@ -185,7 +191,7 @@ func (c *core) step() time.Duration {
 	if prefill+decode == 0 {
 		return 0
 	}
-	d := c.cfg.StepTime(prefill, decode, context, pairs)
+	d := c.cfg.StepTime(prefill, decode, context, pairs) + vision
 	c.now += d
 	c.steps++
 	c.promptTokens += int64(prefill)

@@ -376,7 +376,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, api apiKind) {
 	if !ok {
 		return
 	}
-	src := s.startSource(recv, req.prompt, req.hasher, &pl)
+	src := s.startSource(recv, req, &pl)
 	defer src.cancel()
 	ck := s.newChunker(api, req.prompt, req.p.continuous, &pl)
 	ck.maxTokens = req.maxTokens
@@ -442,7 +442,8 @@ func failGen(w http.ResponseWriter, api apiKind, rec *LogRecord, e *apiError, ou
 // checkedGen is a decoded request that fits the model.
 type checkedGen struct {
 	p         *params
-	prompt    int          // prompt tokens
+	prompt    int          // prompt tokens, the images' included
+	visions   []visionSpan // its images' places in the prompt and encoder times
 	maxTokens int          // with the API's default applied
 	hasher    *blockHasher // the prompt's block hashes; nil without the prefix cache
 }
@@ -480,7 +481,8 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 		}
 		hasher.hashes = make([]uint64, 0, est/hasher.size+1)
 	}
-	prompt := s.promptTokens(&p.prompt, hasher)
+	var spans []visionSpan
+	prompt := s.promptTokens(&p.prompt, hasher, &spans)
 	if prompt < 1 {
 		s.badRequests.Add(1)
 		return checkedGen{}, badRequest("prompt", "prompt has no tokens")
@@ -507,7 +509,7 @@ func (s *Server) decodeGen(w http.ResponseWriter, r *http.Request, api apiKind, 
 		s.badRequests.Add(1)
 		return checkedGen{}, badRequest("min_tokens", "min_tokens (%d) must be <= max_tokens (%d)", p.minTokens, maxTokens)
 	}
-	return checkedGen{p: p, prompt: prompt, maxTokens: maxTokens, hasher: hasher}, nil
+	return checkedGen{p: p, prompt: prompt, maxTokens: maxTokens, hasher: hasher, visions: spans}, nil
 }
 
 // planGen draws the request's plan and plays the faults that come before any token: a
@@ -541,14 +543,15 @@ func (s *Server) planGen(ctx context.Context, w http.ResponseWriter, rec *LogRec
 
 // startSource starts making the request's tokens: the fixed profile's schedule from recv,
 // or a sequence submitted to the engine. The caller cancels it.
-func (s *Server) startSource(recv time.Time, prompt int, hasher *blockHasher, pl *plan) tokenSource {
+func (s *Server) startSource(recv time.Time, req checkedGen, pl *plan) tokenSource {
+	prompt, hasher := req.prompt, req.hasher
 	if s.cfg.Fixed {
 		s.inflight.Add(1)
 		s.fixedPrompt.Add(int64(prompt))
 		return &fixedSource{srv: s, recv: recv, target: pl.target, answerAt: pl.reasoning}
 	}
 	sq := newSeq(prompt, pl.target)
-	sq.recv, sq.answerAt = recv, pl.reasoning
+	sq.recv, sq.answerAt, sq.visions = recv, pl.reasoning, req.visions
 	if hasher != nil {
 		// The KV cache will hold the prompt and the output less its last token: hash
 		// that stream here, on the handler's goroutine, so the engine only looks up.

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/llmreplay/llmreplay/media"
 )
 
 // StepTime returns the model duration of one engine step that runs prefillTokens prompt
@@ -143,7 +145,7 @@ type PrefixCacheInfo struct {
 
 const prefixRule = "full blocks of block_tokens tokens, keyed by the hash chain of the token stream (prompt, then output less its last token); a request reads the longest run of cached blocks from its prompt's start, never the block holding its last prompt token, and skips their prefill; blocks held by running requests are shared; unheld blocks stay cached in free KV space and are evicted least recently freed first when an admission needs the space"
 
-const stepFormula = "step = step_base + prefill_per_token*prefill_tokens + decode_per_seq*decoding_seqs + context_per_token*context_tokens + attention_per_pair_ns*attention_pairs (per prefilled token, the tokens of its sequence before it) + per_expert*experts*(1-(1-experts_per_token/experts)^(prefill_tokens+decoding_seqs))"
+const stepFormula = "step = step_base + prefill_per_token*prefill_tokens + decode_per_seq*decoding_seqs + context_per_token*context_tokens + attention_per_pair_ns*attention_pairs (per prefilled token, the tokens of its sequence before it) + per_expert*experts*(1-(1-experts_per_token/experts)^(prefill_tokens+decoding_seqs)) + for each request admitted in the step, the vision encoder of its images not wholly within its cached prefix: vision_per_image*images + vision_per_image_token*image_tokens (image tokens by image_rule, charged to prefill like text)"
 
 // prefillContexts are the context lengths of Info.PrefillAt (those that leave room for a
 // chunk within MaxModelLen, then MaxModelLen less a chunk): the context-length buckets
@@ -153,6 +155,9 @@ var prefillContexts = []int{0, 8192, 32768, 65536, 131072}
 // Analyze computes Info for c (which should be valid).
 func Analyze(c Config) Info {
 	in := Info{Config: c}
+	if in.Config.ImageRule == "" {
+		in.Config.ImageRule = media.DefaultRule // the rule in force, said
+	}
 	if c.Fixed {
 		in.StepFormula = "fixed: first token at fixed_ttft after arrival, then one every fixed_itl; no batching"
 		in.FixedTTFTMs = float64(c.FixedTTFT) / 1e6

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 
@@ -25,7 +26,8 @@ type Server struct {
 	cfg   Config
 	info  Info
 	enc   *tokenize.Encoding
-	eng   *engine // nil for the fixed profile
+	rule  media.Rule // counts a request's images (Config.ImageRule)
+	eng   *engine    // nil for the fixed profile
 	epoch time.Time
 	mux   *http.ServeMux
 
@@ -79,7 +81,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
+	rule, err := cfg.imageRule()
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	cfg.ImageRule = rule.Name() // /sim/info says the rule in force, the default too
 	s := &Server{
+		rule:           rule,
 		cfg:            cfg,
 		info:           Analyze(cfg),
 		enc:            enc,
@@ -340,10 +348,12 @@ func (s *Server) checkModel(model string) *apiError {
 
 // promptTokens counts the prompt as the engine would: cl100k_base for text, len(ids) for
 // token ids, and for chat a ChatML template: the tools first (toolTokens), then
-// per message <|im_start|> + "role\n" + content + <|im_end|> + "\n", then
-// <|im_start|> + "assistant\n" for the reply (pieces tokenized separately).
-// With h non-nil it also feeds h that token stream (for the prefix cache).
-func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
+// per message <|im_start|> + "role\n" + content + its images' tokens (imageTokens, by
+// the server's rule) + <|im_end|> + "\n", then <|im_start|> + "assistant\n" for the
+// reply (pieces tokenized separately).
+// With h non-nil it also feeds h that token stream (for the prefix cache); with spans
+// non-nil it appends each image's place in the stream and encoder time (visionSpan).
+func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher, spans *[]visionSpan) int {
 	switch {
 	case p.isIDs:
 		if h != nil {
@@ -352,17 +362,19 @@ func (s *Server) promptTokens(p *parsedPrompt, h *blockHasher) int {
 		return len(p.ids)
 	case p.messages != nil:
 		if h == nil {
-			n := s.chatReply + s.toolTokens(p.tools, nil)
+			n := s.toolTokens(p.tools, nil)
 			for _, m := range p.messages {
-				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil) + 2
+				n += 1 + s.chatRoleTokens[m.role] + s.count(m.content, nil)
+				n += s.imageTokens(m.images, nil, n, spans) + 2
 			}
-			return n
+			return n + s.chatReply
 		}
 		n := s.toolTokens(p.tools, h)
 		for _, m := range p.messages {
 			h.add(imStart)
 			h.addInts(s.chatRoleIDs[m.role])
-			n += 1 + len(s.chatRoleIDs[m.role]) + s.count(m.content, h) + 1 + len(s.newlineIDs)
+			n += 1 + len(s.chatRoleIDs[m.role]) + s.count(m.content, h)
+			n += s.imageTokens(m.images, h, n, spans) + 1 + len(s.newlineIDs)
 			h.add(imEnd)
 			h.addInts(s.newlineIDs)
 		}
@@ -622,6 +634,9 @@ func (s *Server) serveTokenize(w http.ResponseWriter, r *http.Request) {
 			tokens = append(tokens, imStart)
 			tokens = append(tokens, s.enc.Encode(m.role+"\n")...)
 			tokens = append(tokens, s.enc.Encode(m.content)...)
+			for range s.imageTokens(m.images, nil, 0, nil) {
+				tokens = append(tokens, imagePad)
+			}
 			tokens = append(tokens, imEnd)
 			tokens = append(tokens, s.enc.Encode("\n")...)
 		}
@@ -665,7 +680,7 @@ func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, aerr)
 		return
 	}
-	n := s.promptTokens(&p.prompt, nil)
+	n := s.promptTokens(&p.prompt, nil, nil)
 	type ctxMgmt struct {
 		Original int `json:"original_input_tokens"`
 	}

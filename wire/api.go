@@ -60,6 +60,11 @@ type Kind struct {
 	// escaped as inside a JSON string (AppendJSONContent); nil for an API without tools,
 	// whose tool tokens go into the prompt's text.
 	AppendTools func(b, desc []byte) []byte
+	// AppendUserMessage, for an API that takes images, appends one user message object
+	// holding text (already escaped as inside a JSON string: AppendJSONContent; empty:
+	// no text part) and images, in the API's published shape; nil for an API that takes
+	// no images.
+	AppendUserMessage func(b, text []byte, images []Image) []byte
 	// Decode decodes one stream event's data into c, which it must not retain; nil means
 	// OpenAI's chunk shapes (DecodeChunk). A client calls the built-in kinds' decoders
 	// (DecodeChunk, DecodeResponses) by name, so that its per-stream state stays where it
@@ -209,7 +214,8 @@ type Encoder struct {
 	kind     *Kind
 	backend  Backend
 	tokenIDs bool
-	tools    []byte // WithTools: the tool's description, escaped; nil: no tools
+	tools    []byte  // WithTools: the tool's description, escaped; nil: no tools
+	images   []Image // WithImages: sent with the prompt as one user message; nil: none
 }
 
 // WithTools returns the encoder whose bodies also carry one tool whose description is
@@ -355,10 +361,15 @@ func (e Encoder) AppendStart(b []byte, model string) []byte {
 }
 
 // AppendBody appends the body asking for outputTokens tokens after prompt, starting with
-// start (an AppendStart), with the tools of WithTools before the prompt's fields.
+// start (an AppendStart), with the tools of WithTools before the prompt's fields. With
+// the images of WithImages, the prompt goes as one user message holding its text and
+// the images (Kind.AppendUserMessage), each image's bytes appended once.
 func (e Encoder) AppendBody(b, start, prompt []byte, outputTokens int32) []byte {
 	b = e.appendLengths(b, start, outputTokens)
 	b = e.appendTools(b)
+	if len(e.images) > 0 && e.kind.AppendUserMessage != nil && e.kind.AppendMessages != nil && !e.tokenIDs {
+		return e.appendImagePrompt(b, prompt)
+	}
 	return e.kind.AppendPrompt(b, prompt, e.tokenIDs)
 }
 

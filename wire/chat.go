@@ -10,6 +10,17 @@ var chatKind = Kind{
 	AppendPrompt:    appendChatPrompt,
 	AppendMessages:  appendChatMessages,
 	AppendTools:     appendChatTools,
+	// OpenAI's chat reference (platform.openai.com/docs/api-reference/chat/create, user
+	// message content parts): a text part, then image_url parts, the shape vLLM, SGLang
+	// and TGI take.
+	AppendUserMessage: appendChatUserMessage,
+}
+
+// appendChatUserMessage appends a user message whose content is a text part (none when
+// text is empty) and one image_url part per image, its url a data URL. No detail field:
+// the API's default (auto), which the engines ignore.
+func appendChatUserMessage(b, text []byte, images []Image) []byte {
+	return appendTextFirst(b, text, images, `{"type":"text","text":"`, `{"type":"image_url","image_url":{"url":"`, `"}}`)
 }
 
 // appendChatTools appends one function tool in chat's shape (tools[].function).

@@ -28,6 +28,36 @@ var messagesKind = Kind{
 	AppendMessages: appendMessagesMessages,
 	AppendTools:    appendMessagesTools,
 	Decode:         DecodeMessages,
+	// Anthropic's reference (docs.anthropic.com/en/api/messages, image content blocks
+	// with a base64 source), which vLLM's AnthropicMessagesRequest converts to chat's
+	// image_url parts.
+	AppendUserMessage: appendMessagesUserMessage,
+}
+
+// appendMessagesUserMessage appends a user message whose content is one image block per
+// image, then a text block (none when text is empty: the API refuses an empty one):
+// images before the text, as Anthropic's vision guide advises and its examples do.
+func appendMessagesUserMessage(b, text []byte, images []Image) []byte {
+	b = append(b, `{"role":"user","content":[`...)
+	for i, img := range images {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"image","source":{"type":"base64","media_type":"`...)
+		b = AppendJSONContent(b, []byte(img.MIME))
+		b = append(b, `","data":"`...)
+		b = append(b, img.Base64...)
+		b = append(b, `"}}`...)
+	}
+	if len(text) > 0 {
+		if len(images) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"type":"text","text":"`...)
+		b = append(b, text...)
+		b = append(b, `"}`...)
+	}
+	return append(b, `]}`...)
 }
 
 // capOnly: no length-forcing field reaches the sampler through the API, whatever the

@@ -31,6 +31,17 @@ var responsesKind = Kind{
 	Decode:          DecodeResponses,
 	LengthFields:    responsesLengthFields,
 	Stop:            "response.completed",
+	// OpenAI's Responses reference (input message content: input_text and input_image,
+	// whose image_url takes a data URL).
+	AppendUserMessage: appendResponsesUserMessage,
+}
+
+// appendResponsesUserMessage appends a user input message whose content is an
+// input_text part (none when text is empty) and one input_image part per image. Its
+// "detail" is required by the API's schema (openai-python's ResponseInputImageParam):
+// "auto", its documented default and what chat's bodies leave to the API.
+func appendResponsesUserMessage(b, text []byte, images []Image) []byte {
+	return appendTextFirst(b, text, images, `{"type":"input_text","text":"`, `{"type":"input_image","image_url":"`, `","detail":"auto"}`)
 }
 
 func init() { Register(&responsesKind) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/wire"
 )
@@ -44,6 +45,10 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # KV allocated as tokens are made (vLLM v1): under overload the cache runs full and
   # vllm:num_preemptions_total counts the requests preempted
   llmreplay sim --profile tiny --kv-admission on-demand --kv-cache-tokens 16384
+
+  # A vision model: images count as LLaVA-1.5 counts them (576 tokens each), and its
+  # vision encoder costs 5 ms an image (default: qwen2-vl's rule, the profile's encoder)
+  llmreplay sim --profile tiny --image-rule llava-1.5 --vision-per-image 5ms
 
   # Override the model: twice the KV cache, batch cap 512; print the analytical limits and exit
   llmreplay sim --kv-cache-tokens 2000000 --max-batch 512 --max-batched-tokens 16384 --print-info
@@ -142,6 +147,9 @@ func addSimModelFlags(fs *pflag.FlagSet, o *sim.Config) {
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", 0, "max_tokens for completions that give none")
 	fs.IntVar(&o.DefaultChatMaxTokens, "default-chat-max-tokens", 0, "max_tokens cap for chat requests that give none")
 	fs.Float64Var(&o.ReasoningShare, "reasoning-share", 0, "share (0..1) of every answer's output tokens streamed first as reasoning (chat delta.reasoning, a Messages thinking block, a Responses reasoning item), e.g. --reasoning-share 0.75")
+	fs.StringVar(&o.ImageRule, "image-rule", media.DefaultRule, "how many prompt tokens one image counts for: "+strings.Join(media.RuleNames(), ", ")+" (docs/replay.md, Images), e.g. --image-rule fixed:256")
+	fs.DurationVar(&o.VisionPerImage, "vision-per-image", 0, "step time: vision encoder cost per image of a request admitted in the step (default: the profile's)")
+	fs.DurationVar(&o.VisionPerImageToken, "vision-per-image-token", 0, "step time: vision encoder cost per image token of a request admitted in the step (default: the profile's)")
 	fs.BoolVar(&o.ReasoningUsage, "reasoning-usage", false, "chat usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not)")
 }
 
@@ -191,6 +199,9 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("default-chat-max-tokens", &cfg.DefaultChatMaxTokens, &o.DefaultChatMaxTokens)
 	set("reasoning-share", &cfg.ReasoningShare, &o.ReasoningShare)
 	set("reasoning-usage", &cfg.ReasoningUsage, &o.ReasoningUsage)
+	set("image-rule", &cfg.ImageRule, &o.ImageRule)
+	set("vision-per-image", &cfg.VisionPerImage, &o.VisionPerImage)
+	set("vision-per-image-token", &cfg.VisionPerImageToken, &o.VisionPerImageToken)
 }
 
 // printSimBanner says on stderr what the running engine serves and models.
