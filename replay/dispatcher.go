@@ -224,5 +224,8 @@ func (d *dispatcher) resultOf(req *request) *results.Result {
 	if req.call != nil {
 		setRecorded(res, req.call, req.gapNS)
 	}
+	if req.images > 0 {
+		res.Images, res.ImageTokens = req.images, req.imageTokens
+	}
 	return res
 }

@@ -97,7 +97,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.speed, p.origin, p.agents, p.images, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -107,6 +107,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		return nil, err
 	}
 	p.meta.Flags["sessions"] = p.sessMode
+	maps.Copy(p.meta.Flags, p.imageFlags)
 	if p.sessMode == SessionsDAG {
 		p.meta.Flags["gaps"] = p.gaps()
 		if cfg.AgentSessions > 0 {
@@ -120,7 +121,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	s.Options = Options{
-		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()),
+		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()), Images: p.imgs,
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
@@ -169,7 +170,9 @@ type preparer struct {
 
 	histOverhead HistoryOverhead // what earlier turns cost beyond their text (calibrate)
 
-	toolOverhead ToolOverhead // what one tool costs the server (tools)
+	toolOverhead ToolOverhead      // what one tool costs the server (tools)
+	imgs         *Images           // the trace's images, when sent (images)
+	imageFlags   map[string]string // how they are sent, for the run metadata
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models

@@ -53,6 +53,9 @@ type Options struct {
 	// Tools splits a row's prompt tokens into its tool definitions and its prompt's text
 	// (tools.go); nil sends every prompt token as text.
 	Tools *Tools
+	// Images sends a row's images and cuts its prompt's text to what they leave
+	// (images.go); nil sends no images.
+	Images *Images
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored
