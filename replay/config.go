@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
@@ -103,7 +104,7 @@ type Config struct {
 	// Images (docs/replay.md, "Images"): ImageRule (--image-rule) counts one image's
 	// prompt tokens (media.LookupRule; "" = media.DefaultRule); ImageFormat
 	// (--image-format): jpeg or png ("" = jpeg); ImageSize (--image-size WxH): the size of
-	// an image the trace gives no size for ("" = DefaultImageSize); ImageReuse
+	// an image the trace gives no size for ("" = images.DefaultSize); ImageReuse
 	// (--image-reuse, 0..1): the share of images that repeat one already sent; DropImages
 	// (--drop-images): send none, every prompt token as text.
 	ImageRule   string
@@ -389,8 +390,8 @@ func (c *Config) validateSim() error {
 }
 
 // imageOptions returns the image flags checked and typed (the seed is the run's).
-func (c *Config) imageOptions() (ImageOptions, error) {
-	o := ImageOptions{Format: media.JPEG, Reuse: c.ImageReuse, Seed: c.Seed}
+func (c *Config) imageOptions() (images.Options, error) {
+	o := images.Options{Format: media.JPEG, Reuse: c.ImageReuse, Seed: c.Seed}
 	var err error
 	if o.Rule, err = media.LookupRule(cmp.Or(c.ImageRule, media.DefaultRule)); err != nil {
 		return o, configErrorf("--image-rule: %v", err)
@@ -400,7 +401,7 @@ func (c *Config) imageOptions() (ImageOptions, error) {
 			return o, configErrorf("--image-format: %v", err)
 		}
 	}
-	if o.Width, o.Height, err = ParseImageSize(cmp.Or(c.ImageSize, DefaultImageSize)); err != nil {
+	if o.Width, o.Height, err = images.ParseSize(cmp.Or(c.ImageSize, images.DefaultSize)); err != nil {
 		return o, configErrorf("--image-size: %v", err)
 	}
 	if !(c.ImageReuse >= 0 && c.ImageReuse <= 1) {

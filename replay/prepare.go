@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
@@ -171,7 +172,7 @@ type preparer struct {
 	histOverhead HistoryOverhead // what earlier turns cost beyond their text (calibrate)
 
 	toolOverhead ToolOverhead      // what one tool costs the server (tools)
-	imgs         *Images           // the trace's images, when sent (images)
+	imgs         *images.Builder   // the trace's images, when sent (images)
 	imageFlags   map[string]string // how they are sent, for the run metadata
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)

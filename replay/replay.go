@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/trace"
@@ -54,8 +55,8 @@ type Options struct {
 	// (tools.go); nil sends every prompt token as text.
 	Tools *Tools
 	// Images sends a row's images and cuts its prompt's text to what they leave
-	// (images.go); nil sends no images.
-	Images *Images
+	// (replay/images); nil sends no images.
+	Images *images.Builder
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored

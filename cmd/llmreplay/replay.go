@@ -17,6 +17,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/repeat"
 	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
@@ -144,7 +145,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
 	fs.StringVar(&f.ImageRule, "image-rule", media.DefaultRule, "traces with images: how many prompt tokens the server counts one image for, by model family: "+strings.Join(media.RuleNames(), ", ")+" (docs/replay.md, Images); the prompt's text is prompt_tokens less the images' tokens")
 	fs.StringVar(&f.ImageFormat, "image-format", "jpeg", "traces with images: send them as jpeg (a photo's bytes) or png")
-	fs.StringVar(&f.ImageSize, "image-size", replay.DefaultImageSize, "traces with images: the size WIDTHxHEIGHT of an image the trace gives no size for (the Azure multimodal trace gives counts only)")
+	fs.StringVar(&f.ImageSize, "image-size", images.DefaultSize, "traces with images: the size WIDTHxHEIGHT of an image the trace gives no size for (the Azure multimodal trace gives counts only)")
 	fs.Float64Var(&f.ImageReuse, "image-reuse", f.ImageReuse, "traces with images: the share (0..1) of images that repeat one already sent of the same size (drawn by --seed), to exercise the engine's multimodal cache; 0: every image distinct")
 	fs.BoolVar(&f.DropImages, "drop-images", f.DropImages, "traces with images: send none; every prompt token goes as text (for an API or a model without images)")
 	fs.StringVar(&f.SimProfile, "sim-profile", f.SimProfile, "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))

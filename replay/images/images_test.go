@@ -1,4 +1,4 @@
-package replay
+package images
 
 import (
 	"strings"
@@ -9,29 +9,29 @@ import (
 	"github.com/llmreplay/llmreplay/wire"
 )
 
-func testImages(t *testing.T, reuse float64, seed uint64) *Images {
+func testImages(t *testing.T, reuse float64, seed uint64) *Builder {
 	t.Helper()
 	rule, err := media.LookupRule("fixed:100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewImages(ImageOptions{Rule: rule, Format: media.JPEG, Width: 64, Height: 48, Reuse: reuse, Seed: seed})
+	return New(Options{Rule: rule, Format: media.JPEG, Width: 64, Height: 48, Reuse: reuse, Seed: seed})
 }
 
 // imagesOf splits n one-image requests of 32x32 and returns their images.
-func imagesOf(t *testing.T, b *Images, n int) []wire.Image {
+func imagesOf(t *testing.T, b *Builder, n int) []wire.Image {
 	t.Helper()
 	var out []wire.Image
 	for i := range n {
 		r := trace.Request{ID: int64(i), PromptTokens: 500, OutputTokens: 1, Images: []trace.Image{{Width: 32, Height: 32}}}
-		text, s, err := b.split(&r)
+		text, s, err := b.Split(&r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if text.PromptTokens != 400 || s.tokens != 100 || len(s.imgs) != 1 || s.imgs[0].MIME != "image/jpeg" {
-			t.Fatalf("request %d: text %d tokens, images %d counted %d (%s); want 400, 1, 100, image/jpeg", i, text.PromptTokens, len(s.imgs), s.tokens, s.imgs[0].MIME)
+		if text.PromptTokens != 400 || s.Tokens != 100 || len(s.Images) != 1 || s.Images[0].MIME != "image/jpeg" {
+			t.Fatalf("request %d: text %d tokens, images %d counted %d (%s); want 400, 1, 100, image/jpeg", i, text.PromptTokens, len(s.Images), s.Tokens, s.Images[0].MIME)
 		}
-		out = append(out, s.imgs[0])
+		out = append(out, s.Images[0])
 	}
 	return out
 }
@@ -77,31 +77,31 @@ func TestImagesDistinctUnlessReused(t *testing.T) {
 // naming the request and what to change.
 func TestImagesSizesAndText(t *testing.T) {
 	rule, _ := media.LookupRule("qwen2-vl")
-	b := NewImages(ImageOptions{Rule: rule, Format: media.PNG, Width: 280, Height: 56, Seed: 1})
+	b := New(Options{Rule: rule, Format: media.PNG, Width: 280, Height: 56, Seed: 1})
 	r := trace.Request{ID: 5, PromptTokens: 1000, OutputTokens: 1, Images: []trace.Image{{}, {}}}
-	text, s, err := b.split(&r)
+	text, s, err := b.Split(&r)
 	per := int32(rule.Tokens(280, 56))
-	if err != nil || s.tokens != 2*per || text.PromptTokens != 1000-2*per || s.imgs[0].MIME != "image/png" {
-		t.Fatalf("two images of unknown size: %v, counted %d, text %d; want %d, %d", err, s.tokens, text.PromptTokens, 2*per, 1000-2*per)
+	if err != nil || s.Tokens != 2*per || text.PromptTokens != 1000-2*per || s.Images[0].MIME != "image/png" {
+		t.Fatalf("two images of unknown size: %v, counted %d, text %d; want %d, %d", err, s.Tokens, text.PromptTokens, 2*per, 1000-2*per)
 	}
 	r.PromptTokens = 2 * per
-	if _, _, err := b.split(&r); err == nil || !strings.Contains(err.Error(), "request 5") || !strings.Contains(err.Error(), "--image-rule") {
+	if _, _, err := b.Split(&r); err == nil || !strings.Contains(err.Error(), "request 5") || !strings.Contains(err.Error(), "--image-rule") {
 		t.Errorf("images that leave no text: %v; want an error naming request 5 and --image-rule", err)
 	}
 	plain := trace.Request{ID: 6, PromptTokens: 10, OutputTokens: 1}
-	if text, s, err := b.split(&plain); err != nil || text.PromptTokens != 10 || s.imgs != nil {
-		t.Errorf("a row without images: %v, %d, %v", err, text.PromptTokens, s.imgs)
+	if text, s, err := b.Split(&plain); err != nil || text.PromptTokens != 10 || s.Images != nil {
+		t.Errorf("a row without images: %v, %d, %v", err, text.PromptTokens, s.Images)
 	}
 }
 
-func TestParseImageSize(t *testing.T) {
+func TestParseSize(t *testing.T) {
 	for in, want := range map[string][2]int{"1024x768": {1024, 768}, "1X1": {1, 1}} {
-		if w, h, err := ParseImageSize(in); err != nil || w != want[0] || h != want[1] {
+		if w, h, err := ParseSize(in); err != nil || w != want[0] || h != want[1] {
 			t.Errorf("%q: %d x %d, %v", in, w, h, err)
 		}
 	}
 	for _, in := range []string{"", "1024", "0x5", "5x-1", "20000x10", "axb"} {
-		if _, _, err := ParseImageSize(in); err == nil {
+		if _, _, err := ParseSize(in); err == nil {
 			t.Errorf("%q: no error", in)
 		}
 	}
