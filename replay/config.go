@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
 	"github.com/llmreplay/llmreplay/tokenize"
@@ -103,6 +106,18 @@ type Config struct {
 	CalibrateMaxError float64
 	Encoding          string
 	Seed              uint64
+
+	// Images (docs/replay.md, "Images"): ImageRule (--image-rule) counts one image's
+	// prompt tokens (media.LookupRule; "" = media.DefaultRule); ImageFormat
+	// (--image-format): jpeg or png ("" = jpeg); ImageSize (--image-size WxH): the size of
+	// an image the trace gives no size for ("" = images.DefaultSize); ImageReuse
+	// (--image-reuse, 0..1): the share of images that repeat one already sent; DropImages
+	// (--drop-images): send none, every prompt token as text.
+	ImageRule   string
+	ImageFormat string
+	ImageSize   string
+	ImageReuse  float64
+	DropImages  bool
 
 	// Scrape (--scrape, repeatable): Prometheus endpoints sampled during the run; empty =
 	// the endpoint's server root /metrics when it answers there (Prepare probes it);
@@ -365,6 +380,9 @@ func (c *Config) validateSessions() error {
 // only, so with --endpoint they would be silently ignored, and a run would claim a
 // reasoning share its server never had.
 func (c *Config) validateSim() error {
+	if _, err := c.imageOptions(); err != nil {
+		return err
+	}
 	if !(c.SimReasoningShare >= 0 && c.SimReasoningShare <= 1) {
 		return configErrorf("--sim-reasoning-share %v: want a share in [0, 1] (0.3: the first 30%% of every answer's tokens are reasoning)", c.SimReasoningShare)
 	}
@@ -378,4 +396,25 @@ func (c *Config) validateSim() error {
 		return configErrorf("--sim-reasoning-usage shapes the in-process simulated engine, and --endpoint %s replaces it: drop one (for a separate sim: llmreplay sim --reasoning-usage)", wire.SafeURL(c.Endpoint))
 	}
 	return nil
+}
+
+// imageOptions returns the image flags checked and typed (the seed is the run's).
+func (c *Config) imageOptions() (images.Options, error) {
+	o := images.Options{Format: media.JPEG, Reuse: c.ImageReuse, Seed: c.Seed}
+	var err error
+	if o.Rule, err = media.LookupRule(cmp.Or(c.ImageRule, media.DefaultRule)); err != nil {
+		return o, configErrorf("--image-rule: %v", err)
+	}
+	if c.ImageFormat != "" {
+		if o.Format, err = media.ParseFormat(c.ImageFormat); err != nil {
+			return o, configErrorf("--image-format: %v", err)
+		}
+	}
+	if o.Width, o.Height, err = images.ParseSize(cmp.Or(c.ImageSize, images.DefaultSize)); err != nil {
+		return o, configErrorf("--image-size: %v", err)
+	}
+	if !(c.ImageReuse >= 0 && c.ImageReuse <= 1) {
+		return o, configErrorf("--image-reuse %v: want a share in [0, 1] (0.5: half the images repeat one already sent)", c.ImageReuse)
+	}
+	return o, nil
 }

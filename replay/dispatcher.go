@@ -227,5 +227,8 @@ func (d *dispatcher) resultOf(req *request) *results.Result {
 	if req.Inputs > 0 {
 		res.Inputs = req.Inputs
 	}
+	if req.images > 0 {
+		res.Images, res.ImageTokens = req.images, req.imageTokens
+	}
 	return res
 }

@@ -107,7 +107,12 @@ func (pr *feed) prepare() {
 				pr.turnIdx[tr.SessionID] = turn + 1
 			}
 		}
-		text, tools, err := pr.o.Tools.split(&tr)
+		rest, imgs, err := pr.o.Images.Split(&tr)
+		if err != nil {
+			pr.fail(fmt.Errorf("replay: %w", err))
+			return
+		}
+		text, tools, err := pr.o.Tools.split(&rest)
 		if err != nil {
 			pr.fail(fmt.Errorf("replay: %w", err))
 			return
@@ -126,7 +131,7 @@ func (pr *feed) prepare() {
 		req := &request{
 			Request: transport.Request{ID: tr.ID, DueNS: int64(due), PromptTokens: tr.PromptTokens, OutputTokens: tr.OutputTokens,
 				Warmup: warm, Session: tr.SessionID, HasSession: tr.HasSession},
-			turn: turn, tools: tools.sent, conv: c, sessionWaitNS: results.Null,
+			turn: turn, tools: tools.sent, images: int32(len(imgs.Images)), imageTokens: imgs.Tokens, conv: c, sessionWaitNS: results.Null,
 		}
 		runID := pr.preparedRunID.Load()
 		if runID != nil {
@@ -139,7 +144,7 @@ func (pr *feed) prepare() {
 			if p, ok := pr.bodyPrefixes[tr.Model]; ok {
 				prefix = p
 			}
-			req.Body = pr.o.Client.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools.desc)+192), prefix, prompt, tr.OutputTokens, tools.desc)
+			req.Body = pr.o.Client.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools.desc)+imgs.Bytes()+192), prefix, prompt, tr.OutputTokens, tools.desc, imgs.Images)
 			pr.tr.Prepare(&req.Request, runID == nil)
 		}
 		if !pr.handOver(req) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
@@ -98,7 +99,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.unary, p.speed, p.origin, p.agents, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.unary, p.speed, p.origin, p.agents, p.images, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -108,6 +109,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		return nil, err
 	}
 	p.meta.Flags["sessions"] = p.sessMode
+	maps.Copy(p.meta.Flags, p.imageFlags)
 	if p.sessMode == SessionsDAG {
 		p.meta.Flags["gaps"] = p.gaps()
 		if cfg.AgentSessions > 0 {
@@ -121,7 +123,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	s.Options = Options{
-		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()),
+		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()), Images: p.imgs,
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
@@ -178,7 +180,9 @@ type preparer struct {
 
 	histOverhead HistoryOverhead // what earlier turns cost beyond their text (calibrate)
 
-	toolOverhead ToolOverhead // what one tool costs the server (tools)
+	toolOverhead ToolOverhead      // what one tool costs the server (tools)
+	imgs         *images.Builder   // the trace's images, when sent (images)
+	imageFlags   map[string]string // how they are sent, for the run metadata
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models

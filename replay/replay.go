@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/scrape"
 	"github.com/llmreplay/llmreplay/replay/transport"
@@ -54,6 +55,9 @@ type Options struct {
 	// Tools splits a row's prompt tokens into its tool definitions and its prompt's text
 	// (tools.go); nil sends every prompt token as text.
 	Tools *Tools
+	// Images sends a row's images and cuts its prompt's text to what they leave
+	// (replay/images); nil sends no images.
+	Images *images.Builder
 
 	Speedup     float64 // open loop: due = (arrival - first arrival) / Speedup
 	Concurrency int     // > 0: closed loop with this many workers; arrivals ignored

@@ -18,6 +18,8 @@ type request struct {
 	// captured by the stream when Request.Capture is set).
 	turn          int32
 	tools         int32 // the prompt tokens its tools are counted (Tools.split): history leaves them out
+	images        int32 // images sent (images.Builder.Split); 0: none
+	imageTokens   int32 // the prompt tokens they are counted
 	conv          *conv
 	sessionWaitNS int64
 	sent          []byte

@@ -404,7 +404,7 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt, too
 	}
 	keep := c != nil && pr.o.History == HistoryActual && (c.turns == 0 || req.turn < c.turns-1)
 	if c == nil || pr.o.History != HistoryActual {
-		req.Body = cl.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools)+192), prefix, prompt, tr.OutputTokens, tools)
+		req.Body = cl.AppendPromptBody(make([]byte, 0, len(prompt)+len(prefix)+len(tools)+192), prefix, prompt, tr.OutputTokens, tools, nil)
 	} else {
 		var hist []byte
 		if c != nil {
@@ -424,7 +424,7 @@ func (pr *feed) finishBody(req *request, tr *trace.Request, c *conv, prompt, too
 		} else {
 			sent = make([]byte, 0, len(hist)+len(prompt))
 			sent = append(append(sent, hist...), prompt...)
-			req.Body = cl.AppendPromptBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+len(tools)+192), prefix, sent, tr.OutputTokens, tools)
+			req.Body = cl.AppendPromptBody(make([]byte, 0, len(sent)+len(sent)/8+len(prefix)+len(tools)+192), prefix, sent, tr.OutputTokens, tools, nil)
 		}
 		if c != nil {
 			c.hist = nil // moved into sent

@@ -66,7 +66,8 @@ func TestDuckDBReadsAzure(t *testing.T) {
 	want := map[string]string{"request_id": "BIGINT", "arrival_ns": "BIGINT", "prompt_tokens": "INTEGER", "output_tokens": "INTEGER",
 		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR",
 		"parents": "BIGINT[]", "gap_ns": "BIGINT", "gap_kind": "VARCHAR", "duration_ns": "BIGINT",
-		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER", "tool_tokens": "INTEGER"}
+		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER", "tool_tokens": "INTEGER",
+		"images": "INTEGER", "image_widths": "INTEGER[]", "image_heights": "INTEGER[]", "image_tokens": "INTEGER"}
 	if len(types) != len(want) {
 		t.Errorf("duckdb sees %d columns: %v", len(types), types)
 	}
@@ -114,6 +115,50 @@ func TestReadDuckDBWritten(t *testing.T) {
 			if g.PrefixBlocks[j] != w.PrefixBlocks[j] {
 				t.Fatalf("row %d block %d differs", i, j)
 			}
+		}
+	}
+}
+
+// TestDuckDBReadsImages: DuckDB reads every image column as written: the count, the size
+// lists (null when the sizes are unknown) and image_tokens, row by row.
+func TestDuckDBReadsImages(t *testing.T) {
+	reqs := imageRequests()
+	path := filepath.Join(t.TempDir(), "images.parquet")
+	writeFile(t, path, Meta{}, reqs)
+	rows := duckdbtest.Query(t, "SELECT request_id AS id, images AS n, image_widths AS w, image_heights AS h, image_tokens AS k, "+
+		"len(image_widths) AS lw FROM read_parquet('"+path+"') ORDER BY request_id")
+	if len(rows) != len(reqs) {
+		t.Fatalf("duckdb reads %d rows", len(rows))
+	}
+	for i, row := range rows {
+		r := reqs[i]
+		if duckNum(t, row["id"]) != r.ID {
+			t.Fatalf("row %d: %v", i, row)
+		}
+		if len(r.Images) == 0 {
+			if row["n"] != nil || row["w"] != nil || row["h"] != nil {
+				t.Errorf("row %d without images: %v", i, row)
+			}
+		} else if duckNum(t, row["n"]) != int64(len(r.Images)) {
+			t.Errorf("row %d: images %v, want %d", i, row["n"], len(r.Images))
+		}
+		if len(r.Images) > 0 && !r.Images[0].Known() {
+			if row["w"] != nil || row["h"] != nil {
+				t.Errorf("row %d of unknown sizes: lists %v %v, want null", i, row["w"], row["h"])
+			}
+		} else if len(r.Images) > 0 {
+			ws, hs := row["w"].([]any), row["h"].([]any)
+			if len(ws) != len(r.Images) || len(hs) != len(r.Images) || duckNum(t, row["lw"]) != int64(len(r.Images)) {
+				t.Fatalf("row %d: lists %v %v", i, ws, hs)
+			}
+			for k, im := range r.Images {
+				if duckNum(t, ws[k]) != int64(im.Width) || duckNum(t, hs[k]) != int64(im.Height) {
+					t.Errorf("row %d image %d: %v x %v, want %dx%d", i, k, ws[k], hs[k], im.Width, im.Height)
+				}
+			}
+		}
+		if r.HasImageTokens != (row["k"] != nil) || (r.HasImageTokens && duckNum(t, row["k"]) != int64(r.ImageTokens)) {
+			t.Errorf("row %d: image_tokens %v, want %d (recorded %v)", i, row["k"], r.ImageTokens, r.HasImageTokens)
 		}
 	}
 }

@@ -16,7 +16,10 @@ import (
 
 // Import formats accepted by Import.
 const (
-	FormatAzure    = "azure"
+	FormatAzure = "azure"
+	// FormatAzureLMM is Azure's 2025 multimodal production trace (AzureLMMInferenceDataset2025):
+	// the azure columns and NumImages.
+	FormatAzureLMM = "azure-lmm"
 	FormatBurstGPT = "burstgpt"
 	FormatMooncake = "mooncake"
 	FormatBailian  = "bailian"
@@ -30,7 +33,7 @@ const (
 )
 
 // ImportFormats lists the formats Import accepts.
-var ImportFormats = []string{FormatAzure, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL,
+var ImportFormats = []string{FormatAzure, FormatAzureLMM, FormatBurstGPT, FormatMooncake, FormatBailian, FormatShareGPT, FormatCSV, FormatJSONL,
 	FormatCopilotAgent, FormatTraceLab, FormatWeka}
 
 // ImportOptions configures Import. Only Format is required.
@@ -231,7 +234,9 @@ func Import(ctx context.Context, in io.Reader, opts ImportOptions, w *Writer) (I
 	}
 	switch opts.Format {
 	case FormatAzure:
-		err = importAzure(in, p)
+		err = importAzure(in, p, false)
+	case FormatAzureLMM:
+		err = importAzure(in, p, true)
 	case FormatBurstGPT:
 		err = importBurstGPT(in, p)
 	case FormatMooncake:
@@ -310,7 +315,7 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 			return nil, fmt.Errorf("trace: import %s: compressed twice (gzip inside gzip)", name)
 		}
 	}
-	csvFormat := format == FormatAzure || format == FormatBurstGPT || format == FormatCSV
+	csvFormat := format == FormatAzure || format == FormatAzureLMM || format == FormatBurstGPT || format == FormatCSV
 	jsonFormat := format == FormatMooncake || format == FormatBailian || format == FormatShareGPT || format == FormatJSONL ||
 		format == FormatCopilotAgent || format == FormatTraceLab || format == FormatWeka
 	switch {
@@ -319,7 +324,7 @@ func sniffInput(in io.Reader, format, name string) (io.Reader, error) {
 	case k == filekind.JSON && csvFormat:
 		return nil, fmt.Errorf("trace: import %s: this is JSON text, not %s CSV; --from mooncake, bailian, sharegpt, jsonl or copilot-agent read JSON", name, format)
 	case k == filekind.Text && jsonFormat:
-		return nil, fmt.Errorf("trace: import %s: this is text that is not JSON (CSV?), not %s JSON; --from azure, burstgpt or csv read CSV", name, format)
+		return nil, fmt.Errorf("trace: import %s: this is text that is not JSON (CSV?), not %s JSON; --from azure, azure-lmm, burstgpt or csv read CSV", name, format)
 	case !csvFormat && !jsonFormat:
 		return br, nil // an unknown format: Import says so
 	}

@@ -99,8 +99,13 @@ func (c *csvSource) errorf(col string, format string, a ...any) error {
 }
 
 // importAzure reads Azure LLM inference traces: TIMESTAMP,ContextTokens,GeneratedTokens
-// (2023 and 2024 releases; the 2025 release's extra columns are ignored).
-func importAzure(in io.Reader, p *pipeline) error {
+// (2023 and 2024 releases; other columns are ignored). With lmm it reads the 2025
+// multimodal trace (AzureLMMInferenceDataset2025.md in Azure/AzurePublicDataset), which
+// adds NumImages: each row sends that many images of unknown size (0x0), and
+// ContextTokens, the whole prompt as the service counted it, images included (the
+// dataset says no more: docs/trace-format.md), is prompt_tokens; image_tokens stays null.
+// Without lmm a file with NumImages imports without its images, counted in the report.
+func importAzure(in io.Reader, p *pipeline, lmm bool) error {
 	c, err := openCSV(in, p)
 	if err != nil {
 		return err
@@ -108,6 +113,14 @@ func importAzure(in io.Reader, p *pipeline) error {
 	cols, err := c.require("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 	if err != nil {
 		return err
+	}
+	numImages := c.head.find("NumImages")
+	if lmm {
+		is, err := c.require("NumImages")
+		if err != nil {
+			return err
+		}
+		numImages = is[0]
 	}
 	p.abs = true
 	p.meta.Source = "azure"
@@ -122,6 +135,9 @@ func importAzure(in io.Reader, p *pipeline) error {
 		}
 		if c.row == 0 {
 			p.meta.Source = azureRelease(f[cols[0]])
+			if lmm {
+				p.meta.Source = "azure-lmm-2025"
+			}
 		}
 		pt, err := tokens(f[cols[1]])
 		if err != nil {
@@ -131,7 +147,25 @@ func importAzure(in io.Reader, p *pipeline) error {
 		if err != nil {
 			return c.errorf("GeneratedTokens", "%v", err)
 		}
-		if err := p.emit(row{ts: ts, line: c.r.line, req: Request{ID: c.row, PromptTokens: pt, OutputTokens: ot}}); err != nil {
+		req := Request{ID: c.row, PromptTokens: pt, OutputTokens: ot}
+		if lmm {
+			n, err := parseCount(f[numImages])
+			if err != nil {
+				return c.errorf("NumImages", "%v", err)
+			}
+			if n > MaxImages {
+				return c.errorf("NumImages", "%d, at most %d", n, MaxImages)
+			}
+			if n > 0 {
+				req.Images = make([]Image, n) // the trace gives counts, not sizes
+			}
+		} else if numImages >= 0 {
+			// --from azure ignores the column as it always did; the report says what it left.
+			if n, err := parseCount(f[numImages]); err == nil && n > 0 {
+				p.rep.adjust("images not imported (NumImages > 0; --from azure-lmm keeps them)")
+			}
+		}
+		if err := p.emit(row{ts: ts, line: c.r.line, req: req}); err != nil {
 			return err
 		}
 	}

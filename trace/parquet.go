@@ -35,6 +35,15 @@ const (
 	// ColToolTokens is the tokens of the tool definitions a request sends, counted in its
 	// prompt_tokens (nullable: older traces have no such column).
 	ColToolTokens = "tool_tokens"
+	// ColImages is how many images a request sends (nullable: null or 0, none).
+	ColImages = "images"
+	// ColImageWidths and ColImageHeights are the images' sizes in pixels, lists as long as
+	// images; null when the source gives counts only.
+	ColImageWidths  = "image_widths"
+	ColImageHeights = "image_heights"
+	// ColImageTokens is how many of prompt_tokens the images count for, when the source
+	// says (nullable).
+	ColImageTokens = "image_tokens"
 )
 
 // MetaTransforms is the schema metadata key recording the transforms (slice, speedup, ...)
@@ -69,10 +78,14 @@ var fields = []arrow.Field{
 	{Name: ColCachedTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 	{Name: ColReasoningTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 	{Name: ColToolTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColImages, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColImageWidths, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	{Name: ColImageHeights, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	{Name: ColImageTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
 }
 
 // colTools is the index of the tool_tokens column in fields; the agent columns are 8 up
-// to it.
+// to it, the image columns follow it.
 const colTools = 15
 
 // schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
@@ -235,6 +248,7 @@ func (w *Writer) Write(r Request) error {
 	} else {
 		b.Field(colTools).AppendNull()
 	}
+	appendImages(b, &r)
 	w.last = a
 	w.rows++
 	if b.Field(0).Len() >= batchRows {
@@ -267,6 +281,37 @@ func appendCall(b *array.RecordBuilder, c *Call) {
 	appendOpt32(b.Field(12).(*array.Int32Builder), c.PrefixTokens)
 	appendOpt32(b.Field(13).(*array.Int32Builder), c.CachedTokens)
 	appendOpt32(b.Field(14).(*array.Int32Builder), c.ReasoningTokens)
+}
+
+// appendImages appends the image columns (after tool_tokens) of r: nulls when it sends
+// none, the size lists null when its images are 0x0.
+func appendImages(b *array.RecordBuilder, r *Request) {
+	n := b.Field(colTools + 1).(*array.Int32Builder)
+	wb := b.Field(colTools + 2).(*array.ListBuilder)
+	hb := b.Field(colTools + 3).(*array.ListBuilder)
+	if len(r.Images) == 0 {
+		n.AppendNull()
+	} else {
+		n.Append(int32(len(r.Images)))
+	}
+	if len(r.Images) == 0 || !r.Images[0].Known() {
+		wb.AppendNull()
+		hb.AppendNull()
+	} else {
+		wb.Append(true)
+		hb.Append(true)
+		wv := wb.ValueBuilder().(*array.Int32Builder)
+		hv := hb.ValueBuilder().(*array.Int32Builder)
+		for _, im := range r.Images {
+			wv.Append(im.Width)
+			hv.Append(im.Height)
+		}
+	}
+	if r.HasImageTokens {
+		b.Field(colTools + 4).(*array.Int32Builder).Append(r.ImageTokens)
+	} else {
+		b.Field(colTools + 4).AppendNull()
+	}
 }
 
 func appendOpt64(b *array.Int64Builder, v int64) {
@@ -414,6 +459,11 @@ type readerCols struct {
 	model, text          *array.String
 	tools                *array.Int32 // nil when the file has no tool_tokens
 
+	// image columns; nil when the file has none
+	images, imageTokens   *array.Int32
+	widths, heights       *array.List
+	widthVals, heightVals *array.Int32
+
 	// agent columns (call.go); nil when the file has none
 	parents              *array.List
 	parentVals           *array.Int64
@@ -489,7 +539,7 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 			continue
 		}
 		got := sc.Field(is[0]).Type
-		if !arrow.TypeEqual(got, want.Type) && !((want.Name == ColPrefixBlocks || want.Name == ColParents) && isInt64List(got)) {
+		if !arrow.TypeEqual(got, want.Type) && !sameList(got, want.Type) {
 			pf.Close()
 			return fail(fmt.Errorf("column %s: type %s, want %s", want.Name, got, want.Type))
 		}
@@ -503,11 +553,12 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}, has: has}, nil
 }
 
-// isInt64List accepts list<int64> whatever its element field is called ("item" here,
-// "element" from some writers).
-func isInt64List(t arrow.DataType) bool {
-	l, ok := t.(*arrow.ListType)
-	return ok && arrow.TypeEqual(l.Elem(), arrow.PrimitiveTypes.Int64)
+// sameList accepts a list of want's element type whatever its element field is called
+// ("item" here, "element" from some writers).
+func sameList(got, want arrow.DataType) bool {
+	g, ok := got.(*arrow.ListType)
+	w, ok2 := want.(*arrow.ListType)
+	return ok && ok2 && arrow.TypeEqual(g.Elem(), w.Elem())
 }
 
 func durationNS(ns int64) time.Duration { return time.Duration(ns) }
@@ -627,6 +678,9 @@ func (r *Reader) Next() bool {
 		req.ToolTokens, req.HasToolTokens = c.tools.Value(i), true
 	}
 	req.Call = c.call(i)
+	if err := c.readImages(i, &req); err != nil {
+		return r.fail("request_id %d: %v", req.ID, err)
+	}
 	if err := req.Validate(); err != nil {
 		return r.fail("request_id %d: %v", req.ID, err)
 	}
@@ -689,7 +743,83 @@ func (r *Reader) bind() error {
 		r.cols.text, _ = a.(*array.String)
 	}
 	r.cols.tools, _ = col(ColToolTokens).(*array.Int32)
+	if err := r.cols.bindImages(col); err != nil {
+		return err
+	}
 	return r.cols.bindCall(col)
+}
+
+// bindImages looks the image columns up; a file may have none of them.
+func (c *readerCols) bindImages(col func(string) arrow.Array) error {
+	c.images, _ = col(ColImages).(*array.Int32)
+	c.imageTokens, _ = col(ColImageTokens).(*array.Int32)
+	list := func(name string) (*array.List, *array.Int32, error) {
+		a := col(name)
+		if a == nil {
+			return nil, nil, nil
+		}
+		l, ok := a.(*array.List)
+		var v *array.Int32
+		if ok {
+			v, ok = l.ListValues().(*array.Int32)
+		}
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: unexpected Arrow type %s", name, a.DataType())
+		}
+		return l, v, nil
+	}
+	var err error
+	if c.widths, c.widthVals, err = list(ColImageWidths); err != nil {
+		return err
+	}
+	c.heights, c.heightVals, err = list(ColImageHeights)
+	return err
+}
+
+// readImages sets req's images and image tokens from row i, checking the columns agree:
+// a non-negative count, and size lists both null or both as long as the count.
+func (c *readerCols) readImages(i int, req *Request) error {
+	var n int32
+	if c.images != nil && c.images.IsValid(i) {
+		n = c.images.Value(i)
+	}
+	if n < 0 || n > MaxImages {
+		return fmt.Errorf("%s: %d not in [0, %d]", ColImages, n, MaxImages)
+	}
+	wOK := c.widths != nil && c.widths.IsValid(i)
+	hOK := c.heights != nil && c.heights.IsValid(i)
+	if wOK != hOK {
+		return fmt.Errorf("%s and %s: one is null and the other is not (both null: sizes unknown; both lists: one size per image)", ColImageWidths, ColImageHeights)
+	}
+	if c.imageTokens != nil && c.imageTokens.IsValid(i) {
+		req.ImageTokens, req.HasImageTokens = c.imageTokens.Value(i), true
+	}
+	if !wOK {
+		if n > 0 {
+			req.Images = make([]Image, n) // 0x0: sizes unknown
+		}
+		return nil
+	}
+	ws, we := c.widths.ValueOffsets(i)
+	hs, he := c.heights.ValueOffsets(i)
+	if we-ws != int64(n) || he-hs != int64(n) {
+		return fmt.Errorf("%s has %d values and %s %d, want %s = %d of each", ColImageWidths, we-ws, ColImageHeights, he-hs, ColImages, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	req.Images = make([]Image, n)
+	for k := range req.Images {
+		wi, hi := int(ws)+k, int(hs)+k
+		if c.widthVals.IsNull(wi) || c.heightVals.IsNull(hi) {
+			return fmt.Errorf("%s/%s: image %d has a null size", ColImageWidths, ColImageHeights, k)
+		}
+		req.Images[k] = Image{Width: c.widthVals.Value(wi), Height: c.heightVals.Value(hi)}
+		if !req.Images[k].Known() {
+			return fmt.Errorf("%s/%s: image %d is 0x0 in a size list (an unknown size is a null list)", ColImageWidths, ColImageHeights, k)
+		}
+	}
+	return nil
 }
 
 // bindCall looks the agent columns up; a file may have any of them, or none.

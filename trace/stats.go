@@ -59,8 +59,105 @@ type Info struct {
 	Agent *AgentShape `json:"agent,omitempty"`
 	// Tools is what the trace says of its requests' tool definitions; nil when no row has
 	// a tool_tokens value.
-	Tools    *ToolsInfo `json:"tools,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
+	Tools *ToolsInfo `json:"tools,omitempty"`
+	// Images is what the trace says of its requests' images; nil when no row sends one
+	// or records image_tokens.
+	Images   *ImagesInfo `json:"images,omitempty"`
+	Warnings []string    `json:"warnings,omitempty"`
+}
+
+// ImagesInfo summarises the image columns.
+type ImagesInfo struct {
+	// WithImages counts the rows that send at least one image, Share = WithImages / Count,
+	// Total the images over every row.
+	WithImages int64   `json:"with_images"`
+	Share      float64 `json:"share"`
+	Total      int64   `json:"total"`
+	// PerRequest is the spread of the image count over the rows that send images.
+	PerRequest Lengths `json:"per_request"`
+	// Sized counts the images whose size is known (not 0x0); Width and Height are the
+	// spreads of their sides in pixels, nil when no image is sized.
+	Sized  int64    `json:"sized"`
+	Width  *Lengths `json:"width,omitempty"`
+	Height *Lengths `json:"height,omitempty"`
+	// Recorded counts the rows with an image_tokens value; Tokens is its spread over
+	// those of them that send images (nil when none), and PromptShare
+	// = Σ image_tokens / Σ prompt_tokens over every row.
+	Recorded    int64    `json:"recorded"`
+	Tokens      *Lengths `json:"tokens,omitempty"`
+	PromptShare float64  `json:"prompt_share"`
+}
+
+// imagesAcc accumulates ImagesInfo row by row: 4 bytes per row with images, 8 per sized
+// image, 4 per row with image tokens.
+type imagesAcc struct {
+	counts, widths, heights, tokens []int32
+	total, recorded, tokenSum       int64
+}
+
+func (a *imagesAcc) add(r *Request) {
+	if r.HasImageTokens {
+		a.recorded++
+		a.tokenSum += int64(r.ImageTokens)
+	}
+	if len(r.Images) == 0 {
+		return
+	}
+	a.counts = append(a.counts, int32(len(r.Images)))
+	a.total += int64(len(r.Images))
+	if r.HasImageTokens {
+		a.tokens = append(a.tokens, r.ImageTokens)
+	}
+	for _, im := range r.Images {
+		if im.Known() {
+			a.widths = append(a.widths, im.Width)
+			a.heights = append(a.heights, im.Height)
+		}
+	}
+}
+
+// info returns the summary, nil when no row sends images or records image tokens.
+func (a *imagesAcc) info(count, promptSum int64) *ImagesInfo {
+	if len(a.counts) == 0 && a.recorded == 0 {
+		return nil
+	}
+	ii := &ImagesInfo{WithImages: int64(len(a.counts)), Share: float64(len(a.counts)) / float64(count), Total: a.total,
+		Sized: int64(len(a.widths)), Recorded: a.recorded, PromptShare: float64(a.tokenSum) / float64(promptSum)}
+	opt := func(v []int32) *Lengths {
+		if len(v) == 0 {
+			return nil
+		}
+		l := summarise(v)
+		return &l
+	}
+	if len(a.counts) > 0 {
+		ii.PerRequest = summarise(a.counts)
+	}
+	ii.Width, ii.Height, ii.Tokens = opt(a.widths), opt(a.heights), opt(a.tokens)
+	return ii
+}
+
+// writeText prints the images lines of trace info.
+func (ii *ImagesInfo) writeText(b *strings.Builder, count int64) {
+	fmt.Fprintf(b, "images     %.1f %% of requests send images (%d of %d; %d images)", 100*ii.Share, ii.WithImages, count, ii.Total)
+	if ii.WithImages > 0 {
+		p := ii.PerRequest
+		fmt.Fprintf(b, "; per request mean %.2f, p50 %.1f, p99 %.1f, max %d", p.Mean, p.P50, p.P99, p.Max)
+	}
+	b.WriteString("\n")
+	switch {
+	case ii.Width != nil:
+		fmt.Fprintf(b, "           sizes p50 %.0f x %.0f pixels (width x height; %d of %d images sized, the others 0x0: unknown)\n", ii.Width.P50, ii.Height.P50, ii.Sized, ii.Total)
+	case ii.Total > 0:
+		fmt.Fprintf(b, "           sizes unknown (0x0: the trace gives counts only)\n")
+	}
+	if ii.Recorded > 0 {
+		fmt.Fprintf(b, "           image tokens %.1f %% of prompt tokens (%d rows record image_tokens)", 100*ii.PromptShare, ii.Recorded)
+		if t := ii.Tokens; t != nil {
+			fmt.Fprintf(b, "; per request with images p50 %.1f, p99 %.1f, max %d", t.P50, t.P99, t.Max)
+		}
+		b.WriteString("\n")
+	}
 }
 
 // ToolsInfo summarises the tool_tokens column.
@@ -114,7 +211,8 @@ func (b *binCounter) dispersion(span int64) float64 {
 // Memory: 16 bytes per row (the two length columns and the inter-arrival gaps, then one
 // length column as float64 at a time), plus a set of distinct session ids and prefix
 // block ids; for each row with a session, DAGCheck's id and session and the agent
-// shape's state (docs/trace-format.md, "trace info", gives the measured total).
+// shape's state; for rows with images, imagesAcc's (docs/trace-format.md, "trace info",
+// gives the measured total).
 func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info := Info{Meta: meta}
 	var (
@@ -128,6 +226,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		shape            = newShapeAcc()
 		tools            []int32 // tool_tokens of the rows that send tools
 		toolRows         int64   // rows with a tool_tokens value
+		images           imagesAcc
 		name             = "(in memory)"
 	)
 	if n, ok := src.(interface{ Name() string }); ok {
@@ -156,6 +255,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 				tools = append(tools, r.ToolTokens)
 			}
 		}
+		images.add(&r)
 		outputs = append(outputs, r.OutputTokens)
 		if r.HasSession {
 			sessions[r.SessionID] = struct{}{}
@@ -197,6 +297,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		}
 		info.Tools = ti
 	}
+	info.Images = images.info(info.Count, info.Prompt.Sum)
 	info.Output = summarise(outputs)
 	info.Sessions = int64(len(sessions))
 	info.Agent = shape.shape()
@@ -269,6 +370,9 @@ func (info Info) WriteText(w io.Writer, name string) error {
 			fmt.Fprintf(&b, "; tool tokens p50 %.1f, p99 %.1f, max %d; %.1f %% of prompt tokens", t.Tokens.P50, t.Tokens.P99, t.Tokens.Max, 100*t.PromptShare)
 		}
 		b.WriteString("\n")
+	}
+	if info.Images != nil {
+		info.Images.writeText(&b, info.Count)
 	}
 	if info.Agent != nil {
 		info.Agent.writeText(&b)

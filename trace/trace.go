@@ -40,6 +40,15 @@ type Request struct {
 	// HasToolTokens. 0 and no value both send no tools.
 	ToolTokens    int32
 	HasToolTokens bool
+	// Images are the images the request sends, in order; nil when it sends none. An
+	// Image of 0x0 is one whose size the source does not give (the Azure multimodal trace
+	// records counts only); the images of one request are all sized or all 0x0.
+	Images []Image
+	// ImageTokens is how many of PromptTokens the images count for, when the source says
+	// (meaningful only when HasImageTokens); PromptTokens stays the whole prompt as the
+	// server counts it, images included.
+	ImageTokens    int32
+	HasImageTokens bool
 	// Call is what an agent trace records beyond the request: the calls it waits for, the
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
@@ -58,6 +67,9 @@ func (r *Request) Validate() error {
 	case r.HasToolTokens && (r.ToolTokens < 0 || r.ToolTokens > r.PromptTokens):
 		return fmt.Errorf("%s: %d not in [0, prompt_tokens %d] (the tool definitions are part of the prompt)", ColToolTokens, r.ToolTokens, r.PromptTokens)
 	}
+	if err := r.validateImages(); err != nil {
+		return err
+	}
 	if r.Call != nil {
 		return r.Call.validate(r)
 	}
@@ -71,6 +83,59 @@ func (r *Request) Tools() int32 {
 		return 0
 	}
 	return r.ToolTokens
+}
+
+// Image is one image a request sends: its size in pixels, or 0x0 when the source does not
+// give it (a replay then chooses the size: docs/trace-format.md, "Images").
+type Image struct {
+	Width, Height int32
+}
+
+// Known reports whether the image's size is known (not 0x0).
+func (im Image) Known() bool { return im.Width != 0 || im.Height != 0 }
+
+// Limits of the image columns: MaxImageSide bounds each side of a sized image (16384 is
+// above what any vision processor takes, so a larger value is a unit or column mistake),
+// and MaxImages the images of one request (the reader allocates a row's images from the
+// count, so a corrupt count must not ask for gigabytes).
+const (
+	MaxImageSide = 16384
+	MaxImages    = 1 << 16
+)
+
+// validateImages checks the image fields: at most MaxImages images, all sized within
+// 1..MaxImageSide or all 0x0, and image_tokens within the prompt beside the tools.
+func (r *Request) validateImages() error {
+	if len(r.Images) > MaxImages {
+		return fmt.Errorf("%s: %d, at most %d", ColImages, len(r.Images), MaxImages)
+	}
+	if len(r.Images) > 0 {
+		known := r.Images[0].Known()
+		for i, im := range r.Images {
+			if im.Known() != known {
+				return fmt.Errorf("%s: image %d is %dx%d but image 0 is %dx%d (sizes are known for every image of a request or for none)",
+					ColImageWidths, i, im.Width, im.Height, r.Images[0].Width, r.Images[0].Height)
+			}
+			if known && (im.Width < 1 || im.Width > MaxImageSide) {
+				return fmt.Errorf("%s: image %d is %d pixels wide, want 1..%d", ColImageWidths, i, im.Width, MaxImageSide)
+			}
+			if known && (im.Height < 1 || im.Height > MaxImageSide) {
+				return fmt.Errorf("%s: image %d is %d pixels high, want 1..%d", ColImageHeights, i, im.Height, MaxImageSide)
+			}
+		}
+	}
+	if !r.HasImageTokens {
+		return nil
+	}
+	switch {
+	case r.ImageTokens < 0 || r.ImageTokens > r.PromptTokens:
+		return fmt.Errorf("%s: %d not in [0, prompt_tokens %d] (the images' tokens are part of the prompt)", ColImageTokens, r.ImageTokens, r.PromptTokens)
+	case r.ImageTokens > 0 && len(r.Images) == 0:
+		return fmt.Errorf("%s: %d but the request has no images", ColImageTokens, r.ImageTokens)
+	case int64(r.ImageTokens)+int64(r.Tools()) > int64(r.PromptTokens):
+		return fmt.Errorf("%s: %d and %s %d are more than prompt_tokens %d together", ColImageTokens, r.ImageTokens, ColToolTokens, r.ToolTokens, r.PromptTokens)
+	}
+	return nil
 }
 
 // Meta is a trace file's schema metadata.

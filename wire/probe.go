@@ -75,6 +75,10 @@ type Prober struct {
 	// text: how calibration measures what a conversation's earlier turns cost beyond their
 	// text (the template's markers of each message).
 	Before []string
+	// Images, when set, go with the text of every usage probe of an API that takes
+	// images, in one user message of the kind's shape (Kind.AppendUserMessage): how
+	// calibration measures what the server counts an image for.
+	Images []Image
 }
 
 // Count sends text as one probe of method and returns the server's count of its tokens,
@@ -92,7 +96,7 @@ type chatMessage struct {
 func (p *Prober) count(ctx context.Context, method, text string) (int, int, error) {
 	// The Responses API's input string and the Messages API's one message are one user
 	// message, rendered by the chat template as chat's: /tokenize counts them as chat's.
-	var msgs []chatMessage
+	var msgs []any
 	if p.API == APIChat || p.API == APIResponses || p.API == APIMessages {
 		for i, b := range p.Before {
 			role := "user"
@@ -101,7 +105,13 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 			}
 			msgs = append(msgs, chatMessage{Role: role, Content: b})
 		}
-		msgs = append(msgs, chatMessage{Role: "user", Content: text})
+		last, err := p.userMessage(method, text)
+		if err != nil {
+			return 0, 0, err
+		}
+		msgs = append(msgs, last)
+	} else if len(p.Images) > 0 {
+		return 0, 0, fmt.Errorf("calibrate: the %s API takes no images", p.API)
 	}
 	tools, err := p.tools()
 	if err != nil {
@@ -138,8 +148,8 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		case p.API == APIResponses:
 			// max_output_tokens 16: OpenAI's least, and SGLang generates 2 fewer than asked.
 			body = map[string]any{"model": p.Model, "max_output_tokens": 16, "temperature": 0, "stream": false, "store": false, "input": text}
-			if len(p.Before) > 0 {
-				body["input"] = msgs // a conversation: its input is a list of messages
+			if len(p.Before) > 0 || len(p.Images) > 0 {
+				body["input"] = msgs // a conversation, or images: its input is a list of messages
 			}
 		case msgs != nil:
 			body["messages"] = msgs
@@ -163,6 +173,22 @@ func (p *Prober) count(ctx context.Context, method, text string) (int, int, erro
 		return n, 0, err
 	}
 	return 0, 0, fmt.Errorf("calibrate: unknown method %q", method)
+}
+
+// userMessage returns the probe's user message: text alone, or with Images the kind's
+// user message holding both, which only usage probes send.
+func (p *Prober) userMessage(method, text string) (any, error) {
+	if len(p.Images) == 0 {
+		return chatMessage{Role: "user", Content: text}, nil
+	}
+	k, ok := Lookup(p.API)
+	if !ok || k.AppendUserMessage == nil {
+		return nil, fmt.Errorf("calibrate: the %s API takes no images", p.API)
+	}
+	if method != MethodUsage {
+		return nil, fmt.Errorf("calibrate: images are counted by usage probes, not %s", method)
+	}
+	return json.RawMessage(k.AppendUserMessage(nil, AppendJSONContent(nil, []byte(text)), p.Images)), nil
 }
 
 // tools returns the value of the probes' "tools" field, nil without Tools: the kind's

@@ -31,7 +31,7 @@ func TestWrongKindOfFileSaysWhatItIs(t *testing.T) {
 		{[]string{"trace", "import", "--from", "mooncake", traceFile, "-o", out}, "this is a Parquet file, not mooncake JSON text"},
 		{[]string{"trace", "import", "--from", "azure", binary, "-o", out}, "this is a binary file, not azure CSV text"},
 		{[]string{"trace", "import", "--from", "azure", jsonl, "-o", out}, "this is JSON text, not azure CSV"},
-		{[]string{"trace", "import", "--from", "mooncake", csv, "-o", out}, "not mooncake JSON; --from azure, burstgpt or csv read CSV"},
+		{[]string{"trace", "import", "--from", "mooncake", csv, "-o", out}, "not mooncake JSON; --from azure, azure-lmm, burstgpt or csv read CSV"},
 		{[]string{"trace", "info", csv}, "this is text, not a Parquet trace; a recorded trace in CSV or JSON is imported first"},
 		{[]string{"trace", "info", binary}, "this is a binary file, not a Parquet trace"},
 		{[]string{"analyze", csv}, "this is text, not a results file (Parquet)"},

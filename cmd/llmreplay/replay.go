@@ -15,7 +15,9 @@ import (
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/internal/repeat"
+	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/replay"
+	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/trace"
@@ -150,6 +152,11 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.BoolVar(&f.KeepJournal, "keep-journal", f.KeepJournal, "keep the journal (OUTPUT.journal) after the results file is written")
 	fs.StringVar(&f.Shard, "shard", f.Shard, "send only shard i of N of the trace (by session, else request id); see docs/scaling-out.md")
 	fs.StringVar(&f.StartAt, "start-at", f.StartAt, "start the run at this wall-clock instant (RFC 3339 or unix seconds), the same for every shard of one run")
+	fs.StringVar(&f.ImageRule, "image-rule", media.DefaultRule, "traces with images: how many prompt tokens the server counts one image for, by model family: "+strings.Join(media.RuleNames(), ", ")+" (docs/replay.md, Images); the prompt's text is prompt_tokens less the images' tokens")
+	fs.StringVar(&f.ImageFormat, "image-format", "jpeg", "traces with images: send them as jpeg (a photo's bytes) or png")
+	fs.StringVar(&f.ImageSize, "image-size", images.DefaultSize, "traces with images: the size WIDTHxHEIGHT of an image the trace gives no size for (the Azure multimodal trace gives counts only)")
+	fs.Float64Var(&f.ImageReuse, "image-reuse", f.ImageReuse, "traces with images: the share (0..1) of images that repeat one already sent of the same size (drawn by --seed), to exercise the engine's multimodal cache; 0: every image distinct")
+	fs.BoolVar(&f.DropImages, "drop-images", f.DropImages, "traces with images: send none; every prompt token goes as text (for an API or a model without images)")
 	fs.StringVar(&f.SimProfile, "sim-profile", f.SimProfile, "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
 	fs.Float64Var(&f.SimReasoningShare, "sim-reasoning-share", f.SimReasoningShare, "in-process simulated engine (no --endpoint): share (0..1) of every answer's output tokens streamed first as reasoning (chat, messages, responses), e.g. --api chat --sim-reasoning-share 0.3; refused with --endpoint (a separate sim: llmreplay sim --reasoning-share)")
 	fs.BoolVar(&f.SimReasoningUsage, "sim-reasoning-usage", f.SimReasoningUsage, "in-process simulated engine: chat's usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not); refused with --endpoint")
@@ -273,6 +280,7 @@ func inProcessSim(rc replay.Config) func(ctx context.Context, profile string) (s
 			return "", nil, fmt.Errorf("replay: --sim-profile: %w", err)
 		}
 		cfg.ReasoningShare, cfg.ReasoningUsage = rc.SimReasoningShare, rc.SimReasoningUsage
+		cfg.ImageRule = rc.ImageRule // the engine counts images as the replay expects
 		running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
 		if err != nil {
 			return "", nil, err

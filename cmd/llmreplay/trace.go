@@ -101,6 +101,9 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("trace import", "llmreplay trace import --from FORMAT [flags] IN -o OUT.parquet",
 		`  # Azure LLM inference trace (2023, 2024 or 2025 timestamps)
   llmreplay trace import --from azure AzureLLMInferenceTrace_code.csv -o azure-code.parquet
+  # Azure's 2025 multimodal trace, gzipped as released: NumImages images a request, of
+  # unknown size (0x0), inside ContextTokens
+  llmreplay trace import --from azure-lmm AzureLMMInferenceTrace_multimodal.csv.gz -o azure-lmm.parquet
   # BurstGPT, keeping failed requests (0 response tokens) as 1-token requests
   llmreplay trace import --from burstgpt --keep-failed BurstGPT_1.csv -o burstgpt.parquet
   # Mooncake or Qwen/Bailian JSONL, with their prefix hash ids

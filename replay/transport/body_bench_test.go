@@ -35,7 +35,7 @@ func BenchmarkAppendBody(b *testing.B) {
 			b.ReportAllocs()
 			buf := make([]byte, 0, 2*len(prompt)+len(tools)+512)
 			for b.Loop() {
-				buf = c.AppendPromptBody(buf[:0], c.DefaultBodyPrefix(), prompt, 128, tools)
+				buf = c.AppendPromptBody(buf[:0], c.DefaultBodyPrefix(), prompt, 128, tools, nil)
 			}
 		})
 	}

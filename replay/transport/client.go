@@ -295,7 +295,7 @@ func (c *Client) Close() {
 
 // AppendBody appends the JSON body asking for outputTokens tokens after prompt.
 func (c *Client) AppendBody(b []byte, prompt []byte, outputTokens int32) []byte {
-	return c.AppendPromptBody(b, c.bodyPrefix, prompt, outputTokens, nil)
+	return c.AppendPromptBody(b, c.bodyPrefix, prompt, outputTokens, nil, nil)
 }
 
 // Options returns the client's options, with NewClient's defaults filled in.
@@ -313,9 +313,10 @@ func (c *Client) BodyPrefix(model string) []byte { return c.enc.AppendStart(nil,
 // AppendPromptBody is AppendBody with the body's constant start given (DefaultBodyPrefix
 // or a BodyPrefix): the model is the only field that differs between requests' starts.
 // tools, when not empty, is the description of the one tool the body carries, escaped as
-// inside a JSON string (wire.Encoder.WithTools); an API without tools ignores it.
-func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens int32, tools []byte) []byte {
-	return c.enc.WithTools(tools).AppendBody(b, prefix, prompt, outputTokens)
+// inside a JSON string (wire.Encoder.WithTools); an API without tools ignores it. images,
+// when not empty, go with the prompt in one user message (wire.Encoder.WithImages).
+func (c *Client) AppendPromptBody(b, prefix []byte, prompt []byte, outputTokens int32, tools []byte, images []wire.Image) []byte {
+	return c.enc.WithTools(tools).WithImages(images).AppendBody(b, prefix, prompt, outputTokens)
 }
 
 // AppendInputsBody is the body of a unary API's request carrying inputs, with the body's
@@ -329,6 +330,9 @@ func (c *Client) Unary() bool {
 	k := c.enc.Kind()
 	return k != nil && k.Unary
 }
+
+// TakesImages reports whether the client's API takes images.
+func (c *Client) TakesImages() bool { return c.enc.TakesImages() }
 
 // TakesTools reports whether the client's API takes tool definitions.
 func (c *Client) TakesTools() bool { return c.enc.TakesTools() }

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	_ "image/jpeg"
+	_ "image/png"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/trace"
+)
+
+// imageTrace writes a trace of n requests 20 ms apart with prompt tokens and, when
+// withImages, request i's images: i%3 of them, sized by sizes in turn (0x0: unknown).
+func imageTrace(t *testing.T, path string, n int, prompt int32, withImages bool, sizes []trace.Image) []trace.Request {
+	t.Helper()
+	w, err := trace.Create(path, trace.Meta{Source: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []trace.Request
+	k := 0
+	for i := range n {
+		r := trace.Request{ID: int64(i), Arrival: time.Duration(i) * 20 * time.Millisecond, PromptTokens: prompt, OutputTokens: 4}
+		if withImages {
+			for range i % 3 {
+				r.Images = append(r.Images, sizes[k%len(sizes)])
+				k++
+			}
+			// A row's images are all sized or all unknown: a row takes one kind.
+			if len(r.Images) > 0 && !r.Images[0].Known() {
+				for j := range r.Images {
+					r.Images[j] = trace.Image{}
+				}
+			} else {
+				for j := range r.Images {
+					if !r.Images[j].Known() {
+						r.Images[j] = trace.Image{Width: 300, Height: 200}
+					}
+				}
+			}
+		}
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, r)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// sentImages is what a proxy in front of the engine saw: each request's images' sizes
+// decoded from the bytes sent, by X-Request-Id's trace id.
+type sentImages struct {
+	mu    sync.Mutex
+	sizes map[string][][2]int
+	bad   []string
+}
+
+// imageProxy returns a proxy to base that decodes every image part of a chat, Messages or
+// Responses body (data URLs and Anthropic's base64 sources) before passing it on.
+func imageProxy(t *testing.T, base *url.URL, seen *sentImages) *url.URL {
+	t.Helper()
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: base.Scheme, Host: base.Host})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		var v any
+		if r.Method == http.MethodPost && json.Unmarshal(body, &v) == nil {
+			id := r.Header.Get("X-Request-Id")
+			var sizes [][2]int
+			walkImages(v, func(data string) {
+				raw, err := base64.StdEncoding.DecodeString(data)
+				cfg, _, err2 := image.DecodeConfig(bytes.NewReader(raw))
+				seen.mu.Lock()
+				defer seen.mu.Unlock()
+				if err != nil || err2 != nil {
+					seen.bad = append(seen.bad, fmt.Sprintf("%s: %v %v", id, err, err2))
+					return
+				}
+				sizes = append(sizes, [2]int{cfg.Width, cfg.Height})
+			})
+			seen.mu.Lock()
+			seen.sizes[id[strings.LastIndexByte(id, '-')+1:]] = sizes
+			seen.mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL + "/v1")
+	return u
+}
+
+// walkImages calls f with the base64 of every image part in v: a data URL (chat's
+// image_url.url, the Responses API's image_url) or a base64 source (Messages).
+func walkImages(v any, f func(string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if s, ok := e.(string); ok && (k == "url" || k == "image_url") && strings.HasPrefix(s, "data:image/") {
+				f(s[strings.Index(s, ",")+1:])
+				continue
+			}
+			if k == "source" {
+				if m, ok := e.(map[string]any); ok && m["type"] == "base64" {
+					f(m["data"].(string))
+					continue
+				}
+			}
+			walkImages(e, f)
+		}
+	case []any:
+		for _, e := range x {
+			walkImages(e, f)
+		}
+	}
+}
+
+// TestE2EImagesAgainstSim replays a trace whose rows send 0, 1 or 2 images (of known
+// sizes, or of sizes the trace does not give) through each API that takes images, to the
+// simulated engine behind a proxy that decodes every image sent. Each image must decode
+// to the trace's size (--image-size for unknown ones); the records must say how many
+// images went and what the rule counts them for; and the engine, which counts images by
+// the same rule, must count each prompt as the trace's plus its chat template, as it does
+// the same rows without images.
+func TestE2EImagesAgainstSim(t *testing.T) {
+	dir := t.TempDir()
+	sizes := []trace.Image{{Width: 640, Height: 480}, {Width: 1280, Height: 720}, {}, {Width: 97, Height: 1500}}
+	withPath, withoutPath := filepath.Join(dir, "images.parquet"), filepath.Join(dir, "text.parquet")
+	reqs := imageTrace(t, withPath, 12, 4000, true, sizes)
+	imageTrace(t, withoutPath, 12, 4000, false, nil)
+	cfg, err := sim.Profile("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := sim.Start(context.Background(), "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { running.Close() })
+	simURL, _ := url.Parse(running.BaseURL())
+	rule, _ := media.LookupRule(media.DefaultRule)
+	for _, api := range []string{"chat", "messages", "responses"} {
+		t.Run(api, func(t *testing.T) {
+			seen := &sentImages{sizes: map[string][][2]int{}}
+			endpoint := imageProxy(t, simURL, seen)
+			replayTo := func(tr, tag string, extra ...string) map[int64]results.Result {
+				out := filepath.Join(dir, api+tag+".parquet")
+				args := append([]string{"replay", "--trace", tr, "--endpoint", endpoint.String(), "--api", api, "-q", "-o", out, "--image-size", "800x600"}, extra...)
+				if msg, err := runArgs(t, args...); err != nil {
+					t.Fatalf("replay: %v %s", err, msg)
+				}
+				recs, _, err := results.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				byID := map[int64]results.Result{}
+				for _, r := range recs {
+					if r.Status != results.StatusOK {
+						t.Errorf("%s: request %d: %s %q", tag, r.RequestID, r.Status, r.Error)
+					}
+					byID[r.RequestID] = r
+				}
+				return byID
+			}
+			base := replayTo(withoutPath, "-text")
+			got := replayTo(withPath, "-images")
+			if len(seen.bad) > 0 {
+				t.Errorf("images that do not decode: %v", seen.bad)
+			}
+			for _, tr := range reqs {
+				r := got[tr.ID]
+				want := int64(0)
+				var wantSizes [][2]int
+				for _, im := range tr.Images {
+					w, h := int(im.Width), int(im.Height)
+					if !im.Known() {
+						w, h = 800, 600
+					}
+					wantSizes = append(wantSizes, [2]int{w, h})
+					want += int64(rule.Tokens(w, h))
+				}
+				if sent := seen.sizes[fmt.Sprint(tr.ID)]; fmt.Sprint(sent) != fmt.Sprint(wantSizes) {
+					t.Errorf("request %d: images sent decode to %v, want %v", tr.ID, sent, wantSizes)
+				}
+				if len(tr.Images) == 0 {
+					if r.Images != results.Null || r.ImageTokens != results.Null {
+						t.Errorf("request %d without images: images %d, image_tokens %d; want null", tr.ID, r.Images, r.ImageTokens)
+					}
+				} else if r.Images != int32(len(tr.Images)) || int64(r.ImageTokens) != want {
+					t.Errorf("request %d: images %d, image_tokens %d; want %d, %d", tr.ID, r.Images, r.ImageTokens, len(tr.Images), want)
+				}
+				template := base[tr.ID].PromptTokensServer - base[tr.ID].PromptTokens
+				if r.PromptTokens != tr.PromptTokens || r.PromptTokensServer-r.PromptTokens != template {
+					t.Errorf("request %d (%d images): the engine counted %d prompt tokens for the trace's %d; want the trace's + the template's %d, as without images",
+						tr.ID, len(tr.Images), r.PromptTokensServer, r.PromptTokens, template)
+				}
+			}
+		})
+	}
+}
+
+// TestImagesRefusedOrDropped: a trace with images is refused before anything is sent by
+// an API that takes none, and by a rule that leaves a row no text; --drop-images sends it
+// as text; the in-process engine counts images by the replay's --image-rule.
+func TestImagesRefusedOrDropped(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "images.parquet")
+	imageTrace(t, tr, 6, 3000, true, []trace.Image{{Width: 512, Height: 512}})
+	out := func(name string) string { return filepath.Join(dir, name+".parquet") }
+	if _, err := runArgs(t, "replay", "--trace", tr, "--api", "completions", "-q", "-o", out("c")); err == nil || !strings.Contains(err.Error(), "--drop-images") {
+		t.Errorf("completions with images: %v; want a refusal that names --drop-images", err)
+	}
+	if _, err := runArgs(t, "replay", "--trace", tr, "--api", "chat", "--image-rule", "fixed:3000", "-q", "-o", out("r")); err == nil || !strings.Contains(err.Error(), "request 1") {
+		t.Errorf("a rule that leaves no text: %v; want a refusal naming request 1", err)
+	}
+	for _, name := range []string{"c", "r"} {
+		if _, err := os.Stat(out(name)); !os.IsNotExist(err) {
+			t.Errorf("a refused run left %s: %v", out(name), err)
+		}
+	}
+	// Without images, the engine counts a prompt as the trace's plus its template (none on
+	// completions' token ids); with them, by the replay's rule, the same.
+	template := map[string]int32{}
+	for _, c := range []struct {
+		name, api string
+		args      []string
+	}{
+		{"dropped", "completions", []string{"--drop-images"}},
+		{"dropped-chat", "chat", []string{"--drop-images"}},
+		{"fixed", "chat", []string{"--image-rule", "fixed:100"}},
+	} {
+		recs := replayInProcess(t, append([]string{"replay", "--trace", tr, "-q", "-o", out(c.name), "--api", c.api}, c.args...))
+		for _, r := range recs {
+			images := c.name == "fixed" && r.RequestID%3 != 0
+			okImages := r.Images == results.Null && r.ImageTokens == results.Null
+			if images {
+				okImages = r.Images == int32(r.RequestID%3) && r.ImageTokens == 100*r.Images
+			}
+			if _, ok := template[c.api]; !ok {
+				template[c.api] = r.PromptTokensServer - r.PromptTokens
+			}
+			if r.Status != results.StatusOK || !okImages || r.PromptTokensServer-r.PromptTokens != template[c.api] {
+				t.Errorf("%s: request %d: %s, images %d counted %d, prompt %d served %d (template %d)", c.name, r.RequestID, r.Status, r.Images, r.ImageTokens, r.PromptTokens, r.PromptTokensServer, template[c.api])
+			}
+		}
+	}
+	if template["completions"] != 0 {
+		t.Errorf("completions: the engine counted %d tokens beyond the trace's", template["completions"])
+	}
+}
