@@ -398,6 +398,9 @@ func (c *Config) validateSim() error {
 	return nil
 }
 
+// imageRuleName is --image-rule's value, or the default's name.
+func (c *Config) imageRuleName() string { return cmp.Or(c.ImageRule, media.DefaultRule) }
+
 // imageOptions returns the image flags checked and typed (the seed is the run's).
 func (c *Config) imageOptions() (images.Options, error) {
 	o := images.Options{Format: media.JPEG, Reuse: c.ImageReuse, Seed: c.Seed}

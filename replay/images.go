@@ -1,11 +1,16 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/llmreplay/llmreplay/replay/images"
+	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
 )
@@ -35,6 +40,22 @@ func (p *preparer) images(context.Context) error {
 		return err
 	}
 	b := images.New(o)
+	p.imageSizes = map[[2]int]int64{}
+	if err := p.checkImageRows(b, func(im trace.Image) { p.imageSizes[b.Size(im)]++ }); err != nil {
+		return err
+	}
+	p.imgs = b
+	p.imageFlags = map[string]string{"image-rule": o.Rule.Name(), "image-format": string(o.Format),
+		"image-size":  fmt.Sprintf("%dx%d (images the trace gives no size for)", o.Width, o.Height),
+		"image-reuse": strconv.FormatFloat(o.Reuse, 'g', -1, 64)}
+	return nil
+}
+
+// checkImageRows passes over the rows this run will replay (its shard, duration and
+// limit, through the run's planner) and returns the error of the first whose images b
+// leaves no text; each image is given to seen.
+func (p *preparer) checkImageRows(b *images.Builder, seen func(trace.Image)) error {
+	cfg := p.cfg
 	scan, err := p.open()
 	if err != nil {
 		return err
@@ -54,13 +75,79 @@ func (p *preparer) images(context.Context) error {
 		if err := b.Check(&r); err != nil {
 			return configErrorf("trace %s: %v", scan.Name(), err)
 		}
+		for _, im := range r.Images {
+			seen(im)
+		}
 	}
-	if err := src.Err(); err != nil {
+	return src.Err()
+}
+
+// maxProbedSizes bounds the image sizes --calibrate probes: the most frequent 8, one
+// usage probe each, so a trace of many sizes does not send hundreds of probes; the
+// others keep the rule's count.
+const maxProbedSizes = 8
+
+// calibrateImages, with --calibrate, asks the server what it counts an image of each of
+// the run's most frequent sizes for (a usage probe with the image, less one without),
+// says where that differs from the rule, and sends the run's images by the server's
+// counts. A row the measured counts leave no text stops the run, before anything is sent.
+func (p *preparer) calibrateImages(ctx context.Context) error {
+	if !p.cfg.Calibrate || p.imgs == nil || len(p.imageSizes) == 0 {
+		return nil
+	}
+	sizes := slices.SortedFunc(maps.Keys(p.imageSizes), func(a, b [2]int) int {
+		return cmp.Or(cmp.Compare(p.imageSizes[b], p.imageSizes[a]), cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	})
+	sizes = sizes[:min(len(sizes), maxProbedSizes)]
+	measured, err := CalibrateImages(ctx, p.probed(), p.builder, p.imgs, sizes)
+	if err != nil {
 		return err
 	}
-	p.imgs = b
-	p.imageFlags = map[string]string{"image-rule": o.Rule.Name(), "image-format": string(o.Format),
-		"image-size":  fmt.Sprintf("%dx%d (images the trace gives no size for)", o.Width, o.Height),
-		"image-reuse": strconv.FormatFloat(o.Reuse, 'g', -1, 64)}
-	return nil
+	var said []string
+	for _, sz := range sizes {
+		rule := p.imgs.SizeTokens(sz[0], sz[1])
+		said = append(said, fmt.Sprintf("%dx%d %d (rule %d)", sz[0], sz[1], measured[sz], rule))
+		if measured[sz] != rule {
+			fmt.Fprintf(p.env.Log, "llmreplay: calibrated images: the server counts an image of %dx%d as %d prompt tokens, --image-rule %s says %d: the run sends by the server's count\n",
+				sz[0], sz[1], measured[sz], p.cfg.imageRuleName(), rule)
+		}
+	}
+	p.imgs.Measure(measured)
+	p.imageFlags["image-tokens"] = "measured by --calibrate, per size: " + strings.Join(said, ", ")
+	return p.checkImageRows(p.imgs, func(trace.Image) {})
+}
+
+// CalibrateImages returns what the server at e counts one image of each size for: the
+// prompt tokens of a usage probe of a short text with the image (b.Probe), less those of
+// the text alone.
+func CalibrateImages(ctx context.Context, e Endpoint, tb *tokenize.Builder, b *images.Builder, sizes [][2]int) (map[[2]int]int, error) {
+	fail := func(format string, a ...any) (map[[2]int]int, error) {
+		return nil, fmt.Errorf("%s: image tokens: %s", wire.SafeEndpoint(e.Base), fmt.Sprintf(format, a...))
+	}
+	pr := newProber(e)
+	text, err := tb.AppendPrompt(nil, tokenize.PromptSpec{RequestID: toolRequestID + 2, Tokens: toolProbePrompt})
+	if err != nil {
+		return nil, err
+	}
+	without, _, err := pr.Count(ctx, wire.MethodUsage, string(text))
+	if err != nil {
+		return fail("the probe without an image: %v", err)
+	}
+	out := make(map[[2]int]int, len(sizes))
+	for _, sz := range sizes {
+		img, err := b.Probe(sz[0], sz[1])
+		if err != nil {
+			return nil, err
+		}
+		pr.Images = []wire.Image{img}
+		with, _, err := pr.Count(ctx, wire.MethodUsage, string(text))
+		if err != nil {
+			return fail("the probe with an image of %dx%d: %v", sz[0], sz[1], err)
+		}
+		if with <= without {
+			return fail("prompt tokens %d without an image, %d with one of %dx%d: the server does not count the images it is sent (is the model one that takes images?)", without, with, sz[0], sz[1])
+		}
+		out[sz] = with - without
+	}
+	return out, nil
 }

@@ -99,7 +99,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 	if p.builder, err = tokenize.NewBuilder(p.enc, tokenize.BuilderOptions{Seed: cfg.Seed}); err != nil {
 		return nil, err
 	}
-	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.unary, p.speed, p.origin, p.agents, p.images, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.scrape}
+	steps := []func(context.Context) error{p.output, p.openTrace, p.sessions, p.unary, p.speed, p.origin, p.agents, p.images, p.endpoint, p.model, p.reachable, p.routes, p.client, p.lengths, p.calibrate, p.tools, p.calibrateImages, p.scrape}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -183,6 +183,7 @@ type preparer struct {
 	toolOverhead ToolOverhead      // what one tool costs the server (tools)
 	imgs         *images.Builder   // the trace's images, when sent (images)
 	imageFlags   map[string]string // how they are sent, for the run metadata
+	imageSizes   map[[2]int]int64  // images sent per size, for --calibrate to probe
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models

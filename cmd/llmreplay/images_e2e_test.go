@@ -271,3 +271,67 @@ func TestImagesRefusedOrDropped(t *testing.T) {
 		t.Errorf("completions: the engine counted %d tokens beyond the trace's", template["completions"])
 	}
 }
+
+// TestE2EImagesCalibrated: an engine that counts images otherwise than --image-rule
+// (fixed:300 against the default qwen2-vl) makes every prompt with images miscounted;
+// --calibrate measures the engine's count of each size the run sends and the run sends by
+// it, so that the engine counts every prompt as the trace's, and the records say what
+// the images were counted.
+func TestE2EImagesCalibrated(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "images.parquet")
+	reqs := imageTrace(t, tr, 9, 5000, true, []trace.Image{{Width: 640, Height: 480}, {Width: 1024, Height: 1024}})
+	cfg, err := sim.Profile("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ImageRule = "fixed:300"
+	running, err := sim.Start(context.Background(), "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { running.Close() })
+	rule, _ := media.LookupRule(media.DefaultRule)
+	for _, calibrate := range []bool{false, true} {
+		out := filepath.Join(dir, fmt.Sprintf("cal-%v.parquet", calibrate))
+		args := []string{"replay", "--trace", tr, "--endpoint", running.BaseURL(), "--api", "chat", "-q", "-o", out}
+		if calibrate {
+			args = append(args, "--calibrate")
+		}
+		if msg, err := runArgs(t, args...); err != nil {
+			t.Fatalf("replay: %v %s", err, msg)
+		}
+		recs, meta, err := results.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calibrate && !strings.Contains(meta.Flags["image-tokens"], "640x480 300 (rule ") {
+			t.Errorf("run metadata image-tokens %q: want the measured 300 for 640x480 beside the rule's", meta.Flags["image-tokens"])
+		}
+		template := int32(-1) // uncalibrated: the engine's chat template, from a row without images
+		for _, r := range recs {
+			if len(reqs[r.RequestID].Images) == 0 {
+				template = r.PromptTokensServer - r.PromptTokens
+			}
+		}
+		for _, r := range recs {
+			n := len(reqs[r.RequestID].Images)
+			if n == 0 {
+				continue
+			}
+			var ruled int32
+			for _, im := range reqs[r.RequestID].Images {
+				ruled += int32(rule.Tokens(int(im.Width), int(im.Height)))
+			}
+			wantImg, wantOff := ruled, int32(300*n)-ruled+template // uncalibrated: off by the rules' difference and the template
+			if calibrate {
+				wantImg, wantOff = int32(300*n), 0
+			}
+			off := r.PromptTokensServer - r.PromptTokens
+			if r.Status != results.StatusOK || r.ImageTokens != wantImg || off != wantOff {
+				t.Errorf("calibrate=%v: request %d (%d images): %s, image_tokens %d want %d, served %d for the trace's %d (off %d, want %d)",
+					calibrate, r.RequestID, n, r.Status, r.ImageTokens, wantImg, r.PromptTokensServer, r.PromptTokens, off, wantOff)
+			}
+		}
+	}
+}

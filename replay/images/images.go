@@ -29,6 +29,9 @@ type Options struct {
 	// image distinct), to exercise an engine's multimodal cache.
 	Reuse float64
 	Seed  uint64 // the run's seed: the images' pixels and which repeat
+	// Measured are the server's counts of one image of a size, where calibration probed
+	// it (replay --calibrate): they take the rule's place for that size.
+	Measured map[[2]int]int
 }
 
 // ParseSize reads --image-size: WIDTHxHEIGHT, each side 1..media.MaxSide.
@@ -68,7 +71,7 @@ type Sent struct {
 	Tokens int32 // the prompt tokens the server is expected to count for them
 }
 
-// bytes returns the bytes the images add to a body, their parts' framing included.
+// Bytes returns the bytes the images add to a body, their parts' framing included.
 func (s Sent) Bytes() int {
 	n := 0
 	for _, im := range s.Images {
@@ -85,16 +88,44 @@ func (b *Builder) size(im trace.Image) (int, int) {
 	return b.o.Width, b.o.Height
 }
 
-// Tokens returns the prompt tokens r's images count for under the rule, at the sizes
-// sent.
+// Tokens returns the prompt tokens r's images count for at the sizes sent: the server's
+// measured count of a size calibration probed, else the rule's.
 func (b *Builder) Tokens(r *trace.Request) int64 {
 	var n int64
 	for _, im := range r.Images {
 		w, h := b.size(im)
-		n += int64(b.o.Rule.Tokens(w, h))
+		n += int64(b.SizeTokens(w, h))
 	}
 	return n
 }
+
+// SizeTokens returns what one image of w x h counts for: measured, else the rule's.
+func (b *Builder) SizeTokens(w, h int) int {
+	if m, ok := b.o.Measured[[2]int{w, h}]; ok {
+		return m
+	}
+	return b.o.Rule.Tokens(w, h)
+}
+
+// Size returns the size an image of the trace is sent at: its own, or the default.
+func (b *Builder) Size(im trace.Image) [2]int {
+	w, h := b.size(im)
+	return [2]int{w, h}
+}
+
+// Probe returns the image calibration sends to learn what the server counts one image
+// of w x h for: the run's format, pixels of a seed no request's image has.
+func (b *Builder) Probe(w, h int) (wire.Image, error) {
+	raw, err := media.Encode(w, h, mix(b.o.Seed^0x5ca1ab1e), b.o.Format)
+	if err != nil {
+		return wire.Image{}, err
+	}
+	return wire.Image{MIME: b.o.Format.MIME(), Base64: media.AppendBase64(nil, raw)}, nil
+}
+
+// Measure sets the server's count of one image of each size probed (Options.Measured).
+// It is called before the run, before any Split.
+func (b *Builder) Measure(m map[[2]int]int) { b.o.Measured = m }
 
 // check returns the error of a row whose images leave no text: its prompt_tokens less
 // its tools and its images' tokens under the rule must be at least one token.
@@ -105,7 +136,7 @@ func (b *Builder) Check(r *trace.Request) error {
 	n := b.Tokens(r)
 	if int64(r.PromptTokens)-int64(r.Tools())-n < 1 {
 		return fmt.Errorf("request %d: its %d images count for %d tokens under image rule %s, which leaves no text of its prompt_tokens %d (tool_tokens %d): choose the rule of the model the trace recorded (--image-rule) or the size of images the trace gives no size for (--image-size)",
-			r.ID, len(r.Images), n, b.o.Rule.Name(), r.PromptTokens, r.Tools())
+			r.ID, len(r.Images), n, b.ruleName(), r.PromptTokens, r.Tools())
 	}
 	return nil
 }
@@ -171,6 +202,14 @@ func (b *Builder) Made() (n, bytes int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.made, b.bytes
+}
+
+// ruleName names how images are counted: the rule, and the server's counts when measured.
+func (b *Builder) ruleName() string {
+	if len(b.o.Measured) > 0 {
+		return b.o.Rule.Name() + " (with the sizes --calibrate measured)"
+	}
+	return b.o.Rule.Name()
 }
 
 // mix is SplitMix64's finaliser: a well-mixed 64 bits from any input.
