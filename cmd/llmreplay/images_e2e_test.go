@@ -335,3 +335,54 @@ func TestE2EImagesCalibrated(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EAzureMultimodalSampleReplays imports the multimodal sample (written by us in the
+// published schema of Azure's 2025 multimodal trace: counts of images, no sizes) and
+// replays it through the chat API to the in-process engine (moe-230b-8gpu: some rows are
+// longer than tiny's context): every request ok, with the
+// trace's count of images, each counted by the rule at --image-size, and the engine
+// counting every prompt as the trace's plus its template.
+func TestE2EAzureMultimodalSampleReplays(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "lmm.parquet")
+	if msg, err := runArgs(t, "trace", "import", "--from", "azure-lmm", "-o", tr, filepath.Join(tracesDir(t), "AzureLMMInferenceTrace_multimodal.sample.csv")); err != nil {
+		t.Fatalf("import: %v %s", err, msg)
+	}
+	rd, err := trace.Open(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]int32{}
+	for rd.Next() {
+		want[rd.Request().ID] = int32(len(rd.Request().Images))
+	}
+	rd.Close()
+	// At the default 1024x1024 a qwen2-vl image is 1,371 tokens, more than some rows'
+	// whole context (16 images in 8,157 tokens): the run must say so before sending.
+	if _, err := runArgs(t, "replay", "--trace", tr, "--api", "chat", "-q", "-o", filepath.Join(dir, "refused.parquet")); err == nil || !strings.Contains(err.Error(), "--image-size") {
+		t.Fatalf("replay at 1024x1024: %v; want a refusal naming --image-size", err)
+	}
+	rule, _ := media.LookupRule(media.DefaultRule)
+	per := int32(rule.Tokens(448, 448))
+	recs := replayInProcess(t, []string{"replay", "--trace", tr, "--api", "chat", "--image-size", "448x448", "--rate", "20", "--sim-profile", "moe-230b-8gpu", "-q", "-o", filepath.Join(dir, "r.parquet")})
+	if len(recs) != len(want) {
+		t.Fatalf("%d records of %d rows", len(recs), len(want))
+	}
+	template := int32(-1)
+	for _, r := range recs {
+		if want[r.RequestID] == 0 {
+			template = r.PromptTokensServer - r.PromptTokens
+		}
+	}
+	for _, r := range recs {
+		n := want[r.RequestID]
+		okImages := r.Images == results.Null
+		if n > 0 {
+			okImages = r.Images == n && r.ImageTokens == n*per
+		}
+		if r.Status != results.StatusOK || !okImages || r.PromptTokensServer-r.PromptTokens != template {
+			t.Errorf("request %d (%d images): %s %q, images %d counted %d (want %d each), served %d for %d (template %d)",
+				r.RequestID, n, r.Status, r.Error, r.Images, r.ImageTokens, per, r.PromptTokensServer, r.PromptTokens, template)
+		}
+	}
+}
