@@ -59,13 +59,13 @@ type Figure struct {
 }
 
 // CompareSpec is how compare shows a figure. How it resamples the figure is compare's own
-// (compare.go); a figure compare has no resampling for shows its values with no interval.
+// (package analysis/compare); a figure compare has no resampling for shows its values with no interval.
 type CompareSpec struct {
 	Name string // the table's label; a distribution's rows add " p50 ms" ...
 	// Relative: the change is in percent of run A's value; otherwise (figures that are
 	// percentages themselves) in percentage points.
 	Relative bool
-	// Paired: paired runs resample this throughput's windows together (compare.go,
+	// Paired: paired runs resample this throughput's windows together (analysis/compare/compare.go,
 	// throughputs); paired figures lead compare's table.
 	Paired bool
 }
@@ -184,7 +184,7 @@ var reportFigures = []Figure{
 	{Key: "output_tokens", Column: "output_tokens", Value: func(r *Report) any { return r.Tokens.Output }},
 	{Key: "requests_shorter_than_target", Column: "requests_shorter_than_target", Value: func(r *Report) any { return r.Tokens.Shorter }},
 	{Key: "requests_longer_than_target", Column: "requests_longer_than_target", Value: func(r *Report) any { return r.Tokens.Longer }},
-	// Compare's shares of requests: resampled from the requests themselves (compare.go).
+	// Compare's shares of requests: resampled from the requests themselves (analysis/compare/figures.go).
 	{Key: "error_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "error rate %"}, Value: func(r *Report) any { return shareOf(r.Requests.Failed, r.Requests.Total) }},
 	{Key: "drop_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "drop rate %"}, Value: func(r *Report) any { return shareOf(r.Requests.Dropped, r.Requests.Total) }},
 	{Key: "prefix_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "prefix-cache hit rate %"},
@@ -210,7 +210,7 @@ var reportFigures = []Figure{
 		func(a *agent.Report) float64 { return float64(a.PeakSessions) }),
 	agentScalar("agent_peak_calls_in_flight", "peak_calls_in_flight", "peak calls in flight", f0, peakAtNote(func(a *agent.Report) float64 { return a.PeakCallsAtS }),
 		func(a *agent.Report) float64 { return float64(a.PeakCalls) }),
-	// Compare's: the hit rate in percent, the sessions resampled (compare_figures.go).
+	// Compare's: the hit rate in percent, the sessions resampled (analysis/compare/figures.go).
 	{Key: "agent_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "agent prefix-cache hit rate %"},
 		Present: func(r *Report) bool { return r.Agents != nil && r.Agents.Cache.PromptTokens > 0 },
 		Value:   func(r *Report) any { return 100 * r.Agents.Cache.HitRate }},
