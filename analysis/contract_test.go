@@ -465,7 +465,7 @@ func TestRevision14ColumnsRead(t *testing.T) {
 	img := okRow(1, 0, 100*ms, 120*ms)
 	img.images, img.imageTokens = p32(2), p32(600)
 	text := okRow(2, 10*ms, 90*ms)
-	emb := unaryRow(3, 20*ms, 30*ms, 8, 512)
+	emb := embeddingsRow(3, 20*ms, 30*ms, 8, 512)
 	load := func(rows ...row) (*decode.Data, error) {
 		return Load(context.Background(), decode.LoadOptions{}, tempResults(t, testRun(), rows))
 	}
@@ -476,7 +476,7 @@ func TestRevision14ColumnsRead(t *testing.T) {
 	if !slices.Equal(d.Images, []int32{2, decode.Null32}) || !slices.Equal(d.ImageTokens, []int32{600, decode.Null32}) || d.Inputs != nil {
 		t.Errorf("images %v, image_tokens %v, inputs %v; want [2 null], [600 null], nil", d.Images, d.ImageTokens, d.Inputs)
 	}
-	d, err = load(emb, unaryRow(4, 40*ms, 10*ms, 1, 64))
+	d, err = load(emb, embeddingsRow(4, 40*ms, 10*ms, 1, 64))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,10 +59,10 @@ func okRow(id, sentNS int64, chunks ...int64) row {
 	return r
 }
 
-// unaryRow builds an ok request that was not streamed (embeddings, rerank): n inputs of
+// embeddingsRow builds an ok request that was not streamed (embeddings, rerank): n inputs of
 // prompt tokens in all, sent at sentNS and answered latencyNS later; no chunks, no first
 // token, no output.
-func unaryRow(id, sentNS, latencyNS int64, n, prompt int32) row {
+func embeddingsRow(id, sentNS, latencyNS int64, n, prompt int32) row {
 	return row{id: id, scheduled: sentNS, sent: p64(sentNS), end: p64(sentNS + latencyNS), prompt: prompt, promptServer: p32(prompt),
 		status: "ok", inputs: p32(n)}
 }

@@ -171,7 +171,8 @@ func ReasoningSample(d *decode.Data, key string, i int) (float64, bool) {
 	return reasoningSample(d, key, i)
 }
 
-// Curve is the CDF curve of the report's distribution key ("ttft", "tpot", "ttfa"; nil
+// Curve is the CDF curve of the report's distribution key ("ttft", "tpot", "ttfa",
+// "latency" of a run that is not generation; nil
 // for a distribution without samples or a key without a curve), which the HTML pages draw.
 func (r *Report) Curve(key string) [][2]float64 {
 	switch key {
@@ -181,6 +182,10 @@ func (r *Report) Curve(key string) [][2]float64 {
 		return r.tpotCurve
 	case "ttfa":
 		return r.ttfaCurve
+	case "latency":
+		if r.Unary != nil {
+			return r.Unary.latencyCurve
+		}
 	}
 	return nil
 }

@@ -445,7 +445,11 @@ func (c *Comparison) section(ctx context.Context, point string, args []Arg, runs
 	// A bootstrap of a tail percentile rests on the samples above it: with fewer than 10
 	// its replicates take few distinct values and its interval is unreliable.
 	for i, r := range s.reports {
-		if n := min(r.TTFT.N, r.TPOT.N); n > 0 && n < 1000 {
+		n := min(r.TTFT.N, r.TPOT.N)
+		if r.Unary != nil { // no TTFT, no TPOT: the latency's
+			n = r.E2E.N
+		}
+		if n > 0 && n < 1000 {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: p99 from %d requests (fewer than 10 above it): its intervals are unreliable", pointPrefix(point), s.Runs[i].Label, n))
 		}
 		if a := r.Agents; a != nil && a.Makespan.N > 0 && a.Makespan.N < 1000 {

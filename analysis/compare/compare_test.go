@@ -446,3 +446,76 @@ func TestComparePromptOffWarned(t *testing.T) {
 		t.Errorf("prompt-off warning missing for B (or given for A):\n%s", txt)
 	}
 }
+
+// embeddingsRows is a run of embeddings (not streamed: no chunks, no first token, no
+// output): 20 requests/s for 30 s, request i with 1 + i%4 inputs of 64 prompt tokens,
+// answered after a lognormal latency around 40 ms times scale.
+func embeddingsRows(seed uint64, scale float64) []*results.Result {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var rows []*results.Result
+	for i := range 600 {
+		sent := int64(i) * 50 * ms_
+		n := int32(1 + i%4)
+		r := results.NewResult(int64(i), 0, sent, 64*n, 0)
+		r.SentNS, r.Status, r.HTTPStatus = sent, results.StatusOK, 200
+		r.EndNS = sent + int64(40*scale*math.Exp(0.3*rng.NormFloat64())*1e6)
+		r.PromptTokensServer, r.Inputs = 64*n, n
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// TestCompareUnary: two runs of embeddings, B answering 20% slower: compare shows their
+// latency percentiles (B's change significant, its interval holding +20%) and their
+// inputs and prompt tokens per second with intervals, and none of the generation figures.
+func TestCompareUnary(t *testing.T) {
+	dir := t.TempDir()
+	meta := func(id string) results.RunMeta {
+		m := cmpMeta(id)
+		m.API, m.SLO = "embeddings", "e2e=50ms"
+		return m
+	}
+	a := writeRun(t, dir, "a.parquet", meta("a"), embeddingsRows(1, 1))
+	b := writeRun(t, dir, "b.parquet", meta("b"), embeddingsRows(2, 1.2))
+	c, err := compareFiles(t, Options{}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"latency_p50_ms", "latency_p90_ms"} {
+		ch := figRow(c, key).Changes[1]
+		if !ch.Significant() || !ch.CI.Contains(20) {
+			t.Errorf("%s: %+v, want significant and holding +20%%", key, ch)
+		}
+	}
+	for _, key := range []string{"inputs_per_s", "prompt_tokens_per_s", "sustained_requests_per_s", "sustained_inputs_per_s", "sustained_prompt_tokens_per_s", "requests_per_s"} {
+		r := figRow(c, key)
+		if len(r.Values) != 2 || !(r.Values[0] > 0) || !r.Changes[1].CI.Valid() || r.Changes[1].Significant() {
+			t.Errorf("%s: %+v, want both runs' values and an interval holding no change (the same schedule)", key, r)
+		}
+	}
+	if ch := figRow(c, "slo_attainment_pct").Changes[1]; !ch.Significant() || ch.Delta >= 0 {
+		t.Errorf("attainment (e2e 50 ms): %+v, want a significant fall", ch)
+	}
+	for _, r := range c.Sections[0].Rows {
+		if strings.HasPrefix(r.Key, "ttft") || strings.HasPrefix(r.Key, "tpot") || strings.HasPrefix(r.Key, "itl") || strings.Contains(r.Key, "output_tokens") {
+			t.Errorf("compare of runs of embeddings shows %s", r.Key)
+		}
+	}
+	var page bytes.Buffer
+	if err := c.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`id="plot-latency-cdf-0"`, "Requests completed/s over time"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	if strings.Contains(page.String(), `id="plot-ttft-cdf-0"`) {
+		t.Errorf("page of runs of embeddings draws a TTFT CDF")
+	}
+	path := filepath.Join(dir, "compare.html")
+	if err := c.WriteHTMLFile(path); err != nil {
+		t.Fatal(err)
+	}
+	browsertest.RenderCheck(t, browsertest.Chromium(t), path, 2) // the latency CDF, requests over time
+}

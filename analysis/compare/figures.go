@@ -152,8 +152,44 @@ func throughputSeries(d *decode.Data, r *analysis.Report) map[string][]float64 {
 			}
 		}
 	}
-	return map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
+	out := map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
 		"output_tokens_per_s": windows(d.TokenBins, lo, hi), "total_tokens_per_s": total, "goodput_requests_per_s": good}
+	if r.Unary != nil {
+		unarySeries(d, r, out)
+	}
+	return out
+}
+
+// unarySeries adds the per-window series of a run that is not generation (embeddings,
+// rerank): its ok requests' inputs and prompt tokens by the 10 ms bin their response
+// ended in, summed into windows over [first sent, last end) for the overall rates and
+// over the steady-state window for the sustained ones (requests too).
+func unarySeries(d *decode.Data, r *analysis.Report, out map[string][]float64) {
+	t := r.Throughput
+	if math.IsNaN(t.DurationS) {
+		return
+	}
+	var req, in, tok []float64
+	for i, s := range d.Status {
+		if s != decode.StOK {
+			continue
+		}
+		b := int(d.End[i] / decode.BinNS)
+		for len(req) <= b {
+			req, in, tok = append(req, 0), append(in, 0), append(tok, 0)
+		}
+		p := int64(d.Prompt[i])
+		if d.PromptServer[i] != decode.Null32 {
+			p = int64(d.PromptServer[i])
+		}
+		req[b], in[b], tok[b] = req[b]+1, in[b]+float64(max(d.Inputs[i], 0)), tok[b]+float64(p)
+	}
+	lo, hi := int64(math.Round(t.FirstSentS*1e9))/decode.BinNS, int64(math.Round(t.LastEndS*1e9))/decode.BinNS+1
+	out["inputs_per_s"], out["prompt_tokens_per_s"] = windows(in, lo, hi), windows(tok, lo, hi)
+	if !math.IsNaN(t.WindowStartS) {
+		lo, hi = int64(math.Round(t.WindowStartS*1e9))/decode.BinNS, int64(math.Round(t.WindowEndS*1e9))/decode.BinNS
+		out["sustained_requests_per_s"], out["sustained_inputs_per_s"], out["sustained_prompt_tokens_per_s"] = windows(req, lo, hi), windows(in, lo, hi), windows(tok, lo, hi)
+	}
 }
 
 // effective returns how many independent requests a sample in arrival order is worth for
@@ -185,7 +221,7 @@ func (rf *runFigures) quantiles(f *analysis.Figure) {
 			switch f.Key {
 			case "ttft":
 				xs = append(xs, d.TTFTMS(i))
-			case "e2e":
+			case "e2e", "latency": // latency: a run that is not generation's end − sent
 				xs = append(xs, d.E2EMS(i))
 			case "tpot":
 				if v := d.TPOTMS(i); !math.IsNaN(v) {

@@ -381,6 +381,8 @@ func (c *Comparison) plots(k int, s Section) []*analysis.Plot {
 		// None of a run that did not reason: a comparison of such runs draws no TTFA plot.
 		{"ttfa", "TTFA (time to first answer token) distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("ttfa") }},
 		{"tpot", "TPOT distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("tpot") }},
+		// A run that is not generation (embeddings, rerank) has this one alone.
+		{"latency", "Latency distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("latency") }},
 	} {
 		lo, hi := math.Inf(1), 0.0
 		for _, r := range s.reports {
@@ -411,17 +413,21 @@ func (c *Comparison) plots(k int, s Section) []*analysis.Plot {
 		if n := len(r.Series); n > 0 {
 			xhi = math.Max(xhi, r.Series[n-1].StartS+r.Options.Interval.Seconds())
 			for _, iv := range r.Series {
-				yhi = math.Max(yhi, iv.OutputTokensPerS)
+				yhi = math.Max(yhi, seriesRate(r, iv))
 			}
 		}
 	}
 	if xhi > 0 {
-		pl := plot.New(fmt.Sprintf("plot-throughput-%d", k), "Output tokens/s over time", "time since run start (s)", "tok/s", 0, xhi, false, 0, yhi*1.1, false)
+		title, unit := "Output tokens/s over time", "tok/s"
+		if s.reports[0].Unary != nil {
+			title, unit = "Requests completed/s over time", "req/s"
+		}
+		pl := plot.New(fmt.Sprintf("plot-throughput-%d", k), title, "time since run start (s)", unit, 0, xhi, false, 0, yhi*1.1, false)
 		for i, r := range s.reports {
 			iv := r.Options.Interval.Seconds()
 			var pts [][2]float64
 			for _, x := range r.Series {
-				pts = append(pts, [2]float64{x.StartS + iv/2, x.OutputTokensPerS})
+				pts = append(pts, [2]float64{x.StartS + iv/2, seriesRate(r, x)})
 			}
 			pl.Line(pts, seriesClass(i))
 		}
@@ -434,4 +440,13 @@ func (c *Comparison) plots(k int, s Section) []*analysis.Plot {
 // WriteHTMLFile writes the page to path through a temporary file.
 func (c *Comparison) WriteHTMLFile(path string) error {
 	return analysis.WriteFileAtomic(path, c.WriteHTML)
+}
+
+// seriesRate is what the throughput plot draws of an interval: output tokens/s, or the
+// requests completed per second of a run that is not generation (it has no output).
+func seriesRate(r *analysis.Report, iv analysis.Interval) float64 {
+	if r.Unary != nil {
+		return float64(iv.Completed) / r.Options.Interval.Seconds()
+	}
+	return iv.OutputTokensPerS
 }
