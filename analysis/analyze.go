@@ -50,7 +50,10 @@ type Report struct {
 	Agents *agent.Report
 	// Unary: the figures of a run whose requests are not generation (embeddings, rerank;
 	// unary.go); nil for a run of generations.
-	Unary    *Unary
+	Unary *Unary
+	// Images: the image figures of a run of generations that sent images (images.go);
+	// nil for a run without.
+	Images   *Images
 	Server   *Server // the scraped Prometheus endpoints (metrics files); nil when no run scraped
 	Flags    Flags
 	Tokens   Tokens
@@ -232,6 +235,7 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	r.throughput(d)
 	r.goodput(d)
 	r.unary(d)
+	r.images(d)
 	r.tokens(d)
 	r.series(d)
 	r.server(d)

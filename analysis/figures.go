@@ -169,6 +169,8 @@ var reportFigures = []Figure{
 		OnlyIfSampled: true, Dist: func(r *Report) stats.Quantiles { return r.ITLPerToken }},
 	generationOnly(latencyFigure("e2e", "e2e_ms", "E2E", "E2E", func(r *Report) stats.Quantiles { return r.E2E })),
 	latencyUnary,
+	// A run that sent images: images.go.
+	imageFigures[0], imageFigures[1], imageFigures[2], imageFigures[3], imageFigures[4],
 	{Key: "schedule_lateness", Unit: "ms", JSON: "schedule_lateness_ms", Column: "schedule_lateness_ms", Section: "latency", Text: "schedule lateness",
 		Dist: func(r *Report) stats.Quantiles { return r.Lateness }},
 	{Key: "slo", Column: "slo", Value: func(r *Report) any { return r.Options.SLO.String() }},

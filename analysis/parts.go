@@ -208,3 +208,6 @@ func OrDash(s string) string { return orDash(s) }
 func WriteFileAtomic(path string, write func(w io.Writer) error) error {
 	return writeAtomic(path, write)
 }
+
+// SentImages reports whether request i of d sent images (results revision 1.4).
+func SentImages(d *decode.Data, i int) bool { return imageRow(d, i) }

@@ -123,6 +123,10 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 		p("\nGoodput (SLO %s; attainment over %d non-canceled requests)\n", g.SLO, q.Total-q.Canceled)
 		r.writeSection(p, "goodput")
 	}
+	if r.Images != nil {
+		p("\nImages (ok requests)\n")
+		r.writeSection(p, "images")
+	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 	for _, f := range sectionFigures(r, "latency") {

@@ -223,6 +223,10 @@ func (rf *runFigures) quantiles(f *analysis.Figure) {
 				xs = append(xs, d.TTFTMS(i))
 			case "e2e", "latency": // latency: a run that is not generation's end − sent
 				xs = append(xs, d.E2EMS(i))
+			case "ttft_images", "ttft_no_images": // the requests that sent images, or the others
+				if analysis.SentImages(d, i) == (f.Key == "ttft_images") {
+					xs = append(xs, d.TTFTMS(i))
+				}
 			case "tpot":
 				if v := d.TPOTMS(i); !math.IsNaN(v) {
 					xs = append(xs, v)
