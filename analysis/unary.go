@@ -237,3 +237,41 @@ func (r *Report) firstName() string {
 	}
 	return "TTFT"
 }
+
+// poolUnary replaces the rates of a pooled run that is not generation as poolRates does
+// the others: the repeats' numerators over their summed durations and windows.
+func (r *Report) poolUnary(reps []*Report) {
+	u := r.Unary
+	if u == nil {
+		return
+	}
+	var dur, win, in, tok, good, sReq, sIn, sTok float64
+	for _, p := range reps {
+		t, pu := p.Throughput, p.Unary
+		if pu == nil {
+			continue
+		}
+		if t.DurationS > 0 {
+			dur += t.DurationS
+			in, tok = in+pu.InputsPerS*t.DurationS, tok+pu.PromptTokensPerS*t.DurationS
+			if !math.IsNaN(pu.GoodInputsPerS) {
+				good += pu.GoodInputsPerS * t.DurationS
+			}
+		}
+		if w := t.WindowEndS - t.WindowStartS; w > 0 && !math.IsNaN(pu.SustainedRequestsPerS) {
+			win += w
+			sReq, sIn, sTok = sReq+pu.SustainedRequestsPerS*w, sIn+pu.SustainedInputsPerS*w, sTok+pu.SustainedPromptTokensPerS*w
+		}
+	}
+	div := func(a, b float64) float64 {
+		if b > 0 {
+			return a / b
+		}
+		return math.NaN()
+	}
+	u.InputsPerS, u.PromptTokensPerS = div(in, dur), div(tok, dur)
+	if r.Goodput != nil {
+		u.GoodInputsPerS = div(good, dur)
+	}
+	u.SustainedRequestsPerS, u.SustainedInputsPerS, u.SustainedPromptTokensPerS = div(sReq, win), div(sIn, win), div(sTok, win)
+}

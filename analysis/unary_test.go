@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -259,4 +260,45 @@ func TestUnaryHTML(t *testing.T) {
 		}
 	}
 	renderCheck(t, chromium(t), r)
+}
+
+// TestUnaryRepeatsPooled: the repeats of a run of embeddings pool their rates over their
+// own durations and windows, not over the absolute time between them (a minute here).
+func TestUnaryRepeatsPooled(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	var in, dur, sReq, win float64
+	for k, scale := range []float64{1, 1.5} {
+		m := testRun()
+		m.RunID, m.RepeatGroup, m.Repeat, m.RepeatCount = "rep"+strconv.Itoa(k+1), "rep1", k+1, 2
+		m.RunStartUnixNS += int64(k) * 90e9
+		p := filepath.Join(dir, "r"+strconv.Itoa(k+1)+".parquet")
+		writeResults(t, p, m, embeddingsRun(uint64(k+1), scale))
+		paths = append(paths, p)
+		one, err := AnalyzeFiles(context.Background(), DefaultOptions(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t1, w := one.Throughput, one.Throughput.WindowEndS-one.Throughput.WindowStartS
+		in, dur, sReq, win = in+float64(one.Unary.Inputs), dur+t1.DurationS, sReq+one.Unary.SustainedRequestsPerS*w, win+w
+	}
+	d, err := Load(context.Background(), decode.LoadOptions{AllowMixed: true}, paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := AnalyzeRepeats(context.Background(), d, decode.LoadOptions{}, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Unary; u == nil || !sameFloat(u.InputsPerS, in/dur) || !sameFloat(u.SustainedRequestsPerS, sReq/win) || !(u.SustainedRequestsPerS > 19) {
+		t.Errorf("pooled %v, want %v inputs/s and %v sustained req/s", unaryRates(u), in/dur, sReq/win)
+	}
+}
+
+// unaryRates prints u's rates (nil: none).
+func unaryRates(u *Unary) string {
+	if u == nil {
+		return "no unary figures"
+	}
+	return fmt.Sprintf("%v inputs/s, %v sustained req/s", u.InputsPerS, u.SustainedRequestsPerS)
 }
