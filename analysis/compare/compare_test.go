@@ -519,3 +519,39 @@ func TestCompareUnary(t *testing.T) {
 	}
 	browsertest.RenderCheck(t, browsertest.Chromium(t), path, 2) // the latency CDF, requests over time
 }
+
+// TestCompareImages: runs where every other request sends two images, B's waiting 30%
+// longer for its first token: compare shows TTFT with images up about 30%, significant, and
+// TTFT without images unchanged.
+func TestCompareImages(t *testing.T) {
+	dir := t.TempDir()
+	withImages := func(seed uint64, scale float64) []*results.Result {
+		rows := cmpRows(seed, 1)
+		for i, r := range rows {
+			if i%2 == 0 {
+				continue
+			}
+			shift := int64(float64(r.FirstTokenNS-r.SentNS) * (scale - 1))
+			r.FirstTokenNS, r.EndNS = r.FirstTokenNS+shift, r.EndNS+shift
+			for k := range r.ChunkNS {
+				r.ChunkNS[k] += shift
+			}
+			r.Images, r.ImageTokens = 2, 512
+		}
+		return rows
+	}
+	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), withImages(1, 1))
+	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), withImages(1, 1.3))
+	c, err := compareFiles(t, Options{}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"ttft_images_p50_ms", "ttft_images_p90_ms"} {
+		if ch := figRow(c, key).Changes[1]; !ch.Significant() || ch.Delta < 25 || ch.Delta > 35 {
+			t.Errorf("%s: %+v, want about +30%%, significant", key, ch)
+		}
+	}
+	if ch := figRow(c, "ttft_no_images_p50_ms").Changes[1]; ch.Delta != 0 || ch.Significant() || !ch.CI.Valid() {
+		t.Errorf("ttft_no_images_p50_ms: %+v, want no change", ch)
+	}
+}
