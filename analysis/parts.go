@@ -211,3 +211,7 @@ func WriteFileAtomic(path string, write func(w io.Writer) error) error {
 
 // SentImages reports whether request i of d sent images (results revision 1.4).
 func SentImages(d *decode.Data, i int) bool { return imageRow(d, i) }
+
+// PromptTokens is request i's prompt tokens: the server's count when it gave one, else the
+// target (what total_tokens_per_s and the rates of a run that is not generation count).
+func PromptTokens(d *decode.Data, i int) int64 { return promptTokens(d, i) }

@@ -178,11 +178,7 @@ func unarySeries(d *decode.Data, r *analysis.Report, out map[string][]float64) {
 		for len(req) <= b {
 			req, in, tok = append(req, 0), append(in, 0), append(tok, 0)
 		}
-		p := int64(d.Prompt[i])
-		if d.PromptServer[i] != decode.Null32 {
-			p = int64(d.PromptServer[i])
-		}
-		req[b], in[b], tok[b] = req[b]+1, in[b]+float64(max(d.Inputs[i], 0)), tok[b]+float64(p)
+		req[b], in[b], tok[b] = req[b]+1, in[b]+float64(max(d.Inputs[i], 0)), tok[b]+float64(analysis.PromptTokens(d, i))
 	}
 	lo, hi := int64(math.Round(t.FirstSentS*1e9))/decode.BinNS, int64(math.Round(t.LastEndS*1e9))/decode.BinNS+1
 	out["inputs_per_s"], out["prompt_tokens_per_s"] = windows(in, lo, hi), windows(tok, lo, hi)
