@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -68,4 +69,31 @@ func (s *Report) writeUnaryText(p func(string, ...any)) {
 	if !s.SLO.IsZero() {
 		p("%s\n", s.describe(s.SLOLimit, fmt.Sprintf("highest load meeting the SLO at %s attainment", pct(s.Options.Attainment*100))))
 	}
+}
+
+// firstP99 is the p99 a repeated point's TTFT interval holds: TTFT's, or the latency's of
+// a run that is not generation (its response comes whole: its first token is its end).
+func firstP99(r *analysis.Report) float64 {
+	if r.Unary != nil {
+		return r.E2E.P99
+	}
+	return r.TTFT.P99
+}
+
+// completedBins are the ok requests of a run that is not generation by the 10 ms bin their
+// response ended in: what a repeated point's sustained interval resamples, as it does
+// the output tokens of a run of generations.
+func completedBins(d *decode.Data) []float64 {
+	var bins []float64
+	for i, s := range d.Status {
+		if s != decode.StOK {
+			continue
+		}
+		b := int(d.End[i] / decode.BinNS)
+		for len(bins) <= b {
+			bins = append(bins, 0)
+		}
+		bins[b]++
+	}
+	return bins
 }

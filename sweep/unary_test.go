@@ -173,3 +173,40 @@ func TestUnarySweepAuto(t *testing.T) {
 		t.Errorf("log:\n%s", log)
 	}
 }
+
+// TestUnaryRepeatedPoint: a repeated point of embeddings resamples the requests its
+// repeats completed per second of their windows for its sustained interval, and their
+// latencies for the p99 interval (the response comes whole), not output tokens or TTFT,
+// which such a run has none of.
+func TestUnaryRepeatedPoint(t *testing.T) {
+	dir := t.TempDir()
+	var rows []Row
+	var data []*decode.Data
+	for k := range 3 {
+		file := fmt.Sprintf("point-01-rate-30.r%d.parquet", k+1)
+		writePoint(t, filepath.Join(dir, file), embeddingsMeta(30), embeddingsPoint(30))
+		d, err := analysis.Load(context.Background(), decode.LoadOptions{}, filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := NewRow(Rate, 30, file, d, analysis.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, data = append(rows, row), append(data, d)
+	}
+	sp := NewRepeatedRow(rows, data).Spread
+	want := rows[0].Report.Unary.SustainedRequestsPerS
+	if sp.Method != SpreadMethod || !(sp.Sustained.Lo > 28 && sp.Sustained.Lo <= want && want <= sp.Sustained.Hi && sp.Sustained.Hi < 32) {
+		t.Errorf("sustained interval %+v, want about %v req/s (%s)", sp.Sustained, want, sp.Method)
+	}
+	if sp.TTFTP99.Lo != 100 || sp.TTFTP99.Hi != 100 {
+		t.Errorf("p99 interval %+v, want the latency's, 100 ms", sp.TTFTP99)
+	}
+	// The bootstrap intervals themselves (the spread is their hull with the repeats' range).
+	reps := []*analysis.Report{rows[0].Report, rows[1].Report, rows[2].Report}
+	sus, _, p99, _ := pooledIntervals(reps, data, SpreadBootstrap, "30")
+	if !sus.Valid() || !(sus.Lo > 28 && sus.Hi < 32) || !p99.Valid() || p99.Lo != 100 || p99.Hi != 100 {
+		t.Errorf("bootstrap intervals: sustained %+v, p99 %+v; want about 30 req/s and 100 ms", sus, p99)
+	}
+}
