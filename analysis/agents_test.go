@@ -321,53 +321,6 @@ func agentRun(n int, scale float64, cachedPct int32) []row {
 	return rows
 }
 
-// TestCompareAgents: compare shows the agent makespan and slowdown percentiles and the
-// hit rate, each resampled over sessions: a run whose every session is 1.5 times as long
-// is +50% at each percentile, significantly; one whose cache hits 20 points less is -20pp.
-func TestCompareAgents(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, rows []row) CompareArg {
-		p := filepath.Join(dir, name)
-		writeResults(t, p, agentMeta(), rows)
-		a, err := ResolveCompareArg(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
-	a, b := write("a.parquet", agentRun(60, 1, 60)), write("b.parquet", agentRun(60, 1.5, 40))
-	c, err := CompareRuns(context.Background(), []CompareArg{a, b}, CompareOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string]CompareRow{}
-	for _, r := range c.Sections[0].Rows {
-		rows[r.Key] = r
-	}
-	for _, key := range []string{"agent_makespan_p50_s", "agent_makespan_p90_s", "agent_makespan_p99_s", "agent_slowdown_p50", "agent_slowdown_p90", "agent_slowdown_p99"} {
-		r, ok := rows[key]
-		if !ok {
-			t.Errorf("no compare row %s", key)
-			continue
-		}
-		if ch := r.Changes[1]; !nearly(ch.Delta, 50) || !ch.Significant() || ch.CI.Lo > 50+1e-9 || ch.CI.Hi < 50-1e-9 {
-			t.Errorf("%s: change %+v, want +50%%, significant, its interval holding it", key, ch)
-		}
-	}
-	r := rows["agent_cache_hit_rate_pct"]
-	if len(r.Values) != 2 || !nearly(r.Values[0], 60) || !nearly(r.Values[1], 40) || !nearly(r.Changes[1].Delta, -20) || r.Changes[1].Relative {
-		t.Errorf("cache row %+v, want 60%% and 40%%, -20pp", r)
-	}
-	if !strings.Contains(c.Method, "sessions resampled as independent units") {
-		t.Errorf("method %q does not say how agent figures are resampled", c.Method)
-	}
-	var txt bytes.Buffer
-	c.WriteText(&txt)
-	if !strings.Contains(txt.String(), "agent makespan p50 s") || !strings.Contains(txt.String(), "agent slowdown p99 ") {
-		t.Errorf("compare text lacks the agent rows:\n%s", txt.String())
-	}
-}
-
 // TestContextEdges: the buckets' bounds are k of 1,024 tokens, as context windows are told.
 func TestContextEdges(t *testing.T) {
 	if got := fmt.Sprint(agent.ContextEdges); got != "[8192 32768 65536 131072]" {

@@ -47,7 +47,13 @@ type Report struct {
 	Conversations *Conversations
 	// Agents: the agent-level figures (package analysis/agent); nil for a run without
 	// agent calls.
-	Agents   *agent.Report
+	Agents *agent.Report
+	// Unary: the figures of a run whose requests are not generation (embeddings, rerank;
+	// unary.go); nil for a run of generations.
+	Unary *Unary
+	// Images: the image figures of a run of generations that sent images (images.go);
+	// nil for a run without.
+	Images   *Images
 	Server   *Server // the scraped Prometheus endpoints (metrics files); nil when no run scraped
 	Flags    Flags
 	Tokens   Tokens
@@ -219,12 +225,17 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	if miss := d.MissingShards(); len(miss) > 0 {
 		r.warnf("shards missing: %s; the figures cover only the shards given", strings.Join(miss, ", "))
 	}
+	if err := r.kind(d); err != nil {
+		return nil, err
+	}
 	r.requests(d)
 	r.latencies(d)
 	r.reasoning(d)
 	r.perUser(d)
 	r.throughput(d)
 	r.goodput(d)
+	r.unary(d)
+	r.images(d)
 	r.tokens(d)
 	r.series(d)
 	r.server(d)
@@ -232,7 +243,9 @@ func Analyze(d *decode.Data, opts Options) (*Report, error) {
 	r.flags(d)
 	r.buffered(d)
 	r.ByPrompt = r.breakdown(d, d.Prompt, opts.PromptBuckets)
-	r.ByOutput = r.breakdown(d, d.OutTarget, opts.OutputBuckets)
+	if r.Unary == nil { // a target output length means nothing without output
+		r.ByOutput = r.breakdown(d, d.OutTarget, opts.OutputBuckets)
+	}
 	r.conversations(d)
 	r.agents(d)
 	r.sampleWarnings()
@@ -289,8 +302,11 @@ func (r *Report) latencies(d *decode.Data) {
 		if s != decode.StOK {
 			continue
 		}
-		ttft = append(ttft, d.TTFTMS(i))
 		e2e = append(e2e, d.E2EMS(i))
+		if unaryRow(d, i) { // not streamed: no first token, no output
+			continue
+		}
+		ttft = append(ttft, d.TTFTMS(i))
 		if v := d.TPOTMS(i); !math.IsNaN(v) {
 			tpot = append(tpot, v)
 		}
@@ -300,7 +316,7 @@ func (r *Report) latencies(d *decode.Data) {
 	step := max(1, int(r.TTFT.N/3000))
 	k := 0
 	for i, s := range d.Status {
-		if s == decode.StOK {
+		if s == decode.StOK && !unaryRow(d, i) {
 			if k%step == 0 {
 				r.promptTTFT = append(r.promptTTFT, [2]float64{float64(d.Prompt[i]), d.TTFTMS(i)})
 			}
@@ -340,8 +356,14 @@ func meets(d *decode.Data, i int, slo SLO) bool {
 	if d.Status[i] != decode.StOK {
 		return false
 	}
-	if slo.TTFT > 0 && d.First[i]-d.Sent[i] > int64(slo.TTFT) {
-		return false
+	// A response that is not streamed comes whole: its first token is its end.
+	if first := d.First[i]; slo.TTFT > 0 && (first != decode.Null64 || unaryRow(d, i)) {
+		if first == decode.Null64 {
+			first = d.End[i]
+		}
+		if first-d.Sent[i] > int64(slo.TTFT) {
+			return false
+		}
 	}
 	if slo.E2E > 0 && d.End[i]-d.Sent[i] > int64(slo.E2E) {
 		return false
@@ -403,9 +425,16 @@ func (r *Report) throughput(d *decode.Data) {
 	t.OutputTokensPerS = float64(okOut) / t.DurationS
 	t.TotalTokensPerS = float64(okOut+okPrompt) / t.DurationS
 
-	// Peak: best 100 consecutive 10 ms bins.
+	// Peak: best 100 consecutive 10 ms bins (output tokens: none in a run that is not
+	// generation).
 	const perSecond = int(1e9 / decode.BinNS)
-	if len(d.TokenBins) >= perSecond && last-first >= 1e9 {
+	bins := d.TokenBins
+	if r.Unary != nil {
+		bins = r.Unary.bins
+	}
+	switch {
+	case r.Unary != nil:
+	case len(d.TokenBins) >= perSecond && last-first >= 1e9:
 		var sum float64
 		best, at := -1.0, 0
 		for i, v := range d.TokenBins {
@@ -418,14 +447,14 @@ func (r *Report) throughput(d *decode.Data) {
 			}
 		}
 		t.PeakOutputTokensPerS, t.PeakAtS = best, float64(int64(at)*decode.BinNS)/1e9
-	} else {
+	default:
 		r.warnf("run shorter than 1 s: no peak 1 s throughput")
 	}
 
 	// Steady-state window: [first sent + warm-up, last sent), snapped inward to the 10 ms grid.
 	warm := r.Options.Warmup
 	if warm == WarmupDetect {
-		w, ok, atLimit := detectWarmup(d.TokenBins, first, lastSent)
+		w, ok, atLimit := detectWarmup(bins, first, lastSent)
 		if ok {
 			warm, t.WarmupDetected = w, true
 			if atLimit {
@@ -546,7 +575,7 @@ func (r *Report) tokens(d *decode.Data) {
 	if t.Shorter+t.Longer > 0 {
 		r.warnf("%d of %d ok requests missed their target output length (%d shorter, %d longer)", t.Shorter+t.Longer, t.OK, t.Shorter, t.Longer)
 	}
-	if t.OutputUnknown > 0 {
+	if t.OutputUnknown > 0 && r.Unary == nil {
 		r.warnf("%d ok requests have no output token count: left out of TPOT and token throughput", t.OutputUnknown)
 	}
 	if t.ChunkTokensMismatch > 0 {
@@ -564,6 +593,9 @@ func (r *Report) sampleWarnings() {
 		name string
 		q    stats.Quantiles
 	}{{"ttft", r.TTFT}, {"tpot", r.TPOT}, {"itl", r.ITL}, {"e2e", r.E2E}, {"schedule lateness", r.Lateness}}
+	if r.Unary != nil {
+		ms[3].name = "latency"
+	}
 	if c := r.Closed; c != nil {
 		// The closed loop's client-limited decision rests on this p99.
 		ms = append(ms, struct {
@@ -662,8 +694,10 @@ func (r *Report) breakdown(d *decode.Data, length []int32, edges []int64) []Buck
 			continue
 		}
 		a.ok++
-		a.ttft = append(a.ttft, d.TTFTMS(i))
 		a.e2e = append(a.e2e, d.E2EMS(i))
+		if !unaryRow(d, i) {
+			a.ttft = append(a.ttft, d.TTFTMS(i))
+		}
 		if v := d.TPOTMS(i); !math.IsNaN(v) {
 			a.tpot = append(a.tpot, v)
 		}

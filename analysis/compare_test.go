@@ -1,412 +1,205 @@
-package analysis
+package analysis_test
 
 import (
 	"bytes"
 	"context"
-	"errors"
-	"math"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/llmreplay/llmreplay/internal/browsertest"
-	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/compare"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
-// cmpRows is a synthetic open-loop run: 20 requests/s for 30 s (the same schedule whatever
-// the seed, as two replays of one trace), each with a lognormal TTFT around 80 ms and 16
-// one-token chunks whose gaps are a lognormal decode step around 20 ms times decodeScale.
-// The seed draws the latencies.
-func cmpRows(seed uint64, decodeScale float64) []row { return cmpRowsN(seed, decodeScale, 600) }
+// Compare's view of this package's figures: the figures package analysis declares and
+// computes (agents, reasoning, a figure declared in a test) as package analysis/compare
+// shows them, from files this package's fixture writes (export_test.go).
 
-func cmpRowsN(seed uint64, decodeScale float64, n int) []row {
-	rng := rand.New(rand.NewPCG(seed, 99))
-	var rows []row
-	for i := range n {
-		sent := int64(i) * 50 * ms_
-		ttft := int64(80*math.Exp(0.3*rng.NormFloat64())) * ms_
-		step := 20 * decodeScale * math.Exp(0.2*rng.NormFloat64())
-		chunks := []int64{ttft}
-		for k := 1; k < 16; k++ {
-			chunks = append(chunks, chunks[k-1]+int64(step*math.Exp(0.05*rng.NormFloat64())*1e6))
-		}
-		rows = append(rows, okRow(int64(i), sent, chunks...))
-	}
-	return rows
-}
-
-func cmpMeta(runID string) results.RunMeta {
-	m := testRun()
-	m.RunID = runID
-	m.TraceSHA256 = "0123456789abcdef0123456789abcdef"
-	m.SLO = "ttft=150ms,tpot=25ms"
-	return m
-}
-
-// writeRun writes rows as dir/name with meta and returns the path.
-func writeRun(t *testing.T, dir, name string, meta results.RunMeta, rows []row) string {
+// writeRun writes rows as dir/name, a run of the fixture's metadata, and returns the path.
+func writeRun(t *testing.T, dir, name string, rows []analysis.Row) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeResults(t, p, meta, rows)
+	analysis.WriteResults(t, p, analysis.TestRunMeta(), rows)
 	return p
 }
 
-func compareFiles(t *testing.T, opts CompareOptions, paths ...string) (*Comparison, error) {
+func compareFiles(t *testing.T, opts compare.Options, paths ...string) (*compare.Comparison, error) {
 	t.Helper()
-	var args []CompareArg
+	var args []compare.Arg
 	for _, p := range paths {
-		a, err := ResolveCompareArg(p)
+		a, err := compare.ResolveArg(p)
 		if err != nil {
 			return nil, err
 		}
 		args = append(args, a)
 	}
-	return CompareRuns(context.Background(), args, opts)
+	return compare.Runs(context.Background(), args, opts)
 }
 
-func figRow(c *Comparison, key string) CompareRow {
+func figRow(c *compare.Comparison, key string) compare.Row {
 	for _, r := range c.Sections[0].Rows {
 		if r.Key == key {
 			return r
 		}
 	}
-	return CompareRow{}
+	return compare.Row{}
 }
 
-// TestCompareSelf: a run compared with itself shows ~ everywhere (no change is significant).
-func TestCompareSelf(t *testing.T) {
+// TestCompareAgents: compare shows the agent makespan and slowdown percentiles and the
+// hit rate, each resampled over sessions: a run whose every session is 1.5 times as long
+// is +50% at each percentile, significantly; one whose cache hits 20 points less is -20pp.
+func TestCompareAgents(t *testing.T) {
 	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	c, err := compareFiles(t, CompareOptions{}, a, a)
+	write := func(name string, rows []analysis.Row) compare.Arg {
+		p := filepath.Join(dir, name)
+		analysis.WriteResults(t, p, analysis.AgentMeta(), rows)
+		a, err := compare.ResolveArg(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a, b := write("a.parquet", analysis.AgentRun(60, 1, 60)), write("b.parquet", analysis.AgentRun(60, 1.5, 40))
+	c, err := compare.Runs(context.Background(), []compare.Arg{a, b}, compare.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Sections[0].Rows) < 16 {
-		t.Fatalf("%d figures, want every headline figure", len(c.Sections[0].Rows))
-	}
+	rows := map[string]compare.Row{}
 	for _, r := range c.Sections[0].Rows {
-		ch := r.Changes[1]
-		if ch.Significant() || ch.Delta != 0 || !ch.CI.Valid() {
-			t.Errorf("%s: %+v against itself, want 0 and ~", r.Key, ch)
+		rows[r.Key] = r
+	}
+	for _, key := range []string{"agent_makespan_p50_s", "agent_makespan_p90_s", "agent_makespan_p99_s", "agent_slowdown_p50", "agent_slowdown_p90", "agent_slowdown_p99"} {
+		r, ok := rows[key]
+		if !ok {
+			t.Errorf("no compare row %s", key)
+			continue
 		}
+		if ch := r.Changes[1]; !analysis.Nearly(ch.Delta, 50) || !ch.Significant() || ch.CI.Lo > 50+1e-9 || ch.CI.Hi < 50-1e-9 {
+			t.Errorf("%s: change %+v, want +50%%, significant, its interval holding it", key, ch)
+		}
+	}
+	r := rows["agent_cache_hit_rate_pct"]
+	if len(r.Values) != 2 || !analysis.Nearly(r.Values[0], 60) || !analysis.Nearly(r.Values[1], 40) || !analysis.Nearly(r.Changes[1].Delta, -20) || r.Changes[1].Relative {
+		t.Errorf("cache row %+v, want 60%% and 40%%, -20pp", r)
+	}
+	if !strings.Contains(c.Method, "sessions resampled as independent units") {
+		t.Errorf("method %q does not say how agent figures are resampled", c.Method)
+	}
+	var txt bytes.Buffer
+	c.WriteText(&txt)
+	if !strings.Contains(txt.String(), "agent makespan p50 s") || !strings.Contains(txt.String(), "agent slowdown p99 ") {
+		t.Errorf("compare text lacks the agent rows:\n%s", txt.String())
+	}
+}
+
+// TestFigureDeclaredOnceInCompare: a figure added to the declaration only is in compare's
+// table, each run's own value, and in its text (TestFigureDeclaredOnce finds it in the
+// other outputs).
+func TestFigureDeclaredOnceInCompare(t *testing.T) {
+	twice := func(r *analysis.Report) float64 { return 2 * r.TTFT.P50 }
+	analysis.AddFigure(t, analysis.Figure{
+		Key: "test_twice_ttft_p50_ms", Unit: "ms", Compare: &analysis.CompareSpec{Name: "test: twice TTFT p50 ms", Relative: true},
+		Value: func(r *analysis.Report) any { return twice(r) },
+	})
+	dir := t.TempDir()
+	rowsA, _ := analysis.ReasoningRows(600, 1)
+	rowsB, _ := analysis.ReasoningRows(600, 1.2)
+	a, b := writeRun(t, dir, "a.parquet", rowsA), writeRun(t, dir, "b.parquet", rowsB)
+	c, err := compareFiles(t, compare.Options{Bootstrap: stats.Bootstrap{Resamples: 100}}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := figRow(c, "test_twice_ttft_p50_ms")
+	if len(row.Values) != 2 {
+		t.Fatalf("compare has no row test_twice_ttft_p50_ms: %+v", row)
+	}
+	for i, rep := range c.Reports() {
+		if row.Values[i] != twice(rep) {
+			t.Errorf("compare run %d: %v, want %v", i, row.Values[i], twice(rep))
+		}
+	}
+	var ct bytes.Buffer
+	if err := c.WriteText(&ct); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^test: twice TTFT p50 ms +[0-9.]+ +[0-9.]+ `).MatchString(ct.String()) {
+		t.Errorf("compare text lacks the figure:\n%s", ct.String())
+	}
+}
+
+// TestReasoningCompare: B decodes its answers 20% slower than A after the same thinking:
+// compare shows answer TPOT up about 20% and significant, TTFA, TTFT and reasoning tokens
+// unchanged, each with its interval.
+func TestReasoningCompare(t *testing.T) {
+	dir := t.TempDir()
+	rowsA, servedA := analysis.ReasoningRows(600, 1)
+	rowsB, _ := analysis.ReasoningRows(600, 1.2)
+	a := writeRun(t, dir, "a.parquet", rowsA)
+	b := writeRun(t, dir, "b.parquet", rowsB)
+	c, err := compareFiles(t, compare.Options{}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttfa, tpot, _ := analysis.WantReasoning(servedA)
+	for key, w := range map[string]float64{"ttfa_p50_ms": ttfa.P50, "answer_tpot_p50_ms": tpot.P50, "reasoning_tokens_p50": 300} {
+		row := figRow(c, key)
+		if row.Key == "" {
+			t.Fatalf("compare has no %s row", key)
+		}
+		if !analysis.SameFloat(row.Values[0], w) || !row.Changes[1].CI.Valid() {
+			t.Errorf("%s: A %v, want %v; interval %+v", key, row.Values[0], w, row.Changes[1].CI)
+		}
+	}
+	for _, key := range []string{"ttft_p50_ms", "ttfa_p50_ms", "ttfa_p99_ms", "reasoning_tokens_p50"} {
+		if ch := figRow(c, key).Changes[1]; ch.Delta != 0 || ch.Significant() {
+			t.Errorf("%s: %+v, want no change", key, ch)
+		}
+	}
+	for _, key := range []string{"answer_tpot_p50_ms", "answer_tpot_p90_ms"} {
+		ch := figRow(c, key).Changes[1]
+		if !ch.Significant() || ch.Delta < 15 || ch.Delta > 25 {
+			t.Errorf("%s: %+v, want about +20%%, significant", key, ch)
+		}
+	}
+	var txt bytes.Buffer
+	if err := c.WriteHTML(&txt); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), `id="plot-ttfa-cdf-0"`) {
+		t.Errorf("compare's HTML lacks the runs' TTFA CDF")
+	}
+	txt.Reset()
+	if err := c.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"TTFA p50 ms", "answer TPOT p50 ms", "reasoning tokens p50"} {
+		if !strings.Contains(txt.String(), name) {
+			t.Errorf("compare's text lacks %q:\n%s", name, txt.String())
+		}
+	}
+}
+
+// TestNoReasoningCompare: compare of runs that did not reason has no reasoning rows and
+// no TTFA plot.
+func TestNoReasoningCompare(t *testing.T) {
+	plain, stamped := analysis.NoReasoningRuns()
+	dir := t.TempDir()
+	c, err := compareFiles(t, compare.Options{}, writeRun(t, dir, "stamped.parquet", stamped), writeRun(t, dir, "plain.parquet", plain))
+	if err != nil {
+		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	c.WriteText(&b)
-	if n := strings.Count(b.String(), " ~\n"); n != len(c.Sections[0].Rows) {
-		t.Errorf("%d rows marked ~ of %d:\n%s", n, len(c.Sections[0].Rows), b.String())
-	}
-}
-
-// TestCompareSpanOnlyIsNotAChange: two runs of one schedule whose requests land in the same
-// windows, B's last request ending 1 ms later (its span 0.003% longer): the overall rates differ (their span does)
-// but nothing tells that difference from noise. Paired, these rates had a zero-width
-// interval around the span's change and were called significant in 35% of the false-alarm
-// script's pairs.
-func TestCompareSpanOnlyIsNotAChange(t *testing.T) {
-	dir := t.TempDir()
-	rows := cmpRows(1, 1)
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), rows)
-	li := 0 // the request that ends last
-	for i := range rows {
-		if *rows[i].end > *rows[li].end {
-			li = i
-		}
-	}
-	last := rows[li]
-	chunks := append([]int64(nil), last.chunks...)
-	chunks[len(chunks)-1] += ms_
-	rows[li] = okRow(last.id, *last.sent, chunks...)
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), rows)
-	c, err := compareFiles(t, CompareOptions{}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"} {
-		ch := figRow(c, key).Changes[1]
-		if ch.Delta == 0 || ch.Significant() || !(ch.CI.Hi-ch.CI.Lo > 1) {
-			t.Errorf("%s: %+v, want a small change whose interval (wider than 1%%) holds zero", key, ch)
-		}
-	}
-}
-
-// TestCompareDetectsSlowdown: B decodes 10% slower than A (another seed): TPOT and E2E
-// changes are significant and their intervals hold the true +10% (TPOT) ; TTFT, which did
-// not change, is not significant.
-func TestCompareDetectsSlowdown(t *testing.T) {
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"tpot_p50_ms", "tpot_p90_ms"} {
-		ch := figRow(c, key).Changes[1]
-		if !ch.Significant() || !ch.CI.Contains(10) {
-			t.Errorf("%s: %+v, want significant and holding +10%%", key, ch)
-		}
-	}
-	if ch := figRow(c, "ttft_p50_ms").Changes[1]; ch.Significant() {
-		t.Errorf("ttft_p50_ms: %+v, want ~ (TTFT did not change)", ch)
-	}
-	if ch := figRow(c, "slo_attainment_pct").Changes[1]; !ch.Significant() || ch.Delta >= 0 {
-		t.Errorf("attainment (tpot 25 ms SLO): %+v, want a significant fall", ch)
-	}
-}
-
-func writeCompareOutputs(t *testing.T, c *Comparison) (txt, js []byte) {
-	var a, b bytes.Buffer
-	if err := c.WriteText(&a); err != nil {
+	if err := c.WriteHTML(&b); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
-	return a.Bytes(), b.Bytes()
-}
-
-// TestCompareGolden: three runs (B decodes 10% slower, C is another seed of A), and two
-// sweep folders point by point, as text and JSON, byte for byte.
-func TestCompareGolden(t *testing.T) {
-	dir := t.TempDir()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(dir)
-	writeRun(t, ".", "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	writeRun(t, ".", "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	writeRun(t, ".", "c.parquet", cmpMeta("c"), cmpRows(3, 1))
-	c, err := compareFiles(t, CompareOptions{}, "a.parquet", "b.parquet", "c.parquet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	txt, js := writeCompareOutputs(t, c)
-	t.Chdir(wd)
-	golden(t, "compare-runs.txt", txt)
-	golden(t, "compare-runs.json", js)
-
-	t.Chdir(dir)
-	makeSweep(t, "sweep-a", 1, 1, 2)
-	makeSweep(t, "sweep-b", 1.1, 1, 2)
-	c, err = compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 500}}, "sweep-a", "sweep-b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	txt, js = writeCompareOutputs(t, c)
-	t.Chdir(wd)
-	golden(t, "compare-sweeps.txt", txt)
-	golden(t, "compare-sweeps.json", js)
-}
-
-// makeSweep writes a sweep folder of rate points (the rate in each file's metadata).
-func makeSweep(t *testing.T, dir string, decodeScale float64, rates ...float64) {
-	t.Helper()
-	for i, rate := range rates {
-		m := cmpMeta(dir + "-" + fmtLoad(rate))
-		m.Speedup, m.Rate = 0, rate
-		writeRun(t, dir, "point-0"+string(rune('1'+i))+"-rate-"+fmtLoad(rate)+".parquet", m, cmpRows(uint64(10*i)+uint64(decodeScale*100), decodeScale))
-	}
-}
-
-// TestCompareBadInput: each refusal names the file or folder at fault.
-func TestCompareBadInput(t *testing.T) {
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	notResults := filepath.Join(dir, "notes.parquet")
-	os.WriteFile(notResults, []byte("not parquet"), 0o644)
-	other := cmpMeta("o")
-	other.TraceSHA256 = "fedcba9876543210fedcba9876543210"
-	other.Speedup = 2
-	o := writeRun(t, dir, "other.parquet", other, cmpRows(2, 1))
-	sa, sb := filepath.Join(dir, "sweep-a"), filepath.Join(dir, "sweep-b")
-	makeSweep(t, sa, 1, 1, 2)
-	makeSweep(t, sb, 1, 1)
-	empty := filepath.Join(dir, "empty")
-	os.Mkdir(empty, 0o755)
-	for _, c := range []struct {
-		name  string
-		paths []string
-		want  string
-	}{
-		{"one run", []string{a}, a + ": one run only"},
-		{"not a results file", []string{a, notResults}, notResults},
-		{"missing file", []string{a, filepath.Join(dir, "nope.parquet")}, "nope.parquet"},
-		{"empty folder", []string{a, empty}, empty + ": a folder with no results files"},
-		{"sweep missing a point", []string{sa, sb}, sb + ": sweep folder has no point at rate 2"},
-		{"sweep against a run", []string{sa, a}, "a sweep folder compares only with sweep folders"},
-		{"different runs", []string{a, o}, "B trace_sha256 fedcba987654, A 0123456789ab"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := compareFiles(t, CompareOptions{}, c.paths...)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v, want one naming %q", err, c.want)
-			}
-		})
-	}
-	_, err := compareFiles(t, CompareOptions{}, a, o)
-	if !errors.Is(err, ErrDifferentRuns) {
-		t.Errorf("different runs: %v, want ErrDifferentRuns", err)
-	}
-	c, err := compareFiles(t, CompareOptions{AllowDifferent: true}, a, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	c.WriteText(&b)
-	if !strings.HasPrefix(b.String(), "DIFFERENT RUNS (compared with --allow-different):\n  B trace_sha256") || !strings.Contains(b.String(), "B speedup 2, A 1") {
-		t.Errorf("--allow-different: the differences are not on top:\n%s", b.String())
-	}
-}
-
-// TestCompareClientLimitedMarked: a run whose replayer sent late is marked in the table's
-// run lines, the warnings and the JSON.
-func TestCompareClientLimitedMarked(t *testing.T) {
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	late := cmpRows(2, 1)
-	for i := range late {
-		// Every request sent 50 ms after it was due.
-		late[i].sent, late[i].first, late[i].end = p64(*late[i].sent+50*ms_), p64(*late[i].first+50*ms_), p64(*late[i].end+50*ms_)
-	}
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), late)
-	c, err := compareFiles(t, CompareOptions{}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txt, js := writeCompareOutputs(t, c)
-	if !regexp.MustCompile(`(?m)^B  .*CLIENT-LIMITED\)$`).Match(txt) || bytes.Contains(txt, []byte("A  a.parquet  (open loop, speedup 1, trace 0123456789ab, model m  CLIENT")) {
-		t.Errorf("client-limited run not marked (or A marked):\n%s", txt)
-	}
-	if !bytes.Contains(txt, []byte("warning: run B is client-limited")) || !bytes.Contains(js, []byte(`"client_limited": true`)) {
-		t.Errorf("client-limited warning or JSON flag missing:\n%s", txt)
-	}
-}
-
-// TestCompareRepeats: a folder of three repeats of one run is one run; the between-repeat
-// spread widens the interval beyond that of one repeat.
-func TestCompareRepeats(t *testing.T) {
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	for r := 1; r <= 3; r++ {
-		m := cmpMeta("rep" + string(rune('0'+r)))
-		m.Repeat, m.RepeatCount, m.RepeatGroup = r, 3, "rep1"
-		// The repeats drift: each decodes 4% slower than the one before.
-		writeRun(t, filepath.Join(dir, "rep"), "results-r"+string(rune('0'+r))+".parquet", m, cmpRows(uint64(10+r), 1+0.04*float64(r-1)))
-	}
-	one := writeRun(t, dir, "one.parquet", cmpMeta("one"), cmpRows(11, 1))
-	c3, err := compareFiles(t, CompareOptions{}, a, filepath.Join(dir, "rep"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1, err := compareFiles(t, CompareOptions{}, a, one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := c3.Sections[0].Runs[1].Repeats; got != 3 {
-		t.Fatalf("repeats %d, want 3", got)
-	}
-	w3, w1 := figRow(c3, "tpot_p50_ms").Changes[1].CI, figRow(c1, "tpot_p50_ms").Changes[1].CI
-	if !(w3.Hi-w3.Lo > w1.Hi-w1.Lo) {
-		t.Errorf("TPOT p50 interval with drifting repeats %v is not wider than one repeat's %v", w3, w1)
-	}
-	mixed := filepath.Join(dir, "mixed")
-	writeRun(t, mixed, "x.parquet", cmpMeta("x"), cmpRows(1, 1))
-	writeRun(t, mixed, "y.parquet", cmpMeta("y"), cmpRows(2, 1))
-	if _, err := compareFiles(t, CompareOptions{}, a, mixed); err == nil || !strings.Contains(err.Error(), "belong to different runs") {
-		t.Errorf("a folder of two runs: %v, want a refusal", err)
-	}
-}
-
-func TestCompareParquetAndHTML(t *testing.T) {
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 200}}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "out")
-	if err := c.WriteParquetDir(out); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"compare.parquet", "summary.parquet", "timeseries.parquet"} {
-		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
-			t.Error(err)
+	for _, s := range []string{"TTFA", "ttfa", "answer_tpot", "reasoning"} {
+		if strings.Contains(b.String(), s) {
+			t.Errorf("a comparison of runs without reasoning mentions %q", s)
 		}
-	}
-	var page bytes.Buffer
-	if err := c.WriteHTML(&page); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`id="plot-ttft-cdf-0"`, `id="plot-tpot-cdf-0"`, `id="plot-throughput-0"`, "<th>B vs A</th>", "TPOT p50 ms"} {
-		if !strings.Contains(page.String(), want) {
-			t.Errorf("page lacks %s", want)
-		}
-	}
-}
-
-// TestCompareHTMLRendersInChromium: the page's own check passes in headless Chromium.
-func TestCompareHTMLRendersInChromium(t *testing.T) {
-	bin := chromium(t)
-	dir := t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 200}}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page := filepath.Join(dir, "compare.html")
-	if err := c.WriteHTMLFile(page); err != nil {
-		t.Fatal(err)
-	}
-	browsertest.RenderCheck(t, bin, page, 3)
-}
-
-// BenchmarkCompareRuns: two runs of 100k requests (cmpRowsN: 20 req/s, 16 chunks each),
-// every figure with 2000 resamples, loading and analysing included.
-func BenchmarkCompareRuns(b *testing.B) {
-	dir := b.TempDir()
-	p := filepath.Join(dir, "a.parquet")
-	writeResults(b, p, cmpMeta("a"), cmpRowsN(1, 1, 100_000))
-	a, err := ResolveCompareArg(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := CompareRuns(context.Background(), []CompareArg{a, a}, CompareOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// TestComparePromptOffWarned: a run whose server counted its prompts far off their targets
-// (here a tenth: prompts truncated) is warned of in the comparison; its match is not.
-func TestComparePromptOffWarned(t *testing.T) {
-	dir := t.TempDir()
-	counted := func(rows []row, share float64) []row {
-		for i := range rows {
-			n := int32(float64(rows[i].prompt) * share)
-			rows[i].promptServer = &n
-		}
-		return rows
-	}
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), counted(cmpRows(1, 1), 1))
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), counted(cmpRows(2, 1), 0.1))
-	c, err := compareFiles(t, CompareOptions{}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txt, _ := writeCompareOutputs(t, c)
-	if !bytes.Contains(txt, []byte("warning: run B's prompts were counted more than 5.0% off their targets")) || bytes.Contains(txt, []byte("run A's prompts")) {
-		t.Errorf("prompt-off warning missing for B (or given for A):\n%s", txt)
 	}
 }

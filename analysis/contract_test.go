@@ -274,9 +274,9 @@ func TestReplayedFileReadsEveryColumnByName(t *testing.T) {
 		check(results.ColReasoningTokens, d.Reasoning == nil && cr.reasoning == results.Null, "%d, want null", cr.reasoning)
 		check(results.ColReasoningTokensSource, cr.reasoningSource == "", "%q, want null", cr.reasoningSource)
 		// Nor images, and every request was a generation: no inputs.
-		check(results.ColImages, cr.images == results.Null, "%d, want null", cr.images)
-		check(results.ColImageTokens, cr.imageTokens == results.Null, "%d, want null", cr.imageTokens)
-		check(results.ColInputs, cr.inputs == results.Null, "%d, want null", cr.inputs)
+		check(results.ColImages, d.Images == nil && cr.images == results.Null, "%d, want null", cr.images)
+		check(results.ColImageTokens, d.ImageTokens == nil && cr.imageTokens == results.Null, "%d, want null", cr.imageTokens)
+		check(results.ColInputs, d.Inputs == nil && cr.inputs == results.Null, "%d, want null", cr.inputs)
 		wantCached := int32(results.Null)
 		if !fail && req.PromptTokens%2 == 0 {
 			wantCached = req.PromptTokens / 2
@@ -453,5 +453,52 @@ func TestLoadFindsColumnsByName(t *testing.T) {
 	var ce *results.Error
 	if !errors.As(err, &ce) || ce.Column != results.ColEndNS || !strings.Contains(err.Error(), bad) {
 		t.Errorf("without end_ns: %v; want an error naming the column and the file", err)
+	}
+}
+
+// TestRevision14ColumnsRead: analysis reads images, image_tokens and inputs by name, a
+// null as Null32, and a file without values in a column as a nil column; an ok request
+// with inputs (not streamed) has no first token and its end follows its send, which a
+// request without inputs may not do.
+func TestRevision14ColumnsRead(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	img := okRow(1, 0, 100*ms, 120*ms)
+	img.images, img.imageTokens = p32(2), p32(600)
+	text := okRow(2, 10*ms, 90*ms)
+	emb := embeddingsRow(3, 20*ms, 30*ms, 8, 512)
+	load := func(rows ...row) (*decode.Data, error) {
+		return Load(context.Background(), decode.LoadOptions{}, tempResults(t, testRun(), rows))
+	}
+	d, err := load(img, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.Images, []int32{2, decode.Null32}) || !slices.Equal(d.ImageTokens, []int32{600, decode.Null32}) || d.Inputs != nil {
+		t.Errorf("images %v, image_tokens %v, inputs %v; want [2 null], [600 null], nil", d.Images, d.ImageTokens, d.Inputs)
+	}
+	d, err = load(emb, embeddingsRow(4, 40*ms, 10*ms, 1, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.Inputs, []int32{8, 1}) || d.Images != nil || d.First[0] != decode.Null64 || d.E2EMS(0) != 30 {
+		t.Errorf("inputs %v, images %v, first %d, e2e %v ms; want [8 1], nil, null, 30", d.Inputs, d.Images, d.First[0], d.E2EMS(0))
+	}
+	noFirst := text
+	noFirst.first, noFirst.chunks = nil, nil
+	backwards := emb
+	backwards.end = p64(10 * ms)
+	for _, c := range []struct {
+		name  string
+		rows  []row
+		field string
+	}{
+		{"ok generation without a first token", []row{emb, noFirst}, results.ColFirstTokenNS},
+		{"end before sent", []row{backwards}, results.ColEndNS},
+	} {
+		_, err := load(c.rows...)
+		var fe *decode.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: %v, want an error naming %s", c.name, err, c.field)
+		}
 	}
 }

@@ -59,13 +59,13 @@ type Figure struct {
 }
 
 // CompareSpec is how compare shows a figure. How it resamples the figure is compare's own
-// (compare.go); a figure compare has no resampling for shows its values with no interval.
+// (package analysis/compare); a figure compare has no resampling for shows its values with no interval.
 type CompareSpec struct {
 	Name string // the table's label; a distribution's rows add " p50 ms" ...
 	// Relative: the change is in percent of run A's value; otherwise (figures that are
 	// percentages themselves) in percentage points.
 	Relative bool
-	// Paired: paired runs resample this throughput's windows together (compare.go,
+	// Paired: paired runs resample this throughput's windows together (analysis/compare/compare.go,
 	// throughputs); paired figures lead compare's table.
 	Paired bool
 }
@@ -136,43 +136,49 @@ var reportFigures = []Figure{
 	{Key: "duration_s", Unit: "s", JSON: "breakdown.duration.duration_s", Column: "duration_s", Value: func(r *Report) any { return r.Throughput.DurationS }},
 	{Key: "requests_per_s", Unit: "req/s", JSON: "throughput.requests_per_s", Column: "requests_per_s", Section: "throughput", Text: "requests/s", Format: f3,
 		Compare: &CompareSpec{Name: "request throughput req/s", Relative: true}, Value: func(r *Report) any { return r.Throughput.RequestsPerS }},
-	{Key: "output_tokens_per_s", Unit: "tok/s", JSON: "throughput.output_tokens_per_s", Column: "output_tokens_per_s", Section: "throughput", Text: "output tok/s", Format: f2,
+	generationOnly(Figure{Key: "output_tokens_per_s", Unit: "tok/s", JSON: "throughput.output_tokens_per_s", Column: "output_tokens_per_s", Section: "throughput", Text: "output tok/s", Format: f2,
 		HTML: "overall output tok/s", HTMLNote: func(r *Report) string { return "(over " + f3(r.Throughput.DurationS) + " s)" },
-		Compare: &CompareSpec{Name: "output token throughput tok/s", Relative: true}, Value: func(r *Report) any { return r.Throughput.OutputTokensPerS }},
-	{Key: "total_tokens_per_s", Unit: "tok/s", JSON: "throughput.total_tokens_per_s", Column: "total_tokens_per_s", Section: "throughput", Text: "total tok/s (prompt+output)", Format: f2,
-		Compare: &CompareSpec{Name: "total token throughput tok/s", Relative: true}, Value: func(r *Report) any { return r.Throughput.TotalTokensPerS }},
-	{Key: "sustained_output_tokens_per_s", Unit: "tok/s", JSON: "throughput.sustained_output_tokens_per_s", Column: "sustained_output_tokens_per_s",
+		Compare: &CompareSpec{Name: "output token throughput tok/s", Relative: true}, Value: func(r *Report) any { return r.Throughput.OutputTokensPerS }}),
+	generationOnly(Figure{Key: "total_tokens_per_s", Unit: "tok/s", JSON: "throughput.total_tokens_per_s", Column: "total_tokens_per_s", Section: "throughput", Text: "total tok/s (prompt+output)", Format: f2,
+		Compare: &CompareSpec{Name: "total token throughput tok/s", Relative: true}, Value: func(r *Report) any { return r.Throughput.TotalTokensPerS }}),
+	generationOnly(Figure{Key: "sustained_output_tokens_per_s", Unit: "tok/s", JSON: "throughput.sustained_output_tokens_per_s", Column: "sustained_output_tokens_per_s",
 		Section: "throughput", Text: "sustained output tok/s", Format: f2, Note: windowNote,
 		HTML: "sustained output tok/s", HTMLNote: func(r *Report) string {
 			return "in [" + f3(r.Throughput.WindowStartS) + " s, " + f3(r.Throughput.WindowEndS) + " s)"
 		},
-		Compare: &CompareSpec{Name: "sustained output tok/s", Relative: true, Paired: true}, Value: func(r *Report) any { return r.Throughput.SustainedOutputTokensPerS }},
-	{Key: "peak_output_tokens_per_s", Unit: "tok/s", JSON: "throughput.peak_output_tokens_per_s", Column: "peak_output_tokens_per_s",
+		Compare: &CompareSpec{Name: "sustained output tok/s", Relative: true, Paired: true}, Value: func(r *Report) any { return r.Throughput.SustainedOutputTokensPerS }}),
+	generationOnly(Figure{Key: "peak_output_tokens_per_s", Unit: "tok/s", JSON: "throughput.peak_output_tokens_per_s", Column: "peak_output_tokens_per_s",
 		Section: "throughput", Text: "peak 1 s output tok/s", Format: f2, Note: peakNote, HTML: "peak 1 s output tok/s",
-		Value: func(r *Report) any { return r.Throughput.PeakOutputTokensPerS }},
+		Value: func(r *Report) any { return r.Throughput.PeakOutputTokensPerS }}),
+	// A run that is not generation (embeddings, rerank): unary.go.
+	unaryFigures[0], unaryFigures[1], unaryFigures[2], unaryFigures[3], unaryFigures[4], unaryFigures[5], unaryFigures[6],
 	{Key: "window_start_s", Unit: "s", JSON: "throughput.window.start_s", Column: "window_start_s", Value: func(r *Report) any { return r.Throughput.WindowStartS }},
 	{Key: "window_end_s", Unit: "s", JSON: "throughput.window.end_s", Column: "window_end_s", Value: func(r *Report) any { return r.Throughput.WindowEndS }},
 	{Key: "warmup_s", Unit: "s", JSON: "breakdown.window.warmup_s", Column: "warmup_s", Value: func(r *Report) any { return r.Throughput.WarmupS }},
 	{Key: "warmup_detected", JSON: "breakdown.window.warmup_detected", Column: "warmup_detected", Value: func(r *Report) any { return r.Throughput.WarmupDetected }},
 	{Key: "peak_start_s", Unit: "s", JSON: "breakdown.window.peak_start_s", Value: func(r *Report) any { return r.Throughput.PeakAtS }},
-	latencyFigure("ttft", "ttft_ms", "TTFT", "TTFT", func(r *Report) stats.Quantiles { return r.TTFT }),
+	generationOnly(latencyFigure("ttft", "ttft_ms", "TTFT", "TTFT", func(r *Report) stats.Quantiles { return r.TTFT })),
 	reasoningFigure(keyTTFA, "ms", "ttfa_ms", "latency", "TTFA (first answer)", "TTFA", func(r *Report) stats.Quantiles { return r.TTFA }),
-	latencyFigure("tpot", "tpot_ms", "TPOT", "TPOT", func(r *Report) stats.Quantiles { return r.TPOT }),
+	generationOnly(latencyFigure("tpot", "tpot_ms", "TPOT", "TPOT", func(r *Report) stats.Quantiles { return r.TPOT })),
 	reasoningFigure(keyAnswerTPOT, "ms", "answer_tpot_ms", "latency", "TPOT (answer)", "answer TPOT", func(r *Report) stats.Quantiles { return r.AnswerTPOT }),
 	reasoningFigure(keyReasoningTokens, "tok", "reasoning_tokens", "reasoning", "reasoning tokens", "reasoning tokens",
 		func(r *Report) stats.Quantiles { return r.ReasoningTokens }),
 	{Key: "reasoning_tokens_source", JSON: "reasoning_tokens_source", Present: reasoned, Value: reasoningByObject},
-	latencyFigure("itl", "itl_ms", "ITL (per chunk)", "ITL", func(r *Report) stats.Quantiles { return r.ITL }),
+	generationOnly(latencyFigure("itl", "itl_ms", "ITL (per chunk)", "ITL", func(r *Report) stats.Quantiles { return r.ITL })),
 	{Key: "itl_per_token", Unit: "ms", JSON: "breakdown.itl_per_token_ms", Column: "itl_per_token_ms", Section: "latency", Text: "ITL (per token)",
 		OnlyIfSampled: true, Dist: func(r *Report) stats.Quantiles { return r.ITLPerToken }},
-	latencyFigure("e2e", "e2e_ms", "E2E", "E2E", func(r *Report) stats.Quantiles { return r.E2E }),
+	generationOnly(latencyFigure("e2e", "e2e_ms", "E2E", "E2E", func(r *Report) stats.Quantiles { return r.E2E })),
+	latencyUnary,
+	// A run that sent images: images.go.
+	imageFigures[0], imageFigures[1], imageFigures[2], imageFigures[3], imageFigures[4],
 	{Key: "schedule_lateness", Unit: "ms", JSON: "schedule_lateness_ms", Column: "schedule_lateness_ms", Section: "latency", Text: "schedule lateness",
 		Dist: func(r *Report) stats.Quantiles { return r.Lateness }},
 	{Key: "slo", Column: "slo", Value: func(r *Report) any { return r.Options.SLO.String() }},
 	{Key: "goodput_requests_per_s", Unit: "req/s", JSON: "goodput.requests_per_s", Column: "goodput_requests_per_s", Section: "goodput", Text: "good requests/s", Format: f3,
 		Present: hasGoodput, Compare: &CompareSpec{Name: "goodput req/s", Relative: true}, Value: goodputValue(func(g *Goodput) float64 { return g.RequestsPerS })},
-	{Key: "goodput_output_tokens_per_s", Unit: "tok/s", JSON: "goodput.output_tokens_per_s", Column: "goodput_output_tokens_per_s", Section: "goodput", Text: "good output tok/s", Format: f2,
-		Present: hasGoodput, Value: goodputValue(func(g *Goodput) float64 { return g.OutputTokensPerS })},
+	generationOnly(Figure{Key: "goodput_output_tokens_per_s", Unit: "tok/s", JSON: "goodput.output_tokens_per_s", Column: "goodput_output_tokens_per_s", Section: "goodput", Text: "good output tok/s", Format: f2,
+		Present: hasGoodput, Value: goodputValue(func(g *Goodput) float64 { return g.OutputTokensPerS })}),
+	goodInputs,
 	{Key: "slo_attainment_pct", Unit: "%", JSON: "goodput.attainment", Column: "goodput_attainment", Section: "goodput", Text: "SLO attainment", Format: pct,
 		Note: func(r *Report) string { return fmt.Sprintf("%d good", r.Goodput.Good) }, Present: hasGoodput,
 		Compare: &CompareSpec{Name: "SLO attainment %"}, Value: goodputValue(func(g *Goodput) float64 { return g.Attainment })},
@@ -184,7 +190,7 @@ var reportFigures = []Figure{
 	{Key: "output_tokens", Column: "output_tokens", Value: func(r *Report) any { return r.Tokens.Output }},
 	{Key: "requests_shorter_than_target", Column: "requests_shorter_than_target", Value: func(r *Report) any { return r.Tokens.Shorter }},
 	{Key: "requests_longer_than_target", Column: "requests_longer_than_target", Value: func(r *Report) any { return r.Tokens.Longer }},
-	// Compare's shares of requests: resampled from the requests themselves (compare.go).
+	// Compare's shares of requests: resampled from the requests themselves (analysis/compare/figures.go).
 	{Key: "error_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "error rate %"}, Value: func(r *Report) any { return shareOf(r.Requests.Failed, r.Requests.Total) }},
 	{Key: "drop_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "drop rate %"}, Value: func(r *Report) any { return shareOf(r.Requests.Dropped, r.Requests.Total) }},
 	{Key: "prefix_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "prefix-cache hit rate %"},
@@ -210,7 +216,7 @@ var reportFigures = []Figure{
 		func(a *agent.Report) float64 { return float64(a.PeakSessions) }),
 	agentScalar("agent_peak_calls_in_flight", "peak_calls_in_flight", "peak calls in flight", f0, peakAtNote(func(a *agent.Report) float64 { return a.PeakCallsAtS }),
 		func(a *agent.Report) float64 { return float64(a.PeakCalls) }),
-	// Compare's: the hit rate in percent, the sessions resampled (compare_figures.go).
+	// Compare's: the hit rate in percent, the sessions resampled (analysis/compare/figures.go).
 	{Key: "agent_cache_hit_rate_pct", Unit: "%", Compare: &CompareSpec{Name: "agent prefix-cache hit rate %"},
 		Present: func(r *Report) bool { return r.Agents != nil && r.Agents.Cache.PromptTokens > 0 },
 		Value:   func(r *Report) any { return 100 * r.Agents.Cache.HitRate }},

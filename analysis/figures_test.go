@@ -1,21 +1,18 @@
 package analysis
 
 import (
-	"github.com/llmreplay/llmreplay/stats"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
 // TestFigureDeclaredOnce adds one figure to the declaration, and nowhere else, and finds it
-// in the text, JSON, summary.parquet, HTML and compare outputs.
+// in the text, JSON, summary.parquet and HTML outputs (compare_test.go, TestFigureDeclaredOnceInCompare, in compare's).
 func TestFigureDeclaredOnce(t *testing.T) {
 	saved := slices.Clone(reportFigures)
 	t.Cleanup(func() { reportFigures = saved })
@@ -65,29 +62,4 @@ func TestFigureDeclaredOnce(t *testing.T) {
 		t.Errorf("summary.parquet test_twice_ttft_p50_ms = %v, want %v", got, want)
 	}
 
-	// Compare: each run's own value, in the table and its text.
-	dir = t.TempDir()
-	a := writeRun(t, dir, "a.parquet", cmpMeta("a"), cmpRows(1, 1))
-	b := writeRun(t, dir, "b.parquet", cmpMeta("b"), cmpRows(2, 1.1))
-	c, err := compareFiles(t, CompareOptions{Bootstrap: stats.Bootstrap{Resamples: 100}}, a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := figRow(c, "test_twice_ttft_p50_ms")
-	if len(row.Values) != 2 {
-		t.Fatalf("compare has no row test_twice_ttft_p50_ms: %+v", row)
-	}
-	for i, rep := range c.Reports() {
-		if row.Values[i] != twice(rep) {
-			t.Errorf("compare run %d: %v, want %v", i, row.Values[i], twice(rep))
-		}
-	}
-	var ct bytes.Buffer
-	if err := c.WriteText(&ct); err != nil {
-		t.Fatal(err)
-	}
-	line := regexp.MustCompile(`test: twice TTFT p50 ms +` + regexp.QuoteMeta(fmtValue(row.Values[0])) + ` +` + regexp.QuoteMeta(fmtValue(row.Values[1])) + ` `)
-	if !line.MatchString(ct.String()) {
-		t.Errorf("compare text lacks the figure:\n%s", ct.String())
-	}
 }

@@ -59,6 +59,14 @@ func okRow(id, sentNS int64, chunks ...int64) row {
 	return r
 }
 
+// embeddingsRow builds an ok request that was not streamed (embeddings, rerank): n inputs of
+// prompt tokens in all, sent at sentNS and answered latencyNS later; no chunks, no first
+// token, no output.
+func embeddingsRow(id, sentNS, latencyNS int64, n, prompt int32) row {
+	return row{id: id, scheduled: sentNS, sent: p64(sentNS), end: p64(sentNS + latencyNS), prompt: prompt, promptServer: p32(prompt),
+		status: "ok", inputs: p32(n)}
+}
+
 func testRun() results.RunMeta {
 	return results.RunMeta{ToolVersion: "dev", RunID: "run1", Mode: "open", Endpoint: "http://127.0.0.1:8000/v1", API: "completions",
 		Backend: "vllm", Model: "m", TraceFile: "t.parquet", Speedup: 1, ShardCount: 1, RunStartUnixNS: 1_700_000_000_000_000_000,
@@ -248,7 +256,13 @@ func buildRecord(tb testing.TB, sc *arrow.Schema, rows []row) arrow.Record {
 		}
 		// Derived columns as the contract defines them.
 		ttft, tpot, e2e := r.ttft, r.tpot, r.e2e
-		if r.status == "ok" && ttft == nil {
+		switch {
+		case r.status != "ok" || ttft != nil:
+		case r.first == nil: // not streamed (embeddings, rerank): latency only
+			if e2e == nil && r.end != nil {
+				e2e = pf(float64(*r.end-*r.sent) / 1e6)
+			}
+		default:
 			ttft = pf(float64(*r.first-*r.sent) / 1e6)
 			e2e = pf(float64(*r.end-*r.sent) / 1e6)
 			if r.out != nil && *r.out > 1 {

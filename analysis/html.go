@@ -38,16 +38,24 @@ func (r *Report) timePlots() []*Plot {
 			p.Band(t.WindowStartS, t.WindowEndS, "steady-state window")
 		}
 	}
-	p1 := plot.New("plot-throughput", fmt.Sprintf("Output tokens/s per %v interval", r.Options.Interval), "time since run start (s)", "tok/s", 0, xhi, false, 0, plot.MaxOf(tok, 1)*1.1, false)
+	title, unit, sustained := fmt.Sprintf("Output tokens/s per %v interval", r.Options.Interval), "tok/s", t.SustainedOutputTokensPerS
+	if u := r.Unary; u != nil { // no output: the requests completed
+		tok = tok[:0]
+		for _, s := range r.Series {
+			tok = append(tok, [2]float64{s.StartS + iv/2, float64(s.Completed) / iv})
+		}
+		title, unit, sustained = fmt.Sprintf("Requests completed/s per %v interval", r.Options.Interval), "req/s", u.SustainedRequestsPerS
+	}
+	p1 := plot.New("plot-throughput", title, "time since run start (s)", unit, 0, xhi, false, 0, plot.MaxOf(tok, 1)*1.1, false)
 	window(p1)
 	p1.Line(tok, "s1")
-	if !math.IsNaN(t.SustainedOutputTokensPerS) {
-		p1.HLine(t.SustainedOutputTokensPerS, "ref", fmt.Sprintf("sustained %.1f tok/s", t.SustainedOutputTokensPerS))
+	if !math.IsNaN(sustained) {
+		p1.HLine(sustained, "ref", fmt.Sprintf("sustained %.1f %s", sustained, unit))
 	}
 	p2 := plot.New("plot-inflight", "Requests in flight (time-averaged per interval)", "time since run start (s)", "requests", 0, xhi, false, 0, plot.MaxOf(infl, 1)*1.1, false)
 	window(p2)
 	p2.Line(infl, "s2")
-	p3 := plot.New("plot-ttft-time", "TTFT of requests sent in each interval", "time since run start (s)", "ms", 0, xhi, false, 0, plot.MaxOf(ttft99, 1)*1.1, false)
+	p3 := plot.New("plot-ttft-time", r.firstName()+" of requests sent in each interval", "time since run start (s)", "ms", 0, xhi, false, 0, plot.MaxOf(ttft99, 1)*1.1, false)
 	window(p3)
 	p3.Line(ttft50, "s1")
 	p3.Line(ttft99, "s3")
@@ -209,9 +217,9 @@ var reportTemplate = pageTemplate(htmlHead + `<h1>{{.Title}}</h1>
 {{with .Repeats}}<h2>Repeats: {{.N}} of {{.Count}}, group {{.Group}}</h2><table>{{template "header" .Header}}{{template "rows" .Rows}}` +
 	`</table><p>Pooled: latencies over every repeat's requests, rates over the repeats' own windows and durations; median and range across the repeats (docs/metrics.md, "Repeats").</p>
 {{end}}<h2>Latency, ms</h2><table>{{template "header" .LatencyHeader}}{{template "rows" .Latency}}</table><p>Percentiles: {{.PercentileMethod}}.</p>
-<h2>Per-user speed, tok/s</h2><table>{{template "header" .PerUserHeader}}{{template "rows" .PerUser}}` +
+{{if .PerUser}}<h2>Per-user speed, tok/s</h2><table>{{template "header" .PerUserHeader}}{{template "rows" .PerUser}}` +
 	`</table><p>Each ok request with more than one output token; the slow tail (p10, p1, min) is the one that matters for a speed.</p>
-{{with .Closed}}<h2>Closed loop</h2><table>{{template "rows" .Rows}}</table>
+{{end}}{{with .Closed}}<h2>Closed loop</h2><table>{{template "rows" .Rows}}</table>
 <table>{{template "header" .Header}}{{template "rows" .Lateness}}</table>
 {{end}}{{with .Conversations}}<h2>Conversations</h2><table>{{template "rows" .Rows}}` +
 	`{{with .Overlap}}<tr><th>turns sent before their predecessor's answer ended</th><td>{{.}}</td></tr>{{"\n"}}{{end}}{{template "rows" .Sessions}}</table>
@@ -256,6 +264,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	if p := r.ttfaPlot(); p != nil { // beside TTFT's; no entry at all for a run that did not reason
 		pg.Distributions = slices.Insert(pg.Distributions, 1, p)
 	}
+	if r.Unary != nil { // latency in place of TTFT and TPOT
+		pg.Distributions = r.unaryPlots()
+	}
 	if rp := r.Repeats; rp != nil {
 		pg.Repeats = rp.html()
 	}
@@ -273,6 +284,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		n string
 		s Speeds
 	}{{"output tokens / (E2E − TTFT)", r.PerUser.TokensPerS}, {"1 / TPOT", r.PerUser.InvTPOT}} {
+		if r.Unary != nil { // no output: no decode speed
+			break
+		}
 		pg.PerUser = append(pg.PerUser, dataRow(m.n, fmt.Sprint(m.s.N), f2(m.s.Mean), f2(m.s.P50), f2(m.s.P10), f2(m.s.P1), f2(m.s.Min)))
 	}
 	if pg.SLO {
@@ -322,7 +336,9 @@ func (r *Report) summaryRows() []htmlRow {
 			rows = append(rows, kvRow(f.HTML, cell, true))
 		}
 	}
-	if g := r.Goodput; g != nil {
+	if g := r.Goodput; g != nil && r.Unary != nil {
+		rows = append(rows, kvRow("goodput ("+g.SLO.String()+")", fmt.Sprintf("%s req/s, %s inputs/s, attainment %s", f3(g.RequestsPerS), f2(r.Unary.GoodInputsPerS), pct(g.Attainment)), true))
+	} else if g != nil {
 		rows = append(rows, kvRow("goodput ("+g.SLO.String()+")", fmt.Sprintf("%s req/s, %s tok/s, attainment %s", f3(g.RequestsPerS), f2(g.OutputTokensPerS), pct(g.Attainment)), true))
 	}
 	flag := func(head string, v bool, note string) {

@@ -97,6 +97,9 @@ func renderCheck(t *testing.T, bin string, r *Report) {
 		t.Fatal(err)
 	}
 	want := 8
+	if r.Unary != nil {
+		want = 5 // three over time, the latency CDF, attainment by prompt length
+	}
 	if r.Server != nil {
 		want = 10 // the two server panels
 	}

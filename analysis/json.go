@@ -302,6 +302,9 @@ func (r *Report) toJSON() Object {
 	if r.Agents != nil {
 		j = append(j, jsonField{"agents", r.agentsJSON()})
 	}
+	if r.Images != nil { // absent for a run without images, as conversations
+		j = append(j, jsonField{"images", figureObject(r, "images")})
+	}
 	if s := r.Server; s != nil {
 		j = append(j, jsonField{"server", s.toJSON()})
 	}

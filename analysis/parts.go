@@ -1,6 +1,9 @@
 package analysis
 
 import (
+	"io"
+
+	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/analysis/plot"
 
 	"fmt"
@@ -142,3 +145,73 @@ const (
 // SetPath sets the value at a dot-separated path ("ttft_ms.p50"), making the objects on
 // the way; a key set again keeps its place.
 func (o *Object) SetPath(path string, v any) { o.setPath(path, v) }
+
+// What package analysis/compare reads of a run's report and its figures, besides the
+// parts above.
+
+// Figures returns the declared headline figures (figures.go, reportFigures), in their
+// order; the caller must not change them.
+func Figures() []Figure { return reportFigures }
+
+// FigureByKey returns the declared figure named key, or nil.
+func FigureByKey(key string) *Figure { return figureByKey(key) }
+
+// Defined reports whether the run r reports defines the figure (its Present; nil: always).
+func (f *Figure) Defined(r *Report) bool { return f.present(r) }
+
+// Float returns a scalar figure's value as a float64 (a flag as 0 or 1; NaN for a string).
+func (f *Figure) Float(r *Report) float64 { return f.float(r) }
+
+// Meets reports whether request i of d is ok and meets every objective of slo.
+func Meets(d *decode.Data, i int, slo SLO) bool { return meets(d, i, slo) }
+
+// ReasoningSample is request i's sample of the reasoning distribution key (TTFA, answer
+// TPOT, reasoning tokens); ok is false when the request has none.
+func ReasoningSample(d *decode.Data, key string, i int) (float64, bool) {
+	return reasoningSample(d, key, i)
+}
+
+// Curve is the CDF curve of the report's distribution key ("ttft", "tpot", "ttfa",
+// "latency" of a run that is not generation; nil
+// for a distribution without samples or a key without a curve), which the HTML pages draw.
+func (r *Report) Curve(key string) [][2]float64 {
+	switch key {
+	case "ttft":
+		return r.ttftCurve
+	case "tpot":
+		return r.tpotCurve
+	case "ttfa":
+		return r.ttfaCurve
+	case "latency":
+		if r.Unary != nil {
+			return r.Unary.latencyCurve
+		}
+	}
+	return nil
+}
+
+// TableRow and TableCell are a row and a cell of a page's tables, which the templates
+// "rows" and "header" write (PageTemplate); DataRow is a row of data cells.
+type (
+	TableRow  = htmlRow
+	TableCell = htmlCell
+)
+
+// DataRow is a row of data cells ending its line in the page's source.
+func DataRow(cells ...string) TableRow { return dataRow(cells...) }
+
+// OrDash is s, or "-" when s is empty (the reports' undefined text).
+func OrDash(s string) string { return orDash(s) }
+
+// WriteFileAtomic writes path through a temporary file renamed into place, so that a
+// failure never leaves a half-written file.
+func WriteFileAtomic(path string, write func(w io.Writer) error) error {
+	return writeAtomic(path, write)
+}
+
+// SentImages reports whether request i of d sent images (results revision 1.4).
+func SentImages(d *decode.Data, i int) bool { return imageRow(d, i) }
+
+// PromptTokens is request i's prompt tokens: the server's count when it gave one, else the
+// target (what total_tokens_per_s and the rates of a run that is not generation count).
+func PromptTokens(d *decode.Data, i int) int64 { return promptTokens(d, i) }

@@ -160,6 +160,7 @@ func (r *Report) poolRates(reps []*Report) {
 		r.Goodput.RequestsPerS, r.Goodput.OutputTokensPerS = div(good, dur), div(goodTok, dur)
 	}
 	r.Flags.Overloaded = overloaded
+	r.poolUnary(reps)
 }
 
 // repeatFigures lists the headline figures across repeats.

@@ -115,7 +115,12 @@ func (r *Report) series(d *decode.Data) {
 		k := int(max(at, 0) / iv)
 		switch st {
 		case decode.StOK:
-			ttfts[k] = append(ttfts[k], d.TTFTMS(i))
+			// A response that is not streamed comes whole: its latency is its first token's.
+			if unaryRow(d, i) {
+				ttfts[k] = append(ttfts[k], d.E2EMS(i))
+			} else {
+				ttfts[k] = append(ttfts[k], d.TTFTMS(i))
+			}
 			s[int(d.End[i]/iv)].Completed++
 		case decode.StDropped:
 			s[int(max(d.Scheduled[i], 0)/iv)].Dropped++
@@ -212,7 +217,7 @@ func (r *Report) flags(d *decode.Data) {
 	}
 	if f.InflightTrend.Up && f.TTFTTrend.Up {
 		f.Overloaded = true
-		r.warnf("overloaded: in-flight (+%.1f/s, t=%.1f) and TTFT p50 (+%.1f ms/s, t=%.1f) grow through the window: throughput is what the endpoint gave, not what it sustains",
-			f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T)
+		r.warnf("overloaded: in-flight (+%.1f/s, t=%.1f) and %s p50 (+%.1f ms/s, t=%.1f) grow through the window: throughput is what the endpoint gave, not what it sustains",
+			f.InflightTrend.Slope, f.InflightTrend.T, r.firstName(), f.TTFTTrend.Slope, f.TTFTTrend.T)
 	}
 }

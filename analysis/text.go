@@ -123,6 +123,10 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 		p("\nGoodput (SLO %s; attainment over %d non-canceled requests)\n", g.SLO, q.Total-q.Canceled)
 		r.writeSection(p, "goodput")
 	}
+	if r.Images != nil {
+		p("\nImages (ok requests)\n")
+		r.writeSection(p, "images")
+	}
 	p("\nLatency, ms (%s)\n", PercentileMethod)
 	p("  %-22s %9s %10s %10s %10s %10s %10s %10s %10s\n", "", "n", "mean", "p50", "p90", "p95", "p99", "p99.9", "max")
 	for _, f := range sectionFigures(r, "latency") {
@@ -131,6 +135,9 @@ func (r *Report) writeTextFigures(p func(string, ...any)) {
 		}
 	}
 	r.writeTextReasoning(p)
+	if r.Unary != nil { // no output: no decode speed
+		return
+	}
 
 	u := r.PerUser
 	p("\nPer-user speed, tok/s (ok requests with output_tokens > 1; slow tail p10, p1, min)\n")
@@ -229,14 +236,18 @@ func (r *Report) writeTextConversations(p func(string, ...any)) {
 // writeTextTokensFlags writes the token reconciliation and the run-level verdicts.
 func (r *Report) writeTextTokensFlags(p func(string, ...any)) {
 	k := r.Tokens
-	p("\nTokens (ok requests)\n")
-	p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
-		k.OutputTarget, k.Output, k.OutputUsage, k.OutputTokenizer, k.OutputUnknown, k.Shorter, k.Longer)
-	p("  chunks: %d", k.Chunks)
-	if k.WithChunkTokens > 0 {
-		p("; chunk_tokens on %d requests sum to %d (%d disagree with output_tokens)", k.WithChunkTokens, k.ChunkTokens, k.ChunkTokensMismatch)
+	if r.Unary != nil {
+		r.writeTextUnaryTokens(p)
+	} else {
+		p("\nTokens (ok requests)\n")
+		p("  output: target %d, reported %d (usage: %d requests, client tokenizer: %d, none: %d); %d shorter, %d longer than target\n",
+			k.OutputTarget, k.Output, k.OutputUsage, k.OutputTokenizer, k.OutputUnknown, k.Shorter, k.Longer)
+		p("  chunks: %d", k.Chunks)
+		if k.WithChunkTokens > 0 {
+			p("; chunk_tokens on %d requests sum to %d (%d disagree with output_tokens)", k.WithChunkTokens, k.ChunkTokens, k.ChunkTokensMismatch)
+		}
+		p("\n")
 	}
-	p("\n")
 	if k.PromptWithServerCount > 0 {
 		p("  prompt: target %d, server %d over %d requests (%d differ)\n", k.PromptTarget, k.PromptServer, k.PromptWithServerCount, k.PromptMismatch)
 	}
@@ -255,8 +266,8 @@ func (r *Report) writeTextTokensFlags(p func(string, ...any)) {
 	if f.InflightTrend.Points == 0 {
 		p("  overloaded: not tested (window too short)\n")
 	} else {
-		p("  overloaded: %s (in-flight slope %+.3f/s t=%.2f; TTFT p50 slope %+.3f ms/s t=%.2f; HAC t > %g and rise > %g%% of mean for both)\n",
-			yesno(f.Overloaded), f.InflightTrend.Slope, f.InflightTrend.T, f.TTFTTrend.Slope, f.TTFTTrend.T, trendT, trendRise*100)
+		p("  overloaded: %s (in-flight slope %+.3f/s t=%.2f; %s p50 slope %+.3f ms/s t=%.2f; HAC t > %g and rise > %g%% of mean for both)\n",
+			yesno(f.Overloaded), f.InflightTrend.Slope, f.InflightTrend.T, r.firstName(), f.TTFTTrend.Slope, f.TTFTTrend.T, trendT, trendRise*100)
 	}
 
 	if b := r.Buffered; b.Streams == 0 {
@@ -283,14 +294,21 @@ func (r *Report) writeTextBuckets(p func(string, ...any)) {
 			continue
 		}
 		p("\nBy %s, ms\n", bd.title)
+		cell := func(x stats.Quantiles, v float64) string {
+			if x.N == 0 {
+				return "-"
+			}
+			return f3(v)
+		}
+		if r.Unary != nil { // latency alone: no first token, no output
+			p("  %-18s %8s %8s %10s %10s %10s %10s\n", "bucket", "n", "ok", "lat. p50", "lat. p90", "lat. p99", "SLO att.")
+			for _, b := range bd.bs {
+				p("  %-18s %8d %8d %10s %10s %10s %10s\n", b.Label(), b.Requests, b.OK, cell(b.E2E, b.E2E.P50), cell(b.E2E, b.E2E.P90), cell(b.E2E, b.E2E.P99), pct(b.Attainment))
+			}
+			continue
+		}
 		p("  %-18s %8s %8s %10s %10s %10s %10s %10s %10s\n", "bucket", "n", "ok", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99", "SLO att.")
 		for _, b := range bd.bs {
-			cell := func(x stats.Quantiles, v float64) string {
-				if x.N == 0 {
-					return "-"
-				}
-				return f3(v)
-			}
 			p("  %-18s %8d %8d %10s %10s %10s %10s %10s %10s\n", b.Label(), b.Requests, b.OK,
 				cell(b.TTFT, b.TTFT.P50), cell(b.TTFT, b.TTFT.P99), cell(b.TPOT, b.TPOT.P50), cell(b.TPOT, b.TPOT.P99), cell(b.E2E, b.E2E.P99), pct(b.Attainment))
 		}

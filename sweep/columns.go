@@ -22,8 +22,11 @@ const (
 	onOpen sweepAxes = 1 << iota
 	onClosed
 	onAgents
+	// onUnary: a sweep of runs that are not generation (embeddings, rerank; unary.go), on
+	// the open- or closed-loop axes.
+	onUnary
 	onBoth = onOpen | onClosed
-	onAll  = onBoth | onAgents
+	onAll  = onBoth | onAgents | onUnary
 )
 
 // sweepColumn is one column of a sweep's points. Text: Head over Width characters (Width 0:
@@ -92,6 +95,12 @@ func also(c sweepColumn, on sweepAxes) sweepColumn {
 	return c
 }
 
+// onlyOn shows a column on the axes on alone, text and JSON.
+func onlyOn(c sweepColumn, on sweepAxes) sweepColumn {
+	c.Text, c.OnJSON = on, on
+	return c
+}
+
 // sweepGoodput and sweepAttainment: without an SLO NaN, which an open-loop point's JSON
 // writes as 0 and a closed-loop point's as null (as they always have).
 func sweepGoodput(_ *Report, r Row) float64 { good, _ := goodputOf(r.Report); return good }
@@ -109,7 +118,7 @@ func zeroOnOpen(get func(*Report, Row) float64, scale float64) func(*Report, Row
 
 // sweepColumns are the sweep's point columns, in order.
 var sweepColumns = []sweepColumn{
-	{Width: 10, Text: onOpen, Cell: loadCell},
+	{Width: 10, Text: onOpen | onUnary, Cell: loadCell},
 	{Width: 11, Text: onClosed | onAgents, Cell: loadCell, JSON: "load", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.Load }},
 	{JSON: "file", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.File }},
 	agentSessionsColumn,
@@ -123,8 +132,8 @@ var sweepColumns = []sweepColumn{
 		JSON: "session_attainment", OnJSON: onAgents, Value: func(_ *Report, r Row) any { return analysis.Num(r.Point().Attainment) }},
 	agentScalarColumn("agent_cache_hit_rate", "cache.hit_rate", "cache", 6, func(v float64) string { return pct(100 * v) }),
 	agentScalarColumn("agent_peak_calls_in_flight", "peak_calls_in_flight", "peak", 5, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-	{Head: "offer r/s", Width: 10, Text: onOpen, Cell: func(_ *Report, r Row) string { return f2(r.Offered.WindowRequestsPerS) },
-		JSON: "offered_requests_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Offered.WindowRequestsPerS) }},
+	{Head: "offer r/s", Width: 10, Text: onOpen | onUnary, Cell: func(_ *Report, r Row) string { return f2(r.Offered.WindowRequestsPerS) },
+		JSON: "offered_requests_per_s", OnJSON: onOpen | onUnary, Value: func(_ *Report, r Row) any { return analysis.Num(r.Offered.WindowRequestsPerS) }},
 	{Head: "offer tok/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().OfferedTokensPerSecond) },
 		JSON: "offered_output_tokens_per_s", OnJSON: onOpen, Value: func(_ *Report, r Row) any { return analysis.Num(r.Point().OfferedTokensPerSecond) }},
 	figureColumn("requests_per_s", "req/s", 8, onClosed, f2),
@@ -132,7 +141,8 @@ var sweepColumns = []sweepColumn{
 	// The open loop's table prints the knee's sustained throughput (0 when undefined).
 	{Head: "sustain t/s", Width: 11, Text: onOpen, Cell: func(_ *Report, r Row) string { return f1(r.Point().SustainedTokensPerSecond) }},
 	figureColumn("sustained_output_tokens_per_s", "sustain t/s", 11, onClosed, f1),
-	{Head: "ratio", Width: 6, Text: onOpen, Cell: func(_ *Report, r Row) string {
+	unaryColumn("sustain r/s", 11, "sustained_requests_per_s", f2, func(u *analysis.Unary) float64 { return u.SustainedRequestsPerS }),
+	{Head: "ratio", Width: 6, Text: onOpen | onUnary, Cell: func(_ *Report, r Row) string {
 		pt, ratio := r.Point(), math.NaN()
 		if pt.OfferedTokensPerSecond > 0 {
 			ratio = pt.SustainedTokensPerSecond / pt.OfferedTokensPerSecond
@@ -145,14 +155,18 @@ var sweepColumns = []sweepColumn{
 		}},
 	{Head: "user p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.TokensPerS.P50) }},
 	{Head: "1/TPOT p50", Width: 10, Text: onClosed, Cell: func(_ *Report, r Row) string { return f1(r.Report.PerUser.InvTPOT.P50) }},
+	unaryColumn("sustain in/s", 12, "sustained_inputs_per_s", f1, func(u *analysis.Unary) float64 { return u.SustainedInputsPerS }),
+	unaryColumn("sustain t/s", 11, "sustained_prompt_tokens_per_s", f1, func(u *analysis.Unary) float64 { return u.SustainedPromptTokensPerS }),
+	onlyOn(latencyColumn("latency", "lat", "p50", p50, true, 0), onUnary),
+	onlyOn(latencyColumn("latency", "lat", "p99", p99, true, 0), onUnary),
 	latencyColumn("ttft", "TTFT", "p50", p50, true, onAgents),
 	latencyColumn("ttft", "TTFT", "p99", p99, true, onAgents),
 	latencyColumn("tpot", "TPOT", "p50", p50, true, 0),
 	latencyColumn("tpot", "TPOT", "p99", p99, true, 0),
 	latencyColumn("e2e", "E2E", "p50", p50, false, 0),
 	latencyColumn("e2e", "E2E", "p99", p99, true, 0),
-	{Head: "goodput", Width: 8, Text: onBoth, Cell: cell(sweepGoodput, f2), JSON: "goodput_requests_per_s", OnJSON: onBoth, Value: zeroOnOpen(sweepGoodput, 1)},
-	{Head: "attain", Width: 7, Text: onBoth, Cell: cell(sweepAttainment, pct), JSON: "attainment", OnJSON: onBoth, Value: zeroOnOpen(sweepAttainment, 1.0/100)},
+	{Head: "goodput", Width: 8, Text: onBoth | onUnary, Cell: cell(sweepGoodput, f2), JSON: "goodput_requests_per_s", OnJSON: onBoth | onUnary, Value: zeroOnOpen(sweepGoodput, 1)},
+	{Head: "attain", Width: 7, Text: onBoth | onUnary, Cell: cell(sweepAttainment, pct), JSON: "attainment", OnJSON: onBoth | onUnary, Value: zeroOnOpen(sweepAttainment, 1.0/100)},
 	{Head: "errors", Width: 7, Text: onAll, Cell: func(_ *Report, r Row) string { return pct(100 * r.ErrorRate()) },
 		JSON: "error_rate", OnJSON: onAll, Value: func(_ *Report, r Row) any { return analysis.Num(r.ErrorRate()) }},
 	{JSON: "client_limited", OnJSON: onAll, Value: func(_ *Report, r Row) any { return r.Report.Flags.ClientLimited }},
@@ -178,6 +192,9 @@ func loadCell(_ *Report, r Row) string { return loadText(r.Load) }
 func (s *Report) axes() sweepAxes {
 	if s.agents() {
 		return onAgents
+	}
+	if s.unary() {
+		return onUnary
 	}
 	if s.closed() {
 		return onClosed

@@ -146,6 +146,11 @@ func (sw *sweeper) logPoint(row Row, n int, took time.Duration) {
 			f2(agentQuantile("agent_slowdown", p90)(nil, row)), pct(100*att), flagsNote(row.Report))
 		return
 	}
+	if u := row.Report.Unary; u != nil {
+		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d done in %s: offered %.2f req/s, sustained %.2f req/s (%.1f inputs/s), latency p99 %.1f ms%s\n",
+			n, took.Round(time.Second), row.Offered.WindowRequestsPerS, u.SustainedRequestsPerS, u.SustainedInputsPerS, u.Latency.P99, flagsNote(row.Report))
+		return
+	}
 	if c.Axis == Concurrency {
 		fmt.Fprintf(c.Stderr, "llmreplay: sweep: point %d done in %s: sustained %.1f tok/s, %.1f tok/s per user (mean), TTFT p99 %.1f ms%s\n",
 			n, took.Round(time.Second), pt.SustainedTokensPerSecond, row.Report.PerUser.TokensPerS.Mean,

@@ -71,7 +71,7 @@ func NewRepeatedRow(rows []Row, data []*decode.Data) Row {
 	}
 	sp.Sustained = span(func(r Row) float64 { return r.Point().SustainedTokensPerSecond })
 	sp.Attainment = span(func(r Row) float64 { return r.Point().Attainment })
-	sp.TTFTP99 = span(func(r Row) float64 { return r.Report.TTFT.P99 })
+	sp.TTFTP99 = span(func(r Row) float64 { return firstP99(r.Report) })
 	sp.TPOTP99 = span(func(r Row) float64 { return r.Report.TPOT.P99 })
 	for _, r := range rows {
 		sp.Files = append(sp.Files, r.File)
@@ -314,6 +314,10 @@ func pooledIntervals(reps []*analysis.Report, data []*decode.Data, b stats.Boots
 			if st != decode.StOK {
 				continue
 			}
+			if rep.Unary != nil { // not streamed: its first token is its end (unary.go)
+				ttfts = append(ttfts, d.E2EMS(i))
+				continue
+			}
 			ttfts = append(ttfts, d.TTFTMS(i))
 			if v := d.TPOTMS(i); !math.IsNaN(v) {
 				tpots = append(tpots, v)
@@ -328,9 +332,13 @@ func pooledIntervals(reps []*analysis.Report, data []*decode.Data, b stats.Boots
 			continue
 		}
 		from, to := int64(math.Round(t.WindowStartS*1e9/float64(decode.BinNS))), int64(math.Round(t.WindowEndS*1e9/float64(decode.BinNS)))
-		for s := from; s+perSecond <= to && s+perSecond <= int64(len(d.TokenBins)); s += perSecond {
+		bins := d.TokenBins
+		if rep.Unary != nil {
+			bins = completedBins(d)
+		}
+		for s := from; s+perSecond <= to && s+perSecond <= int64(len(bins)); s += perSecond {
 			var sum float64
-			for _, v := range d.TokenBins[s : s+perSecond] {
+			for _, v := range bins[s : s+perSecond] {
 				sum += v
 			}
 			series = append(series, sum)

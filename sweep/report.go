@@ -47,7 +47,8 @@ func NewRow(axis string, load float64, file string, d *decode.Data, opts analysi
 }
 
 // Point is the row as the knee search sees it. Offered and sustained throughput are both
-// taken over the steady-state window; attainment is a fraction (NaN without an SLO): on the
+// taken over the steady-state window (output tokens/s; requests/s for a run that is not
+// generation, unary.go); attainment is a fraction (NaN without an SLO): on the
 // agents axis, of the sessions meeting the slowdown objective (SessionAttainment).
 func (r Row) Point() stats.SweepPoint {
 	p := stats.SweepPoint{Load: r.Load, OfferedTokensPerSecond: r.Offered.WindowOutputTokensPerS,
@@ -56,6 +57,9 @@ func (r Row) Point() stats.SweepPoint {
 		Attainment: math.NaN()}
 	if math.IsNaN(p.SustainedTokensPerSecond) {
 		p.SustainedTokensPerSecond = 0
+	}
+	if r.unary() { // no output tokens: requests (unary.go)
+		r.unaryPoint(&p)
 	}
 	if r.Axis == Agents {
 		p.Attainment = SessionAttainment(r.Report, r.MaxSlowdown)
@@ -184,6 +188,13 @@ func (s *Report) WriteText(w io.Writer) error {
 		}
 		p("\n\n")
 		s.writeAgentsText(p)
+		s.writeServerText(p)
+		s.writeSpreadText(p)
+		return bw.Flush()
+	}
+	if s.unary() {
+		p("\n\n")
+		s.writeUnaryText(p)
 		s.writeServerText(p)
 		s.writeSpreadText(p)
 		return bw.Flush()
@@ -416,12 +427,16 @@ func (s *Report) WriteHTML(w io.Writer) error {
 		x := pt.OfferedTokensPerSecond
 		off = append(off, [2]float64{x, pt.OfferedTokensPerSecond})
 		sus = append(sus, [2]float64{x, pt.SustainedTokensPerSecond})
-		ttft50 = append(ttft50, [2]float64{r.Load, r.Report.TTFT.P50})
-		ttft99 = append(ttft99, [2]float64{r.Load, r.Report.TTFT.P99})
+		first := r.Report.TTFT
+		if r.unary() { // no first token: the latency
+			first = r.Report.E2E
+		}
+		ttft50 = append(ttft50, [2]float64{r.Load, first.P50})
+		ttft99 = append(ttft99, [2]float64{r.Load, first.P99})
 		tpot99 = append(tpot99, [2]float64{r.Load, r.Report.TPOT.P99})
 		maxX = math.Max(maxX, x)
 		maxY = math.Max(maxY, math.Max(pt.OfferedTokensPerSecond, pt.SustainedTokensPerSecond))
-		for _, v := range []float64{r.Report.TTFT.P99, r.Report.TPOT.P99} {
+		for _, v := range []float64{first.P99, r.Report.TPOT.P99} {
 			if !math.IsNaN(v) {
 				maxLat = math.Max(maxLat, v)
 			}
@@ -431,10 +446,15 @@ func (s *Report) WriteHTML(w io.Writer) error {
 	switch {
 	case s.agents():
 		plots = s.agentPlots()
-	case s.closed():
+	case s.closed() && !s.unary():
 		plots = s.closedPlots()
+	case s.closed():
 	default:
-		tp := analysis.NewPlot("plot-sweep-throughput", "Sustained vs offered output throughput", "offered output tok/s", "output tok/s", 0, maxX*1.05, false, 0, maxY*1.1, false)
+		title, xl, yl := "Sustained vs offered output throughput", "offered output tok/s", "output tok/s"
+		if s.unary() {
+			title, xl, yl = "Sustained vs offered requests/s", "offered req/s", "req/s"
+		}
+		tp := analysis.NewPlot("plot-sweep-throughput", title, xl, yl, 0, maxX*1.05, false, 0, maxY*1.1, false)
 		tp.Line(off, "ref")
 		tp.Line(sus, "s1")
 		tp.Dots(sus, "dot")
@@ -448,7 +468,7 @@ func (s *Report) WriteHTML(w io.Writer) error {
 	lp := analysis.NewPlot("plot-sweep-latency", "Latency vs load", s.Axis, "ms", minL, maxL, maxL/minL >= 8, 0, maxLat*1.1, false)
 	lp.Line(ttft50, "s1")
 	lp.Line(ttft99, "s3")
-	if !s.agents() { // the agents axis's table has no TPOT: its question is the sessions'
+	if !s.agents() && !s.unary() { // the agents axis's table has no TPOT: its question is the sessions'
 		lp.Line(tpot99, "s2")
 	}
 	lp.Dots(ttft99, "dot")
@@ -458,9 +478,12 @@ func (s *Report) WriteHTML(w io.Writer) error {
 	if s.judged() && s.SLOLimit.Found {
 		lp.VLine(s.SLOLimit.Pass, "slo", "SLO limit")
 	}
-	if s.agents() {
+	switch {
+	case s.unary():
+		lp.Legend([2]string{"s1", "latency p50"}, [2]string{"s3", "latency p99"})
+	case s.agents():
 		lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"})
-	} else {
+	default:
 		lp.Legend([2]string{"s1", "TTFT p50"}, [2]string{"s3", "TTFT p99"}, [2]string{"s2", "TPOT p99"})
 	}
 	plots = append(append(plots, lp), s.serverPlots()...)

@@ -90,6 +90,10 @@ type Data struct {
 	// ReasoningSources (Null32 for null).
 	FirstAnswer                []int64
 	Reasoning, ReasoningSource []int32
+	// Images and inputs (revision 1.4), likewise: images the request sent and the prompt
+	// tokens they count for (image_tokens); inputs of an embeddings request, documents of a
+	// rerank (a request with inputs is not streamed: no first token, no output).
+	Images, ImageTokens, Inputs []int32
 
 	// ITL samples of ok requests: every gap between consecutive chunks, and per token (a gap
 	// before a chunk of k tokens counts k times as gap/k) where chunk_tokens are known.
@@ -115,11 +119,12 @@ func (d *Data) alloc(n int) {
 	d.NChunks, d.ChunkTokSum = make([]int32, n), make([]int64, n)
 }
 
-// optionalColumns are the columns of revisions 1.1 to 1.3 analysis reads when a file has
+// optionalColumns are the columns of revisions 1.1 to 1.4 analysis reads when a file has
 // them (an older file reads them as null), in the order of the o* constants.
 var optionalColumns = []string{results.ColSessionID, results.ColTurn, results.ColSessionWaitNS, results.ColPromptTokensCached,
 	results.ColGapNS, results.ColRecordedArrivalNS, results.ColRecordedDurationNS, results.ColRecordedCachedTokens,
-	results.ColFirstAnswerNS, results.ColReasoningTokens, results.ColReasoningTokensSource}
+	results.ColFirstAnswerNS, results.ColReasoningTokens, results.ColReasoningTokensSource,
+	results.ColImages, results.ColImageTokens, results.ColInputs}
 
 // ReasoningSources are the values of reasoning_tokens_source, which Data.ReasoningSource
 // holds as indexes.
@@ -137,11 +142,18 @@ const (
 	oFirstAnswer
 	oReasoning
 	oReasoningSource // a string column, held as its index in ReasoningSources
+	oImages
+	oImageTokens
+	oInputs
 )
 
 // is64 reports whether the k-th optional column holds int64 values (else int32).
 func is64(k int) bool {
-	return k != oTurn && k != oCached && k != oRecCached && k != oReasoning && k != oReasoningSource
+	switch k {
+	case oSessionID, oSessionWait, oGap, oRecArrival, oRecDuration, oFirstAnswer:
+		return true
+	}
+	return false
 }
 
 // allocOptional sizes the k-th optional column for n requests, every entry null.
@@ -194,6 +206,12 @@ func (d *Data) ref32(k int) *[]int32 {
 		return &d.Reasoning
 	case oReasoningSource:
 		return &d.ReasoningSource
+	case oImages:
+		return &d.Images
+	case oImageTokens:
+		return &d.ImageTokens
+	case oInputs:
+		return &d.Inputs
 	}
 	return &d.RecCached
 }

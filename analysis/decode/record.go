@@ -20,6 +20,9 @@ type recordCols struct {
 	sched, sent, first, end               *array.Int64
 	prompt, promptSrv, outTarget, outToks *array.Int32
 	outSrc, status                        *array.String
+	// inputs (revision 1.4) when the record holds it: a request with inputs is not
+	// streamed, so an ok one has no first token.
+	inputs *array.Int32
 }
 
 // locateRecord finds rec's columns by name in l, the layout of the records' schema.
@@ -36,6 +39,7 @@ func locateRecord(rec arrow.Record, l *results.Layout) (recordCols, error) {
 		outToks:   results.Array[*array.Int32](x, results.ColOutputTokens),
 		outSrc:    results.Array[*array.String](x, results.ColOutputTokensSource),
 		status:    results.Array[*array.String](x, results.ColStatus),
+		inputs:    results.Array[*array.Int32](x, results.ColInputs),
 	}
 	return c, x.Err()
 }
@@ -55,8 +59,9 @@ func bad(field, format string, a ...any) *FieldError {
 }
 
 // request decodes and validates row i's scalars: a known status, the times inside the time
-// axis and in order (sent, first token, end; all three set in an ok request), the required
-// counts set and output_tokens not negative, a known output_tokens_source.
+// axis and in order (sent, first token, end; all three set in an ok request, but for the
+// first token of a request with inputs, which is not streamed: its end follows its send),
+// the required counts set and output_tokens not negative, a known output_tokens_source.
 func (c *recordCols) request(i int, shift int64) (request, *FieldError) {
 	var r request
 	if !c.status.IsValid(i) {
@@ -91,11 +96,12 @@ func (c *recordCols) request(i int, shift int64) (request, *FieldError) {
 			return r, bad(t.name, "%d ns is outside [0, %v) from the run start", t.v-shift, MaxSpan)
 		}
 	}
+	unary := c.inputs != nil && c.inputs.IsValid(i)
 	if r.st == int(StOK) {
 		switch {
 		case r.s == Null64:
 			return r, bad(results.ColSentNS, "null in an ok request")
-		case r.f == Null64:
+		case r.f == Null64 && !unary:
 			return r, bad(results.ColFirstTokenNS, "null in an ok request")
 		case r.e == Null64:
 			return r, bad(results.ColEndNS, "null in an ok request")
@@ -104,7 +110,13 @@ func (c *recordCols) request(i int, shift int64) (request, *FieldError) {
 	if r.f != Null64 && (r.s == Null64 || r.f < r.s) {
 		return r, bad(results.ColFirstTokenNS, "%d before sent_ns", r.f-shift)
 	}
-	if r.e != Null64 && (r.f == Null64 || r.e < r.f) {
+	switch {
+	case r.e == Null64:
+	case unary && r.f == Null64:
+		if r.s == Null64 || r.e < r.s {
+			return r, bad(results.ColEndNS, "%d before sent_ns", r.e-shift)
+		}
+	case r.f == Null64 || r.e < r.f:
 		return r, bad(results.ColEndNS, "%d before first_token_ns", r.e-shift)
 	}
 	return r, c.counts(i, &r)

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/compare"
 	"github.com/llmreplay/llmreplay/stats"
 )
 
@@ -47,7 +48,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := b.Validate(); err != nil {
 		return usagef("compare: %v", err)
 	}
-	opts := analysis.CompareOptions{Bootstrap: b, Analysis: analysis.DefaultOptions(), AllowDifferent: *allowDifferent}
+	opts := compare.Options{Bootstrap: b, Analysis: analysis.DefaultOptions(), AllowDifferent: *allowDifferent}
 	if *sloFlag != "" {
 		slo, err := analysis.ParseSLO(*sloFlag)
 		if err != nil {
@@ -61,15 +62,15 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case 1:
 		return usagef("compare: %s: one run only: give at least two runs to compare", fs.Arg(0))
 	}
-	var cargs []analysis.CompareArg
+	var cargs []compare.Arg
 	for _, p := range fs.Args() {
-		a, err := analysis.ResolveCompareArg(p)
+		a, err := compare.ResolveArg(p)
 		if err != nil {
 			return err
 		}
 		cargs = append(cargs, a)
 	}
-	c, err := analysis.CompareRuns(ctx, cargs, opts)
+	c, err := compare.Runs(ctx, cargs, opts)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
-package analysis
+package compare
 
 import (
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
@@ -24,8 +25,8 @@ import (
 // resample: 10 bins of 10 ms.
 const compareWindowNS = 10 * decode.BinNS
 
-// CompareMethod is printed under every comparison table (docs/compare.md explains it).
-func CompareMethod(b stats.Bootstrap) string {
+// Method is printed under every comparison table (docs/compare.md explains it).
+func Method(b stats.Bootstrap) string {
 	b = b.WithDefaults()
 	return fmt.Sprintf("%g%% intervals of the change against run A: %s, %d resamples, seed %d. "+
 		"Percentiles (%s) and error, drop and attainment rates: requests resampled m out of n, m = n / (1 + 2 sum of the autocorrelations "+
@@ -34,7 +35,7 @@ func CompareMethod(b stats.Bootstrap) string {
 		"Throughputs: circular block bootstrap of %d ms windows (sustained: of the steady-state window; overall: of the whole run), "+
 		"Politis-White block length, at least the median E2E, widened by t(blocks-1)/z; runs of one trace, mode and speed resample the same blocks (paired). "+
 		"Repeats of a run: repeats resampled too. ~: the interval holds zero.",
-		100*b.Confidence, stats.BootstrapIntervalMethod, b.Resamples, b.Seed, PercentileMethod, compareWindowNS/1e6)
+		100*b.Confidence, stats.BootstrapIntervalMethod, b.Resamples, b.Seed, analysis.PercentileMethod, compareWindowNS/1e6)
 }
 
 // agentMethod ends the method line of a comparison of agent runs.
@@ -50,24 +51,24 @@ func ReadRunMeta(path string) (results.RunMeta, error) {
 	return readMeta(path, pr)
 }
 
-// CompareRunFiles is one run given to compare: its repeats (one, unless the run was
+// RunFiles is one run given to compare: its repeats (one, unless the run was
 // repeated), each the files of its shards.
-type CompareRunFiles struct {
+type RunFiles struct {
 	Repeats [][]string
 }
 
-// CompareArg is one argument of compare: one run, or a sweep folder's points.
-type CompareArg struct {
+// Arg is one argument of compare: one run, or a sweep folder's points.
+type Arg struct {
 	Path   string
-	Run    CompareRunFiles // when Points is nil
-	Axis   string          // sweep: speedup, rate or concurrency
-	Points []ComparePointFiles
+	Run    RunFiles // when Points is nil
+	Axis   string   // sweep: speedup, rate or concurrency
+	Points []PointFiles
 }
 
-// ComparePointFiles is one point of a sweep folder.
-type ComparePointFiles struct {
+// PointFiles is one point of a sweep folder.
+type PointFiles struct {
 	Load float64
-	Run  CompareRunFiles
+	Run  RunFiles
 }
 
 // isResultsName reports whether a file name in a folder is a results file (not a metrics
@@ -79,7 +80,7 @@ func isResultsName(name string) bool {
 
 // groupRun groups the files of one run by repeat (repeat_group and repeat, else run_id)
 // and refuses files of different runs.
-func groupRun(path string, files []string) (CompareRunFiles, results.RunMeta, error) {
+func groupRun(path string, files []string) (RunFiles, results.RunMeta, error) {
 	type key struct {
 		group  string
 		repeat int
@@ -90,7 +91,7 @@ func groupRun(path string, files []string) (CompareRunFiles, results.RunMeta, er
 	for i, f := range files {
 		m, err := ReadRunMeta(f)
 		if err != nil {
-			return CompareRunFiles{}, first, err
+			return RunFiles{}, first, err
 		}
 		group := m.RepeatGroup
 		if group == "" {
@@ -99,7 +100,7 @@ func groupRun(path string, files []string) (CompareRunFiles, results.RunMeta, er
 		if i == 0 {
 			first = m
 		} else if fg := firstNonEmpty(first.RepeatGroup, first.RunID); group != fg {
-			return CompareRunFiles{}, first, fmt.Errorf("analysis: compare: %s: %s and %s belong to different runs (run %q, %q): give each run as its own argument",
+			return RunFiles{}, first, fmt.Errorf("analysis: compare: %s: %s and %s belong to different runs (run %q, %q): give each run as its own argument",
 				path, files[0], f, fg, group)
 		}
 		k := key{group, m.Repeat}
@@ -109,7 +110,7 @@ func groupRun(path string, files []string) (CompareRunFiles, results.RunMeta, er
 		by[k] = append(by[k], f)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].repeat < keys[j].repeat })
-	var r CompareRunFiles
+	var r RunFiles
 	for _, k := range keys {
 		r.Repeats = append(r.Repeats, by[k])
 	}
@@ -123,11 +124,11 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
-// ResolveCompareArg says what path is: a results file (one run), a folder of one run's
+// ResolveArg says what path is: a results file (one run), a folder of one run's
 // files (its shards, its repeats), or a sweep folder (sweep-state.json, or point-*.parquet
 // files), whose points are its runs by load.
-func ResolveCompareArg(path string) (CompareArg, error) {
-	a := CompareArg{Path: path}
+func ResolveArg(path string) (Arg, error) {
+	a := Arg{Path: path}
 	st, err := os.Stat(path)
 	if err != nil {
 		return a, fmt.Errorf("analysis: compare: %w", err)
@@ -162,8 +163,8 @@ func ResolveCompareArg(path string) (CompareArg, error) {
 }
 
 // resolveSweep groups a sweep folder's point files by load (from each file's run metadata).
-func resolveSweep(path string, files []string) (CompareArg, error) {
-	a := CompareArg{Path: path}
+func resolveSweep(path string, files []string) (Arg, error) {
+	a := Arg{Path: path}
 	if len(files) == 0 {
 		return a, fmt.Errorf("analysis: compare: %s: a sweep folder with no point-*.parquet results files", path)
 	}
@@ -207,38 +208,38 @@ func resolveSweep(path string, files []string) (CompareArg, error) {
 		if err != nil {
 			return a, err
 		}
-		a.Points = append(a.Points, ComparePointFiles{Load: l, Run: run})
+		a.Points = append(a.Points, PointFiles{Load: l, Run: run})
 	}
 	return a, nil
 }
 
-// CompareOptions control Compare.
-type CompareOptions struct {
+// Options control Compare.
+type Options struct {
 	Bootstrap stats.Bootstrap
-	Analysis  Options // as for analyze; its SLO applies to every run (default: run A's)
+	Analysis  analysis.Options // as for analyze; its SLO applies to every run (default: run A's)
 	// AllowDifferent compares runs of different traces, speeds or modes (the differences
 	// are printed on top); otherwise they are refused.
 	AllowDifferent bool
 }
 
-// CompareFigure names one headline figure.
-type CompareFigure struct {
+// Figure names one headline figure.
+type Figure struct {
 	Key, Name, Unit string
 	// Relative: the change is in percent of run A's value; otherwise (figures that are
 	// percentages themselves) in percentage points.
 	Relative bool
 }
 
-// CompareRow is one figure across the runs: Values[i] is run i's, Changes[i] run i's
+// Row is one figure across the runs: Values[i] is run i's, Changes[i] run i's
 // change against run 0 (Changes[0] is the zero stats.Change).
-type CompareRow struct {
-	CompareFigure
+type Row struct {
+	Figure
 	Values  []float64
 	Changes []stats.Change
 }
 
-// CompareRunInfo describes one run of a comparison.
-type CompareRunInfo struct {
+// RunInfo describes one run of a comparison.
+type RunInfo struct {
 	Label         string // A, B, C...
 	Path          string
 	Files         []string
@@ -249,34 +250,34 @@ type CompareRunInfo struct {
 	PromptOff     bool // prompt_off_target: the server counted its prompts off their targets
 }
 
-// CompareSection is the table of one comparison: the runs' figures (one section for runs,
+// Section is the table of one comparison: the runs' figures (one section for runs,
 // one per load for sweeps).
-type CompareSection struct {
+type Section struct {
 	Point   string // "" for runs; "rate 2" for a sweep point
-	Runs    []CompareRunInfo
-	Rows    []CompareRow
-	reports []*Report // each run's (first repeat's) report, for the HTML plots
+	Runs    []RunInfo
+	Rows    []Row
+	reports []*analysis.Report // each run's (first repeat's) report, for the HTML plots
 }
 
 // Comparison is the result of Compare.
 type Comparison struct {
-	Options     CompareOptions
+	Options     Options
 	Method      string
 	Differences []string // what differs between the runs beyond the system under test
-	Sections    []CompareSection
+	Sections    []Section
 	Warnings    []string
 }
 
 // Reports returns every run's report (of its first repeat), section by section.
-func (c *Comparison) Reports() []*Report {
-	var out []*Report
+func (c *Comparison) Reports() []*analysis.Report {
+	var out []*analysis.Report
 	for _, s := range c.Sections {
 		out = append(out, s.reports...)
 	}
 	return out
 }
 
-// ErrDifferentRuns is returned by CompareRuns when runs differ in trace, speed or mode and
+// ErrDifferentRuns is returned by Runs when runs differ in trace, speed or mode and
 // AllowDifferent is false.
 var ErrDifferentRuns = errors.New("runs of different traces, speeds or modes (use --allow-different to compare them anyway)")
 
@@ -287,9 +288,9 @@ func label(i int) string {
 	return "R" + strconv.Itoa(i+1)
 }
 
-// CompareRuns loads every argument and compares the runs: all arguments runs, or all
+// Runs loads every argument and compares the runs: all arguments runs, or all
 // sweeps (compared point by point; every sweep must have every load of the first).
-func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*Comparison, error) {
+func Runs(ctx context.Context, args []Arg, opts Options) (*Comparison, error) {
 	if len(args) < 2 {
 		if len(args) == 1 {
 			return nil, fmt.Errorf("analysis: compare: %s: one run only: give at least two runs (results files, run folders or sweep folders)", args[0].Path)
@@ -302,7 +303,7 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 	opts.Bootstrap = opts.Bootstrap.WithDefaults()
 	if opts.Analysis.Interval == 0 {
 		slo := opts.Analysis.SLO
-		opts.Analysis = DefaultOptions()
+		opts.Analysis = analysis.DefaultOptions()
 		opts.Analysis.SLO = slo
 	}
 	if opts.Analysis.SLO.IsZero() {
@@ -312,12 +313,12 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 			first = args[0].Points[0].Run
 		}
 		if m, err := ReadRunMeta(first.Repeats[0][0]); err == nil && m.SLO != "" {
-			if slo, err := ParseSLO(m.SLO); err == nil {
+			if slo, err := analysis.ParseSLO(m.SLO); err == nil {
 				opts.Analysis.SLO = slo
 			}
 		}
 	}
-	c := &Comparison{Options: opts, Method: CompareMethod(opts.Bootstrap)}
+	c := &Comparison{Options: opts, Method: Method(opts.Bootstrap)}
 	sweep := args[0].Points != nil
 	for _, a := range args[1:] {
 		if (a.Points != nil) != sweep {
@@ -325,7 +326,7 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 		}
 	}
 	if !sweep {
-		runs := make([]CompareRunFiles, len(args))
+		runs := make([]RunFiles, len(args))
 		for i, a := range args {
 			runs[i] = a.Run
 		}
@@ -341,8 +342,8 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 			return nil, fmt.Errorf("analysis: compare: %s sweeps %s, %s sweeps %s: compare sweeps of one axis", args[0].Path, args[0].Axis, a.Path, a.Axis)
 		}
 		for _, p := range args[0].Points {
-			if !slices.ContainsFunc(a.Points, func(q ComparePointFiles) bool { return q.Load == p.Load }) {
-				return nil, fmt.Errorf("analysis: compare: %s: sweep folder has no point at %s %s, which %s has", a.Path, args[0].Axis, fmtLoad(p.Load), args[0].Path)
+			if !slices.ContainsFunc(a.Points, func(q PointFiles) bool { return q.Load == p.Load }) {
+				return nil, fmt.Errorf("analysis: compare: %s: sweep folder has no point at %s %s, which %s has", a.Path, args[0].Axis, analysis.FormatLoad(p.Load), args[0].Path)
 			}
 		}
 		if len(a.Points) > len(args[0].Points) {
@@ -350,12 +351,12 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 		}
 	}
 	for _, p := range args[0].Points {
-		runs := make([]CompareRunFiles, len(args))
+		runs := make([]RunFiles, len(args))
 		for i, a := range args {
-			k := slices.IndexFunc(a.Points, func(q ComparePointFiles) bool { return q.Load == p.Load })
+			k := slices.IndexFunc(a.Points, func(q PointFiles) bool { return q.Load == p.Load })
 			runs[i] = a.Points[k].Run
 		}
-		s, err := c.section(ctx, args[0].Axis+" "+fmtLoad(p.Load), args, runs)
+		s, err := c.section(ctx, args[0].Axis+" "+analysis.FormatLoad(p.Load), args, runs)
 		if err != nil {
 			return nil, err
 		}
@@ -365,8 +366,8 @@ func CompareRuns(ctx context.Context, args []CompareArg, opts CompareOptions) (*
 }
 
 // section compares one set of runs.
-func (c *Comparison) section(ctx context.Context, point string, args []CompareArg, runs []CompareRunFiles) (*CompareSection, error) {
-	s := &CompareSection{Point: point}
+func (c *Comparison) section(ctx context.Context, point string, args []Arg, runs []RunFiles) (*Section, error) {
+	s := &Section{Point: point}
 	opts := c.Options
 	// Comparability first, from the metadata alone: nothing is read when it fails.
 	paired := true
@@ -375,7 +376,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		if err != nil {
 			return nil, err
 		}
-		s.Runs = append(s.Runs, CompareRunInfo{Label: label(i), Path: args[i].Path, Repeats: len(run.Repeats), Meta: m})
+		s.Runs = append(s.Runs, RunInfo{Label: label(i), Path: args[i].Path, Repeats: len(run.Repeats), Meta: m})
 		paired = paired && len(run.Repeats) == len(runs[0].Repeats)
 	}
 	if diffs := differences(s.Runs); point == "" || len(c.Sections) == 0 {
@@ -387,18 +388,18 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 	} else {
 		paired = paired && len(diffs) == 0
 	}
-	var figs []CompareFigure
+	var figs []Figure
 	ests := make([][]map[string]stats.Estimate, len(runs)) // run, repeat
 	tps := make([][][]tpSeries, len(runs))
 	for i, run := range runs {
 		info := &s.Runs[i]
 		for k, files := range run.Repeats {
 			info.Files = append(info.Files, files...)
-			d, err := Load(ctx, decode.LoadOptions{}, files...)
+			d, err := analysis.Load(ctx, decode.LoadOptions{}, files...)
 			if err != nil {
 				return nil, err
 			}
-			r, err := Analyze(d, opts.Analysis)
+			r, err := analysis.Analyze(d, opts.Analysis)
 			if err != nil {
 				return nil, err
 			}
@@ -426,7 +427,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 		per[i] = stats.CombineRepeats(ests[i], opts.Bootstrap, stream)
 	}
 	for _, f := range figs {
-		row := CompareRow{CompareFigure: f}
+		row := Row{Figure: f}
 		for i := range runs {
 			e, ok := per[i][f.Key]
 			if !ok {
@@ -444,7 +445,11 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 	// A bootstrap of a tail percentile rests on the samples above it: with fewer than 10
 	// its replicates take few distinct values and its interval is unreliable.
 	for i, r := range s.reports {
-		if n := min(r.TTFT.N, r.TPOT.N); n > 0 && n < 1000 {
+		n := min(r.TTFT.N, r.TPOT.N)
+		if r.Unary != nil { // no TTFT, no TPOT: the latency's
+			n = r.E2E.N
+		}
+		if n > 0 && n < 1000 {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s: p99 from %d requests (fewer than 10 above it): its intervals are unreliable", pointPrefix(point), s.Runs[i].Label, n))
 		}
 		if a := r.Agents; a != nil && a.Makespan.N > 0 && a.Makespan.N < 1000 {
@@ -462,7 +467,7 @@ func (c *Comparison) section(ctx context.Context, point string, args []CompareAr
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s is overloaded: its throughput is what the endpoint gave, not what it sustains", pointPrefix(point), r.Label))
 		}
 		if r.PromptOff {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s's prompts were counted more than %s off their targets by the server: it processed other prompts than the trace's (analyze says how)", pointPrefix(point), r.Label, pct(100*PromptOffBound)))
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%srun %s's prompts were counted more than %s off their targets by the server: it processed other prompts than the trace's (analyze says how)", pointPrefix(point), r.Label, analysis.FormatPct(100*analysis.PromptOffBound)))
 		}
 	}
 	return s, nil
@@ -536,7 +541,7 @@ func (c *Comparison) throughputs(point string, paired bool, ests [][]map[string]
 // pairedFigure reports whether paired runs resample the windows of the figure at key
 // together (its declaration's CompareSpec.Paired).
 func pairedFigure(key string) bool {
-	f := figureByKey(key)
+	f := analysis.FigureByKey(key)
 	return f != nil && f.Compare != nil && f.Compare.Paired
 }
 
@@ -570,7 +575,7 @@ func pointPrefix(point string) string {
 }
 
 // differences lists what makes runs not comparable: the trace, the speed, the mode.
-func differences(runs []CompareRunInfo) []string {
+func differences(runs []RunInfo) []string {
 	var out []string
 	a := runs[0].Meta
 	for _, r := range runs[1:] {
@@ -582,8 +587,8 @@ func differences(runs []CompareRunInfo) []string {
 		}
 		add("trace_sha256", short(a.TraceSHA256), short(b.TraceSHA256))
 		add("mode", orOpen(a.Mode), orOpen(b.Mode))
-		add("speedup", fmtLoad(a.Speedup), fmtLoad(b.Speedup))
-		add("rate", fmtLoad(a.Rate), fmtLoad(b.Rate))
+		add("speedup", analysis.FormatLoad(a.Speedup), analysis.FormatLoad(b.Speedup))
+		add("rate", analysis.FormatLoad(a.Rate), analysis.FormatLoad(b.Rate))
 		add("concurrency", strconv.Itoa(a.Concurrency), strconv.Itoa(b.Concurrency))
 	}
 	return out

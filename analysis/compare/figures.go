@@ -1,6 +1,7 @@
-package analysis
+package compare
 
 import (
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/stats"
 
@@ -15,12 +16,13 @@ import (
 // figures computes the figures compare shows (the declared figures with a CompareSpec,
 // figures.go; the paired ones first) of one run (d, analysed as r) with their replicates;
 // tag names the run in the random streams.
-func figures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) ([]CompareFigure, map[string]stats.Estimate, []tpSeries) {
+func figures(d *decode.Data, r *analysis.Report, b stats.Bootstrap, tag string) ([]Figure, map[string]stats.Estimate, []tpSeries) {
 	rf := newRunFigures(d, r, b, tag)
+	figs := analysis.Figures()
 	for _, paired := range []bool{true, false} {
-		for i := range reportFigures {
-			f := &reportFigures[i]
-			if f.Compare == nil || f.Compare.Paired != paired || !f.present(r) {
+		for i := range figs {
+			f := &figs[i]
+			if f.Compare == nil || f.Compare.Paired != paired || !f.Defined(r) {
 				continue
 			}
 			rf.figure(f)
@@ -32,10 +34,10 @@ func figures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) ([]Compar
 // runFigures accumulates one run's compare figures.
 type runFigures struct {
 	d        *decode.Data
-	r        *Report
+	r        *analysis.Report
 	b        stats.Bootstrap
 	tag      string
-	figs     []CompareFigure
+	figs     []Figure
 	ests     map[string]stats.Estimate
 	tps      []tpSeries
 	minBlock int
@@ -48,7 +50,7 @@ type runFigures struct {
 	tpotM map[float64]int64
 }
 
-func newRunFigures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) *runFigures {
+func newRunFigures(d *decode.Data, r *analysis.Report, b stats.Bootstrap, tag string) *runFigures {
 	rf := &runFigures{d: d, r: r, b: b, tag: tag, ests: map[string]stats.Estimate{}, minBlock: 1, tpotM: map[float64]int64{}}
 	if r.E2E.N > 0 {
 		rf.minBlock = int(math.Ceil(r.E2E.P50 * 1e6 / float64(compareWindowNS)))
@@ -64,7 +66,7 @@ func newRunFigures(d *decode.Data, r *Report, b stats.Bootstrap, tag string) *ru
 
 func (rf *runFigures) stream(key string) string { return rf.tag + "/" + key }
 
-func (rf *runFigures) add(f CompareFigure, e stats.Estimate) {
+func (rf *runFigures) add(f Figure, e stats.Estimate) {
 	rf.figs = append(rf.figs, f)
 	rf.ests[f.Key] = e
 }
@@ -72,8 +74,8 @@ func (rf *runFigures) add(f CompareFigure, e stats.Estimate) {
 // figure adds f's compare rows: a distribution's percentiles, a throughput's value with its
 // series for the block bootstrap (throughputs), a share of requests, or, for a figure
 // compare has no resampling for, its value alone.
-func (rf *runFigures) figure(f *Figure) {
-	cf := CompareFigure{Key: f.Key, Name: f.Compare.Name, Unit: f.Unit, Relative: f.Compare.Relative}
+func (rf *runFigures) figure(f *analysis.Figure) {
+	cf := Figure{Key: f.Key, Name: f.Compare.Name, Unit: f.Unit, Relative: f.Compare.Relative}
 	if f.Dist != nil && f.Units != nil {
 		rf.unitQuantiles(f)
 		return
@@ -84,7 +86,7 @@ func (rf *runFigures) figure(f *Figure) {
 	}
 	if xs, ok := rf.series[f.Key]; ok {
 		rf.figs = append(rf.figs, cf)
-		rf.tps = append(rf.tps, tpSeries{f.Key, f.float(rf.r), xs, rf.minBlock})
+		rf.tps = append(rf.tps, tpSeries{f.Key, f.Float(rf.r), xs, rf.minBlock})
 		return
 	}
 	d := rf.d
@@ -92,7 +94,7 @@ func (rf *runFigures) figure(f *Figure) {
 	switch f.Key {
 	case "slo_attainment_pct":
 		slo := rf.r.Options.SLO
-		rf.add(cf, rf.share("attainment", func(i int) bool { return d.Status[i] != decode.StCanceled }, func(i int) bool { return meets(d, i, slo) }))
+		rf.add(cf, rf.share("attainment", func(i int) bool { return d.Status[i] != decode.StCanceled }, func(i int) bool { return analysis.Meets(d, i, slo) }))
 	case "error_rate_pct":
 		rf.add(cf, rf.share("errors", all, func(i int) bool {
 			s := d.Status[i]
@@ -107,14 +109,14 @@ func (rf *runFigures) figure(f *Figure) {
 			rf.add(cf, rf.prefixCache(f))
 		}
 	default:
-		rf.add(cf, stats.Estimate{Value: f.float(rf.r)})
+		rf.add(cf, stats.Estimate{Value: f.Float(rf.r)})
 	}
 }
 
 // throughputSeries are the per-window series of the throughputs: the output tokens of the
 // steady-state window (sustained) and, over [first sent, last end), the ok requests, their
 // output tokens, their prompt and output tokens and the good requests ending in each.
-func throughputSeries(d *decode.Data, r *Report) map[string][]float64 {
+func throughputSeries(d *decode.Data, r *analysis.Report) map[string][]float64 {
 	t := r.Throughput
 	var sustained []float64
 	if !math.IsNaN(t.WindowStartS) {
@@ -145,13 +147,45 @@ func throughputSeries(d *decode.Data, r *Report) map[string][]float64 {
 				tok += int64(d.OutTokens[i])
 			}
 			total[w] += float64(tok)
-			if !slo.IsZero() && meets(d, i, slo) {
+			if !slo.IsZero() && analysis.Meets(d, i, slo) {
 				good[w]++
 			}
 		}
 	}
-	return map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
+	out := map[string][]float64{"sustained_output_tokens_per_s": sustained, "requests_per_s": done,
 		"output_tokens_per_s": windows(d.TokenBins, lo, hi), "total_tokens_per_s": total, "goodput_requests_per_s": good}
+	if r.Unary != nil {
+		unarySeries(d, r, out)
+	}
+	return out
+}
+
+// unarySeries adds the per-window series of a run that is not generation (embeddings,
+// rerank): its ok requests' inputs and prompt tokens by the 10 ms bin their response
+// ended in, summed into windows over [first sent, last end) for the overall rates and
+// over the steady-state window for the sustained ones (requests too).
+func unarySeries(d *decode.Data, r *analysis.Report, out map[string][]float64) {
+	t := r.Throughput
+	if math.IsNaN(t.DurationS) {
+		return
+	}
+	var req, in, tok []float64
+	for i, s := range d.Status {
+		if s != decode.StOK {
+			continue
+		}
+		b := int(d.End[i] / decode.BinNS)
+		for len(req) <= b {
+			req, in, tok = append(req, 0), append(in, 0), append(tok, 0)
+		}
+		req[b], in[b], tok[b] = req[b]+1, in[b]+float64(max(d.Inputs[i], 0)), tok[b]+float64(analysis.PromptTokens(d, i))
+	}
+	lo, hi := int64(math.Round(t.FirstSentS*1e9))/decode.BinNS, int64(math.Round(t.LastEndS*1e9))/decode.BinNS+1
+	out["inputs_per_s"], out["prompt_tokens_per_s"] = windows(in, lo, hi), windows(tok, lo, hi)
+	if !math.IsNaN(t.WindowStartS) {
+		lo, hi = int64(math.Round(t.WindowStartS*1e9))/decode.BinNS, int64(math.Round(t.WindowEndS*1e9))/decode.BinNS
+		out["sustained_requests_per_s"], out["sustained_inputs_per_s"], out["sustained_prompt_tokens_per_s"] = windows(req, lo, hi), windows(in, lo, hi), windows(tok, lo, hi)
+	}
 }
 
 // effective returns how many independent requests a sample in arrival order is worth for
@@ -168,7 +202,7 @@ func effective(xs []float64, below func(x float64) bool) int64 {
 
 // quantiles adds a latency distribution's p50, p90 and p99, over ok requests, resampled m
 // out of n with m from the dependence along arrival order; ITL's gaps as many as TPOT's m.
-func (rf *runFigures) quantiles(f *Figure) {
+func (rf *runFigures) quantiles(f *analysis.Figure) {
 	d := rf.d
 	var xs []float64
 	n, at := int64(0), func(int64) float64 { return 0 }
@@ -183,14 +217,18 @@ func (rf *runFigures) quantiles(f *Figure) {
 			switch f.Key {
 			case "ttft":
 				xs = append(xs, d.TTFTMS(i))
-			case "e2e":
+			case "e2e", "latency": // latency: a run that is not generation's end − sent
 				xs = append(xs, d.E2EMS(i))
+			case "ttft_images", "ttft_no_images": // the requests that sent images, or the others
+				if analysis.SentImages(d, i) == (f.Key == "ttft_images") {
+					xs = append(xs, d.TTFTMS(i))
+				}
 			case "tpot":
 				if v := d.TPOTMS(i); !math.IsNaN(v) {
 					xs = append(xs, v)
 				}
 			default:
-				if v, ok := reasoningSample(d, f.Key, i); ok {
+				if v, ok := analysis.ReasoningSample(d, f.Key, i); ok {
 					xs = append(xs, v)
 				}
 			}
@@ -236,18 +274,18 @@ var comparePs = []struct {
 
 // quantileFigure names a distribution's percentile pn ("p50") in compare: KEY_p50_ms and
 // "NAME p50 ms" (the unit's suffix, s or ms; none for a ratio).
-func quantileFigure(f *Figure, pn string) CompareFigure {
+func quantileFigure(f *analysis.Figure, pn string) Figure {
 	key, name := f.Key+"_"+pn, f.Compare.Name+" "+pn
 	if f.Unit == "ms" || f.Unit == "s" {
 		key, name = key+"_"+f.Unit, name+" "+f.Unit
 	}
-	return CompareFigure{key, name, f.Unit, f.Compare.Relative}
+	return Figure{key, name, f.Unit, f.Compare.Relative}
 }
 
 // unitQuantiles adds p50, p90 and p99 of a distribution over independent units (an agent
 // figure's sessions: one session's calls wait for each other, sessions do not), each
 // resample drawing as many units as there are, with replacement.
-func (rf *runFigures) unitQuantiles(f *Figure) {
+func (rf *runFigures) unitQuantiles(f *analysis.Figure) {
 	xs := f.Units(rf.r) // sorted
 	for _, p := range comparePs {
 		cf := quantileFigure(f, p.name)
@@ -261,7 +299,7 @@ func (rf *runFigures) unitQuantiles(f *Figure) {
 
 // agentCache is the agent calls' prefix-cache hit rate in percent, sessions resampled
 // with their cached and prompt tokens (a ratio of sums).
-func (rf *runFigures) agentCache(f *Figure) stats.Estimate {
+func (rf *runFigures) agentCache(f *analysis.Figure) stats.Estimate {
 	s := rf.r.Agents.Cache.BySession
 	reps := rf.b.Resample(len(s), 1, rf.stream("agent_cache"), func(w []int32, out []float64) {
 		var sc, sp float64
@@ -271,7 +309,7 @@ func (rf *runFigures) agentCache(f *Figure) stats.Estimate {
 		}
 		out[0] = 100 * sc / sp
 	})
-	return stats.Estimate{Value: f.float(rf.r), Reps: reps[0]}
+	return stats.Estimate{Value: f.Float(rf.r), Reps: reps[0]}
 }
 
 // share is a share of requests in percent, m out of n with m from the dependence along
@@ -298,7 +336,7 @@ func (rf *runFigures) share(key string, in, hit func(i int) bool) stats.Estimate
 }
 
 // prefixCache is the prefix-cache hit rate in percent, its requests resampled.
-func (rf *runFigures) prefixCache(f *Figure) stats.Estimate {
+func (rf *runFigures) prefixCache(f *analysis.Figure) stats.Estimate {
 	d := rf.d
 	var cached, prompt []float64
 	for i, s := range d.Status {
@@ -319,5 +357,5 @@ func (rf *runFigures) prefixCache(f *Figure) stats.Estimate {
 		}
 		out[0] = 100 * sc / sp
 	})
-	return stats.Estimate{Value: f.float(rf.r), Reps: reps[0]}
+	return stats.Estimate{Value: f.Float(rf.r), Reps: reps[0]}
 }

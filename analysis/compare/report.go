@@ -1,6 +1,7 @@
-package analysis
+package compare
 
 import (
+	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/plot"
 
 	"bufio"
@@ -16,8 +17,8 @@ import (
 	"github.com/llmreplay/llmreplay/stats"
 )
 
-// CompareFormat is the llmreplay.format of compare.parquet.
-const CompareFormat = "compare/v1"
+// Format is the llmreplay.format of compare.parquet.
+const Format = "compare/v1"
 
 // fmtValue prints a figure with four significant digits at most, no exponent.
 func fmtValue(v float64) string {
@@ -62,7 +63,7 @@ func changeCells(c stats.Change) (delta, ci, mark string) {
 	return delta, ci, mark
 }
 
-func (r CompareRunInfo) describe() string {
+func (r RunInfo) describe() string {
 	m := r.Meta
 	var parts []string
 	if orOpen(m.Mode) == results.ModeClosed {
@@ -70,14 +71,14 @@ func (r CompareRunInfo) describe() string {
 	} else {
 		parts = append(parts, "open loop")
 		if m.Rate > 0 {
-			parts = append(parts, "rate "+fmtLoad(m.Rate))
+			parts = append(parts, "rate "+analysis.FormatLoad(m.Rate))
 		} else {
-			parts = append(parts, "speedup "+fmtLoad(m.Speedup))
+			parts = append(parts, "speedup "+analysis.FormatLoad(m.Speedup))
 		}
 	}
-	parts = append(parts, "trace "+orDash(short(m.TraceSHA256)))
+	parts = append(parts, "trace "+analysis.OrDash(short(m.TraceSHA256)))
 	if m.Simulated {
-		parts = append(parts, "sim "+orDash(m.SimProfile))
+		parts = append(parts, "sim "+analysis.OrDash(m.SimProfile))
 	} else if m.Model != "" {
 		parts = append(parts, "model "+m.Model)
 	}
@@ -206,34 +207,34 @@ type jsonCmpSection struct {
 }
 
 type jsonCmpRun struct {
-	Label         string   `json:"label"`
-	Path          string   `json:"path"`
-	Files         []string `json:"files"`
-	RunID         string   `json:"run_id"`
-	Repeats       int      `json:"repeats"`
-	TraceSHA256   string   `json:"trace_sha256"`
-	Mode          string   `json:"mode"`
-	Speedup       Num      `json:"speedup"`
-	Rate          Num      `json:"rate"`
-	Concurrency   int      `json:"concurrency"`
-	ClientLimited bool     `json:"client_limited"`
-	Overloaded    bool     `json:"overloaded"`
+	Label         string       `json:"label"`
+	Path          string       `json:"path"`
+	Files         []string     `json:"files"`
+	RunID         string       `json:"run_id"`
+	Repeats       int          `json:"repeats"`
+	TraceSHA256   string       `json:"trace_sha256"`
+	Mode          string       `json:"mode"`
+	Speedup       analysis.Num `json:"speedup"`
+	Rate          analysis.Num `json:"rate"`
+	Concurrency   int          `json:"concurrency"`
+	ClientLimited bool         `json:"client_limited"`
+	Overloaded    bool         `json:"overloaded"`
 }
 
 type jsonFigure struct {
-	Key      string       `json:"key"`
-	Name     string       `json:"name"`
-	Unit     string       `json:"unit"`
-	Relative bool         `json:"relative"`
-	Values   []Num        `json:"values"`
-	Changes  []jsonChange `json:"changes"` // one per run after A
+	Key      string         `json:"key"`
+	Name     string         `json:"name"`
+	Unit     string         `json:"unit"`
+	Relative bool           `json:"relative"`
+	Values   []analysis.Num `json:"values"`
+	Changes  []jsonChange   `json:"changes"` // one per run after A
 }
 
 type jsonChange struct {
-	Delta       Num  `json:"delta"`
-	Lo          Num  `json:"ci_lo"`
-	Hi          Num  `json:"ci_hi"`
-	Significant bool `json:"significant"`
+	Delta       analysis.Num `json:"delta"`
+	Lo          analysis.Num `json:"ci_lo"`
+	Hi          analysis.Num `json:"ci_hi"`
+	Significant bool         `json:"significant"`
 }
 
 func (c *Comparison) toJSON() jsonComparison {
@@ -245,16 +246,16 @@ func (c *Comparison) toJSON() jsonComparison {
 		for _, r := range s.Runs {
 			m := r.Meta
 			js.Runs = append(js.Runs, jsonCmpRun{Label: r.Label, Path: r.Path, Files: r.Files, RunID: m.RunID, Repeats: r.Repeats,
-				TraceSHA256: m.TraceSHA256, Mode: orOpen(m.Mode), Speedup: Num(m.Speedup), Rate: Num(m.Rate), Concurrency: m.Concurrency,
+				TraceSHA256: m.TraceSHA256, Mode: orOpen(m.Mode), Speedup: analysis.Num(m.Speedup), Rate: analysis.Num(m.Rate), Concurrency: m.Concurrency,
 				ClientLimited: r.ClientLimited, Overloaded: r.Overloaded})
 		}
 		for _, row := range s.Rows {
 			f := jsonFigure{Key: row.Key, Name: row.Name, Unit: row.Unit, Relative: row.Relative, Changes: []jsonChange{}}
 			for _, v := range row.Values {
-				f.Values = append(f.Values, Num(v))
+				f.Values = append(f.Values, analysis.Num(v))
 			}
 			for _, ch := range row.Changes[1:] {
-				f.Changes = append(f.Changes, jsonChange{Num(ch.Delta), Num(ch.CI.Lo), Num(ch.CI.Hi), ch.Significant()})
+				f.Changes = append(f.Changes, jsonChange{analysis.Num(ch.Delta), analysis.Num(ch.CI.Lo), analysis.Num(ch.CI.Hi), ch.Significant()})
 			}
 			js.Figures = append(js.Figures, f)
 		}
@@ -273,21 +274,22 @@ func (c *Comparison) WriteJSON(w io.Writer) error {
 // WriteParquetDir writes compare.parquet (one row per section, figure and run) and, through
 // the analyze report code, summary.parquet and timeseries.parquet of every run.
 func (c *Comparison) WriteParquetDir(dir string) error {
-	if err := WriteParquetDir(dir, c.Reports()...); err != nil {
+	if err := analysis.WriteParquetDir(dir, c.Reports()...); err != nil {
 		return err
 	}
-	var rows [][]Column
+	col := analysis.NewColumn
+	var rows [][]analysis.Column
 	for _, s := range c.Sections {
 		for _, row := range s.Rows {
 			for i, r := range s.Runs {
 				ch := row.Changes[i]
-				rows = append(rows, []Column{{"point", s.Point}, {"figure", row.Key}, {"unit", row.Unit}, {"relative", row.Relative},
-					{"run", r.Label}, {"run_id", r.Meta.RunID}, {"value", row.Values[i]},
-					{"change", ch.Delta}, {"ci_lo", ch.CI.Lo}, {"ci_hi", ch.CI.Hi}, {"significant", ch.Significant()}})
+				rows = append(rows, []analysis.Column{col("point", s.Point), col("figure", row.Key), col("unit", row.Unit), col("relative", row.Relative),
+					col("run", r.Label), col("run_id", r.Meta.RunID), col("value", row.Values[i]),
+					col("change", ch.Delta), col("ci_lo", ch.CI.Lo), col("ci_hi", ch.CI.Hi), col("significant", ch.Significant())})
 			}
 		}
 	}
-	return WriteColumns(filepath.Join(dir, "compare.parquet"), CompareFormat, rows)
+	return analysis.WriteColumns(filepath.Join(dir, "compare.parquet"), Format, rows)
 }
 
 // seriesClass is the plot class of run i (three colours, then dashed repeats of them).
@@ -296,21 +298,21 @@ func seriesClass(i int) string { return fmt.Sprintf("s%d", i%3+1) }
 // WriteHTML writes a self-contained page: each section's table, the runs' TTFT and TPOT
 // CDFs side by side and their throughput over time, drawn by the analyze report's plot code.
 func (c *Comparison) WriteHTML(w io.Writer) error {
-	pg := comparePage{Title: "llmreplay compare", Style: htmlStyle, Script: htmlScript, Differences: c.Differences, Method: c.Method, Warnings: c.Warnings}
+	pg := comparePage{Title: "llmreplay compare", Style: analysis.PageStyle, Script: analysis.PageScript, Differences: c.Differences, Method: c.Method, Warnings: c.Warnings}
 	ci := fmt.Sprintf("%g%% CI", 100*c.Options.Bootstrap.Confidence)
 	for k, s := range c.Sections {
 		h := compareSectionHTML{Point: s.Point, Header: []string{"figure"}, Plots: c.plots(k, s)}
 		for _, r := range s.Runs {
-			h.Runs = append(h.Runs, htmlRow{Head: r.Label, Cells: []htmlCell{{Text: r.Path, Left: true}, {Text: r.describe(), Left: true}}})
+			h.Runs = append(h.Runs, analysis.TableRow{Head: r.Label, Cells: []analysis.TableCell{{Text: r.Path, Left: true}, {Text: r.describe(), Left: true}}})
 			h.Header = append(h.Header, r.Label)
 		}
 		for _, r := range s.Runs[1:] {
 			h.Header = append(h.Header, r.Label+" vs A", ci, "")
 		}
 		for _, row := range s.Rows {
-			hr := dataRow(row.Name)
+			hr := analysis.DataRow(row.Name)
 			for _, v := range row.Values {
-				hr.Cells = append(hr.Cells, htmlCell{Text: fmtValue(v)})
+				hr.Cells = append(hr.Cells, analysis.TableCell{Text: fmtValue(v)})
 			}
 			for _, ch := range row.Changes[1:] {
 				d, ci, mark := changeCells(ch)
@@ -318,7 +320,7 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 				if ch.Significant() {
 					cls = "flag"
 				}
-				hr.Cells = append(hr.Cells, htmlCell{Text: d, Class: cls}, htmlCell{Text: ci}, htmlCell{Text: mark})
+				hr.Cells = append(hr.Cells, analysis.TableCell{Text: d, Class: cls}, analysis.TableCell{Text: ci}, analysis.TableCell{Text: mark})
 			}
 			h.Rows = append(h.Rows, hr)
 		}
@@ -344,12 +346,12 @@ type comparePage struct {
 
 type compareSectionHTML struct {
 	Point      string
-	Runs, Rows []htmlRow
+	Runs, Rows []analysis.TableRow
 	Header     []string
-	Plots      []*Plot
+	Plots      []*analysis.Plot
 }
 
-var compareTemplate = pageTemplate(htmlHead + `<h1>llmreplay compare</h1>
+var compareTemplate = analysis.PageTemplate(`<h1>llmreplay compare</h1>
 {{with .Differences}}<p class="warn flag">Different runs (compared with --allow-different):</p><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
 {{end}}{{range .Sections}}{{with .Point}}<h2>{{.}}</h2>
 {{end}}<table>{{template "rows" .Runs}}</table>
@@ -359,12 +361,12 @@ var compareTemplate = pageTemplate(htmlHead + `<h1>llmreplay compare</h1>
 {{end}}</div>
 {{end}}<p>{{.Method}}</p>
 {{with .Warnings}}<h2>Warnings</h2><ul>{{range .}}<li class="warn">{{.}}</li>{{end}}</ul>
-{{end}}` + htmlFoot)
+{{end}}`)
 
 // plots draws section k's CDFs and throughput over time, every run on the same axes.
-func (c *Comparison) plots(k int, s CompareSection) []*Plot {
-	var out []*Plot
-	legend := func(pl *Plot) {
+func (c *Comparison) plots(k int, s Section) []*analysis.Plot {
+	var out []*analysis.Plot
+	legend := func(pl *analysis.Plot) {
 		var items [][2]string
 		for i, r := range s.Runs {
 			items = append(items, [2]string{seriesClass(i), r.Label})
@@ -373,12 +375,14 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 	}
 	for _, m := range []struct {
 		id, title string
-		curve     func(*Report) [][2]float64
+		curve     func(*analysis.Report) [][2]float64
 	}{
-		{"ttft", "TTFT distribution (CDF)", func(r *Report) [][2]float64 { return r.ttftCurve }},
+		{"ttft", "TTFT distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("ttft") }},
 		// None of a run that did not reason: a comparison of such runs draws no TTFA plot.
-		{"ttfa", "TTFA (time to first answer token) distribution (CDF)", func(r *Report) [][2]float64 { return r.ttfaCurve }},
-		{"tpot", "TPOT distribution (CDF)", func(r *Report) [][2]float64 { return r.tpotCurve }},
+		{"ttfa", "TTFA (time to first answer token) distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("ttfa") }},
+		{"tpot", "TPOT distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("tpot") }},
+		// A run that is not generation (embeddings, rerank) has this one alone.
+		{"latency", "Latency distribution (CDF)", func(r *analysis.Report) [][2]float64 { return r.Curve("latency") }},
 	} {
 		lo, hi := math.Inf(1), 0.0
 		for _, r := range s.reports {
@@ -409,17 +413,21 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 		if n := len(r.Series); n > 0 {
 			xhi = math.Max(xhi, r.Series[n-1].StartS+r.Options.Interval.Seconds())
 			for _, iv := range r.Series {
-				yhi = math.Max(yhi, iv.OutputTokensPerS)
+				yhi = math.Max(yhi, seriesRate(r, iv))
 			}
 		}
 	}
 	if xhi > 0 {
-		pl := plot.New(fmt.Sprintf("plot-throughput-%d", k), "Output tokens/s over time", "time since run start (s)", "tok/s", 0, xhi, false, 0, yhi*1.1, false)
+		title, unit := "Output tokens/s over time", "tok/s"
+		if s.reports[0].Unary != nil {
+			title, unit = "Requests completed/s over time", "req/s"
+		}
+		pl := plot.New(fmt.Sprintf("plot-throughput-%d", k), title, "time since run start (s)", unit, 0, xhi, false, 0, yhi*1.1, false)
 		for i, r := range s.reports {
 			iv := r.Options.Interval.Seconds()
 			var pts [][2]float64
 			for _, x := range r.Series {
-				pts = append(pts, [2]float64{x.StartS + iv/2, x.OutputTokensPerS})
+				pts = append(pts, [2]float64{x.StartS + iv/2, seriesRate(r, x)})
 			}
 			pl.Line(pts, seriesClass(i))
 		}
@@ -430,4 +438,15 @@ func (c *Comparison) plots(k int, s CompareSection) []*Plot {
 }
 
 // WriteHTMLFile writes the page to path through a temporary file.
-func (c *Comparison) WriteHTMLFile(path string) error { return writeAtomic(path, c.WriteHTML) }
+func (c *Comparison) WriteHTMLFile(path string) error {
+	return analysis.WriteFileAtomic(path, c.WriteHTML)
+}
+
+// seriesRate is what the throughput plot draws of an interval: output tokens/s, or the
+// requests completed per second of a run that is not generation (it has no output).
+func seriesRate(r *analysis.Report, iv analysis.Interval) float64 {
+	if r.Unary != nil {
+		return float64(iv.Completed) / r.Options.Interval.Seconds()
+	}
+	return iv.OutputTokensPerS
+}
