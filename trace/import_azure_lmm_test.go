@@ -3,7 +3,6 @@ package trace
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/csv"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,15 +19,7 @@ const lmmSample = "AzureLMMInferenceTrace_multimodal.sample.csv"
 // RFC 3339), independently of the importer, and returns the rows the import must give.
 func lmmExpected(t *testing.T) ([]Request, int64) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(tracesDir(t), lmmSample))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readTracesCSV(t, lmmSample)
 	if strings.Join(recs[0], ",") != "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens" {
 		t.Fatalf("header %v", recs[0])
 	}

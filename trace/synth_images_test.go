@@ -12,19 +12,10 @@ import (
 // one token per 28x28 patch, rounded up, plus 2 for the image's start and end markers.
 func patches(w, h int) int { return ((w+27)/28)*((h+27)/28) + 2 }
 
-func dist(t *testing.T, s string) Dist {
-	t.Helper()
-	d, err := ParseDist(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func imageSpec(t *testing.T, count, width, height string) SynthSpec {
 	s := baseSpec()
 	s.Count = 2000
-	s.Images = &SynthImages{Count: dist(t, count), Width: dist(t, width), Height: dist(t, height), Rule: "patches", Tokens: patches}
+	s.Images = &SynthImages{Count: mustDist(t, count), Width: mustDist(t, width), Height: mustDist(t, height), Rule: "patches", Tokens: patches}
 	return s
 }
 
@@ -155,7 +146,7 @@ func TestSynthImagesNoRule(t *testing.T) {
 
 // TestSynthImagesRejects: specs the generator refuses, and images too big for the clamp.
 func TestSynthImagesRejects(t *testing.T) {
-	turns := dist(t, "uniform:2,3")
+	turns := mustDist(t, "uniform:2,3")
 	cases := []struct {
 		edit func(s *SynthSpec)
 		want string
