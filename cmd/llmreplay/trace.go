@@ -111,7 +111,7 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   # ShareGPT (no timestamps): Poisson arrivals at 5 req/s
   llmreplay trace import --from sharegpt --rate 5 --seed 1 sharegpt.json -o sharegpt.parquet
   # GitHub Copilot coding-agent sessions (a gzipped shard as released): one row per LLM
-  # call, with the calls it waits for; always sorted in memory (~240 B a call)
+  # call, with the calls it waits for; always sorted in memory (~290 B a call)
   llmreplay trace import --from copilot-agent date=2026-06-01/shard-0000.jsonl.gz -o copilot.parquet
   # TraceLab's Claude Code / Codex rounds as agent calls (parents, tool and user gaps)
   llmreplay trace import --from tracelab syfi_coding_trace.jsonl.gz -o tracelab.parquet
@@ -123,7 +123,7 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
 	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=,tool_tokens=,images=,image_tokens=]")
 	unit := fs.String("time-unit", "s", "csv/jsonl: unit of the arrival column: s, ms, us, ns or datetime")
-	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~100 B each; copilot-agent always sorts)")
+	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~160 B each; copilot-agent always sorts)")
 	keepFailed := fs.Bool("keep-failed", false, "burstgpt: keep failed requests (0 response tokens), lengths raised to 1")
 	limit := fs.Int64("limit", 0, "stop after this many requests (0: all)")
 	var af arrivalFlags
