@@ -54,6 +54,43 @@ func BenchmarkImportAzure(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds(), "rows/cpu-s")
 }
 
+// azureLMMCSV makes a multimodal trace of n rows in the 2025 release's form: ISO 8601
+// milliseconds with Z, and 0..16 images on some rows (about 1.3 a row).
+func azureLMMCSV(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n")
+	t := time.Date(2024, 10, 15, 12, 0, 0, 269e6, time.UTC)
+	images := []int{0, 0, 0, 1, 1, 1, 1, 2, 3, 4, 16}
+	for i := 0; i < n; i++ {
+		t = t.Add(time.Duration(100+(i*7919)%1000) * time.Millisecond)
+		fmt.Fprintf(&b, "%s,%d,%d,%d\n", t.Format("2006-01-02T15:04:05.000Z"), images[(i*13)%len(images)], 1+(i*31)%7437, 1+(i*17)%1899)
+	}
+	return b.Bytes()
+}
+
+// BenchmarkImportAzureLMM is BenchmarkImportAzure for --from azure-lmm: the images'
+// allocation and the image columns' write on top.
+func BenchmarkImportAzureLMM(b *testing.B) {
+	const n = 1_000_000
+	data := azureLMMCSV(n)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cputime.Process()
+	for i := 0; i < b.N; i++ {
+		w := NewWriter(io.Discard, Meta{})
+		if _, err := Import(context.Background(), bytes.NewReader(data), ImportOptions{Format: FormatAzureLMM}, w); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu := cputime.Process() - cpu0
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(n)*float64(b.N)/cpu.Seconds(), "rows/cpu-s")
+}
+
 // BenchmarkRead measures streaming a trace back through Reader.
 func BenchmarkRead(b *testing.B) {
 	const n = 1_000_000

@@ -3,8 +3,6 @@ package trace
 import (
 	"github.com/llmreplay/llmreplay/internal/duckdbtest"
 
-	"encoding/csv"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -30,15 +28,7 @@ func duckNum(t *testing.T, v any) int64 {
 func TestDuckDBReadsAzure(t *testing.T) {
 	path, _ := importTrace(t, "AzureLLMInferenceTrace_code.csv", ImportOptions{Format: FormatAzure})
 	// Sums straight from the CSV, with the standard library's reader.
-	f, err := os.Open(filepath.Join(tracesDir(t), "AzureLLMInferenceTrace_code.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readTracesCSV(t, "AzureLLMInferenceTrace_code.csv")
 	var ctx, gen int64
 	for _, r := range recs[1:] {
 		a, _ := strconv.ParseInt(r[1], 10, 64)

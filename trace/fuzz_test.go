@@ -48,6 +48,12 @@ func FuzzImportAzure(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data string) { fuzzImport(t, ImportOptions{Format: FormatAzure}, data) })
 }
 
+func FuzzImportAzureLMM(f *testing.F) {
+	f.Add("TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\n2024-10-15T12:00:00.269Z,0,770,491\n2024-10-15T12:00:05.819Z,16,4564,137\n")
+	f.Add("TIMESTAMP,NumImages,ContextTokens,GeneratedTokens\r\n2024-10-15T12:00:00Z,65536,1,1\r\n2024-10-15T12:00:00Z,-1,1,1")
+	f.Fuzz(func(t *testing.T, data string) { fuzzImport(t, ImportOptions{Format: FormatAzureLMM}, data) })
+}
+
 func FuzzImportAzureSorted(f *testing.F) {
 	f.Add("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:05,1,1\n2023-11-16 18:17:03,2,1\n")
 	f.Fuzz(func(t *testing.T, data string) { fuzzImport(t, ImportOptions{Format: FormatAzure, Sort: true}, data) })
@@ -87,6 +93,17 @@ func FuzzImportCSV(f *testing.F) {
 	m := map[string]string{"arrival": "t", "prompt_tokens": "in", "output_tokens": "out", "session_id": "conv", "model": "m", "prompt": "text", "request_id": "id"}
 	f.Fuzz(func(t *testing.T, data, unit string) {
 		fuzzImport(t, ImportOptions{Format: FormatCSV, Map: m, TimeUnit: unit}, data)
+	})
+}
+
+// FuzzImportImageColumns: the generic importers' images and image_tokens columns, beside
+// tool_tokens.
+func FuzzImportImageColumns(f *testing.F) {
+	f.Add("t,in,out,tl,n,k\n0,100,5,40,2,60\n1,100,5,,1,\n2,100,5,,0,0\n", `{"t":0,"in":100,"out":5,"tl":40,"n":2,"k":60}`+"\n"+`{"t":1,"in":9,"out":1,"n":"1","k":null}`)
+	m := map[string]string{"arrival": "t", "prompt_tokens": "in", "output_tokens": "out", "tool_tokens": "tl", "images": "n", "image_tokens": "k"}
+	f.Fuzz(func(t *testing.T, csv, jsonl string) {
+		fuzzImport(t, ImportOptions{Format: FormatCSV, Map: m}, csv)
+		fuzzImport(t, ImportOptions{Format: FormatJSONL, Map: m}, jsonl)
 	})
 }
 

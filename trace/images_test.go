@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
@@ -35,27 +36,19 @@ func TestImagesRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, reqs) {
 		t.Fatalf("read back\n%+v\nwant\n%+v", got, reqs)
 	}
-	r, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for _, c := range []string{ColImages, ColImageWidths, ColImageHeights, ColImageTokens} {
-		if !r.HasValues(c) {
-			t.Errorf("HasValues(%s) false for a file with images", c)
-		}
-	}
 	none := filepath.Join(t.TempDir(), "n.parquet")
 	writeFile(t, none, Meta{}, reqs[:1])
-	rn, err := Open(none)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rn.Close()
-	for _, c := range []string{ColImages, ColImageWidths, ColImageHeights, ColImageTokens} {
-		if rn.HasValues(c) {
-			t.Errorf("HasValues(%s) true for a file without images", c)
+	for file, want := range map[string]bool{path: true, none: false} {
+		r, err := Open(file)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, c := range []string{ColImages, ColImageWidths, ColImageHeights, ColImageTokens} {
+			if r.HasValues(c) != want {
+				t.Errorf("%s: HasValues(%s) = %v", file, c, !want)
+			}
+		}
+		r.Close()
 	}
 
 	// A file written before the image columns existed: the trace/v1 core only.
@@ -228,6 +221,50 @@ func TestImagesReaderRejects(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), foreign+" row 1: request_id 7: "+c.want) {
 			t.Errorf("read: %v, want %q", err, c.want)
+		}
+	}
+}
+
+// TestImportImageColumns: the generic importers take images and image_tokens through --map
+// (empty or null: none; the images' sizes unknown, 0x0) and refuse bad values, naming the
+// line and the source column.
+func TestImportImageColumns(t *testing.T) {
+	m := map[string]string{"arrival": "t", "prompt_tokens": "p", "output_tokens": "o", "tool_tokens": "tl", "images": "n", "image_tokens": "k"}
+	want := []Request{
+		{ID: 0, PromptTokens: 100, OutputTokens: 5, Images: make([]Image, 2), ImageTokens: 60, HasImageTokens: true, ToolTokens: 40, HasToolTokens: true},
+		{ID: 1, Arrival: time.Second, PromptTokens: 100, OutputTokens: 5, Images: make([]Image, 1)},
+		{ID: 2, Arrival: 2 * time.Second, PromptTokens: 100, OutputTokens: 5, ImageTokens: 0, HasImageTokens: true},
+		{ID: 3, Arrival: 3 * time.Second, PromptTokens: 100, OutputTokens: 5},
+	}
+	csvGood := "t,p,o,tl,n,k\n0,100,5,40,2,60\n1,100,5,,1,\n2,100,5,,0,0\n3,100,5,,,\n"
+	jsonGood := `{"t":0,"p":100,"o":5,"tl":40,"n":2,"k":60}` + "\n" + `{"t":1,"p":100,"o":5,"n":"1","k":null}` + "\n" +
+		`{"t":2,"p":100,"o":5,"n":0,"k":0}` + "\n" + `{"t":3,"p":100,"o":5,"n":null}` + "\n"
+	for format, src := range map[string]string{FormatCSV: csvGood, FormatJSONL: jsonGood} {
+		rows, _, _, err := importString(t, src, ImportOptions{Format: format, Map: m})
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if !reflect.DeepEqual(rows, want) {
+			t.Errorf("%s:\n%+v\nwant\n%+v", format, rows, want)
+		}
+	}
+	bad := []struct {
+		csv, json, want string
+	}{
+		{"0,100,5,,-1,", `{"t":0,"p":100,"o":5,"n":-1}`, `n: "-1" is not a non-negative integer`},
+		{"0,100,5,,65537,", `{"t":0,"p":100,"o":5,"n":65537}`, "n: 65537, at most 65536"},
+		{"0,100,5,,1,101", `{"t":0,"p":100,"o":5,"n":1,"k":101}`, "k: 101 is more than prompt_tokens 100"},
+		{"0,100,5,,0,5", `{"t":0,"p":100,"o":5,"k":5}`, "k: 5 but the row sends no images"},
+		{"0,100,5,50,1,51", `{"t":0,"p":100,"o":5,"tl":50,"n":1,"k":51}`, "k: 51 and tool_tokens 50 are more than prompt_tokens 100 together"},
+		{"0,100,5,,x,", `{"t":0,"p":100,"o":5,"n":"x"}`, `n: "x" is not a non-negative integer`},
+	}
+	for _, c := range bad {
+		for format, src := range map[string]string{FormatCSV: "t,p,o,tl,n,k\n3,100,5,,,\n" + c.csv + "\n", FormatJSONL: `{"t":3,"p":100,"o":5}` + "\n" + c.json + "\n"} {
+			_, _, _, err := importString(t, src, ImportOptions{Format: format, Map: m, Sort: true})
+			line := map[string]string{FormatCSV: "line 3: ", FormatJSONL: "line 2: "}[format] // the CSV has a header
+			if err == nil || !strings.Contains(err.Error(), "in.txt "+line+c.want) {
+				t.Errorf("%s %q: %v, want %q", format, c.want, err, c.want)
+			}
 		}
 	}
 }

@@ -42,10 +42,11 @@ type ImportOptions struct {
 	// Name is the input's name in error messages (the file name); "-" or "" for stdin.
 	Name string
 	// Sort accepts rows out of arrival order by buffering every row and sorting them
-	// (stably, so ties keep source order). Memory is about 100 bytes per row plus 8 per
-	// prefix block: 1 GB holds roughly 10 M rows without prefix blocks. Without Sort a row
+	// (stably, so ties keep source order). Memory is about 160 bytes per row (a buffered
+	// row's size) plus 8 per prefix block and 8 per image: 1 GB holds roughly 6 M rows
+	// without prefix blocks or images. Without Sort a row
 	// earlier than its predecessor is an error naming the row, and memory stays constant.
-	// FormatCopilotAgent always sorts (about 240 bytes a row), whatever Sort says: no order
+	// FormatCopilotAgent always sorts (about 290 bytes a row), whatever Sort says: no order
 	// of its session lines is an arrival order.
 	Sort bool
 	// KeepFailed keeps BurstGPT's failed requests (0 response tokens) with their zero

@@ -3,7 +3,8 @@ package trace
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/csv"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,15 +21,7 @@ const lmmSample = "AzureLMMInferenceTrace_multimodal.sample.csv"
 // RFC 3339), independently of the importer, and returns the rows the import must give.
 func lmmExpected(t *testing.T) ([]Request, int64) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(tracesDir(t), lmmSample))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := readTracesCSV(t, lmmSample)
 	if strings.Join(recs[0], ",") != "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens" {
 		t.Fatalf("header %v", recs[0])
 	}
@@ -65,6 +58,9 @@ func TestAzureLMMSample(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(tracesDir(t), lmmSample))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != "4d91e72ca9f9bcfd1a3a5f97bd8c759aecc494755e39986f266fc3ee004a475c" {
+		t.Errorf("%s changed: its sha256 is not the one SOURCES.md gives; update the entry with the file", lmmSample)
 	}
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)

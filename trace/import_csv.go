@@ -277,9 +277,55 @@ const (
 	FieldModel     = "model"
 	FieldText      = "prompt"
 	FieldTools     = ColToolTokens // tokens of prompt_tokens that are tool definitions
+	// FieldImages is the number of images a request sends (their sizes unknown: 0x0).
+	FieldImages = ColImages
+	// FieldImageTokens is how many of prompt_tokens the images count for.
+	FieldImageTokens = ColImageTokens
 )
 
-var mapFields = []string{FieldArrival, FieldPrompt, FieldOutput, FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools}
+var mapFields = []string{FieldArrival, FieldPrompt, FieldOutput, FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools,
+	FieldImages, FieldImageTokens}
+
+// imageCount parses an images value into req: a count in [0, MaxImages] of images of
+// unknown size; an empty value is none.
+func imageCount(b []byte, req *Request) error {
+	if len(b) == 0 {
+		return nil
+	}
+	n, err := parseCount(b)
+	if err != nil {
+		return err
+	}
+	if n > MaxImages {
+		return fmt.Errorf("%d, at most %d", n, MaxImages)
+	}
+	if n > 0 {
+		req.Images = make([]Image, n)
+	}
+	return nil
+}
+
+// imageTokens parses an image_tokens value into req, after its images and tools: a count
+// within the prompt beside the tools, 0 when the row has no images; an empty value is none.
+func imageTokens(b []byte, req *Request) error {
+	if len(b) == 0 {
+		return nil
+	}
+	v, err := parseCount(b)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v > int64(req.PromptTokens):
+		return fmt.Errorf("%d is more than prompt_tokens %d (the images' tokens are part of the prompt)", v, req.PromptTokens)
+	case v > 0 && len(req.Images) == 0:
+		return fmt.Errorf("%d but the row sends no images (map images= too)", v)
+	case v+int64(req.Tools()) > int64(req.PromptTokens):
+		return fmt.Errorf("%d and tool_tokens %d are more than prompt_tokens %d together", v, req.Tools(), req.PromptTokens)
+	}
+	req.ImageTokens, req.HasImageTokens = int32(v), true
+	return nil
+}
 
 // toolTokens parses a tool_tokens value of a row whose prompt is prompt tokens: a count
 // in [0, prompt]; an empty value is none (ok false).
@@ -383,7 +429,7 @@ func importGenericCSV(in io.Reader, p *pipeline) error {
 		return err
 	}
 	opt := map[string]int{}
-	for _, k := range []string{FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools} {
+	for _, k := range []string{FieldSession, FieldRequestID, FieldModel, FieldText, FieldTools, FieldImages, FieldImageTokens} {
 		if col, ok := p.opts.Map[k]; ok {
 			ix, err := c.require(col)
 			if err != nil {
@@ -431,6 +477,16 @@ func importGenericCSV(in io.Reader, p *pipeline) error {
 		if i, ok := opt[FieldTools]; ok {
 			if req.ToolTokens, req.HasToolTokens, err = toolTokens(f[i], pt); err != nil {
 				return c.errorf(p.opts.Map[FieldTools], "%v", err)
+			}
+		}
+		for _, k := range []struct {
+			field string
+			parse func([]byte, *Request) error
+		}{{FieldImages, imageCount}, {FieldImageTokens, imageTokens}} {
+			if i, ok := opt[k.field]; ok {
+				if err := k.parse(f[i], &req); err != nil {
+					return c.errorf(p.opts.Map[k.field], "%v", err)
+				}
 			}
 		}
 		if err := p.emit(row{ts: ts, line: c.r.line, req: req}); err != nil {

@@ -250,6 +250,22 @@ func importGenericJSONL(in io.Reader, p *pipeline) error {
 			}
 		}
 		for _, f := range []struct {
+			field string
+			parse func([]byte, *Request) error
+		}{{FieldImages, imageCount}, {FieldImageTokens, imageTokens}} {
+			k, ok := mp[f.field]
+			if !ok || m[k] == nil || bytes.Equal(m[k], []byte("null")) {
+				continue
+			}
+			b, err := num(m[k])
+			if err == nil {
+				err = f.parse(b, &req)
+			}
+			if err != nil {
+				return s.errorf(k, "%v", err)
+			}
+		}
+		for _, f := range []struct {
 			key string
 			dst *string
 		}{{mp[FieldModel], &req.Model}, {mp[FieldText], &req.Prompt}} {

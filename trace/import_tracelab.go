@@ -62,7 +62,7 @@ type tlTimes struct {
 // importTraceLab reads TraceLab's normalized round JSONL. The release is grouped by
 // session, not sorted by time, so rows are always sorted (ImportOptions.Sort); each
 // session's rounds must come in round_index order 0, 1, 2, ... and each round's parent
-// is the round before it. Memory: the sort's ~100 bytes a row, plus ~100 per session.
+// is the round before it. Memory: the sort's ~160 bytes a row, plus ~100 per session.
 func importTraceLab(in io.Reader, p *pipeline) error {
 	s := newJSONL(in, p)
 	p.meta.Source = "tracelab"

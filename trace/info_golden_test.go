@@ -35,28 +35,35 @@ func TestInfoGoldenPlain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got bytes.Buffer
-		if err := info.WriteText(&got, c.name); err != nil {
+		checkInfoGolden(t, info, c.name)
+	}
+}
+
+// checkInfoGolden compares trace info's text and JSON of info with testdata/info-NAME.golden
+// (-update-info rewrites it).
+func checkInfoGolden(t *testing.T, info Info, name string) {
+	t.Helper()
+	var got bytes.Buffer
+	if err := info.WriteText(&got, name); err != nil {
+		t.Fatal(err)
+	}
+	enc := json.NewEncoder(&got)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(info); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "info-"+name+".golden")
+	if *updateInfo {
+		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		enc := json.NewEncoder(&got)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(info); err != nil {
-			t.Fatal(err)
-		}
-		golden := filepath.Join("testdata", "info-"+c.name+".golden")
-		if *updateInfo {
-			if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test -run TestInfoGoldenPlain -update-info to write it)", err)
-		}
-		if !bytes.Equal(got.Bytes(), want) {
-			t.Errorf("trace info of %s changed:\n%s\nwant:\n%s", c.name, got.Bytes(), want)
-		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./trace -run TestInfoGolden -update-info to write it)", err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("trace info of %s changed:\n%s\nwant:\n%s", name, got.Bytes(), want)
 	}
 }
 
@@ -95,26 +102,5 @@ func TestInfoGoldenImages(t *testing.T) {
 	if ii == nil || ii.WithImages != 240 || ii.Share != 0.8 || ii.Total != 600 || ii.PerRequest.Mean != 2.5 || ii.PerRequest.Max != 4 || ii.Width == nil || ii.Width.P50 != 1024 || ii.Sized != 200 || ii.Recorded != 120 {
 		t.Fatalf("images info %+v", ii)
 	}
-	var got bytes.Buffer
-	if err := info.WriteText(&got, "images"); err != nil {
-		t.Fatal(err)
-	}
-	enc := json.NewEncoder(&got)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(info); err != nil {
-		t.Fatal(err)
-	}
-	golden := filepath.Join("testdata", "info-images.golden")
-	if *updateInfo {
-		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -run TestInfoGoldenImages -update-info to write it)", err)
-	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Errorf("trace info of images changed:\n%s\nwant:\n%s", got.Bytes(), want)
-	}
+	checkInfoGolden(t, info, "images")
 }

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"flag"
 	"math"
 	"os"
@@ -22,6 +23,22 @@ func tracesDir(t testing.TB) string {
 		t.Fatalf("sample traces missing from the repository: %v", err)
 	}
 	return dir
+}
+
+// readTracesCSV reads a CSV of testdata/traces whole with the standard library's reader,
+// independently of the importers, header first.
+func readTracesCSV(t testing.TB, file string) [][]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(tracesDir(t), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
 
 func importTrace(t testing.TB, file string, opts ImportOptions) (string, ImportReport) {

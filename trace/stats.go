@@ -147,7 +147,11 @@ func (ii *ImagesInfo) writeText(b *strings.Builder, count int64) {
 	b.WriteString("\n")
 	switch {
 	case ii.Width != nil:
-		fmt.Fprintf(b, "           sizes p50 %.0f x %.0f pixels (width x height; %d of %d images sized, the others 0x0: unknown)\n", ii.Width.P50, ii.Height.P50, ii.Sized, ii.Total)
+		fmt.Fprintf(b, "           sizes p50 %.0f x %.0f pixels (width x height; %d of %d images sized", ii.Width.P50, ii.Height.P50, ii.Sized, ii.Total)
+		if ii.Sized < ii.Total {
+			b.WriteString(", the others 0x0: unknown")
+		}
+		b.WriteString(")\n")
 	case ii.Total > 0:
 		fmt.Fprintf(b, "           sizes unknown (0x0: the trace gives counts only)\n")
 	}

@@ -348,6 +348,11 @@ type SynthSpec struct {
 	// messages' tokens, the draw clamped to [PromptMin, PromptMax − ToolTokens]; a
 	// session's later turns and calls carry the tools once, before their history.
 	ToolTokens int32 `json:"tool_tokens,omitempty"`
+	// Images, when set, makes every request draw images (synth_images.go). The Prompt draw
+	// is the text; a request's prompt_tokens is the text, the tools and the images' tokens
+	// (when Images.Tokens is set), the text clamped to [PromptMin, PromptMax − tools −
+	// image tokens] so the whole prompt stays within PromptMax.
+	Images *SynthImages `json:"images,omitempty"`
 }
 
 // Validate checks the spec; it fills no defaults.
@@ -374,6 +379,11 @@ func (s *SynthSpec) Validate() error {
 	}
 	if s.ToolTokens < 0 || int64(s.ToolTokens)+int64(s.PromptMin) > int64(s.PromptMax) {
 		return fmt.Errorf("synth: tool tokens %d: want >= 0, and room beside them for a prompt of at least %d tokens within the prompt clamp %d", s.ToolTokens, s.PromptMin, s.PromptMax)
+	}
+	if s.Images != nil {
+		if err := s.Images.validate(s); err != nil {
+			return err
+		}
 	}
 	if (s.Prompt.Kind == "" && s.Agent == nil) || s.Output.Kind == "" {
 		return errors.New("synth: prompt and output distributions are required")
@@ -425,6 +435,7 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 	ps := newSampler(&spec.Prompt, rand.New(rand.NewPCG(seed, 2)))
 	outs := newSampler(&spec.Output, rand.New(rand.NewPCG(seed, 3)))
 	srng := rand.New(rand.NewPCG(seed, 4))
+	images := newImageGen(spec.Images, seed)
 	var ts *sampler
 	if spec.Turns != nil {
 		ts = newSampler(spec.Turns, rand.New(rand.NewPCG(seed, 5)))
@@ -470,10 +481,22 @@ func Synth(ctx context.Context, spec SynthSpec, w *Writer) (int64, error) {
 		if tools > 0 {
 			req.ToolTokens, req.HasToolTokens = tools, true
 		}
-		user := clamp(ps.draw(), spec.PromptMin, spec.PromptMax-tools)
+		room := spec.PromptMax - tools
+		if images != nil {
+			img, err := images.draw(&req)
+			if err != nil {
+				return n, fmt.Errorf("synth: request %d: %w", n, err)
+			}
+			if img > int64(room-spec.PromptMin) {
+				return n, fmt.Errorf("synth: request %d: %d images of %d tokens leave no room for a text of %d tokens within the prompt clamp %d (tools %d): draw fewer or smaller images, or raise --prompt-max",
+					n, len(req.Images), img, spec.PromptMin, spec.PromptMax, tools)
+			}
+			room -= int32(img)
+		}
+		user := clamp(ps.draw(), spec.PromptMin, room)
 		req.OutputTokens = clamp(outs.draw(), spec.OutputMin, spec.OutputMax)
 		if ts == nil {
-			req.PromptTokens = tools + user
+			req.PromptTokens = tools + req.ImageTokens + user
 		} else {
 			i := srng.IntN(len(slots))
 			c := slots[i]

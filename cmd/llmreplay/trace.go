@@ -111,7 +111,7 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   # ShareGPT (no timestamps): Poisson arrivals at 5 req/s
   llmreplay trace import --from sharegpt --rate 5 --seed 1 sharegpt.json -o sharegpt.parquet
   # GitHub Copilot coding-agent sessions (a gzipped shard as released): one row per LLM
-  # call, with the calls it waits for; always sorted in memory (~240 B a call)
+  # call, with the calls it waits for; always sorted in memory (~290 B a call)
   llmreplay trace import --from copilot-agent date=2026-06-01/shard-0000.jsonl.gz -o copilot.parquet
   # TraceLab's Claude Code / Codex rounds as agent calls (parents, tool and user gaps)
   llmreplay trace import --from tracelab syfi_coding_trace.jsonl.gz -o tracelab.parquet
@@ -121,9 +121,9 @@ func runTraceImport(ctx context.Context, args []string, stdout, stderr io.Writer
   llmreplay trace import --from csv --map arrival=ts,prompt_tokens=in,output_tokens=out --time-unit ms log.csv -o log.parquet`, stdout)
 	from := fs.String("from", "", "input format: "+strings.Join(trace.ImportFormats, ", "))
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
-	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=,tool_tokens=]")
+	mapping := fs.String("map", "", "csv/jsonl: trace field=source column, e.g. arrival=ts,prompt_tokens=in,output_tokens=out[,session_id=,request_id=,model=,prompt=,tool_tokens=,images=,image_tokens=]")
 	unit := fs.String("time-unit", "s", "csv/jsonl: unit of the arrival column: s, ms, us, ns or datetime")
-	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~100 B each; copilot-agent always sorts)")
+	sortRows := fs.Bool("sort", false, "accept rows out of arrival order and sort them (holds all rows in memory, ~160 B each; copilot-agent always sorts)")
 	keepFailed := fs.Bool("keep-failed", false, "burstgpt: keep failed requests (0 response tokens), lengths raised to 1")
 	limit := fs.Int64("limit", 0, "stop after this many requests (0: all)")
 	var af arrivalFlags
@@ -194,6 +194,9 @@ const traceSynthExamples = `  # 10 minutes of Poisson arrivals at 20 req/s, logn
   llmreplay trace synth --rate 5 --duration 30m --turns uniform:2,8 --sessions 64 -o chat.parquet
   # Every request also sends 4,000 tokens of tool definitions (inside its prompt_tokens)
   llmreplay trace synth --rate 5 --count 1000 --tool-tokens 4000 -o tools.parquet
+  # Multimodal: 0..4 images a request of 512..2048 x 768 pixels; each prompt is the drawn
+  # text plus its images' tokens under the qwen2-vl rule (recorded in image_tokens)
+  llmreplay trace synth --rate 5 --count 1000 --images uniform:0,4 --image-width uniform:512,2048 --image-height fixed:768 -o images.parquet
   # Lengths drawn from a real trace's columns
   llmreplay trace synth --rate 5 --count 5000 --prompt-tokens empirical:azure.parquet --output-tokens empirical:azure.parquet -o like-azure.parquet
   # Agent sessions: 100 tasks started at 0.5/s, 10..40 calls each on a 20k-token first
@@ -271,7 +274,7 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Float64Var(&af.cv, "cv", 1, "gamma: inter-arrival coefficient of variation (1 is Poisson; >1 bursty)")
 	dur := fs.Duration("duration", 0, "trace length (arrivals before it)")
 	count := fs.Int64("count", 0, "number of requests")
-	prompt := fs.String("prompt-tokens", "lognormal:1024,768", "prompt (new user tokens per turn) length DIST: fixed:N uniform:A,B normal:M,SD lognormal:M,SD zipf:S,MAX empirical:FILE")
+	prompt := fs.String("prompt-tokens", "lognormal:1024,768", "prompt (new user tokens per turn) length DIST, the text (with --images their tokens come on top): fixed:N uniform:A,B normal:M,SD lognormal:M,SD zipf:S,MAX empirical:FILE")
 	output := fs.String("output-tokens", "lognormal:256,192", "output length DIST")
 	lo := fs.Int32("min", 1, "clamp every drawn length to at least this")
 	hi := fs.Int32("max", 32768, "clamp prompt and output lengths to at most this (a model's context)")
@@ -283,6 +286,8 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var agf agentFlags
 	agf.register(fs)
 	tools := fs.Int32("tool-tokens", 0, "every request sends tool definitions of N tokens (tool_tokens), counted in its prompt_tokens: a prompt is N plus the drawn tokens, the draw clamped so the whole stays within --prompt-max; later turns and agent calls send the tools once, before their history")
+	var imf imageFlags
+	imf.register(fs)
 	model := fs.String("model", "", "model column value for every request")
 	fs.Uint64Var(&af.seed, "seed", 1, "random seed: the same command and seed give a byte-identical file")
 	out := fs.StringP("output", "o", "", "output trace file (.parquet)")
@@ -326,6 +331,9 @@ func runTraceSynth(ctx context.Context, args []string, stdout, stderr io.Writer)
 		spec.Turns, spec.Sessions, spec.BlockTokens = &d, *sessions, *block
 	}
 	if spec.Agent, err = agf.spec(fs); err != nil {
+		return err
+	}
+	if spec.Images, err = imf.spec(fs); err != nil {
 		return err
 	}
 	if spec.Agent != nil {
@@ -432,4 +440,74 @@ func runTraceSlice(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	fmt.Fprintf(stdout, "wrote %d requests to %s\n", n, *out)
 	return nil
+}
+
+// defaultImageRule is media.DefaultRule ("qwen2-vl"), written out until package media is
+// on this branch (the lead replaces it with media.DefaultRule on merge).
+const defaultImageRule = "qwen2-vl"
+
+// imageFlags are trace synth's image flags.
+type imageFlags struct {
+	count, width, height, rule string
+}
+
+func (f *imageFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.count, "images", "", "images per request DIST, e.g. fixed:1, uniform:0,4, zipf:1.5,16 (a draw of 0 sends none; at most 65536); empty: no images. Single requests only, not with --turns or --agent-sessions")
+	fs.StringVar(&f.width, "image-width", "fixed:1024", "with --images: each image's width in pixels DIST, clamped to 1..16384 (default a fixed mid-size square with --image-height, so every image counts the same tokens unless a spread is asked for)")
+	fs.StringVar(&f.height, "image-height", "fixed:1024", "with --images: each image's height in pixels DIST, clamped to 1..16384")
+	fs.StringVar(&f.rule, "image-rule", defaultImageRule, "with --images: the image rule (a model family's vision processor) counting each image's prompt tokens: a prompt is the --prompt-tokens text plus its images' tokens (recorded in image_tokens), the text clamped so the whole stays within --prompt-max; none: image_tokens null and prompt_tokens the text alone")
+}
+
+// spec returns the images spec, nil without --images.
+func (f *imageFlags) spec(fs *pflag.FlagSet) (*trace.SynthImages, error) {
+	if f.count == "" {
+		for _, n := range []string{"image-width", "image-height", "image-rule"} {
+			if fs.Changed(n) {
+				return nil, usagef("--%s needs --images", n)
+			}
+		}
+		return nil, nil
+	}
+	var im trace.SynthImages
+	for _, d := range []struct {
+		flag string
+		text string
+		dst  *trace.Dist
+	}{{"images", f.count, &im.Count}, {"image-width", f.width, &im.Width}, {"image-height", f.height, &im.Height}} {
+		v, err := trace.ParseDist(d.text)
+		if err != nil {
+			return nil, usagef("--%s: %v", d.flag, err)
+		}
+		if v.Kind == "empirical" {
+			return nil, usagef("--%s: empirical is for token lengths", d.flag)
+		}
+		*d.dst = v
+	}
+	tokens, err := imageRuleTokens(f.rule)
+	if err != nil {
+		return nil, err
+	}
+	if tokens != nil {
+		im.Rule, im.Tokens = f.rule, tokens
+	}
+	return &im, nil
+}
+
+// imageRuleTokens returns the token function of the named image rule; nil for "none".
+//
+// LEAD, wire on merge (the one call site of the image rules in trace synth): package
+// media is being written on another branch, so this cannot look the rule up yet and
+// returns nil (image_tokens null, prompt_tokens the text alone). Replace the body's last
+// line with:
+//
+//	r, err := media.LookupRule(name)
+//	if err != nil {
+//		return nil, usagef("--image-rule: %v (rules: %s)", err, strings.Join(media.RuleNames(), ", "))
+//	}
+//	return r.Tokens, nil
+func imageRuleTokens(name string) (func(width, height int) int, error) {
+	if name == "none" {
+		return nil, nil
+	}
+	return nil, nil // LEAD: media.LookupRule(name), as above
 }
