@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmreplay/llmreplay/sim/stampconn"
 )
 
 // words are the output vocabulary: each is one cl100k_base token, and so is each in any
@@ -358,7 +360,7 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, api apiKind) {
 	// Arrival is stamped before the body is read and parsed, so the server's own request
 	// handling is inside the modelled TTFT rather than added to it.
 	recv := time.Now()
-	conn := connFrom(r.Context())
+	conn := stampconn.FromContext(r.Context())
 	recv, readNs, arriveNs := earliestArrival(conn, recv)
 	rid := echoRequestID(w, r)
 	var rec *LogRecord
@@ -396,14 +398,14 @@ func (s *Server) serveGen(w http.ResponseWriter, r *http.Request, api apiKind) {
 
 // earliestArrival returns the request's true arrival: recv, or earlier the return of the
 // read that delivered the request's head, or earlier still the kernel's receive time of
-// its bytes (stamp.go); the schedule starts there. readNs and arriveNs are those two
+// its bytes (sim/stampconn); the schedule starts there. readNs and arriveNs are those two
 // stamps (0 when not the arrival) for the request log. conn is nil when the listener is
 // not the sim's own.
-func earliestArrival(conn *stampConn, recv time.Time) (arrival time.Time, readNs, arriveNs int64) {
+func earliestArrival(conn *stampconn.Conn, recv time.Time) (arrival time.Time, readNs, arriveNs int64) {
 	if conn == nil {
 		return recv, 0, 0
 	}
-	read, arrive := conn.lastRead()
+	read, arrive := conn.LastRead()
 	if !read.IsZero() && read.Before(recv) {
 		recv, readNs = read, read.UnixNano()
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmreplay/llmreplay/sim/prefixrule"
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 
@@ -15,11 +16,11 @@ import (
 // out tokens and add new tokens.
 type appendWorkload struct{ sessions, calls, first, add, out int }
 
-func (w appendWorkload) plan() []AppendCall {
-	var calls []AppendCall
+func (w appendWorkload) plan() []prefixrule.AppendCall {
+	var calls []prefixrule.AppendCall
 	for t := range w.calls {
 		for s := range w.sessions {
-			calls = append(calls, AppendCall{Session: s, Prompt: w.first + t*(w.out+w.add), Output: w.out})
+			calls = append(calls, prefixrule.AppendCall{Session: s, Prompt: w.first + t*(w.out+w.add), Output: w.out})
 		}
 	}
 	return calls
@@ -29,7 +30,7 @@ func (w appendWorkload) plan() []AppendCall {
 // runs to its end before the next is enqueued), with token-id streams of their own per
 // session, and returns each call's cached tokens. It checks after every step that the
 // KV in use and the cached blocks fit the capacity, and at the end that all KV is free.
-func runAppendCore(t *testing.T, cfg *Config, calls []AppendCall) (cached []int, evictions int64) {
+func runAppendCore(t *testing.T, cfg *Config, calls []prefixrule.AppendCall) (cached []int, evictions int64) {
 	t.Helper()
 	c := newCore(cfg)
 	streams := map[int][]int{}
@@ -83,14 +84,14 @@ func TestHitRateRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			calls := tc.w.plan()
-			rule := PredictCached(calls, b, cfg.KVCacheTokens)
+			rule := prefixrule.PredictCached(calls, b, cfg.KVCacheTokens)
 			got, evictions := runAppendCore(t, &cfg, calls)
 			for i := range calls {
 				if got[i] != rule[i] {
 					t.Errorf("call %d (session %d, prompt %d): engine cached %d, rule %d", i, calls[i].Session, calls[i].Prompt, got[i], rule[i])
 				}
 			}
-			engine, analytical := HitRate(calls, got), HitRate(calls, rule)
+			engine, analytical := prefixrule.HitRate(calls, got), prefixrule.HitRate(calls, rule)
 			if math.Abs(engine-analytical) > 0.02 {
 				t.Errorf("hit rate %.4f, rule %.4f: more than 2 points apart", engine, analytical)
 			}
@@ -101,7 +102,7 @@ func TestHitRateRule(t *testing.T) {
 				if i >= tc.w.sessions {
 					prev := calls[i-tc.w.sessions]
 					shared += (prev.Prompt + prev.Output - 1) / b * b
-					if best := BestCached(c.Prompt, prev.Prompt+prev.Output-1, b); best != (prev.Prompt+prev.Output-1)/b*b {
+					if best := prefixrule.BestCached(c.Prompt, prev.Prompt+prev.Output-1, b); best != (prev.Prompt+prev.Output-1)/b*b {
 						t.Fatalf("BestCached(%d, %d) = %d", c.Prompt, prev.Prompt+prev.Output-1, best)
 					}
 				}
@@ -135,39 +136,6 @@ func slicesSum(v []int) int {
 	return n
 }
 
-// TestPredictCachedSmall checks the rule on a case worked by hand: blocks of 4, KV of 24
-// tokens, two sessions. A: prompt 9, output 3 leaves (9+3-1)/4 = 2 blocks. B: prompt 9,
-// output 3 holds 12 tokens; A's 2 blocks (8 tokens) fit beside it: 2 blocks. A again
-// (prompt 14 = 9+3+2): reads its 2 blocks (8 tokens), holds 17 tokens, and B's 2 blocks
-// no longer fit beside it (17+8 > 24): B loses its tail block, keeping 1. A leaves
-// (14+3-1)/4 = 4 blocks. B again (prompt 14): reads 1 block; holds 17, A's 4 blocks
-// (16) do not fit: A loses 3 tail blocks (17+4 <= 24 once A keeps 1).
-func TestPredictCachedSmall(t *testing.T) {
-	calls := []AppendCall{{0, 9, 3}, {1, 9, 3}, {0, 14, 3}, {1, 14, 3}, {0, 19, 3}}
-	got := PredictCached(calls, 4, 24)
-	// The last: A kept 1 block; it reads it.
-	want := []int{0, 0, 8, 4, 4}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("PredictCached = %v, want %v", got, want)
-		}
-	}
-	if r := HitRate(calls, got); math.Abs(r-16.0/65) > 1e-12 {
-		t.Errorf("HitRate %v, want 16/65", r)
-	}
-	if z := PredictCached(calls, 0, 24); len(z) != len(calls) || slicesSum(z) != 0 || BestCached(14, 11, 0) != 0 {
-		t.Errorf("block size 0: %v", z)
-	}
-	// BestCached: whole blocks of the shared part, never the last prompt token's block.
-	for _, tc := range []struct{ prompt, shared, want int }{
-		{14, 11, 8}, {12, 11, 8}, {12, 12, 8}, {13, 12, 12}, {100, 3, 0}, {0, 5, 0}, {5, 0, 0},
-	} {
-		if got := BestCached(tc.prompt, tc.shared, 4); got != tc.want {
-			t.Errorf("BestCached(%d, %d, 4) = %d, want %d", tc.prompt, tc.shared, got, tc.want)
-		}
-	}
-}
-
 // TestHitRateRuleHTTP: sessions whose prompts grow by appends, as an agent's do, over
 // HTTP: chat (the next call's messages are the previous ones, the answer, and a new user
 // message) and completions (token ids: the previous prompt, the answer's ids and new
@@ -193,7 +161,7 @@ func TestHitRateRuleHTTP(t *testing.T) {
 				r, cfg := prefixSim(t, func(c *Config) { c.KVCacheTokens = kv })
 				msgs := make([][]map[string]any, sessions)
 				toks := make([][]int, sessions)
-				var calls []AppendCall
+				var calls []prefixrule.AppendCall
 				var got []int
 				for round := range rounds {
 					for s := range sessions {
@@ -225,17 +193,17 @@ func TestHitRateRuleHTTP(t *testing.T) {
 						} else {
 							toks[s] = append(toks[s], enc.Encode(v.Choices[0].Text)...)
 						}
-						calls = append(calls, AppendCall{Session: s, Prompt: p, Output: out})
+						calls = append(calls, prefixrule.AppendCall{Session: s, Prompt: p, Output: out})
 						got = append(got, c)
 					}
 				}
-				rule := PredictCached(calls, cfg.PrefixBlockTokens, kv)
+				rule := prefixrule.PredictCached(calls, cfg.PrefixBlockTokens, kv)
 				for i := range calls {
 					if got[i] != rule[i] {
 						t.Errorf("call %d (session %d, prompt %d): cached_tokens %d, rule %d", i, calls[i].Session, calls[i].Prompt, got[i], rule[i])
 					}
 				}
-				engine, analytical := HitRate(calls, got), HitRate(calls, rule)
+				engine, analytical := prefixrule.HitRate(calls, got), prefixrule.HitRate(calls, rule)
 				if math.Abs(engine-analytical) > 0.02 {
 					t.Errorf("hit rate %.4f, rule %.4f", engine, analytical)
 				}

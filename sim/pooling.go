@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/sim/pooling"
+	"github.com/llmreplay/llmreplay/sim/stampconn"
 )
 
 // The pooling endpoints, /v1/embeddings and /rerank (with /v1/rerank and /v2/rerank, as
@@ -48,7 +49,7 @@ func (c *Config) PoolPrefillTime(tokens int) time.Duration {
 // input an engine request. Every input's tokens are counted as the chat path counts a
 // prompt: cl100k_base for text, the ids' count for token ids.
 func (s *Server) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
-	recv, _, _ := earliestArrival(connFrom(r.Context()), time.Now())
+	recv, _, _ := earliestArrival(stampconn.FromContext(r.Context()), time.Now())
 	echoRequestID(w, r)
 	body := s.bodyOr(w, r, writeError)
 	if body == nil {
@@ -94,7 +95,7 @@ func (s *Server) serveEmbeddings(w http.ResponseWriter, r *http.Request) {
 // (query, document) pair is one engine request of tokens(query) + tokens(document)
 // tokens: a cross-encoder reads the two together.
 func (s *Server) serveRerank(w http.ResponseWriter, r *http.Request) {
-	recv, _, _ := earliestArrival(connFrom(r.Context()), time.Now())
+	recv, _, _ := earliestArrival(stampconn.FromContext(r.Context()), time.Now())
 	echoRequestID(w, r)
 	body := s.bodyOr(w, r, writeError)
 	if body == nil {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/llmreplay/llmreplay/sim/stampconn"
 )
 
 // The precise writer (Linux): the fixed profile's stream writes are made by a scheduler
@@ -142,9 +144,9 @@ func (f *fixedSource) dueTokens(sent int, now time.Time) int {
 // many tokens are on the wire and whether the stream is complete ([DONE] written); on
 // complete=false with ok=true the handler writes the rest on its own path. ok=false: the
 // client or the server went away, or the connection failed.
-func (s *Server) servePrecise(ctx context.Context, sc *stampConn, f *fixedSource, ck *chunker, usage bool, rec *LogRecord) (sent int, complete, ok bool) {
+func (s *Server) servePrecise(ctx context.Context, sc *stampconn.Conn, f *fixedSource, ck *chunker, usage bool, rec *LogRecord) (sent int, complete, ok bool) {
 	st := &pstream{srv: s, src: f, ck: ck, includeUsage: usage, logWrites: rec != nil && s.cfg.RequestLogWrites,
-		raw: sc.raw, done: make(chan struct{})}
+		raw: sc.Raw(), done: make(chan struct{})}
 	if !s.precise().submit(st) {
 		return 0, false, true
 	}

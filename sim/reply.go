@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmreplay/llmreplay/sim/stampconn"
 )
 
 // reply is what answering a started request uses: the response, the chunker, the token
@@ -77,7 +79,7 @@ func (s *Server) answered(a *reply) {
 
 // serveStream streams the answer: the response head, then the tokens by the precise
 // writer when it can take the stream, the rest (or all) on the handler's own path.
-func (s *Server) serveStream(ctx context.Context, a *reply, r *http.Request, conn *stampConn, includeUsage bool) {
+func (s *Server) serveStream(ctx context.Context, a *reply, r *http.Request, conn *stampconn.Conn, includeUsage bool) {
 	rc := http.NewResponseController(a.w)
 	h := a.w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/sim/pooling"
+	"github.com/llmreplay/llmreplay/sim/stampconn"
 	"github.com/llmreplay/llmreplay/tokenize"
 )
 
@@ -192,6 +193,10 @@ func (s *Server) precise() *scheduler {
 	return s.sched
 }
 
+// acceptHook, when set (by tests), is called with each connection Start's listener
+// accepts.
+var acceptHook func(net.Conn)
+
 // Running is a Server listening on a TCP address.
 type Running struct {
 	srv  *Server
@@ -221,8 +226,8 @@ func Start(ctx context.Context, addr string, cfg Config) (*Running, error) {
 	}
 	r := &Running{
 		srv:  srv,
-		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: connContext},
-		ln:   stampListener{ln},
+		hs:   &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ConnContext: stampconn.ConnContext},
+		ln:   stampconn.Listener{Listener: ln, OnAccept: acceptHook},
 		done: make(chan struct{}),
 	}
 	go func() {

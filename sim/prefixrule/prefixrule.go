@@ -1,4 +1,10 @@
-package sim
+// Package prefixrule is the analytical rule for the simulated engine's prefix cache on
+// an append-only session workload, the shape agent traffic has: which prompt tokens
+// the cache serves each call (PredictCached), the most it can serve one call
+// (BestCached), and the share of prompt tokens served (HitRate). The sim's tests hold
+// its engine to this rule; a client can compute the hits it should see without
+// running anything.
+package prefixrule
 
 import "slices"
 

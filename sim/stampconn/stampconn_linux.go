@@ -1,6 +1,6 @@
 //go:build linux
 
-package sim
+package stampconn
 
 import (
 	"io"
@@ -22,7 +22,7 @@ func enableStamps(raw syscall.RawConn) bool {
 // net.Conn.Read does (deadlines included) and returns the kernel's receive time of the
 // bytes (0 when the kernel gave none: the first segments after the kernel's stamping is
 // switched on, system-wide and from a work queue, come unstamped).
-func (c *stampConn) readStamped(b []byte) (n int, arrive int64, err error) {
+func (c *Conn) readStamped(b []byte) (n int, arrive int64, err error) {
 	if c.oob == nil {
 		c.oob = make([]byte, rxstamp.OOBSize)
 	}

@@ -1,13 +1,13 @@
 //go:build !linux
 
-package sim
+package stampconn
 
 import "syscall"
 
 // enableStamps: the kernel's receive timestamps are read on Linux only.
 func enableStamps(syscall.RawConn) bool { return false }
 
-func (c *stampConn) readStamped(b []byte) (int, int64, error) {
+func (c *Conn) readStamped(b []byte) (int, int64, error) {
 	n, err := c.Conn.Read(b)
 	return n, 0, err
 }
