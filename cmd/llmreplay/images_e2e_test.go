@@ -386,3 +386,39 @@ func TestE2EAzureMultimodalSampleReplays(t *testing.T) {
 		}
 	}
 }
+
+// TestSynthImagesReplay: trace synth --images counts each image by the default rule into
+// prompt_tokens and image_tokens, and the trace replays through chat with the engine
+// counting every prompt as the trace's plus its template (what it counts beyond the same
+// rows sent as text, --drop-images).
+func TestSynthImagesReplay(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "s.parquet")
+	if msg, err := runArgs(t, "trace", "synth", "--images", "fixed:2", "--image-width", "fixed:640", "--image-height", "fixed:480",
+		"--prompt-tokens", "fixed:500", "--output-tokens", "fixed:4", "--arrival", "constant", "--rate", "20", "--count", "5", "--seed", "1", "-o", tr); err != nil {
+		t.Fatalf("synth: %v %s", err, msg)
+	}
+	rule, _ := media.LookupRule(media.DefaultRule)
+	per := int32(rule.Tokens(640, 480))
+	rd, err := trace.Open(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rd.Next() {
+		r := rd.Request()
+		if len(r.Images) != 2 || !r.HasImageTokens || r.ImageTokens != 2*per || r.PromptTokens != 500+2*per {
+			t.Errorf("row %d: %d images, image_tokens %d (%v), prompt %d; want 2, %d, %d", r.ID, len(r.Images), r.ImageTokens, r.HasImageTokens, r.PromptTokens, 2*per, 500+2*per)
+		}
+	}
+	rd.Close()
+	// The engine's chat template: what it counts beyond a text prompt (the same rows as text).
+	template := map[int64]int32{}
+	for _, r := range replayInProcess(t, []string{"replay", "--trace", tr, "--api", "chat", "--drop-images", "-q", "-o", filepath.Join(dir, "text.parquet")}) {
+		template[r.RequestID] = r.PromptTokensServer - r.PromptTokens
+	}
+	for _, r := range replayInProcess(t, []string{"replay", "--trace", tr, "--api", "chat", "-q", "-o", filepath.Join(dir, "r.parquet")}) {
+		if r.Status != results.StatusOK || r.ImageTokens != 2*per || r.PromptTokensServer-r.PromptTokens != template[r.RequestID] {
+			t.Errorf("request %d: %s, image_tokens %d, served %d for %d (template %d)", r.RequestID, r.Status, r.ImageTokens, r.PromptTokensServer, r.PromptTokens, template[r.RequestID])
+		}
+	}
+}

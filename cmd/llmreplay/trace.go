@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/media"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/spf13/pflag"
 )
@@ -442,9 +443,8 @@ func runTraceSlice(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return nil
 }
 
-// defaultImageRule is media.DefaultRule ("qwen2-vl"), written out until package media is
-// on this branch (the lead replaces it with media.DefaultRule on merge).
-const defaultImageRule = "qwen2-vl"
+// defaultImageRule is trace synth's --image-rule default: the replay's and the sim's.
+const defaultImageRule = media.DefaultRule
 
 // imageFlags are trace synth's image flags.
 type imageFlags struct {
@@ -493,21 +493,15 @@ func (f *imageFlags) spec(fs *pflag.FlagSet) (*trace.SynthImages, error) {
 	return &im, nil
 }
 
-// imageRuleTokens returns the token function of the named image rule; nil for "none".
-//
-// LEAD, wire on merge (the one call site of the image rules in trace synth): package
-// media is being written on another branch, so this cannot look the rule up yet and
-// returns nil (image_tokens null, prompt_tokens the text alone). Replace the body's last
-// line with:
-//
-//	r, err := media.LookupRule(name)
-//	if err != nil {
-//		return nil, usagef("--image-rule: %v (rules: %s)", err, strings.Join(media.RuleNames(), ", "))
-//	}
-//	return r.Tokens, nil
+// imageRuleTokens returns the token function of the named image rule (media.LookupRule);
+// nil for "none".
 func imageRuleTokens(name string) (func(width, height int) int, error) {
 	if name == "none" {
 		return nil, nil
 	}
-	return nil, nil // LEAD: media.LookupRule(name), as above
+	r, err := media.LookupRule(name)
+	if err != nil {
+		return nil, usagef("--image-rule: %v", err)
+	}
+	return r.Tokens, nil
 }
