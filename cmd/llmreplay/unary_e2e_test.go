@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,5 +90,73 @@ func TestE2EEmbeddingsAndRerankAgainstSim(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestE2ESweepAutoFindsEmbeddingsCapacity runs `sweep --auto` of an embeddings trace
+// against the simulated engine's pooling engine shaped so that its saturated rate is a
+// rate this client reaches without strain: at most 2 inputs of 256 tokens run in a step of
+// 10 ms + 20 µs a token, so the engine completes at most Info.Pooling.MaxInputsPerSec
+// (about 100) inputs a second whatever the load. The sweep must bracket the knee at the
+// endpoint, with the requests/s sustained at its passing load within 10% of that capacity.
+//
+// Real time (about a minute), it runs only with LLMREPLAY_E2E=1.
+func TestE2ESweepAutoFindsEmbeddingsCapacity(t *testing.T) {
+	if os.Getenv("LLMREPLAY_E2E") == "" {
+		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
+	}
+	cfg, err := sim.Profile("embed-0.6b-1gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StepBase, cfg.PrefillPerToken, cfg.PoolMaxBatch, cfg.RefContextTokens = 10*time.Millisecond, 20*time.Microsecond, 2, 256
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	running, err := sim.Start(ctx, "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.Close()
+	capacity := running.Info().Pooling.MaxInputsPerSec
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "steady.parquet")
+	if msg, err := runArgs(t, "trace", "synth", "--arrival", "constant", "--rate", "50", "--count", "3000",
+		"--prompt-tokens", "fixed:256", "--output-tokens", "fixed:1", "--seed", "5", "-o", tr); err != nil {
+		t.Fatalf("synth: %v %s", err, msg)
+	}
+	var stdout bytes.Buffer
+	args := []string{"--trace", tr, "--endpoint", running.BaseURL(), "--api", "embeddings", "--quiet",
+		"--auto", "--auto-axis", "rate", "--start", "20", "--max", "400", "--resolution", "0.05",
+		"--duration", "5s", "--cooldown", "0s", "--max-lateness", "500ms", "--json", "-o", filepath.Join(dir, "sweep")}
+	if err := runSweep(ctx, args, &stdout, io.Discard); err != nil {
+		t.Fatalf("sweep: %v\n%s", err, stdout.String())
+	}
+	var got struct {
+		Saturation struct {
+			Found, Bracketed bool
+			PassLoad         float64 `json:"pass_load"`
+			LimitedBy        string  `json:"limited_by"`
+		} `json:"saturation"`
+		Points []struct {
+			Load      float64 `json:"load"`
+			Sustained float64 `json:"sustained_requests_per_s"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("sweep --json: %v\n%s", err, stdout.String())
+	}
+	t.Logf("capacity %.1f inputs/s; sweep: %s", capacity, stdout.String())
+	s := got.Saturation
+	if !s.Found || !s.Bracketed || s.LimitedBy != "endpoint" {
+		t.Fatalf("saturation %+v: want a bracket found at the endpoint", s)
+	}
+	var atPass float64
+	for _, p := range got.Points {
+		if p.Load == s.PassLoad {
+			atPass = p.Sustained
+		}
+	}
+	if math.Abs(atPass-capacity)/capacity > 0.10 {
+		t.Errorf("sustained %.1f requests/s at the saturation load %.2f; the engine's capacity is %.1f inputs/s: more than 10%% apart", atPass, s.PassLoad, capacity)
 	}
 }
