@@ -15,11 +15,15 @@ type ProgressOptions struct {
 	Interval time.Duration // between plain lines; the bar redraws more often
 	Total    int64         // requests the run will plan (0 = unknown)
 	Span     time.Duration // the run's schedule length (last due time); 0 = unknown
+	// Inputs is the inputs of every request of an embeddings or rerank run (--inputs), whose
+	// rate is shown as inputs/s of requests done in place of output tok/s; 0 = generation.
+	Inputs int
 }
 
 // RenderProgress shows p on w until ctx ends: a progress bar on a terminal, plain
 // periodic lines otherwise. Each update shows elapsed vs schedule time, sent, in flight,
-// done, errors, dropped, output tok/s over the last interval, and a warning as soon as
+// done, errors, dropped, output tok/s (inputs/s of an embeddings or rerank run) over the
+// last interval, and a warning as soon as
 // the dispatcher has sent a request later than the lateness bound.
 func RenderProgress(ctx context.Context, w io.Writer, p *Progress, o ProgressOptions) {
 	if o.Interval <= 0 {
@@ -59,6 +63,9 @@ func RenderProgress(ctx context.Context, w io.Writer, p *Progress, o ProgressOpt
 			return
 		case now := <-t.C:
 			tok := p.OutputTokens.Load()
+			if o.Inputs > 0 {
+				tok = p.Done.Load() * int64(o.Inputs)
+			}
 			if dt := now.Sub(lastAt).Seconds(); dt >= 1 {
 				rate = float64(tok-lastTok) / dt
 				lastTok, lastAt = tok, now
@@ -77,8 +84,12 @@ func RenderProgress(ctx context.Context, w io.Writer, p *Progress, o ProgressOpt
 			if late > 0 {
 				warn = fmt.Sprintf("  BEHIND SCHEDULE: %d sends late (last %.1f ms)", late, float64(p.LastLateNS.Load())/1e6)
 			}
-			msg := fmt.Sprintf("%s%s sent %d  in flight %d  done %d  errors %d  dropped %d  %.0f tok/s%s",
-				elapsed, sched, p.Sent.Load(), p.InFlight.Load(), p.Done.Load(), p.Errors.Load(), p.Dropped.Load(), rate, warn)
+			unit := "tok/s"
+			if o.Inputs > 0 {
+				unit = "inputs/s"
+			}
+			msg := fmt.Sprintf("%s%s sent %d  in flight %d  done %d  errors %d  dropped %d  %.0f %s%s",
+				elapsed, sched, p.Sent.Load(), p.InFlight.Load(), p.Done.Load(), p.Errors.Load(), p.Dropped.Load(), rate, unit, warn)
 			if p.Stopping.Load() {
 				msg += "  (stopping)"
 			}

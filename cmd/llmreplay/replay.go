@@ -338,7 +338,7 @@ func startProgress(sess *replay.Session, cfg *replay.Config, prog *replay.Progre
 	}
 	go func() {
 		defer close(progDone)
-		replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: cfg.ProgressInterval, Total: sess.ProgressTotal, Span: sess.Schedule})
+		replay.RenderProgress(progCtx, stderr, prog, replay.ProgressOptions{Terminal: tty, Interval: cfg.ProgressInterval, Total: sess.ProgressTotal, Span: sess.Schedule, Inputs: sess.Options.Inputs})
 	}()
 	return func() {
 		stopProg()
