@@ -271,7 +271,11 @@ func (s *Report) writeClosedText(p func(string, ...any)) {
 // describeSaturation says in words where a closed-loop sweep saturates (stats.SaturationOf).
 func (s *Report) describeSaturation() string {
 	b := s.Saturation
-	what := fmt.Sprintf("saturation (doubling the concurrency adds < %s sustained output tok/s)", pct(s.Options.MinGain*100))
+	unit := "sustained output tok/s"
+	if len(s.Rows) > 0 && s.Rows[0].unary() {
+		unit = "sustained requests/s" // a run that is not generation: its knee is judged on requests
+	}
+	what := fmt.Sprintf("saturation (doubling the concurrency adds < %s %s)", pct(s.Options.MinGain*100), unit)
 	top, trusted := 0.0, 0
 	for _, r := range s.Rows {
 		if !r.Report.Flags.ClientLimited {

@@ -210,3 +210,21 @@ func TestUnaryRepeatedPoint(t *testing.T) {
 		t.Errorf("bootstrap intervals: sustained %+v, p99 %+v; want about 30 req/s and 100 ms", sus, p99)
 	}
 }
+
+// TestUnaryClosedSaturationWords: a closed-loop sweep of a run that is not generation says
+// its saturation in requests/s, what its knee is judged on, not in output tok/s.
+func TestUnaryClosedSaturationWords(t *testing.T) {
+	for _, c := range []struct {
+		unary bool
+		want  string
+	}{{true, "sustained requests/s)"}, {false, "sustained output tok/s)"}} {
+		rep := &analysis.Report{}
+		if c.unary {
+			rep.Unary = &analysis.Unary{}
+		}
+		s := &Report{Rows: []Row{{Load: 4, Report: rep}}}
+		if got := s.describeSaturation(); !strings.Contains(got, c.want) {
+			t.Errorf("unary %v: %q; want %q", c.unary, got, c.want)
+		}
+	}
+}
