@@ -76,6 +76,27 @@ func TestHTMLRendersInChromium(t *testing.T) {
 		}
 		renderCheck(t, bin, r)
 	})
+	t.Run("images", func(t *testing.T) {
+		_, path := imagesReport(t)
+		d, err := Load(context.Background(), decode.LoadOptions{}, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := DefaultOptions()
+		opts.SLO = SLO{TTFT: 200 * time.Millisecond} // every plot, the attainment ones too
+		r, err := Analyze(d, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page strings.Builder
+		r.WriteHTML(&page)
+		for _, want := range []string{"requests with images", "share of prompt tokens", "TTFT, with images"} {
+			if !strings.Contains(page.String(), want) {
+				t.Errorf("HTML lacks %q", want)
+			}
+		}
+		renderCheck(t, bin, r)
+	})
 	t.Run("agents", func(t *testing.T) {
 		opts := DefaultOptions()
 		opts.SLO = SLO{TTFT: 200 * time.Millisecond} // every plot, the attainment ones too
