@@ -41,10 +41,14 @@ func (p *preparer) images(context.Context) error {
 	}
 	b := images.New(o)
 	p.imageSizes = map[[2]int]int64{}
-	if err := p.checkImageRows(b, func(im trace.Image) { p.imageSizes[b.Size(im)]++ }); err != nil {
+	rows, err := p.checkImageRows(b, func(im trace.Image) { p.imageSizes[b.Size(im)]++ })
+	if err != nil {
 		return err
 	}
 	p.imgs = b
+	if p.lookAhead, err = imageLookAhead(b, p.imageSizes, rows); err != nil {
+		return err
+	}
 	p.imageFlags = map[string]string{"image-rule": o.Rule.Name(), "image-format": string(o.Format),
 		"image-size":  fmt.Sprintf("%dx%d (images the trace gives no size for)", o.Width, o.Height),
 		"image-reuse": strconv.FormatFloat(o.Reuse, 'g', -1, 64)}
@@ -52,13 +56,13 @@ func (p *preparer) images(context.Context) error {
 }
 
 // checkImageRows passes over the rows this run will replay (its shard, duration and
-// limit, through the run's planner) and returns the error of the first whose images b
-// leaves no text; each image is given to seen.
-func (p *preparer) checkImageRows(b *images.Builder, seen func(trace.Image)) error {
+// limit, through the run's planner) and returns how many there are, or the error of the
+// first whose images b leaves no text; each image is given to seen.
+func (p *preparer) checkImageRows(b *images.Builder, seen func(trace.Image)) (rows int64, err error) {
 	cfg := p.cfg
 	scan, err := p.open()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer scan.Close()
 	var src trace.Source = scan
@@ -73,13 +77,53 @@ func (p *preparer) checkImageRows(b *images.Builder, seen func(trace.Image)) err
 			break
 		}
 		if err := b.Check(&r); err != nil {
-			return configErrorf("trace %s: %v", scan.Name(), err)
+			return rows, configErrorf("trace %s: %v", scan.Name(), err)
 		}
 		for _, im := range r.Images {
 			seen(im)
 		}
+		rows++
 	}
-	return src.Err()
+	return rows, src.Err()
+}
+
+// imageLookAheadBytes bounds the images the look-ahead holds: 256 MiB, so that a trace
+// of many large images (a 1024x1024 PNG is 2.4 MB in base64) does not hold gigabytes in
+// prepared bodies, while images of usual sizes keep the whole default look-ahead.
+const imageLookAheadBytes = 256 << 20
+
+// minImageLookAhead is the least look-ahead an image run keeps: the preparer must stay
+// ahead of the schedule by more than one request's encoding.
+const minImageLookAhead = 16
+
+// imageLookAhead returns the look-ahead (requests prepared ahead) that holds about
+// imageLookAheadBytes of images: the mean bytes of a request's images, from one image of
+// each of the 4 most frequent sizes encoded, over the rows the run replays; 0 (the
+// default) when it fits.
+func imageLookAhead(b *images.Builder, sizes map[[2]int]int64, rows int64) (int, error) {
+	if rows == 0 {
+		return 0, nil
+	}
+	keys := slices.SortedFunc(maps.Keys(sizes), func(x, y [2]int) int { return cmp.Compare(sizes[y], sizes[x]) })
+	var bytes, n float64
+	for _, k := range keys[:min(len(keys), 4)] {
+		img, err := b.Probe(k[0], k[1])
+		if err != nil {
+			return 0, err
+		}
+		bytes += float64(len(img.Base64)) * float64(sizes[k])
+		n += float64(sizes[k])
+	}
+	var total int64
+	for _, c := range sizes {
+		total += c
+	}
+	perRow := bytes / n * float64(total) / float64(rows) // mean image bytes of a row
+	la := int(imageLookAheadBytes / max(perRow, 1))
+	if la >= DefaultLookAhead {
+		return 0, nil
+	}
+	return max(la, minImageLookAhead), nil
 }
 
 // maxProbedSizes bounds the image sizes --calibrate probes: the most frequent 8, one
@@ -114,7 +158,8 @@ func (p *preparer) calibrateImages(ctx context.Context) error {
 	}
 	p.imgs.Measure(measured)
 	p.imageFlags["image-tokens"] = "measured by --calibrate, per size: " + strings.Join(said, ", ")
-	return p.checkImageRows(p.imgs, func(trace.Image) {})
+	_, err = p.checkImageRows(p.imgs, func(trace.Image) {})
+	return err
 }
 
 // CalibrateImages returns what the server at e counts one image of each size for: the

@@ -123,7 +123,7 @@ func Prepare(ctx context.Context, cfg Config, env Env) (_ *Session, err error) {
 		p.meta.Flags["on-turn-error"] = p.onTurnError()
 	}
 	s.Options = Options{
-		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()), Images: p.imgs,
+		Source: p.source, Client: p.cl, Prompter: p.prompter(), Tools: NewTools(p.builder, p.toolOverhead, p.cl.TakesTools()), Images: p.imgs, LookAhead: p.lookAhead,
 		Speedup: p.speedup, Concurrency: cfg.Concurrency, MaxInflight: cfg.MaxInflight,
 		Duration: cfg.Duration, Limit: cfg.Limit, Warmup: cfg.Warmup, Grace: cfg.Grace,
 		Shard: int32(p.shard.Index), Prewarm: PrewarmCount(cfg.Prewarm, cfg.MaxInflight, cfg.Concurrency), RampUp: cfg.RampUp,
@@ -184,6 +184,7 @@ type preparer struct {
 	imgs         *images.Builder   // the trace's images, when sent (images)
 	imageFlags   map[string]string // how they are sent, for the run metadata
 	imageSizes   map[[2]int]int64  // images sent per size, for --calibrate to probe
+	lookAhead    int               // Options.LookAhead: 0, the default, unless images bound it
 
 	servedIDs []string          // GET /v1/models, once listed (route.go)
 	models    map[string]string // Options.Models
