@@ -138,14 +138,14 @@ func walkImages(v any, f func(string)) {
 	}
 }
 
-// TestE2EImagesAgainstSim replays a trace whose rows send 0, 1 or 2 images (of known
+// TestImagesAgainstSim replays a trace whose rows send 0, 1 or 2 images (of known
 // sizes, or of sizes the trace does not give) through each API that takes images, to the
 // simulated engine behind a proxy that decodes every image sent. Each image must decode
 // to the trace's size (--image-size for unknown ones); the records must say how many
 // images went and what the rule counts them for; and the engine, which counts images by
 // the same rule, must count each prompt as the trace's plus its chat template, as it does
 // the same rows without images.
-func TestE2EImagesAgainstSim(t *testing.T) {
+func TestImagesAgainstSim(t *testing.T) {
 	dir := t.TempDir()
 	sizes := []trace.Image{{Width: 640, Height: 480}, {Width: 1280, Height: 720}, {}, {Width: 97, Height: 1500}}
 	withPath, withoutPath := filepath.Join(dir, "images.parquet"), filepath.Join(dir, "text.parquet")
@@ -272,12 +272,12 @@ func TestImagesRefusedOrDropped(t *testing.T) {
 	}
 }
 
-// TestE2EImagesCalibrated: an engine that counts images otherwise than --image-rule
+// TestImagesCalibrated: an engine that counts images otherwise than --image-rule
 // (fixed:300 against the default qwen2-vl) makes every prompt with images miscounted;
 // --calibrate measures the engine's count of each size the run sends and the run sends by
 // it, so that the engine counts every prompt as the trace's, and the records say what
 // the images were counted.
-func TestE2EImagesCalibrated(t *testing.T) {
+func TestImagesCalibrated(t *testing.T) {
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "images.parquet")
 	reqs := imageTrace(t, tr, 9, 5000, true, []trace.Image{{Width: 640, Height: 480}, {Width: 1024, Height: 1024}})
@@ -336,13 +336,13 @@ func TestE2EImagesCalibrated(t *testing.T) {
 	}
 }
 
-// TestE2EAzureMultimodalSampleReplays imports the multimodal sample (written by us in the
+// TestAzureMultimodalSampleReplays imports the multimodal sample (written by us in the
 // published schema of Azure's 2025 multimodal trace: counts of images, no sizes) and
-// replays it through the chat API to the in-process engine (moe-230b-8gpu: some rows are
+// replays it through the chat API to the in-process engine (the fixed profile: some rows are
 // longer than tiny's context): every request ok, with the
 // trace's count of images, each counted by the rule at --image-size, and the engine
 // counting every prompt as the trace's plus its template.
-func TestE2EAzureMultimodalSampleReplays(t *testing.T) {
+func TestAzureMultimodalSampleReplays(t *testing.T) {
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "lmm.parquet")
 	if msg, err := runArgs(t, "trace", "import", "--from", "azure-lmm", "-o", tr, filepath.Join(tracesDir(t), "AzureLMMInferenceTrace_multimodal.sample.csv")); err != nil {
@@ -364,7 +364,7 @@ func TestE2EAzureMultimodalSampleReplays(t *testing.T) {
 	}
 	rule, _ := media.LookupRule(media.DefaultRule)
 	per := int32(rule.Tokens(448, 448))
-	recs := replayInProcess(t, []string{"replay", "--trace", tr, "--api", "chat", "--image-size", "448x448", "--rate", "20", "--sim-profile", "moe-230b-8gpu", "-q", "-o", filepath.Join(dir, "r.parquet")})
+	recs := replayInProcess(t, []string{"replay", "--trace", tr, "--api", "chat", "--image-size", "448x448", "--rate", "20", "--sim-profile", "fixed", "-q", "-o", filepath.Join(dir, "r.parquet")})
 	if len(recs) != len(want) {
 		t.Fatalf("%d records of %d rows", len(recs), len(want))
 	}
