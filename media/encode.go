@@ -52,8 +52,10 @@ const JPEGQuality = 85
 // engine's multimodal cache keys on the decoded pixels, so a replay's distinct images
 // must be distinct there, not only in their bytes): every pixel's grain and colour is
 // drawn from the seed's stream, so two seeds agreeing on all of them is a chance of
-// about one in 2^(15 x pixels) for PNG; for JPEG, whose quantisation merges nearby
-// values, the tests check 400 seeds down to one 8x8 block.
+// about one in 2^(15 x pixels) for PNG; a JPEG mosaic carries the seed itself in its
+// first whole blocks, so distinct seeds differ there by construction; for a JPEG too
+// small for it, whose quantisation merges nearby values, the tests check 400 seeds down
+// to one 8x8 block.
 //
 // The content is made to cost on the wire what a photograph does, not the hundred bytes
 // of a blank image: a smooth random field at two scales (a 64-pixel and a 16-pixel
@@ -61,10 +63,12 @@ const JPEGQuality = 85
 // scene) plus a per-pixel grain of +-8 levels (sensor noise). A JPEG is painted in the
 // codec's own colour space (4:2:0 YCbCr: the luma so, the chroma a smooth lattice with a
 // faint grain, as a photograph's colour varies slowly beside its light), so no pixel is
-// converted; a PNG in RGB, every channel so. A 1024x1024 JPEG, at JPEGQuality, is about
-// 1.5 bits per pixel, inside a photo's usual 0.5 to 3; a PNG (deflate at its fastest
-// level) about 14, a photo's as a PNG. docs/replay.md ("Images") gives the measured
-// sizes and the command that measures them.
+// converted; a PNG in RGB, every channel so. A JPEG of at least 7 whole 16x16 blocks
+// (mosaicFits) is a mosaic of such content's blocks, pre-encoded once (mosaic.go), at
+// about a 300th of the cost of painting and coding it: at JPEGQuality, a 1024x1024 is
+// about 1.6 bits per pixel, inside a photo's usual 0.5 to 3; a PNG (deflate at its
+// fastest level) about 14, a photo's as a PNG. docs/replay.md ("Images") gives the
+// measured sizes and times and the command that measures them.
 func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 	if width < 1 || height < 1 || width > MaxSide || height > MaxSide {
 		return nil, fmt.Errorf("image size %dx%d: each side must be in [1, %d]", width, height, MaxSide)
@@ -72,6 +76,15 @@ func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 	if f != PNG && f != JPEG {
 		return nil, fmt.Errorf("unknown image format %q (want png or jpeg)", f)
 	}
+	if f == JPEG && mosaicFits(width, height) {
+		return encodeMosaic(width, height, seed)
+	}
+	return encodePainted(width, height, seed, f)
+}
+
+// encodePainted paints every pixel and encodes them with the standard library: the
+// path of PNGs and of JPEGs too small for the mosaic (mosaicFits).
+func encodePainted(width, height int, seed uint64, f Format) ([]byte, error) {
 	var buf bytes.Buffer
 	if f == JPEG {
 		img := image.NewYCbCr(image.Rect(0, 0, width, height), image.YCbCrSubsampleRatio420)
