@@ -8,11 +8,15 @@ import (
 
 // BenchmarkEncode measures Encode at the sizes replays send most, beside the painted
 // path (every pixel painted and coded by image/jpeg or image/png, what Encode did before
-// the JPEG mosaic) in the same run; bytes/image is the file's size, bits/px its cost per
-// pixel (a photo's JPEG is 0.5 to 3). The mosaic's tile library is built before the
-// timing (BenchmarkMosaicTiles measures that, once per process).
+// the mosaics) in the same run; bytes/image is the file's size, bits/px its cost per
+// pixel (a photo's JPEG is 0.5 to 3, its PNG 10 to 16). The mosaics' libraries are
+// built before the timing (BenchmarkMosaicTiles and BenchmarkPNGPieces measure that,
+// once per process).
 func BenchmarkEncode(b *testing.B) {
 	if _, err := loadTiles(); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := loadPNGPieces(); err != nil {
 		b.Fatal(err)
 	}
 	paths := []struct {
@@ -53,12 +57,23 @@ func BenchmarkMosaicTiles(b *testing.B) {
 	}
 }
 
+// BenchmarkPNGPieces measures building the PNG mosaic's pieces, which a process pays
+// once, on its first PNG.
+func BenchmarkPNGPieces(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := buildPNGPieces(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkPaint measures the pixels alone, to tell the content's cost from the codec's.
 func BenchmarkPaint(b *testing.B) {
 	img := image.NewRGBA(image.Rect(0, 0, 1024, 1024))
 	b.ReportAllocs()
 	for b.Loop() {
-		paint(img, 1)
+		paint(img, 1, 4)
 	}
 }
 

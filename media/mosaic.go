@@ -10,7 +10,7 @@ import (
 )
 
 // The JPEG mosaic: Encode's fast path for JPEG. Go's image/jpeg costs about 20 to 50 ms
-// a 1024x1024 image (BenchmarkEncode/.../library), one or two of a replay client's cores
+// a 1024x1024 image (BenchmarkEncode/.../painted), one or two of a replay client's cores
 // at tens of multimodal requests a second, beside the dispatcher whose timing the
 // results rest on; no encoder in a library avoids painting and transforming every
 // pixel, so the mosaic is written here. It follows ITU-T T.81 (baseline sequential
@@ -52,17 +52,8 @@ type jpegTiles struct {
 	seg  [mosaicTiles][]byte
 }
 
-var (
-	tilesOnce sync.Once
-	tiles     *jpegTiles
-	tilesErr  error
-)
-
-// loadTiles returns the library, encoding it on first use (a few ms, once).
-func loadTiles() (*jpegTiles, error) {
-	tilesOnce.Do(func() { tiles, tilesErr = buildTiles() })
-	return tiles, tilesErr
-}
+// loadTiles returns the library, encoding it on first use (about 13 ms, once).
+var loadTiles = sync.OnceValues(buildTiles)
 
 // buildTiles paints one 512x512 picture of Encode's content (32x32 tiles of 16x16) with
 // a fixed seed and encodes each tile alone with image/jpeg at JPEGQuality.
@@ -139,26 +130,11 @@ func encodeMosaic(w, h int, seed uint64) ([]byte, error) {
 	cols, rows := (w+15)/16, (h+15)/16
 	fullCols, fullRows := w/16, h/16
 	idx := make([]uint16, cols*rows)
-	key, keyLeft := mix64(seed), mosaicKeyTiles
-	s := seed ^ 0xb7e151628aed2a6a
-	var r uint64
-	var left int
+	pick := newTilePicker(seed, 0xb7e151628aed2a6a)
 	size := len(t.head) + 4 + len(t.mid) + 6 + len(t.sos) + 2*len(idx)
 	for my := range rows {
 		for mx := range cols {
-			var v uint16
-			if keyLeft > 0 && mx < fullCols && my < fullRows {
-				v = uint16(key & (mosaicTiles - 1))
-				key >>= mosaicBits
-				keyLeft--
-			} else {
-				if left == 0 {
-					r, left = splitmix64(&s), 64/mosaicBits
-				}
-				v = uint16(r & (mosaicTiles - 1))
-				r >>= mosaicBits
-				left--
-			}
+			v := pick.next(mx < fullCols && my < fullRows)
 			idx[my*cols+mx] = v
 			size += len(t.seg[v])
 		}
@@ -177,6 +153,39 @@ func encodeMosaic(w, h int, seed uint64) ([]byte, error) {
 		out = append(out, t.seg[v]...)
 	}
 	return append(out, 0xff, 0xd9), nil
+}
+
+// tilePicker chooses a mosaic's tiles: the first mosaicKeyTiles it is asked for with
+// keyed set are the bits of mix64(seed), 10 a tile; the others come from the seed's
+// stream, 6 tiles a draw.
+type tilePicker struct {
+	key     uint64
+	keyLeft int
+	s, r    uint64
+	left    int
+}
+
+// newTilePicker starts the picker of seed; salt sets its stream apart from the others
+// drawn from the seed.
+func newTilePicker(seed, salt uint64) tilePicker {
+	return tilePicker{key: mix64(seed), keyLeft: mosaicKeyTiles, s: seed ^ salt}
+}
+
+// next returns the next tile's index.
+func (p *tilePicker) next(keyed bool) uint16 {
+	if keyed && p.keyLeft > 0 {
+		v := uint16(p.key & (mosaicTiles - 1))
+		p.key >>= mosaicBits
+		p.keyLeft--
+		return v
+	}
+	if p.left == 0 {
+		p.r, p.left = splitmix64(&p.s), 64/mosaicBits
+	}
+	v := uint16(p.r & (mosaicTiles - 1))
+	p.r >>= mosaicBits
+	p.left--
+	return v
 }
 
 // mix64 is SplitMix64's step from x: a bijection of the 64-bit values (adding a

@@ -4,25 +4,32 @@ import (
 	"bytes"
 	"encoding/binary"
 	"image"
-	"image/jpeg"
 	"testing"
 )
 
-// decodeJPEG decodes b with image/jpeg and checks its size, the YCbCr 4:2:0 the mosaic
-// writes, and that DecodeConfig reads the same size.
-func decodeJPEG(t testing.TB, b []byte, w, h int) *image.YCbCr {
+// decodeSized decodes b with image.Decode (image/jpeg or image/png, which checks every
+// chunk's CRC-32 and, reading the zlib stream to its end, the Adler-32) and checks that
+// it is a file of format f and size w x h, as DecodeConfig reads it too.
+func decodeSized(t testing.TB, b []byte, w, h int, f Format) image.Image {
 	t.Helper()
-	img, err := jpeg.Decode(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("%dx%d jpeg does not decode: %v", w, h, err)
+	img, format, err := image.Decode(bytes.NewReader(b))
+	if err != nil || format != string(f) {
+		t.Fatalf("%dx%d %s does not decode: %q, %v", w, h, f, format, err)
 	}
 	if got := img.Bounds().Size(); got.X != w || got.Y != h {
-		t.Fatalf("%dx%d jpeg decodes to %v", w, h, got)
+		t.Fatalf("%dx%d %s decodes to %v", w, h, f, got)
 	}
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
-	if err != nil || format != "jpeg" || cfg.Width != w || cfg.Height != h {
-		t.Fatalf("DecodeConfig of %dx%d = %+v %q %v", w, h, cfg, format, err)
+	if err != nil || format != string(f) || cfg.Width != w || cfg.Height != h {
+		t.Fatalf("DecodeConfig of %dx%d %s = %+v %q %v", w, h, f, cfg, format, err)
 	}
+	return img
+}
+
+// decodeJPEG decodes a JPEG of w x h, which must be the 4:2:0 YCbCr Encode writes.
+func decodeJPEG(t testing.TB, b []byte, w, h int) *image.YCbCr {
+	t.Helper()
+	img := decodeSized(t, b, w, h, JPEG)
 	y, ok := img.(*image.YCbCr)
 	if !ok || y.SubsampleRatio != image.YCbCrSubsampleRatio420 {
 		t.Fatalf("%dx%d decodes to %T, want 4:2:0 YCbCr", w, h, img)
@@ -30,38 +37,39 @@ func decodeJPEG(t testing.TB, b []byte, w, h int) *image.YCbCr {
 	return y
 }
 
-// TestMosaicDecodesToSize covers the sizes around the mosaic's edges: the smallest it
-// makes, sides that are not multiples of 16 (cropped MCUs), one MCU wide or high, and
-// the 16384-pixel bound on either side.
+// TestMosaicDecodesToSize covers the sizes around the mosaics' edges: the smallest they
+// make; for JPEG sides that are not multiples of 16 (cropped MCUs) and one MCU wide or
+// high, for PNG widths that take every run's width and a tail; and the 16384-pixel bound.
 func TestMosaicDecodesToSize(t *testing.T) {
-	for _, sz := range [][2]int{
-		{112, 16}, {16, 112}, {48, 48}, {113, 17}, {127, 31}, {333, 129}, {1000, 17},
-		{17, 1000}, {1023, 769}, {1024, 1024}, {MaxSide, 16}, {16, MaxSide}, {MaxSide, 33},
+	for _, c := range []struct {
+		f     Format
+		fits  func(w, h int) bool
+		sizes [][2]int
+	}{
+		{JPEG, mosaicFits, [][2]int{
+			{112, 16}, {16, 112}, {48, 48}, {113, 17}, {127, 31}, {333, 129}, {1000, 17},
+			{17, 1000}, {1023, 769}, {1024, 1024}, {MaxSide, 16}, {16, MaxSide}, {MaxSide, 33},
+		}},
+		{PNG, pngFits, [][2]int{
+			{8, 7}, {9, 7}, {15, 7}, {56, 3}, {255, 3}, {257, 7}, {333, 129}, {511, 64},
+			{1023, 769}, {1024, 1024}, {MaxSide, 1}, {MaxSide, 3}, {MaxSide - 1, 2},
+		}},
 	} {
-		if !mosaicFits(sz[0], sz[1]) {
-			t.Fatalf("%v: the mosaic does not make it; the test means it to", sz)
+		for _, sz := range c.sizes {
+			if !c.fits(sz[0], sz[1]) {
+				t.Fatalf("%v %s: the mosaic does not make it; the test means it to", sz, c.f)
+			}
+			b, err := Encode(sz[0], sz[1], uint64(sz[0]*sz[1]), c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.f == JPEG {
+				decodeJPEG(t, b, sz[0], sz[1])
+			} else {
+				decodePNG(t, b, sz[0], sz[1])
+			}
 		}
-		b, err := Encode(sz[0], sz[1], uint64(sz[0]*sz[1]), JPEG)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decodeJPEG(t, b, sz[0], sz[1])
 	}
-}
-
-// FuzzEncodeJPEG checks that any size and seed decodes to its size, whichever path makes it.
-func FuzzEncodeJPEG(f *testing.F) {
-	for _, c := range [][3]uint64{{1, 1, 0}, {7, 3, 1}, {112, 16, 2}, {111, 16, 3}, {130, 66, 4}, {641, 480, 5}} {
-		f.Add(c[0], c[1], c[2])
-	}
-	f.Fuzz(func(t *testing.T, w, h, seed uint64) {
-		wi, hi := int(w%1200)+1, int(h%1200)+1
-		b, err := Encode(wi, hi, seed, JPEG)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decodeJPEG(t, b, wi, hi)
-	})
 }
 
 // TestMosaicHeader checks the header field by field: the painted path's tables (so
@@ -212,19 +220,23 @@ func TestMosaicTilesDistinct(t *testing.T) {
 }
 
 // TestMosaicDistinctPixels checks decoded pixels over many seeds at the smallest size
-// the mosaic makes, where the fewest MCUs tell images apart.
+// each mosaic makes, where the fewest tiles tell images apart.
 func TestMosaicDistinctPixels(t *testing.T) {
-	seen := map[string]uint64{}
-	for seed := range uint64(3000) {
-		b, err := Encode(112, 16, seed, JPEG)
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		f    Format
+		w, h int
+	}{{JPEG, 112, 16}, {PNG, 8, 7}} {
+		seen := map[string]uint64{}
+		for seed := range uint64(3000) {
+			b, err := Encode(c.w, c.h, seed, c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := string(pixels(decodeSized(t, b, c.w, c.h, c.f)))
+			if prev, ok := seen[key]; ok {
+				t.Fatalf("%s %dx%d: seeds %d and %d give the same pixels", c.f, c.w, c.h, prev, seed)
+			}
+			seen[key] = seed
 		}
-		img := decodeJPEG(t, b, 112, 16)
-		key := string(img.Y) + string(img.Cb) + string(img.Cr)
-		if prev, ok := seen[key]; ok {
-			t.Fatalf("seeds %d and %d give the same pixels", prev, seed)
-		}
-		seen[key] = seed
 	}
 }
