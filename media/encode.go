@@ -50,10 +50,7 @@ const JPEGQuality = 85
 // library's decoders (image/png, image/jpeg) accept. Its pixels are a deterministic
 // function of seed, width and height, and distinct seeds give distinct pixels (an
 // engine's multimodal cache keys on the decoded pixels, so a replay's distinct images
-// must be distinct there, not only in their bytes): every pixel's grain and colour is
-// drawn from the seed's stream, so two seeds agreeing on all of them is a chance of
-// about one in 2^(15 x pixels) for PNG; for JPEG, whose quantisation merges nearby
-// values, the tests check 400 seeds down to one 8x8 block.
+// must be distinct there, not only in their bytes).
 //
 // The content is made to cost on the wire what a photograph does, not the hundred bytes
 // of a blank image: a smooth random field at two scales (a 64-pixel and a 16-pixel
@@ -61,10 +58,23 @@ const JPEGQuality = 85
 // scene) plus a per-pixel grain of +-8 levels (sensor noise). A JPEG is painted in the
 // codec's own colour space (4:2:0 YCbCr: the luma so, the chroma a smooth lattice with a
 // faint grain, as a photograph's colour varies slowly beside its light), so no pixel is
-// converted; a PNG in RGB, every channel so. A 1024x1024 JPEG, at JPEGQuality, is about
-// 1.5 bits per pixel, inside a photo's usual 0.5 to 3; a PNG (deflate at its fastest
-// level) about 14, a photo's as a PNG. docs/replay.md ("Images") gives the measured
-// sizes and the command that measures them.
+// converted; a PNG in RGB, every channel so.
+//
+// Painting and coding every pixel costs tens of milliseconds a megapixel, so all but the
+// smallest images are mosaics of such content pre-encoded once per process: a JPEG of at
+// least 7 whole 16x16 MCUs (mosaicFits) is pre-encoded MCUs between restart markers
+// (mosaic.go), a PNG of at least 7 pieces of scanline (pngFits) is pre-deflated runs of
+// Sub-filtered pixels (pngmosaic.go), each a few hundredths of the painted cost or less.
+// A mosaic carries the seed itself (a bijection of it) in its first 7 tiles, which are
+// pairwise distinct, so distinct seeds give distinct pixels by construction. An image
+// too small for a mosaic is painted, every pixel's grain and colour drawn from the
+// seed's stream: two seeds agreeing on all of them is a chance of about one in
+// 2^(15 x pixels) for PNG; for JPEG, whose quantisation merges nearby values, the tests
+// check 400 seeds down to one 8x8 block.
+//
+// At JPEGQuality a 1024x1024 JPEG is about 1.6 bits per pixel, inside a photo's usual
+// 0.5 to 3; a PNG about 13, a photo's as a PNG (10 to 16). docs/replay.md ("Images")
+// gives the measured sizes and times and the command that measures them.
 func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 	if width < 1 || height < 1 || width > MaxSide || height > MaxSide {
 		return nil, fmt.Errorf("image size %dx%d: each side must be in [1, %d]", width, height, MaxSide)
@@ -72,6 +82,18 @@ func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 	if f != PNG && f != JPEG {
 		return nil, fmt.Errorf("unknown image format %q (want png or jpeg)", f)
 	}
+	if f == JPEG && mosaicFits(width, height) {
+		return encodeMosaic(width, height, seed)
+	}
+	if f == PNG && pngFits(width, height) {
+		return encodePNGMosaic(width, height, seed)
+	}
+	return encodePainted(width, height, seed, f)
+}
+
+// encodePainted paints every pixel and encodes them with the standard library: the
+// path of images too small for a mosaic (mosaicFits, pngFits).
+func encodePainted(width, height int, seed uint64, f Format) ([]byte, error) {
 	var buf bytes.Buffer
 	if f == JPEG {
 		img := image.NewYCbCr(image.Rect(0, 0, width, height), image.YCbCrSubsampleRatio420)
@@ -83,7 +105,7 @@ func Encode(width, height int, seed uint64, f Format) ([]byte, error) {
 		return buf.Bytes(), nil
 	}
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	paint(img, seed)
+	paint(img, seed, 4)
 	buf.Grow(width * height * 2)
 	if err := pngEncoder.Encode(&buf, img); err != nil {
 		return nil, fmt.Errorf("encode %dx%d png: %w", width, height, err)
@@ -169,8 +191,9 @@ func (l *lattice) addRow(row, acc []int32) {
 	}
 }
 
-// paint fills img with the content Encode describes, for PNG.
-func paint(img *image.RGBA, seed uint64) {
+// paint fills img with the content Encode describes, for PNG, with a grain of grain
+// bits (4: +-8 levels).
+func paint(img *image.RGBA, seed uint64, grain uint) {
 	w, h := img.Rect.Dx(), img.Rect.Dy()
 	s := seed ^ 0x6a09e667f3bcc908 // the sequence of seed 0 is not the one of the lattice's draws
 	coarse := newLattice(&s, w, h, 6, 3, 0, 256)
@@ -191,7 +214,7 @@ func paint(img *image.RGBA, seed uint64) {
 				r = splitmix64(&noise)
 			}
 			for c := range 3 {
-				v := acc[3*x+c]>>8 + int32(r&15) - 8
+				v := acc[3*x+c]>>8 + int32(r&(1<<grain-1)) - 1<<grain/2
 				r >>= 5
 				pix[4*x+c] = uint8(min(max(v, 0), 255))
 			}

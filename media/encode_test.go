@@ -4,36 +4,28 @@ import (
 	"bytes"
 	"encoding/base64"
 	"image"
-	"image/jpeg"
-	"image/png"
 	"testing"
 )
 
+// TestEncodeDecodesToSize checks Encode (a mosaic for all but the smallest sizes) and the
+// painted path alike.
 func TestEncodeDecodesToSize(t *testing.T) {
 	for _, f := range []Format{PNG, JPEG} {
 		for _, sz := range [][2]int{{1, 1}, {7, 3}, {64, 64}, {333, 129}, {1024, 768}} {
-			b, err := Encode(sz[0], sz[1], 42, f)
-			if err != nil {
-				t.Fatalf("Encode(%v, %s): %v", sz, f, err)
-			}
-			var img image.Image
-			if f == PNG {
-				img, err = png.Decode(bytes.NewReader(b))
-			} else {
-				img, err = jpeg.Decode(bytes.NewReader(b))
-			}
-			if err != nil {
-				t.Fatalf("Encode(%v, %s) does not decode: %v", sz, f, err)
-			}
-			if got := img.Bounds().Size(); got.X != sz[0] || got.Y != sz[1] {
-				t.Errorf("Encode(%v, %s) decodes to %v", sz, f, got)
-			}
-			cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
-			if err != nil || format != string(f) || cfg.Width != sz[0] || cfg.Height != sz[1] {
-				t.Errorf("DecodeConfig of Encode(%v, %s) = %+v %q %v", sz, f, cfg, format, err)
+			for _, enc := range []func(int, int, uint64, Format) ([]byte, error){Encode, encodePainted} {
+				testDecodesToSize(t, enc, sz, f)
 			}
 		}
 	}
+}
+
+func testDecodesToSize(t *testing.T, enc func(int, int, uint64, Format) ([]byte, error), sz [2]int, f Format) {
+	t.Helper()
+	b, err := enc(sz[0], sz[1], 42, f)
+	if err != nil {
+		t.Fatalf("encode %v %s: %v", sz, f, err)
+	}
+	decodeSized(t, b, sz[0], sz[1], f)
 }
 
 func TestEncodeDeterministicAndDistinct(t *testing.T) {

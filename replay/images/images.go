@@ -47,7 +47,7 @@ func ParseSize(s string) (w, h int, err error) {
 
 // maxRecent bounds the distinct images kept per size for --image-reuse to repeat: a
 // repeat draws among the last 64 sent, enough for a cache to hit and little memory (64
-// JPEGs of 1024x1024 in base64 are 13 MB).
+// JPEGs of 1024x1024 in base64 are 18 MB).
 const maxRecent = 64
 
 // Builder builds the images of requests. The preparer calls split in trace order, so a
