@@ -87,10 +87,10 @@ func (p *preparer) checkImageRows(b *images.Builder, seen func(trace.Image)) (ro
 	return rows, src.Err()
 }
 
-// imageLookAheadBytes bounds the images the look-ahead holds: 256 MiB, so that a trace
+// imageLookAheadBytes bounds the images the look-ahead holds: 64 MiB, so that a trace
 // of many large images (a 1024x1024 PNG is 2.4 MB in base64) does not hold gigabytes in
 // prepared bodies, while images of usual sizes keep the whole default look-ahead.
-const imageLookAheadBytes = 256 << 20
+const imageLookAheadBytes = 64 << 20
 
 // minImageLookAhead is the least look-ahead an image run keeps: the preparer must stay
 // ahead of the schedule by more than one request's encoding.
