@@ -100,7 +100,8 @@ func TestE2EEmbeddingsAndRerankAgainstSim(t *testing.T) {
 // (about 100) inputs a second whatever the load. The sweep must bracket the knee at the
 // endpoint, with the requests/s sustained at its passing load within 10% of that capacity.
 //
-// Real time (about a minute), it runs only with LLMREPLAY_E2E=1.
+// Real time (about 20 s: points of 3 s from 60 requests/s), it runs only with
+// LLMREPLAY_E2E=1.
 func TestE2ESweepAutoFindsEmbeddingsCapacity(t *testing.T) {
 	if os.Getenv("LLMREPLAY_E2E") == "" {
 		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
@@ -126,8 +127,8 @@ func TestE2ESweepAutoFindsEmbeddingsCapacity(t *testing.T) {
 	}
 	var stdout bytes.Buffer
 	args := []string{"--trace", tr, "--endpoint", running.BaseURL(), "--api", "embeddings", "--quiet",
-		"--auto", "--auto-axis", "rate", "--start", "20", "--max", "400", "--resolution", "0.05",
-		"--duration", "5s", "--cooldown", "0s", "--max-lateness", "500ms", "--json", "-o", filepath.Join(dir, "sweep")}
+		"--auto", "--auto-axis", "rate", "--start", "60", "--max", "400", "--resolution", "0.1",
+		"--duration", "3s", "--cooldown", "0s", "--max-lateness", "500ms", "--json", "-o", filepath.Join(dir, "sweep")}
 	if err := runSweep(ctx, args, &stdout, io.Discard); err != nil {
 		t.Fatalf("sweep: %v\n%s", err, stdout.String())
 	}
