@@ -70,6 +70,12 @@ const replayExamples = `  # First run: the bundled sample trace (29 s of schedul
   # A thinking model on the built-in simulated engine: 30% of every answer streams as reasoning
   llmreplay replay --api chat --sim-reasoning-share 0.3 --sim-reasoning-usage
 
+  # Azure's multimodal trace against a Qwen2.5-VL server: each image a real JPEG, 448x448 where the
+  # trace gives no size, a fifth of them repeats; --calibrate measures the server's count of each size
+  llmreplay trace import --from azure-lmm AzureLMMInferenceTrace_multimodal.csv.gz -o lmm.parquet
+  llmreplay replay --trace lmm.parquet --endpoint http://127.0.0.1:8000/v1 --api chat \
+    --image-rule qwen2-vl --image-size 448x448 --image-reuse 0.2 --calibrate
+
   # An embeddings server: each row is one request of 8 inputs sharing its prompt tokens, as evenly
   # as can be (latency, inputs/s and tokens/s; no output)
   llmreplay replay --trace t.parquet --endpoint http://127.0.0.1:8000/v1 --api embeddings --inputs 8
@@ -162,7 +168,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.BoolVar(&f.SimReasoningUsage, "sim-reasoning-usage", f.SimReasoningUsage, "in-process simulated engine: chat's usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not); refused with --endpoint")
 	fs.StringVar(&f.PromptFormat, "prompt-format", f.PromptFormat, "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
 	fs.IntVar(&f.VocabSize, "vocab-size", f.VocabSize, "token-id prompts: ids stay below this (the model's vocabulary; the default is cl100k_base's)")
-	fs.BoolVar(&f.Calibrate, "calibrate", f.Calibrate, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's (with conversations and agents, its template per request and per earlier message too; with tool_tokens, what a tool costs); text prompts only")
+	fs.BoolVar(&f.Calibrate, "calibrate", f.Calibrate, "before the run, learn how the server counts the builder's text (its /tokenize, else usage.prompt_tokens of probes) and correct prompt lengths so the server counts the trace's (with conversations and agents, its template per request and per earlier message too; with tool_tokens, what a tool costs; with images, what the server counts an image of each frequent size); text prompts only")
 	fs.Float64Var(&f.CalibrateMaxError, "calibrate-max-error", f.CalibrateMaxError, "with --calibrate: the largest held-out relative error the fit may have (0.05 = 5%; a real tokenizer leaves well under 1%); above it the run stops before any request, with the probes' counts and what to do (a server that cuts prompts to its context shows tens of percent)")
 	fs.StringVar(&f.Encoding, "encoding", f.Encoding, "tokenizer for building prompts and counting output when the server reports no usage")
 	fs.Uint64Var(&f.Seed, "seed", f.Seed, "prompt text family (change it so a server's prefix cache cannot reuse an earlier run's prompts)")
