@@ -40,10 +40,6 @@ type Unary struct {
 // isUnary reports whether the run's requests are not generation.
 func isUnary(r *Report) bool { return r.Unary != nil }
 
-// isGeneration reports whether the run's requests are generations (the figures that mean
-// nothing for embeddings and rerank take it as their Present).
-func isGeneration(r *Report) bool { return r.Unary == nil }
-
 // unaryRow reports whether request i of d carries inputs (embeddings, rerank).
 func unaryRow(d *decode.Data, i int) bool { return d.Inputs != nil && d.Inputs[i] != decode.Null32 }
 

@@ -125,13 +125,6 @@ func (s *UnaryScanner) Reset(a UnaryAnswer) {
 	s.body = UnaryBody{Count: -1, PromptTokens: -1}
 }
 
-// DecodeUnary decodes a whole body (tests, and a body already in memory).
-func DecodeUnary(body []byte, a UnaryAnswer) (UnaryBody, error) {
-	s := NewUnaryScanner(a)
-	s.Write(body)
-	return s.Close()
-}
-
 // Write reads the next piece of the body. After a syntax error it reads nothing more and
 // returns that error (Close returns it too).
 func (s *UnaryScanner) Write(p []byte) error {
