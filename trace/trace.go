@@ -53,6 +53,7 @@ type Request struct {
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
 	Call *Call
+	Params *Params // STUB
 }
 
 // Validate checks one request on its own (ordering is checked by readers and writers).
@@ -137,6 +138,9 @@ func (r *Request) validateImages() error {
 	}
 	return nil
 }
+
+// SourceRecord is the llmreplay.source of a trace written by `llmreplay record`.
+const SourceRecord = "record"
 
 // Meta is a trace file's schema metadata.
 type Meta struct {

@@ -1,0 +1,8 @@
+package trace
+
+type Params struct {
+	API          string
+	MaxTokens, N int32
+	Stream       bool
+	HasStream    bool
+}
