@@ -27,8 +27,8 @@ type exchange struct {
 	// finished is the run clock when the response had passed whole (or broke off): the
 	// end a continuation's gap is measured from.
 	finished int64
-	api     wire.API
-	path    string
+	api      wire.API
+	path     string
 	// sessionValue is the --session-header's value; held only until the parser keys it.
 	sessionValue string
 	body         []byte // nil when not recorded

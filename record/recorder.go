@@ -53,8 +53,8 @@ type Recorder struct {
 	clients   map[wire.API]*transport.Client
 	salt      [32]byte
 
-	work   chan *exchange
-	ready  chan *exchange
+	work  chan *exchange
+	ready chan *exchange
 
 	mu       sync.Mutex // guards what follows
 	endSeq   int64

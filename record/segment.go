@@ -36,8 +36,12 @@ type segment struct {
 }
 
 // Names of a rotation's files in the recording's folder (NNNN from 0001).
-func tracePath(dir string, i int) string   { return filepath.Join(dir, fmt.Sprintf("trace-%04d.parquet", i+1)) }
-func resultsPath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf("results-%04d.parquet", i+1)) }
+func tracePath(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("trace-%04d.parquet", i+1))
+}
+func resultsPath(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("results-%04d.parquet", i+1))
+}
 
 // JournalSuffix ends the name of a journal the recorder writes while it records; a
 // recording killed before it wrote its files leaves them, for `llmreplay recover`.

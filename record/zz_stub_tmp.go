@@ -9,16 +9,16 @@ import (
 )
 
 type Request struct {
-	API                wire.API
-	Model              string
-	Stream, HasStream  bool
-	MaxTokens, N       int32
-	UserKey, PrevKey   uint64
-	Msgs               []uint64
-	Roles              []byte
-	PromptTokens       int32
-	Blocks             []int64
-	Images             int32
+	API               wire.API
+	Model             string
+	Stream, HasStream bool
+	MaxTokens, N      int32
+	UserKey, PrevKey  uint64
+	Msgs              []uint64
+	Roles             []byte
+	PromptTokens      int32
+	Blocks            []int64
+	Images            int32
 }
 type Parser struct{}
 type ParserOptions struct {
@@ -28,9 +28,11 @@ type ParserOptions struct {
 	CacheTokens int
 }
 
-func NewParser(o ParserOptions) (*Parser, error)                 { return &Parser{}, nil }
-func (p *Parser) Parse(path string, body []byte) (Request, error) { return Request{PromptTokens: 10}, nil }
-func (p *Parser) Key(s string) uint64                             { return uint64(len(s)) }
+func NewParser(o ParserOptions) (*Parser, error) { return &Parser{}, nil }
+func (p *Parser) Parse(path string, body []byte) (Request, error) {
+	return Request{PromptTokens: 10}, nil
+}
+func (p *Parser) Key(s string) uint64 { return uint64(len(s)) }
 
 type Sessions struct{ n int64 }
 type Link struct {

@@ -52,7 +52,7 @@ type Request struct {
 	// Call is what an agent trace records beyond the request: the calls it waits for, the
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
-	Call *Call
+	Call   *Call
 	Params *Params // STUB
 }
 
