@@ -88,7 +88,9 @@ func (ex *exchange) settle() {
 		r.Status, r.Error = results.StatusCanceled, "the client went away before the upstream answered"
 	case ex.tap == nil:
 		r.Status, r.Error = results.StatusTransportError, "upstream: "+upstreamError(ex.upstreamErr)
-	case ex.clientGone:
+	case ex.clientGone && r.Status != results.StatusOK:
+		// A client that closes as soon as it has the stream's end (before the body's
+		// own end) went away from a complete response: that one stays ok.
 		r.Status = results.StatusCanceled
 		r.Error = "the client went away mid-response"
 	}
