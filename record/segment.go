@@ -187,23 +187,48 @@ func (s *segment) finish() ([]string, error) {
 	if terr != nil || rerr != nil {
 		return nil, fmt.Errorf("record: close the journals of %s: %w", filepath.Base(s.trace), errors.Join(terr, rerr))
 	}
-	if _, err := ConvertTraceJournal(s.tjPath, s.trace); err != nil {
+	return convertRotation(s.trace, s.res, func(m *results.RunMeta) {
+		m.API, m.Model = joinKeys(s.apis), joinKeys(s.models)
+	})
+}
+
+// convertRotation turns a rotation's two journals (trace's and results' names with
+// JournalSuffix) into its files, the results naming the trace's file and hash.
+func convertRotation(tracePath, resPath string, edit func(*results.RunMeta)) ([]string, error) {
+	if _, err := ConvertTraceJournal(tracePath+JournalSuffix, tracePath); err != nil {
 		return nil, err
 	}
-	sha, err := fileSHA256(s.trace)
+	sha, err := fileSHA256(tracePath)
 	if err != nil {
-		return []string{s.trace}, err
+		return []string{tracePath}, err
 	}
-	edit := func(m *results.RunMeta) {
-		m.TraceFile, m.TraceSHA256 = filepath.Base(s.trace), sha
-		m.API, m.Model = joinKeys(s.apis), joinKeys(s.models)
+	if _, err := results.ConvertJournalWith(resPath+JournalSuffix, resPath, func(m *results.RunMeta) {
+		m.TraceFile, m.TraceSHA256 = filepath.Base(tracePath), sha
+		if edit != nil {
+			edit(m)
+		}
+	}); err != nil {
+		return []string{tracePath}, err
 	}
-	if _, err := results.ConvertJournalWith(s.rjPath, s.res, edit); err != nil {
-		return []string{s.trace}, err
+	os.Remove(tracePath + JournalSuffix)
+	os.Remove(resPath + JournalSuffix)
+	return []string{tracePath, resPath}, nil
+}
+
+// RecoverRotation turns the journals a killed recording left for one rotation, named by
+// its trace journal (trace-NNNN.parquet.journal, with results-NNNN.parquet.journal
+// beside it), into that rotation's trace and results files; it returns the files written.
+func RecoverRotation(traceJournal string) ([]string, error) {
+	dir, name := filepath.Split(traceJournal)
+	var n int
+	if _, err := fmt.Sscanf(name, "trace-%04d.parquet"+JournalSuffix, &n); err != nil || tracePath(dir, n-1)+JournalSuffix != traceJournal {
+		return nil, fmt.Errorf("record: %s is not a recording's trace journal (trace-NNNN.parquet%s)", traceJournal, JournalSuffix)
 	}
-	os.Remove(s.tjPath)
-	os.Remove(s.rjPath)
-	return []string{s.trace, s.res}, nil
+	res := resultsPath(dir, n-1)
+	if _, err := os.Stat(res + JournalSuffix); err != nil {
+		return nil, fmt.Errorf("record: %s has no results journal beside it: %w", traceJournal, err)
+	}
+	return convertRotation(tracePath(dir, n-1), res, nil)
 }
 
 // joinKeys is a set's members sorted and joined by commas ("chat", or "chat,completions"
