@@ -8,6 +8,7 @@ import (
 	"hash"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // Hashing. Every hash a recording writes (messages, identifiers, prefix blocks) is
@@ -80,6 +81,8 @@ type tokenCache struct {
 	size int
 	m    map[uint64]*list.Element
 	lru  list.List // of *cached, most recently used at the front
+
+	encodes atomic.Int64 // texts tokenized (misses): for tests and the benchmark
 }
 
 type cached struct {
@@ -153,6 +156,7 @@ func (p *Parser) messageTokens(m *message, key uint64, scratch []byte) ([]uint32
 		}
 		text = append(text, pc.s...)
 	}
+	p.cache.encodes.Add(1)
 	var ids []uint32
 	if len(text) > 0 {
 		ids = toUint32(p.enc.Encode(string(text)))
@@ -226,6 +230,7 @@ func (p *Parser) finish(r *Request, x *extract) {
 		key := sum64(h)
 		ids, ok := p.cache.get(key)
 		if !ok {
+			p.cache.encodes.Add(1)
 			ids = toUint32(p.enc.Encode(x.tools))
 			p.cache.put(key, ids)
 		}

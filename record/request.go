@@ -295,13 +295,19 @@ func decodeError(api wire.API, field string, err error) error {
 		} else if f == "" {
 			f = field
 		}
-		got, _, _ := strings.Cut(te.Value, " ")
-		if !jsonKinds[got] {
-			got = "another kind of value"
-		}
-		return fieldError(api, f, fmt.Sprintf("want %s, got %s (byte %d)", goKind(te.Type.String()), got, te.Offset))
+		return fieldError(api, f, fmt.Sprintf("want %s, got %s (byte %d)", goKind(te.Type.String()), valueKind(te.Value), te.Offset))
 	}
 	return fieldError(api, field, "not valid JSON")
+}
+
+// valueKind returns the kind of value an UnmarshalTypeError found: the first word of its
+// Value when it is one of jsonKinds, never what follows (a number's digits).
+func valueKind(v string) string {
+	got, _, _ := strings.Cut(v, " ")
+	if !jsonKinds[got] {
+		return "another kind of value"
+	}
+	return got
 }
 
 // safeField reports whether an error's field path is made of struct tags only.
@@ -459,7 +465,11 @@ func (x *extract) body(t *body) error {
 	if err != nil {
 		return decodeError(x.api, "functions", err)
 	}
-	x.tools = tools + functions
+	x.tools = tools
+	if functions != "" && tools != "" {
+		x.tools += "\n"
+	}
+	x.tools += functions
 	switch x.api {
 	case wire.APIChat:
 		return x.chat(t.Messages)
@@ -635,8 +645,6 @@ type part struct {
 	Input     json.RawMessage `json:"input"`
 	ToolUseID string          `json:"tool_use_id"`
 	Content   json.RawMessage `json:"content"`
-	Thinking  *string         `json:"thinking"`
-	Data      *string         `json:"data"`
 }
 
 // content adds a message's content: a string, or an array of parts; text goes in as
@@ -668,8 +676,12 @@ func (x *extract) content(m *message, field string, raw json.RawMessage, kind by
 // knownParts are the part types whose fields part reads.
 var knownParts = map[string]bool{"text": true, "input_text": true, "output_text": true, "refusal": true,
 	"image_url": true, "input_image": true, "image": true, "tool_use": true, "server_tool_use": true,
-	"tool_result": true, "thinking": true, "redacted_thinking": true}
+	"tool_result": true}
 
+// part adds one content part: text, a refusal, an image (counted; told apart by its URL,
+// data or file id), a tool call or a tool result by its fields; a part of any other type
+// (thinking, a document, audio) by its canonical JSON, which tells it apart and is not
+// tokenized.
 func (x *extract) part(m *message, field string, raw json.RawMessage, kind byte) error {
 	var p part
 	if jsonKind(raw) != "an object" {
@@ -716,14 +728,6 @@ func (x *extract) part(m *message, field string, raw json.RawMessage, kind byte)
 		}
 		m.add(pHidden, p.ToolUseID)
 		return x.content(m, field+".content", p.Content, pResult)
-	case "thinking":
-		if p.Thinking != nil {
-			m.add(pHidden, *p.Thinking)
-		}
-	case "redacted_thinking":
-		if p.Data != nil {
-			m.add(pHidden, *p.Data)
-		}
 	default:
 		c, _ := canonical(raw) // valid: the body was
 		m.add(pHidden, c)
@@ -778,7 +782,6 @@ type responseItem struct {
 	Arguments json.RawMessage `json:"arguments"`
 	Input     json.RawMessage `json:"input"`
 	Output    json.RawMessage `json:"output"`
-	ID        string          `json:"id"`
 }
 
 // responses adds the Responses API's input: a string is one user message; a list holds
@@ -819,8 +822,6 @@ func (x *extract) responses(raw json.RawMessage) error {
 			if err := x.content(m, field+".output", ri.Output, pResult); err != nil {
 				return err
 			}
-		case "item_reference":
-			x.add('o').add(pHidden, ri.ID)
 		default:
 			role := byte('o')
 			switch {

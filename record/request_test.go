@@ -205,6 +205,9 @@ func TestCanonical(t *testing.T) {
 		strings.Replace(same[0], "a.png", "b.png", 1),
 		strings.Replace(same[0], `\"n\":1`, `\"n\":2`, 1),
 		strings.Replace(same[0], `"id":"c1"`, `"id":"c2"`, 1),
+		// Pieces are length-prefixed: text "ai" then an image "x" is not the text "aix".
+		strings.Replace(same[0], `{"text":"hello world","type":"text"},{"image_url":{"url":"https://x/a.png","detail":"auto"},"type":"image_url"}`,
+			`{"text":"hello worldihttps://x/a.png","type":"text"}`, 1),
 	} {
 		r := mustParse(t, p, "/v1/chat/completions", d)
 		if r.Msgs[len(r.Msgs)-1] == base.Msgs[len(base.Msgs)-1] {
@@ -249,16 +252,55 @@ func chatBody(rc ...string) string {
 	return string(b)
 }
 
+// TestParseFields: each field of a message that reaches the model as text counts its
+// tokens, and each that tells messages apart changes the hash.
+func TestParseFields(t *testing.T) {
+	p := testParser(t, 16, 0)
+	count := p.enc.Count
+	for _, c := range []struct {
+		path, body string
+		tokens     int
+	}{
+		{chatPath, `{"messages":[{"role":"assistant","content":null,"refusal":"I can't help with that."}]}`, count("I can't help with that.")},
+		{chatPath, `{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"shell","input":"ls -l"}}]}]}`, count("shell\nls -l")},
+		{chatPath, `{"messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{\"a\": 1}"}}]}`, count("f\n" + `{"a":1}`)},
+		{chatPath, `{"functions":[{"name":"f"}],"messages":[{"role":"user","content":"hi"}]}`, count(`[{"name":"f"}]`) + count("hi")},
+		{chatPath, `{"tools":[{"type":"function","function":{"name":"g"}}],"functions":[{"name":"f"}]}`, count(`[{"function":{"name":"g"},"type":"function"}]` + "\n" + `[{"name":"f"}]`)},
+		{"/v1/rerank", `{"query":"which","documents":["one",{"text":"two words"}]}`, count("which") + count("one") + count("two words")},
+		{"/v1/responses", `{"input":[{"type":"custom_tool_call","call_id":"c","name":"sh","input":"pwd"},{"type":"custom_tool_call_output","call_id":"c","output":[{"type":"input_text","text":"/home"}]}]}`, count("sh\npwd") + count("/home")},
+		{"/v1/messages", `{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"long thoughts"},{"type":"text","text":"ok"}]}]}`, count("ok")},
+	} {
+		if r := mustParse(t, p, c.path, c.body); int(r.PromptTokens) != c.tokens {
+			t.Errorf("%s %s: %d tokens, want %d", c.path, c.body, r.PromptTokens, c.tokens)
+		}
+	}
+	// Pairs that differ in a field the model does not read as text: different hashes.
+	for _, c := range []struct{ path, a, b string }{
+		{"/v1/responses", `{"input":[{"type":"item_reference","id":"msg_1"}]}`, `{"input":[{"type":"item_reference","id":"msg_2"}]}`},
+		{"/v1/responses", `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file_1"}]}]}`, `{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file_2"}]}]}`},
+		{"/v1/messages", `{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"a"}]}]}`, `{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"b"}]}]}`},
+		{"/v1/messages", `{"messages":[{"role":"assistant","content":[{"type":"redacted_thinking","data":"a"}]}]}`, `{"messages":[{"role":"assistant","content":[{"type":"redacted_thinking","data":"b"}]}]}`},
+		{"/v1/messages", `{"messages":[{"role":"user","content":[{"type":"document","source":{"data":"a"}}]}]}`, `{"messages":[{"role":"user","content":[{"type":"document","source":{"data":"b"}}]}]}`},
+		{"/v1/rerank", `{"documents":[{"image":"a"}]}`, `{"documents":[{"image":"b"}]}`},
+		{chatPath, `{"messages":[{"role":"tool","tool_call_id":"c1","content":"x"}]}`, `{"messages":[{"role":"tool","tool_call_id":"c2","content":"x"}]}`},
+	} {
+		ra, rb := mustParse(t, p, c.path, c.a), mustParse(t, p, c.path, c.b)
+		if len(ra.Msgs) == 0 || reflect.DeepEqual(ra.Msgs, rb.Msgs) {
+			t.Errorf("%s: %s and %s hash alike (%x)", c.path, c.a, c.b, ra.Msgs)
+		}
+	}
+}
+
 // TestPromptTokens: the tokens of the tools' canonical JSON and of each message's text.
 func TestPromptTokens(t *testing.T) {
 	p := testParser(t, 16, 0)
 	enc := p.enc
-	r := mustParse(t, p, "/v1/chat/completions", `{"tools":[{"type":"function","function":{"name":"get_weather"}}],"messages":[
+	r := mustParse(t, p, "/v1/chat/completions", `{"tools":[{"type":"function","function":{"name":"get_weather","description":"<b>city</b> & country"}}],"messages":[
 		{"role":"system","content":"You are a helpful assistant."},
 		{"role":"user","content":[{"type":"text","text":"What is the weather "},{"type":"text","text":"in Paris?"},{"type":"image_url","image_url":{"url":"https://x/a.png"}}]},
 		{"role":"assistant","content":"Let me look.","tool_calls":[{"id":"c1","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
 		{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`)
-	tools := enc.Count(`[{"function":{"name":"get_weather"},"type":"function"}]`)
+	tools := enc.Count(`[{"function":{"description":"<b>city</b> & country","name":"get_weather"},"type":"function"}]`)
 	want := tools + enc.Count("You are a helpful assistant.") + enc.Count("What is the weather in Paris?") +
 		enc.Count("Let me look.\nget_weather\n"+`{"city":"Paris"}`) + enc.Count("sunny")
 	if int(r.PromptTokens) != want || int(r.ToolTokens) != tools {
@@ -327,6 +369,23 @@ func TestBlocks(t *testing.T) {
 	if !reflect.DeepEqual(chat.Blocks, a.Blocks) {
 		t.Errorf("the prompt in two messages: blocks %v, want %v", chat.Blocks, a.Blocks)
 	}
+	// Token-id prompts that differ in their first token only: every block differs, as
+	// each id chains over the blocks before it.
+	seq := make([]string, 64)
+	for i := range seq {
+		seq[i] = fmt.Sprint(100 + i)
+	}
+	x := mustParse(t, p, "/v1/completions", `{"prompt":[`+strings.Join(seq, ",")+`]}`)
+	seq[0] = "99"
+	y := mustParse(t, p, "/v1/completions", `{"prompt":[`+strings.Join(seq, ",")+`]}`)
+	if len(x.Blocks) != 4 || len(y.Blocks) != 4 {
+		t.Fatalf("64 token ids: %d and %d blocks, want 4", len(x.Blocks), len(y.Blocks))
+	}
+	for i := range x.Blocks {
+		if x.Blocks[i] == y.Blocks[i] {
+			t.Errorf("prompts differing in their first token share block %d", i)
+		}
+	}
 	// Another salt, other ids.
 	q, _ := NewParser(ParserOptions{Salt: [32]byte{7}, Encoding: enc, BlockTokens: bt})
 	if c := mustParse(t, q, "/v1/completions", fmt.Sprintf(`{"prompt":%q}`, text)); c.Blocks[0] == a.Blocks[0] {
@@ -381,6 +440,7 @@ func TestParseErrors(t *testing.T) {
 		{"/v1/responses", `{"input":42}`, "input: want a string or an array of input items, got a number"},
 		{"/v1/responses", `{"input":[{"type":"function_call","name":{"x":"` + mark + `"}}]}`, "input[0].name: want a string, got object"},
 		{"/v1/completions", `{"prompt":[1,-2]}`, "prompt[1]: not a token id"},
+		{"/v1/completions", `{"prompt":[1,12345678901234567890123]}`, "prompt: want a number, got number"},
 		{"/v1/completions", `{"prompt":[1,"` + mark + `"]}`, "prompt: want a number, got string"},
 		{"/v1/completions", `{"prompt":["a",{"x":"` + mark + `"}]}`, "prompt[1]: want a string or an array of token ids, got an object"},
 		{"/v1/embeddings", `{"input":true}`, "input: want a string, an array of token ids"},
@@ -394,7 +454,7 @@ func TestParseErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s %s: error %q, want it to say %q", c.path, c.body, err, c.field)
 		}
-		if strings.Contains(err.Error(), "MARKER") || strings.Contains(err.Error(), "12345") || strings.Contains(err.Error(), "-5") {
+		if strings.Contains(err.Error(), "MARKER") || strings.Contains(err.Error(), "12345") || strings.Contains(err.Error(), "-5") || strings.Contains(err.Error(), "1.5") {
 			t.Errorf("%s %s: error %q quotes the body", c.path, c.body, err)
 		}
 		if !reflect.DeepEqual(r, Request{}) {
@@ -450,18 +510,13 @@ func TestPrivacy(t *testing.T) {
 func TestTokenCache(t *testing.T) {
 	p := testParser(t, 16, 1<<20)
 	var rc []string
-	misses := 0
 	for call := range 20 {
 		rc = append(rc, "u", words(call*50, 40), "a", words(call*50+40, 10))
-		before, _ := p.cache.stats()
-		r := mustParse(t, p, "/v1/chat/completions", chatBody(rc...))
-		after, _ := p.cache.stats()
-		misses += after - before
-		if r.PromptTokens == 0 {
+		if r := mustParse(t, p, "/v1/chat/completions", chatBody(rc...)); r.PromptTokens == 0 {
 			t.Fatal("no tokens")
 		}
 	}
-	if misses != len(rc)/2 {
+	if misses := p.cache.encodes.Load(); misses != int64(len(rc)/2) {
 		t.Errorf("20 calls of a growing context: %d messages tokenized, want each of the %d once", misses, len(rc)/2)
 	}
 	// A cache of 100 tokens keeps its bound; the results are those without a cache.
@@ -534,6 +589,22 @@ func TestParseConcurrent(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// TestErrorWords: what an error may repeat of encoding/json's: the kind of a value, and
+// a field path made of struct tags, nothing else.
+func TestErrorWords(t *testing.T) {
+	for v, want := range map[string]string{"number 123456": "number", "string": "string", "array": "array", "secret words": "another kind of value"} {
+		if got := valueKind(v); got != want {
+			t.Errorf("valueKind(%q) = %q, want %q", v, got, want)
+		}
+	}
+	for f, want := range map[string]bool{"messages.content": true, "tool_calls.function.name": true, "": true,
+		"metadata.Secret": false, "x y": false, "a\"b": false, strings.Repeat("a", 65): false} {
+		if got := safeField(f); got != want {
+			t.Errorf("safeField(%q) = %v, want %v", f, got, want)
+		}
 	}
 }
 

@@ -149,10 +149,12 @@ func TestSessionsResponses(t *testing.T) {
 		{id: 1, arrive: 0, end: 1, path: path, body: `{"input":"what is f?"}`, respID: "resp_a"},
 		{id: 2, arrive: 2, end: 3, path: path, body: `{"previous_response_id":"resp_a","input":[` + out + `]}`, respID: "resp_b"},
 		{id: 3, arrive: 4, end: 5, path: path, body: `{"previous_response_id":"resp_b","input":"thanks"}`, respID: "resp_c"},
-		// An id no request answered with: a session of its own.
-		{id: 4, arrive: 6, end: 7, path: path, body: `{"previous_response_id":"resp_zz","input":"x"}`},
+		// An id no request answered with: a session of its own, even when its input
+		// would continue another request by its messages (5's, ended by then): what the
+		// input holds follows the earlier response's context, which it does not carry.
+		{id: 4, arrive: 9, end: 10, path: path, body: `{"previous_response_id":"resp_zz","input":[{"role":"user","content":"what is g?"},` + fc + `,` + out + `]}`},
 		// Without previous_response_id: the whole conversation, output items included.
-		{id: 5, arrive: 8, end: 9, path: path, body: `{"input":[{"role":"user","content":"what is g?"}]}`},
+		{id: 5, arrive: 6, end: 8, path: path, body: `{"input":[{"role":"user","content":"what is g?"}]}`},
 		{id: 6, arrive: 10, end: 11, path: path, body: `{"input":[{"role":"user","content":"what is g?"},{"type":"reasoning","id":"rs_1","summary":[]},` + fc + `,` + out + `]}`},
 		{id: 7, arrive: 12, end: 13, path: path, body: `{"input":[{"role":"user","content":"what is g?"},{"type":"reasoning","id":"rs_1","summary":[]},` + fc + `,` + out +
 			`,{"type":"message","role":"assistant","content":[{"type":"output_text","text":"g is 42"}]},{"role":"user","content":"ok"}]}`},
@@ -203,6 +205,23 @@ func TestSessionsKeys(t *testing.T) {
 	})
 }
 
+// TestSessionsLateEnd: a request continues only one that ended before it arrived, even
+// when the recorder reports the end before the arrival.
+func TestSessionsLateEnd(t *testing.T) {
+	p := testParser(t, 16, 0)
+	s := NewSessions(time.Hour, 10)
+	a := mustParse(t, p, chatPath, chatBody("u", "x"))
+	b := mustParse(t, p, chatPath, chatBody("u", "x", "a", "y", "u", "z"))
+	s.Link(1, 0, &a, 0)
+	s.Ended(1, 10, &a, 0)
+	if l := s.Link(2, 9, &b, 0); l.Parent != -1 {
+		t.Errorf("continued a request that ended after it arrived: %+v", l)
+	}
+	if l := s.Link(3, 10, &b, 0); l.Parent != 1 {
+		t.Errorf("a request arriving as its parent ended: %+v, want parent 1", l)
+	}
+}
+
 // TestSessionsForget: what was not seen for the idle time, and what passes the bound on
 // entries, is forgotten: memory stays bounded however long the recording.
 func TestSessionsForget(t *testing.T) {
@@ -224,6 +243,13 @@ func TestSessionsForget(t *testing.T) {
 	}
 	if l := s.Link(3, 13*sec, &b, p.Key("H")); l.Session != 3 || l.Parent != 1-2 {
 		t.Errorf("a request continuing a forgotten one, with a forgotten key: %+v, want a session of its own", l)
+	}
+	// A call longer than the idle time keeps its key: it was seen at its end.
+	s = NewSessions(idle, 100)
+	s.Link(1, 0, &a, p.Key("L"))
+	s.Ended(1, 30*sec, &a, 0)
+	if l := s.Link(2, 35*sec, &a, p.Key("L")); l.Session != 1 {
+		t.Errorf("after a long call: %+v, want its session, 1", l)
 	}
 	// The bound: 1000 conversations, one call each, never idle.
 	s = NewSessions(0, 50)
