@@ -623,3 +623,64 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: any body, to any API's path, parses or gives an error that quotes none of
+// it; a body that parses hashes the same when parsed again.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		chatBody("s", "S", "u", "hi", "a", "yo", "u", "more"),
+		`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{\"a\":[1,2]}"}}]},{"role":"tool","content":[{"type":"text","text":"x"}]}]}`,
+		`{"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"image","source":{"data":"x"}}]}]}]}`,
+		`{"input":[{"type":"function_call","arguments":"{}"},{"type":"function_call_output","output":"o"},{"type":"x_call"}]}`,
+		`{"prompt":[[1,2],[3]],"input":["a",[1]],"query":"q","documents":[{"text":"t"}]}`,
+		`{"max_tokens":1e3,"n":2.0,"stream":true,"tools":[{"b":1,"a":[]}]}`,
+	} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/embeddings", "/v1/rerank"} {
+			f.Add(path, []byte(s))
+		}
+	}
+	p := testParser(f, 4, 1000)
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		r, err := p.Parse(path, body)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "record: ") {
+				t.Fatalf("error %q does not say where it comes from", err)
+			}
+			// Whatever the error says is ours: no 8-letter run of the
+			// body that is not also in the messages' fixed words (checked loosely:
+			// a run of the body's letters).
+			msg := err.Error()
+			for i := 0; i+8 <= len(body); i++ {
+				w := body[i : i+8]
+				if isLetters(w) && strings.Contains(msg, string(w)) && !strings.Contains(fixedWords, string(w)) {
+					t.Fatalf("error %q quotes the body %q", msg, w)
+				}
+			}
+			return
+		}
+		again, _ := p.Parse(path, body)
+		if !reflect.DeepEqual(r, again) {
+			t.Fatalf("two parses differ: %+v and %+v", r, again)
+		}
+		if len(r.Msgs) != len(r.Roles) || r.PromptTokens < r.ToolTokens || len(r.Blocks) > int(r.PromptTokens)/4 {
+			t.Fatalf("inconsistent request %+v", r)
+		}
+	})
+}
+
+// fixedWords are the words the parser's errors are made of (field names, kinds).
+const fixedWords = "record: request body: not valid JSON want a string got number boolean array object " +
+	"an of content parts messages input items token ids documents query prompt content part " +
+	"integer in another kind value function_call tool_calls system metadata user_id model stream " +
+	"max_tokens max_completion_tokens max_output_tokens image_url arguments output refusal " +
+	"text role name tool_call_id source safety_identifier previous_response_id instructions " +
+	"completions chat messages responses embeddings rerank nothing null custom call_id input"
+
+func isLetters(b []byte) bool {
+	for _, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
