@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/llmreplay/llmreplay/tokenize"
 	"github.com/llmreplay/llmreplay/wire"
@@ -148,7 +149,7 @@ type body struct {
 	PreviousResponseID *string `json:"previous_response_id"`
 	Instructions       *string `json:"instructions"`
 
-	Messages  json.RawMessage `json:"messages"`
+	Messages  []chatMessage   `json:"messages"`
 	System    json.RawMessage `json:"system"`
 	Input     json.RawMessage `json:"input"`
 	Prompt    json.RawMessage `json:"prompt"`
@@ -167,9 +168,11 @@ func (p *Parser) Parse(path string, b []byte) (Request, error) {
 	if api == "" {
 		return Request{}, nil
 	}
+	// One pass decodes the messages (chat's, Anthropic's) with the rest: on a 100k-token
+	// context, a pass per level (messages, then each message) took as long again.
 	var t body
 	if err := json.Unmarshal(b, &t); err != nil {
-		return Request{}, decodeError(api, "", err)
+		return Request{}, bodyError(api, b, err)
 	}
 	r := Request{API: api}
 	if err := p.scalars(&r, &t); err != nil {
@@ -274,6 +277,33 @@ func fieldError(api wire.API, field, what string) error {
 // jsonKinds are the words encoding/json's UnmarshalTypeError.Value starts with; only
 // they are repeated in an error (what follows a number's word is the number itself).
 var jsonKinds = map[string]bool{"string": true, "number": true, "bool": true, "array": true, "object": true}
+
+// bodyError is decodeError for a body that did not decode. A kind of value amiss in the
+// messages (which one decode reads, giving the field but not the index) is looked for
+// again message by message, so the error names the message.
+func bodyError(api wire.API, b []byte, err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field != "messages" && !strings.HasPrefix(te.Field, "messages.") {
+		return decodeError(api, "", err)
+	}
+	var t struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	x := extract{api: api}
+	if json.Unmarshal(b, &t) == nil {
+		items, err := x.array("messages", t.Messages, "an array of messages")
+		if err != nil {
+			return err
+		}
+		for i, it := range items {
+			var cm chatMessage
+			if err := x.decode(fmt.Sprintf("messages[%d]", i), it, &cm); err != nil {
+				return err
+			}
+		}
+	}
+	return decodeError(api, "", err)
+}
 
 // decodeError turns an encoding/json error into fieldError, keeping none of its text:
 // a SyntaxError quotes the offending character and an UnmarshalTypeError a number's
@@ -472,14 +502,14 @@ func (x *extract) body(t *body) error {
 	x.tools += functions
 	switch x.api {
 	case wire.APIChat:
-		return x.chat(t.Messages)
+		return x.messages(t.Messages)
 	case wire.APIMessages:
 		if !isNull(t.System) {
 			if err := x.content(x.add('s'), "system", t.System, pText); err != nil {
 				return err
 			}
 		}
-		return x.anthropic(t.Messages)
+		return x.messages(t.Messages)
 	case wire.APIResponses:
 		if t.Instructions != nil && *t.Instructions != "" {
 			x.add('s').add(pText, *t.Instructions)
@@ -584,20 +614,12 @@ func (m *message) call(id string, f function) {
 	}
 }
 
-func (x *extract) chat(raw json.RawMessage) error {
-	if isNull(raw) {
-		return nil
-	}
-	items, err := x.array("messages", raw, "an array of messages")
-	if err != nil {
-		return err
-	}
-	for i, it := range items {
+// messages adds chat's messages, or Anthropic's, which are chat's user and assistant
+// messages (a user message that holds tool_result blocks being a tool result: part).
+func (x *extract) messages(cms []chatMessage) error {
+	for i := range cms {
+		cm := &cms[i]
 		field := fmt.Sprintf("messages[%d]", i)
-		var cm chatMessage
-		if err := x.decode(field, it, &cm); err != nil {
-			return err
-		}
 		role, ok := chatRoles[cm.Role]
 		if !ok {
 			role = 'o'
@@ -647,6 +669,21 @@ type part struct {
 	Content   json.RawMessage `json:"content"`
 }
 
+// plainString returns the JSON string raw holds when it needs no unquoting: no escape,
+// valid UTF-8 (which encoding/json would change), as the bulk of a prompt's text is. Its
+// bytes are valid JSON: the body was checked whole.
+func plainString(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	if bytes.IndexByte(in, '\\') >= 0 || !utf8.Valid(in) {
+		return "", false
+	}
+	return string(in), true
+}
+
 // content adds a message's content: a string, or an array of parts; text goes in as
 // kind (pText, or pResult inside a tool result).
 func (x *extract) content(m *message, field string, raw json.RawMessage, kind byte) error {
@@ -654,9 +691,11 @@ func (x *extract) content(m *message, field string, raw json.RawMessage, kind by
 		return nil
 	}
 	if jsonKind(raw) == "a string" {
-		var s string
-		if err := x.decode(field, raw, &s); err != nil {
-			return err
+		s, ok := plainString(raw)
+		if !ok {
+			if err := x.decode(field, raw, &s); err != nil {
+				return err
+			}
 		}
 		m.add(kind, s)
 		return nil
@@ -731,39 +770,6 @@ func (x *extract) part(m *message, field string, raw json.RawMessage, kind byte)
 	default:
 		c, _ := canonical(raw) // valid: the body was
 		m.add(pHidden, c)
-	}
-	return nil
-}
-
-// anthropic adds Anthropic's messages: user and assistant turns, a user turn that holds
-// tool_result blocks being a tool result.
-func (x *extract) anthropic(raw json.RawMessage) error {
-	if isNull(raw) {
-		return nil
-	}
-	items, err := x.array("messages", raw, "an array of messages")
-	if err != nil {
-		return err
-	}
-	for i, it := range items {
-		field := fmt.Sprintf("messages[%d]", i)
-		var am struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		}
-		if err := x.decode(field, it, &am); err != nil {
-			return err
-		}
-		role := byte('o')
-		switch am.Role {
-		case "user":
-			role = 'u'
-		case "assistant":
-			role = 'a'
-		}
-		if err := x.content(x.add(role), field+".content", am.Content, pText); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -199,6 +199,12 @@ func TestCanonical(t *testing.T) {
 			t.Errorf("re-serialised conversation:\n got %+v\nwant %+v", r, base)
 		}
 	}
+	// Invalid UTF-8 reads as encoding/json reads it, U+FFFD, whether escaped or not.
+	raw := mustParse(t, p, "/v1/chat/completions", `{"messages":[{"role":"user","content":"a`+"\xff"+`b"}]}`)
+	esc := mustParse(t, p, "/v1/chat/completions", `{"messages":[{"role":"user","content":"a\ufffdb"}]}`)
+	if !reflect.DeepEqual(raw, esc) {
+		t.Errorf("invalid UTF-8 %x, its replacement escaped %x: want equal", raw.Msgs, esc.Msgs)
+	}
 	for _, d := range []string{
 		strings.Replace(same[0], "hello world", "hello World", 1),
 		strings.Replace(same[0], `"role":"system"`, `"role":"user"`, 1),
