@@ -14,8 +14,9 @@ type Link struct {
 }
 
 // Sessions links requests into sessions and to the requests they continue. Its memory is
-// bounded: it forgets what it has not seen for the idle time and keeps at most max
-// entries of each sort (ended requests, session keys, requests in flight), oldest out.
+// bounded: it keeps at most max entries of each sort (ended requests, session keys,
+// requests in flight), oldest out, and forgets ended requests and keys not seen for the
+// idle time (requests in flight only by the bound: a call may stream for longer).
 // Not safe for concurrent use: the recorder calls it from one goroutine, Link in arrival
 // order and Ended in end order, Link for a request after every request that ended before
 // it arrived has been Ended.
