@@ -40,7 +40,7 @@ func TestProxyFlushesEachEvent(t *testing.T) {
 	}))
 	defer up.Close()
 	rec := startRecording(t, up.URL, nil)
-	resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func streamer(t *testing.T, seen func(*http.Request)) *httptest.Server {
 	return srv
 }
 
-const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":8}`
+const chatStreamBody = `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":8}`
 
 func post(t *testing.T, base, path, body string, h http.Header) (*http.Response, []byte) {
 	t.Helper()
@@ -162,8 +162,8 @@ func TestProxyPassesExchangesUnchanged(t *testing.T) {
 	rec := startRecording(t, up.URL, nil)
 	h := http.Header{"Authorization": {"Bearer sk-test-secret"}, "Content-Type": {"application/json"}}
 	for _, path := range []string{"/v1/chat/completions", "/v1/unknown/thing", "/health"} {
-		direct, db := post(t, up.URL, path, chatBody, h)
-		proxied, pb := post(t, rec.srv.URL, path, chatBody, h)
+		direct, db := post(t, up.URL, path, chatStreamBody, h)
+		proxied, pb := post(t, rec.srv.URL, path, chatStreamBody, h)
 		if !bytes.Equal(db, pb) {
 			t.Errorf("%s: through the proxy the body is\n%q\nwant\n%q", path, pb, db)
 		}
@@ -271,12 +271,12 @@ func TestProxyFaults(t *testing.T) {
 
 	// Reset before the head: the client's connection fails, as it would direct.
 	set("reset-before-head")
-	if _, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody)); err == nil {
+	if _, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody)); err == nil {
 		t.Error("reset before the head: the client got a response through the proxy; direct it gets a broken connection")
 	}
 	// Reset mid-stream: the client reads the first event, then the body breaks.
 	set("reset-mid-stream")
-	resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestProxyFaults(t *testing.T) {
 	// A stalled upstream and a client that gives up after the first event.
 	set("stall")
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rec.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rec.srv.URL+"/v1/chat/completions", strings.NewReader(chatStreamBody))
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -19,13 +19,13 @@ func TestRotation(t *testing.T) {
 	const rotate = 300 * time.Millisecond
 	rec := startRecording(t, up.URL, func(o *Options) { o.Rotate = rotate })
 	for range 3 {
-		post(t, rec.srv.URL, "/v1/chat/completions", chatBody, nil)
+		post(t, rec.srv.URL, "/v1/chat/completions", chatStreamBody, nil)
 	}
 	for rec.rec.now() < int64(rotate) { // the recording's own clock, not a timing assertion
 		time.Sleep(10 * time.Millisecond)
 	}
 	for range 2 {
-		post(t, rec.srv.URL, "/v1/chat/completions", chatBody, nil)
+		post(t, rec.srv.URL, "/v1/chat/completions", chatStreamBody, nil)
 	}
 	first := filepath.Join(rec.dir, "results-0001.parquet")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -126,7 +126,7 @@ func TestRecoverRotation(t *testing.T) {
 	up := streamer(t, nil)
 	rec := startRecording(t, up.URL, nil)
 	for range 4 {
-		post(t, rec.srv.URL, "/v1/chat/completions", chatBody, nil)
+		post(t, rec.srv.URL, "/v1/chat/completions", chatStreamBody, nil)
 	}
 	killed := t.TempDir()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
