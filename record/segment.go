@@ -290,6 +290,11 @@ func rows(ex *exchange, link Link, parentEnd int64, start int64, blockTokens int
 	}
 	row := &trace.Request{ID: ex.id, Arrival: time.Duration(ex.arrival - start), PromptTokens: prompt, OutputTokens: output,
 		SessionID: link.Session, HasSession: true, Model: ex.req.Model}
+	if ex.req.ToolTokens > 0 {
+		// The recorder's count of the tool definitions' text: the server renders them in
+		// its own template, so it is an estimate, kept within the prompt.
+		row.ToolTokens, row.HasToolTokens = min(ex.req.ToolTokens, prompt), true
+	}
 	if n := min(len(ex.req.Blocks), int(prompt)/max(blockTokens, 1)); n > 0 {
 		row.PrefixBlocks = ex.req.Blocks[:n]
 	}
