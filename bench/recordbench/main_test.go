@@ -162,6 +162,17 @@ func TestSummarize(t *testing.T) {
 	if rep.failure() == nil {
 		t.Error("failure() is nil with a request not ok")
 	}
+	if len(rep.Warnings) != 0 {
+		t.Errorf("warnings %q for 3 pairs with no lateness", rep.Warnings)
+	}
+	runs[2].LatenessP99 = 1.5
+	rep = summarize(&config{}, runs[:4])
+	if len(rep.Warnings) != 2 || !strings.Contains(rep.Warnings[0], "pair 2, proxy: schedule lateness p99 1.500") || !strings.Contains(rep.Warnings[1], "2 pairs") {
+		t.Errorf("warnings %q: want pair 2's lateness and the 2 pairs", rep.Warnings)
+	}
+	if rep.failure() != nil {
+		t.Errorf("failure() = %v: warnings do not fail a run", rep.failure())
+	}
 }
 
 func TestVmHWM(t *testing.T) {

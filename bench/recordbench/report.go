@@ -21,6 +21,12 @@ import (
 // production.
 const targetAddedTTFTP99 = 0.2
 
+// busyLatenessP99 is the schedule lateness p99, ms, above which a run says the machine was
+// too busy for the figures to mean what they say: a replayer that sends requests this late
+// also reads their first tokens late, by noise of the same size, and the proxy's tenths of
+// a millisecond drown in it.
+const busyLatenessP99 = 1.0
+
 // runResult is one run, on one path. Times are ms unless named; CPU is in ns.
 type runResult struct {
 	Pair           int      `json:"pair"`
@@ -92,13 +98,16 @@ type report struct {
 	// The proxy's CPU during the measured replays per streamed token and per request
 	// (medians over its runs), its CPU over a whole run's life (median) and its peak RSS
 	// (the largest of its runs).
-	ProxyCPUPerToken   float64     `json:"proxy_cpu_per_token_us"`
-	ProxyCPUPerRequest float64     `json:"proxy_cpu_per_request_us"`
-	ProxyLifeCPU       int64       `json:"proxy_life_cpu_ns"`
-	ProxyPeakRSS       int64       `json:"proxy_peak_rss_bytes"`
-	AllOK              bool        `json:"all_ok"`
-	Problems           []string    `json:"problems,omitempty"`
-	Runs               []runResult `json:"runs"`
+	ProxyCPUPerToken   float64  `json:"proxy_cpu_per_token_us"`
+	ProxyCPUPerRequest float64  `json:"proxy_cpu_per_request_us"`
+	ProxyLifeCPU       int64    `json:"proxy_life_cpu_ns"`
+	ProxyPeakRSS       int64    `json:"proxy_peak_rss_bytes"`
+	AllOK              bool     `json:"all_ok"`
+	Problems           []string `json:"problems,omitempty"`
+	// Warnings say why figures may not mean what they say (a busy machine, few pairs);
+	// they do not fail the run.
+	Warnings []string    `json:"warnings,omitempty"`
+	Runs     []runResult `json:"runs"`
 }
 
 // summarize makes the report from the runs, in the order they ran.
@@ -118,6 +127,9 @@ func summarize(c *config, runs []runResult) *report {
 			rep.AllOK = false
 			rep.Problems = append(rep.Problems, fmt.Sprintf("pair %d, %s: %d of %d requests ok (warm-up: %d of %d)", r.Pair, r.Path, r.OK, r.Requests, r.WarmupOK, r.WarmupRequests))
 		}
+		if r.LatenessP99 > busyLatenessP99 {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pair %d, %s: schedule lateness p99 %.3f ms > %.1f ms: the machine was too busy for tenths of a ms to be the proxy's (load average %s)", r.Pair, r.Path, r.LatenessP99, busyLatenessP99, r.LoadAvg))
+		}
 		if r.Recording != nil && r.Recording.Problem != "" {
 			rep.Problems = append(rep.Problems, fmt.Sprintf("pair %d, the proxy's recording: %s", r.Pair, r.Recording.Problem))
 		}
@@ -132,6 +144,9 @@ func summarize(c *config, runs []runResult) *report {
 		cpuReq = append(cpuReq, perUnit(r.ProxyCPU, int64(r.Sent)))
 		life = append(life, float64(r.ProxyLifeCPU))
 		rep.ProxyPeakRSS = max(rep.ProxyPeakRSS, r.ProxyMaxRSS)
+	}
+	if len(d99) < 3 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d pairs: the medians of fewer than 3 pairs are a single run's figures, noise included", len(d99)))
 	}
 	rep.AddedTTFTP50, rep.AddedTTFTP99 = median(d50), median(d99)
 	rep.MeetsTarget = len(d99) > 0 && rep.AddedTTFTP99 <= targetAddedTTFTP99
@@ -222,6 +237,9 @@ func (rep *report) text(w io.Writer) {
 		for _, why := range r.NotOK {
 			fmt.Fprintf(w, "      NOT OK: %s\n", why)
 		}
+	}
+	for _, p := range rep.Warnings {
+		fmt.Fprintf(w, "  WARNING: %s\n", p)
 	}
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
