@@ -6,7 +6,13 @@
 // and a fixed gap between tokens), the proxy (`llmreplay record --listen 127.0.0.1:PORT
 // --upstream URL -o DIR`, started anew for each of its runs and stopped by SIGTERM, as a
 // deployment stops it) and this one, which replays a Poisson trace with package replay,
-// the code `llmreplay replay` runs, so that its CPU is the replayer's alone.
+// the code `llmreplay replay` runs. The replayer runs in this process rather than as an
+// `llmreplay replay` child, as in bench/replaybench: its CPU can then be read around
+// replay.Run alone (a child's would hold its start, the preflight and the conversion of its
+// journal, costs of a run that are not per token), and its figures come back as the
+// summary `llmreplay replay` prints, with no file to parse. The two children are what must
+// be processes: the proxy so that its CPU and memory are its own, the upstream so that its
+// CPU is in no one else's.
 //
 // Runs alternate, direct to the upstream and through the proxy, in pairs (the first of a
 // pair alternates too, so a drift of the machine's load falls on both paths alike). It
