@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/trace"
 )
 
 // TestMain serves the upstream when the harness starts this test binary as its child
@@ -116,11 +119,53 @@ func TestFailsWhenProxyDrops(t *testing.T) {
 	}
 }
 
-// TestCheckRecording: a proxy run whose folder lacks the recording fails its check.
+// TestCheckRecording: a proxy run's folder passes its check when its files, rotations
+// summed, hold a results row for every request sent through the proxy, and fails it when
+// a file is missing or rows are.
 func TestCheckRecording(t *testing.T) {
 	rec := checkRecording(t.TempDir(), 10)
 	if !strings.Contains(rec.Problem, "no trace-NNNN.parquet") || !strings.Contains(rec.Problem, "no results-NNNN.parquet") {
 		t.Errorf("empty folder: problem %q, want both files missing", rec.Problem)
+	}
+	dir := t.TempDir()
+	writeRecording(t, dir, "0001", 6)
+	writeRecording(t, dir, "0002", 5)
+	if rec := checkRecording(dir, 11); rec.Problem != "" || rec.TraceRows != 11 || rec.ResultsRows != 11 {
+		t.Errorf("two rotations of 6 and 5 rows for 11 requests: %+v", rec)
+	}
+	if rec := checkRecording(dir, 12); !strings.Contains(rec.Problem, "11 results rows for 12 requests") {
+		t.Errorf("11 rows for 12 requests: problem %q", rec.Problem)
+	}
+}
+
+// writeRecording writes trace-INDEX.parquet and results-INDEX.parquet of n rows into dir.
+func writeRecording(t *testing.T, dir, index string, n int) {
+	t.Helper()
+	w, err := trace.Create(filepath.Join(dir, "trace-"+index+".parquet"), trace.Meta{Source: "record"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jp := filepath.Join(dir, "results-"+index+".parquet.journal")
+	j, err := results.CreateJournal(jp, &results.RunMeta{RunID: "rec", Mode: results.ModeOpen, Flags: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.Write(trace.Request{ID: int64(i), PromptTokens: 8, OutputTokens: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Add(results.NewResult(int64(i), 0, int64(i), 8, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.ConvertJournal(jp, filepath.Join(dir, "results-"+index+".parquet")); err != nil {
+		t.Fatal(err)
 	}
 }
 
