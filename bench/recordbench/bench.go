@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,7 +118,7 @@ func (b *bench) once(ctx context.Context, pair int, path string) (runResult, err
 		}
 		rec := filepath.Join(out, "recording")
 		argv := b.proxyArgv(listen, rec)
-		if px, err = startChild("the proxy ("+strings.Join(argv, " ")+")", exec.Command(argv[0], argv[1:]...), 30*time.Second); err != nil {
+		if px, err = startChild("the proxy ("+strings.Join(argv, " ")+")", command(b.c.ProxyCPUs, argv), 30*time.Second); err != nil {
 			return r, err
 		}
 		defer func() {
@@ -127,6 +127,7 @@ func (b *bench) once(ctx context.Context, pair int, path string) (runResult, err
 			}
 		}()
 		endpoint = "http://" + px.addr + "/v1"
+		r.ProxyCPUsAllowed = cpusAllowed(strconv.Itoa(px.cmd.Process.Pid))
 	}
 	var forwarded int64
 	if b.warm != "" {

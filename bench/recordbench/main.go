@@ -37,6 +37,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -66,6 +67,8 @@ Examples:
   go run ./bench/recordbench --json > overhead.json
   go run ./bench/recordbench --llmreplay /tmp/llmreplay --pairs 9 --output-tokens 100
   go run ./bench/recordbench --llmreplay ./standin --check-recording=false   # a stand-in proxy
+  go build -o /tmp/recordbench ./bench/recordbench
+  taskset -c 0 /tmp/recordbench --upstream-cpus 0 --proxy-cpus 1   # the proxy on a core of its own
 `
 
 func newFlagSet(name string, out io.Writer) *flag.FlagSet {
@@ -88,6 +91,8 @@ type config struct {
 	LLMReplay      string        `json:"-"`
 	ProxyArgs      string        `json:"proxy_args,omitempty"`
 	CheckRecording bool          `json:"check_recording"`
+	ProxyCPUs      string        `json:"proxy_cpus,omitempty"`
+	UpstreamCPUs   string        `json:"upstream_cpus,omitempty"`
 	JSON           bool          `json:"-"`
 	Keep           bool          `json:"-"`
 }
@@ -112,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.LLMReplay, "llmreplay", "", "the binary run as `BIN record --listen 127.0.0.1:PORT --upstream URL -o DIR`; default: go build ./cmd/llmreplay of this module into a temporary folder")
 	fs.StringVar(&c.ProxyArgs, "proxy-args", "", "more arguments for the proxy, split at spaces (e.g. \"--rotate 1h\")")
 	fs.BoolVar(&c.CheckRecording, "check-recording", true, "after each proxy run, require trace-0001.parquet and results-0001.parquet in its folder, the results with a row for every request sent through it")
+	fs.StringVar(&c.ProxyCPUs, "proxy-cpus", "", "run the proxy under `taskset -c LIST` (e.g. 1, with this program under taskset -c 0: the proxy on a core of its own, as on its own machine)")
+	fs.StringVar(&c.UpstreamCPUs, "upstream-cpus", "", "run the upstream under `taskset -c LIST`")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the temporary folder (traces, results, the proxy's recordings) and print where it is")
 	if err := fs.Parse(args); err != nil {
@@ -156,11 +163,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	up, err := startUpstream(c.TTFT, c.ITL)
+	up, err := startUpstream(c.TTFT, c.ITL, c.UpstreamCPUs)
 	if err != nil {
 		return err
 	}
 	defer up.stop(10 * time.Second)
+	upCPUs := cpusAllowed(strconv.Itoa(up.cmd.Process.Pid))
 	b := &bench{c: c, dir: dir, upstream: up, log: stderr}
 	runs, err := b.pairs(ctx)
 	if err != nil {
@@ -168,6 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rep := summarize(c, runs)
 	rep.Proxy = strings.Join(b.proxyArgv("127.0.0.1:PORT", "DIR"), " ")
+	rep.UpstreamCPUs, rep.ReplayerCPUs = upCPUs, cpusAllowed("self")
 	if c.JSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -60,7 +60,11 @@ func TestSmokeStandIn(t *testing.T) {
 		t.Skip("starts processes and replays for 4 s")
 	}
 	bin := standin(t)
-	rep, stderr, err := smoke(t, bin)
+	var pin []string
+	if _, err := exec.LookPath("taskset"); err == nil {
+		pin = []string{"--proxy-cpus", "0"}
+	}
+	rep, stderr, err := smoke(t, bin, pin...)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr: %s", err, stderr)
 	}
@@ -81,6 +85,9 @@ func TestSmokeStandIn(t *testing.T) {
 		}
 		if r.TTFTP50 < 5 || r.TTFTP99 < r.TTFTP50 {
 			t.Errorf("run %d: TTFT p50 %v p99 %v ms, under the upstream's 5 ms or out of order", i, r.TTFTP50, r.TTFTP99)
+		}
+		if r.Path == pathProxy && pin != nil && r.ProxyCPUsAllowed != "0" {
+			t.Errorf("run %d: the proxy ran on CPUs %q, want 0 (--proxy-cpus 0)", i, r.ProxyCPUsAllowed)
 		}
 		if (r.Path == pathProxy) != (r.ProxyMaxRSS > 0) || (r.Path == pathProxy) != (r.ProxyLifeCPU > 0) {
 			t.Errorf("run %d (%s): proxy peak RSS %d, life CPU %d: want them on proxy runs only", i, r.Path, r.ProxyMaxRSS, r.ProxyLifeCPU)

@@ -217,12 +217,12 @@ func (t *tail) String() string {
 
 // startUpstream starts this program again as the upstream (childEnv), on a loopback port
 // of the kernel's choosing.
-func startUpstream(ttft, itl time.Duration) (*child, error) {
+func startUpstream(ttft, itl time.Duration, cpus string) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-listen", "127.0.0.1:0", "-ttft", ttft.String(), "-itl", itl.String())
+	cmd := command(cpus, []string{self, "-listen", "127.0.0.1:0", "-ttft", ttft.String(), "-itl", itl.String()})
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	return startChild("upstream", cmd, 10*time.Second)
 }
@@ -253,6 +253,15 @@ func serveUpstream(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// command runs argv, under `taskset -c cpus` when cpus is given: taskset execs argv, so
+// the process's id, and with it its /proc figures, stay argv's.
+func command(cpus string, argv []string) *exec.Cmd {
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	return exec.Command(argv[0], argv[1:]...)
 }
 
 // freePort returns a loopback address no one listens on at the moment (the proxy is given

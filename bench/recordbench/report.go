@@ -50,7 +50,9 @@ type runResult struct {
 	ProxyLifeCPU int64      `json:"proxy_life_cpu_ns,omitempty"`
 	ProxyMaxRSS  int64      `json:"proxy_max_rss_bytes,omitempty"`
 	Recording    *recording `json:"recording,omitempty"`
-	LoadAvg      string     `json:"load_average"`
+	// ProxyCPUsAllowed is the proxy's CPU affinity as the run began (--proxy-cpus).
+	ProxyCPUsAllowed string `json:"proxy_cpus_allowed,omitempty"`
+	LoadAvg          string `json:"load_average"`
 }
 
 // recording is what a proxy run's folder held.
@@ -84,10 +86,13 @@ type pathSummary struct {
 
 // report is the benchmark's result.
 type report struct {
-	Config  *config     `json:"config"`
-	Proxy   string      `json:"proxy_command"`
-	Direct  pathSummary `json:"direct"`
-	Proxied pathSummary `json:"proxy"`
+	Config *config `json:"config"`
+	Proxy  string  `json:"proxy_command"`
+	// UpstreamCPUs and ReplayerCPUs are the processes' CPU affinity.
+	UpstreamCPUs string      `json:"upstream_cpus_allowed"`
+	ReplayerCPUs string      `json:"replayer_cpus_allowed"`
+	Direct       pathSummary `json:"direct"`
+	Proxied      pathSummary `json:"proxy"`
 	// AddedTTFTP50 and AddedTTFTP99 are the medians over pairs of (proxy run's figure −
 	// direct run's figure): what the proxy adds, each pair measured under the same load of
 	// the machine.
@@ -207,7 +212,14 @@ func (rep *report) text(w io.Writer) {
 	fmt.Fprintf(w, "recordbench: %.0f streamed requests/s (Poisson), %d pairs of %v runs (each after a %v warm-up), %d prompt and %d output tokens a request; upstream TTFT %v, ITL %v\n",
 		c.Rate, c.Pairs, c.Duration, c.Warmup, c.PromptTokens, c.OutputTokens, c.TTFT, c.ITL)
 	fmt.Fprintf(w, "  proxy: %s\n", rep.Proxy)
-	fmt.Fprintf(w, "  three processes: the upstream, the proxy, the replayer; load average at the end %s\n\n", loadavg())
+	proxyCPUs := "?"
+	for _, r := range rep.Runs {
+		if r.ProxyCPUsAllowed != "" {
+			proxyCPUs = r.ProxyCPUsAllowed
+		}
+	}
+	fmt.Fprintf(w, "  three processes: the upstream on CPUs %s, the proxy on CPUs %s, the replayer on CPUs %s; load average at the end %s\n\n",
+		rep.UpstreamCPUs, proxyCPUs, cpusAllowed("self"), loadavg())
 	fmt.Fprintf(w, "  %-34s %10s %10s %10s\n", "medians over pairs", "direct", "proxy", "added")
 	fmt.Fprintf(w, "  %-34s %10.3f %10.3f %10.3f\n", "TTFT p50 ms", rep.Direct.TTFTP50, rep.Proxied.TTFTP50, rep.AddedTTFTP50)
 	verdict := "met"
@@ -244,6 +256,18 @@ func (rep *report) text(w io.Writer) {
 	for _, p := range rep.Problems {
 		fmt.Fprintf(w, "  PROBLEM: %s\n", p)
 	}
+}
+
+// cpusAllowed is a process's CPU affinity (Cpus_allowed_list in /proc/PID/status; pid
+// "self" for this one), what taskset really gave it.
+func cpusAllowed(pid string) string {
+	b, _ := os.ReadFile("/proc/" + pid + "/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }
 
 func loadavg() string {
