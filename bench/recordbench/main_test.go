@@ -217,6 +217,17 @@ func TestSummarize(t *testing.T) {
 	if len(rep.Warnings) != 0 {
 		t.Errorf("warnings %q for 3 pairs with no lateness", rep.Warnings)
 	}
+	var text bytes.Buffer
+	rep.text(&text)
+	for _, want := range []string{
+		"TTFT p99 ms                            26.000     26.300      0.300   target added <= 0.2: NOT MET",
+		"0.05 µs per streamed token (the replayer's: 0.01), 0.5 µs per request",
+		"PROBLEM: pair 3, proxy: 9 of 10 requests ok",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the text report lacks %q:\n%s", want, text.String())
+		}
+	}
 	runs[2].LatenessP99 = 1.5
 	rep = summarize(&config{}, runs[:4])
 	if len(rep.Warnings) != 2 || !strings.Contains(rep.Warnings[0], "pair 2, proxy: schedule lateness p99 1.500") || !strings.Contains(rep.Warnings[1], "2 pairs") {
