@@ -593,7 +593,7 @@ func (st *streamState) mustCount() bool {
 // countsText reports whether the output is counted from its text: no usage was reported,
 // and the client has a tokenizer.
 func (st *streamState) countsText() bool {
-	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil && !st.textCut
+	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil // (cutText empties text)
 }
 
 // countsReasoning reports whether end counts the reasoning from its text: the stream

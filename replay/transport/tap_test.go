@@ -514,6 +514,23 @@ func TestTapTextCap(t *testing.T) {
 	if over.Status != results.StatusOK || over.OutputTokens != results.Null || over.OutputTokensSource != "" {
 		t.Errorf("over the cap: %s, %d tokens (%q), want ok and null", over.Status, over.OutputTokens, over.OutputTokensSource)
 	}
+	// A reasoning stream: its reasoning is counted from the text kept, and has no count
+	// past the cap either.
+	var b bytes.Buffer
+	n := tapTextCap/len(word)/2 + 1
+	for range n {
+		fmt.Fprintf(&b, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":%q},\"finish_reason\":null}]}\n\n", word)
+	}
+	b.WriteString("data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"done\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	res := tapRecord(tapClient(t, wire.APIChat, true), [][]byte{b.Bytes()}, 0, TapOptions{Stream: true}, nil)
+	if res.Status != results.StatusOK || res.ReasoningTokens != results.Null || res.OutputTokens != results.Null {
+		t.Errorf("reasoning over the cap: %s, %d reasoning tokens (%q), %d output; want ok and null", res.Status, res.ReasoningTokens, res.ReasoningTokensSource, res.OutputTokens)
+	}
+	small := bytes.Repeat(b.Bytes()[:bytes.Index(b.Bytes(), []byte("\n\n"))+2], 3)
+	small = append(small, b.Bytes()[bytes.LastIndex(b.Bytes(), []byte("data: {")):]...)
+	if res = tapRecord(tapClient(t, wire.APIChat, true), [][]byte{small}, 0, TapOptions{Stream: true}, nil); res.ReasoningTokens != 3 {
+		t.Errorf("reasoning under the cap: %d reasoning tokens (%q), want 3 counted", res.ReasoningTokens, res.ReasoningTokensSource)
+	}
 }
 
 // answerRecord is what a Tap records of a 200 JSON answer of api passing in pieces.
