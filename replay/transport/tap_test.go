@@ -300,29 +300,54 @@ func TestTapMatchesClientOverHTTP(t *testing.T) {
 				api = f.api
 			}
 		}
-		c, err := NewClient(ClientOptions{BaseURL: mustURL(t, srv), API: api, Backend: wire.BackendVLLM, Model: "m", HTTPClient: HTTPClientNetHTTP,
-			CountTokens: func(s string) int { return len(strings.Fields(s)) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := results.NewResult(1, 0, 0, 100, 1000)
-		sse := NewSSEReader(nil, func() int64 { return 7 }, 0, 0)
-		c.doHTTP(context.Background(), Clock{Start: time.Now()}, &Request{Body: []byte("{}")}, want, sse, nil)
-		c.Close()
-		got := results.NewResult(1, 0, 0, 100, 1000)
-		got.SentNS = want.SentNS
-		tp := c.NewTap(got, TapOptions{Stream: true})
-		h := http.Header{"Content-Type": {a.ctype}}
-		if a.cenc != "" {
-			h.Set("Content-Encoding", a.cenc)
-		}
-		tp.Head(a.status, h, 7)
-		tp.Body(a.body, 7)
-		tp.End(nil, 7)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s:\n got %+v\nwant %+v", a.name, got, want)
+		// net/http with its clock stopped, so that the stamps are equal; and the raw
+		// client where it serves (Linux), whose stamps are the kernel's: its record is
+		// compared with the stamps left out.
+		for _, client := range []string{HTTPClientNetHTTP, HTTPClientAuto} {
+			c, err := NewClient(ClientOptions{BaseURL: mustURL(t, srv), API: api, Backend: wire.BackendVLLM, Model: "m", HTTPClient: client,
+				CountTokens: func(s string) int { return len(strings.Fields(s)) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if client == HTTPClientAuto && c.raw == nil {
+				continue
+			}
+			want := results.NewResult(1, 0, 0, 100, 1000)
+			sse := NewSSEReader(nil, func() int64 { return 7 }, 0, 0)
+			req := &Request{Body: []byte("{}")}
+			c.Transport().Prepare(req, false)
+			c.Transport().RoundTrip(context.Background(), Clock{Start: time.Now()}, req, want, sse, nil, nil)
+			c.Close()
+			got := results.NewResult(1, 0, 0, 100, 1000)
+			got.SentNS = want.SentNS
+			tp := c.NewTap(got, TapOptions{Stream: true})
+			h := http.Header{"Content-Type": {a.ctype}}
+			if a.cenc != "" {
+				h.Set("Content-Encoding", a.cenc)
+			}
+			tp.Head(a.status, h, 7)
+			tp.Body(a.body, 7)
+			tp.End(nil, 7)
+			if client != HTTPClientNetHTTP {
+				got, want = stampless(got), stampless(want)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s, %s client:\n got %+v\nwant %+v", a.name, c.HTTPClientName(), got, want)
+			}
 		}
 	}
+}
+
+// stampless is r with every stamp set to 0 where it is not null, the chunks' too.
+func stampless(r *results.Result) *results.Result {
+	x := *r
+	for _, p := range []*int64{&x.FirstTokenNS, &x.FirstAnswerNS, &x.EndNS} {
+		if *p != results.Null {
+			*p = 0
+		}
+	}
+	x.ChunkNS = make([]int64, len(r.ChunkNS))
+	return &x
 }
 
 // TestTapNeverCuts: where the replayer fails a stream (more chunks than max_tokens
@@ -632,15 +657,30 @@ func TestTapUnary(t *testing.T) {
 	}
 }
 
-// BenchmarkTap: the Tap's cost per streamed chunk (BenchmarkReadStream's stream, an event
-// a Body call as a proxy reads them), beside the client's own BenchmarkReadStream.
+// BenchmarkTap: the Tap's cost per streamed chunk (BenchmarkReadStream's stream of 100
+// chunks), beside the client's own BenchmarkReadStream: "events" hands it an event a
+// Body call, as a proxy reads a streaming engine's; "1KiB" in pieces of 1 KiB cut
+// anywhere (the buffered path), as it reads a burst.
 func BenchmarkTap(b *testing.B) {
 	raw := benchCompletionsStream()
-	var events [][]byte
+	var events, kib [][]byte
 	for rest := raw; len(rest) > 0; {
 		i := bytes.Index(rest, []byte("\n\n")) + 2
 		events, rest = append(events, rest[:i]), rest[i:]
 	}
+	for rest := raw; len(rest) > 0; {
+		n := min(len(rest), 1024)
+		kib, rest = append(kib, rest[:n]), rest[n:]
+	}
+	for _, bc := range []struct {
+		name   string
+		pieces [][]byte
+	}{{"events", events}, {"1KiB", kib}} {
+		b.Run(bc.name, func(b *testing.B) { benchTap(b, raw, bc.pieces) })
+	}
+}
+
+func benchTap(b *testing.B, raw []byte, pieces [][]byte) {
 	c := &Client{}
 	h := http.Header{"Content-Type": {"text/event-stream"}}
 	b.SetBytes(int64(len(raw)))
@@ -651,8 +691,8 @@ func BenchmarkTap(b *testing.B) {
 		res.SentNS = 0
 		tp := c.NewTap(res, TapOptions{Stream: true})
 		tp.Head(200, h, 1)
-		for _, ev := range events {
-			tp.Body(ev, 2)
+		for _, p := range pieces {
+			tp.Body(p, 2)
 		}
 		tp.End(nil, 3)
 		if res.Status != results.StatusOK || len(res.ChunkNS) != 100 || res.OutputTokens != 100 {
