@@ -19,7 +19,8 @@ import (
 //   - it never cuts a stream: where the replayer fails one (too many chunks, a malformed
 //     chunk, a line over the cap) the record says so and the Tap stops looking at the
 //     bytes that follow, which the proxy keeps passing;
-//   - a request without max_tokens has no chunk cap from it (tapMaxTokens);
+//   - a request without max_tokens has no chunk cap from it (tapMaxTokens), and one of n
+//     choices has n times one choice's (TapOptions.N);
 //   - the text kept for counting tokens is capped (tapTextCap);
 //   - with TapOptions.Private no error carries a byte of any body;
 //   - an answer that was not streamed (a generation request with stream false) is
@@ -29,6 +30,9 @@ import (
 type TapOptions struct {
 	Stream  bool // the request asked for a stream
 	Private bool // errors carry no byte of a body (an error message can echo the prompt)
+	// N is the request's n, the choices it asked for (0: not sent, one): a stream of n
+	// choices carries n times the chunks, and its cap is n times one choice's.
+	N int32
 }
 
 // Tap records one response as it passes. Its methods are called by one goroutine, in
@@ -114,9 +118,7 @@ func (t *Tap) Head(status int, h http.Header, stamp int64) {
 	case strings.HasPrefix(ct, "text/event-stream"):
 		t.mode = tapSSE
 		target := res.OutputTokensTarget
-		if target <= 0 {
-			res.OutputTokensTarget = tapMaxTokens // for begin's cap only
-		}
+		res.OutputTokensTarget = t.capTokens() // for begin's cap only
 		t.st.begin(t.c, res, nil)
 		res.OutputTokensTarget = target
 		t.st.private, t.st.textCap = t.o.Private, tapTextCap
@@ -131,6 +133,21 @@ func (t *Tap) Head(status int, h http.Header, stamp int64) {
 		res.Error = fmt.Sprintf("response is not an event stream (Content-Type %q)", ct)
 	}
 }
+
+// capTokens is the output cap the stream's chunks are capped for (maxOutputChunks): the
+// request's max_tokens times its n, or tapMaxTokens when it sent no max_tokens; at most
+// tapMaxChoiceTokens.
+func (t *Tap) capTokens() int32 {
+	target := int64(t.res.OutputTokensTarget)
+	if target <= 0 {
+		return tapMaxTokens
+	}
+	return int32(min(target*int64(max(t.o.N, 1)), tapMaxChoiceTokens))
+}
+
+// tapMaxChoiceTokens bounds max_tokens times n for the chunk cap: 8 times tapMaxTokens
+// (2,097,152 tokens, n = 128 choices of 16,384), 48 MiB of chunk times at worst.
+const tapMaxChoiceTokens = 8 * tapMaxTokens
 
 // Body takes body bytes as they passed, stamped when the proxy read them. b is not kept.
 func (t *Tap) Body(b []byte, stamp int64) {

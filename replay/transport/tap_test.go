@@ -396,7 +396,7 @@ func TestTapNeverCuts(t *testing.T) {
 
 // TestTapNoMaxTokens: a request that sent no max_tokens (target 0) has no chunk cap from
 // it: its 200 chunks are recorded whole, where the replayer's cap for a target of 0
-// would cut them.
+// would cut them. A request of n choices has n times one choice's cap.
 func TestTapNoMaxTokens(t *testing.T) {
 	var body strings.Builder
 	for i := 1; i <= 200; i++ {
@@ -411,6 +411,14 @@ func TestTapNoMaxTokens(t *testing.T) {
 	res := tapRecord(c, pieces, 0, TapOptions{Stream: true}, nil)
 	if res.Status != results.StatusOK || len(res.ChunkNS) != 200 || res.OutputTokens != 200 || res.OutputTokensTarget != 0 {
 		t.Errorf("%s %q: %d chunks, %d tokens, target %d; want ok, 200, 200, 0", res.Status, res.Error, len(res.ChunkNS), res.OutputTokens, res.OutputTokensTarget)
+	}
+	// n choices of max_tokens each: n times the chunks one choice may have. 200 chunks
+	// are over the cap of 50 tokens (116 chunks) and under that of 4 choices of 50.
+	if res = tapRecord(c, pieces, 50, TapOptions{Stream: true}, nil); res.Status != results.StatusStreamError {
+		t.Errorf("200 chunks for max_tokens 50: %s, want stream_error", res.Status)
+	}
+	if res = tapRecord(c, pieces, 50, TapOptions{Stream: true, N: 4}, nil); res.Status != results.StatusOK || len(res.ChunkNS) != 200 {
+		t.Errorf("200 chunks for 4 choices of 50 tokens: %s %q, %d chunks; want ok, 200", res.Status, res.Error, len(res.ChunkNS))
 	}
 }
 
