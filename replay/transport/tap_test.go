@@ -732,3 +732,31 @@ func TestTapEveryBoundary(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTap: any body, cut anywhere in up to three pieces, is recorded by the Tap as the
+// client's pull side reads it, by each API's decoder, with and without a tokenizer; and
+// the Tap leaves the bytes it is handed as they were.
+func FuzzTap(f *testing.F) {
+	f.Add(uint8(0), uint16(5), uint16(9), completionsStream(2))
+	f.Add(uint8(2), uint16(40), uint16(41), []byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+	f.Add(uint8(5), uint16(1), uint16(70), []byte("event: response.output_text.delta\r\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\r\n\r\n: ping\r\n\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\r\n\r\n"))
+	apis := []wire.API{wire.APICompletions, wire.APIChat, wire.APIMessages, wire.APIResponses}
+	f.Fuzz(func(t *testing.T, which uint8, cut1, cut2 uint16, body []byte) {
+		api := apis[int(which)%len(apis)]
+		c := tapClient(t, api, which&4 != 0)
+		i, j := min(int(cut1), len(body)), min(int(cut2), len(body))
+		if i > j {
+			i, j = j, i
+		}
+		ps := [][]byte{body[:i], body[i:j], body[j:]}
+		orig := bytes.Clone(body)
+		want := clientRecord(c, ps, 8)
+		got := tapRecord(c, ps, 8, TapOptions{Stream: true}, nil)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s, cut at %d and %d:\n got %+v\nwant %+v", api, i, j, got, want)
+		}
+		if !bytes.Equal(body, orig) {
+			t.Fatal("the Tap changed the bytes it was handed")
+		}
+	})
+}
