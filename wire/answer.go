@@ -182,3 +182,15 @@ func decodeResponsesAnswer(body []byte, c *Chunk) error {
 	}
 	return nil
 }
+
+// ResponseID returns the "id" of a Responses API answer that was not streamed (a later
+// request names it as its previous_response_id); "" when the body has none.
+func ResponseID(body []byte) string {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(body, &a) != nil {
+		return ""
+	}
+	return a.ID
+}

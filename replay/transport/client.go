@@ -552,9 +552,11 @@ type streamState struct {
 	reasoningTok  int32  // chunk tokens of the chunks that carried only reasoning
 	reasoningText []byte // the reasoning text, kept when the client has a tokenizer
 	// The recording proxy's Tap (tap.go) sets these; the replayer leaves them zero.
-	private bool // failures carry no byte of the stream (it can echo the prompt)
-	textCap int  // > 0: the most text kept for counting; past it nothing is counted
-	textCut bool // the text outgrew textCap: the output's count is unknown
+	private bool   // failures carry no byte of the stream (it can echo the prompt)
+	textCap int    // > 0: the most text kept for counting; past it nothing is counted
+	textCut bool   // the text outgrew textCap: the output's count is unknown
+	wantID  bool   // the Responses API's response id is looked for (takeID)
+	id      string // the response id found
 }
 
 // maxOutputChunks is the most output chunks a stream may carry for a request asking for
@@ -654,6 +656,26 @@ func (st *streamState) malformed(err error, data []byte) {
 	st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
 }
 
+// takeID looks for the response's id in an event of the Responses API's stream: the
+// response object of response.created, its first event (OpenAI's reference, vLLM,
+// SGLang, Ollama), or of the events just after it. It gives up after the third event, so
+// that a stream without one pays for three decodes.
+//
+//go:noinline
+func (st *streamState) takeID(data []byte) {
+	var e struct {
+		Response *struct {
+			ID string `json:"id"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Response != nil && e.Response.ID != "" {
+		st.id, st.wantID = e.Response.ID, false
+	}
+	if st.nEvents >= 3 {
+		st.wantID = false
+	}
+}
+
 // cutText drops the text kept for counting once it outgrew textCap: nothing is counted
 // from it then (a count of part of the text would be a wrong number), and the memory goes.
 //
@@ -668,6 +690,9 @@ func (st *streamState) cutText() {
 func (st *streamState) event(stamp int64, name, data []byte) bool {
 	res := st.res
 	st.nEvents++
+	if st.wantID {
+		st.takeID(data)
+	}
 	if string(name) == "error" {
 		st.failText("server error event", data)
 		return true

@@ -52,6 +52,7 @@ type Tap struct {
 	bytes  int64  // body bytes seen
 	lastNS int64  // the stamp of the last body bytes; results.Null before any
 	ended  bool
+	id     string // the answer's response id (ResponseID), when not streamed
 }
 
 // What the Tap does with the body.
@@ -122,6 +123,7 @@ func (t *Tap) Head(status int, h http.Header, stamp int64) {
 		t.st.begin(t.c, res, nil)
 		res.OutputTokensTarget = target
 		t.st.private, t.st.textCap = t.o.Private, tapTextCap
+		t.st.wantID = t.responses()
 		// A small buffer: most events go through SSEReader.direct without it, and it
 		// grows to the line cap for a long line.
 		t.sse = NewSSEReader(nil, nil, 4<<10, t.c.opts.MaxLine)
@@ -148,6 +150,22 @@ func (t *Tap) capTokens() int32 {
 // tapMaxChoiceTokens bounds max_tokens times n for the chunk cap: 8 times tapMaxTokens
 // (2,097,152 tokens, n = 128 choices of 16,384), 48 MiB of chunk times at worst.
 const tapMaxChoiceTokens = 8 * tapMaxTokens
+
+// responses reports whether the Tap's client is of the Responses API.
+func (t *Tap) responses() bool {
+	k := t.c.enc.Kind()
+	return k != nil && k.Name == wire.APIResponses
+}
+
+// ResponseID returns the Responses API's id of the response (its response object's
+// "id"), which a later request names as its previous_response_id; "" for another API or
+// a response that carried none. Valid after End.
+func (t *Tap) ResponseID() string {
+	if t.mode == tapSSE {
+		return t.st.id
+	}
+	return t.id
+}
 
 // Body takes body bytes as they passed, stamped when the proxy read them. b is not kept.
 func (t *Tap) Body(b []byte, stamp int64) {
@@ -252,7 +270,11 @@ func (t *Tap) answer(err error, stamp int64) {
 		return
 	}
 	var ci wire.Chunk
-	if derr := t.c.enc.DecodeAnswer(body, &ci); derr != nil {
+	derr := t.c.enc.DecodeAnswer(body, &ci)
+	if derr == nil && t.responses() {
+		t.id = wire.ResponseID(body)
+	}
+	if derr != nil {
 		res.Status, res.Error = results.StatusStreamError, "answer is not a generation's JSON"
 		if !t.o.Private {
 			res.Error += ": " + wire.ShortText([]byte(derr.Error()))

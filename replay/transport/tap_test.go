@@ -760,3 +760,48 @@ func FuzzTap(f *testing.F) {
 		}
 	})
 }
+
+// TestTapResponseID: a Responses API response's id, which a later request names as its
+// previous_response_id, is taken from each engine's stream (its response.created event)
+// and from an answer that was not streamed; another API's is "".
+func TestTapResponseID(t *testing.T) {
+	want := map[string]string{}
+	for _, f := range tapFixtures(t) {
+		if f.api != wire.APIResponses || strings.HasSuffix(f.name, "-crlf") {
+			continue
+		}
+		var ev struct {
+			Response struct{ ID string } `json:"response"`
+		}
+		first := bytes.SplitN(bytes.SplitN(f.body, []byte("data: "), 2)[1], []byte("\n"), 2)[0]
+		if err := json.Unmarshal(first, &ev); err != nil || !strings.HasPrefix(ev.Response.ID, "resp_") {
+			t.Fatalf("%s: first event %s: %v", f.name, first, err)
+		}
+		want[f.name] = ev.Response.ID
+		res := results.NewResult(1, 0, 0, 100, 1000)
+		tp := tapClient(t, f.api, false).NewTap(res, TapOptions{Stream: true})
+		tp.Head(200, http.Header{"Content-Type": {"text/event-stream"}}, 1)
+		tp.Body(f.body, 2)
+		tp.End(nil, 3)
+		if got := tp.ResponseID(); got != ev.Response.ID {
+			t.Errorf("%s: response id %q, want %q", f.name, got, ev.Response.ID)
+		}
+	}
+	if len(want) != 6 {
+		t.Errorf("%d Responses streams, want wire's 5 and the sim's", len(want))
+	}
+	for api, body := range simBodies(t, false) {
+		tp := tapClient(t, api, false).NewTap(results.NewResult(1, 0, 0, 100, 1000), TapOptions{})
+		tp.Head(200, http.Header{"Content-Type": {"application/json"}}, 1)
+		tp.Body(body, 2)
+		tp.End(nil, 3)
+		var a struct{ ID string }
+		json.Unmarshal(body, &a)
+		if api != wire.APIResponses {
+			a.ID = ""
+		}
+		if got := tp.ResponseID(); got != a.ID || api == wire.APIResponses && !strings.HasPrefix(got, "resp_") {
+			t.Errorf("%s answer: response id %q, want %q", api, got, a.ID)
+		}
+	}
+}
