@@ -2,9 +2,12 @@ package record
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -35,10 +38,14 @@ type exchange struct {
 	skip         string // why the request is not recorded; "" when it is
 	res          results.Result
 	tap          *transport.Tap
-	responseHead []byte // the Responses API's first bytes, for its response id
-	upstreamErr  error
-	clientGone   bool
-	endSeq       int64 // the order the recorder took it in
+	// gz holds a compressed answer's bytes (one that was not streamed), decompressed for
+	// the tap at its end; gzipped is set when the answer is one.
+	gz          []byte
+	gzipped     string
+	lastNS      int64
+	upstreamErr error
+	clientGone  bool
+	endSeq      int64 // the order the recorder took it in
 
 	req  Request // parsed in the recorder's pool
 	perr error
@@ -47,24 +54,70 @@ type exchange struct {
 	headerKey uint64
 }
 
-// headKeep is how many leading bytes of a Responses API answer are kept to read its id
-// (response.created comes first in a stream; a whole answer's id is its first field in
-// OpenAI's and vLLM's shapes).
-const headKeep = 4 << 10
-
 // respHead takes the upstream's response head.
 func (ex *exchange) respHead(resp *http.Response, stamp int64) {
-	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	ct := resp.Header.Get("Content-Type")
+	stream := strings.HasPrefix(ct, "text/event-stream")
+	h := resp.Header
+	if enc := strings.ToLower(h.Get("Content-Encoding")); !stream && resp.StatusCode < 300 && (enc == "gzip" || enc == "deflate") {
+		// A client that asked for compression (Go's and Python's HTTP clients do) may get
+		// a compressed answer (OpenAI's API gzips them): the client gets it as sent, and
+		// the tap a decompressed copy at its end. A compressed stream is not read: its
+		// chunks' times would be the compressor's (the tap says so in the record).
+		ex.gzipped = enc
+		h = h.Clone()
+		h.Del("Content-Encoding")
+	}
 	ex.tap = ex.rec.client(ex.api).NewTap(&ex.res, transport.TapOptions{Stream: stream, Private: true})
-	ex.tap.Head(resp.StatusCode, resp.Header, stamp)
+	ex.tap.Head(resp.StatusCode, h, stamp)
 }
 
 // bodyPiece takes a piece of the response body as it passed.
 func (ex *exchange) bodyPiece(b []byte, stamp int64) {
-	if ex.api == "responses" && len(ex.responseHead) < headKeep {
-		ex.responseHead = append(ex.responseHead, b[:min(len(b), headKeep-len(ex.responseHead))]...)
+	if ex.gzipped != "" {
+		if len(ex.gz)+len(b) <= gzCap {
+			ex.gz = append(ex.gz, b...)
+		} else {
+			ex.gzipped = "too large" // past the cap: not read
+		}
+		ex.lastNS = stamp
+		return
 	}
 	ex.tap.Body(b, stamp)
+}
+
+// gzCap bounds a compressed answer kept for the tap, compressed and decompressed: the
+// tap reads at most 16 MiB of an answer anyway.
+const gzCap = 16 << 20
+
+// inflate hands the tap a compressed answer's decompressed bytes, stamped when its last
+// compressed byte passed.
+func (ex *exchange) inflate() error {
+	var r io.Reader
+	var err error
+	switch ex.gzipped {
+	case "gzip":
+		r, err = gzip.NewReader(bytes.NewReader(ex.gz))
+	case "deflate":
+		r = flate.NewReader(bytes.NewReader(ex.gz))
+	default:
+		return errors.New("compressed answer over 16 MiB: not read")
+	}
+	if err != nil {
+		return fmt.Errorf("compressed answer: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, gzCap+1))
+	if err != nil {
+		return fmt.Errorf("compressed answer: %w", err)
+	}
+	if len(b) > gzCap {
+		return errors.New("compressed answer over 16 MiB decompressed: not read")
+	}
+	ex.gz = nil
+	if len(b) > 0 {
+		ex.tap.Body(b, ex.lastNS)
+	}
+	return nil
 }
 
 // end takes the body's end: err nil at a clean end.
@@ -73,6 +126,9 @@ func (ex *exchange) end(err error, stamp int64) {
 		// The upstream's read failed because the client's request was canceled: the
 		// client went away, the upstream did nothing wrong.
 		err, ex.clientGone = errClientGone, true
+	}
+	if ex.gzipped != "" && err == nil {
+		err = ex.inflate()
 	}
 	ex.tap.End(err, stamp)
 }
@@ -114,61 +170,4 @@ func upstreamError(err error) string {
 		}
 	}
 	return "failed before a response"
-}
-
-// responseID reads a Responses API answer's id from its first bytes: the first event's
-// response.id in a stream (response.created), or the body's top-level id. "" when the
-// bytes hold none.
-func responseID(head []byte) string {
-	if len(head) == 0 {
-		return ""
-	}
-	if i := bytes.Index(head, []byte("data:")); i >= 0 {
-		head = head[i+len("data:"):]
-		if j := bytes.IndexByte(head, '\n'); j >= 0 {
-			head = head[:j]
-		}
-	}
-	var v struct {
-		ID       string `json:"id"`
-		Response *struct {
-			ID string `json:"id"`
-		} `json:"response"`
-	}
-	if json.Unmarshal(bytes.TrimSpace(head), &v) != nil {
-		return idField(head)
-	}
-	if v.Response != nil {
-		return v.Response.ID
-	}
-	return v.ID
-}
-
-// idField reads the first "id" string of a JSON object cut short (a whole answer longer
-// than what was kept), token by token.
-func idField(b []byte) string {
-	d := json.NewDecoder(bytes.NewReader(b))
-	depth := 0
-	for {
-		t, err := d.Token()
-		if err != nil {
-			return ""
-		}
-		switch t := t.(type) {
-		case json.Delim:
-			if t == '{' || t == '[' {
-				depth++
-			} else {
-				depth--
-			}
-		case string:
-			if depth == 1 && t == "id" && d.More() {
-				if v, err := d.Token(); err == nil {
-					s, _ := v.(string)
-					return s
-				}
-				return ""
-			}
-		}
-	}
 }

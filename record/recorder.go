@@ -234,10 +234,11 @@ func (r *Recorder) parse() {
 			ex.headerKey = r.parser.Key(ex.sessionValue)
 			ex.sessionValue = ""
 		}
-		if id := responseID(ex.responseHead); id != "" {
-			ex.respKey = r.parser.Key(id)
+		if ex.tap != nil {
+			if id := ex.tap.ResponseID(); id != "" {
+				ex.respKey = r.parser.Key(id)
+			}
 		}
-		ex.responseHead = nil
 		r.ready <- ex
 	}
 }

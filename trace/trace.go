@@ -53,7 +53,6 @@ type Request struct {
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
 	Call   *Call
-	Params *Params // STUB
 }
 
 // Validate checks one request on its own (ordering is checked by readers and writers).

@@ -1,8 +1,0 @@
-package trace
-
-type Params struct {
-	API          string
-	MaxTokens, N int32
-	Stream       bool
-	HasStream    bool
-}
