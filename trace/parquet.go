@@ -7,6 +7,7 @@ import (
 	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,11 +83,18 @@ var fields = []arrow.Field{
 	{Name: ColImageWidths, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 	{Name: ColImageHeights, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 	{Name: ColImageTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColAPI, Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: ColMaxTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColN, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColStream, Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
 }
 
 // colTools is the index of the tool_tokens column in fields; the agent columns are 8 up
-// to it, the image columns follow it.
-const colTools = 15
+// to it, the image columns follow it, then the recording columns from colParams.
+const (
+	colTools  = 15
+	colParams = colTools + 5
+)
 
 // schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
 func schemaFor(meta Meta) *arrow.Schema {
@@ -249,6 +257,7 @@ func (w *Writer) Write(r Request) error {
 		b.Field(colTools).AppendNull()
 	}
 	appendImages(b, &r)
+	appendParams(b, r.Params)
 	w.last = a
 	w.rows++
 	if b.Field(0).Len() >= batchRows {
@@ -311,6 +320,26 @@ func appendImages(b *array.RecordBuilder, r *Request) {
 		b.Field(colTools + 4).(*array.Int32Builder).Append(r.ImageTokens)
 	} else {
 		b.Field(colTools + 4).AppendNull()
+	}
+}
+
+// appendParams appends the recording columns of p: null where p has no value.
+func appendParams(b *array.RecordBuilder, p *Params) {
+	if p == nil {
+		p = &Params{}
+	}
+	appendStr(b.Field(colParams).(*array.StringBuilder), p.API)
+	for k, v := range []int32{p.MaxTokens, p.N} { // 0: not sent, a null
+		if ib := b.Field(colParams + 1 + k).(*array.Int32Builder); v == 0 {
+			ib.AppendNull()
+		} else {
+			ib.Append(v)
+		}
+	}
+	if sb := b.Field(colParams + 3).(*array.BooleanBuilder); p.HasStream {
+		sb.Append(p.Stream)
+	} else {
+		sb.AppendNull()
 	}
 }
 
@@ -463,6 +492,11 @@ type readerCols struct {
 	images, imageTokens   *array.Int32
 	widths, heights       *array.List
 	widthVals, heightVals *array.Int32
+
+	// recording columns (params.go); nil when the file has none
+	api               *array.String
+	maxTokens, nCount *array.Int32
+	stream            *array.Boolean
 
 	// agent columns (call.go); nil when the file has none
 	parents              *array.List
@@ -678,6 +712,9 @@ func (r *Reader) Next() bool {
 		req.ToolTokens, req.HasToolTokens = c.tools.Value(i), true
 	}
 	req.Call = c.call(i)
+	if err := c.readParams(i, &req); err != nil {
+		return r.fail("request_id %d: %v", req.ID, err)
+	}
 	if err := c.readImages(i, &req); err != nil {
 		return r.fail("request_id %d: %v", req.ID, err)
 	}
@@ -743,6 +780,10 @@ func (r *Reader) bind() error {
 		r.cols.text, _ = a.(*array.String)
 	}
 	r.cols.tools, _ = col(ColToolTokens).(*array.Int32)
+	r.cols.api, _ = col(ColAPI).(*array.String)
+	r.cols.maxTokens, _ = col(ColMaxTokens).(*array.Int32)
+	r.cols.nCount, _ = col(ColN).(*array.Int32)
+	r.cols.stream, _ = col(ColStream).(*array.Boolean)
 	if err := r.cols.bindImages(col); err != nil {
 		return err
 	}
@@ -818,6 +859,38 @@ func (c *readerCols) readImages(i int, req *Request) error {
 		if !req.Images[k].Known() {
 			return fmt.Errorf("%s/%s: image %d is 0x0 in a size list (an unknown size is a null list)", ColImageWidths, ColImageHeights, k)
 		}
+	}
+	return nil
+}
+
+// readParams sets req's Params from row i, nil when every recording column of it is null.
+// A max_tokens or n of 0 or less is refused here: in Params 0 stands for the null.
+func (c *readerCols) readParams(i int, req *Request) error {
+	var p Params
+	if c.api != nil && c.api.IsValid(i) {
+		p.API = c.api.Value(i)
+		if k := slices.Index(APIs, p.API); k >= 0 {
+			p.API = APIs[k] // the constant, not the record's bytes, which are released
+		} else {
+			p.API = strings.Clone(p.API) // Validate names it
+		}
+	}
+	for _, f := range []struct {
+		a    *array.Int32
+		name string
+		v    *int32
+	}{{c.maxTokens, ColMaxTokens, &p.MaxTokens}, {c.nCount, ColN, &p.N}} {
+		if f.a != nil && f.a.IsValid(i) {
+			if *f.v = f.a.Value(i); *f.v < 1 {
+				return fmt.Errorf("%s: %d, must be >= 1 (null: not sent)", f.name, *f.v)
+			}
+		}
+	}
+	if c.stream != nil && c.stream.IsValid(i) {
+		p.Stream, p.HasStream = c.stream.Value(i), true
+	}
+	if !p.IsZero() {
+		req.Params = &p
 	}
 	return nil
 }
