@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/apache/arrow/go/v15/arrow/array"
 )
 
 // Column names of the recording revision of trace/v1 (all nullable): what a recorded
@@ -37,9 +39,6 @@ type Params struct {
 	Stream, HasStream bool
 }
 
-// IsZero reports Params with no value at all (read back as nil Params).
-func (p *Params) IsZero() bool { return *p == Params{} }
-
 // validate checks p on its own.
 func (p *Params) validate() error {
 	switch {
@@ -71,6 +70,53 @@ type ParamsInfo struct {
 	MaxTokens *Lengths `json:"max_tokens,omitempty"`
 }
 
+// appendParams appends the recording columns of p: null where p has no value.
+func appendParams(b *array.RecordBuilder, p *Params) {
+	p = cmp.Or(p, &noParams)
+	appendStr(b.Field(colParams).(*array.StringBuilder), p.API)
+	appendOpt32(b.Field(colParams+1).(*array.Int32Builder), cmp.Or(p.MaxTokens, Unknown)) // 0: null
+	appendOpt32(b.Field(colParams+2).(*array.Int32Builder), cmp.Or(p.N, Unknown))
+	if sb := b.Field(colParams + 3).(*array.BooleanBuilder); p.HasStream {
+		sb.Append(p.Stream)
+	} else {
+		sb.AppendNull()
+	}
+}
+
+// readParams sets req's Params from row i, nil when every recording column of it is null.
+// A max_tokens or n of 0 or less is refused here: in Params 0 stands for the null.
+func (c *readerCols) readParams(i int, req *Request) error {
+	var p Params
+	if c.api != nil && c.api.IsValid(i) {
+		p.API = c.api.Value(i)
+		if k := slices.Index(APIs, p.API); k >= 0 {
+			p.API = APIs[k] // the constant, not the record's bytes, which are released
+		} else {
+			p.API = strings.Clone(p.API) // Validate names it
+		}
+	}
+	for _, f := range []struct {
+		a    *array.Int32
+		name string
+		v    *int32
+	}{{c.maxTokens, ColMaxTokens, &p.MaxTokens}, {c.nCount, ColN, &p.N}} {
+		if f.a != nil && f.a.IsValid(i) {
+			if *f.v = f.a.Value(i); *f.v < 1 {
+				return fmt.Errorf("%s: %d, must be >= 1 (null: not sent)", f.name, *f.v)
+			}
+		}
+	}
+	if c.stream != nil && c.stream.IsValid(i) {
+		p.Stream, p.HasStream = c.stream.Value(i), true
+	}
+	if p != (Params{}) {
+		req.Params = &p
+	}
+	return nil
+}
+
+var noParams Params
+
 // paramsAcc accumulates ParamsInfo row by row: 4 bytes per row with max_tokens.
 type paramsAcc struct {
 	pi   ParamsInfo
@@ -78,16 +124,14 @@ type paramsAcc struct {
 }
 
 func (a *paramsAcc) add(r *Request) {
-	p := r.Params
-	if p == nil {
-		p = &Params{}
-	} else {
-		a.pi.Recorded++
-	}
+	p := cmp.Or(r.Params, &noParams)
 	if a.pi.APIs == nil {
 		a.pi.APIs = map[string]int64{}
 	}
 	a.pi.APIs[p.API]++
+	if r.Params != nil {
+		a.pi.Recorded++
+	}
 	if p.Stream {
 		a.pi.Streamed++
 	}

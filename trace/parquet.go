@@ -7,7 +7,6 @@ import (
 	"github.com/llmreplay/llmreplay/internal/filekind"
 	"io"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/file"
+	"github.com/apache/arrow/go/v15/parquet/metadata"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
@@ -59,6 +59,11 @@ const (
 	// batchRows is how many rows the Writer accumulates in Arrow builders before handing
 	// them to the Parquet writer, and how many rows the Reader decodes at a time.
 	batchRows = 64 << 10
+	// batchBlocks and rowGroupBytes bound both in bytes for rows of long prefix-block lists
+	// (a recording's 1,000 blocks are 8 KB a row): converting a journal of them peaks at
+	// 200 MB RSS so, 700 MB by rows alone (record's BenchmarkTraceJournalConvert).
+	batchBlocks   = 1 << 20
+	rowGroupBytes = 16 << 20
 )
 
 // fields of the trace/v1 Arrow schema, in column order.
@@ -159,15 +164,19 @@ func metaFrom(md arrow.Metadata) (Meta, error) {
 // Rows are batched in Arrow builders and written as zstd-compressed row groups of
 // RowGroupRows rows; memory stays bounded by one row group whatever the trace's length.
 type Writer struct {
-	meta  Meta
-	dst   io.Writer
-	fw    *pqarrow.FileWriter
-	bld   *array.RecordBuilder
-	rows  int64
-	last  int64 // arrival of the previous row
-	err   error // sticky: once a write fails the file is unusable
-	done  bool
-	label string // file name for errors; "" for an io.Writer
+	meta Meta
+	dst  io.Writer
+	fw   *pqarrow.FileWriter
+	bld  *array.RecordBuilder
+	rows int64
+	// blocks counts the prefix-block ids in the builders; newGroup asks the next flush to
+	// start a row group, the current one being rowGroupBytes.
+	blocks   int
+	newGroup bool
+	last     int64 // arrival of the previous row
+	err      error // sticky: once a write fails the file is unusable
+	done     bool
+	label    string // file name for errors; "" for an io.Writer
 
 	// Set by Create only.
 	f *atomicfile.File
@@ -260,7 +269,8 @@ func (w *Writer) Write(r Request) error {
 	appendParams(b, r.Params)
 	w.last = a
 	w.rows++
-	if b.Field(0).Len() >= batchRows {
+	w.blocks += len(r.PrefixBlocks)
+	if b.Field(0).Len() >= batchRows || w.blocks >= batchBlocks {
 		if err := w.flush(); err != nil {
 			w.err = err
 			return err
@@ -323,26 +333,6 @@ func appendImages(b *array.RecordBuilder, r *Request) {
 	}
 }
 
-// appendParams appends the recording columns of p: null where p has no value.
-func appendParams(b *array.RecordBuilder, p *Params) {
-	if p == nil {
-		p = &Params{}
-	}
-	appendStr(b.Field(colParams).(*array.StringBuilder), p.API)
-	for k, v := range []int32{p.MaxTokens, p.N} { // 0: not sent, a null
-		if ib := b.Field(colParams + 1 + k).(*array.Int32Builder); v == 0 {
-			ib.AppendNull()
-		} else {
-			ib.Append(v)
-		}
-	}
-	if sb := b.Field(colParams + 3).(*array.BooleanBuilder); p.HasStream {
-		sb.Append(p.Stream)
-	} else {
-		sb.AppendNull()
-	}
-}
-
 func appendOpt64(b *array.Int64Builder, v int64) {
 	if v == Unknown {
 		b.AppendNull()
@@ -399,9 +389,14 @@ func (w *Writer) flush() error {
 	// NewRecord leaves the builders empty; reserving a whole batch again saves the
 	// doubling reallocations (and copies) of every column on the way up.
 	w.bld.Reserve(batchRows)
+	if w.newGroup {
+		w.fw.NewBufferedRowGroup()
+	}
 	if err := w.fw.WriteBuffered(rec); err != nil {
 		return w.errorf("%v", err)
 	}
+	// pqarrow buffers a row group's pages until it ends: end it by size as well as rows.
+	w.blocks, w.newGroup = 0, w.fw.RowGroupTotalCompressedBytes()+w.fw.RowGroupTotalBytesWritten() >= rowGroupBytes
 	return nil
 }
 
@@ -536,7 +531,7 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchFor(pf)}, memory.DefaultAllocator)
 	if err != nil {
 		pf.Close()
 		return fail(err)
@@ -587,6 +582,29 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}, has: has}, nil
 }
 
+// leafOf returns the index of the Parquet leaf column of trace column name; -1: none.
+func leafOf(md *metadata.FileMetaData, name string) int {
+	for i := 0; i < md.Schema.NumColumns(); i++ {
+		if p := md.Schema.Column(i).ColumnPath(); len(p) > 0 && p[0] == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// batchFor returns the rows a read batch holds: batchRows, or fewer when the file's
+// prefix-block lists are long, so that a batch holds about batchBlocks ids (a batchRows
+// batch of a recording's 1,000-block rows would be half a gigabyte).
+func batchFor(pf *file.Reader) int64 {
+	md, ids := pf.MetaData(), int64(0)
+	for g := 0; g < pf.NumRowGroups() && leafOf(md, ColPrefixBlocks) >= 0; g++ {
+		if cc, err := md.RowGroup(g).ColumnChunk(leafOf(md, ColPrefixBlocks)); err == nil {
+			ids += cc.NumValues()
+		}
+	}
+	return max(64, min(batchRows, batchBlocks*max(pf.NumRows(), 1)/max(ids, 1)))
+}
+
 // sameList accepts a list of want's element type whatever its element field is called
 // ("item" here, "element" from some writers).
 func sameList(got, want arrow.DataType) bool {
@@ -610,13 +628,7 @@ func (r *Reader) HasValues(name string) bool {
 		return false
 	}
 	md := r.pf.MetaData()
-	leaf := -1
-	for i := 0; i < md.Schema.NumColumns(); i++ {
-		if p := md.Schema.Column(i).ColumnPath(); len(p) > 0 && p[0] == name {
-			leaf = i
-			break
-		}
-	}
+	leaf := leafOf(md, name)
 	if leaf < 0 {
 		return true
 	}
@@ -859,38 +871,6 @@ func (c *readerCols) readImages(i int, req *Request) error {
 		if !req.Images[k].Known() {
 			return fmt.Errorf("%s/%s: image %d is 0x0 in a size list (an unknown size is a null list)", ColImageWidths, ColImageHeights, k)
 		}
-	}
-	return nil
-}
-
-// readParams sets req's Params from row i, nil when every recording column of it is null.
-// A max_tokens or n of 0 or less is refused here: in Params 0 stands for the null.
-func (c *readerCols) readParams(i int, req *Request) error {
-	var p Params
-	if c.api != nil && c.api.IsValid(i) {
-		p.API = c.api.Value(i)
-		if k := slices.Index(APIs, p.API); k >= 0 {
-			p.API = APIs[k] // the constant, not the record's bytes, which are released
-		} else {
-			p.API = strings.Clone(p.API) // Validate names it
-		}
-	}
-	for _, f := range []struct {
-		a    *array.Int32
-		name string
-		v    *int32
-	}{{c.maxTokens, ColMaxTokens, &p.MaxTokens}, {c.nCount, ColN, &p.N}} {
-		if f.a != nil && f.a.IsValid(i) {
-			if *f.v = f.a.Value(i); *f.v < 1 {
-				return fmt.Errorf("%s: %d, must be >= 1 (null: not sent)", f.name, *f.v)
-			}
-		}
-	}
-	if c.stream != nil && c.stream.IsValid(i) {
-		p.Stream, p.HasStream = c.stream.Value(i), true
-	}
-	if !p.IsZero() {
-		req.Params = &p
 	}
 	return nil
 }
