@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,10 +108,10 @@ func writeJournal(t testing.TB, path string, meta trace.Meta, rows []trace.Reque
 	}
 	var offs []int64
 	for i := range rows {
-		if err := j.Flush(); flushEvery == 1 && err != nil {
-			t.Fatal(err)
-		}
 		if flushEvery == 1 {
+			if err := j.Flush(); err != nil {
+				t.Fatal(err)
+			}
 			st, _ := os.Stat(path)
 			offs = append(offs, st.Size())
 		}
@@ -338,6 +340,9 @@ func TestTraceJournalRefuses(t *testing.T) {
 	if err := j.Add(&good); err == nil {
 		t.Error("Add after Close succeeded")
 	}
+	if err := j.Close(); err != nil {
+		t.Errorf("a second Close: %v, want the first's result", err)
+	}
 	if b, _ := os.ReadFile(jp); bytes.Contains(b, []byte(marker)) {
 		t.Error("the journal holds the prompt text")
 	}
@@ -345,4 +350,109 @@ func TestTraceJournalRefuses(t *testing.T) {
 	if err != nil || info.Rows != 1 {
 		t.Errorf("convert: %+v, %v", info, err)
 	}
+}
+
+// benchRows returns n rows of blocks prefix-block ids each, in the order a recorder adds
+// them: by end (arrival, 1 ms apart, plus a duration of up to 30 s), not by arrival.
+func benchRows(n, blocks int) []trace.Request {
+	rng := rand.New(rand.NewPCG(7, 8))
+	rows := make([]trace.Request, n)
+	ends := make([]time.Duration, n)
+	for i := range rows {
+		r := trace.Request{ID: int64(i), Arrival: time.Duration(i) * time.Millisecond, PromptTokens: int32(16 * blocks), OutputTokens: 200,
+			SessionID: int64(i / 4), HasSession: true, Model: "llama-3-8b",
+			Params: &trace.Params{API: "chat", MaxTokens: 1024, Stream: true, HasStream: true}}
+		r.PrefixBlocks = make([]int64, blocks)
+		for k := range r.PrefixBlocks {
+			r.PrefixBlocks[k] = int64(rng.Uint64())
+		}
+		rows[i], ends[i] = r, r.Arrival+time.Duration(rng.Int64N(int64(30*time.Second)))
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(ends[a], ends[b]) })
+	out := make([]trace.Request, n)
+	for i, k := range idx {
+		out[i] = rows[k]
+	}
+	return out
+}
+
+// BenchmarkTraceJournalAdd measures Add of rows of 1,000 prefix blocks, with a Flush (and
+// so an fsync) every 1,000 rows, a second of recording at 1,000 requests/s.
+func BenchmarkTraceJournalAdd(b *testing.B) {
+	rows := benchRows(1000, 1000)
+	j, err := CreateTraceJournal(filepath.Join(b.TempDir(), "b.journal"), trace.Meta{Source: "record"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := j.Add(&rows[i%len(rows)]); err != nil {
+			b.Fatal(err)
+		}
+		if i%1000 == 999 {
+			if err := j.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := j.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkTraceJournalConvert converts a journal of 100,000 rows of 1,000 prefix blocks
+// (LLMREPLAY_JOURNAL_ROWS overrides the count) added by end, not arrival, and reports
+// rows/s and the peak resident memory of the conversion (Linux: VmHWM, reset through
+// /proc/self/clear_refs before it; 0 elsewhere). The journal is some 800 MB on disk, and
+// so is the trace:
+//
+//	go test ./record -run '^$' -bench BenchmarkTraceJournalConvert -benchtime=1x
+func BenchmarkTraceJournalConvert(b *testing.B) {
+	n := 100_000
+	if s := os.Getenv("LLMREPLAY_JOURNAL_ROWS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	dir := b.TempDir()
+	jp := filepath.Join(dir, "b.journal")
+	rows := benchRows(n, 1000)
+	writeJournal(b, jp, trace.Meta{Source: "record", BlockTokens: 16}, rows, 1000)
+	rows = nil
+	st, _ := os.Stat(jp)
+	b.SetBytes(st.Size())
+	var peak, base float64
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		runtime.GC()
+		debug.FreeOSMemory()
+		base = procStatusMB("VmRSS")
+		os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // resets VmHWM to the current RSS
+		b.StartTimer()
+		info, err := ConvertTraceJournal(jp, filepath.Join(dir, "b.parquet"))
+		if err != nil || info.Rows != int64(n) {
+			b.Fatalf("%+v, %v", info, err)
+		}
+		peak = max(peak, procStatusMB("VmHWM"))
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(peak, "peak-RSS-MB")
+	b.ReportMetric(base, "base-RSS-MB")
+}
+
+// procStatusMB reads a memory line of /proc/self/status in MB (0 when there is none).
+func procStatusMB(key string) float64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
