@@ -78,16 +78,8 @@ func TestParamsRoundTrip(t *testing.T) {
 		t.Errorf("slice kept %d rows, shards %d", len(sliced), n)
 	}
 	// A file written before the columns existed: the trace/v1 core only.
-	i64, i32 := arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int32
-	md := arrow.NewMetadata([]string{MetaFormat}, []string{Format})
 	old := filepath.Join(dir, "old.parquet")
-	writeForeign(t, old, arrow.NewSchema([]arrow.Field{{Name: ColRequestID, Type: i64}, {Name: ColArrivalNS, Type: i64},
-		{Name: ColPromptTokens, Type: i32}, {Name: ColOutputTokens, Type: i32}}, &md), func(b *array.RecordBuilder) {
-		b.Field(0).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
-		b.Field(1).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
-		b.Field(2).(*array.Int32Builder).AppendValues([]int32{10, 10}, nil)
-		b.Field(3).(*array.Int32Builder).AppendValues([]int32{1, 1}, nil)
-	})
+	writeForeign(t, old, foreignSchema(nil), appendCore)
 	rows, _ := readAll(t, old)
 	if len(rows) != 2 || rows[0].Params != nil || rows[1].Params != nil {
 		t.Errorf("a file without recording columns reads as %+v", rows)
@@ -108,13 +100,7 @@ func TestParamsWriterRejects(t *testing.T) {
 		{Params{Stream: true}, "stream: Stream set without HasStream"},
 	}
 	for _, c := range cases {
-		path := filepath.Join(t.TempDir(), "w.parquet")
-		w, err := Create(path, Meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = w.Write(Request{ID: 7, PromptTokens: 10, OutputTokens: 1, Params: &c.p})
-		w.Abort()
+		path, err := writeOne(t, Request{ID: 7, PromptTokens: 10, OutputTokens: 1, Params: &c.p})
 		if err == nil || !strings.Contains(err.Error(), path+": row 0 (request_id 7): "+c.want) {
 			t.Errorf("Write: %v, want an error naming the file, row and %q", err, c.want)
 		}
@@ -124,12 +110,9 @@ func TestParamsWriterRejects(t *testing.T) {
 // TestParamsReaderRejects: a file another tool wrote with a bad recording value is
 // refused at the bad row, naming the file, the row, the request_id and the column.
 func TestParamsReaderRejects(t *testing.T) {
-	i64, i32 := arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int32
-	md := arrow.NewMetadata([]string{MetaFormat}, []string{Format})
-	sc := arrow.NewSchema([]arrow.Field{{Name: ColRequestID, Type: i64}, {Name: ColArrivalNS, Type: i64},
-		{Name: ColPromptTokens, Type: i32}, {Name: ColOutputTokens, Type: i32},
-		{Name: ColAPI, Type: arrow.BinaryTypes.String, Nullable: true}, {Name: ColMaxTokens, Type: i32, Nullable: true},
-		{Name: ColN, Type: i32, Nullable: true}, {Name: ColStream, Type: arrow.FixedWidthTypes.Boolean, Nullable: true}}, &md)
+	sc := foreignSchema([]arrow.Field{
+		{Name: ColAPI, Type: arrow.BinaryTypes.String, Nullable: true}, {Name: ColMaxTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: ColN, Type: arrow.PrimitiveTypes.Int32, Nullable: true}, {Name: ColStream, Type: arrow.FixedWidthTypes.Boolean, Nullable: true}})
 	cases := []struct {
 		api    string
 		max, n int32 // -100: null
@@ -142,10 +125,7 @@ func TestParamsReaderRejects(t *testing.T) {
 	for _, c := range cases {
 		foreign := filepath.Join(t.TempDir(), "f.parquet")
 		writeForeign(t, foreign, sc, func(b *array.RecordBuilder) {
-			b.Field(0).(*array.Int64Builder).AppendValues([]int64{6, 7}, nil)
-			b.Field(1).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
-			b.Field(2).(*array.Int32Builder).AppendValues([]int32{100, 100}, nil)
-			b.Field(3).(*array.Int32Builder).AppendValues([]int32{1, 1}, nil)
+			appendCore(b)
 			// Row 0 is a good one.
 			b.Field(4).(*array.StringBuilder).Append("completions")
 			b.Field(5).(*array.Int32Builder).Append(16)
@@ -161,16 +141,7 @@ func TestParamsReaderRejects(t *testing.T) {
 			}
 			b.Field(7).AppendNull()
 		})
-		rd, err := Open(foreign)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rows []Request
-		for rd.Next() {
-			rows = append(rows, rd.Request())
-		}
-		err = rd.Err()
-		rd.Close()
+		rows, err := readRows(t, foreign)
 		if want := (&Params{API: "completions", MaxTokens: 16, N: 2, HasStream: true}); len(rows) != 1 || !reflect.DeepEqual(rows[0].Params, want) {
 			t.Errorf("%q: the good row read as %+v", c.want, rows)
 		}
@@ -228,4 +199,49 @@ func TestInfoParams(t *testing.T) {
 	if err != nil || plain.Params != nil {
 		t.Errorf("info of a trace without params: %+v, %v", plain.Params, err)
 	}
+}
+
+// writeOne writes r alone to a new file, abandoned, and returns its path and Write's error.
+func writeOne(t *testing.T, r Request) (string, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "w.parquet")
+	w, err := Create(path, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Write(r)
+	w.Abort()
+	return path, err
+}
+
+// readRows reads the file at path to its end or first error: the rows before it, and it.
+func readRows(t *testing.T, path string) ([]Request, error) {
+	t.Helper()
+	rd, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var rows []Request
+	for rd.Next() {
+		rows = append(rows, rd.Request())
+	}
+	return rows, rd.Err()
+}
+
+// foreignSchema is the schema of a file another tool wrote: the four columns trace/v1
+// requires, then more.
+func foreignSchema(more []arrow.Field) *arrow.Schema {
+	md := arrow.NewMetadata([]string{MetaFormat}, []string{Format})
+	return arrow.NewSchema(append([]arrow.Field{{Name: ColRequestID, Type: arrow.PrimitiveTypes.Int64}, {Name: ColArrivalNS, Type: arrow.PrimitiveTypes.Int64},
+		{Name: ColPromptTokens, Type: arrow.PrimitiveTypes.Int32}, {Name: ColOutputTokens, Type: arrow.PrimitiveTypes.Int32}}, more...), &md)
+}
+
+// appendCore appends the required columns of two rows to a foreignSchema's builder:
+// request_id 6 and 7, at 0 and 1, of 100 prompt tokens and 1 output token.
+func appendCore(b *array.RecordBuilder) {
+	b.Field(0).(*array.Int64Builder).AppendValues([]int64{6, 7}, nil)
+	b.Field(1).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
+	b.Field(2).(*array.Int32Builder).AppendValues([]int32{100, 100}, nil)
+	b.Field(3).(*array.Int32Builder).AppendValues([]int32{1, 1}, nil)
 }
