@@ -61,7 +61,7 @@ const (
 	batchRows = 64 << 10
 	// batchBlocks and rowGroupBytes bound both in bytes for rows of long prefix-block lists
 	// (a recording's 1,000 blocks are 8 KB a row): converting a journal of them peaks at
-	// 200 MB RSS so, 700 MB by rows alone (record's BenchmarkTraceJournalConvert).
+	// 200-290 MB RSS so, 700 MB by rows alone (record's BenchmarkTraceJournalConvert).
 	batchBlocks   = 1 << 20
 	rowGroupBytes = 16 << 20
 )
@@ -162,7 +162,8 @@ func metaFrom(md arrow.Metadata) (Meta, error) {
 // Writer writes a trace/v1 Parquet file row by row. It checks every request (Validate,
 // and arrivals non-decreasing) before accepting it, so a file it finishes is valid.
 // Rows are batched in Arrow builders and written as zstd-compressed row groups of
-// RowGroupRows rows; memory stays bounded by one row group whatever the trace's length.
+// RowGroupRows rows or rowGroupBytes, whichever comes first; memory stays bounded by one
+// row group whatever the trace's length.
 type Writer struct {
 	meta Meta
 	dst  io.Writer
