@@ -52,7 +52,10 @@ type Request struct {
 	// Call is what an agent trace records beyond the request: the calls it waits for, the
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
-	Call   *Call
+	Call *Call
+	// Params are what a recorded request asked of production (params.go); nil when the
+	// row has none of them.
+	Params *Params
 }
 
 // Validate checks one request on its own (ordering is checked by readers and writers).
@@ -69,6 +72,11 @@ func (r *Request) Validate() error {
 	}
 	if err := r.validateImages(); err != nil {
 		return err
+	}
+	if r.Params != nil {
+		if err := r.Params.validate(); err != nil {
+			return err
+		}
 	}
 	if r.Call != nil {
 		return r.Call.validate(r)
