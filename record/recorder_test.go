@@ -40,7 +40,7 @@ func TestRotation(t *testing.T) {
 	ids := int64(0)
 	for i, want := range []int{3, 2} {
 		tp := filepath.Join(rec.dir, fmt.Sprintf("trace-%04d.parquet", i+1))
-		rows := readTrace(t, tp)
+		rows := traceRows(t, tp)
 		if len(rows) != want {
 			t.Fatalf("%s: %d rows, want %d", tp, len(rows), want)
 		}
@@ -71,23 +71,6 @@ func TestRotation(t *testing.T) {
 	}
 }
 
-func readTrace(t *testing.T, path string) []trace.Request {
-	t.Helper()
-	tr, err := trace.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	var rows []trace.Request
-	for tr.Next() {
-		rows = append(rows, tr.Request())
-	}
-	if err := tr.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return rows
-}
-
 // TestSample: --sample keeps whole sessions: each user's two requests are both recorded
 // or both left out, and some of each.
 func TestSample(t *testing.T) {
@@ -101,7 +84,7 @@ func TestSample(t *testing.T) {
 		}
 	}
 	rec.stop()
-	rows := readTrace(t, filepath.Join(rec.dir, "trace-0001.parquet"))
+	rows := traceRows(t, filepath.Join(rec.dir, "trace-0001.parquet"))
 	per := map[int64]int{}
 	for _, r := range rows {
 		per[r.SessionID]++
@@ -155,7 +138,7 @@ func TestRecoverRotation(t *testing.T) {
 	if len(files) != 2 {
 		t.Fatalf("recovered %v", files)
 	}
-	rows := readTrace(t, files[0])
+	rows := traceRows(t, files[0])
 	res, run, err := results.ReadFile(files[1])
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +150,10 @@ func TestRecoverRotation(t *testing.T) {
 	if _, err := RecoverRotation(filepath.Join(killed, "other.journal")); err == nil {
 		t.Error("RecoverRotation took a file that is not a trace journal")
 	}
+}
+
+func traceRows(t *testing.T, path string) []trace.Request {
+	t.Helper()
+	rows, _ := readTrace(t, path)
+	return rows
 }

@@ -43,6 +43,9 @@ func resultsPath(dir string, i int) string {
 	return filepath.Join(dir, fmt.Sprintf("results-%04d.parquet", i+1))
 }
 
+// TraceSource is the llmreplay.source of a trace the recorder writes.
+const TraceSource = "record"
+
 // JournalSuffix ends the name of a journal the recorder writes while it records; a
 // recording killed before it wrote its files leaves them, for `llmreplay recover`.
 const JournalSuffix = ".journal"
@@ -75,7 +78,7 @@ func (r *Recorder) segment(i int) (*segment, error) {
 	s := &segment{index: i, start: start, trace: tracePath(r.o.Dir, i), res: resultsPath(r.o.Dir, i),
 		apis: map[string]bool{}, models: map[string]bool{}}
 	s.tjPath, s.rjPath = s.trace+JournalSuffix, s.res+JournalSuffix
-	meta := trace.Meta{Source: trace.SourceRecord, StartUnixNS: r.startUnix + start, BlockTokens: r.o.BlockTokens, Generator: r.generator()}
+	meta := trace.Meta{Source: TraceSource, StartUnixNS: r.startUnix + start, BlockTokens: r.o.BlockTokens, Generator: r.generator()}
 	var err error
 	if s.tj, err = CreateTraceJournal(s.tjPath, meta); err != nil {
 		return nil, err

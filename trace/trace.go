@@ -146,9 +146,6 @@ func (r *Request) validateImages() error {
 	return nil
 }
 
-// SourceRecord is the llmreplay.source of a trace written by `llmreplay record`.
-const SourceRecord = "record"
-
 // Meta is a trace file's schema metadata.
 type Meta struct {
 	Source      string // e.g. "azure-2023", "mooncake", "synth"
