@@ -442,9 +442,53 @@ func readRecordingFrom(t *testing.T, files map[string][]byte) (string, string) {
 	return fmt.Sprintf("%+v %+v", tr.Meta(), rows), fmt.Sprintf("%+v %+v", *run, res)
 }
 
-// checkRecordReplays replays the recorded trace against a fresh engine and checks it
-// against production.
+// checkRecordReplays replays the recorded trace against fresh engines and checks it
+// against production: independently, every request due at its recorded arrival to the
+// nanosecond; as sessions (--sessions dag: each turn on its parent's context, the answer
+// included, as production's conversations were), the parents kept, every first turn due at
+// its arrival, and production's prefix-cache hit rate within 2 points. Both with the lengths
+// the engine counted in production (--calibrate takes the chat template out).
 func checkRecordReplays(t *testing.T, dir string, rows []trace.Request, prod []results.Result) {
+	t.Helper()
+	tr := filepath.Join(dir, "trace-0001.parquet")
+	for _, mode := range []string{replay.SessionsIndependent, replay.SessionsDAG} {
+		rep := replayRecorded(t, tr, mode)
+		var prodCached, prodPrompt, repCached, repPrompt int64
+		for _, r := range rep {
+			row := rows[r.RequestID]
+			if r.Status != results.StatusOK {
+				t.Errorf("%s replay of request %d: %s %q", mode, r.RequestID, r.Status, r.Error)
+				continue
+			}
+			first := row.Call == nil || row.Call.Parents == nil
+			if (mode == replay.SessionsIndependent || first) && r.ScheduledNS != int64(row.Arrival) {
+				t.Errorf("%s: request %d due at %d ns, recorded arrival %d ns", mode, r.RequestID, r.ScheduledNS, int64(row.Arrival))
+			}
+			if r.PromptTokensServer != row.PromptTokens || r.OutputTokens != row.OutputTokens {
+				t.Errorf("%s: request %d: the fresh engine counted %d prompt and %d output tokens, production %d and %d",
+					mode, r.RequestID, r.PromptTokensServer, r.OutputTokens, row.PromptTokens, row.OutputTokens)
+			}
+			if p := prod[r.RequestID]; p.PromptTokensCached != results.Null && r.PromptTokensCached != results.Null {
+				prodCached += int64(p.PromptTokensCached)
+				prodPrompt += int64(p.PromptTokensServer)
+				repCached += int64(r.PromptTokensCached)
+				repPrompt += int64(r.PromptTokensServer)
+			}
+		}
+		if prodPrompt == 0 {
+			t.Fatalf("%s: no request had a cached-token count in both production and the replay", mode)
+		}
+		pr, rr := float64(prodCached)/float64(prodPrompt), float64(repCached)/float64(repPrompt)
+		t.Logf("%s: prefix-cache hit rate: production %.2f%%, replay %.2f%% (over %d prompt tokens)", mode, 100*pr, 100*rr, prodPrompt)
+		if d := pr - rr; mode == replay.SessionsDAG && (d > 0.02 || d < -0.02) {
+			t.Errorf("%s: prefix-cache hit rate: replay %.2f%%, production %.2f%%: more than 2 points apart", mode, 100*rr, 100*pr)
+		}
+	}
+}
+
+// replayRecorded replays a recorded trace against a fresh engine in a sessions mode, and
+// checks that compare takes production and the replay for runs of one trace.
+func replayRecorded(t *testing.T, tr, mode string) []results.Result {
 	t.Helper()
 	cfg, err := sim.Profile("tiny")
 	if err != nil {
@@ -456,54 +500,24 @@ func checkRecordReplays(t *testing.T, dir string, rows []trace.Request, prod []r
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	out := filepath.Join(t.TempDir(), "replay.parquet")
+	out := filepath.Join(t.TempDir(), mode+".parquet")
 	var so, se bytes.Buffer
-	if err := run(context.Background(), []string{"replay", "--trace", filepath.Join(dir, "trace-0001.parquet"), "--endpoint", srv.BaseURL(),
-		"--api", "chat", "--sessions", "independent", "--scrape", "none", "-q", "-o", out}, &so, &se); err != nil {
-		t.Fatalf("replay: %v\n%s", err, se.String())
+	if err := run(context.Background(), []string{"replay", "--trace", tr, "--endpoint", srv.BaseURL(), "--api", "chat",
+		"--sessions", mode, "--calibrate", "--scrape", "none", "-q", "-o", out}, &so, &se); err != nil {
+		t.Fatalf("replay --sessions %s: %v\n%s", mode, err, se.String())
 	}
 	rep, _, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep) != len(rows) {
-		t.Fatalf("the replay has %d records, the trace %d rows", len(rep), len(rows))
-	}
-	var prodCached, prodPrompt, repCached, repPrompt int64
-	for _, r := range rep {
-		row := rows[r.RequestID]
-		if r.Status != results.StatusOK {
-			t.Errorf("replay of request %d: %s %q", r.RequestID, r.Status, r.Error)
-			continue
-		}
-		if r.ScheduledNS != int64(row.Arrival) {
-			t.Errorf("request %d: due at %d ns, recorded arrival %d ns", r.RequestID, r.ScheduledNS, int64(row.Arrival))
-		}
-		if r.PromptTokensServer != row.PromptTokens || r.OutputTokens != row.OutputTokens {
-			t.Errorf("request %d: the fresh engine counted %d prompt and %d output tokens, production %d and %d",
-				r.RequestID, r.PromptTokensServer, r.OutputTokens, row.PromptTokens, row.OutputTokens)
-		}
-		if p := prod[r.RequestID]; p.PromptTokensCached != results.Null && r.PromptTokensCached != results.Null {
-			prodCached += int64(p.PromptTokensCached)
-			prodPrompt += int64(p.PromptTokensServer)
-			repCached += int64(r.PromptTokensCached)
-			repPrompt += int64(r.PromptTokensServer)
-		}
-	}
-	if prodPrompt == 0 {
-		t.Fatal("no request had a cached-token count in both production and the replay")
-	}
-	pr, rr := float64(prodCached)/float64(prodPrompt), float64(repCached)/float64(repPrompt)
-	t.Logf("prefix-cache hit rate: production %.2f%%, replay %.2f%% (over %d prompt tokens)", 100*pr, 100*rr, prodPrompt)
-	if d := pr - rr; d > 0.02 || d < -0.02 {
-		t.Errorf("prefix-cache hit rate: replay %.2f%%, production %.2f%%: more than 2 points apart", 100*rr, 100*pr)
-	}
 	so.Reset()
 	se.Reset()
-	if err := run(context.Background(), []string{"compare", filepath.Join(dir, "results-0001.parquet"), out}, &so, &se); err != nil {
-		t.Fatalf("compare production replay: %v\n%s", err, se.String())
+	prod := filepath.Join(filepath.Dir(tr), "results-0001.parquet")
+	if err := run(context.Background(), []string{"compare", prod, out}, &so, &se); err != nil {
+		t.Fatalf("compare production and the %s replay: %v\n%s", mode, err, se.String())
 	}
 	if strings.Contains(so.String(), "DIFFERENT RUNS") {
-		t.Errorf("compare takes production and its replay for different runs:\n%s", so.String())
+		t.Errorf("compare takes production and its %s replay for different runs:\n%s", mode, so.String())
 	}
+	return rep
 }
