@@ -3,6 +3,7 @@ package record
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -269,27 +270,21 @@ func TestProxyFaults(t *testing.T) {
 	rec := startRecording(t, up.URL, nil)
 	set := func(m string) { mu.Lock(); mode = m; mu.Unlock() }
 
-	// Reset before the head: the client's connection fails, as it would direct.
-	set("reset-before-head")
-	if _, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody)); err == nil {
-		t.Error("reset before the head: the client got a response through the proxy; direct it gets a broken connection")
-	}
-	// Reset mid-stream: the client reads the first event, then the body breaks.
-	set("reset-mid-stream")
-	resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err == nil || !strings.HasPrefix(sseBody[len(strings.SplitAfter(sseBody, "\n\n")[0]):], string(b)) || len(b) == 0 {
-		t.Errorf("reset mid-stream: read %q, err %v; want the first event, then an error", b, err)
+	// A reset before the head and a reset mid-stream: through the proxy the client sees
+	// what it sees direct (no response; the first event, then a broken body).
+	for _, m := range []string{"reset-before-head", "reset-mid-stream"} {
+		set(m)
+		direct := outcome(up.URL)
+		proxied := outcome(rec.srv.URL)
+		if direct != proxied {
+			t.Errorf("%s: through the proxy the client sees %s; direct, %s", m, proxied, direct)
+		}
 	}
 	// A stalled upstream and a client that gives up after the first event.
 	set("stall")
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, rec.srv.URL+"/v1/chat/completions", strings.NewReader(chatStreamBody))
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +296,7 @@ func TestProxyFaults(t *testing.T) {
 	resp.Body.Close()
 
 	res, _ := waitRecorded(t, rec, 3)
+
 	want := []struct {
 		status results.Status
 		msg    string
@@ -339,3 +335,47 @@ func waitRecorded(t *testing.T, rec *recording, n int64) ([]results.Result, []tr
 }
 
 var _ = errors.New
+
+// outcome is what a client sees of a chat request to base: no response, or the body it
+// read and whether reading it broke.
+func outcome(base string) string {
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chatStreamBody))
+	if err != nil {
+		return "no response"
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return fmt.Sprintf("HTTP %d, body %q, broken %v", resp.StatusCode, b, err != nil)
+}
+
+// TestProxyCompressedAnswer: a client that asks for gzip gets the upstream's gzipped
+// answer as sent, and the record reads its usage from a decompressed copy.
+func TestProxyCompressedAnswer(t *testing.T) {
+	answer := `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":7,"total_tokens":19}}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	io.WriteString(zw, answer)
+	zw.Close()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write(gz.Bytes())
+	}))
+	defer up.Close()
+	rec := startRecording(t, up.URL, nil)
+	resp, body := post(t, rec.srv.URL, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		http.Header{"Accept-Encoding": {"gzip"}, "Content-Type": {"application/json"}})
+	if !bytes.Equal(body, gz.Bytes()) || resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Errorf("the client got %d bytes (Content-Encoding %q), want the upstream's %d gzipped bytes", len(body), resp.Header.Get("Content-Encoding"), gz.Len())
+	}
+	res, rows := rec.close()
+	if len(res) != 1 {
+		t.Fatalf("%d records", len(res))
+	}
+	r := res[0]
+	if r.Status != results.StatusOK || r.PromptTokensServer != 12 || r.OutputTokens != 7 || rows[0].PromptTokens != 12 || rows[0].OutputTokens != 7 {
+		t.Errorf("recorded %s %q, prompt %d output %d (trace %d, %d); want ok, 12 and 7 from the usage",
+			r.Status, r.Error, r.PromptTokensServer, r.OutputTokens, rows[0].PromptTokens, rows[0].OutputTokens)
+	}
+}
