@@ -208,13 +208,7 @@ func TestRecordThroughProxy(t *testing.T) {
 		tr.seq++
 		return option.WithHeader("X-Test-Seq", fmt.Sprint(tr.seq-1))
 	}
-	type want struct {
-		session int // index of the conversation; -1: a request of its own
-		turn    int
-		api     string
-		stream  bool
-	}
-	var wants []want
+	var wants []recordWant
 	// Three chat conversations of three turns, their turns interleaved, streamed (with the
 	// usage asked for in one of them, counted by the recorder in the others).
 	convs := make([][]openai.ChatCompletionMessageParamUnion, 3)
@@ -238,7 +232,7 @@ func TestRecordThroughProxy(t *testing.T) {
 				t.Fatalf("chat conversation %d turn %d: %v", c, turn, err)
 			}
 			convs[c] = append(convs[c], openai.AssistantMessage(acc.Choices[0].Message.Content))
-			wants = append(wants, want{session: c, turn: turn, api: "chat", stream: true})
+			wants = append(wants, recordWant{session: c, turn: turn, api: "chat", stream: true})
 		}
 	}
 	// Chat not streamed.
@@ -248,7 +242,7 @@ func TestRecordThroughProxy(t *testing.T) {
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(user)}, MaxTokens: openai.Int(12)}, next(user)); err != nil {
 			t.Fatal(err)
 		}
-		wants = append(wants, want{session: -1, api: "chat"})
+		wants = append(wants, recordWant{session: -1, api: "chat"})
 	}
 	// The Responses API: a conversation that resends its items, streamed, then a request
 	// not streamed.
@@ -268,14 +262,14 @@ func TestRecordThroughProxy(t *testing.T) {
 			t.Fatalf("responses turn %d: %v", turn, err)
 		}
 		items = append(items, responses.ResponseInputItemParamOfMessage(answer, responses.EasyInputMessageRoleAssistant))
-		wants = append(wants, want{session: 10, turn: turn, api: "responses", stream: true})
+		wants = append(wants, recordWant{session: 10, turn: turn, api: "responses", stream: true})
 	}
 	user := words(rng, 40)
 	if _, err := cl.Responses.New(ctx, responses.ResponseNewParams{Model: model, MaxOutputTokens: openai.Int(16),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(user)}}, next(user)); err != nil {
 		t.Fatal(err)
 	}
-	wants = append(wants, want{session: -1, api: "responses"})
+	wants = append(wants, recordWant{session: -1, api: "responses"})
 
 	// The journals, as a recording killed now would leave them, for the privacy check.
 	time.Sleep(700 * time.Millisecond) // the recorder flushes its journals every 500 ms
@@ -293,6 +287,24 @@ func TestRecordThroughProxy(t *testing.T) {
 	if len(rows) != len(wants) || len(prod) != len(wants) {
 		t.Fatalf("recorded %d trace rows and %d results, want %d", len(rows), len(prod), len(wants))
 	}
+	checkRecordedRows(t, rows, prod, wants)
+	checkRecordPrivacy(t, tr.texts, journals, readDirBytes(t, rec.dir), rec.stdout.String(), rec.stderr.String())
+	checkRecordReplays(t, rec.dir, rows, prod)
+}
+
+// recordWant is what the test sent as one request: its conversation (-1: a request of
+// its own), turn, API and whether it streamed.
+type recordWant struct {
+	session int // index of the conversation; -1: a request of its own
+	turn    int
+	api     string
+	stream  bool
+}
+
+// checkRecordedRows: rows in the order sent, production ok, the API and stream columns,
+// and each conversation one session whose turns name the turn before as parent.
+func checkRecordedRows(t *testing.T, rows []trace.Request, prod []results.Result, wants []recordWant) {
+	t.Helper()
 	sessionOf := map[int]int64{}
 	for i, w := range wants {
 		row, res := rows[i], prod[i]
@@ -329,8 +341,6 @@ func TestRecordThroughProxy(t *testing.T) {
 			t.Errorf("request %d (conversation %d turn %d): call %+v, want parent %d after a user gap", i, w.session, w.turn, row.Call, prev)
 		}
 	}
-	checkRecordPrivacy(t, tr.texts, journals, readDirBytes(t, rec.dir), rec.stdout.String(), rec.stderr.String())
-	checkRecordReplays(t, rec.dir, rows, prod)
 }
 
 // readDirBytes returns every file under dir, by name.
