@@ -16,7 +16,9 @@ import (
 // request, ids go on across files, and each results file names its own trace's hash.
 func TestRotation(t *testing.T) {
 	up := streamer(t, nil)
-	const rotate = 300 * time.Millisecond
+	// Long enough that the first three requests arrive in the first rotation on a loaded
+	// machine (they take milliseconds).
+	const rotate = 2 * time.Second
 	rec := startRecording(t, up.URL, func(o *Options) { o.Rotate = rotate })
 	for range 3 {
 		post(t, rec.srv.URL, "/v1/chat/completions", chatStreamBody, nil)
