@@ -57,7 +57,8 @@ func TestDuckDBReadsAzure(t *testing.T) {
 		"session_id": "BIGINT", "prefix_blocks": "BIGINT[]", "model": "VARCHAR", "prompt": "VARCHAR",
 		"parents": "BIGINT[]", "gap_ns": "BIGINT", "gap_kind": "VARCHAR", "duration_ns": "BIGINT",
 		"prefix_tokens": "INTEGER", "cached_tokens": "INTEGER", "reasoning_tokens": "INTEGER", "tool_tokens": "INTEGER",
-		"images": "INTEGER", "image_widths": "INTEGER[]", "image_heights": "INTEGER[]", "image_tokens": "INTEGER"}
+		"images": "INTEGER", "image_widths": "INTEGER[]", "image_heights": "INTEGER[]", "image_tokens": "INTEGER",
+		"api": "VARCHAR", "max_tokens": "INTEGER", "n": "INTEGER", "stream": "BOOLEAN"}
 	if len(types) != len(want) {
 		t.Errorf("duckdb sees %d columns: %v", len(types), types)
 	}
@@ -149,6 +150,36 @@ func TestDuckDBReadsImages(t *testing.T) {
 		}
 		if r.HasImageTokens != (row["k"] != nil) || (r.HasImageTokens && duckNum(t, row["k"]) != int64(r.ImageTokens)) {
 			t.Errorf("row %d: image_tokens %v, want %d (recorded %v)", i, row["k"], r.ImageTokens, r.HasImageTokens)
+		}
+	}
+}
+
+// TestDuckDBReadsParams: DuckDB reads the recording columns as written, null where a row
+// has no value.
+func TestDuckDBReadsParams(t *testing.T) {
+	reqs := paramsRequests()
+	path := filepath.Join(t.TempDir(), "params.parquet")
+	writeFile(t, path, Meta{}, reqs)
+	rows := duckdbtest.Query(t, "SELECT request_id AS id, api, max_tokens AS m, n, stream AS s FROM read_parquet('"+path+"') ORDER BY request_id")
+	if len(rows) != len(reqs) {
+		t.Fatalf("duckdb reads %d rows", len(rows))
+	}
+	for i, row := range rows {
+		p := reqs[i].Params
+		if p == nil {
+			p = &Params{}
+		}
+		api, _ := row["api"].(string)
+		opt := func(v any) int32 {
+			if v == nil {
+				return 0
+			}
+			return int32(duckNum(t, v))
+		}
+		s, hasS := row["s"].(bool)
+		if got := (Params{API: api, MaxTokens: opt(row["m"]), N: opt(row["n"]), Stream: s, HasStream: hasS}); duckNum(t, row["id"]) != reqs[i].ID || got != *p ||
+			(p.API == "") != (row["api"] == nil) || (p.HasStream != (row["s"] != nil)) {
+			t.Errorf("row %d: duckdb reads %v, want %+v", i, row, *p)
 		}
 	}
 }

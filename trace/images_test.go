@@ -127,13 +127,7 @@ func TestImagesWriterRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		c.r.ID, c.r.PromptTokens, c.r.OutputTokens = 7, 100, 1
-		path := filepath.Join(t.TempDir(), "w.parquet")
-		w, err := Create(path, Meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = w.Write(c.r)
-		w.Abort()
+		path, err := writeOne(t, c.r)
 		if err == nil || !strings.Contains(err.Error(), path+": row 0 (request_id 7): "+c.want) {
 			t.Errorf("Write: %v, want an error naming the file, row and %q", err, c.want)
 		}
@@ -143,15 +137,13 @@ func TestImagesWriterRejects(t *testing.T) {
 // TestImagesReaderRejects: a file another tool wrote with inconsistent image columns is
 // refused at the bad row, naming the file, the row, the request_id and the column.
 func TestImagesReaderRejects(t *testing.T) {
-	i64, i32 := arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int32
-	md := arrow.NewMetadata([]string{MetaFormat}, []string{Format})
-	sc := arrow.NewSchema([]arrow.Field{{Name: ColRequestID, Type: i64}, {Name: ColArrivalNS, Type: i64},
-		{Name: ColPromptTokens, Type: i32}, {Name: ColOutputTokens, Type: i32},
+	i32 := arrow.PrimitiveTypes.Int32
+	sc := foreignSchema([]arrow.Field{
 		{Name: ColImages, Type: i32, Nullable: true},
 		// "element", as some writers name a list's items: read all the same.
 		{Name: ColImageWidths, Type: arrow.ListOfField(arrow.Field{Name: "element", Type: i32, Nullable: true}), Nullable: true},
 		{Name: ColImageHeights, Type: arrow.ListOf(i32), Nullable: true},
-		{Name: ColImageTokens, Type: i32, Nullable: true}}, &md)
+		{Name: ColImageTokens, Type: i32, Nullable: true}})
 	type bad struct {
 		n      int32 // -100: null
 		ws, hs []int32
@@ -173,10 +165,7 @@ func TestImagesReaderRejects(t *testing.T) {
 	for _, c := range cases {
 		foreign := filepath.Join(t.TempDir(), "f.parquet")
 		writeForeign(t, foreign, sc, func(b *array.RecordBuilder) {
-			b.Field(0).(*array.Int64Builder).AppendValues([]int64{6, 7}, nil)
-			b.Field(1).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
-			b.Field(2).(*array.Int32Builder).AppendValues([]int32{100, 100}, nil)
-			b.Field(3).(*array.Int32Builder).AppendValues([]int32{1, 1}, nil)
+			appendCore(b)
 			// Row 0 is a good one with sized images.
 			b.Field(4).(*array.Int32Builder).Append(1)
 			for k, v := range []int32{640, 480} {
@@ -206,16 +195,7 @@ func TestImagesReaderRejects(t *testing.T) {
 			list(6, c.hNull, c.hs)
 			opt(7, c.tokens)
 		})
-		rd, err := Open(foreign)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rows []Request
-		for rd.Next() {
-			rows = append(rows, rd.Request())
-		}
-		err = rd.Err()
-		rd.Close()
+		rows, err := readRows(t, foreign)
 		if len(rows) != 1 || !reflect.DeepEqual(rows[0].Images, []Image{{640, 480}}) || rows[0].ImageTokens != 50 {
 			t.Errorf("%q: the good row read as %+v", c.want, rows)
 		}

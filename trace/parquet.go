@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow/go/v15/parquet"
 	"github.com/apache/arrow/go/v15/parquet/compress"
 	"github.com/apache/arrow/go/v15/parquet/file"
+	"github.com/apache/arrow/go/v15/parquet/metadata"
 	"github.com/apache/arrow/go/v15/parquet/pqarrow"
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
@@ -58,6 +59,11 @@ const (
 	// batchRows is how many rows the Writer accumulates in Arrow builders before handing
 	// them to the Parquet writer, and how many rows the Reader decodes at a time.
 	batchRows = 64 << 10
+	// batchBlocks and rowGroupBytes bound both in bytes for rows of long prefix-block lists
+	// (a recording's 1,000 blocks are 8 KB a row): converting a journal of them peaks at
+	// 200-290 MB RSS so, 700 MB by rows alone (record's BenchmarkTraceJournalConvert).
+	batchBlocks   = 1 << 20
+	rowGroupBytes = 16 << 20
 )
 
 // fields of the trace/v1 Arrow schema, in column order.
@@ -82,11 +88,18 @@ var fields = []arrow.Field{
 	{Name: ColImageWidths, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 	{Name: ColImageHeights, Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
 	{Name: ColImageTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColAPI, Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: ColMaxTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColN, Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+	{Name: ColStream, Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
 }
 
 // colTools is the index of the tool_tokens column in fields; the agent columns are 8 up
-// to it, the image columns follow it.
-const colTools = 15
+// to it, the image columns follow it, then the recording columns from colParams.
+const (
+	colTools  = 15
+	colParams = colTools + 5
+)
 
 // schemaFor returns the Arrow schema of trace/v1 carrying meta as schema metadata.
 func schemaFor(meta Meta) *arrow.Schema {
@@ -149,17 +162,22 @@ func metaFrom(md arrow.Metadata) (Meta, error) {
 // Writer writes a trace/v1 Parquet file row by row. It checks every request (Validate,
 // and arrivals non-decreasing) before accepting it, so a file it finishes is valid.
 // Rows are batched in Arrow builders and written as zstd-compressed row groups of
-// RowGroupRows rows; memory stays bounded by one row group whatever the trace's length.
+// RowGroupRows rows or rowGroupBytes, whichever comes first; memory stays bounded by one
+// row group whatever the trace's length.
 type Writer struct {
-	meta  Meta
-	dst   io.Writer
-	fw    *pqarrow.FileWriter
-	bld   *array.RecordBuilder
-	rows  int64
-	last  int64 // arrival of the previous row
-	err   error // sticky: once a write fails the file is unusable
-	done  bool
-	label string // file name for errors; "" for an io.Writer
+	meta Meta
+	dst  io.Writer
+	fw   *pqarrow.FileWriter
+	bld  *array.RecordBuilder
+	rows int64
+	// blocks counts the prefix-block ids in the builders; newGroup asks the next flush to
+	// start a row group, the current one being rowGroupBytes.
+	blocks   int
+	newGroup bool
+	last     int64 // arrival of the previous row
+	err      error // sticky: once a write fails the file is unusable
+	done     bool
+	label    string // file name for errors; "" for an io.Writer
 
 	// Set by Create only.
 	f *atomicfile.File
@@ -249,9 +267,11 @@ func (w *Writer) Write(r Request) error {
 		b.Field(colTools).AppendNull()
 	}
 	appendImages(b, &r)
+	appendParams(b, r.Params)
 	w.last = a
 	w.rows++
-	if b.Field(0).Len() >= batchRows {
+	w.blocks += len(r.PrefixBlocks)
+	if b.Field(0).Len() >= batchRows || w.blocks >= batchBlocks {
 		if err := w.flush(); err != nil {
 			w.err = err
 			return err
@@ -370,9 +390,14 @@ func (w *Writer) flush() error {
 	// NewRecord leaves the builders empty; reserving a whole batch again saves the
 	// doubling reallocations (and copies) of every column on the way up.
 	w.bld.Reserve(batchRows)
+	if w.newGroup {
+		w.fw.NewBufferedRowGroup()
+	}
 	if err := w.fw.WriteBuffered(rec); err != nil {
 		return w.errorf("%v", err)
 	}
+	// pqarrow buffers a row group's pages until it ends: end it by size as well as rows.
+	w.blocks, w.newGroup = 0, w.fw.RowGroupTotalCompressedBytes()+w.fw.RowGroupTotalBytesWritten() >= rowGroupBytes
 	return nil
 }
 
@@ -464,6 +489,11 @@ type readerCols struct {
 	widths, heights       *array.List
 	widthVals, heightVals *array.Int32
 
+	// recording columns (params.go); nil when the file has none
+	api               *array.String
+	maxTokens, nCount *array.Int32
+	stream            *array.Boolean
+
 	// agent columns (call.go); nil when the file has none
 	parents              *array.List
 	parentVals           *array.Int64
@@ -502,7 +532,7 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchFor(pf)}, memory.DefaultAllocator)
 	if err != nil {
 		pf.Close()
 		return fail(err)
@@ -553,6 +583,29 @@ func NewReader(src parquet.ReaderAtSeeker, name string) (*Reader, error) {
 	return &Reader{name: name, pf: pf, rr: rr, meta: meta, numRows: pf.NumRows(), last: -1, models: map[string]string{}, has: has}, nil
 }
 
+// leafOf returns the index of the Parquet leaf column of trace column name; -1: none.
+func leafOf(md *metadata.FileMetaData, name string) int {
+	for i := 0; i < md.Schema.NumColumns(); i++ {
+		if p := md.Schema.Column(i).ColumnPath(); len(p) > 0 && p[0] == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// batchFor returns the rows a read batch holds: batchRows, or fewer when the file's
+// prefix-block lists are long, so that a batch holds about batchBlocks ids (a batchRows
+// batch of a recording's 1,000-block rows would be half a gigabyte).
+func batchFor(pf *file.Reader) int64 {
+	md, ids := pf.MetaData(), int64(0)
+	for g := 0; g < pf.NumRowGroups() && leafOf(md, ColPrefixBlocks) >= 0; g++ {
+		if cc, err := md.RowGroup(g).ColumnChunk(leafOf(md, ColPrefixBlocks)); err == nil {
+			ids += cc.NumValues()
+		}
+	}
+	return max(64, min(batchRows, batchBlocks*max(pf.NumRows(), 1)/max(ids, 1)))
+}
+
 // sameList accepts a list of want's element type whatever its element field is called
 // ("item" here, "element" from some writers).
 func sameList(got, want arrow.DataType) bool {
@@ -576,13 +629,7 @@ func (r *Reader) HasValues(name string) bool {
 		return false
 	}
 	md := r.pf.MetaData()
-	leaf := -1
-	for i := 0; i < md.Schema.NumColumns(); i++ {
-		if p := md.Schema.Column(i).ColumnPath(); len(p) > 0 && p[0] == name {
-			leaf = i
-			break
-		}
-	}
+	leaf := leafOf(md, name)
 	if leaf < 0 {
 		return true
 	}
@@ -678,6 +725,9 @@ func (r *Reader) Next() bool {
 		req.ToolTokens, req.HasToolTokens = c.tools.Value(i), true
 	}
 	req.Call = c.call(i)
+	if err := c.readParams(i, &req); err != nil {
+		return r.fail("request_id %d: %v", req.ID, err)
+	}
 	if err := c.readImages(i, &req); err != nil {
 		return r.fail("request_id %d: %v", req.ID, err)
 	}
@@ -743,6 +793,10 @@ func (r *Reader) bind() error {
 		r.cols.text, _ = a.(*array.String)
 	}
 	r.cols.tools, _ = col(ColToolTokens).(*array.Int32)
+	r.cols.api, _ = col(ColAPI).(*array.String)
+	r.cols.maxTokens, _ = col(ColMaxTokens).(*array.Int32)
+	r.cols.nCount, _ = col(ColN).(*array.Int32)
+	r.cols.stream, _ = col(ColStream).(*array.Boolean)
 	if err := r.cols.bindImages(col); err != nil {
 		return err
 	}

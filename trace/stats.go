@@ -62,7 +62,10 @@ type Info struct {
 	Tools *ToolsInfo `json:"tools,omitempty"`
 	// Images is what the trace says of its requests' images; nil when no row sends one
 	// or records image_tokens.
-	Images   *ImagesInfo `json:"images,omitempty"`
+	Images *ImagesInfo `json:"images,omitempty"`
+	// Params is what a recorded trace says of its requests' API and parameters; nil when
+	// no row has a recording column's value.
+	Params   *ParamsInfo `json:"params,omitempty"`
 	Warnings []string    `json:"warnings,omitempty"`
 }
 
@@ -215,8 +218,8 @@ func (b *binCounter) dispersion(span int64) float64 {
 // Memory: 16 bytes per row (the two length columns and the inter-arrival gaps, then one
 // length column as float64 at a time), plus a set of distinct session ids and prefix
 // block ids; for each row with a session, DAGCheck's id and session and the agent
-// shape's state; for rows with images, imagesAcc's (docs/trace-format.md, "trace info",
-// gives the measured total).
+// shape's state; for rows with images, imagesAcc's; 4 bytes per row with max_tokens
+// (docs/trace-format.md, "trace info", gives the measured total).
 func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 	info := Info{Meta: meta}
 	var (
@@ -231,6 +234,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		tools            []int32 // tool_tokens of the rows that send tools
 		toolRows         int64   // rows with a tool_tokens value
 		images           imagesAcc
+		params           paramsAcc
 		name             = "(in memory)"
 	)
 	if n, ok := src.(interface{ Name() string }); ok {
@@ -260,6 +264,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 			}
 		}
 		images.add(&r)
+		params.add(&r)
 		outputs = append(outputs, r.OutputTokens)
 		if r.HasSession {
 			sessions[r.SessionID] = struct{}{}
@@ -302,6 +307,7 @@ func ComputeInfo(ctx context.Context, src Source, meta Meta) (Info, error) {
 		info.Tools = ti
 	}
 	info.Images = images.info(info.Count, info.Prompt.Sum)
+	info.Params = params.info(info.Count)
 	info.Output = summarise(outputs)
 	info.Sessions = int64(len(sessions))
 	info.Agent = shape.shape()
@@ -377,6 +383,9 @@ func (info Info) WriteText(w io.Writer, name string) error {
 	}
 	if info.Images != nil {
 		info.Images.writeText(&b, info.Count)
+	}
+	if info.Params != nil {
+		info.Params.writeText(&b, info.Count)
 	}
 	if info.Agent != nil {
 		info.Agent.writeText(&b)

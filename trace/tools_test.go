@@ -56,45 +56,23 @@ func TestToolTokensRoundTrip(t *testing.T) {
 // [0, prompt_tokens], naming the file, the row, the request_id and the column.
 func TestToolTokensRejects(t *testing.T) {
 	for _, v := range []int32{-1, 101} {
-		r := Request{ID: 7, PromptTokens: 100, OutputTokens: 1, ToolTokens: v, HasToolTokens: true}
-		path := filepath.Join(t.TempDir(), "w.parquet")
-		w, err := Create(path, Meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = w.Write(r)
-		w.Abort()
+		path, err := writeOne(t, Request{ID: 7, PromptTokens: 100, OutputTokens: 1, ToolTokens: v, HasToolTokens: true})
 		want := "tool_tokens: " + itoa(v) + " not in [0, prompt_tokens 100]"
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "row 0 (request_id 7)") || !strings.Contains(err.Error(), path) {
 			t.Errorf("Write of tool_tokens %d: %v, want an error naming the file, row and %q", v, err, want)
 		}
 
 		// Another tool's file with the bad value: the reader says the same.
-		i64, i32 := arrow.PrimitiveTypes.Int64, arrow.PrimitiveTypes.Int32
-		md := arrow.NewMetadata([]string{MetaFormat}, []string{Format})
-		sc := arrow.NewSchema([]arrow.Field{{Name: ColRequestID, Type: i64}, {Name: ColArrivalNS, Type: i64},
-			{Name: ColPromptTokens, Type: i32}, {Name: ColOutputTokens, Type: i32}, {Name: ColToolTokens, Type: i32, Nullable: true}}, &md)
+		sc := foreignSchema([]arrow.Field{{Name: ColToolTokens, Type: arrow.PrimitiveTypes.Int32, Nullable: true}})
 		foreign := filepath.Join(t.TempDir(), "f.parquet")
 		writeForeign(t, foreign, sc, func(b *array.RecordBuilder) {
-			b.Field(0).(*array.Int64Builder).AppendValues([]int64{6, 7}, nil)
-			b.Field(1).(*array.Int64Builder).AppendValues([]int64{0, 1}, nil)
-			b.Field(2).(*array.Int32Builder).AppendValues([]int32{100, 100}, nil)
-			b.Field(3).(*array.Int32Builder).AppendValues([]int32{1, 1}, nil)
+			appendCore(b)
 			b.Field(4).(*array.Int32Builder).AppendNull()
 			b.Field(4).(*array.Int32Builder).Append(v)
 		})
-		rd, err := Open(foreign)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for rd.Next() {
-			n++
-		}
-		err = rd.Err()
-		rd.Close()
-		if n != 1 || err == nil || !strings.Contains(err.Error(), foreign+" row 1: request_id 7: "+want) {
-			t.Errorf("read of tool_tokens %d: %d rows, %v", v, n, err)
+		rows, err := readRows(t, foreign)
+		if n := len(rows); n != 1 || err == nil || !strings.Contains(err.Error(), foreign+" row 1: request_id 7: "+want) {
+			t.Errorf("read of tool_tokens %d: %d rows, %v", v, len(rows), err)
 		}
 	}
 }

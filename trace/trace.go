@@ -53,6 +53,9 @@ type Request struct {
 	// gap after them, production's duration, cache hit and reasoning (call.go); nil when
 	// the row has none of it.
 	Call *Call
+	// Params are what a recorded request asked of production (params.go); nil when the
+	// row has none of them.
+	Params *Params
 }
 
 // Validate checks one request on its own (ordering is checked by readers and writers).
@@ -69,6 +72,11 @@ func (r *Request) Validate() error {
 	}
 	if err := r.validateImages(); err != nil {
 		return err
+	}
+	if r.Params != nil {
+		if err := r.Params.validate(); err != nil {
+			return err
+		}
 	}
 	if r.Call != nil {
 		return r.Call.validate(r)

@@ -100,38 +100,32 @@ func decodeChunkJSON(data []byte, ci *Chunk) error {
 	ci.Choices = len(ch.Choices)
 	for i := range ch.Choices {
 		cc := &ch.Choices[i]
-		d := &cc.Delta
-		if cc.Text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" || hasToolCalls(d.ToolCalls) {
-			ci.Output = true
-			ci.Text = append(ci.Text, cc.Text...)
-			ci.Text = append(ci.Text, d.Content...)
-			ci.Text = append(ci.Text, d.ReasoningContent...)
-			ci.Text = append(ci.Text, d.Reasoning...)
-			ci.Reasoning = append(ci.Reasoning, d.ReasoningContent...)
-			ci.Reasoning = append(ci.Reasoning, d.Reasoning...)
-			ci.ToolCalls = appendToolCalls(ci.ToolCalls, d.ToolCalls)
-			ci.Answer = ci.Answer || cc.Text != "" || d.Content != "" || hasToolCalls(d.ToolCalls)
-		}
-		if cc.FinishReason != nil && *cc.FinishReason != "" {
-			ci.Finished = true
-		}
+		ci.choice(cc.Text, &cc.Delta, cc.FinishReason)
 	}
 	if ch.Usage != nil {
-		ci.Usage = true
-		if ch.Usage.PromptTokens != nil {
-			ci.PromptTokens, ci.HasPrompt = *ch.Usage.PromptTokens, true
-		}
-		if ch.Usage.CompletionTokens != nil {
-			ci.CompletionTokens, ci.HasCompletion = *ch.Usage.CompletionTokens, true
-		}
-		if d := ch.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
-			ci.Cached, ci.HasCached = *d.CachedTokens, true
-		}
-		if d := ch.Usage.CompletionTokensDetails; d != nil && d.ReasoningTokens != nil {
-			ci.ReasoningTokens, ci.HasReasoningTokens = *d.ReasoningTokens, true
-		}
+		ch.Usage.set(ci)
 	}
 	return nil
+}
+
+// choice takes one choice of a chunk or an answer: its text (completions) and what it
+// generated (chat's delta or message).
+func (ci *Chunk) choice(text string, d *openAIDelta, finishReason *string) {
+	tools := hasToolCalls(d.ToolCalls)
+	if text != "" || d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" || tools {
+		ci.Output = true
+		ci.Text = append(ci.Text, text...)
+		ci.Text = append(ci.Text, d.Content...)
+		ci.Text = append(ci.Text, d.ReasoningContent...)
+		ci.Text = append(ci.Text, d.Reasoning...)
+		ci.Reasoning = append(ci.Reasoning, d.ReasoningContent...)
+		ci.Reasoning = append(ci.Reasoning, d.Reasoning...)
+		ci.ToolCalls = appendToolCalls(ci.ToolCalls, d.ToolCalls)
+		ci.Answer = ci.Answer || text != "" || d.Content != "" || tools
+	}
+	if finishReason != nil && *finishReason != "" {
+		ci.Finished = true
+	}
 }
 
 // hasToolCalls reports whether a delta.tool_calls value holds calls: neither absent, null

@@ -14,28 +14,53 @@ type chunkJSON struct {
 	Message string          `json:"message"` // vLLM's older top-level error object
 	Error   json.RawMessage `json:"error"`
 	Choices []struct {
-		Text  string `json:"text"`
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			Reasoning        string          `json:"reasoning"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
+		Text         string      `json:"text"`
+		Delta        openAIDelta `json:"delta"`
+		FinishReason *string     `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     *int32 `json:"prompt_tokens"`
-		CompletionTokens *int32 `json:"completion_tokens"`
-		// vLLM (--enable-prompt-tokens-details), SGLang, OpenAI: prompt tokens served
-		// from the prefix cache; the object or the count may be null or absent.
-		PromptTokensDetails *struct {
-			CachedTokens *int32 `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-		// vLLM, SGLang, OpenAI: the part of completion_tokens that was reasoning.
-		CompletionTokensDetails *struct {
-			ReasoningTokens *int32 `json:"reasoning_tokens"`
-		} `json:"completion_tokens_details"`
-	} `json:"usage"`
+	Usage *openAIUsage `json:"usage"`
+}
+
+// openAIDelta is what a choice generated: a stream chunk's delta, or the message of a chat
+// answer that was not streamed (answer.go).
+type openAIDelta struct {
+	Content          string          `json:"content"`
+	ReasoningContent string          `json:"reasoning_content"`
+	Reasoning        string          `json:"reasoning"`
+	ToolCalls        json.RawMessage `json:"tool_calls"`
+}
+
+// openAIUsage is the usage object of the OpenAI-compatible APIs (completions, chat), in a
+// stream's chunk or in an answer that was not streamed (answer.go).
+type openAIUsage struct {
+	PromptTokens     *int32 `json:"prompt_tokens"`
+	CompletionTokens *int32 `json:"completion_tokens"`
+	// vLLM (--enable-prompt-tokens-details), SGLang, OpenAI: prompt tokens served
+	// from the prefix cache; the object or the count may be null or absent.
+	PromptTokensDetails *struct {
+		CachedTokens *int32 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	// vLLM, SGLang, OpenAI: the part of completion_tokens that was reasoning.
+	CompletionTokensDetails *struct {
+		ReasoningTokens *int32 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// set puts u in c as the final usage.
+func (u *openAIUsage) set(c *Chunk) {
+	c.Usage = true
+	if u.PromptTokens != nil {
+		c.PromptTokens, c.HasPrompt = *u.PromptTokens, true
+	}
+	if u.CompletionTokens != nil {
+		c.CompletionTokens, c.HasCompletion = *u.CompletionTokens, true
+	}
+	if d := u.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+		c.Cached, c.HasCached = *d.CachedTokens, true
+	}
+	if d := u.CompletionTokensDetails; d != nil && d.ReasoningTokens != nil {
+		c.ReasoningTokens, c.HasReasoningTokens = *d.ReasoningTokens, true
+	}
 }
 
 // errorMessage extracts a server's error message from an error field or object.

@@ -156,14 +156,8 @@ type messagesEventJSON struct {
 	Message *struct {
 		Usage *messagesUsageJSON `json:"usage"`
 	} `json:"message"`
-	ContentBlock *struct {
-		Type     string `json:"type"`
-		ID       string `json:"id"`
-		Name     string `json:"name"`
-		Text     string `json:"text"`
-		Thinking string `json:"thinking"`
-	} `json:"content_block"`
-	Delta *struct {
+	ContentBlock *messagesBlockJSON `json:"content_block"`
+	Delta        *struct {
 		Type        string `json:"type"`
 		Text        string `json:"text"`
 		Thinking    string `json:"thinking"`
@@ -174,6 +168,30 @@ type messagesEventJSON struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// messagesBlockJSON is a content block: a stream's content_block_start, or an element of
+// an answer's content (answer.go).
+type messagesBlockJSON struct {
+	Type     string `json:"type"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Text     string `json:"text"`
+	Thinking string `json:"thinking"`
+}
+
+// contentBlock takes a content block at index: text is answer output, thinking
+// reasoning, a tool_use block names a call.
+func (c *Chunk) contentBlock(b *messagesBlockJSON, index int) {
+	switch b.Type {
+	case "text":
+		c.output(b.Text, true)
+	case "thinking":
+		c.output(b.Thinking, false)
+	case "tool_use":
+		c.Output, c.Answer = true, true
+		c.ToolCalls = append(c.ToolCalls, ToolCallDelta{Index: index, ID: b.ID, Type: "tool_use", Name: b.Name})
+	}
 }
 
 // decodeMessagesJSON is the exact, slower path.
@@ -198,15 +216,7 @@ func decodeMessagesJSON(data []byte, c *Chunk, uncached bool) error {
 	case "content_block_start":
 		c.Choices = 1
 		if b := ev.ContentBlock; b != nil {
-			switch b.Type {
-			case "text":
-				c.output(b.Text, true)
-			case "thinking":
-				c.output(b.Thinking, false)
-			case "tool_use":
-				c.Output, c.Answer = true, true
-				c.ToolCalls = append(c.ToolCalls, ToolCallDelta{Index: index, ID: b.ID, Type: "tool_use", Name: b.Name})
-			}
+			c.contentBlock(b, index)
 		}
 	case "content_block_delta":
 		c.Choices = 1

@@ -570,7 +570,12 @@ func decodeResponseEnd(data []byte, c *Chunk, typ string) error {
 	if e.Response == nil || e.Response.Usage == nil {
 		return nil
 	}
-	u := e.Response.Usage
+	e.Response.Usage.set(c)
+	return nil
+}
+
+// set puts u in c as the final usage (Choices 0).
+func (u *responsesUsage) set(c *Chunk) {
 	c.Usage = true
 	if u.InputTokens != nil {
 		c.PromptTokens, c.HasPrompt = *u.InputTokens, true
@@ -584,5 +589,4 @@ func decodeResponseEnd(data []byte, c *Chunk, typ string) error {
 	if d := u.OutputTokensDetails; d != nil && d.ReasoningTokens != nil {
 		c.ReasoningTokens, c.HasReasoningTokens = *d.ReasoningTokens, true
 	}
-	return nil
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/llmreplay/llmreplay/record"
 	"github.com/llmreplay/llmreplay/replay/results"
 )
 
@@ -22,6 +24,9 @@ const recoverExamples = `  # A replay writing results.parquet was killed: keep e
   # scrape of results.metrics.parquet.journal beside it, into results.metrics.parquet)
   llmreplay recover results.parquet.journal -o results.parquet
 
+  # A recording was killed: its rotation's trace and results (the results journal beside)
+  llmreplay recover rec/trace-0001.parquet.journal
+
   # A metrics journal alone
   llmreplay recover results.metrics.parquet.journal -o results.metrics.parquet`
 
@@ -35,6 +40,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usagef("recover: want exactly one journal file, got %d arguments", fs.NArg())
 	}
 	journal := fs.Arg(0)
+	if base := filepath.Base(journal); strings.HasPrefix(base, "trace-") && strings.HasSuffix(base, ".parquet"+record.JournalSuffix) {
+		files, err := record.RecoverRotation(journal)
+		for _, f := range files {
+			fmt.Fprintf(stdout, "recovered %s\n", f)
+		}
+		return err
+	}
 	if *out == "" {
 		if !strings.HasSuffix(journal, results.JournalSuffix) {
 			return usagef("recover: %s does not end in %s: give -o", journal, results.JournalSuffix)

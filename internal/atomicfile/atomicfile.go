@@ -87,7 +87,7 @@ func (f *File) Commit() error {
 		os.Remove(f.f.Name())
 		return err
 	}
-	return syncDir(filepath.Dir(f.target))
+	return SyncDir(filepath.Dir(f.target))
 }
 
 // Abort closes and removes the temporary file; the target is untouched. Abort after Commit
@@ -117,10 +117,11 @@ func Write(path string, write func(w io.Writer) error) error {
 	return f.Commit()
 }
 
-// syncDir makes a rename into dir durable. Windows cannot sync a directory (its renames
-// are journalled by NTFS), and some file systems refuse a directory fsync with EINVAL or
-// ENOTSUP: for those the rename is as durable as they make it.
-func syncDir(dir string) error {
+// SyncDir makes a rename into dir, or a file created in it, durable. Windows cannot sync a
+// directory (its renames are journalled by NTFS), and some file systems refuse a
+// directory fsync with EINVAL or ENOTSUP: for those the rename is as durable as they
+// make it.
+func SyncDir(dir string) error {
 	if runtime.GOOS == "windows" {
 		return nil
 	}

@@ -282,7 +282,19 @@ func ConvertJournal(journal, out string) (ConvertInfo, error) {
 			return nil, err
 		}
 		return ParseRunMeta(s)
-	})
+	}, nil)
+}
+
+// ConvertJournalWith is ConvertJournal with the run metadata edited before it is written:
+// a recording knows the hash of the trace its results go with only once that trace is
+// written, after the results journal was created.
+func ConvertJournalWith(journal, out string, edit func(*RunMeta)) (ConvertInfo, error) {
+	return convertIPC(journal, out, "results", func(s *arrow.Schema) (*RunMeta, error) {
+		if _, err := Check(s); err != nil {
+			return nil, err
+		}
+		return ParseRunMeta(s)
+	}, edit)
 }
 
 // newParquetWriter writes a journal's records to w as Parquet, its schema (with the run

@@ -132,7 +132,7 @@ func (j *MetricsJournal) AddSamples(tNS int64, source string, batches ...[]prom.
 // out, as ConvertJournal does for results: through a temporary file renamed on success,
 // keeping every whole batch of a killed run's journal (info.Tail says what was cut).
 func ConvertMetricsJournal(journal, out string) (ConvertInfo, error) {
-	return convertIPC(journal, out, "metrics", CheckMetrics)
+	return convertIPC(journal, out, "metrics", CheckMetrics, nil)
 }
 
 // JournalFormat returns the format (Format or MetricsFormat) of the
@@ -156,7 +156,7 @@ func JournalFormat(path string) (string, error) {
 }
 
 // convertIPC is ConvertJournal's body for a journal whose schema check returns its run.
-func convertIPC(journal, out, what string, check func(*arrow.Schema) (*RunMeta, error)) (info ConvertInfo, err error) {
+func convertIPC(journal, out, what string, check func(*arrow.Schema) (*RunMeta, error), edit func(*RunMeta)) (info ConvertInfo, err error) {
 	f, err := os.Open(journal)
 	if err != nil {
 		return info, fmt.Errorf("replay: open journal: %w", err)
@@ -170,6 +170,12 @@ func convertIPC(journal, out, what string, check func(*arrow.Schema) (*RunMeta, 
 	schema := rdr.Schema()
 	if info.Run, err = check(schema); err != nil {
 		return info, fmt.Errorf("replay: journal %s: %w", journal, err)
+	}
+	if edit != nil {
+		edit(info.Run)
+		if schema, err = withRun(schema, Format, info.Run); err != nil {
+			return info, fmt.Errorf("replay: journal %s: %w", journal, err)
+		}
 	}
 	tmp, err := atomicfile.Create(out)
 	if err != nil {

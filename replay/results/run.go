@@ -64,7 +64,16 @@ type RunMeta struct {
 	Repeat      int    `json:"repeat,omitempty"`
 	RepeatCount int    `json:"repeat_count,omitempty"`
 	RepeatGroup string `json:"repeat_group,omitempty"`
+
+	// Source says where the records come from when not from a replay: SourceRecord for the
+	// production results `llmreplay record` wrote from the traffic it passed (sent_ns is
+	// when the proxy handed the request to the upstream, scheduled_ns when it arrived at
+	// the proxy). Added in revision 1.4; absent for a replay.
+	Source string `json:"source,omitempty"`
 }
+
+// SourceRecord is RunMeta.Source of production results written by `llmreplay record`.
+const SourceRecord = "record"
 
 // Rules of RunMeta.PrefixReusableShare (docs/metrics.md, "prefix_reusable_share").
 const (

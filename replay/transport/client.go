@@ -551,6 +551,12 @@ type streamState struct {
 	mixed         bool   // a chunk carried reasoning and answer: its tokens cannot be split
 	reasoningTok  int32  // chunk tokens of the chunks that carried only reasoning
 	reasoningText []byte // the reasoning text, kept when the client has a tokenizer
+	// The recording proxy's Tap (tap.go) sets these; the replayer leaves them zero.
+	private bool   // failures carry no byte of the stream (it can echo the prompt)
+	textCap int    // > 0: the most text kept for counting; past it nothing is counted
+	textCut bool   // the text outgrew textCap: the output's count is unknown
+	wantID  bool   // the Responses API's response id is looked for (takeID)
+	id      string // the response id found
 }
 
 // maxOutputChunks is the most output chunks a stream may carry for a request asking for
@@ -589,7 +595,7 @@ func (st *streamState) mustCount() bool {
 // countsText reports whether the output is counted from its text: no usage was reported,
 // and the client has a tokenizer.
 func (st *streamState) countsText() bool {
-	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil
+	return !st.usageSeen && len(st.text) > 0 && st.c.opts.CountTokens != nil // (cutText empties text)
 }
 
 // countsReasoning reports whether end counts the reasoning from its text: the stream
@@ -597,7 +603,7 @@ func (st *streamState) countsText() bool {
 // tokenizer.
 func (st *streamState) countsReasoning() bool {
 	return st.reasoned && st.res.ReasoningTokens == results.Null && !st.reasoningFromChunks() &&
-		st.c.opts.CountTokens != nil
+		st.c.opts.CountTokens != nil && !st.textCut
 }
 
 // reasoningFromChunks reports whether the chunk tokens give the reasoning count: every
@@ -623,7 +629,7 @@ func (st *streamState) reasoningChunk(ci *wire.Chunk) {
 	case st.everyUsage && len(st.chunkTokens) == len(st.res.ChunkNS):
 		st.reasoningTok += st.chunkTokens[len(st.chunkTokens)-1]
 	}
-	if st.c.opts.CountTokens != nil {
+	if st.c.opts.CountTokens != nil && !st.textCut {
 		st.reasoningText = append(st.reasoningText, ci.Reasoning...)
 	}
 }
@@ -632,13 +638,63 @@ func (st *streamState) fail(s results.Status, msg string) {
 	st.res.Status, st.res.Error, st.failed = s, msg, true
 }
 
+// failText fails the stream with what, followed by the server's text unless private.
+func (st *streamState) failText(what string, text []byte) {
+	if !st.private {
+		what += ": " + wire.ShortText(text)
+	}
+	st.fail(results.StatusStreamError, what)
+}
+
+// malformed fails the stream at an event that did not decode. The decoder's error and the
+// event are left out when private: both can quote the event's bytes.
+func (st *streamState) malformed(err error, data []byte) {
+	if st.private {
+		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk", st.nEvents))
+		return
+	}
+	st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
+}
+
+// takeID looks for the response's id in an event of the Responses API's stream: the
+// response object of response.created, its first event (OpenAI's reference, vLLM,
+// SGLang, Ollama), or of the events just after it. It gives up after the third event, so
+// that a stream without one pays for three decodes.
+//
+//go:noinline
+func (st *streamState) takeID(data []byte) {
+	var e struct {
+		Response *struct {
+			ID string `json:"id"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Response != nil && e.Response.ID != "" {
+		st.id, st.wantID = e.Response.ID, false
+	}
+	if st.nEvents >= 3 {
+		st.wantID = false
+	}
+}
+
+// cutText drops the text kept for counting once it outgrew textCap: nothing is counted
+// from it then (a count of part of the text would be a wrong number), and the memory goes.
+//
+//go:noinline
+func (st *streamState) cutText() {
+	st.textCut = true
+	st.text, st.reasoningText = nil, nil
+}
+
 // event takes one event, stamped when its last byte was read; it returns true when the
 // stream is over ([DONE], or a failure recorded in the result).
 func (st *streamState) event(stamp int64, name, data []byte) bool {
 	res := st.res
 	st.nEvents++
+	if st.wantID {
+		st.takeID(data)
+	}
 	if string(name) == "error" {
-		st.fail(results.StatusStreamError, "server error event: "+wire.ShortText(data))
+		st.failText("server error event", data)
 		return true
 	}
 	if string(bytes.TrimSpace(data)) == "[DONE]" {
@@ -649,11 +705,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 	// The encoder calls the built-in decoders directly (wire.Encoder.Decode), so that st,
 	// which holds ci, stays on the stack.
 	if err := st.c.enc.Decode(data, ci); err != nil {
-		st.fail(results.StatusStreamError, fmt.Sprintf("event %d: malformed chunk: %v: %s", st.nEvents, err, wire.ShortText(data)))
+		st.malformed(err, data)
 		return true
 	}
 	if ci.IsError {
-		st.fail(results.StatusStreamError, "server error mid-stream: "+wire.ShortText([]byte(ci.ErrorMessage)))
+		st.failText("server error mid-stream", []byte(ci.ErrorMessage))
 		return true
 	}
 	output := ci.Output
@@ -662,8 +718,11 @@ func (st *streamState) event(stamp int64, name, data []byte) bool {
 			st.maxChunks, res.OutputTokensTarget))
 		return true
 	}
-	if output && st.c.opts.CountTokens != nil {
+	if output && st.c.opts.CountTokens != nil && !st.textCut {
 		st.text = append(st.text, ci.Text...)
+		if st.textCap > 0 && len(st.text)+len(st.reasoningText) > st.textCap {
+			st.cutText()
+		}
 	}
 	if output && st.answer != nil {
 		*st.answer = append(*st.answer, ci.Text...)

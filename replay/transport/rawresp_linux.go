@@ -282,26 +282,7 @@ func (p *rawResp) deliver(b []byte, stamp int64) bool {
 	case modeUnary:
 		return !p.un.write(b, stamp)
 	case modeSSE:
-		for len(b) > 0 && !p.st.over() {
-			if data, n := p.sse.direct(b); n > 0 {
-				b = b[n:]
-				p.st.event(stamp, nil, data) // an end or failure shows in p.st.over
-				continue
-			}
-			n := p.sse.write(b, stamp)
-			b = b[n:]
-			for p.sse.nextBuffered() {
-				if p.st.event(p.sse.Stamp(), p.sse.Event(), p.sse.Data()) {
-					break
-				}
-			}
-			if err := p.sse.Err(); err != nil && !p.st.over() {
-				p.st.fail(results.StatusStreamError, err.Error())
-			}
-			if n == 0 && !p.st.over() {
-				p.st.fail(results.StatusStreamError, io.ErrNoProgress.Error())
-			}
-		}
+		pushSSE(p.sse, &p.st, b, stamp)
 		if p.st.failed {
 			return true
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // DefaultMaxLine caps one SSE line. A streamed chunk is a few hundred bytes (a few KB with
@@ -293,4 +295,32 @@ func (s *SSEReader) fill() bool {
 	}
 	s.err = io.ErrNoProgress
 	return false
+}
+
+// pushSSE is the push side's loop: it takes body bytes b, read at stamp, through sse into
+// st's events until b is used up or the stream is over ([DONE], or a failure recorded in
+// st). The raw client's response parser and the recording proxy's Tap share it, so that
+// one stream means the same to both; a line over the cap fails the stream as the pull
+// side's Next does.
+func pushSSE(sse *SSEReader, st *streamState, b []byte, stamp int64) {
+	for len(b) > 0 && !st.over() {
+		if data, n := sse.direct(b); n > 0 {
+			b = b[n:]
+			st.event(stamp, nil, data) // an end or failure shows in st.over
+			continue
+		}
+		n := sse.write(b, stamp)
+		b = b[n:]
+		for sse.nextBuffered() {
+			if st.event(sse.Stamp(), sse.Event(), sse.Data()) {
+				break
+			}
+		}
+		if err := sse.Err(); err != nil && !st.over() {
+			st.fail(results.StatusStreamError, err.Error())
+		}
+		if n == 0 && !st.over() {
+			st.fail(results.StatusStreamError, io.ErrNoProgress.Error())
+		}
+	}
 }
