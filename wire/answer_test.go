@@ -102,6 +102,9 @@ func FuzzDecodeAnswer(f *testing.F) {
 		if err := enc.DecodeAnswer(again, &c2); err != nil {
 			t.Fatalf("%s %q: rewritten as %s: %v", api, body, again, err)
 		}
+		// An error object without a message is kept as its JSON text, which the rewrite
+		// may escape otherwise ("&" as \u0026): the same JSON value is the same message.
+		c.ErrorMessage, c2.ErrorMessage = sameJSON(c.ErrorMessage), sameJSON(c2.ErrorMessage)
 		if !chunksEqual(c, c2) {
 			t.Fatalf("%s %q:\n got %+v\nrewritten %s: %+v", api, body, c, again, c2)
 		}
@@ -121,4 +124,14 @@ func BenchmarkDecodeAnswer(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// sameJSON is s as encoding/json writes its value when s is JSON, else s.
+func sameJSON(s string) string {
+	var v any
+	if json.Unmarshal([]byte(s), &v) != nil {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
