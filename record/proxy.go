@@ -193,6 +193,18 @@ func (t tapTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ex == nil {
 		return t.base.RoundTrip(req)
 	}
+	if ex.body != nil && req.Body != nil {
+		// ReverseProxy hands the transport the body wrapped in a reader of its own, which
+		// the transport cannot tell is in memory: it then writes the request's head and
+		// its body in two writes (two TCP segments; an upstream that woke for the head
+		// waits again for the body). The body is in memory, read whole: given as such, the
+		// head and the body go in one write. GetBody lets the transport send it again on
+		// a fresh connection when a pooled one turns out closed before a byte was written.
+		body := ex.body
+		req = req.WithContext(req.Context()) // a copy: a RoundTripper must not change its request
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
 	ex.sent = ex.rec.now()
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
