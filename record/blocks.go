@@ -214,8 +214,11 @@ func (m *message) hash(h hash.Hash, buf []byte) uint64 {
 	return sum64(h)
 }
 
-// finish hashes x's messages into r.Msgs, counts the tokens and makes the blocks.
-func (p *Parser) finish(r *Request, x *extract) {
+// finish hashes x's messages into r.Msgs and, when count is set, counts the tokens and
+// makes the blocks. The tools are counted either way: their count is the trace's
+// tool_tokens, which the server's usage does not give, and an application sends the
+// same tools with every request, so their tokens come from the cache.
+func (p *Parser) finish(r *Request, x *extract, count bool) {
 	h := p.macs.get()
 	defer p.macs.put(h)
 	buf := make([]byte, 4096)
@@ -255,6 +258,9 @@ func (p *Parser) finish(r *Request, x *extract) {
 		h.Write(chain[:])
 		prev = nonZero(sum64(h))
 		r.Msgs[j], r.Roles[j] = prev, m.role
+		if !count {
+			continue
+		}
 		var ids []uint32
 		if m.ids != nil {
 			ids = m.ids
@@ -263,6 +269,9 @@ func (p *Parser) finish(r *Request, x *extract) {
 		}
 		parts = append(parts, ids)
 		total += len(ids)
+	}
+	if !count {
+		return
 	}
 	r.PromptTokens = int32(min(total, math.MaxInt32))
 	if !x.separate && r.PrevKey == 0 {

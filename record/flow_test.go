@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -104,4 +105,51 @@ func TestProxyBackpressure(t *testing.T) {
 		t.Errorf("the upstream wrote %d MiB to a client that read nothing: the proxy buffers without bound", n>>20)
 	}
 	t.Logf("the upstream wrote %.1f MiB before its write blocked", float64(n)/(1<<20))
+}
+
+// writeCounter counts the writes made to it.
+type writeCounter struct{ writes int }
+
+func (w *writeCounter) Write(p []byte) (int, error) { w.writes++; return len(p), nil }
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestProxySendsRequestInOneWrite: a recorded request reaches the upstream's transport
+// with a body net/http knows is in memory, so that its head and body leave in one write
+// (Request.Write is the serializer http.Transport uses: with a body of another kind it
+// flushes the head first, and an upstream that woke for the head waits again for the
+// body); and with GetBody, so that the transport may resend it on a fresh connection.
+func TestProxySendsRequestInOneWrite(t *testing.T) {
+	up, _ := url.Parse("http://upstream.invalid")
+	rec := startRecording(t, up.String(), nil)
+	var writes int
+	var again []byte
+	rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		var w writeCounter
+		if err := req.Write(&w); err != nil {
+			return nil, err
+		}
+		writes = w.writes
+		if req.GetBody != nil {
+			b, _ := req.GetBody()
+			again, _ = io.ReadAll(b)
+		}
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
+			Body: io.NopCloser(strings.NewReader(sseBody)), Request: req}, nil
+	})
+	srv := httptest.NewServer(NewProxy(up, rec.rec, ProxyOptions{Transport: rt}))
+	defer srv.Close()
+	resp, body := post(t, srv.URL, "/v1/chat/completions", chatStreamBody, nil)
+	if resp.StatusCode != http.StatusOK || string(body) != sseBody {
+		t.Fatalf("through the proxy: %d %q", resp.StatusCode, body)
+	}
+	if writes != 1 {
+		t.Errorf("the request left in %d writes, want its head and body in one", writes)
+	}
+	if string(again) != chatStreamBody {
+		t.Errorf("GetBody gave %q, want the body again", again)
+	}
 }

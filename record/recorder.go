@@ -228,7 +228,8 @@ func (r *Recorder) finish(ex *exchange) {
 func (r *Recorder) parse() {
 	defer r.workers.Done()
 	for ex := range r.work {
-		ex.req, ex.perr = r.parser.Parse(ex.path, ex.body)
+		// After the response: its usage says whether the prompt still needs counting.
+		ex.req, ex.perr = r.parser.ParseCounted(ex.path, ex.body, ex.res.PromptTokensServer)
 		ex.body = nil
 		if ex.sessionValue != "" {
 			ex.headerKey = r.parser.Key(ex.sessionValue)

@@ -159,3 +159,39 @@ func traceRows(t *testing.T, path string) []trace.Request {
 	rows, _ := readTrace(t, path)
 	return rows
 }
+
+// TestRecordWithoutBlocks: with no prefix blocks (BlockTokens 0) a request the server
+// counted is not tokenized, its prompt_tokens is the server's and it has no blocks; one
+// the server did not count (an error answer) is tokenized for its count.
+func TestRecordWithoutBlocks(t *testing.T) {
+	up := streamer(t, nil) // its stream's usage says 12 prompt tokens
+	rec := startRecording(t, up.URL, func(o *Options) { o.BlockTokens = 0 })
+	long := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + words(0, 100) + `"}]}`
+	post(t, rec.srv.URL, "/v1/chat/completions", long, nil)
+	rec.stop()
+	if n := rec.rec.parser.cache.encodes.Load(); n != 0 {
+		t.Errorf("%d texts tokenized for a request the server counted, want none", n)
+	}
+	rows := traceRows(t, filepath.Join(rec.dir, "trace-0001.parquet"))
+	if len(rows) != 1 || rows[0].PromptTokens != 12 || rows[0].PrefixBlocks != nil {
+		t.Fatalf("rows %+v, want one of the server's 12 prompt tokens without blocks", rows)
+	}
+	tr, err := trace.Open(filepath.Join(rec.dir, "trace-0001.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if bt := tr.Meta().BlockTokens; bt != 0 {
+		t.Errorf("llmreplay.block_tokens %d, want none", bt)
+	}
+
+	// The upstream answers /v1/completions with an error: no usage, so the prompt is
+	// counted.
+	rec = startRecording(t, up.URL, func(o *Options) { o.BlockTokens = 0 })
+	post(t, rec.srv.URL, "/v1/completions", `{"model":"m","prompt":"`+words(0, 100)+`"}`, nil)
+	rec.stop()
+	rows = traceRows(t, filepath.Join(rec.dir, "trace-0001.parquet"))
+	if want := rec.rec.o.Encoding.Count(words(0, 100)); len(rows) != 1 || int(rows[0].PromptTokens) != want {
+		t.Fatalf("rows %+v, want one of %d prompt tokens counted by the recorder", rows, want)
+	}
+}

@@ -36,8 +36,9 @@ type Request struct {
 	Roles []byte
 
 	// PromptTokens counts the text of the tools and messages by the parser's encoding
-	// (the server's template is not known: a recorder prefers usage.prompt_tokens);
-	// ToolTokens is the tools' part of it (trace tool_tokens).
+	// (the server's template is not known: a recorder prefers usage.prompt_tokens), 0
+	// when ParseCounted had no need to count them; ToolTokens is the tools' part of it
+	// (trace tool_tokens), always counted.
 	PromptTokens, ToolTokens int32
 
 	// Blocks are the prompt's salted prefix-block ids (trace prefix_blocks); nil when the
@@ -164,6 +165,21 @@ type body struct {
 // error naming the field, which holds no byte of the body (a field's value is never
 // quoted: it may be a prompt); the Request then is empty.
 func (p *Parser) Parse(path string, b []byte) (Request, error) {
+	return p.parse(path, b, true)
+}
+
+// ParseCounted is Parse for a request whose prompt the server has counted (the
+// response's usage): serverPrompt is that count, 0 when it gave none. The messages are
+// tokenized only for what still needs their tokens: the count when the server gave none,
+// the prefix blocks when the parser makes them and the prompt holds a whole block. When
+// nothing does, the Request's PromptTokens is 0 (not counted) and its Blocks nil; its
+// hashes, scalars and ToolTokens are Parse's. Tokenizing is most of a parse's CPU, and a
+// recorder parses after the response has ended, when the usage is known.
+func (p *Parser) ParseCounted(path string, b []byte, serverPrompt int32) (Request, error) {
+	return p.parse(path, b, serverPrompt < 1 || p.blockTokens > 0 && int(serverPrompt) >= p.blockTokens)
+}
+
+func (p *Parser) parse(path string, b []byte, count bool) (Request, error) {
 	api := APIOf(path)
 	if api == "" {
 		return Request{}, nil
@@ -182,7 +198,7 @@ func (p *Parser) Parse(path string, b []byte) (Request, error) {
 	if err := x.body(&t); err != nil {
 		return Request{}, err
 	}
-	p.finish(&r, &x)
+	p.finish(&r, &x, count)
 	return r, nil
 }
 

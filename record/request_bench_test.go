@@ -64,3 +64,28 @@ func BenchmarkParseSmall(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseDistinct parses chat requests whose 100-word prompts all differ (no
+// token cache hit), as the recorder does after the response: with prefix blocks (every
+// prompt tokenized) and with none when the server counted the prompt (none tokenized).
+//
+//	go test ./record -run '^$' -bench ParseDistinct
+func BenchmarkParseDistinct(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		blockTokens int
+	}{{"blocks64", 64}, {"noblocks-server-counted", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			p := testParser(b, c.blockTokens, 0)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":16,"messages":[{"role":"user","content":%q}]}`, words(i*100, 100))
+				if _, err := p.ParseCounted("/v1/chat/completions", []byte(body), 150); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

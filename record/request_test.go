@@ -690,3 +690,43 @@ func isLetters(b []byte) bool {
 	}
 	return true
 }
+
+// TestParseCounted: given the server's count, messages are tokenized only for what needs
+// their tokens (the blocks of a prompt holding a whole block); the hashes, the scalars and
+// the tools' count are Parse's either way.
+func TestParseCounted(t *testing.T) {
+	body := `{"model":"m","max_tokens":7,"tools":[{"type":"function","function":{"name":"f"}}],"messages":[` +
+		`{"role":"system","content":"` + words(0, 40) + `"},{"role":"user","content":"` + words(100, 40) + `"}]}`
+	for _, c := range []struct {
+		name         string
+		blockTokens  int
+		serverPrompt int32
+		tokenized    bool
+	}{
+		{"no blocks, server counted", 0, 90, false},
+		{"no blocks, server said none", 0, 0, true},
+		{"blocks, prompt holds one", 16, 90, true},
+		{"blocks, prompt shorter than one", 64, 63, false},
+		{"blocks, server said none", 64, 0, true},
+	} {
+		p := testParser(t, c.blockTokens, 0)
+		want := mustParse(t, testParser(t, c.blockTokens, 0), "/v1/chat/completions", body)
+		got, err := p.ParseCounted("/v1/chat/completions", []byte(body), c.serverPrompt)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		// The tools are one tokenized text, each message another.
+		if n := p.cache.encodes.Load(); c.tokenized != (n == 3) || !c.tokenized && n != 1 {
+			t.Errorf("%s: %d texts tokenized, want the tools' and the messages' = %v", c.name, n, c.tokenized)
+		}
+		if !c.tokenized {
+			if got.PromptTokens != 0 || got.Blocks != nil {
+				t.Errorf("%s: PromptTokens %d Blocks %v, want neither counted", c.name, got.PromptTokens, got.Blocks)
+			}
+			want.PromptTokens, want.Blocks = 0, nil
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, want)
+		}
+	}
+}

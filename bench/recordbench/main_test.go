@@ -105,6 +105,18 @@ func TestSmokeStandIn(t *testing.T) {
 	}
 }
 
+// TestSmokeRelay: the stand-in's --relay, the floor of a proxy in user space, passes
+// every request.
+func TestSmokeRelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and replays for 4 s")
+	}
+	rep, stderr, err := smoke(t, standin(t), "--proxy-args", "--relay")
+	if err != nil || !rep.AllOK || rep.Proxied.Runs != 2 || rep.Proxied.OK != rep.Proxied.Requests || rep.Proxied.Requests == 0 {
+		t.Fatalf("through the relay: %v, all ok %v, proxy %+v\nstderr: %s", err, rep.AllOK, rep.Proxied, stderr)
+	}
+}
+
 // TestFailsWhenProxyDrops: a proxy that loses requests (the stand-in answers every third
 // 502 without forwarding it) makes the harness fail, and its report says where.
 func TestFailsWhenProxyDrops(t *testing.T) {

@@ -34,6 +34,10 @@ const recordExamples = `  # Record what clients send to a vLLM server on :8000 f
   # Sessions named by the clients' own header, a tenth of them recorded
   llmreplay record --upstream http://10.0.0.5:8000 -o rec/ --session-header X-Session-Id --sample 0.1
 
+  # No prefix blocks: the trace has no prefix_blocks, and prompts the server counts are
+  # not tokenized (less CPU; a replay then cannot share prefixes as production did)
+  llmreplay record --upstream http://127.0.0.1:8000 -o rec/ --block-tokens 0
+
   # Then: replay production's traffic against the next deployment, and compare
   llmreplay replay --trace rec/trace-0001.parquet --url http://next:8000/v1 --sessions independent -o next.parquet
   llmreplay compare rec/results-0001.parquet next.parquet`
@@ -57,7 +61,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&f.sample, "sample", f.sample, "share of sessions recorded, in (0, 1]: each session whole or not at all")
 	fs.StringVar(&f.sessionHeader, "session-header", f.sessionHeader, "request header that names a session (e.g. X-Session-Id); without it, sessions come from the body's user field, or from a request extending an earlier one's messages")
 	fs.StringVar(&f.encoding, "encoding", f.encoding, "tokenizer for prompt tokens the server does not report, and for the prefix blocks (cl100k_base or o200k_base)")
-	fs.IntVar(&f.blockTokens, "block-tokens", f.blockTokens, "tokens per prefix block of the trace's prefix_blocks (16 matches vLLM's and SGLang's cache blocks; larger keeps the trace smaller for long contexts)")
+	fs.IntVar(&f.blockTokens, "block-tokens", f.blockTokens, "tokens per prefix block of the trace's prefix_blocks (16 matches vLLM's and SGLang's cache blocks; larger keeps the trace smaller for long contexts); 0: no prefix_blocks, and a prompt the server's usage counted is not tokenized (the recorder's largest CPU cost)")
 	fs.DurationVar(&f.drain, "drain", f.drain, "on stop, how long requests in flight may take to finish before they are cut (recorded as canceled)")
 	fs.DurationVar(&f.sessionIdle, "session-idle", f.sessionIdle, "a session unseen for this long is forgotten (a request continuing it later starts a new one)")
 	fs.Int64Var(&f.maxBody, "max-body", f.maxBody, "largest request body recorded, in bytes; larger ones pass unrecorded")
@@ -78,8 +82,8 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if f.out == "" {
 		return usagef("record: -o FOLDER is required")
 	}
-	if f.blockTokens < 1 {
-		return usagef("record: --block-tokens %d is not positive", f.blockTokens)
+	if f.blockTokens < 0 {
+		return usagef("record: --block-tokens %d is negative: give the tokens per prefix block, or 0 for none", f.blockTokens)
 	}
 	if f.sample <= 0 || f.sample > 1 {
 		return usagef("record: --sample %v is not in (0, 1]", f.sample)

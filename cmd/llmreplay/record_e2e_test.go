@@ -531,3 +531,33 @@ func replayRecorded(t *testing.T, tr, mode string) []results.Result {
 	}
 	return rep
 }
+
+// TestRecordBlockTokensFlag: --block-tokens 0 records without prefix blocks (the server's
+// prompt count kept); a negative one is refused.
+func TestRecordBlockTokensFlag(t *testing.T) {
+	err := run(context.Background(), []string{"record", "--upstream", "http://127.0.0.1:1", "-o", t.TempDir(), "--block-tokens", "-1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--block-tokens -1 is negative") {
+		t.Errorf("--block-tokens -1: %v, want it refused", err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\n"+
+			`data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":150,"completion_tokens":1}}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer up.Close()
+	rec, base := startRecord(t, up.URL, "--block-tokens", "0")
+	words := strings.Repeat("lorem ipsum ", 100)
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"`+words+`"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	rec.finish(t)
+	rows, _ := readRecording(t, rec.dir)
+	if len(rows) != 1 || rows[0].PromptTokens != 150 || rows[0].PrefixBlocks != nil {
+		t.Errorf("--block-tokens 0: rows %+v, want one of the server's 150 prompt tokens without prefix blocks", rows)
+	}
+}

@@ -5,7 +5,10 @@
 // with net/http/httputil.ReverseProxy, flushing each write as it passes (a stream's chunks
 // are not held). --fail-every N answers every Nth request 502 without forwarding it, so a
 // test sees the harness fail when a proxy loses requests (the replayer's preflight
-// request, which must pass for a run to start, is never one of them).
+// request, which must pass for a run to start, is never one of them). --relay copies the
+// bytes both ways between each client connection and a connection of its own to the
+// upstream, parsing nothing: the floor of any proxy in user space (its reads, writes and
+// wake-ups), against which the cost of HTTP and of recording is measured.
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -33,6 +37,7 @@ func main() {
 	upstream := fs.String("upstream", "", "upstream URL")
 	fs.String("o", "", "recording folder (unused: the stand-in records nothing)")
 	failEvery := fs.Int64("fail-every", 0, "answer every Nth request 502 without forwarding it (0: none)")
+	relay := fs.Bool("relay", false, "copy bytes between each client connection and one to the upstream, no HTTP")
 	fs.Parse(os.Args[2:])
 	u, err := url.Parse(*upstream)
 	if err != nil || u.Host == "" {
@@ -59,6 +64,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "standin:", err)
 		os.Exit(1)
 	}
+	if *relay {
+		serveRelay(ln, u.Host)
+		return
+	}
 	srv := &http.Server{Handler: h}
 	fmt.Fprintf(os.Stderr, "record: listening on %s, forwarding to %s\n", ln.Addr(), u)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -70,5 +79,35 @@ func main() {
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintln(os.Stderr, "standin:", err)
 		os.Exit(1)
+	}
+}
+
+// serveRelay relays each connection ln accepts to upstream (HOST:PORT) until SIGTERM.
+func serveRelay(ln net.Listener, upstream string) {
+	fmt.Fprintf(os.Stderr, "record: listening on %s, relaying to %s\n", ln.Addr(), upstream)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return // closed at SIGTERM
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() {
+				io.Copy(u, c)
+				u.(*net.TCPConn).CloseWrite() // the client's end of the request stream
+			}()
+			io.Copy(c, u)
+		}()
 	}
 }
