@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -333,8 +332,6 @@ func waitRecorded(t *testing.T, rec *recording, n int64) ([]results.Result, []tr
 	}
 	return byID, rows
 }
-
-var _ = errors.New
 
 // outcome is what a client sees of a chat request to base: no response, or the body it
 // read and whether reading it broke.
