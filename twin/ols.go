@@ -1,0 +1,76 @@
+package twin
+
+import (
+	"errors"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// olsFit is an ordinary least-squares fit y = X b + e.
+type olsFit struct {
+	Coef, StdErr []float64
+	N            int     // observations
+	RMS          float64 // residual standard deviation, sqrt(RSS / (N - p))
+}
+
+// ols fits y on the columns of x (rows are observations) by least squares. The standard
+// errors are the usual ones from the residuals: sqrt(s^2 (X'X)^-1_jj), s^2 = RSS/(n-p)
+// (e.g. Greene, Econometric Analysis, ch. 4). Columns are scaled to unit norm before the
+// solve so that ns-sized and token-count-sized regressors stay well conditioned.
+func ols(x [][]float64, y []float64) (olsFit, error) {
+	n := len(y)
+	if n == 0 {
+		return olsFit{}, errors.New("no observations")
+	}
+	p := len(x[0])
+	if n <= p {
+		return olsFit{}, errors.New("fewer observations than parameters")
+	}
+	scale := make([]float64, p)
+	for _, row := range x {
+		for j, v := range row {
+			scale[j] += v * v
+		}
+	}
+	for j := range scale {
+		scale[j] = math.Sqrt(scale[j])
+		if scale[j] == 0 {
+			return olsFit{}, errors.New("a regressor is zero in every observation")
+		}
+	}
+	X := mat.NewDense(n, p, nil)
+	for i, row := range x {
+		for j, v := range row {
+			X.Set(i, j, v/scale[j])
+		}
+	}
+	Y := mat.NewVecDense(n, y)
+	var xtx mat.SymDense
+	xtx.SymOuterK(1, X.T())
+	var inv mat.Dense
+	if err := inv.Inverse(&xtx); err != nil {
+		return olsFit{}, errors.New("the regressors are collinear: the runs do not tell these parameters apart")
+	}
+	if c := mat.Cond(&xtx, 2); c > 1e12 {
+		return olsFit{}, errors.New("the regressors are nearly collinear: the runs do not tell these parameters apart")
+	}
+	var xty mat.VecDense
+	xty.MulVec(X.T(), Y)
+	var b mat.VecDense
+	b.MulVec(&inv, &xty)
+	var fitted mat.VecDense
+	fitted.MulVec(X, &b)
+	rss := 0.0
+	for i := range n {
+		d := y[i] - fitted.AtVec(i)
+		rss += d * d
+	}
+	s2 := rss / float64(n-p)
+	f := olsFit{Coef: make([]float64, p), StdErr: make([]float64, p), N: n, RMS: math.Sqrt(s2)}
+	for j := range p {
+		f.Coef[j] = b.AtVec(j) / scale[j]
+		f.StdErr[j] = math.Sqrt(s2*inv.At(j, j)) / scale[j]
+	}
+	return f, nil
+}

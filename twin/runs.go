@@ -1,0 +1,136 @@
+package twin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/sim"
+)
+
+// Run is one results file read for a fit.
+type Run struct {
+	Path    string
+	File    string // base name
+	SHA256  string
+	Holdout bool // predicted, not fit on
+	Meta    results.RunMeta
+	// Reqs are the run's ok generations, by sent time: the requests a fit reads.
+	Reqs []Req
+	// Rows is how many rows the file had; Reqs may be fewer (failed, dropped, unary).
+	Rows int
+}
+
+// Req is one ok generation of a run, its times in ns from the run start.
+type Req struct {
+	ID              int64
+	Scheduled, Sent int64
+	First, End      int64
+	Prompt, Output  int
+	Cached          int // prompt tokens from the prefix cache; -1 when the server did not say
+	Chunks          []int64
+	ChunkTokens     []int32 // nil: not said per chunk
+	SessionID       int64   // results.Null without a session
+}
+
+// ReadRun reads the results file at path.
+func ReadRun(path string, holdout bool) (Run, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Run{}, fmt.Errorf("twin: %w", err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	f.Close()
+	if err != nil {
+		return Run{}, fmt.Errorf("twin: read %s: %w", path, err)
+	}
+	rows, meta, err := results.ReadFile(path)
+	if err != nil {
+		return Run{}, fmt.Errorf("twin: %w", err)
+	}
+	r := Run{Path: path, File: filepath.Base(path), SHA256: hex.EncodeToString(h.Sum(nil)), Holdout: holdout, Meta: *meta, Rows: len(rows)}
+	for i := range rows {
+		x := &rows[i]
+		if x.Status != results.StatusOK || x.Inputs != results.Null || x.SentNS == results.Null ||
+			x.FirstTokenNS == results.Null || x.EndNS == results.Null || x.OutputTokens == results.Null || x.OutputTokens < 1 {
+			continue
+		}
+		prompt := int(x.PromptTokens)
+		if x.PromptTokensServer != results.Null {
+			prompt = int(x.PromptTokensServer)
+		}
+		q := Req{ID: x.RequestID, Scheduled: x.ScheduledNS, Sent: x.SentNS, First: x.FirstTokenNS, End: x.EndNS,
+			Prompt: max(prompt, 1), Output: int(x.OutputTokens), Cached: -1, ChunkTokens: x.ChunkTokens, SessionID: x.SessionID}
+		if x.PromptTokensCached != results.Null {
+			q.Cached = int(x.PromptTokensCached)
+		}
+		q.Chunks = make([]int64, len(x.ChunkNS))
+		for k, c := range x.ChunkNS {
+			q.Chunks[k] = x.SentNS + c
+		}
+		r.Reqs = append(r.Reqs, q)
+	}
+	slices.SortStableFunc(r.Reqs, func(a, b Req) int { return cmp64(a.Sent, b.Sent) })
+	if len(r.Reqs) == 0 {
+		return r, fmt.Errorf("twin: %s: no ok generation among its %d rows: a fit needs streamed generations", path, len(rows))
+	}
+	return r, nil
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// WriteResults writes a results file at path whose rows are what the engine's step model
+// decided for reqs (sim.Simulate's answer res to them): each request sent at its arrival,
+// one chunk per token at its model time, with ids from ids (nil: 0, 1, ...). Unserved
+// requests have no row. It is how the twin's predictions meet `analyze`, and how tests
+// make runs of a known engine without living through them.
+func WriteResults(path string, meta results.RunMeta, reqs []sim.SimRequest, res []sim.SimResult, ids []int64) error {
+	j, err := results.CreateJournal(path+".journal", &meta)
+	if err != nil {
+		return err
+	}
+	for i, s := range res {
+		if !s.Served {
+			continue
+		}
+		id := int64(i)
+		if ids != nil {
+			id = ids[i]
+		}
+		sent := int64(s.Arrival)
+		r := results.NewResult(id, 0, sent, int32(reqs[i].Prompt), int32(reqs[i].Output))
+		r.SentNS, r.FirstTokenNS, r.EndNS = sent, int64(s.First), int64(s.End)
+		r.FirstAnswerNS = r.FirstTokenNS
+		r.ChunkNS = make([]int64, len(s.Tokens))
+		for k, t := range s.Tokens {
+			r.ChunkNS[k] = int64(t) - sent
+		}
+		r.PromptTokensServer, r.OutputTokens, r.OutputTokensSource = int32(reqs[i].Prompt), int32(len(s.Tokens)), results.SourceUsage
+		r.Status, r.HTTPStatus = results.StatusOK, 200
+		r.PromptTokensCached = int32(s.Cached)
+		if err := j.Add(r); err != nil {
+			j.Close()
+			return err
+		}
+	}
+	if err := j.Close(); err != nil {
+		return err
+	}
+	defer os.Remove(path + ".journal")
+	_, err = results.ConvertJournal(path+".journal", path)
+	return err
+}
