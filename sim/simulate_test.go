@@ -9,7 +9,7 @@ import (
 // prefill alone (PrefillTime), then one token per pure decode step.
 func TestSimulateIdleExact(t *testing.T) {
 	cfg := linear()
-	res, err := Simulate(cfg, []SimRequest{{Arrival: 7 * time.Millisecond, Prompt: 150, Output: 5}}, SimOptions{})
+	res, err := Simulate(cfg, []SimRequest{{Arrival: 7 * time.Millisecond, Prompt: 150, Output: 5}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestSimulateMatchesEngine(t *testing.T) {
 	for i, s := range seqs {
 		reqs[i] = SimRequest{Arrival: s.queuedM, Prompt: s.prompt, Output: s.target}
 	}
-	res, err := Simulate(cfg, reqs, SimOptions{})
+	res, err := Simulate(cfg, reqs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSimulateClosedLoop(t *testing.T) {
 	for i := range 9 {
 		reqs = append(reqs, SimRequest{Prompt: 20 + 10*i, Output: 4 + i})
 	}
-	res, err := Simulate(cfg, reqs, SimOptions{Concurrency: 1})
+	res, err := Simulate(cfg, reqs, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSimulateClosedLoop(t *testing.T) {
 			t.Fatalf("request %d: arrival %v first %v, want %v and %v", i, r.Arrival, r.First, start, start+cfg.PrefillTime(reqs[i].Prompt, 0))
 		}
 	}
-	res, err = Simulate(cfg, reqs, SimOptions{Concurrency: 3})
+	res, err = Simulate(cfg, reqs, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestSimulatePrefixAndUnserved(t *testing.T) {
 		{Arrival: 2 * time.Second, Prompt: 120, Output: 3, PrefixID: 8, SharedPrefix: 70},
 		{Arrival: 3 * time.Second, Prompt: 8000, Output: 3000},
 	}
-	res, err := Simulate(cfg, reqs, SimOptions{})
+	res, err := Simulate(cfg, reqs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,18 +155,18 @@ func TestSimulateRefuses(t *testing.T) {
 	cfg := linear()
 	for name, tc := range map[string]struct {
 		reqs []SimRequest
-		o    SimOptions
+		o    int
 	}{
-		"no output":     {[]SimRequest{{Prompt: 1}}, SimOptions{}},
-		"shared > all":  {[]SimRequest{{Prompt: 1, Output: 1, SharedPrefix: 2}}, SimOptions{}},
-		"concurrency<0": {nil, SimOptions{Concurrency: -1}},
+		"no output":     {[]SimRequest{{Prompt: 1}}, 0},
+		"shared > all":  {[]SimRequest{{Prompt: 1, Output: 1, SharedPrefix: 2}}, 0},
+		"concurrency<0": {nil, -1},
 	} {
 		if _, err := Simulate(cfg, tc.reqs, tc.o); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
 	f, _ := Profile("fixed")
-	if _, err := Simulate(f, nil, SimOptions{}); err == nil {
+	if _, err := Simulate(f, nil, 0); err == nil {
 		t.Error("fixed profile: no error")
 	}
 }

@@ -55,7 +55,7 @@ const jitter = 40 * time.Microsecond
 // or closed at concurrency) in dir, each token time moved by seeded jitter.
 func makeRun(t *testing.T, rng *rand.Rand, dir, name string, cfg sim.Config, reqs []sim.SimRequest, concurrency int) string {
 	t.Helper()
-	res, err := sim.Simulate(cfg, reqs, sim.SimOptions{Concurrency: concurrency})
+	res, err := sim.Simulate(cfg, reqs, concurrency)
 	if err != nil {
 		t.Fatal(err)
 	}

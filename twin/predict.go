@@ -32,11 +32,11 @@ func figuresOf(r *analysis.Report) []float64 {
 // from whom: the twin gives every request that hit a prefix of that length shared with
 // the run's first request, so that it hits as much (if the cache still holds it), and
 // the others none.
-func SimRequests(r *Run) ([]sim.SimRequest, sim.SimOptions, []int64) {
+func SimRequests(r *Run) ([]sim.SimRequest, int, []int64) {
 	reqs := slices.Clone(r.Reqs)
-	var o sim.SimOptions
+	o := 0 // open loop
 	if r.Meta.Mode == results.ModeClosed && r.Meta.Concurrency > 0 {
-		o.Concurrency = r.Meta.Concurrency
+		o = r.Meta.Concurrency
 		slices.SortStableFunc(reqs, func(a, b Req) int { return cmp64(a.Scheduled, b.Scheduled) })
 	}
 	out := make([]sim.SimRequest, len(reqs))
