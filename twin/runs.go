@@ -134,3 +134,18 @@ func WriteResults(path string, meta results.RunMeta, reqs []sim.SimRequest, res 
 	_, err = results.ConvertJournal(path+".journal", path)
 	return err
 }
+
+// SimulateRun simulates reqs on cfg (an open loop at their arrivals, or a closed loop at
+// concurrency > 0) and writes the run's results file at path, meta's mode and
+// concurrency set to match: a run of a known engine, made in model time.
+func SimulateRun(path string, cfg sim.Config, reqs []sim.SimRequest, concurrency int, meta results.RunMeta) error {
+	res, err := sim.Simulate(cfg, reqs, concurrency)
+	if err != nil {
+		return err
+	}
+	meta.Mode, meta.Concurrency = results.ModeOpen, 0
+	if concurrency > 0 {
+		meta.Mode, meta.Concurrency = results.ModeClosed, concurrency
+	}
+	return WriteResults(path, meta, reqs, res, nil)
+}

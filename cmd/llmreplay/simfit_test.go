@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/llmreplay/llmreplay/replay/results"
+	"github.com/llmreplay/llmreplay/sim"
+	"github.com/llmreplay/llmreplay/twin"
+)
+
+// TestSimFit runs `sim fit` on results files of a known engine (made in model time) and
+// checks what it prints and the profile file it writes: the batch cap and decode terms
+// recovered, the KV budget not determined and advised on, the held-out run marked.
+func TestSimFit(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"sim", "fit", "--help"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if s := out.String(); !strings.Contains(s, "Examples:") || !strings.Contains(s, "--holdout c16.parquet") {
+		t.Fatalf("--help lacks its examples:\n%s", s)
+	}
+	cfg, _ := sim.Profile("tiny")
+	cfg.MaxBatch, cfg.StepBase, cfg.DecodePerSeq = 10, 1500*time.Microsecond, 70*time.Microsecond
+	rng := rand.New(rand.NewPCG(3, 4))
+	reqs := func(n int, gap time.Duration) []sim.SimRequest {
+		r := make([]sim.SimRequest, n)
+		for i := range r {
+			r[i] = sim.SimRequest{Arrival: time.Duration(i) * gap, Prompt: 50 + rng.IntN(2000), Output: 10 + rng.IntN(60)}
+		}
+		return r
+	}
+	dir := t.TempDir()
+	meta := results.RunMeta{ToolVersion: "test", Model: "m", ShardCount: 1, Flags: map[string]string{}}
+	var paths []string
+	for _, r := range []struct {
+		name string
+		reqs []sim.SimRequest
+		c    int
+	}{{"solo", reqs(40, 2*time.Second), 0}, {"c3", reqs(60, 0), 3}, {"c14", reqs(60, 0), 14}, {"c20", reqs(100, 0), 20}} {
+		p := filepath.Join(dir, r.name+".parquet")
+		if err := twin.SimulateRun(p, cfg, r.reqs, r.c, meta); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	prof := filepath.Join(dir, "twin.json")
+	out.Reset()
+	args := append([]string{"sim", "fit"}, paths[:3]...)
+	if err := run(context.Background(), append(args, "--holdout", paths[3], "-o", prof), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"step_base_ns", "decode_per_seq_ns", "± ", "kv_cache_tokens", "not determined (kept)",
+		"no run filled the KV cache", "output_tok_s", "tpot_p99_ms", "wrote " + prof} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && strings.HasSuffix(f[0], ".parquet") && (f[0] == "c20.parquet") != (f[1] == "held") {
+			t.Errorf("held-out mark wrong: %q", line)
+		}
+	}
+	p, err := sim.ReadProfileFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Config.MaxBatch != 10 || p.Config.StepBase < 1490*time.Microsecond || p.Config.StepBase > 1510*time.Microsecond ||
+		p.Config.Model != "m" || len(p.Fit.Runs) != 4 || !p.Fit.Runs[3].Holdout || p.Fit.Runs[0].Holdout || len(p.Fit.Errors) != 4*len(twin.Figures) {
+		t.Fatalf("profile: config %+v\nfit %+v", p.Config, p.Fit)
+	}
+	for _, bad := range [][]string{{"sim", "fit", paths[0]}, {"sim", "fit", "-o", prof}, {"sim", "fit", paths[0], "-o", prof, "--base", "nope"}} {
+		var ue *usageError
+		if err := run(context.Background(), bad, &out, &errb); !errors.As(err, &ue) {
+			t.Errorf("%v: got %v, want a usage error", bad, err)
+		}
+	}
+}
