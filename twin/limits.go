@@ -2,7 +2,9 @@ package twin
 
 import (
 	"fmt"
+	"math"
 
+	"github.com/llmreplay/llmreplay/analysis/scraped"
 	"github.com/llmreplay/llmreplay/sim"
 )
 
@@ -32,7 +34,8 @@ func waited(q *Req, cfg *sim.Config, batch int) bool {
 
 // fitMaxBatch reads max_batch off the runs: the most requests decoding at once (sampled
 // at every first token, when the batch has just grown), determined when requests were
-// waiting at a moment the batch was that large: the engine held them back at the cap.
+// waiting at a moment the batch was that large (their TTFT says so, or the engine's
+// waiting gauge): the engine held them back at the cap.
 func fitMaxBatch(runs []Run, cfg *sim.Config) sim.FitParam {
 	peak, capped := 0, false
 	for ri := range runs {
@@ -57,6 +60,15 @@ func fitMaxBatch(runs []Run, cfg *sim.Config) sim.FitParam {
 			}
 		}
 	}
+	for ri := range runs {
+		// The engine's own word where a run scraped it: requests waiting while the batch
+		// was at its peak.
+		for _, w := range runs[ri].Gauges[scraped.Waiting] {
+			if n, _ := decodingAt(runs[ri].Reqs, w.Time()); w.Value() >= 1 && n == peak {
+				capped = true
+			}
+		}
+	}
 	if capped && peak > 0 {
 		cfg.MaxBatch = peak
 		cfg.MaxBatchedTokens = max(cfg.MaxBatchedTokens, peak)
@@ -71,21 +83,48 @@ func fitMaxBatch(runs []Run, cfg *sim.Config) sim.FitParam {
 		fmt.Sprintf("no run had requests waiting while the batch was full (at most %d decoding at once): add a closed-loop run at a concurrency above %d", peak, max(peak, cfg.MaxBatch)))
 }
 
-// fitKV keeps kv_cache_tokens but raises it to the most KV the runs held at once (every
-// decoding request at its full length): a twin that could not hold what the engine held
-// would queue where the engine did not.
+// fitKV reads kv_cache_tokens off the KV-usage gauge, where a run scraped one: at each
+// scrape the requests decoding hold their prompt and output (the engine reserves both at
+// admission), which is usage x capacity; the capacity is the least-squares slope through
+// the origin of the tokens held on the usage, over the scrapes with usage above 5%.
+// Without the gauge it keeps the base value, raised to the most the runs held at once: a
+// twin that could not hold what the engine held would queue where it did not.
 func fitKV(runs []Run, cfg *sim.Config) sim.FitParam {
 	most := 0
+	var sxy, sxx float64
+	var obs [][2]float64
 	for ri := range runs {
 		reqs := runs[ri].Reqs
 		for i := range reqs {
 			_, kv := decodingAt(reqs, reqs[i].First)
 			most = max(most, kv)
 		}
+		for _, p := range runs[ri].Gauges[scraped.KVUsage] {
+			if u := p.Value(); u > 0.05 && u <= 1 {
+				_, kv := decodingAt(reqs, p.Time())
+				obs = append(obs, [2]float64{u, float64(kv)})
+				sxy, sxx = sxy+u*float64(kv), sxx+u*u
+			}
+		}
+	}
+	if len(obs) >= 5 {
+		k := sxy / sxx
+		rss := 0.0
+		for _, o := range obs {
+			rss += (o[1] - k*o[0]) * (o[1] - k*o[0])
+		}
+		se := math.Sqrt(rss / float64(len(obs)-1) / sxx)
+		if se < 0.05*k && k >= float64(most) {
+			cfg.KVCacheTokens = max(int(math.Round(k)), cfg.MaxModelLen)
+			return sim.FitParam{Name: "kv_cache_tokens", Value: float64(cfg.KVCacheTokens), StdErr: se, Determined: true}
+		}
 	}
 	cfg.KVCacheTokens = max(cfg.KVCacheTokens, most)
-	return undetermined("kv_cache_tokens", float64(cfg.KVCacheTokens),
-		fmt.Sprintf("no run filled the KV cache (the runs held at most %d tokens at once): add a run scraping the engine's KV-usage gauge (replay --scrape), or a closed-loop run of long prompts and outputs at a concurrency the batch cap allows but the cache does not", most))
+	why := fmt.Sprintf("no run scraped the engine's KV-usage gauge above 5%% (the runs held at most %d tokens at once): add a run with replay --scrape of the engine's /metrics at a concurrency that fills the batch", most)
+	if len(obs) >= 5 {
+		why = fmt.Sprintf("the KV-usage gauge does not follow the tokens held (%d scrapes): add a run with replay --scrape whose requests have long outputs, at a concurrency that fills the batch", len(obs))
+	}
+	return undetermined("kv_cache_tokens", float64(cfg.KVCacheTokens), why)
 }
 
 // fitPrefix reads the prefix cache off the cached prompt tokens the server reported: on

@@ -119,7 +119,7 @@ func Errors(ctx context.Context, cfg sim.Config, runs []Run) ([]sim.FitError, er
 func FitFiles(ctx context.Context, paths []string, holdout []bool, base sim.Config, name, tool string) (sim.ProfileFile, error) {
 	var runs []Run
 	for i, p := range paths {
-		r, err := ReadRun(p, holdout[i])
+		r, err := ReadRun(ctx, p, holdout[i])
 		if err != nil {
 			return sim.ProfileFile{}, err
 		}

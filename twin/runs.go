@@ -1,6 +1,7 @@
 package twin
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/llmreplay/llmreplay/analysis"
+	"github.com/llmreplay/llmreplay/analysis/decode"
+	"github.com/llmreplay/llmreplay/analysis/scraped"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
@@ -24,6 +28,9 @@ type Run struct {
 	Reqs []Req
 	// Rows is how many rows the file had; Reqs may be fewer (failed, dropped, unary).
 	Rows int
+	// Gauges are the engine's gauges from the run's metrics file, one value per scrape
+	// (scraped.Align: summed over the endpoints), by role; empty without a metrics file.
+	Gauges [scraped.NRoles][]scraped.Point
 }
 
 // Req is one ok generation of a run, its times in ns from the run start.
@@ -38,8 +45,8 @@ type Req struct {
 	SessionID       int64   // results.Null without a session
 }
 
-// ReadRun reads the results file at path.
-func ReadRun(path string, holdout bool) (Run, error) {
+// ReadRun reads the results file at path, and its metrics file when the run scraped.
+func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Run{}, fmt.Errorf("twin: %w", err)
@@ -79,6 +86,15 @@ func ReadRun(path string, holdout bool) (Run, error) {
 	slices.SortStableFunc(r.Reqs, func(a, b Req) int { return cmp64(a.Sent, b.Sent) })
 	if len(r.Reqs) == 0 {
 		return r, fmt.Errorf("twin: %s: no ok generation among its %d rows: a fit needs streamed generations", path, len(rows))
+	}
+	if meta.MetricsFile != "" {
+		d, err := analysis.Load(ctx, decode.LoadOptions{}, path)
+		if err != nil {
+			return r, fmt.Errorf("twin: %w", err)
+		}
+		if d.Server != nil {
+			r.Gauges = scraped.Align(d.Server)
+		}
 	}
 	return r, nil
 }

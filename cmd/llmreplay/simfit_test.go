@@ -60,7 +60,7 @@ func TestSimFit(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"step_base_ns", "decode_per_seq_ns", "± ", "kv_cache_tokens", "not determined (kept)",
-		"no run filled the KV cache", "output_tok_s", "tpot_p99_ms", "wrote " + prof} {
+		"KV-usage gauge", "output_tok_s", "tpot_p99_ms", "wrote " + prof} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
