@@ -1,6 +1,7 @@
 package twin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -37,7 +38,7 @@ func SimRequests(r *Run) ([]sim.SimRequest, int, []int64) {
 	o := 0 // open loop
 	if r.Meta.Mode == results.ModeClosed && r.Meta.Concurrency > 0 {
 		o = r.Meta.Concurrency
-		slices.SortStableFunc(reqs, func(a, b Req) int { return cmp64(a.Scheduled, b.Scheduled) })
+		slices.SortStableFunc(reqs, func(a, b Req) int { return cmp.Compare(a.Scheduled, b.Scheduled) })
 	}
 	out := make([]sim.SimRequest, len(reqs))
 	ids := make([]int64, len(reqs))

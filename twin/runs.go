@@ -1,6 +1,7 @@
 package twin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -83,7 +84,7 @@ func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 		}
 		r.Reqs = append(r.Reqs, q)
 	}
-	slices.SortStableFunc(r.Reqs, func(a, b Req) int { return cmp64(a.Sent, b.Sent) })
+	slices.SortStableFunc(r.Reqs, func(a, b Req) int { return cmp.Compare(a.Sent, b.Sent) })
 	if len(r.Reqs) == 0 {
 		return r, fmt.Errorf("twin: %s: no ok generation among its %d rows: a fit needs streamed generations", path, len(rows))
 	}
@@ -97,16 +98,6 @@ func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 		}
 	}
 	return r, nil
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // WriteResults writes a results file at path whose rows are what the engine's step model
