@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,50 @@ func TestFitMaxBatchFromWaitingGauge(t *testing.T) {
 	c = cfg
 	if p := fitMaxBatch([]Run{run}, &c); p.Determined || p.Advice == "" {
 		t.Fatalf("without the gauge: %+v", p)
+	}
+}
+
+// TestReadRunRefuses: a shard of a run, and a file without a streamed generation, are
+// refused with the file named; a run whose outputs are all one token states no TPOT error
+// rather than a made-up one.
+func TestReadRunRefuses(t *testing.T) {
+	cfg, _ := sim.Profile("tiny")
+	dir := t.TempDir()
+	meta := results.RunMeta{ToolVersion: "test", RunID: "s", Model: "m", ShardCount: 2, ShardIndex: 1, Flags: map[string]string{}}
+	reqs := []sim.SimRequest{{Prompt: 100, Output: 1}, {Arrival: time.Second, Prompt: 100, Output: 1}}
+	shard := filepath.Join(dir, "shard.parquet")
+	if err := SimulateRun(shard, cfg, reqs, 0, meta); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRun(context.Background(), shard, false); err == nil || !strings.Contains(err.Error(), "shard.parquet is shard 1 of 2") {
+		t.Fatalf("shard: %v", err)
+	}
+	meta.ShardCount, meta.ShardIndex = 1, 0
+	one := filepath.Join(dir, "one.parquet")
+	if err := SimulateRun(one, cfg, reqs, 0, meta); err != nil {
+		t.Fatal(err)
+	}
+	run, err := ReadRun(context.Background(), one, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := Errors(context.Background(), cfg, []Run{run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range errs {
+		if strings.HasPrefix(e.Figure, "tpot") || math.IsNaN(e.RelErr) {
+			t.Errorf("an error stated for a figure the run has not: %+v", e)
+		}
+	}
+	if len(errs) == 0 {
+		t.Error("no TTFT error stated")
+	}
+	empty := filepath.Join(dir, "empty.parquet")
+	if err := WriteResults(empty, meta, nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRun(context.Background(), empty, false); err == nil || !strings.Contains(err.Error(), "empty.parquet: no ok generation") {
+		t.Fatalf("empty: %v", err)
 	}
 }

@@ -85,7 +85,8 @@ func Predict(ctx context.Context, cfg sim.Config, r *Run, dir string) (measured,
 	return figuresOf(m), figuresOf(p), nil
 }
 
-// Errors predicts every run with cfg and states the twin's error on each figure.
+// Errors predicts every run with cfg and states the twin's error on each figure both the
+// run and its prediction have (one whose outputs are all one token has no TPOT).
 func Errors(ctx context.Context, cfg sim.Config, runs []Run) ([]sim.FitError, error) {
 	dir, err := os.MkdirTemp("", "llmreplay-twin-")
 	if err != nil {
@@ -101,13 +102,7 @@ func Errors(ctx context.Context, cfg sim.Config, runs []Run) ([]sim.FitError, er
 		for k, name := range Figures {
 			e := sim.FitError{Run: runs[i].File, Figure: name, Measured: m[k], Predicted: p[k], RelErr: (p[k] - m[k]) / m[k]}
 			if math.IsNaN(e.RelErr) || math.IsInf(e.RelErr, 0) {
-				e.RelErr = 0 // no figure to hold the prediction to (JSON has no NaN)
-			}
-			if math.IsNaN(e.Measured) {
-				e.Measured = 0
-			}
-			if math.IsNaN(e.Predicted) {
-				e.Predicted = 0
+				continue // a figure the run (or its prediction) does not have: no error to state
 			}
 			out = append(out, e)
 		}

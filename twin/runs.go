@@ -62,6 +62,10 @@ func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 	if err != nil {
 		return Run{}, fmt.Errorf("twin: %w", err)
 	}
+	if meta.ShardCount > 1 {
+		// A shard sees part of the engine's load: the batch it implies would be too small.
+		return Run{}, fmt.Errorf("twin: %s is shard %d of %d of its run: fit on runs replayed unsharded", path, meta.ShardIndex, meta.ShardCount)
+	}
 	r := Run{Path: path, File: filepath.Base(path), SHA256: hex.EncodeToString(h.Sum(nil)), Holdout: holdout, Meta: *meta, Rows: len(rows)}
 	for i := range rows {
 		x := &rows[i]
