@@ -24,7 +24,8 @@ import (
 //   - prefill: the TTFT of a request that had the engine to itself is PrefillTime:
 //     per chunk of max_batched_tokens, step_base + context_per_token*context +
 //     prefill_per_token*tokens + attention_per_pair_ns*pairs; with the decode terms
-//     known, the last two are a least-squares fit.
+//     known, the last two are a least-squares fit with a constant (the request's own
+//     overhead: network, parsing), which the engine's model has no place for.
 //   - max_batch: the most requests decoding at once, when requests waited meanwhile.
 //   - prefix cache: on when a request read cached tokens; the block size is the greatest
 //     common divisor of the cached counts.
@@ -246,7 +247,11 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 			undetermined(names[1], cfg.AttentionPerPairNs, advice)}
 	}
 	if len(y) < 6 || maxP < 2*minP {
-		return keep(fmt.Sprintf("%d requests found the engine idle, their prompts from %g to %g tokens: add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens", len(y), minP, maxP))
+		seen := "no request found the engine idle"
+		if len(y) > 0 {
+			seen = fmt.Sprintf("%d requests found the engine idle, their prompts from %g to %g uncached tokens", len(y), minP, maxP)
+		}
+		return keep(seen + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
 	meanY /= float64(len(y))
 	f, err := ols(x, y)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +134,55 @@ func proof(t *testing.T, seed uint64) {
 		if bound := map[string]float64{"output_tok_s": 0.05, "ttft_p50_ms": 0.10}[e.Figure]; bound > 0 && !(math.Abs(e.RelErr) <= bound) {
 			t.Errorf("held-out %s %s: measured %g predicted %g, error %+.1f%% beyond %g%%", e.Run, e.Figure, e.Measured, e.Predicted, 100*e.RelErr, 100*bound)
 		}
+	}
+}
+
+// TestFitAdvice: runs that cannot determine a parameter leave it at the base value and
+// say which run would: one request at a time cannot tell step_base from decode_per_seq,
+// a closed loop where no request ever has the engine to itself cannot fit prefill, and
+// neither reaches the batch cap.
+func TestFitAdvice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	cfg := truth(rng)
+	base, _ := sim.Profile("tiny")
+	dir := t.TempDir()
+	read := func(path string) Run {
+		r, err := ReadRun(context.Background(), path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	apart := workload(rng, 40, 0, 100, 3000, 10, 60)
+	for i := range apart {
+		apart[i].Arrival = time.Duration(i) * 5 * time.Second // never two at once
+	}
+	solo := read(makeRun(t, rng, dir, "solo", cfg, apart, 0))
+	busy := read(makeRun(t, rng, dir, "busy", cfg, workload(rng, 80, 0, 100, 1500, 20, 80), 4))
+	byName := func(ps []sim.FitParam) map[string]sim.FitParam {
+		m := map[string]sim.FitParam{}
+		for _, p := range ps {
+			m[p.Name] = p
+		}
+		return m
+	}
+	got, params := Fit([]Run{solo}, base)
+	ps := byName(params)
+	if p := ps["decode_per_seq_ns"]; p.Determined || !strings.Contains(p.Advice, "closed-loop run at a concurrency") || got.DecodePerSeq != base.DecodePerSeq {
+		t.Errorf("one at a time: decode_per_seq %+v (config %v)", p, got.DecodePerSeq)
+	}
+	if p := ps["prefill_per_token_ns"]; !p.Determined {
+		t.Errorf("one at a time: prefill not determined: %+v", p)
+	}
+	if p := ps["max_batch"]; p.Determined || !strings.Contains(p.Advice, "add a closed-loop run at a concurrency above") {
+		t.Errorf("one at a time: max_batch %+v", p)
+	}
+	got, params = Fit([]Run{busy}, base)
+	ps = byName(params)
+	if p := ps["prefill_per_token_ns"]; p.Determined || !strings.Contains(p.Advice, "add a run at concurrency 1") || got.PrefillPerToken != base.PrefillPerToken {
+		t.Errorf("closed loop: prefill %+v (config %v)", p, got.PrefillPerToken)
+	}
+	if p := ps["decode_per_seq_ns"]; !p.Determined {
+		t.Errorf("closed loop: decode_per_seq not determined: %+v", p)
 	}
 }
