@@ -85,3 +85,48 @@ func TestSimFit(t *testing.T) {
 		}
 	}
 }
+
+// TestSimFitOnReplays runs `sim fit` on results files `replay` wrote against the
+// in-process engine (one at a time, concurrency 4, and 24 past tiny's batch cap of 16),
+// so that the fit reads what a replay really writes (its run metadata, closed loops, chunk
+// offsets). Real-time stamps on a shared machine vary, so it asserts what the files
+// decide, not the fitted times: every run read, listed and predicted.
+func TestSimFitOnReplays(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "trace.parquet")
+	var out, errb bytes.Buffer
+	ctx := context.Background()
+	if err := run(ctx, []string{"trace", "synth", "--rate", "100", "--count", "60", "--prompt-tokens", "uniform:50,1500",
+		"--output-tokens", "uniform:10,40", "--seed", "7", "-o", tr}, &out, &errb); err != nil {
+		t.Fatalf("trace synth: %v\n%s", err, errb.String())
+	}
+	var paths []string
+	for _, c := range []string{"1", "4", "24"} {
+		res := filepath.Join(dir, "c"+c+".parquet")
+		if err := run(ctx, []string{"replay", "--trace", tr, "--sim-profile", "tiny", "--concurrency", c, "--quiet", "-o", res}, &out, &errb); err != nil {
+			t.Fatalf("replay: %v\n%s", err, errb.String())
+		}
+		paths = append(paths, res)
+	}
+	prof := filepath.Join(dir, "twin.json")
+	out.Reset()
+	if err := run(ctx, append([]string{"sim", "fit", "-o", prof, "--holdout", paths[2]}, paths[:2]...), &out, &errb); err != nil {
+		t.Fatalf("sim fit: %v\n%s", err, out.String())
+	}
+	p, err := sim.ReadProfileFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]bool{}
+	for _, r := range p.Fit.Runs {
+		runs[r.File] = r.Holdout
+	}
+	errs := map[string]int{}
+	for _, e := range p.Fit.Errors {
+		errs[e.Run]++
+	}
+	if len(runs) != 3 || !runs["c24.parquet"] || runs["c1.parquet"] || errs["c1.parquet"] == 0 || errs["c24.parquet"] == 0 || len(p.Fit.Params) == 0 {
+		t.Fatalf("fit report: runs %v, errors per run %v, %d params\n%s", runs, errs, len(p.Fit.Params), out.String())
+	}
+	t.Log(out.String())
+}
