@@ -1,0 +1,318 @@
+package record
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// frame feeds b to a framer of the given framing in pieces of step bytes (0: whole) and
+// returns the bytes it took, the data it found and its error.
+func frame(framing int, length int64, b []byte, step int) (int, []byte, error) {
+	var f bodyFramer
+	f.reset(framing, length)
+	var data []byte
+	used := 0
+	for used < len(b) && !f.done() {
+		end := len(b)
+		if step > 0 && used+step < end {
+			end = used + step
+		}
+		piece := b[used:end]
+		n, err := f.feed(piece, func(d []byte) { data = append(data, d...) })
+		used += n
+		if err != nil {
+			return used, data, err
+		}
+		if n < len(piece) && !f.done() {
+			return used, data, errors.New("framer stopped short of its input without ending")
+		}
+	}
+	if !f.done() && f.state != fsEOF {
+		return used, data, io.ErrUnexpectedEOF
+	}
+	return used, data, nil
+}
+
+// TestBodyFramer: the framer ends a body where RFC 9112 says, takes none of the bytes
+// after it, finds its data without the framing, and refuses malformed chunking; fed a
+// byte at a time it decides as fed whole.
+func TestBodyFramer(t *testing.T) {
+	next := "POST /next HTTP/1.1\r\n"
+	cases := []struct {
+		name    string
+		framing int
+		length  int64
+		body    string
+		data    string
+		bad     bool
+	}{
+		{"length", frameLength, 5, "hello", "hello", false},
+		{"empty length", frameLength, 0, "", "", false},
+		{"chunked", frameChunked, 0, "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "hello world", false},
+		{"chunk extensions and hex case", frameChunked, 0, "A;name=v\r\n0123456789\r\n0;x\r\n\r\n", "0123456789", false},
+		{"trailers", frameChunked, 0, "3\r\nabc\r\n0\r\nX-Usage: 7\r\nX-More: 1\r\n\r\n", "abc", false},
+		{"bare LF lines", frameChunked, 0, "3\nabc\r\n0\n\n", "abc", false},
+		{"data without CRLF", frameChunked, 0, "3\r\nabcX\r\n0\r\n\r\n", "abc", true},
+		{"not hex", frameChunked, 0, "3g\r\nabc\r\n0\r\n\r\n", "", true},
+		{"no size", frameChunked, 0, ";ext\r\nabc\r\n0\r\n\r\n", "", true},
+		{"size overflow", frameChunked, 0, "1000000000000000\r\n", "", true},
+		{"long chunk line", frameChunked, 0, "1;" + strings.Repeat("x", maxChunkLine) + "\r\n", "", true},
+		{"long trailers", frameChunked, 0, "0\r\n" + strings.Repeat("X-A: b\r\n", maxTrailerBytes/8+1) + "\r\n", "", true},
+	}
+	for _, c := range cases {
+		in := []byte(c.body + next)
+		for _, step := range []int{0, 1, 2, 7} {
+			n, data, err := frame(c.framing, c.length, in, step)
+			if c.bad {
+				if err == nil {
+					t.Errorf("%s (pieces of %d): no error, want the body refused", c.name, step)
+				}
+				continue
+			}
+			if err != nil || n != len(c.body) || string(data) != c.data {
+				t.Errorf("%s (pieces of %d): took %d bytes, data %q, err %v; want %d bytes, data %q",
+					c.name, step, n, data, err, len(c.body), c.data)
+			}
+		}
+	}
+}
+
+// TestBodyFraming: the framing a head's fields give, and the ones the relay refuses.
+func TestBodyFraming(t *testing.T) {
+	cases := []struct {
+		h       http.Header
+		framing int
+		length  int64
+		bad     bool
+	}{
+		{http.Header{}, frameNone, 0, false},
+		{http.Header{"Content-Length": {" 12 "}}, frameLength, 12, false},
+		{http.Header{"Transfer-Encoding": {"Chunked"}}, frameChunked, 0, false},
+		{http.Header{"Transfer-Encoding": {"gzip, chunked"}}, 0, 0, true},
+		{http.Header{"Transfer-Encoding": {"chunked"}, "Content-Length": {"3"}}, 0, 0, true},
+		{http.Header{"Content-Length": {"3", "3"}}, 0, 0, true},
+		{http.Header{"Content-Length": {"+3"}}, 0, 0, true},
+		{http.Header{"Content-Length": {"-1"}}, 0, 0, true},
+		{http.Header{"Content-Length": {""}}, 0, 0, true},
+	}
+	for _, c := range cases {
+		f, n, err := bodyFraming(c.h)
+		if c.bad != (err != nil) || (!c.bad && (f != c.framing || n != c.length)) {
+			t.Errorf("%v: framing %d length %d err %v; want %d %d, refused %v", c.h, f, n, err, c.framing, c.length, c.bad)
+		}
+	}
+}
+
+// rawUpstream is an upstream that answers each request on a connection with the next of
+// answers, written as given; it records each request's head and body as they came, and
+// counts its connections.
+type rawUpstream struct {
+	ln      net.Listener
+	answers []string
+	mu      sync.Mutex
+	reqs    []string
+	conns   int
+}
+
+func startRawUpstream(t *testing.T, answers ...string) *rawUpstream {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{ln: ln, answers: answers}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u.mu.Lock()
+			u.conns++
+			u.mu.Unlock()
+			go u.serve(c)
+		}
+	}()
+	return u
+}
+
+func (u *rawUpstream) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		var head bytes.Buffer
+		req.Header.Write(&head)
+		body, _ := io.ReadAll(req.Body)
+		u.mu.Lock()
+		u.reqs = append(u.reqs, req.RequestURI+"\n"+head.String()+"\n"+string(body))
+		i := len(u.reqs) - 1
+		u.mu.Unlock()
+		io.WriteString(c, u.answers[i%len(u.answers)])
+	}
+}
+
+// TestRelayPassesFraming: through the raw relay, a chunked response with trailers
+// reaches the client byte for byte after its head, a 1xx interim response passes before
+// the final one, hop-by-hop fields are dropped both ways, a chunked request body and an
+// Expect: 100-continue request reach the upstream whole, and keep-alive requests share
+// one upstream connection.
+func TestRelayPassesFraming(t *testing.T) {
+	chunked := "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" +
+		"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nTrailer: X-Usage\r\n\r\n"
+	body := "f\r\ndata: {\"a\":1}\n\n\r\n0;ext\r\nX-Usage: 3\r\n\r\n"
+	up := startRawUpstream(t, chunked+body)
+	rec := startRecordingWith(t, "raw", "http://"+up.ln.Addr().String(), nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(rec.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	reqs := []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: X-Secret-Hop\r\nX-Secret-Hop: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n3\r\n1}\n\r\n0\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 8\r\n\r\n",
+	}
+	for i, r := range reqs {
+		io.WriteString(c, r)
+		if i == 1 {
+			line, err := br.ReadString('\n')
+			if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+				t.Fatalf("after Expect: 100-continue the client got %q, %v; want the go-ahead", line, err)
+			}
+			br.ReadString('\n')
+			io.WriteString(c, `{"a":1}`+"\n")
+		}
+		interim, err := http.ReadResponse(br, nil)
+		if err != nil || interim.StatusCode != 103 || interim.Header.Get("Link") != "</a>" {
+			t.Fatalf("request %d: first response %v, %v; want the upstream's 103 with its Link", i, interim, err)
+		}
+		// The final head, read by hand, then the body's bytes as they came.
+		tp, err := readHeadRaw(br)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(tp, "Transfer-Encoding: chunked") || strings.Contains(tp, "X-Hop") || strings.Contains(tp, "Keep-Alive") {
+			t.Errorf("request %d: the client's head\n%s\nwant the framing kept and the hop-by-hop fields dropped", i, tp)
+		}
+		got := make([]byte, len(body))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != body {
+			t.Errorf("request %d: body %q, %v; want the upstream's bytes %q", i, got, err, body)
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.conns != 1 {
+		t.Errorf("the upstream saw %d connections for two keep-alive requests, want 1", up.conns)
+	}
+	for i, r := range up.reqs {
+		if !strings.HasSuffix(r, "\n"+`{"a":1}`+"\n") || strings.Contains(r, "X-Secret-Hop") || strings.Contains(r, "Expect") {
+			t.Errorf("upstream request %d:\n%s\nwant the body whole, without the hop-by-hop field or the expectation", i, r)
+		}
+	}
+}
+
+// readHeadRaw reads a head through its blank line.
+func readHeadRaw(br *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return b.String(), err
+		}
+		b.WriteString(line)
+		if line == "\r\n" {
+			return b.String(), nil
+		}
+	}
+}
+
+// TestRelayRetriesClosedIdle: an upstream that closes its idle keep-alive connection gets
+// the next request on a new one, and the client sees no failure.
+func TestRelayRetriesClosedIdle(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// One answer per connection, then the connection closes while idle.
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err == nil {
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, ok)
+				}
+				c.Close()
+				closed <- struct{}{}
+			}()
+		}
+	}()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	rec := startRecordingWith(t, "raw", u.String(), nil)
+	for i := 0; i < 2; i++ {
+		resp, body := post(t, rec.srv.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+		if resp.StatusCode != 200 || string(body) != "{}" {
+			t.Fatalf("request %d: %d %q, want the upstream's answer", i, resp.StatusCode, body)
+		}
+		<-closed // the pooled connection is closed before the next request
+	}
+}
+
+// FuzzRelayRequest: the relay's request parsing never panics, takes a head only through
+// its blank line, and frames a body fed a byte at a time as it frames it fed whole.
+//
+//	go test ./record -run '^$' -fuzz FuzzRelayRequest -fuzztime 1m
+func FuzzRelayRequest(f *testing.F) {
+	for _, s := range []string{
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2;e\r\n{}\r\n0\r\nT: 1\r\n\r\n",
+		"POST /v1/embeddings HTTP/1.1\nHost: x\nExpect: 100-continue\nContent-Length: 0\n\n",
+		"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	r := &Relay{maxBody: 1 << 20}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		br := bufio.NewReaderSize(bytes.NewReader(in), maxRelayHead)
+		n, err := peekHead(br)
+		if err != nil || n == 0 {
+			return
+		}
+		if n > len(in) || headLen(in[:n]) != n {
+			t.Fatalf("head of %d bytes in %d: not through its blank line", n, len(in))
+		}
+		req, ok := r.plain(br, n)
+		if !ok {
+			return
+		}
+		if req.api == "" || !strings.HasPrefix(req.target, "/") {
+			t.Fatalf("took %+v as a recorded request", req)
+		}
+		body := in[n:]
+		n1, d1, e1 := frame(req.framing, req.length, body, 0)
+		n2, d2, e2 := frame(req.framing, req.length, body, 1)
+		if n1 != n2 || !bytes.Equal(d1, d2) || (e1 == nil) != (e2 == nil) {
+			t.Fatalf("whole: %d %q %v; a byte at a time: %d %q %v", n1, d1, e1, n2, d2, e2)
+		}
+	})
+}
