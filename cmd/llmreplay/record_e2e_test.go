@@ -181,6 +181,13 @@ func words(rng *rand.Rand, n int) string {
 //     the prompt and output lengths the engine counted, and a prefix-cache hit rate within
 //     2 points of production's; compare takes the two for runs of one trace.
 func TestRecordThroughProxy(t *testing.T) {
+	for _, relay := range []string{"nethttp", "raw"} {
+		t.Run(relay, func(t *testing.T) { recordThroughProxy(t, relay) })
+	}
+}
+
+// recordThroughProxy is TestRecordThroughProxy with one --relay.
+func recordThroughProxy(t *testing.T, relay string) {
 	cfg, err := sim.Profile("tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +201,7 @@ func TestRecordThroughProxy(t *testing.T) {
 	var bl byteLog
 	up := httptest.NewServer(bl.upstream(eng.Handler()))
 	defer up.Close()
-	rec, base := startRecord(t, up.URL, "--block-tokens", "16")
+	rec, base := startRecord(t, up.URL, "--block-tokens", "16", "--relay", relay)
 
 	var tr recordTraffic
 	rng := rand.New(rand.NewPCG(7, 7))
