@@ -568,3 +568,11 @@ func TestRecordBlockTokensFlag(t *testing.T) {
 		t.Errorf("--block-tokens 0: rows %+v, want one of the server's 150 prompt tokens without prefix blocks", rows)
 	}
 }
+
+// TestRecordRelayFlag: --relay takes nethttp or raw, nothing else.
+func TestRecordRelayFlag(t *testing.T) {
+	err := run(context.Background(), []string{"record", "--upstream", "http://127.0.0.1:1", "-o", t.TempDir(), "--relay", "fast"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `--relay "fast"`) {
+		t.Errorf("--relay fast: %v, want it refused", err)
+	}
+}
