@@ -50,7 +50,7 @@ func forRelays(t *testing.T, test func(t *testing.T, relay string)) {
 }
 
 // serveProxy starts the proxy of the given relay in front of up.
-func serveProxy(t *testing.T, relay string, up *url.URL, rec *Recorder, o RelayOptions) *proxyServer {
+func serveProxy(t testing.TB, relay string, up *url.URL, rec *Recorder, o RelayOptions) *proxyServer {
 	t.Helper()
 	if relay == "nethttp" {
 		srv := httptest.NewServer(NewProxy(up, rec, o.ProxyOptions))
