@@ -430,10 +430,9 @@ func (r *Relay) requestHead(req rawRequest) []byte {
 	out = append(out, r.up.Host...)
 	out = append(out, "\r\n"...)
 	req.h.Del("Host")
-	var b bytes.Buffer
-	req.h.Write(&b)
-	out = append(out, b.Bytes()...)
-	return append(out, "\r\n"...)
+	b := bytes.NewBuffer(out) // the fields written straight after the request line
+	req.h.Write(b)
+	return append(b.Bytes(), "\r\n"...)
 }
 
 // readRequestBody appends the body as it came, its framing included, to out; whole is

@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The raw relay's HTTP/1.1 framing (RFC 9112): where a message's head ends, what its
@@ -219,13 +220,20 @@ func parseHeadLines(head []byte) (string, http.Header, error) {
 		return "", nil, errors.New("no start line")
 	}
 	first := strings.TrimSuffix(string(head[:i]), "\r")
-	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head[i+1:])))
-	h, err := tp.ReadMIMEHeader()
+	br := headReaders.Get().(*bufio.Reader)
+	br.Reset(bytes.NewReader(head[i+1:]))
+	h, err := textproto.NewReader(br).ReadMIMEHeader()
+	br.Reset(nil)
+	headReaders.Put(br)
 	if err != nil {
 		return "", nil, err
 	}
 	return first, http.Header(h), nil
 }
+
+// headReaders lend parseHeadLines the reader net/textproto reads a head through: one
+// made for each head would be 4 KiB of garbage for each request and each response.
+var headReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
 // hopByHop are the connection's own header fields, never forwarded (RFC 9110, 7.6.1),
 // besides those the Connection field names. Transfer-Encoding is one too, but the relay

@@ -148,9 +148,9 @@ func appendHead(out []byte, statusLine string, h http.Header, closeConn bool) []
 	out = append(out, "HTTP/1.1"...)
 	out = append(out, statusLine[len("HTTP/1.1"):]...)
 	out = append(out, "\r\n"...)
-	var b bytes.Buffer
-	h.Write(&b)
-	out = append(out, b.Bytes()...)
+	b := bytes.NewBuffer(out) // the fields written straight after the status line
+	h.Write(b)
+	out = b.Bytes()
 	if closeConn {
 		out = append(out, "Connection: close\r\n"...)
 	}
