@@ -3,14 +3,19 @@ package record
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmreplay/llmreplay/replay/results"
 )
 
 // frame feeds b to a framer of the given framing in pieces of step bytes (0: whole) and
@@ -315,4 +320,31 @@ func FuzzRelayRequest(f *testing.F) {
 			t.Fatalf("whole: %d %q %v; a byte at a time: %d %q %v", n1, d1, e1, n2, d2, e2)
 		}
 	})
+}
+
+// TestRelayHTTPSUpstream: the raw relay reaches an https upstream over TLS (crypto/tls,
+// HTTP/1.1 asked for), and its streamed answer comes back as it does over plain HTTP.
+func TestRelayHTTPSUpstream(t *testing.T) {
+	var proto string
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		proto = r.Proto
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, sseBody)
+	}))
+	defer up.Close()
+	u, _ := url.Parse(up.URL)
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	rec := startRecordingWith(t, "raw", up.URL, nil)
+	rec.srv.Close() // the same recorder, behind a relay that trusts the test server
+	rec.srv = serveProxy(t, "raw", u, rec.rec, RelayOptions{TLS: &tls.Config{RootCAs: roots}})
+	resp, body := post(t, rec.srv.URL, "/v1/chat/completions", chatStreamBody, nil)
+	if resp.StatusCode != 200 || string(body) != sseBody || proto != "HTTP/1.1" {
+		t.Errorf("through TLS: %d, %s, body %q; want 200 over HTTP/1.1 and the stream", resp.StatusCode, proto, body)
+	}
+	res, _ := rec.close()
+	if len(res) != 1 || res[0].Status != results.StatusOK || res[0].OutputTokens != 2 {
+		t.Errorf("recorded %+v, want one ok request of 2 output tokens", res)
+	}
 }
