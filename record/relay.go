@@ -30,6 +30,7 @@ type Relay struct {
 	up      *url.URL
 	rec     *Recorder
 	maxBody int64
+	headTO  time.Duration
 	pool    *upstreamPool
 	proxy   *Proxy
 	srv     *http.Server  // serves the connections handed over
@@ -51,6 +52,10 @@ type RelayOptions struct {
 	ProxyOptions
 	// TLS configures the connections to an https upstream; nil: the system's roots.
 	TLS *tls.Config
+	// HeadTimeout bounds the wait for a request's head on a client's connection, idle
+	// keep-alive time included (net/http's ReadHeaderTimeout, which the command's server
+	// sets to a minute); a connection past it is closed. 0: a minute.
+	HeadTimeout time.Duration
 }
 
 // NewRelay returns the relay to upstream, recording into rec.
@@ -66,6 +71,10 @@ func NewRelay(upstream *url.URL, rec *Recorder, o RelayOptions) *Relay {
 	}
 	r := &Relay{up: upstream, rec: rec, maxBody: po.MaxBody, pool: newUpstreamPool(upstream, o.TLS),
 		proxy: NewProxy(upstream, rec, po), conns: map[net.Conn]bool{}, served: make(chan struct{})}
+	r.headTO = o.HeadTimeout
+	if r.headTO <= 0 {
+		r.headTO = time.Minute
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.handed = &connListener{conns: make(chan net.Conn), done: make(chan struct{})}
 	r.srv = &http.Server{Handler: r.proxy, ReadHeaderTimeout: time.Minute, ErrorLog: log.New(io.Discard, "", 0)}
@@ -222,14 +231,12 @@ const maxRelayHead = 16 << 10
 func (r *Relay) serveConn(c net.Conn) {
 	br := bufio.NewReaderSize(c, maxRelayHead)
 	for {
+		c.SetReadDeadline(time.Now().Add(r.headTO))
 		n, err := peekHead(br)
+		c.SetReadDeadline(time.Time{})
 		if !r.track(c, true) || err != nil {
-			// The client closed, or its head broke off: net/http would answer a
-			// malformed head with a 400, so a head that broke off mid-way goes there.
-			if err != nil && br.Buffered() > 0 && !errors.Is(err, io.EOF) {
-				r.handOver(c, br)
-				return
-			}
+			// The client closed, or its head broke off or timed out: closed, as
+			// net/http's server does.
 			c.Close()
 			r.untrack(c)
 			return

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmreplay/llmreplay/replay/results"
 )
@@ -346,5 +347,25 @@ func TestRelayHTTPSUpstream(t *testing.T) {
 	res, _ := rec.close()
 	if len(res) != 1 || res[0].Status != results.StatusOK || res[0].OutputTokens != 2 {
 		t.Errorf("recorded %+v, want one ok request of 2 output tokens", res)
+	}
+}
+
+// TestRelayHeadTimeout: a client that sends part of a head and stalls has its
+// connection closed once HeadTimeout has passed, as net/http's ReadHeaderTimeout does.
+func TestRelayHeadTimeout(t *testing.T) {
+	up := streamer(t, nil)
+	u, _ := url.Parse(up.URL)
+	rec := startRecordingWith(t, "raw", up.URL, nil)
+	rec.srv.Close()
+	rec.srv = serveProxy(t, "raw", u, rec.rec, RelayOptions{HeadTimeout: 50 * time.Millisecond})
+	c, err := net.Dial("tcp", strings.TrimPrefix(rec.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+	b, err := io.ReadAll(c) // returns when the relay closes the connection
+	if err != nil || len(b) != 0 {
+		t.Errorf("a stalled head got %q, %v; want the connection closed without an answer", b, err)
 	}
 }
