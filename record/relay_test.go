@@ -369,3 +369,34 @@ func TestRelayHeadTimeout(t *testing.T) {
 		t.Errorf("a stalled head got %q, %v; want the connection closed without an answer", b, err)
 	}
 }
+
+// TestRelayIdleTimeout: an upstream connection idle past the pool's idle timeout is not
+// used again; within it, it is.
+func TestRelayIdleTimeout(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	for _, c := range []struct {
+		idle  time.Duration
+		conns int
+	}{{time.Hour, 1}, {-1, 2}} {
+		up := startRawUpstream(t, ok)
+		rec := startRecordingWith(t, "raw", "http://"+up.ln.Addr().String(), nil)
+		rec.srv.Close()
+		u, _ := url.Parse("http://" + up.ln.Addr().String())
+		r := NewRelay(u, rec.rec, RelayOptions{})
+		r.pool.idleTimeout = c.idle
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go r.Serve(ln)
+		rec.srv = &proxyServer{URL: "http://" + ln.Addr().String(), Close: func() { r.Close() }}
+		for i := 0; i < 2; i++ {
+			post(t, rec.srv.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+		}
+		up.mu.Lock()
+		if up.conns != c.conns {
+			t.Errorf("idle timeout %v: the upstream saw %d connections for two requests, want %d", c.idle, up.conns, c.conns)
+		}
+		up.mu.Unlock()
+	}
+}

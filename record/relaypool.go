@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"time"
 )
 
 // upstreamPool keeps the raw relay's idle keep-alive connections to its one upstream.
@@ -15,6 +16,10 @@ type upstreamPool struct {
 	tls    *tls.Config
 	dialer net.Dialer
 	max    int
+	// idleTimeout drops a connection idle for longer, as http.Transport's
+	// IdleConnTimeout does (the proxy's 90 s): an upstream behind a load balancer may
+	// have forgotten it, and a request on it would fail.
+	idleTimeout time.Duration
 
 	mu     sync.Mutex
 	idle   []*upConn
@@ -26,7 +31,8 @@ type upConn struct {
 	c      net.Conn
 	tcp    net.Conn // the TCP connection under c (c itself for http), to look at while idle
 	br     *bufio.Reader
-	reused bool // it came from the pool: it may have been closed while idle
+	reused bool      // it came from the pool: it may have been closed while idle
+	idleAt time.Time // when it was put in the pool
 }
 
 func newUpstreamPool(u *url.URL, tc *tls.Config) *upstreamPool {
@@ -37,7 +43,7 @@ func newUpstreamPool(u *url.URL, tc *tls.Config) *upstreamPool {
 			port = "443"
 		}
 	}
-	p := &upstreamPool{addr: net.JoinHostPort(host, port), max: 4096}
+	p := &upstreamPool{addr: net.JoinHostPort(host, port), max: 4096, idleTimeout: 90 * time.Second}
 	if u.Scheme == "https" {
 		if tc == nil {
 			tc = &tls.Config{}
@@ -66,7 +72,7 @@ func (p *upstreamPool) get(ctx context.Context) (*upConn, error) {
 		uc := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		if idleOpen(uc.tcp) {
+		if time.Since(uc.idleAt) <= p.idleTimeout && idleOpen(uc.tcp) {
 			uc.reused = true
 			return uc, nil
 		}
@@ -101,6 +107,7 @@ func (p *upstreamPool) put(uc *upConn) {
 		uc.c.Close()
 		return
 	}
+	uc.idleAt = time.Now()
 	p.idle = append(p.idle, uc)
 	p.mu.Unlock()
 }
