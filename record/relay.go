@@ -354,7 +354,14 @@ func (r *Relay) relay(c net.Conn, br *bufio.Reader, req rawRequest) bool {
 			return false
 		}
 	}
+	trailers := hasToken(req.h["Te"], "trailers")
 	closeClient := dropHopByHop(req.h)
+	if trailers {
+		// TE is the connection's own, but a client's "trailers" says it takes a
+		// response's trailers, which the relay passes: net/http's ReverseProxy forwards
+		// it the same way (gRPC servers answer without trailers otherwise).
+		req.h["Te"] = []string{"trailers"}
+	}
 	req.h.Del("Expect")
 	out := r.requestHead(req)
 	bodyAt := len(out)

@@ -187,7 +187,7 @@ func TestRelayPassesFraming(t *testing.T) {
 	defer c.Close()
 	br := bufio.NewReader(c)
 	reqs := []string{
-		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: X-Secret-Hop\r\nX-Secret-Hop: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n3\r\n1}\n\r\n0\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTE: deflate, trailers\r\nConnection: X-Secret-Hop, TE\r\nX-Secret-Hop: 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n3\r\n1}\n\r\n0\r\n\r\n",
 		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 8\r\n\r\n",
 	}
 	for i, r := range reqs {
@@ -221,6 +221,9 @@ func TestRelayPassesFraming(t *testing.T) {
 	defer up.mu.Unlock()
 	if up.conns != 1 {
 		t.Errorf("the upstream saw %d connections for two keep-alive requests, want 1", up.conns)
+	}
+	if len(up.reqs) == 0 || !strings.Contains(up.reqs[0], "Te: trailers\r\n") || strings.Contains(up.reqs[0], "deflate") {
+		t.Errorf("the upstream saw TE of\n%v\nwant trailers alone, as net/http's ReverseProxy forwards it", up.reqs)
 	}
 	for i, r := range up.reqs {
 		if !strings.HasSuffix(r, "\n"+`{"a":1}`+"\n") || strings.Contains(r, "X-Secret-Hop") || strings.Contains(r, "Expect") {

@@ -260,6 +260,18 @@ func dropHopByHop(h http.Header) (closeConn bool) {
 	return closeConn
 }
 
+// hasToken reports whether a comma-separated field's values hold token (any case).
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			if t, _, _ := strings.Cut(t, ";"); strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // bodyFraming is a message's body framing from its Transfer-Encoding and Content-Length
 // (RFC 9112, 6.3), or an error for a framing the relay does not pass (a transfer coding
 // other than chunked alone, several or invalid lengths, or both fields).
