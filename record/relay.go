@@ -20,12 +20,14 @@ import (
 )
 
 // Relay is the recording proxy's hand-written HTTP/1.1 relay: it reads a client's
-// recorded request and relays it to the upstream, and the response back, from one
-// goroutine per connection, with none of net/http's hand-offs between goroutines on the
-// way to the first token. A connection whose request is not a recorded POST in the
-// plain form it handles (another method or path, an upgrade, HTTP/1.0, an unusual
-// framing, a head over 16 KiB or a body over MaxBody) is handed, with the bytes already
-// read, to a net/http server running the Proxy, which serves it from then on.
+// request and relays it to the upstream, and the response back, from one goroutine per
+// connection, with none of net/http's hand-offs between goroutines on the way to the
+// first token. It serves a GET or a POST in plain form, recording it when its path is a
+// recorded API's POST and passing it on unrecorded otherwise (a client's preflight GET
+// keeps its connection on the relay). A connection whose request is in any other form
+// (another method, an upgrade, HTTP/1.0, an unusual framing, a head over 16 KiB or a
+// body over MaxBody) is handed, with the bytes already read, to a net/http server
+// running the Proxy, which serves it from then on.
 type Relay struct {
 	up      *url.URL
 	rec     *Recorder
@@ -288,7 +290,8 @@ func peekHead(br *bufio.Reader) (int, error) {
 
 // rawRequest is a recorded request's head, as the relay forwards it.
 type rawRequest struct {
-	api     wire.API
+	method  string   // GET or POST
+	api     wire.API // "": passed on unrecorded
 	path    string
 	target  string // the request-target: path and query
 	h       http.Header
@@ -298,7 +301,7 @@ type rawRequest struct {
 }
 
 // plain parses the head of n bytes in br when it is a request the relay serves itself: a
-// recorded API's POST in origin form, HTTP/1.1, no upgrade, a body framed by one valid
+// GET or a POST in origin form, HTTP/1.1, no upgrade, a body framed by one valid
 // Content-Length within MaxBody or chunked, no expectation but 100-continue. Anything
 // else is net/http's, which answers the malformed ones as it always has.
 func (r *Relay) plain(br *bufio.Reader, n int) (rawRequest, bool) {
@@ -312,15 +315,15 @@ func (r *Relay) plain(br *bufio.Reader, n int) (rawRequest, bool) {
 	}
 	method, rest, ok1 := strings.Cut(first, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || method != http.MethodPost || proto != "HTTP/1.1" || !strings.HasPrefix(target, "/") {
+	if !ok1 || !ok2 || (method != http.MethodPost && method != http.MethodGet) || proto != "HTTP/1.1" || !strings.HasPrefix(target, "/") {
 		return rawRequest{}, false
 	}
 	u, err := url.ParseRequestURI(target)
 	if err != nil {
 		return rawRequest{}, false
 	}
-	req := rawRequest{api: recordedAPI(method, u.Path), path: u.Path, target: target, h: h}
-	if req.api == "" || len(h["Host"]) != 1 || h.Get("Upgrade") != "" {
+	req := rawRequest{method: method, api: recordedAPI(method, u.Path), path: u.Path, target: target, h: h}
+	if len(h["Host"]) != 1 || h.Get("Upgrade") != "" {
 		return rawRequest{}, false
 	}
 	if ex := h.Values("Expect"); len(ex) > 0 {
@@ -341,9 +344,14 @@ func (r *Relay) plain(br *bufio.Reader, n int) (rawRequest, bool) {
 func (r *Relay) relay(c net.Conn, br *bufio.Reader, req rawRequest) bool {
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
-	hr := (&http.Request{Method: http.MethodPost, URL: &url.URL{Path: req.path}, Header: req.h}).WithContext(ctx)
-	ex := r.rec.begin(req.api, hr)
-	defer r.rec.finish(ex)
+	var ex *exchange
+	if req.api == "" {
+		ex = r.rec.pass(ctx)
+	} else {
+		hr := (&http.Request{Method: http.MethodPost, URL: &url.URL{Path: req.path}, Header: req.h}).WithContext(ctx)
+		ex = r.rec.begin(req.api, hr)
+		defer r.rec.finish(ex)
+	}
 	if req.expect && br.Buffered() == 0 {
 		// The client waits for a go-ahead before its body. The relay reads the body
 		// whole before it forwards anything, so it gives the go-ahead itself, as
@@ -371,12 +379,14 @@ func (r *Relay) relay(c net.Conn, br *bufio.Reader, req rawRequest) bool {
 		ex.skip, ex.clientGone = "the client's request body broke off", true
 		return false
 	}
-	if whole {
+	switch {
+	case ex.pass: // passed on unrecorded: nothing of it is kept
+	case whole:
 		ex.body = out[bodyAt:]
 		if req.framing == frameChunked {
 			ex.body = decodedChunked(out[bodyAt:])
 		}
-	} else {
+	default:
 		ex.skip = "request body over --max-body"
 	}
 	uc, err := r.send(ctx, ex, out, br, &f, whole)
@@ -435,7 +445,8 @@ func (w *clientWatch) stop(c net.Conn) {
 // the client's fields but the hop-by-hop ones, its framing as it came.
 func (r *Relay) requestHead(req rawRequest) []byte {
 	out := make([]byte, 0, 1024+req.length)
-	out = append(out, "POST "...)
+	out = append(out, req.method...)
+	out = append(out, ' ')
 	if p := strings.TrimSuffix(r.up.EscapedPath(), "/"); p != "" {
 		out = append(out, p...) // the upstream's path joined before the request's, as ReverseProxy's SetURL does
 	}

@@ -287,7 +287,8 @@ func TestRelayRetriesClosedIdle(t *testing.T) {
 }
 
 // FuzzRelayRequest: the relay's request parsing never panics, takes a head only through
-// its blank line, and frames a body fed a byte at a time as it frames it fed whole.
+// its blank line, takes only a GET or a POST, records exactly the recorded APIs' POSTs,
+// and frames a body fed a byte at a time as it frames it fed whole.
 //
 //	go test ./record -run '^$' -fuzz FuzzRelayRequest -fuzztime 1m
 func FuzzRelayRequest(f *testing.F) {
@@ -314,8 +315,11 @@ func FuzzRelayRequest(f *testing.F) {
 		if !ok {
 			return
 		}
-		if req.api == "" || !strings.HasPrefix(req.target, "/") {
-			t.Fatalf("took %+v as a recorded request", req)
+		if (req.method != http.MethodGet && req.method != http.MethodPost) || !strings.HasPrefix(req.target, "/") {
+			t.Fatalf("took %+v as a plain request", req)
+		}
+		if want := recordedAPI(req.method, req.path); req.api != want {
+			t.Fatalf("%s %s recorded as %q, want %q", req.method, req.path, req.api, want)
 		}
 		body := in[n:]
 		n1, d1, e1 := frame(req.framing, req.length, body, 0)
@@ -403,3 +407,57 @@ func TestRelayIdleTimeout(t *testing.T) {
 		up.mu.Unlock()
 	}
 }
+
+// TestRelayPassesGET: a GET (a client's preflight /v1/models) passes through the raw relay
+// unrecorded and keeps its connection on the relay, so the recorded POST after it on the
+// same connection is relayed by it too, not by the net/http server it hands others to.
+func TestRelayPassesGET(t *testing.T) {
+	models := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"data\":[]}"
+	ok := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	up := startRawUpstream(t, models, ok)
+	rec := startRecordingWith(t, "raw", "http://"+up.ln.Addr().String(), nil)
+	rec.srv.Close()
+	u, _ := url.Parse("http://" + up.ln.Addr().String())
+	r := NewRelay(u, rec.rec, RelayOptions{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Serve(ln)
+	rec.srv = &proxyServer{URL: "http://" + ln.Addr().String(), Close: func() { r.Close() }}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i, req := range []string{
+		"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n",
+		"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 27\r\n\r\n{\"model\":\"m\",\"messages\":[]}",
+	} {
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if want := []string{`{"data":[]}`, `{}`}[i]; string(b) != want {
+			t.Errorf("request %d: body %q, want the upstream's %q", i, b, want)
+		}
+		r.mu.Lock()
+		kept := len(r.conns)
+		r.mu.Unlock()
+		if kept != 1 {
+			t.Fatalf("after request %d the relay serves %d connections, want the client's one (handed to net/http?)", i, kept)
+		}
+	}
+	up.mu.Lock()
+	if len(up.reqs) != 2 || !strings.HasPrefix(up.reqs[0], "/v1/models\n") || !strings.Contains(up.reqs[0], "Authorization: Bearer k") {
+		t.Errorf("the upstream saw %q, want the GET as sent, then the POST", up.reqs)
+	}
+	up.mu.Unlock()
+	if n := rec.rec.Counts(); n.Passed != 1 || n.Requests != 1 {
+		t.Errorf("counts %+v, want the GET passed unrecorded and the POST taken for recording", n)
+	}
+}
+
