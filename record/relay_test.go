@@ -461,3 +461,25 @@ func TestRelayPassesGET(t *testing.T) {
 	}
 }
 
+// TestLongHead: a head longer than the reader's buffer is read through its blank line and
+// not a byte past it, lines split across the buffer's fills included (the status line's
+// "\r" and "\n" in two fills, a field whose "\r\n" comes alone); an unended one fails.
+func TestLongHead(t *testing.T) {
+	a := "X-A: " + strings.Repeat("a", 11) // 16 bytes: the reader's size
+	for _, want := range []string{
+		"HTTP/1.1 200 OK\r\n" + a + "\r\n" + a + a + "\r\n\r\n",
+		"HTTP/1.1 200 OK\n" + a + "\n" + a + a + "\n\n",
+	} {
+		br := bufio.NewReaderSize(strings.NewReader(want+"\r\n\r\nBODY"), 16)
+		if got, err := longHead(br); err != nil || string(got) != want {
+			t.Errorf("longHead = %q, %v; want %q", got, err, want)
+		}
+		if rest, _ := io.ReadAll(br); string(rest) != "\r\n\r\nBODY" {
+			t.Errorf("after the head the reader holds %q, want the body untouched", rest)
+		}
+	}
+	br := bufio.NewReaderSize(strings.NewReader("HTTP/1.1 200 OK\r\n"+a+a), 16)
+	if got, err := longHead(br); err == nil {
+		t.Errorf("an unended head gave %q, want an error", got)
+	}
+}

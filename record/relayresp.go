@@ -111,14 +111,18 @@ func (r *Relay) handPieces(ex *exchange, data [][]byte, stamp int64) {
 func (r *Relay) finalHead(c net.Conn, uc *upConn, ex *exchange) (status int, statusLine string, h http.Header, ok bool) {
 	for {
 		n, err := peekHead(uc.br)
-		if err == nil && n == 0 {
-			err = errors.New("response head over 32 KiB")
+		var head []byte
+		switch {
+		case err != nil:
+		case n == 0: // longer than the reader's buffer
+			head, err = longHead(uc.br)
+		default:
+			head, _ = uc.br.Peek(n)
 		}
 		if err != nil {
 			ex.upstreamErr = err
 			return 0, "", nil, false
 		}
-		head, _ := uc.br.Peek(n)
 		first, hh, err := parseHeadLines(head)
 		code, okStatus := parseStatus(first)
 		if err != nil || !okStatus {
@@ -138,6 +142,33 @@ func (r *Relay) finalHead(c net.Conn, uc *upConn, ex *exchange) (status int, sta
 			ex.clientGone = true
 			return 0, "", nil, false
 		}
+	}
+}
+
+// maxResponseHead is the longest response head the relay passes: net/http's transport's
+// limit when its MaxResponseHeaderBytes is unset, so the two relays refuse the same heads.
+const maxResponseHead = 10 << 20
+
+// longHead reads a head longer than br's buffer, line by line through its blank line
+// (never a byte past it), and consumes it.
+func longHead(br *bufio.Reader) ([]byte, error) {
+	var head []byte
+	line := 0 // where the line being read starts in head
+	for {
+		b, err := br.ReadSlice('\n')
+		head = append(head, b...)
+		switch {
+		case len(head) > maxResponseHead:
+			return nil, errors.New("response head over 10 MiB")
+		case err == bufio.ErrBufferFull:
+			continue // the same line goes on
+		case err != nil:
+			return nil, err
+		}
+		if l := head[line:]; line > 0 && (len(l) == 1 || (len(l) == 2 && l[0] == '\r')) {
+			return head, nil
+		}
+		line = len(head)
 	}
 }
 
