@@ -429,3 +429,83 @@ func TestProxyCompressedAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestProxyOversizedBody: a request body over MaxBody reaches the upstream whole and
+// framed as it came (by its length, or chunked and streamed on as it comes), its answer
+// reaches the client, and the request is counted as not recorded.
+func TestProxyOversizedBody(t *testing.T) {
+	forRelays(t, func(t *testing.T, relay string) {
+		var mu sync.Mutex
+		var got []string
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			got = append(got, fmt.Sprint(r.ContentLength, r.TransferEncoding, len(b)))
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"n":%d}`, len(b))
+		}))
+		defer up.Close()
+		rec := startRecordingWith(t, relay, up.URL, nil)
+		rec.srv.Close()
+		u, _ := url.Parse(up.URL)
+		rec.srv = serveProxy(t, relay, u, rec.rec, RelayOptions{ProxyOptions: ProxyOptions{MaxBody: 64}})
+		body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
+		for _, r := range []io.Reader{
+			strings.NewReader(body),                 // sent with its Content-Length
+			io.MultiReader(strings.NewReader(body)), // of unknown length: sent chunked
+		} {
+			resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := fmt.Sprintf(`{"n":%d}`, len(body)); string(b) != want {
+				t.Errorf("the client got %q, want the upstream's %q", b, want)
+			}
+		}
+		rec.done = true
+		rec.srv.Close()
+		n, _, err := rec.rec.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{fmt.Sprint(len(body), " [] ", len(body)), fmt.Sprint("-1 [chunked] ", len(body))}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("the upstream saw (length, encoding, bytes) %q, want %q", got, want)
+		}
+		if n.Skipped["request body over --max-body"] != 2 || n.Recorded != 0 {
+			t.Errorf("counts %+v, want both requests passed unrecorded as over --max-body", n)
+		}
+	})
+}
+
+// TestProxyLongResponseHead: a response head far longer than the raw relay's 32 KiB
+// reader (a 100 KiB field) reaches the client whole, with the body after it, as it does
+// through net/http and direct.
+func TestProxyLongResponseHead(t *testing.T) {
+	long := strings.Repeat("v", 100<<10)
+	forRelays(t, func(t *testing.T, relay string) {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("X-Long", long)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"ok":1}`)
+		}))
+		defer up.Close()
+		rec := startRecordingWith(t, relay, up.URL, nil)
+		for i := 0; i < 2; i++ { // the second on the connection the first left
+			resp, err := http.Post(rec.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.Header.Get("X-Long") != long || string(b) != `{"ok":1}` {
+				t.Errorf("request %d: a field of %d bytes and body %q, want %d bytes and the upstream's body", i, len(resp.Header.Get("X-Long")), b, len(long))
+			}
+		}
+	})
+}
