@@ -148,9 +148,7 @@ func (ex *exchange) end(err error, stamp int64) {
 func (ex *exchange) settle() {
 	r := &ex.res
 	switch {
-	case ex.tap == nil && ex.clientGone:
-		r.Status, r.Error = results.StatusCanceled, "the client went away before the upstream answered"
-	case ex.tap == nil && ex.ctx.Err() != nil:
+	case ex.tap == nil && (ex.clientGone || ex.ctx.Err() != nil):
 		r.Status, r.Error = results.StatusCanceled, "the client went away before the upstream answered"
 	case ex.tap == nil:
 		r.Status, r.Error = results.StatusTransportError, "upstream: "+upstreamError(ex.upstreamErr)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -156,32 +155,14 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	panic(http.ErrAbortHandler)
 }
 
-// recordedAPI is the API a request is recorded as, from its method and path: POST to one
-// of the generation, embeddings or rerank paths (with or without /v1, or /v2 for rerank);
-// "" for everything else, which passes unrecorded.
+// recordedAPI is the API a request is recorded as: a POST to one of the parser's API
+// paths (APIOf); "" for everything else, which passes unrecorded. The proxy and the
+// parser read paths from one table, so a request is recorded exactly when its body can be.
 func recordedAPI(method, path string) wire.API {
 	if method != http.MethodPost {
 		return ""
 	}
-	path = strings.TrimSuffix(path, "/")
-	for _, s := range recordedPaths {
-		if strings.HasSuffix(path, s.suffix) {
-			return s.api
-		}
-	}
-	return ""
-}
-
-var recordedPaths = []struct {
-	suffix string
-	api    wire.API
-}{
-	{"/chat/completions", "chat"},
-	{"/completions", "completions"},
-	{"/messages", "messages"},
-	{"/responses", "responses"},
-	{"/embeddings", "embeddings"},
-	{"/rerank", "rerank"},
+	return APIOf(path)
 }
 
 // tapTransport stamps the exchange's send and its response head, and wraps the response

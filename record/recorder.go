@@ -132,16 +132,16 @@ func NewRecorder(o Options) (*Recorder, error) {
 		finished: make(chan struct{}),
 	}
 	r.startUnix = r.start.UnixNano()
-	for _, p := range recordedPaths {
+	for _, api := range apiPaths {
 		// A client per API reads its responses as the replayer does; it never sends.
 		c, err := transport.NewClient(transport.ClientOptions{
-			BaseURL: o.Upstream, API: p.api, Backend: wire.BackendVLLM, Model: "recorded", HTTPClient: transport.HTTPClientNetHTTP,
+			BaseURL: o.Upstream, API: api, Backend: wire.BackendVLLM, Model: "recorded", HTTPClient: transport.HTTPClientNetHTTP,
 			CountTokens: o.Encoding.Count,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("record: %w", err)
 		}
-		r.clients[p.api] = c
+		r.clients[api] = c
 	}
 	for range o.Workers {
 		r.workers.Add(1)

@@ -39,7 +39,9 @@ const recordExamples = `  # Record what clients send to a vLLM server on :8000 f
   llmreplay record --upstream http://127.0.0.1:8000 -o rec/ --block-tokens 0
 
   # Then: replay production's traffic against the next deployment, and compare
-  llmreplay replay --trace rec/trace-0001.parquet --url http://next:8000/v1 --sessions independent -o next.parquet
+  # (--sessions dag: each conversation turn on its parent's context, as production's were;
+  # --calibrate: the prompt lengths as the server counts them)
+  llmreplay replay --trace rec/trace-0001.parquet --endpoint http://next:8000/v1 --sessions dag --calibrate -o next.parquet
   llmreplay compare rec/results-0001.parquet next.parquet`
 
 type recordFlags struct {

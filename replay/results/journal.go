@@ -277,15 +277,11 @@ const parquetRowGroup = 32 * 1024
 // keeps every whole batch; when the journal ends in a cut batch (a killed run), the
 // records before it are kept and info.Tail says what was cut.
 func ConvertJournal(journal, out string) (ConvertInfo, error) {
-	return convertIPC(journal, out, "results", func(s *arrow.Schema) (*RunMeta, error) {
-		if _, err := Check(s); err != nil {
-			return nil, err
-		}
-		return ParseRunMeta(s)
-	}, nil)
+	return ConvertJournalWith(journal, out, nil)
 }
 
-// ConvertJournalWith is ConvertJournal with the run metadata edited before it is written:
+// ConvertJournalWith is ConvertJournal with the run metadata edited by edit (nil: kept)
+// before it is written:
 // a recording knows the hash of the trace its results go with only once that trace is
 // written, after the results journal was created.
 func ConvertJournalWith(journal, out string, edit func(*RunMeta)) (ConvertInfo, error) {
