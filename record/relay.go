@@ -42,10 +42,11 @@ type Relay struct {
 	served  chan struct{}
 	running sync.WaitGroup // the connections' goroutines
 
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool // the relay's connections: true while a request is in flight
-	closed bool
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[net.Conn]bool // the relay's connections: true while a request is in flight
+	handlers int               // handlers running on connections handed to net/http
+	closed   bool
 }
 
 // RelayOptions configure a Relay beside the ProxyOptions of the net/http proxy it hands
@@ -79,7 +80,7 @@ func NewRelay(upstream *url.URL, rec *Recorder, o RelayOptions) *Relay {
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.handed = &connListener{conns: make(chan net.Conn), done: make(chan struct{})}
-	r.srv = &http.Server{Handler: r.proxy, ReadHeaderTimeout: time.Minute, ErrorLog: log.New(io.Discard, "", 0)}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serveHanded), ReadHeaderTimeout: time.Minute, ErrorLog: log.New(io.Discard, "", 0)}
 	return r
 }
 
@@ -168,15 +169,23 @@ func (r *Relay) stop(all bool) {
 func (r *Relay) Shutdown(ctx context.Context) error {
 	r.stop(false)
 	err := r.srv.Shutdown(ctx)
+	if werr := r.wait(ctx, func() int { return len(r.conns) + r.handlers }); werr != nil {
+		return werr
+	}
+	r.pool.close()
+	return err
+}
+
+// wait returns once busy, read under the lock, is 0, or with ctx's error when it ends first.
+func (r *Relay) wait(ctx context.Context, busy func() int) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
 		r.mu.Lock()
-		n := len(r.conns)
+		n := busy()
 		r.mu.Unlock()
 		if n == 0 {
-			r.pool.close()
-			return err
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -186,12 +195,29 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 	}
 }
 
+// serveHanded serves a request on a connection handed to net/http, counted so that Close
+// and Shutdown return only once its handler, and so its hand-off to the recorder, is done
+// (net/http's Close does not wait for handlers).
+func (r *Relay) serveHanded(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.handlers++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.handlers--
+		r.mu.Unlock()
+	}()
+	r.proxy.ServeHTTP(w, req)
+}
+
 // Close closes every connection at once, the requests in flight cut, and returns once
 // their exchanges have been handed to the recorder.
 func (r *Relay) Close() error {
 	r.stop(true)
 	err := r.srv.Close()
 	r.running.Wait()
+	// The handed connections are closed: their handlers end at their next read or write.
+	r.wait(context.Background(), func() int { return r.handlers })
 	r.pool.close()
 	return err
 }
