@@ -55,7 +55,7 @@ type recordFlags struct {
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := recordFlags{listen: "127.0.0.1:8081", encoding: tokenize.CL100kBase, sample: 1, blockTokens: 64,
-		drain: 30 * time.Second, sessionIdle: time.Hour, progress: 10 * time.Second, maxBody: 64 << 20, cacheTokens: 4 << 20, relay: "nethttp"}
+		drain: 30 * time.Second, sessionIdle: time.Hour, progress: 10 * time.Second, maxBody: 64 << 20, cacheTokens: 4 << 20, relay: "raw"}
 	fs := newFlagSet("record", "llmreplay record --upstream URL -o FOLDER [flags]", recordExamples, stdout)
 	fs.StringVar(&f.listen, "listen", f.listen, "address to listen on; loopback unless told otherwise (an address others can reach lets them reach the upstream through it)")
 	fs.StringVar(&f.upstream, "upstream", f.upstream, "the one endpoint every request is forwarded to (http or https URL, without /v1: paths pass as the clients send them)")
@@ -71,7 +71,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&f.workers, "workers", f.workers, "request parsers (tokenizing, hashing); 0: one per CPU")
 	fs.IntVar(&f.queue, "queue", f.queue, "finished requests waiting for a parser; when full, a request passes unrecorded (counted); 0: 65536")
 	fs.IntVar(&f.cacheTokens, "cache-tokens", f.cacheTokens, "tokens of messages kept tokenized, so an agent's growing context is tokenized once")
-	fs.StringVar(&f.relay, "relay", f.relay, "how a recorded request is relayed: nethttp (net/http's ReverseProxy) or raw (a hand-written HTTP/1.1 relay, one goroutine per connection; experimental); other requests go through net/http either way")
+	fs.StringVar(&f.relay, "relay", f.relay, "how requests are relayed: raw (a hand-written HTTP/1.1 relay, one goroutine per connection, for GETs and POSTs in plain form; any other request's connection is handed to net/http's ReverseProxy) or nethttp (ReverseProxy for every request)")
 	fs.DurationVar(&f.progress, "progress", f.progress, "print counts every this long; 0: never")
 	if err := parseFlags(fs, args); err != nil {
 		return err
