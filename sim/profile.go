@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"reflect"
 	"strings"
 
 	"github.com/llmreplay/llmreplay/internal/atomicfile"
@@ -120,6 +121,12 @@ func DecodeProfile(name string, data []byte) (ProfileFile, error) {
 	var p ProfileFile
 	if err := strictjson.Decode(name, data, &p, true); err != nil {
 		return ProfileFile{}, err
+	}
+	if where, key, ok := strictjson.Missing(data, reflect.TypeFor[ProfileFile]()); ok {
+		if where != "" {
+			name += ": " + where
+		}
+		return ProfileFile{}, fmt.Errorf("%s: missing %q: a profile file gives every parameter, 0 where it is zero, so that none is zero by omission (llmreplay sim --save-profile writes a complete one)", name, key)
 	}
 	if p.Name == "" {
 		return ProfileFile{}, fmt.Errorf("%s: name: empty: give the profile a name (it is shown in the banner and the run metadata)", name)

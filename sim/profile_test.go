@@ -146,6 +146,10 @@ func TestProfileFileRefusals(t *testing.T) {
 		{"trailing", good + "{}\n", "p.json: line 51: more after the JSON value"},
 		{"empty name", edit(`"name": "tiny"`, `"name": ""`), "p.json: name: empty"},
 		{"request log", edit(`"seed": 1,`, `"seed": 1, "request_log": "r.jsonl",`), "p.json: config: request_log: a profile names no request log"},
+		{"missing", edit(`"context_per_token_ns": 200,`, ""), `p.json: config: missing "context_per_token_ns": a profile file gives every parameter`},
+		{"missing in faults", edit(`"stall_for_ns": 0,`, ""), `p.json: config.faults: missing "stall_for_ns"`},
+		{"missing in fit", strings.Replace(strings.Replace(withFit, `, "stderr": 2`, "", 1), `"std_err": 0, `, "", 1), `p.json: fit.params[0]: missing "std_err"`},
+		{"missing at the top", edit(`"name": "tiny",`, ""), `p.json: missing "name"`},
 		{"empty file", "", "p.json: empty"},
 		{"cut", good[:100], "p.json: cut short"},
 	} {

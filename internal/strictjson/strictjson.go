@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -169,4 +170,62 @@ func jsonField(t reflect.Type, k string) (reflect.Type, bool) {
 		}
 	}
 	return fold, fold != nil
+}
+
+// Missing finds the first field of struct type t (through nested structs, pointers and
+// slices of them) that the JSON object in data lacks and whose tag does not say
+// omitempty; where is its place as Decode's errors give it. A strict reader of a file of
+// parameters refuses a missing one: absent decodes as zero, and a parameter silently zero
+// is a wrong engine, not a default.
+func Missing(data []byte, t reflect.Type) (where, key string, ok bool) {
+	return missing(data, t, "")
+}
+
+func missing(data json.RawMessage, t reflect.Type, at string) (string, string, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil || obj == nil {
+			return "", "", false // not an object: Decode's to say
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			n, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || n == "-" {
+				continue
+			}
+			if n == "" {
+				n = f.Name
+			}
+			raw, found := obj[n]
+			for k, v := range obj {
+				if !found && strings.EqualFold(k, n) {
+					raw, found = v, true
+				}
+			}
+			if !found {
+				if slices.Contains(strings.Split(opts, ","), "omitempty") {
+					continue
+				}
+				return at, n, true
+			}
+			if w, k, ok := missing(raw, f.Type, joinPath(at, n)); ok {
+				return w, k, ok
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		var arr []json.RawMessage
+		if json.Unmarshal(data, &arr) != nil {
+			return "", "", false
+		}
+		for i, e := range arr {
+			if w, k, ok := missing(e, t.Elem(), at+"["+strconv.Itoa(i)+"]"); ok {
+				return w, k, ok
+			}
+		}
+	}
+	return "", "", false
 }

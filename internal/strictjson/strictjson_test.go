@@ -1,6 +1,7 @@
 package strictjson
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,34 @@ func TestDecode(t *testing.T) {
 	}
 	if err := Decode("f.json", []byte(`{"nam":"a"}`), new(doc), false); err != nil {
 		t.Errorf("not strict: %v", err)
+	}
+}
+
+type withOpt struct {
+	A     int      `json:"a"`
+	B     int      `json:"b,omitempty"`
+	In    inner    `json:"in"`
+	Items []inner  `json:"items"`
+	P     *inner   `json:"p,omitempty"`
+	Q     *inner   `json:"q,string,omitempty"`
+	Tags  []string `json:"tags"`
+}
+
+// TestMissing: a field without omitempty must be there, at every depth; one with it may
+// be left out; keys match as encoding/json matches them.
+func TestMissing(t *testing.T) {
+	for _, c := range []struct{ in, where, key string }{
+		{`{"a":1,"in":{"rate":1},"items":[],"tags":[]}`, "", ""},
+		{`{"A":1,"IN":{"Rate":1},"items":[{"rate":2}],"tags":null,"p":null}`, "", ""},
+		{`{"in":{"rate":1},"items":[],"tags":[]}`, "", "a"},
+		{`{"a":1,"in":{},"items":[],"tags":[]}`, "in", "rate"},
+		{`{"a":1,"in":{"rate":1},"items":[{"rate":1},{}],"tags":[]}`, "items[1]", "rate"},
+		{`{"a":1,"in":{"rate":1},"items":[],"tags":[],"p":{}}`, "p", "rate"},
+		{`{"a":1,"in":{"rate":1},"items":[]}`, "", "tags"},
+	} {
+		where, key, ok := Missing([]byte(c.in), reflect.TypeFor[withOpt]())
+		if where != c.where || key != c.key || ok != (c.key != "") {
+			t.Errorf("%s: %q %q %v, want %q %q", c.in, where, key, ok, c.where, c.key)
+		}
 	}
 }
