@@ -164,3 +164,27 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestSimProfileDocExample keeps docs/sim.md's example profile file true: it is what the
+// command the docs give beside it writes.
+func TestSimProfileDocExample(t *testing.T) {
+	doc := string(mustRead(t, "../../docs/sim.md"))
+	_, sec, ok := strings.Cut(doc, "\n## Profile files\n")
+	_, block, ok2 := strings.Cut(sec, "\n```json\n")
+	block, _, ok3 := strings.Cut(block, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/sim.md has no Profile files section with a ```json example")
+	}
+	path := filepath.Join(t.TempDir(), "mine.json")
+	args := []string{"sim", "--profile", "tiny", "--max-batch", "64", "--kv-cache-tokens", "131072", "--save-profile", path}
+	cmd := "`llmreplay " + strings.Join(args[:len(args)-1], " ") + " mine.json`"
+	if !strings.Contains(strings.Join(strings.Fields(sec), " "), cmd) { // the docs wrap lines
+		t.Errorf("the section does not give the command %v", args)
+	}
+	if msg, err := runArgs(t, args...); err != nil {
+		t.Fatalf("%v %s", err, msg)
+	}
+	if got := string(mustRead(t, path)); got != block {
+		t.Errorf("docs/sim.md's example:\n%s\nthe command writes:\n%s", block, got)
+	}
+}
