@@ -109,7 +109,7 @@ func DecodeProfile(name string, data []byte) (ProfileFile, error) {
 	case head.Format == nil:
 		return ProfileFile{}, fmt.Errorf("%s: format: missing: a profile file says \"format\": %q (is this a profile file?)", name, ProfileFormat)
 	case *head.Format != ProfileFormat:
-		return ProfileFile{}, fmt.Errorf("%s: format: %q is not %q: not a profile file (a results file is read by analyze; a profile by llmreplay sim --profile-file)", name, *head.Format, ProfileFormat)
+		return ProfileFile{}, fmt.Errorf("%s: format: %q is not %q: not a profile file (docs/sim.md, Profile files)", name, *head.Format, ProfileFormat)
 	case head.Version == nil:
 		return ProfileFile{}, fmt.Errorf("%s: version: missing: want \"version\": %d", name, ProfileVersion)
 	case *head.Version > ProfileVersion:
