@@ -6,8 +6,10 @@
 // status), so that a replay of the trace can be compared with production on the same
 // traffic (docs/record.md).
 //
-// The proxy (proxy.go) is net/http/httputil.ReverseProxy with a RoundTripper that stamps
-// and taps the response (replay/transport's Tap, the replayer's own stream record); the
+// The proxy is a hand-written HTTP/1.1 relay (relay.go) for GETs and POSTs in plain form,
+// which hands any other connection to net/http/httputil.ReverseProxy with a RoundTripper
+// that stamps and taps the response (proxy.go); either way the response is tapped by
+// replay/transport's Tap, the replayer's own stream record. The
 // recorder (recorder.go) turns finished exchanges into rows off the request's path: a
 // bounded queue (a full queue drops the recording of a request, never the request), a
 // pool of parsers (request.go: bodies into numbers and salted hashes), one linker that

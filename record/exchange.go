@@ -34,6 +34,7 @@ type exchange struct {
 	path     string
 	// sessionValue is the --session-header's value; held only until the parser keys it.
 	sessionValue string
+	pass         bool   // a request of no recorded API, passed on: only its relay uses the exchange
 	body         []byte // nil when not recorded
 	skip         string // why the request is not recorded; "" when it is
 	res          results.Result
@@ -56,6 +57,9 @@ type exchange struct {
 
 // respHead takes the upstream's response head.
 func (ex *exchange) respHead(resp *http.Response, stamp int64) {
+	if ex.pass {
+		return
+	}
 	ct := resp.Header.Get("Content-Type")
 	stream := strings.HasPrefix(ct, "text/event-stream")
 	h := resp.Header
@@ -74,6 +78,9 @@ func (ex *exchange) respHead(resp *http.Response, stamp int64) {
 
 // bodyPiece takes a piece of the response body as it passed.
 func (ex *exchange) bodyPiece(b []byte, stamp int64) {
+	if ex.pass {
+		return
+	}
 	if ex.gzipped != "" {
 		if len(ex.gz)+len(b) <= gzCap {
 			ex.gz = append(ex.gz, b...)
@@ -122,6 +129,9 @@ func (ex *exchange) inflate() error {
 
 // end takes the body's end: err nil at a clean end.
 func (ex *exchange) end(err error, stamp int64) {
+	if ex.pass {
+		return
+	}
 	if err != nil && ex.ctx.Err() != nil {
 		// The upstream's read failed because the client's request was canceled: the
 		// client went away, the upstream did nothing wrong.

@@ -12,8 +12,9 @@ import (
 )
 
 // BenchmarkProxyStream sends a streamed chat request through the proxy to an upstream
-// on loopback and reads its answer: the proxy's allocations per request (B/op, allocs/op,
-// the client's and the upstream's included, which the proxy does not change).
+// on loopback and reads its answer, with each relay: the proxy's allocations per request
+// (B/op, allocs/op, the client's and the upstream's included, which the proxy does not
+// change).
 //
 //	go test ./record -run '^$' -bench ProxyStream -benchmem
 func BenchmarkProxyStream(b *testing.B) {
@@ -31,21 +32,25 @@ func BenchmarkProxyStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rec, err := NewRecorder(Options{Dir: b.TempDir(), Upstream: u, Sample: 1, Encoding: enc, Workers: 1, ToolVersion: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rec.Close()
-	srv := httptest.NewServer(NewProxy(u, rec, ProxyOptions{}))
-	defer srv.Close()
-	target := srv.URL + "/v1/chat/completions"
-	b.ReportAllocs()
-	for b.Loop() {
-		resp, err := http.Post(target, "application/json", strings.NewReader(chatStreamBody))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+	for _, relay := range relays {
+		b.Run(relay, func(b *testing.B) {
+			rec, err := NewRecorder(Options{Dir: b.TempDir(), Upstream: u, Sample: 1, Encoding: enc, Workers: 1, ToolVersion: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rec.Close()
+			srv := serveProxy(b, relay, u, rec, RelayOptions{})
+			defer srv.Close()
+			target := srv.URL + "/v1/chat/completions"
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := http.Post(target, "application/json", strings.NewReader(chatStreamBody))
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -170,6 +171,13 @@ func (r *Recorder) passed() {
 	r.mu.Lock()
 	r.count.Passed++
 	r.mu.Unlock()
+}
+
+// pass counts a request of no recorded API and returns the exchange its relay passes it
+// on with; nothing of it is recorded.
+func (r *Recorder) pass(ctx context.Context) *exchange {
+	r.passed()
+	return &exchange{rec: r, ctx: ctx, pass: true}
 }
 
 // begin starts the exchange of a request the proxy has just received.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -224,143 +223,24 @@ func ParseFault(s string, f *Faults) error {
 // is "as fast as the machine goes".
 const MaxTimeScale = 1e6
 
-// Profiles lists the names Profile accepts.
-func Profiles() []string {
-	names := make([]string, 0, len(profiles))
-	for n := range profiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-var profiles = map[string]func() Config{
-	// tiny: small and fast for tests; every term of the step model is non-zero so a test
-	// can tell a wrong engine from a right one.
-	"tiny": func() Config {
-		return Config{
-			Model:                "sim-tiny",
-			MaxModelLen:          8192,
-			StepBase:             time.Millisecond,
-			PrefillPerToken:      10 * time.Microsecond,
-			DecodePerSeq:         50 * time.Microsecond,
-			ContextPerToken:      200 * time.Nanosecond,
-			AttentionPerPairNs:   1,                    // attention matches prefill_per_token at 10k tokens of context
-			VisionPerImage:       2 * time.Millisecond, // non-zero, so that tests see the encoder term
-			VisionPerImageToken:  2 * time.Microsecond,
-			KVCacheTokens:        65536,
-			MaxBatchedTokens:     2048,
-			MaxBatch:             16,
-			RefContextTokens:     128,
-			EmbeddingDim:         256,
-			PoolMaxBatchedTokens: 4096,
-			PoolMaxBatch:         16,
-			PrefixCache:          true,
-			PrefixBlockTokens:    16,
-			DefaultMaxTokens:     16,
-			DefaultChatMaxTokens: 256,
-			TimeScale:            1,
-			Seed:                 1,
-		}
-	},
-	// moe-230b-8gpu: an 8-GPU deployment of a 230B-total / 10B-active MoE model (256
-	// experts, top-8). Calibrated in docs/sim.md: 84 tok/s single-stream, ~366 tok/s at
-	// batch 8, ~4,000 tok/s at batch 256 (= max_num_seqs, hence the plateau), decode only
-	// at 1,024 tokens of context; prefill (8 us/token) is an estimate.
-	"moe-230b-8gpu": func() Config {
-		return Config{
-			Model:                "sim-moe-230b",
-			MaxModelLen:          196608,
-			StepBase:             10300 * time.Microsecond,
-			PrefillPerToken:      8 * time.Microsecond,
-			DecodePerSeq:         5 * time.Microsecond,
-			ContextPerToken:      5 * time.Nanosecond,
-			AttentionPerPairNs:   0.6,                     // 1.5 MFLOP a pair at prefill's FLOP rate (docs/sim.md)
-			VisionPerImage:       1500 * time.Microsecond, // a ViT of ~670M parameters: launch-bound per image (docs/sim.md, Images)
-			VisionPerImageToken:  4 * time.Microsecond,    // 4 patches of 1.3 GFLOP an image token at half the prefill's FLOP rate
-			PerExpert:            200 * time.Microsecond,
-			Experts:              256,
-			ExpertsPerToken:      8,
-			KVCacheTokens:        1_000_000,
-			MaxBatchedTokens:     8192,
-			MaxBatch:             256,
-			RefContextTokens:     1024,
-			EmbeddingDim:         1024,
-			PoolMaxBatchedTokens: 32768,
-			PoolMaxBatch:         256,
-			PrefixCache:          true,
-			PrefixBlockTokens:    16,
-			DefaultMaxTokens:     16,
-			DefaultChatMaxTokens: 1024,
-			TimeScale:            1,
-			Seed:                 1,
-		}
-	},
-	// embed-0.6b-1gpu: a 0.6B dense embedding model (Qwen3-Embedding-0.6B's shape: 28
-	// layers, hidden size 1024, 16 query and 8 KV heads of 128) on one H100-class GPU,
-	// served by vLLM's pooling runner. The coefficients are estimates, derived in
-	// docs/sim.md (Pooling: embeddings and rerank).
-	"embed-0.6b-1gpu": func() Config {
-		return Config{
-			Model:                "sim-embed-0.6b",
-			MaxModelLen:          32768,
-			StepBase:             2 * time.Millisecond,
-			PrefillPerToken:      5 * time.Microsecond,
-			DecodePerSeq:         10 * time.Microsecond,
-			ContextPerToken:      40 * time.Nanosecond,
-			AttentionPerPairNs:   0.95, // 229 kFLOP a pair at the prefill term's FLOP rate
-			KVCacheTokens:        600_000,
-			MaxBatchedTokens:     8192, // vLLM's API-server defaults on an H100-class GPU
-			MaxBatch:             1024,
-			RefContextTokens:     512,
-			EmbeddingDim:         1024,
-			PoolMaxBatchedTokens: 32768, // vLLM raises the budget to this for a pooling model
-			PoolMaxBatch:         1024,
-			PrefixCache:          true,
-			PrefixBlockTokens:    16,
-			DefaultMaxTokens:     16,
-			DefaultChatMaxTokens: 256,
-			TimeScale:            1,
-			Seed:                 1,
-		}
-	},
-	// fixed: exact TTFT and ITL, no batching, for measuring a client's own error.
-	"fixed": func() Config {
-		return Config{
-			Model:                "sim-fixed",
-			MaxModelLen:          1 << 20,
-			Fixed:                true,
-			FixedTTFT:            100 * time.Millisecond,
-			FixedITL:             10 * time.Millisecond,
-			KVCacheTokens:        1 << 20,
-			MaxBatchedTokens:     1 << 20,
-			MaxBatch:             1 << 20,
-			EmbeddingDim:         1024,
-			PoolMaxBatchedTokens: 1 << 20,
-			PoolMaxBatch:         1 << 20,
-			DefaultMaxTokens:     16,
-			DefaultChatMaxTokens: 256,
-			TimeScale:            1,
-			Seed:                 1,
-		}
-	},
-}
-
-// Profile returns the named parameter set: "tiny", "moe-230b-8gpu", "embed-0.6b-1gpu" or
-// "fixed".
-func Profile(name string) (Config, error) {
-	p, ok := profiles[name]
-	if !ok {
-		return Config{}, fmt.Errorf("sim: unknown profile %q (want one of %s)", name, strings.Join(Profiles(), ", "))
-	}
-	return p(), nil
-}
-
 // Validate checks that the configuration describes a runnable engine.
 func (c Config) Validate() error {
 	var errs []error
+	for _, p := range c.problems() {
+		errs = append(errs, fmt.Errorf("sim: config %s: %s", p.field, p.what))
+	}
+	return errors.Join(errs...)
+}
+
+// fieldProblem is one thing Validate finds wrong: the field, by its JSON name, and what.
+type fieldProblem struct{ field, what string }
+
+// problems lists what makes c unrunnable, field by field, so that Validate and a profile
+// file's reader (which names the file) each say it in their own words.
+func (c Config) problems() []fieldProblem {
+	var errs []fieldProblem
 	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("sim: config %s: %s", field, fmt.Sprintf(format, a...)))
+		errs = append(errs, fieldProblem{field, fmt.Sprintf(format, a...)})
 	}
 	if c.Model == "" {
 		bad("model", "empty")
@@ -466,5 +346,5 @@ func (c Config) Validate() error {
 	if f.SlowFirstByte > 0 && f.SlowFirstByteFor <= 0 {
 		bad("faults.slow-first-byte", "rate set but duration %v <= 0", f.SlowFirstByteFor)
 	}
-	return errors.Join(errs...)
+	return errs
 }

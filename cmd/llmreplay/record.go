@@ -46,6 +46,7 @@ const recordExamples = `  # Record what clients send to a vLLM server on :8000 f
 
 type recordFlags struct {
 	listen, upstream, out, sessionHeader, encoding string
+	relay                                          string
 	rotate, drain, sessionIdle, progress           time.Duration
 	sample                                         float64
 	blockTokens, workers, queue, cacheTokens       int
@@ -54,7 +55,7 @@ type recordFlags struct {
 
 func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := recordFlags{listen: "127.0.0.1:8081", encoding: tokenize.CL100kBase, sample: 1, blockTokens: 64,
-		drain: 30 * time.Second, sessionIdle: time.Hour, progress: 10 * time.Second, maxBody: 64 << 20, cacheTokens: 4 << 20}
+		drain: 30 * time.Second, sessionIdle: time.Hour, progress: 10 * time.Second, maxBody: 64 << 20, cacheTokens: 4 << 20, relay: "raw"}
 	fs := newFlagSet("record", "llmreplay record --upstream URL -o FOLDER [flags]", recordExamples, stdout)
 	fs.StringVar(&f.listen, "listen", f.listen, "address to listen on; loopback unless told otherwise (an address others can reach lets them reach the upstream through it)")
 	fs.StringVar(&f.upstream, "upstream", f.upstream, "the one endpoint every request is forwarded to (http or https URL, without /v1: paths pass as the clients send them)")
@@ -70,6 +71,7 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&f.workers, "workers", f.workers, "request parsers (tokenizing, hashing); 0: one per CPU")
 	fs.IntVar(&f.queue, "queue", f.queue, "finished requests waiting for a parser; when full, a request passes unrecorded (counted); 0: 65536")
 	fs.IntVar(&f.cacheTokens, "cache-tokens", f.cacheTokens, "tokens of messages kept tokenized, so an agent's growing context is tokenized once")
+	fs.StringVar(&f.relay, "relay", f.relay, "how requests are relayed: raw (a hand-written HTTP/1.1 relay, one goroutine per connection, for GETs and POSTs in plain form; any other request's connection is handed to net/http's ReverseProxy) or nethttp (ReverseProxy for every request)")
 	fs.DurationVar(&f.progress, "progress", f.progress, "print counts every this long; 0: never")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -80,6 +82,9 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	up, err := recordUpstream(f.upstream)
 	if err != nil {
 		return err
+	}
+	if f.relay != "nethttp" && f.relay != "raw" {
+		return usagef("record: --relay %q: give nethttp or raw", f.relay)
 	}
 	if f.out == "" {
 		return usagef("record: -o FOLDER is required")
@@ -113,7 +118,10 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: record.NewProxy(up, rec, record.ProxyOptions{MaxBody: f.maxBody}), ReadHeaderTimeout: time.Minute}
+	var srv proxyServer = &http.Server{Handler: record.NewProxy(up, rec, record.ProxyOptions{MaxBody: f.maxBody}), ReadHeaderTimeout: time.Minute}
+	if f.relay == "raw" {
+		srv = record.NewRelay(up, rec, record.RelayOptions{ProxyOptions: record.ProxyOptions{MaxBody: f.maxBody}})
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if !isLoopback(ln.Addr()) {
@@ -125,6 +133,13 @@ func runRecord(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	counts, files, cerr := rec.Close()
 	printRecordSummary(stderr, counts, files)
 	return errors.Join(serr, cerr)
+}
+
+// proxyServer is the recording proxy's server: net/http's, or the raw relay.
+type proxyServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // recordUpstream checks --upstream: an absolute http or https URL.
@@ -168,7 +183,7 @@ func waitRecording(ctx context.Context, rec *record.Recorder, served <-chan erro
 
 // shutdown stops accepting, gives the requests in flight --drain (less if a second
 // signal comes), then cuts what remains.
-func shutdown(ctx context.Context, srv *http.Server, drain time.Duration, w io.Writer) {
+func shutdown(ctx context.Context, srv proxyServer, drain time.Duration, w io.Writer) {
 	sctx, cancel := context.WithTimeout(replay.HardContext(ctx), drain)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

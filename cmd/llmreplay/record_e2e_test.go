@@ -181,6 +181,13 @@ func words(rng *rand.Rand, n int) string {
 //     the prompt and output lengths the engine counted, and a prefix-cache hit rate within
 //     2 points of production's; compare takes the two for runs of one trace.
 func TestRecordThroughProxy(t *testing.T) {
+	for _, relay := range []string{"nethttp", "raw"} {
+		t.Run(relay, func(t *testing.T) { recordThroughProxy(t, relay) })
+	}
+}
+
+// recordThroughProxy is TestRecordThroughProxy with one --relay.
+func recordThroughProxy(t *testing.T, relay string) {
 	cfg, err := sim.Profile("tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +201,7 @@ func TestRecordThroughProxy(t *testing.T) {
 	var bl byteLog
 	up := httptest.NewServer(bl.upstream(eng.Handler()))
 	defer up.Close()
-	rec, base := startRecord(t, up.URL, "--block-tokens", "16")
+	rec, base := startRecord(t, up.URL, "--block-tokens", "16", "--relay", relay)
 
 	var tr recordTraffic
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -559,5 +566,13 @@ func TestRecordBlockTokensFlag(t *testing.T) {
 	rows, _ := readRecording(t, rec.dir)
 	if len(rows) != 1 || rows[0].PromptTokens != 150 || rows[0].PrefixBlocks != nil {
 		t.Errorf("--block-tokens 0: rows %+v, want one of the server's 150 prompt tokens without prefix blocks", rows)
+	}
+}
+
+// TestRecordRelayFlag: --relay takes nethttp or raw, nothing else.
+func TestRecordRelayFlag(t *testing.T) {
+	err := run(context.Background(), []string{"record", "--upstream", "http://127.0.0.1:1", "-o", t.TempDir(), "--relay", "fast"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `--relay "fast"`) {
+		t.Errorf("--relay fast: %v, want it refused", err)
 	}
 }

@@ -163,7 +163,7 @@ func addReplayFlags(fs *pflag.FlagSet, f *replay.Config) {
 	fs.StringVar(&f.ImageSize, "image-size", images.DefaultSize, "traces with images: the size WIDTHxHEIGHT of an image the trace gives no size for (the Azure multimodal trace gives counts only)")
 	fs.Float64Var(&f.ImageReuse, "image-reuse", f.ImageReuse, "traces with images: the share (0..1) of images that repeat one already sent of the same size (drawn by --seed), to exercise the engine's multimodal cache; 0: every image distinct")
 	fs.BoolVar(&f.DropImages, "drop-images", f.DropImages, "traces with images: send none; every prompt token goes as text (for an API or a model without images)")
-	fs.StringVar(&f.SimProfile, "sim-profile", f.SimProfile, "profile of the in-process simulated engine (no --endpoint): "+strings.Join(sim.Profiles(), ", "))
+	fs.StringVar(&f.SimProfile, "sim-profile", f.SimProfile, "profile of the in-process simulated engine (no --endpoint): a built-in ("+strings.Join(sim.Profiles(), ", ")+") or the path of a profile file (docs/sim.md, Profile files), e.g. --sim-profile fitted.json; the run metadata records the file's name and SHA-256")
 	fs.Float64Var(&f.SimReasoningShare, "sim-reasoning-share", f.SimReasoningShare, "in-process simulated engine (no --endpoint): share (0..1) of every answer's output tokens streamed first as reasoning (chat, messages, responses), e.g. --api chat --sim-reasoning-share 0.3; refused with --endpoint (a separate sim: llmreplay sim --reasoning-share)")
 	fs.BoolVar(&f.SimReasoningUsage, "sim-reasoning-usage", f.SimReasoningUsage, "in-process simulated engine: chat's usage says completion_tokens_details.reasoning_tokens, as OpenAI's does (vLLM's does not); refused with --endpoint")
 	fs.StringVar(&f.PromptFormat, "prompt-format", f.PromptFormat, "prompts as text, or as token-ids (completions API; vLLM and SGLang accept them, no tokenizer drift); auto: token-ids for the in-process simulated engine, else text")
@@ -204,7 +204,8 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 	if err := checkReplayConfig(&cfg); err != nil {
 		return "", err
 	}
-	sess, err := replay.Prepare(ctx, cfg, replay.Env{Log: stderr, ToolVersion: version, Flags: flags, StartSim: inProcessSim(cfg)})
+	engine := &inProcessSim{rc: cfg}
+	sess, err := replay.Prepare(ctx, cfg, replay.Env{Log: stderr, ToolVersion: version, Flags: flags, StartSim: engine.start})
 	if err != nil {
 		if replay.IsConfigError(err) {
 			return "", usagef("replay: %v", err)
@@ -212,6 +213,7 @@ func doReplayRepeat(ctx context.Context, cfg replay.Config, flags map[string]str
 		return "", err
 	}
 	defer sess.Close()
+	engine.stamp(&sess.Options.Meta)
 	out := sess.Output
 	fmt.Fprintf(stderr, "llmreplay: results will be written to %s\n", out)
 	if ro.count > 0 {
@@ -270,29 +272,48 @@ func replayConfigProblem(cfg *replay.Config) error {
 		}
 	}
 	if cfg.Endpoint == "" {
-		if _, err := sim.Profile(cfg.SimProfile); err != nil {
+		if _, _, err := sim.LoadProfile(cfg.SimProfile); err != nil {
 			return fmt.Errorf("--sim-profile: %w", err)
 		}
 	}
 	return nil
 }
 
-// inProcessSim returns the starter of the simulated engine for a replay of rc with no
-// --endpoint: the named profile with rc's --sim-* options.
-func inProcessSim(rc replay.Config) func(ctx context.Context, profile string) (string, func(), error) {
-	return func(ctx context.Context, profile string) (string, func(), error) {
-		cfg, err := sim.Profile(profile)
-		if err != nil {
-			return "", nil, fmt.Errorf("replay: --sim-profile: %w", err)
-		}
-		cfg.ReasoningShare, cfg.ReasoningUsage = rc.SimReasoningShare, rc.SimReasoningUsage
-		cfg.ImageRule = rc.ImageRule // the engine counts images as the replay expects
-		running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
-		if err != nil {
-			return "", nil, err
-		}
-		return running.BaseURL(), func() { running.Close() }, nil
+// inProcessSim starts the simulated engine for a replay of rc with no --endpoint: the
+// profile --sim-profile names (a built-in, or a profile file) with rc's --sim-* options.
+// After start, name and sum say which profile file served the run ("" for a built-in).
+type inProcessSim struct {
+	rc        replay.Config
+	name, sum string
+}
+
+// start is replay.Env.StartSim.
+func (s *inProcessSim) start(ctx context.Context, profile string) (string, func(), error) {
+	p, sum, err := sim.LoadProfile(profile)
+	if err != nil {
+		return "", nil, fmt.Errorf("replay: --sim-profile: %w", err)
 	}
+	cfg := p.Config
+	// Given, the --sim-* options override; not given, a profile file's own reasoning
+	// stands (the built-ins have none, so for them this is the flags' value either way).
+	if s.rc.SimReasoningShare > 0 {
+		cfg.ReasoningShare = s.rc.SimReasoningShare
+	}
+	cfg.ReasoningUsage = cfg.ReasoningUsage || s.rc.SimReasoningUsage
+	cfg.ImageRule = s.rc.ImageRule // the engine counts images as the replay expects
+	running, err := sim.Start(context.WithoutCancel(ctx), "127.0.0.1:0", cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	if sum != "" {
+		s.name, s.sum = p.Name, sum
+	}
+	return running.BaseURL(), func() { running.Close() }, nil
+}
+
+// stamp records in the run metadata the profile file that served the run, if one did.
+func (s *inProcessSim) stamp(m *results.RunMeta) {
+	m.SimProfileName, m.SimProfileSHA256 = s.name, s.sum
 }
 
 // runSession runs a prepared replay with the progress display. Stopping: main's signal

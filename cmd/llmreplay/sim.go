@@ -53,6 +53,16 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   # Override the model: twice the KV cache, batch cap 512; print the analytical limits and exit
   llmreplay sim --kv-cache-tokens 2000000 --max-batch 512 --max-batched-tokens 16384 --print-info
 
+  # A custom profile from flags: write it as a file (no server), edit it, serve it
+  llmreplay sim --profile tiny --max-batch 64 --kv-cache-tokens 131072 --save-profile mine.json
+  llmreplay sim --profile-file mine.json --addr 127.0.0.1:8000
+
+  # A fitted twin (llmreplay sim fit), faster than real time; flags still override the file
+  llmreplay sim --profile-file fitted.json --time-scale 10
+
+  # A built-in profile as a file, to read its parameters and reasoning
+  llmreplay sim --profile moe-230b-8gpu --save-profile moe.json
+
   # An embedding model (0.6B, one GPU) serving /v1/embeddings and /rerank; a smaller
   # per-step budget moves the knee a sweep finds
   llmreplay sim --profile embed-0.6b-1gpu --pool-max-batched-tokens 8192
@@ -72,9 +82,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(args) > 0 && args[0] == "fit" {
 		return runSimFit(ctx, args[1:], stdout, stderr) // simfit.go
 	}
-	fs := newFlagSet("sim", "llmreplay sim [--addr HOST:PORT] [--profile NAME] [--fault KIND=RATE[:DUR]]... [model flags]", simExamples, stdout)
+	fs := newFlagSet("sim", "llmreplay sim [--addr HOST:PORT] [--profile NAME | --profile-file FILE] [--fault KIND=RATE[:DUR]]... [model flags] [--save-profile FILE]", simExamples, stdout)
 	addr := fs.String("addr", "127.0.0.1:8000", "address to listen on (use 127.0.0.1:0 for any free port)")
 	profile := fs.String("profile", "moe-230b-8gpu", "parameter set: "+strings.Join(sim.Profiles(), ", "))
+	profileFile := fs.String("profile-file", "", "serve the profile file FILE (docs/sim.md, Profile files: one sim fit or --save-profile wrote, or edited by hand) instead of a built-in --profile; the model flags still override it")
+	saveProfile := fs.String("save-profile", "", "write the configuration (the profile or profile file with every model flag applied) to FILE as a profile file and exit without serving")
 	printInfo := fs.Bool("print-info", false, "print the configuration and analytical limits (as /sim/info) and exit")
 	noPrefix := fs.Bool("no-prefix-cache", false, "turn automatic prefix caching off (on by default, as in vLLM and SGLang)")
 	requestLog := fs.String("request-log", "", "append one JSON line per generation request to FILE (with its X-Request-Id, and arrive_unix_ns/read_unix_ns/first_write_unix_ns: when the request reached the server's socket (the kernel's stamp), when the server's read returned, when it wrote the first token; the wall clock), written off the engine's path")
@@ -90,10 +102,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("sim: unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := sim.Profile(*profile)
+	src, label, err := simSource(fs, *profile, *profileFile)
 	if err != nil {
-		return usagef("sim: --profile: %v", err)
+		return err
 	}
+	cfg := src.Config
 	applySimFlags(fs, &cfg, &o)
 	if *noPrefix {
 		if fs.Changed("prefix-block-tokens") {
@@ -116,6 +129,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	if *saveProfile != "" {
+		if err := saveSimProfile(fs, *saveProfile, src, label, cfg, stderr); err != nil || !*printInfo {
+			return err
+		}
+	}
 	if *printInfo {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -126,7 +144,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	printSimBanner(stderr, r, cfg, *profile)
+	printSimBanner(stderr, r, cfg, label)
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "llmreplay sim: stopping")
 	return r.Close()
@@ -221,10 +239,11 @@ func applySimFlags(fs *pflag.FlagSet, cfg *sim.Config, o *sim.Config) {
 	set("vision-per-image-token", &cfg.VisionPerImageToken, &o.VisionPerImageToken)
 }
 
-// printSimBanner says on stderr what the running engine serves and models.
-func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, profile string) {
+// printSimBanner says on stderr what the running engine serves and models; label says
+// which profile (simSource).
+func printSimBanner(stderr io.Writer, r *sim.Running, cfg sim.Config, label string) {
 	in := r.Info()
-	fmt.Fprintf(stderr, "llmreplay sim: serving %s (profile %s) at %s\n", cfg.Model, profile, r.BaseURL())
+	fmt.Fprintf(stderr, "llmreplay sim: serving %s (%s) at %s\n", cfg.Model, label, r.BaseURL())
 	if cfg.Fixed {
 		fmt.Fprintf(stderr, "  fixed timing: TTFT %v, ITL %v (model time), no batching\n", cfg.FixedTTFT, cfg.FixedITL)
 	} else {

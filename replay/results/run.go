@@ -65,6 +65,14 @@ type RunMeta struct {
 	RepeatCount int    `json:"repeat_count,omitempty"`
 	RepeatGroup string `json:"repeat_group,omitempty"`
 
+	// SimProfileName and SimProfileSHA256 say which profile file served a simulated run
+	// when --sim-profile named a file (SimProfile then holds its path as given): the
+	// file's name field and the SHA-256, in hex, of its bytes, so that a run against an
+	// edited or refitted profile is told apart. Added in revision 1.5; absent for a
+	// built-in profile and for a run against an endpoint.
+	SimProfileName   string `json:"sim_profile_name,omitempty"`
+	SimProfileSHA256 string `json:"sim_profile_sha256,omitempty"`
+
 	// Source says where the records come from when not from a replay: SourceRecord for the
 	// production results `llmreplay record` wrote from the traffic it passed (sent_ns is
 	// when the proxy handed the request to the upstream, scheduled_ns when it arrived at
