@@ -23,7 +23,11 @@ const simFitExamples = `  # Fit a twin to three light runs of one endpoint (one 
   llmreplay sim fit runs/*.parquet --base moe-230b-8gpu -o twin.json
 
   # Start from a profile file
-  llmreplay sim fit runs/*.parquet --base old-twin.json -o twin.json`
+  llmreplay sim fit runs/*.parquet --base old-twin.json -o twin.json
+
+  # Serve the twin, or replay a trace against it in-process
+  llmreplay sim --profile-file twin.json
+  llmreplay replay --trace t.parquet --sim-profile twin.json -o predicted.parquet`
 
 // runSimFit is `llmreplay sim fit`: package twin does the work; this reads the flags,
 // prints the fit and writes the profile file.

@@ -78,6 +78,13 @@ func TestSimFit(t *testing.T) {
 		p.Config.Model != "m" || len(p.Fit.Runs) != 4 || !p.Fit.Runs[3].Holdout || p.Fit.Runs[0].Holdout || len(p.Fit.Errors) != 4*len(twin.Figures) {
 		t.Fatalf("profile: config %+v\nfit %+v", p.Config, p.Fit)
 	}
+	out.Reset()
+	if err := run(context.Background(), []string{"sim", "--profile-file", prof, "--print-info"}, &out, &errb); err != nil {
+		t.Fatalf("serving the fitted profile: %v", err)
+	}
+	if !strings.Contains(out.String(), `"max_batch": 10`) {
+		t.Errorf("sim --profile-file of the fit does not serve its batch cap:\n%.500s", out.String())
+	}
 	for _, bad := range [][]string{{"sim", "fit", paths[0]}, {"sim", "fit", "-o", prof}, {"sim", "fit", paths[0], "-o", prof, "--base", "nope"}} {
 		var ue *usageError
 		if err := run(context.Background(), bad, &out, &errb); !errors.As(err, &ue) {
