@@ -173,26 +173,23 @@ func fitDecode(runs []Run, cfg *sim.Config) []sim.FitParam {
 	if maxD == minD {
 		return keep(fmt.Sprintf("every decode step had %g sequences: add a closed-loop run at a concurrency of %g or more", minD, max(4, 2*minD)))
 	}
-	f, err := ols(x, y)
+	fields := []*time.Duration{&cfg.StepBase, &cfg.DecodePerSeq, &cfg.ContextPerToken}
+	terms := []term{{base: float64(cfg.StepBase), spread: 1}, {base: float64(cfg.DecodePerSeq), spread: maxD - minD},
+		{base: float64(cfg.ContextPerToken), spread: maxC - minC}}
+	f, fitted, err := fitTerms(x, y, terms, meanY)
 	if err != nil {
 		return keep("decode steps: " + err.Error() + ": add runs at more concurrencies with prompts of varied length")
 	}
-	spreads := []float64{1, maxD - minD, maxC - minC}
 	var out []sim.FitParam
-	fields := []*time.Duration{&cfg.StepBase, &cfg.DecodePerSeq, &cfg.ContextPerToken}
-	advice := []string{"", "add closed-loop runs at more concurrencies (1, 4, 8)", "add runs whose prompts vary in length (from 100 to 4,000 tokens)"}
+	advice := []string{"the decode gaps are too noisy: add a longer run at concurrency 1", "add closed-loop runs at more concurrencies (1, 4, 8)",
+		"add runs whose prompts vary in length (from 100 to 4,000 tokens)"}
 	for j, name := range names {
-		p := sim.FitParam{Name: name, Value: math.Max(0, f.Coef[j]), StdErr: f.StdErr[j]}
-		p.Determined = determined(f.StdErr[j], spreads[j], meanY)
-		if p.Determined {
-			*fields[j] = time.Duration(math.Round(p.Value))
-		} else {
-			p.Value, p.StdErr = float64(*fields[j]), 0
-			p.Advice = advice[j]
-			if p.Advice == "" {
-				p.Advice = "the decode gaps are too noisy: add a longer run at concurrency 1"
-			}
+		if !fitted[j] {
+			out = append(out, undetermined(name, float64(*fields[j]), advice[j]))
+			continue
 		}
+		p := sim.FitParam{Name: name, Value: math.Max(0, f.Coef[j]), StdErr: f.StdErr[j], Determined: true}
+		*fields[j] = time.Duration(math.Round(p.Value))
 		out = append(out, p)
 	}
 	return out
@@ -254,23 +251,21 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 		return keep(seen + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
 	meanY /= float64(len(y))
-	f, err := ols(x, y)
+	terms := []term{{base: float64(cfg.PrefillPerToken), spread: maxP - minP},
+		{base: cfg.AttentionPerPairNs, spread: float64(sim.AttentionPairs(0, int(maxP)))}, {always: true}}
+	f, fitted, err := fitTerms(x, y, terms, meanY)
 	if err != nil {
 		return keep("prefill: " + err.Error() + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
-	out := []sim.FitParam{{Name: names[0], Value: math.Max(0, f.Coef[0]), StdErr: f.StdErr[0]},
-		{Name: names[1], Value: math.Max(0, f.Coef[1]), StdErr: f.StdErr[1]}}
-	out[0].Determined = determined(f.StdErr[0], maxP-minP, meanY)
-	out[1].Determined = determined(f.StdErr[1], float64(sim.AttentionPairs(0, int(maxP))), meanY)
-	if out[0].Determined {
+	out := []sim.FitParam{undetermined(names[0], float64(cfg.PrefillPerToken), "the idle TTFTs are too noisy: add a longer run at concurrency 1"),
+		undetermined(names[1], cfg.AttentionPerPairNs, "add a run at concurrency 1 with prompts of 4,000 tokens or more, where attention shows")}
+	if fitted[0] {
+		out[0] = sim.FitParam{Name: names[0], Value: math.Max(0, f.Coef[0]), StdErr: f.StdErr[0], Determined: true}
 		cfg.PrefillPerToken = time.Duration(math.Round(out[0].Value))
-	} else {
-		out[0] = undetermined(names[0], float64(cfg.PrefillPerToken), "the idle TTFTs are too noisy: add a longer run at concurrency 1")
 	}
-	if out[1].Determined {
+	if fitted[1] {
+		out[1] = sim.FitParam{Name: names[1], Value: math.Max(0, f.Coef[1]), StdErr: f.StdErr[1], Determined: true}
 		cfg.AttentionPerPairNs = out[1].Value
-	} else {
-		out[1] = undetermined(names[1], cfg.AttentionPerPairNs, "add a run at concurrency 1 with prompts of 4,000 tokens or more, where attention shows")
 	}
 	return out
 }
