@@ -43,7 +43,6 @@ type Req struct {
 	Cached          int // prompt tokens from the prefix cache; -1 when the server did not say
 	Chunks          []int64
 	ChunkTokens     []int32 // nil: not said per chunk
-	SessionID       int64   // results.Null without a session
 }
 
 // ReadRun reads the results file at path, and its metrics file when the run scraped.
@@ -78,7 +77,7 @@ func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 			prompt = int(x.PromptTokensServer)
 		}
 		q := Req{ID: x.RequestID, Scheduled: x.ScheduledNS, Sent: x.SentNS, First: x.FirstTokenNS, End: x.EndNS,
-			Prompt: max(prompt, 1), Output: int(x.OutputTokens), Cached: -1, ChunkTokens: x.ChunkTokens, SessionID: x.SessionID}
+			Prompt: max(prompt, 1), Output: int(x.OutputTokens), Cached: -1, ChunkTokens: x.ChunkTokens}
 		if x.PromptTokensCached != results.Null {
 			q.Cached = int(x.PromptTokensCached)
 		}
