@@ -31,13 +31,17 @@ import (
 //     common divisor of the cached counts.
 func Fit(runs []Run, base sim.Config) (sim.Config, []sim.FitParam) {
 	cfg := base
+	// The fit is of a dense step: an MoE's expert term, kept from the base, would count
+	// again what the decode and prefill terms fitted here already hold.
+	cfg.PerExpert, cfg.Experts, cfg.ExpertsPerToken = 0, 0, 0
 	var fit []Run
 	for _, r := range runs {
 		if !r.Holdout {
 			fit = append(fit, r)
 		}
 	}
-	var params []sim.FitParam
+	params := []sim.FitParam{undetermined("per_expert_ns", 0,
+		"not fitted: the twin's step is dense (an MoE's growth of the step with the batch lands in decode_per_seq_ns and prefill_per_token_ns)")}
 	params = append(params, fitDecode(fit, &cfg)...)
 	params = append(params, fitPrefill(fit, &cfg)...)
 	params = append(params, fitMaxBatch(fit, &cfg))

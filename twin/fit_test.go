@@ -186,3 +186,30 @@ func TestFitAdvice(t *testing.T) {
 		t.Errorf("closed loop: decode_per_seq not determined: %+v", p)
 	}
 }
+
+// TestFitFromAnMoEBase: starting from the MoE profile, the fitted engine has no expert
+// term (it would count the step's growth twice) and its decode terms are the runs'.
+func TestFitFromAnMoEBase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	cfg := truth(rng)
+	base, _ := sim.Profile("moe-230b-8gpu")
+	dir := t.TempDir()
+	var runs []Run
+	for _, p := range []string{
+		makeRun(t, rng, dir, "solo", cfg, workload(rng, 60, 2*time.Second, 100, 3000, 10, 60), 0),
+		makeRun(t, rng, dir, "c3", cfg, workload(rng, 90, 0, 50, 1500, 20, 120), 3),
+	} {
+		r, err := ReadRun(context.Background(), p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, r)
+	}
+	got, _ := Fit(runs, base)
+	if got.PerExpert != 0 || got.Experts != 0 || got.ExpertsPerToken != 0 || got.Validate() != nil {
+		t.Fatalf("expert term kept: %v x %d/%d (%v)", got.PerExpert, got.ExpertsPerToken, got.Experts, got.Validate())
+	}
+	if d := math.Abs(float64(got.DecodePerSeq-cfg.DecodePerSeq)) / float64(cfg.DecodePerSeq); d > 0.1 {
+		t.Fatalf("decode_per_seq %v, truth %v", got.DecodePerSeq, cfg.DecodePerSeq)
+	}
+}

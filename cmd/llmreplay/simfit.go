@@ -89,7 +89,7 @@ func printFit(w io.Writer, f *sim.FitReport) {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", p.Name, fmtSig(p.Value), se)
 			continue
 		}
-		fmt.Fprintf(tw, "  %s\t%s\tnot determined (kept)\n", p.Name, fmtSig(p.Value))
+		fmt.Fprintf(tw, "  %s\t%s\tnot determined\n", p.Name, fmtSig(p.Value))
 		advice = append(advice, fmt.Sprintf("  %s: %s", p.Name, p.Advice))
 	}
 	tw.Flush()

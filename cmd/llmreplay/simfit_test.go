@@ -59,7 +59,7 @@ func TestSimFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"step_base_ns", "decode_per_seq_ns", "± ", "kv_cache_tokens", "not determined (kept)",
+	for _, want := range []string{"step_base_ns", "decode_per_seq_ns", "± ", "kv_cache_tokens", "not determined",
 		"KV-usage gauge", "output_tok_s", "tpot_p99_ms", "wrote " + prof} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
