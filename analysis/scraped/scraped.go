@@ -101,6 +101,10 @@ type Point struct {
 	v float64
 }
 
+// Time is the point's time (ns on the run clock); Value its value.
+func (p Point) Time() int64    { return p.t }
+func (p Point) Value() float64 { return p.v }
+
 // Align turns the kept samples into, per role, one value per scrape instant.
 // Gauges: the series of one source at one scrape combine by the role's rule; the sources
 // then combine at the same grid tick (t rounded to the scrape interval), so that two

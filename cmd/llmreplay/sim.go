@@ -79,6 +79,9 @@ const simExamples = `  # The 8-GPU MoE profile on port 8000; point any OpenAI cl
   curl http://127.0.0.1:8000/sim/info`
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "fit" {
+		return runSimFit(ctx, args[1:], stdout, stderr) // simfit.go
+	}
 	fs := newFlagSet("sim", "llmreplay sim [--addr HOST:PORT] [--profile NAME | --profile-file FILE] [--fault KIND=RATE[:DUR]]... [model flags] [--save-profile FILE]", simExamples, stdout)
 	addr := fs.String("addr", "127.0.0.1:8000", "address to listen on (use 127.0.0.1:0 for any free port)")
 	profile := fs.String("profile", "moe-230b-8gpu", "parameter set: "+strings.Join(sim.Profiles(), ", "))

@@ -1,0 +1,142 @@
+package twin
+
+import (
+	"errors"
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// olsFit is an ordinary least-squares fit y = X b + e.
+type olsFit struct {
+	Coef, StdErr []float64
+	N            int     // observations
+	RMS          float64 // residual standard deviation, sqrt(RSS / (N - p))
+}
+
+// ols fits y on the columns of x (rows are observations) by least squares. The standard
+// errors are the usual ones from the residuals: sqrt(s^2 (X'X)^-1_jj), s^2 = RSS/(n-p)
+// (e.g. Greene, Econometric Analysis, ch. 4). Columns are scaled to unit norm before the
+// solve so that ns-sized and token-count-sized regressors stay well conditioned.
+func ols(x [][]float64, y []float64) (olsFit, error) {
+	n := len(y)
+	if n == 0 {
+		return olsFit{}, errors.New("no observations")
+	}
+	p := len(x[0])
+	if n <= p {
+		return olsFit{}, errors.New("fewer observations than parameters")
+	}
+	scale := make([]float64, p)
+	for _, row := range x {
+		for j, v := range row {
+			scale[j] += v * v
+		}
+	}
+	for j := range scale {
+		scale[j] = math.Sqrt(scale[j])
+		if scale[j] == 0 {
+			return olsFit{}, errors.New("a regressor is zero in every observation")
+		}
+	}
+	X := mat.NewDense(n, p, nil)
+	for i, row := range x {
+		for j, v := range row {
+			X.Set(i, j, v/scale[j])
+		}
+	}
+	Y := mat.NewVecDense(n, y)
+	var xtx mat.SymDense
+	xtx.SymOuterK(1, X.T())
+	var inv mat.Dense
+	if err := inv.Inverse(&xtx); err != nil {
+		return olsFit{}, errors.New("the regressors are collinear: the runs do not tell these parameters apart")
+	}
+	if c := mat.Cond(&xtx, 2); c > 1e12 {
+		return olsFit{}, errors.New("the regressors are nearly collinear: the runs do not tell these parameters apart")
+	}
+	var xty mat.VecDense
+	xty.MulVec(X.T(), Y)
+	var b mat.VecDense
+	b.MulVec(&inv, &xty)
+	var fitted mat.VecDense
+	fitted.MulVec(X, &b)
+	rss := 0.0
+	for i := range n {
+		d := y[i] - fitted.AtVec(i)
+		rss += d * d
+	}
+	s2 := rss / float64(n-p)
+	f := olsFit{Coef: make([]float64, p), StdErr: make([]float64, p), N: n, RMS: math.Sqrt(s2)}
+	for j := range p {
+		f.Coef[j] = b.AtVec(j) / scale[j]
+		f.StdErr[j] = math.Sqrt(s2*inv.At(j, j)) / scale[j]
+	}
+	return f, nil
+}
+
+// term is one regressor of a fit of the step model.
+type term struct {
+	base   float64 // the base profile's value, kept when the runs do not determine it
+	spread float64 // the regressor's range over the observations
+	always bool    // always estimated: a constant that is no parameter of the engine
+}
+
+// fitTerms fits y on the columns of x, one per term. A coefficient that is not determined
+// (determined) is fixed at its term's base value, its part taken out of y, and the rest
+// fitted again, until every term left is determined: a parameter the runs cannot tell
+// keeps the base value, as every undetermined parameter does, and the others are fitted
+// given it rather than made as uncertain as it is (the attention and prefill terms move
+// together over short prompts, for one). ok[j] says whether term j was fitted.
+func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit, ok []bool, err error) {
+	ok = make([]bool, len(terms))
+	for j := range ok {
+		ok[j] = true
+	}
+	for {
+		var cols []int
+		for j := range terms {
+			if ok[j] {
+				cols = append(cols, j)
+			}
+		}
+		if len(cols) == 0 { // every term fixed: nothing left to fit
+			f = olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: len(y)}
+			for j := range terms {
+				f.Coef[j] = terms[j].base
+			}
+			return f, ok, nil
+		}
+		xs, ys := make([][]float64, len(y)), slices.Clone(y)
+		for i, row := range x {
+			xs[i] = make([]float64, 0, len(cols))
+			for j, v := range row {
+				if ok[j] {
+					xs[i] = append(xs[i], v)
+				} else {
+					ys[i] -= terms[j].base * v
+				}
+			}
+		}
+		g, err := ols(xs, ys)
+		if err != nil {
+			return f, ok, err
+		}
+		worst, worstBy := -1, 0.0
+		f = olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: g.N, RMS: g.RMS}
+		for j := range terms {
+			f.Coef[j] = terms[j].base // fixed, unless fitted below
+		}
+		for k, j := range cols {
+			f.Coef[j], f.StdErr[j] = g.Coef[k], g.StdErr[k]
+			if by := g.StdErr[k] * terms[j].spread / math.Abs(meanY); !terms[j].always && !determined(g.StdErr[k], terms[j].spread, meanY) && by > worstBy {
+				worst, worstBy = j, by
+			}
+		}
+		if worst < 0 {
+			return f, ok, nil
+		}
+		ok[worst] = false
+	}
+}
