@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -45,17 +44,11 @@ func runSimFit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() == 0 {
 		return usagef("sim fit: give at least one results file to fit on")
 	}
-	base, err := sim.Profile(*baseName)
+	bp, _, err := sim.LoadProfile(*baseName)
 	if err != nil {
-		if _, statErr := os.Stat(*baseName); statErr != nil {
-			return usagef("sim fit: --base %q is neither a built-in profile (%s) nor a file", *baseName, strings.Join(sim.Profiles(), ", "))
-		}
-		p, err := sim.ReadProfileFile(*baseName)
-		if err != nil {
-			return fmt.Errorf("sim fit: --base: %w", err)
-		}
-		base = p.Config
+		return usagef("sim fit: --base: %v", err)
 	}
+	base := bp.Config
 	paths := append(fs.Args(), *holdout...)
 	held := make([]bool, len(paths))
 	for i := fs.NArg(); i < len(paths); i++ {
