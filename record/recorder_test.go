@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/filehash"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 )
@@ -59,7 +60,7 @@ func TestRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sha, err := fileSHA256(tp)
+		sha, err := filehash.SHA256(tp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestRecoverRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sha, _ := fileSHA256(files[0])
+	sha, _ := filehash.SHA256(files[0])
 	if len(rows) != 4 || len(res) != 4 || run.TraceSHA256 != sha {
 		t.Errorf("recovered %d rows and %d results naming trace %s; want 4, 4 and %s", len(rows), len(res), run.TraceSHA256, sha)
 	}

@@ -2,18 +2,17 @@ package record
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/filehash"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/trace"
 	"github.com/llmreplay/llmreplay/wire"
@@ -201,9 +200,9 @@ func convertRotation(tracePath, resPath string, edit func(*results.RunMeta)) ([]
 	if _, err := ConvertTraceJournal(tracePath+JournalSuffix, tracePath); err != nil {
 		return nil, err
 	}
-	sha, err := fileSHA256(tracePath)
+	sha, err := filehash.SHA256(tracePath)
 	if err != nil {
-		return []string{tracePath}, err
+		return []string{tracePath}, fmt.Errorf("record: %w", err)
 	}
 	if _, err := results.ConvertJournalWith(resPath+JournalSuffix, resPath, func(m *results.RunMeta) {
 		m.TraceFile, m.TraceSHA256 = filepath.Base(tracePath), sha
@@ -243,19 +242,6 @@ func joinKeys(m map[string]bool) string {
 	}
 	slices.Sort(keys)
 	return strings.Join(keys, ",")
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("record: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("record: hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // rows builds an exchange's trace row and results row, on the rotation's clock.

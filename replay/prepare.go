@@ -2,8 +2,6 @@ package replay
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/filehash"
 	"github.com/llmreplay/llmreplay/replay/images"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/replay/scrape"
@@ -335,8 +334,10 @@ func (p *preparer) openTrace(context.Context) error {
 		return nil
 	}
 	p.meta.TraceFile = filepath.Base(cfg.Trace)
-	p.meta.TraceSHA256, err = fileSHA256(cfg.Trace)
-	return err
+	if p.meta.TraceSHA256, err = filehash.SHA256(cfg.Trace); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	return nil
 }
 
 // progressScanRows: above this many rows, the trace's span is not scanned for progress alone.
@@ -585,19 +586,6 @@ func SafeFlags(flags map[string]string) map[string]string {
 		m["endpoint"] = wire.SafeURL(e)
 	}
 	return m
-}
-
-func fileSHA256(path string) (string, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("replay: %w", err)
-	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", fmt.Errorf("replay: hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // reusable records in the run metadata the best prefix-cache hit rate the rows this run

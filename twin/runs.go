@@ -3,10 +3,7 @@ package twin
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +11,7 @@ import (
 	"github.com/llmreplay/llmreplay/analysis"
 	"github.com/llmreplay/llmreplay/analysis/decode"
 	"github.com/llmreplay/llmreplay/analysis/scraped"
+	"github.com/llmreplay/llmreplay/internal/filehash"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
@@ -47,15 +45,9 @@ type Req struct {
 
 // ReadRun reads the results file at path, and its metrics file when the run scraped.
 func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
-	f, err := os.Open(path)
+	sum, err := filehash.SHA256(path)
 	if err != nil {
 		return Run{}, fmt.Errorf("twin: %w", err)
-	}
-	h := sha256.New()
-	_, err = io.Copy(h, f)
-	f.Close()
-	if err != nil {
-		return Run{}, fmt.Errorf("twin: read %s: %w", path, err)
 	}
 	rows, meta, err := results.ReadFile(path)
 	if err != nil {
@@ -65,7 +57,7 @@ func ReadRun(ctx context.Context, path string, holdout bool) (Run, error) {
 		// A shard sees part of the engine's load: the batch it implies would be too small.
 		return Run{}, fmt.Errorf("twin: %s is shard %d of %d of its run: fit on runs replayed unsharded", path, meta.ShardIndex, meta.ShardCount)
 	}
-	r := Run{Path: path, File: filepath.Base(path), SHA256: hex.EncodeToString(h.Sum(nil)), Holdout: holdout, Meta: *meta, Rows: len(rows)}
+	r := Run{Path: path, File: filepath.Base(path), SHA256: sum, Holdout: holdout, Meta: *meta, Rows: len(rows)}
 	for i := range rows {
 		x := &rows[i]
 		if x.Status != results.StatusOK || x.Inputs != results.Null || x.SentNS == results.Null ||
