@@ -89,14 +89,13 @@ type Options struct {
 // Point is what the twin predicts at one load: the figures `analyze` reports of the
 // predicted run, as a sweep's open-loop row has them.
 type Point struct {
-	Load    float64 `json:"load"`
-	Speedup float64 `json:"speedup"` // the trace's arrivals divided by this
-	// Offered and sustained output tok/s over the steady-state window (docs/metrics.md).
-	OfferedTokensPerS   float64 `json:"offered_output_tokens_per_s"`
-	SustainedTokensPerS float64 `json:"sustained_output_tokens_per_s"`
-	OfferedRequestsPerS float64 `json:"offered_requests_per_s"`
-	TTFTP50, TTFTP99    float64 // ms
-	TPOTP50, TPOTP99    float64 // ms
+	Load    float64
+	Speedup float64 // the trace's arrivals divided by this
+	// Offered and sustained output tok/s, and offered requests/s, over the steady-state
+	// window (docs/metrics.md, "Sweep").
+	OfferedTokensPerS, SustainedTokensPerS, OfferedRequestsPerS float64
+	TTFTP50, TTFTP99                                            float64 // ms
+	TPOTP50, TPOTP99                                            float64 // ms
 	// Goodput (req/s) and Attainment (a fraction) are NaN without an SLO.
 	Goodput, Attainment float64
 	Overloaded          bool
