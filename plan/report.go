@@ -176,7 +176,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "\nlatencies in ms, goodput in req/s; offered and sustained over each load's steady-state window, judged as a sweep's points (docs/metrics.md, \"Sweep\").\n%s\n", r.errorNote())
-	if r.Fitted && len(r.Error) > 0 {
+	if r.Fitted && len(r.Error) > 0 && len(r.Error) < len(twin.Figures) {
 		fmt.Fprintln(w, "?: the fit states no error on that figure")
 	}
 	if s, l := r.Saturation, r.SLOLimit; s.Found && s.Bracketed && l.Found && l.Pass > s.Fail {

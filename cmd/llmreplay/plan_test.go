@@ -111,7 +111,7 @@ func TestPlan(t *testing.T) {
 	}
 	text = out.String()
 	t.Logf("\n%s", text)
-	for _, want := range []string{"(fitted to 2 runs, 1 held out)", "twin error", "±4.1%", "±8.0%", "over the fit's 1 held-out run(s) of 2"} {
+	for _, want := range []string{"(fitted to 2 runs, 1 held out)", "twin error", "±4.1%", "±8.0%", "?: the fit states no error on that figure", "over the fit's 1 held-out run(s) of 2"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("fitted profile: the text lacks %q", want)
 		}
@@ -165,6 +165,30 @@ func TestPlanErrors(t *testing.T) {
 		err := run(context.Background(), append([]string{"plan"}, c.args...), &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v: want an error saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestPlanSaysPrefixesNotModelled: a trace whose prompts share prefixes is planned on a
+// cold cache, and the text says so.
+func TestPlanSaysPrefixesNotModelled(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "turns.parquet")
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"trace", "synth", "--rate", "2", "--count", "60", "--turns", "uniform:2,4",
+		"--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16", "--seed", "1", "-o", tr}, &out, &errb); err != nil {
+		t.Fatalf("trace synth: %v\n%s", err, errb.String())
+	}
+	for _, c := range []struct {
+		trace string
+		note  bool
+	}{{tr, true}, {planTrace(t, dir, 60), false}} {
+		out.Reset()
+		if err := run(context.Background(), []string{"plan", "--trace", c.trace, "--profile", "tiny"}, &out, &errb); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(out.String(), "the plan does not model their cache hits"); got != c.note {
+			t.Errorf("%s: note of the prefixes %v, want %v:\n%s", c.trace, got, c.note, out.String())
 		}
 	}
 }
