@@ -16,7 +16,7 @@ import (
 func init() {
 	register(&command{
 		name:    "plan",
-		summary: "against a twin of the engine (a profile), the highest load a trace is served within an SLO, the knee, and the figures at chosen loads",
+		summary: "the highest load a twin of the engine (a profile) serves a trace at within an SLO, its knee, and its figures at chosen loads",
 		run:     runPlan,
 	})
 }
