@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg sim.Config, tr Trace, o Options) (*Plan, error
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	p := &prober{cfg: cfg, tr: tr, o: o, ko: ko, dir: dir, seen: map[float64]Point{}}
+	p := &prober{cfg: cfg, tr: tr, o: o, ko: ko, dir: dir, seen: map[float64]Point{}, pts: map[float64]stats.SweepPoint{}}
 	res, err := stats.SearchKnee(ctx, func(ctx context.Context, load float64) (stats.SweepPoint, error) {
 		_, sp, err := p.point(ctx, load)
 		return sp, err
@@ -178,9 +178,9 @@ type prober struct {
 	o    Options
 	ko   stats.KneeOptions
 	dir  string
-	n    int
-	seen map[float64]Point
-	pts  map[float64]stats.SweepPoint
+	n    int                          // loads simulated, naming their files
+	seen map[float64]Point            // by load
+	pts  map[float64]stats.SweepPoint // the same loads as the knee search sees them
 }
 
 // Speedup is the speedup that puts the trace at load on axis: the load itself, or the
@@ -252,9 +252,6 @@ func (p *prober) point(ctx context.Context, load float64) (Point, stats.SweepPoi
 		Tracks: sp.Tracks(p.ko.MinRatio), MeetsSLO: sp.MeetsSLO(p.ko.Attainment)}
 	if r.Goodput != nil {
 		pt.Goodput = r.Goodput.RequestsPerS
-	}
-	if p.pts == nil {
-		p.pts = map[float64]stats.SweepPoint{}
 	}
 	p.seen[load], p.pts[load] = pt, sp
 	return pt, sp, nil

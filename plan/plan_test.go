@@ -169,3 +169,24 @@ func BenchmarkPlan(b *testing.B) {
 		}
 	}
 }
+
+// TestReportRows: without loads of its own the table shows the passing load of each bound,
+// once when they are the same load.
+func TestReportRows(t *testing.T) {
+	cfg := fixedStep(t, 10*time.Millisecond, 8)
+	tr := evenTrace(300, 16, 50)
+	pl, err := Run(context.Background(), cfg, tr, Options{Axis: sweep.Speedup, SLO: analysis.SLO{TTFT: 200 * time.Millisecond},
+		Knee: stats.KneeOptions{Start: 1, Max: 64, Resolution: 0.05}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := sim.BuiltinProfile("tiny")
+	rows := NewReport(pl, &tr, &p, "tiny").Rows()
+	if pl.Saturation.Pass != pl.SLOLimit.Pass || len(rows) != 1 || rows[0].Load != pl.Saturation.Pass {
+		t.Errorf("bounds %+v and %+v, rows %+v: want one row at their passing load", pl.Saturation, pl.SLOLimit, rows)
+	}
+	pl.SLOLimit.Pass = pl.Probes[0].Load
+	if rows = NewReport(pl, &tr, &p, "tiny").Rows(); len(rows) != 2 || rows[0].Load != pl.Saturation.Pass || rows[1].Load != pl.Probes[0].Load {
+		t.Errorf("rows %+v: want the saturation's passing load, then the SLO limit's", rows)
+	}
+}
