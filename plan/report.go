@@ -31,7 +31,16 @@ type Report struct {
 	HeldOut    int
 	Error      []FigureError // TwinError of the profile's fit
 	NoPrefixes bool          // the trace's prefix sharing was not modelled (Trace.PrefixBlocks)
-	span       time.Duration // the trace's
+	// FitMaxTokensPerS is the most sustained output tok/s any run of the fit measured
+	// (fitted on or held out), NaN without a fit: above it the twin predicts a load it was
+	// neither fitted nor checked on.
+	FitMaxTokensPerS float64
+	span             time.Duration // the trace's
+}
+
+// beyondFit reports whether the twin predicts more throughput at p than its fit ever saw.
+func (r *Report) beyondFit(p *Point) bool {
+	return r.FitMaxTokensPerS > 0 && p.SustainedTokensPerS > r.FitMaxTokensPerS
 }
 
 // speedupAt is the speedup of a probed load.
@@ -47,13 +56,19 @@ func (r *Report) speedupAt(load float64) float64 {
 // NewReport puts pl beside its trace and the profile it was planned on, named label (a
 // built-in's name or the file's path).
 func NewReport(pl *Plan, tr *Trace, p *sim.ProfileFile, label string) *Report {
-	r := &Report{Plan: pl, Trace: tr.Name, Requests: len(tr.Reqs), Profile: label, NoPrefixes: tr.PrefixBlocks, span: tr.Span()}
+	r := &Report{Plan: pl, Trace: tr.Name, Requests: len(tr.Reqs), Profile: label, NoPrefixes: tr.PrefixBlocks, span: tr.Span(),
+		FitMaxTokensPerS: math.NaN()}
 	r.MeanRate, _ = trace.MeanRate(int64(len(tr.Reqs)), tr.Span())
 	if f := p.Fit; f != nil {
 		r.Fitted, r.FitRuns, r.Error = true, len(f.Runs), TwinError(f)
 		for _, run := range f.Runs {
 			if run.Holdout {
 				r.HeldOut++
+			}
+		}
+		for _, e := range f.Errors {
+			if e.Figure == "output_tok_s" && !(e.Measured <= r.FitMaxTokensPerS) {
+				r.FitMaxTokensPerS = e.Measured
 			}
 		}
 	}
@@ -149,10 +164,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, p := range r.Rows() {
-		flags := ""
+		var fl []string
 		if p.Overloaded {
-			flags = "overloaded"
+			fl = append(fl, "overloaded")
 		}
+		if r.beyondFit(&p) {
+			fl = append(fl, "beyond fit")
+		}
+		flags := strings.Join(fl, ",")
 		cells := []string{loadText(p.Load), loadText(p.Speedup), fmt.Sprintf("%.2f", p.OfferedRequestsPerS), fmt.Sprintf("%.1f", p.OfferedTokensPerS)}
 		for _, f := range twin.Figures {
 			cells = append(cells, fmt.Sprintf("%.1f", p.Figure(f)))
@@ -182,6 +201,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if s, l := r.Saturation, r.SLOLimit; s.Found && s.Bracketed && l.Found && l.Pass > s.Fail {
 		fmt.Fprintf(w, "note: the SLO limit lies above the saturation: past it the queue grows for as long as the trace lasts (%.3g s at %s %s), so the latencies there depend on the trace's length; plan on a trace as long as the load you mean\n",
 			(r.span / time.Duration(r.speedupAt(l.Pass))).Seconds(), r.Axis, loadText(l.Pass))
+	}
+	if slices.ContainsFunc(r.Rows(), func(p Point) bool { return r.beyondFit(&p) }) {
+		fmt.Fprintf(w, "beyond fit: the twin predicts more output tok/s than any run of its fit measured (at most %.1f): an extrapolation its error does not cover\n", r.FitMaxTokensPerS)
 	}
 	if r.NoPrefixes {
 		fmt.Fprintln(w, "note: the trace's prompts share prefixes; the plan does not model their cache hits, so its prefills are a cold cache's (a pessimistic bound)")
@@ -220,6 +242,7 @@ type jsonPoint struct {
 	Overloaded          bool         `json:"overloaded"`
 	Tracks              bool         `json:"tracks"`
 	MeetsSLO            bool         `json:"meets_slo"`
+	BeyondFit           bool         `json:"beyond_fit"`
 }
 
 type jsonQ struct {
@@ -238,13 +261,14 @@ type jsonBound struct {
 	Summary      string       `json:"summary"`
 }
 
-func jsonPoints(ps []Point) []jsonPoint {
+func (r *Report) jsonPoints(ps []Point) []jsonPoint {
 	out := make([]jsonPoint, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, jsonPoint{Load: p.Load, Speedup: p.Speedup, OfferedRequestsPerS: analysis.Num(p.OfferedRequestsPerS),
 			OfferedTokensPerS: analysis.Num(p.OfferedTokensPerS), SustainedTokensPerS: analysis.Num(p.SustainedTokensPerS),
 			TTFT: jsonQ{analysis.Num(p.TTFTP50), analysis.Num(p.TTFTP99)}, TPOT: jsonQ{analysis.Num(p.TPOTP50), analysis.Num(p.TPOTP99)},
-			Goodput: analysis.Num(p.Goodput), Attainment: analysis.Num(p.Attainment), Overloaded: p.Overloaded, Tracks: p.Tracks, MeetsSLO: p.MeetsSLO})
+			Goodput: analysis.Num(p.Goodput), Attainment: analysis.Num(p.Attainment), Overloaded: p.Overloaded, Tracks: p.Tracks, MeetsSLO: p.MeetsSLO,
+			BeyondFit: r.beyondFit(&p)})
 	}
 	return out
 }
@@ -278,6 +302,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		Fitted       bool          `json:"fitted"`
 		FitRuns      int           `json:"fit_runs"`
 		HeldOut      int           `json:"fit_held_out_runs"`
+		FitMax       analysis.Num  `json:"fit_max_output_tokens_per_s"`
 		Axis         string        `json:"axis"`
 		SLO          string        `json:"slo"`
 		Attainment   float64       `json:"attainment_target"`
@@ -290,9 +315,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		TwinError    []FigureError `json:"twin_error"`
 		TwinErrorOn  string        `json:"twin_error_note"`
 		NoPrefixHits bool          `json:"prefix_sharing_not_modelled"`
-	}{r.Trace, r.Requests, r.MeanRate, r.Profile, r.Fitted, r.FitRuns, r.HeldOut, r.Axis, slo, r.Options.Attainment,
-		r.Options.MinRatio, r.Options.Resolution, bound(r.Saturation, "saturation"), sloLimit, jsonPoints(r.Rows()),
-		jsonPoints(r.Probes), errs, r.errorNote(), r.NoPrefixes}
+	}{r.Trace, r.Requests, r.MeanRate, r.Profile, r.Fitted, r.FitRuns, r.HeldOut, analysis.Num(r.FitMaxTokensPerS), r.Axis, slo, r.Options.Attainment,
+		r.Options.MinRatio, r.Options.Resolution, bound(r.Saturation, "saturation"), sloLimit, r.jsonPoints(r.Rows()),
+		r.jsonPoints(r.Probes), errs, r.errorNote(), r.NoPrefixes}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)

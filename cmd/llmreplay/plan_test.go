@@ -51,6 +51,7 @@ type planJSON struct {
 		TPOT       struct {
 			P50 *float64 `json:"p50"`
 		} `json:"tpot_ms"`
+		BeyondFit bool `json:"beyond_fit"`
 	} `json:"points"`
 	TwinError []struct {
 		Figure  string  `json:"figure"`
@@ -99,7 +100,7 @@ func TestPlan(t *testing.T) {
 	c.StepBase, c.PrefillPerToken, c.DecodePerSeq, c.ContextPerToken, c.AttentionPerPairNs = 10*time.Millisecond, 0, 0, 0, 0
 	c.PrefixCache, c.MaxBatch, c.KVCacheTokens, c.MaxBatchedTokens = false, 8, 1<<20, 1<<16
 	p.Name, p.Fit = "fitted", &sim.FitReport{Tool: "test", Runs: []sim.FitRun{{File: "a.parquet"}, {File: "b.parquet", Holdout: true}},
-		Errors: []sim.FitError{{Run: "a.parquet", Figure: "output_tok_s", RelErr: 0.3}, {Run: "b.parquet", Figure: "output_tok_s", RelErr: -0.041},
+		Errors: []sim.FitError{{Run: "a.parquet", Figure: "output_tok_s", Measured: 300, RelErr: 0.3}, {Run: "b.parquet", Figure: "output_tok_s", Measured: 350, RelErr: -0.041},
 			{Run: "b.parquet", Figure: "ttft_p50_ms", RelErr: 0.08}}}
 	prof := filepath.Join(dir, "fitted.json")
 	if err := sim.WriteProfileFile(prof, p); err != nil {
@@ -111,7 +112,8 @@ func TestPlan(t *testing.T) {
 	}
 	text = out.String()
 	t.Logf("\n%s", text)
-	for _, want := range []string{"(fitted to 2 runs, 1 held out)", "twin error", "±4.1%", "±8.0%", "?: the fit states no error on that figure", "over the fit's 1 held-out run(s) of 2"} {
+	for _, want := range []string{"(fitted to 2 runs, 1 held out)", "twin error", "±4.1%", "±8.0%", "?: the fit states no error on that figure", "over the fit's 1 held-out run(s) of 2",
+		"beyond fit: the twin predicts more output tok/s than any run of its fit measured (at most 350.0)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("fitted profile: the text lacks %q", want)
 		}
@@ -135,6 +137,10 @@ func TestPlan(t *testing.T) {
 	}
 	if len(got.Points) != 2 || got.Points[0].Load != 4 || got.Points[1].Load != 8 {
 		t.Fatalf("--json: points %+v: want speedups 4 and 8", got.Points)
+	}
+	// The fit's runs reached 350 tok/s: 200 (speedup 4) is inside, 400 (speedup 8) beyond.
+	if got.Points[0].BeyondFit || !got.Points[1].BeyondFit {
+		t.Errorf("--json: beyond_fit %v, %v: want false at 200 tok/s, true at 400 (the fit's runs reached 350)", got.Points[0].BeyondFit, got.Points[1].BeyondFit)
 	}
 	for _, pt := range got.Points {
 		if pt.Sustained == nil || *pt.Sustained < 0.98*50*pt.Load || *pt.Sustained > 1.02*50*pt.Load || pt.Attainment == nil || *pt.Attainment != 1 || pt.TPOT.P50 == nil || *pt.TPOT.P50 != 10 {
