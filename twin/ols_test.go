@@ -73,3 +73,34 @@ func TestFitTermsAllFixed(t *testing.T) {
 		t.Fatalf("ok %v coef %v err %v", ok, f.Coef, err)
 	}
 }
+
+// TestFitTermsKeepsARejectedBase: a term too uncertain for determined, whose base value
+// the runs reject (many standard errors off), keeps its estimate: fixing it at the base
+// would put the fit further from the truth than its imprecision does. Prefill against
+// attention over short prompts, with a base attention 700 times too small, as tiny's is
+// for Ollama on a CPU.
+func TestFitTermsKeepsARejectedBase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var x [][]float64
+	var y []float64
+	for range 66 {
+		n := float64(16 + rng.IntN(585))
+		pairs := n * (n + 1) / 2
+		x = append(x, []float64{n, pairs, 1})
+		y = append(y, 4000*n+700*pairs+12e6+8e6*rng.NormFloat64())
+	}
+	terms := []term{{base: 10000, spread: 585}, {base: 1, spread: 601 * 602 / 2}, {always: true}}
+	f, ok, err := fitTerms(x, y, terms, 58e6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok[1] && determined(f.StdErr[1], terms[1].spread, 58e6) {
+		t.Fatalf("attention %v ± %v is determined: the case is not the one under test", f.Coef[1], f.StdErr[1])
+	}
+	if !ok[1] || math.Abs(f.Coef[1]-700) > 3*f.StdErr[1] {
+		t.Errorf("attention: fitted %v, %v ± %v; want the estimate near 700 kept, not the rejected base 1", ok[1], f.Coef[1], f.StdErr[1])
+	}
+	if ok[0] {
+		t.Errorf("prefill: fitted %v ± %v; want it fixed at its base, which the runs allow", f.Coef[0], f.StdErr[0])
+	}
+}
