@@ -3,7 +3,6 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/llmreplay/llmreplay/analysis"
 	"io"
 	"math"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/llmreplay/llmreplay/analysis"
 
 	"github.com/llmreplay/llmreplay/sim"
 	"github.com/llmreplay/llmreplay/stats"
@@ -117,22 +118,15 @@ func (r *Report) errorNote() string {
 	return fmt.Sprintf("twin's error: the largest |relative error| of each figure over the %d run(s) it was fitted on (none held out: it flatters the twin; fit with --holdout)", r.FitRuns)
 }
 
-// describe says a bound in words.
+// describe says a bound in words, as a sweep says its own.
 func (r *Report) describe(b stats.Bound, what string) string {
-	ax := r.Axis
-	switch {
-	case !b.Found:
-		return fmt.Sprintf("%s: not reached even at the lowest %s, %s (lower --start)", what, ax, loadText(b.Fail))
-	case b.LimitedBy == "max" || !b.Bracketed:
-		return fmt.Sprintf("%s: at least %s %s, the highest searched (raise --max)", what, ax, loadText(b.Pass))
-	case b.LimitedBy == "points":
-		return fmt.Sprintf("%s: between %s %s and %s (--max-points ran out before the resolution)", what, ax, loadText(b.Pass), loadText(b.Fail))
-	}
-	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, ax, loadText(b.Pass), loadText(b.Fail))
-	if b.NonMonotonic {
-		out += "; WARNING: a load above passed or below failed: the twin is not monotonic on this trace"
-	}
-	return out
+	return sweep.DescribeBound(b, r.Axis, what, sweep.BoundHints{
+		Lower:        " (lower --start)",
+		Raise:        ", the highest searched (raise --max)",
+		Points:       "--max-points ran out before the resolution",
+		NonMonotonic: "a load above passed or below failed: the twin is not monotonic on this trace",
+		Load:         loadText,
+	})
 }
 
 func loadText(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
@@ -250,17 +244,6 @@ type jsonQ struct {
 	P99 analysis.Num `json:"p99"`
 }
 
-// jsonBound is a stats.Bound as a sweep's --json writes it: a load not found is null.
-type jsonBound struct {
-	Found        bool         `json:"found"`
-	Bracketed    bool         `json:"bracketed"`
-	PassLoad     analysis.Num `json:"pass_load"`
-	FailLoad     analysis.Num `json:"fail_load"`
-	LimitedBy    string       `json:"limited_by"`
-	NonMonotonic bool         `json:"non_monotonic"`
-	Summary      string       `json:"summary"`
-}
-
 func (r *Report) jsonPoints(ps []Point) []jsonPoint {
 	out := make([]jsonPoint, 0, len(ps))
 	for _, p := range ps {
@@ -275,17 +258,11 @@ func (r *Report) jsonPoints(ps []Point) []jsonPoint {
 
 // WriteJSON writes the plan as one JSON object (docs/sim.md, "Planning with the twin").
 func (r *Report) WriteJSON(w io.Writer) error {
-	bound := func(b stats.Bound, what string) *jsonBound {
-		j := &jsonBound{b.Found, b.Bracketed, analysis.Num(math.NaN()), analysis.Num(math.NaN()), b.LimitedBy, b.NonMonotonic, r.describe(b, what)}
-		if b.Found {
-			j.PassLoad = analysis.Num(b.Pass)
-		}
-		if b.Bracketed {
-			j.FailLoad = analysis.Num(b.Fail)
-		}
-		return j
+	bound := func(b stats.Bound, what string) *sweep.BoundJSON {
+		j := sweep.NewBoundJSON(b, r.describe(b, what))
+		return &j
 	}
-	var sloLimit *jsonBound
+	var sloLimit *sweep.BoundJSON
 	slo := ""
 	if !r.SLO.IsZero() {
 		slo, sloLimit = r.SLO.String(), bound(r.SLOLimit, "highest "+r.Axis+" meeting the SLO")
@@ -295,26 +272,26 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		errs = []FigureError{}
 	}
 	v := struct {
-		Trace        string        `json:"trace"`
-		Requests     int           `json:"requests"`
-		MeanRate     float64       `json:"trace_mean_rate_per_s"`
-		Profile      string        `json:"profile"`
-		Fitted       bool          `json:"fitted"`
-		FitRuns      int           `json:"fit_runs"`
-		HeldOut      int           `json:"fit_held_out_runs"`
-		FitMax       analysis.Num  `json:"fit_max_output_tokens_per_s"`
-		Axis         string        `json:"axis"`
-		SLO          string        `json:"slo"`
-		Attainment   float64       `json:"attainment_target"`
-		MinRatio     float64       `json:"min_ratio"`
-		Resolution   float64       `json:"resolution"`
-		Saturation   *jsonBound    `json:"saturation"`
-		SLOLimit     *jsonBound    `json:"slo_limit"`
-		Points       []jsonPoint   `json:"points"`
-		Probes       []jsonPoint   `json:"probes"`
-		TwinError    []FigureError `json:"twin_error"`
-		TwinErrorOn  string        `json:"twin_error_note"`
-		NoPrefixHits bool          `json:"prefix_sharing_not_modelled"`
+		Trace        string           `json:"trace"`
+		Requests     int              `json:"requests"`
+		MeanRate     float64          `json:"trace_mean_rate_per_s"`
+		Profile      string           `json:"profile"`
+		Fitted       bool             `json:"fitted"`
+		FitRuns      int              `json:"fit_runs"`
+		HeldOut      int              `json:"fit_held_out_runs"`
+		FitMax       analysis.Num     `json:"fit_max_output_tokens_per_s"`
+		Axis         string           `json:"axis"`
+		SLO          string           `json:"slo"`
+		Attainment   float64          `json:"attainment_target"`
+		MinRatio     float64          `json:"min_ratio"`
+		Resolution   float64          `json:"resolution"`
+		Saturation   *sweep.BoundJSON `json:"saturation"`
+		SLOLimit     *sweep.BoundJSON `json:"slo_limit"`
+		Points       []jsonPoint      `json:"points"`
+		Probes       []jsonPoint      `json:"probes"`
+		TwinError    []FigureError    `json:"twin_error"`
+		TwinErrorOn  string           `json:"twin_error_note"`
+		NoPrefixHits bool             `json:"prefix_sharing_not_modelled"`
 	}{r.Trace, r.Requests, r.MeanRate, r.Profile, r.Fitted, r.FitRuns, r.HeldOut, analysis.Num(r.FitMaxTokensPerS), r.Axis, slo, r.Options.Attainment,
 		r.Options.MinRatio, r.Options.Resolution, bound(r.Saturation, "saturation"), sloLimit, r.jsonPoints(r.Rows()),
 		r.jsonPoints(r.Probes), errs, r.errorNote(), r.NoPrefixes}

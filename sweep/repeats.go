@@ -250,8 +250,8 @@ type spreadJSON struct {
 }
 
 type bracketJSON struct {
-	Low     boundJSON `json:"low"`
-	High    boundJSON `json:"high"`
+	Low     BoundJSON `json:"low"`
+	High    BoundJSON `json:"high"`
 	Summary string    `json:"summary"`
 }
 

@@ -137,22 +137,46 @@ func NewReport(axis string, rows []Row, o stats.KneeOptions, auto *stats.KneeRes
 
 // describe says in words what a bound means on this sweep's axis.
 func (s *Report) describe(b stats.Bound, what string) string {
-	ax := s.Axis
+	return DescribeBound(b, s.Axis, what, BoundHints{
+		Raise:        ", the highest probed: raise the load to find the limit",
+		Points:       "the probe budget ran out before the resolution",
+		NonMonotonic: "some points above passed or below failed: noisy or non-monotonic, repeat the sweep",
+	})
+}
+
+// BoundHints are what DescribeBound tells a reader to do about a bound the search left
+// open, in the words of the command that searched.
+type BoundHints struct {
+	Lower        string // after "not reached even at the lowest ...", e.g. " (lower --start)"
+	Raise        string // after "at least AXIS LOAD", e.g. ", the highest searched (raise --max)"
+	Points       string // why a bracket is wider than the resolution
+	NonMonotonic string // after "WARNING: "
+	// Load writes a load; nil: a sweep's (four decimals, trailing zeros cut).
+	Load func(float64) string
+}
+
+// DescribeBound says in words what a bound b of a search on axis means; what names the
+// bound. A sweep and a plan (package plan) judge their points alike, so they say the same.
+func DescribeBound(b stats.Bound, axis, what string, h BoundHints) string {
+	loadText := h.Load
+	if loadText == nil {
+		loadText = analysis.FormatLoad
+	}
 	switch {
 	case !b.Found && b.LimitedBy == "client":
 		return fmt.Sprintf("%s: unknown: the first point was client-limited (the replayer could not keep its schedule), so it says nothing about the endpoint", what)
 	case !b.Found:
-		return fmt.Sprintf("%s: not reached even at the lowest %s, %s", what, ax, loadText(b.Fail))
+		return fmt.Sprintf("%s: not reached even at the lowest %s, %s%s", what, axis, loadText(b.Fail), h.Lower)
 	case b.LimitedBy == "client":
-		return fmt.Sprintf("%s: at least %s %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, ax, loadText(b.Pass))
+		return fmt.Sprintf("%s: at least %s %s; above it the replayer was the limit (client-limited), not the endpoint: scale out (--shard) or use a faster client machine", what, axis, loadText(b.Pass))
 	case b.LimitedBy == "max" || !b.Bracketed:
-		return fmt.Sprintf("%s: at least %s %s, the highest probed: raise the load to find the limit", what, ax, loadText(b.Pass))
+		return fmt.Sprintf("%s: at least %s %s%s", what, axis, loadText(b.Pass), h.Raise)
 	case b.LimitedBy == "points":
-		return fmt.Sprintf("%s: between %s %s and %s (the probe budget ran out before the resolution)", what, ax, loadText(b.Pass), loadText(b.Fail))
+		return fmt.Sprintf("%s: between %s %s and %s (%s)", what, axis, loadText(b.Pass), loadText(b.Fail), h.Points)
 	}
-	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, ax, loadText(b.Pass), loadText(b.Fail))
+	out := fmt.Sprintf("%s: %s %s (fails at %s)", what, axis, loadText(b.Pass), loadText(b.Fail))
 	if b.NonMonotonic {
-		out += "; WARNING: some points above passed or below failed: noisy or non-monotonic, repeat the sweep"
+		out += "; WARNING: " + h.NonMonotonic
 	}
 	return out
 }
@@ -318,9 +342,9 @@ type reportJSON struct {
 	Attainment  float64           `json:"attainment_target"`
 	MinRatio    *float64          `json:"min_ratio,omitempty"`    // open loop only
 	MinGain     *float64          `json:"min_gain,omitempty"`     // closed loop only
-	Saturation  *boundJSON        `json:"saturation"`             // null on the agents axis: not judged
+	Saturation  *BoundJSON        `json:"saturation"`             // null on the agents axis: not judged
 	MaxSlowdown *float64          `json:"max_slowdown,omitempty"` // agents axis only
-	SLOLimit    *boundJSON        `json:"slo_limit"`
+	SLOLimit    *BoundJSON        `json:"slo_limit"`
 	Points      []analysis.Object `json:"points"` // sweepColumns' JSON columns on the sweep's axis
 	Notes       []string          `json:"notes"`
 
@@ -329,7 +353,9 @@ type reportJSON struct {
 	SLOLimitBracket   *bracketJSON `json:"slo_limit_bracket,omitempty"`
 }
 
-type boundJSON struct {
+// BoundJSON is a stats.Bound as --json writes it (a sweep's and a plan's): a load not
+// found is null.
+type BoundJSON struct {
 	Found        bool         `json:"found"`
 	Bracketed    bool         `json:"bracketed"`
 	PassLoad     analysis.Num `json:"pass_load"`
@@ -341,9 +367,14 @@ type boundJSON struct {
 	Summary         string        `json:"summary"`
 }
 
-func (s *Report) boundJSON(b stats.Bound, what string) boundJSON {
-	j := boundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
-		Summary: s.describe(b, what), PassLoad: analysis.Num(math.NaN()), FailLoad: analysis.Num(math.NaN())}
+func (s *Report) boundJSON(b stats.Bound, what string) BoundJSON {
+	return NewBoundJSON(b, s.describe(b, what))
+}
+
+// NewBoundJSON is b as --json writes it, with summary, its words.
+func NewBoundJSON(b stats.Bound, summary string) BoundJSON {
+	j := BoundJSON{Found: b.Found, Bracketed: b.Bracketed, LimitedBy: b.LimitedBy, NonMonotonic: b.NonMonotonic,
+		Summary: summary, PassLoad: analysis.Num(math.NaN()), FailLoad: analysis.Num(math.NaN())}
 	if b.Found {
 		j.PassLoad = analysis.Num(b.Pass)
 	}
