@@ -21,7 +21,7 @@ func TestLift(t *testing.T) {
 		t.Fatalf("blobs %q", blobs)
 	}
 	var v struct {
-		A     string `json:"a"`
+		A     string                `json:"a"`
 		Src   struct{ Data string } `json:"src"`
 		Short string
 		Esc   string
