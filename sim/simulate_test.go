@@ -7,14 +7,22 @@ import (
 
 // TestSimulateIdleExact: one request on an idle engine gets its first token after the
 // prefill alone (PrefillTime), then one token per pure decode step.
+// With a RequestOverhead, the prefill starts that much after the arrival.
 func TestSimulateIdleExact(t *testing.T) {
+	for _, over := range []time.Duration{0, 3 * time.Millisecond} {
+		simulateIdle(t, over)
+	}
+}
+
+func simulateIdle(t *testing.T, over time.Duration) {
 	cfg := linear()
+	cfg.RequestOverhead = over
 	res, err := Simulate(cfg, []SimRequest{{Arrival: 7 * time.Millisecond, Prompt: 150, Output: 5}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := res[0]
-	want := 7*time.Millisecond + cfg.PrefillTime(150, 0)
+	want := 7*time.Millisecond + over + cfg.PrefillTime(150, 0)
 	if !r.Served || r.Arrival != 7*time.Millisecond || r.First != want || len(r.Tokens) != 5 {
 		t.Fatalf("got %+v, want first %v and 5 tokens", r, want)
 	}
@@ -31,11 +39,20 @@ func TestSimulateIdleExact(t *testing.T) {
 
 // TestSimulateMatchesEngine drives the real-time engine and Simulate with the same
 // requests: with each request queued at the step start at which the engine took it in,
-// every first and last token time is the engine's, to the nanosecond.
+// every first and last token time is the engine's, to the nanosecond. With a
+// RequestOverhead, the engine queues no request before its overhead has passed since its
+// arrival, and Simulate, given the arrival that makes it due at that step start, agrees.
 func TestSimulateMatchesEngine(t *testing.T) {
+	for _, over := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(over.String(), func(t *testing.T) { simulateMatches(t, over) })
+	}
+}
+
+func simulateMatches(t *testing.T, over time.Duration) {
 	cfg := linear()
 	cfg.PrefixCache = false
 	cfg.TimeScale = 200
+	cfg.RequestOverhead = over
 	e := newEngine(&cfg)
 	defer e.close()
 	prompts := []int{40, 200, 10, 90, 64, 300, 5, 120, 33, 70, 150, 20}
@@ -54,7 +71,10 @@ func TestSimulateMatchesEngine(t *testing.T) {
 	}
 	reqs := make([]SimRequest, len(seqs))
 	for i, s := range seqs {
-		reqs[i] = SimRequest{Arrival: s.queuedM, Prompt: s.prompt, Output: s.target}
+		reqs[i] = SimRequest{Arrival: s.queuedM - over, Prompt: s.prompt, Output: s.target}
+		if s.queuedM-s.arrivalM < over {
+			t.Errorf("request %d: queued %v after its arrival, before the overhead %v had passed", i, s.queuedM-s.arrivalM, over)
+		}
 	}
 	res, err := Simulate(cfg, reqs, 0)
 	if err != nil {
