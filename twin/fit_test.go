@@ -13,8 +13,8 @@ import (
 	"github.com/llmreplay/llmreplay/sim"
 )
 
-// truth draws the engine the fit is not told: every step-model term and the batch cap
-// drawn (seeded) in ranges around the tiny profile's.
+// truth draws the engine the fit is not told: every step-model term, the batch cap and
+// the request overhead drawn (seeded) in ranges around the tiny profile's.
 func truth(rng *rand.Rand) sim.Config {
 	c, _ := sim.Profile("tiny")
 	u := func(lo, hi float64) float64 { return lo + rng.Float64()*(hi-lo) }
@@ -25,6 +25,7 @@ func truth(rng *rand.Rand) sim.Config {
 	c.AttentionPerPairNs = u(0.5, 2)
 	c.MaxBatch = 8 + rng.IntN(17)
 	c.PrefixBlockTokens = []int{16, 32}[rng.IntN(2)]
+	c.RequestOverhead = time.Duration(u(1e6, 5e6))
 	return c
 }
 
@@ -108,7 +109,7 @@ func proof(t *testing.T, seed uint64) {
 	want := map[string]float64{"step_base_ns": float64(cfg.StepBase), "decode_per_seq_ns": float64(cfg.DecodePerSeq),
 		"context_per_token_ns": float64(cfg.ContextPerToken), "prefill_per_token_ns": float64(cfg.PrefillPerToken),
 		"attention_per_pair_ns": cfg.AttentionPerPairNs, "max_batch": float64(cfg.MaxBatch), "prefix_cache": 1,
-		"prefix_block_tokens": float64(cfg.PrefixBlockTokens)}
+		"prefix_block_tokens": float64(cfg.PrefixBlockTokens), "request_overhead_ns": float64(cfg.RequestOverhead) + float64(jitter)/2}
 	for _, q := range p.Fit.Params {
 		w, ok := want[q.Name]
 		if !ok || !q.Determined {
@@ -121,7 +122,7 @@ func proof(t *testing.T, seed uint64) {
 		}
 		delete(want, q.Name)
 	}
-	for _, name := range []string{"step_base_ns", "decode_per_seq_ns", "prefill_per_token_ns", "max_batch"} {
+	for _, name := range []string{"step_base_ns", "decode_per_seq_ns", "prefill_per_token_ns", "max_batch", "request_overhead_ns"} {
 		if _, left := want[name]; left {
 			t.Errorf("%s not determined by the three runs", name)
 		}
