@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -94,10 +95,30 @@ func TestOllamaTwin(t *testing.T) {
 				c, f[1], f[0], 100*rel, math.Abs(rel) <= 0.10)
 		}
 	}
+	// The knee as a closed-loop sweep finds it, on its ladder of doublings: Ollama's from
+	// the runs at 1, 2, 4 and 8, the twin's from `llmreplay plan` on the concurrency axis.
 	minGain := stats.KneeOptions{}.WithDefaults().MinGain
-	mk, pk := stats.SaturationOf(measured, minGain), stats.SaturationOf(predicted, minGain)
-	t.Logf("knee: Ollama's at concurrency %g (found %v; %s), the twin's at %g (found %v; %s); not asserted, see the test's comment",
-		mk.Pass, mk.Found, describe(measured), pk.Pass, pk.Found, describe(predicted))
+	ladder := []stats.SweepPoint{measured[0], measured[1], measured[3], measured[4]}
+	mk := stats.SaturationOf(ladder, minGain)
+	var pl struct {
+		Saturation struct {
+			Found    bool    `json:"found"`
+			PassLoad float64 `json:"pass_load"`
+		} `json:"saturation"`
+		Probes []struct {
+			Load      float64 `json:"load"`
+			Sustained float64 `json:"sustained_output_tokens_per_s"`
+		} `json:"probes"`
+	}
+	if err := json.Unmarshal([]byte(ollamaRun(t, "plan", "--trace", tr, "--profile", prof, "--concurrencies", "1,2,4,8", "--json")), &pl); err != nil {
+		t.Fatal(err)
+	}
+	var probes []string
+	for _, p := range pl.Probes {
+		probes = append(probes, fmt.Sprintf("%g: %.1f tok/s", p.Load, p.Sustained))
+	}
+	t.Logf("knee: Ollama's at concurrency %g (found %v; %s), the twin's (llmreplay plan --concurrencies) at %g (found %v; %s); the twin's predictions of the five runs: %s; not asserted, see the test's comment",
+		mk.Pass, mk.Found, describe(ladder), pl.Saturation.PassLoad, pl.Saturation.Found, strings.Join(probes, ", "), describe(predicted))
 }
 
 func describe(pts []stats.SweepPoint) string {
