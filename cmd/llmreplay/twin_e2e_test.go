@@ -76,6 +76,29 @@ func reqPerSec(t *testing.T, path string) float64 {
 	return float64(len(rows)) / time.Duration(last-first).Seconds()
 }
 
+// burstShare is the share of a run's gaps between consecutive chunks of a request that
+// are under a fifth of the shortest step the engine takes: tokens that left the engine in
+// a burst, late. The replayer's chunk times are the kernel's receive stamps, so a
+// large share says the engine's process did not get the CPU on time (the machine is
+// busy), which is where the fit's decode and prefill terms lose their precision.
+func burstShare(t *testing.T, path string, step time.Duration) float64 {
+	t.Helper()
+	rows, _, err := results.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, short := 0, 0
+	for _, r := range rows {
+		for k := 1; k < len(r.ChunkNS); k++ {
+			n++
+			if time.Duration(r.ChunkNS[k]-r.ChunkNS[k-1]) < step/5 {
+				short++
+			}
+		}
+	}
+	return float64(short) / float64(max(n, 1))
+}
+
 // cli runs llmreplay in-process and returns its standard output.
 func cli(t *testing.T, args ...string) string {
 	t.Helper()
@@ -107,7 +130,8 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		res := filepath.Join(dir, name+".parquet")
 		start := time.Now()
 		cli(t, append([]string{"replay", "--trace", tr, "--sim-profile", prof, "--quiet", "--scrape-interval", "100ms", "-o", res}, extra...)...)
-		t.Logf("%s: %v", name, time.Since(start).Round(time.Millisecond))
+		t.Logf("%s: %v; %.1f%% of its chunk gaps under a fifth of the shortest step", name, time.Since(start).Round(time.Millisecond),
+			100*burstShare(t, res, cfg.StepBase+cfg.DecodePerSeq))
 		return res
 	}
 	b := cfg.MaxBatch
