@@ -19,8 +19,8 @@ import (
 // TestE2ETwinRecoversAndPredicts is the twin's proof over HTTP. For engines drawn at
 // random around tiny, each written as a profile file the fit is not told, it replays with
 // the real CLI against the in-process simulated engine served from that file (real HTTP
-// on loopback, timed by the replayer's clock as any endpoint is; every run scrapes the
-// engine's /metrics): three light runs (one request at a time with prompts of 100-3,000
+// on loopback, chunks dated by the kernel's receive stamps as from any endpoint; every
+// run scrapes the engine's /metrics): three light runs (one request at a time with prompts of 100-3,000
 // tokens; conversations in a closed loop at concurrency 3, whose prompts share prefixes;
 // a closed loop 4 past the batch cap) and two it holds out (a closed loop at twice the
 // cap, past the knee, and an open loop at 85% of the rate that one served). `sim fit`
@@ -31,9 +31,11 @@ import (
 //
 // The standard errors are the fit's own, from its residuals: over HTTP on a shared
 // machine a decode gap carries some 0.4-0.75 ms of timer and scheduling noise (40 µs in
-// twin's in-package proof), so decode_per_seq and attention come with errors of 10-35%
-// of their value, and the 10% alone would fail an honest fit. Real time, about 20 s a
-// seed, so it runs only with LLMREPLAY_E2E=1.
+// twin's in-package proof), so decode_per_seq and attention come with errors of 10-40%
+// of their value, and the 10% alone would fail an honest fit. docs/sim.md, "How large
+// the error was on each engine", has the figures, and why the test fails on a machine
+// too busy to give the engine the CPU on time. Real time, about 20 s a seed, so it runs
+// only with LLMREPLAY_E2E=1.
 func TestE2ETwinRecoversAndPredicts(t *testing.T) {
 	if os.Getenv("LLMREPLAY_E2E") == "" {
 		t.Skip("real-time end-to-end test: set LLMREPLAY_E2E=1 (scripts/test does)")
@@ -126,14 +128,21 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 			"--prompt-tokens", prompts, "--output-tokens", outputs, "--seed", fmt.Sprint(seed+1), "-o", p)
 		return p
 	}
+	bursts := 0.0 // the largest burst share of a run
 	replay := func(name, tr string, extra ...string) string {
 		res := filepath.Join(dir, name+".parquet")
 		start := time.Now()
 		cli(t, append([]string{"replay", "--trace", tr, "--sim-profile", prof, "--quiet", "--scrape-interval", "100ms", "-o", res}, extra...)...)
-		t.Logf("%s: %v; %.1f%% of its chunk gaps under a fifth of the shortest step", name, time.Since(start).Round(time.Millisecond),
-			100*burstShare(t, res, cfg.StepBase+cfg.DecodePerSeq))
+		b := burstShare(t, res, cfg.StepBase+cfg.DecodePerSeq)
+		bursts = max(bursts, b)
+		t.Logf("%s: %v; %.1f%% of its chunk gaps under a fifth of the shortest step", name, time.Since(start).Round(time.Millisecond), 100*b)
 		return res
 	}
+	defer func() {
+		if t.Failed() && bursts > 0.05 {
+			t.Logf("up to %.0f%% of a run's chunk gaps were bursts (idle machine: under 2%%): the engine's process did not get the CPU on time, and its timing noise is what the fit could not see through; docs/sim.md, \"How large the error was on each engine\"", 100*bursts)
+		}
+	}()
 	b := cfg.MaxBatch
 	solo := replay("solo", synth("solo", "1", 30, "uniform:100,3000", "uniform:10,60"), "--concurrency", "1")
 	// Conversations, so that prompts share prefixes of varied lengths and the server says
