@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/twintest"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
@@ -43,21 +44,6 @@ func TestE2ETwinRecoversAndPredicts(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { twinProofHTTP(t, seed) })
 	}
-}
-
-// drawEngine draws the engine the fit is not told: every step-model term, the batch cap
-// and the prefix block size, seeded, in ranges around tiny's (as twin's own proof does).
-func drawEngine(rng *rand.Rand) sim.Config {
-	c, _ := sim.Profile("tiny")
-	u := func(lo, hi float64) float64 { return lo + rng.Float64()*(hi-lo) }
-	c.StepBase = time.Duration(u(0.5e6, 2e6))
-	c.DecodePerSeq = time.Duration(u(20e3, 100e3))
-	c.ContextPerToken = time.Duration(u(100, 400))
-	c.PrefillPerToken = time.Duration(u(5e3, 20e3))
-	c.AttentionPerPairNs = u(0.5, 2)
-	c.MaxBatch = 8 + rng.IntN(17)
-	c.PrefixBlockTokens = []int{16, 32}[rng.IntN(2)]
-	return c
 }
 
 // reqPerSec is how many requests a second the run at path completed, over the span from
@@ -113,7 +99,7 @@ func cli(t *testing.T, args ...string) string {
 
 func twinProofHTTP(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 34))
-	cfg := drawEngine(rng)
+	cfg := twintest.Engine(rng)
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "truth.json")
 	if err := sim.WriteProfileFile(prof, sim.ProfileFile{Format: sim.ProfileFormat, Version: sim.ProfileVersion, Name: "truth", Config: cfg}); err != nil {
