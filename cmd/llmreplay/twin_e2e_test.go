@@ -157,8 +157,14 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		"prefix_block_tokens": float64(cfg.PrefixBlockTokens), "kv_cache_tokens": float64(cfg.KVCacheTokens)}
 	for _, q := range p.Fit.Params {
 		w, ok := want[q.Name]
-		if !ok || !q.Determined {
+		switch {
+		case !q.Determined:
 			t.Logf("%s = %g (not determined: %s)", q.Name, q.Value, q.Advice)
+			continue
+		case !ok:
+			// A term the drawn engine has no truth for (the engine's own, outside the
+			// step model: HTTP and parsing): logged, not bounded.
+			t.Logf("%s = %g ± %g (no truth drawn)", q.Name, q.Value, q.StdErr)
 			continue
 		}
 		d := math.Abs(q.Value - w)
