@@ -46,19 +46,29 @@ func TestE2ETwinRecoversAndPredicts(t *testing.T) {
 	}
 }
 
-// reqPerSec is how many requests a second the run at path completed, over the span from
-// its first send to its last end.
-func reqPerSec(t *testing.T, path string) float64 {
+// okRows reads the results file at path, every request of which must be ok: a failed one
+// held the engine too, and the fit would not see it.
+func okRows(t *testing.T, path string) []results.Result {
 	t.Helper()
 	rows, _, err := results.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, last := int64(math.MaxInt64), int64(0)
 	for _, r := range rows {
 		if r.Status != results.StatusOK {
 			t.Fatalf("%s: request %d: %s", path, r.RequestID, r.Status)
 		}
+	}
+	return rows
+}
+
+// reqPerSec is how many requests a second the run at path completed, over the span from
+// its first send to its last end.
+func reqPerSec(t *testing.T, path string) float64 {
+	t.Helper()
+	rows := okRows(t, path)
+	first, last := int64(math.MaxInt64), int64(0)
+	for _, r := range rows {
 		first, last = min(first, r.SentNS), max(last, r.EndNS)
 	}
 	return float64(len(rows)) / time.Duration(last-first).Seconds()
@@ -71,10 +81,7 @@ func reqPerSec(t *testing.T, path string) float64 {
 // busy), which is where the fit's decode and prefill terms lose their precision.
 func burstShare(t *testing.T, path string, step time.Duration) float64 {
 	t.Helper()
-	rows, _, err := results.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := okRows(t, path)
 	n, short := 0, 0
 	for _, r := range rows {
 		for k := 1; k < len(r.ChunkNS); k++ {
@@ -97,6 +104,7 @@ func cli(t *testing.T, args ...string) string {
 	return out.String()
 }
 
+// twinProofHTTP is one seed's proof: its engine, five replays, the fit and the checks.
 func twinProofHTTP(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 34))
 	cfg := twintest.Engine(rng)
@@ -107,7 +115,7 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	}
 	t.Logf("truth: step_base %v decode_per_seq %v context_per_token %v prefill_per_token %v attention %.3g ns max_batch %d block %d",
 		cfg.StepBase, cfg.DecodePerSeq, cfg.ContextPerToken, cfg.PrefillPerToken, cfg.AttentionPerPairNs, cfg.MaxBatch, cfg.PrefixBlockTokens)
-	// One trace per run shape: trace synth's lengths, seeded by the engine's seed.
+	// One trace per run shape, seeded by the test's seed.
 	synth := func(name string, rate string, count int, prompts, outputs string) string {
 		p := filepath.Join(dir, name+"-trace.parquet")
 		cli(t, "trace", "synth", "--arrival", "poisson", "--rate", rate, "--count", fmt.Sprint(count),
