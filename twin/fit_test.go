@@ -9,25 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/twintest"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
 
-// truth draws the engine the fit is not told: every step-model term, the batch cap and
-// the request overhead drawn (seeded) in ranges around the tiny profile's.
-func truth(rng *rand.Rand) sim.Config {
-	c, _ := sim.Profile("tiny")
-	u := func(lo, hi float64) float64 { return lo + rng.Float64()*(hi-lo) }
-	c.StepBase = time.Duration(u(0.5e6, 2e6))
-	c.DecodePerSeq = time.Duration(u(20e3, 100e3))
-	c.ContextPerToken = time.Duration(u(100, 400))
-	c.PrefillPerToken = time.Duration(u(5e3, 20e3))
-	c.AttentionPerPairNs = u(0.5, 2)
-	c.MaxBatch = 8 + rng.IntN(17)
-	c.PrefixBlockTokens = []int{16, 32}[rng.IntN(2)]
-	c.RequestOverhead = time.Duration(u(1e6, 5e6))
-	return c
-}
+// truth draws the engine the fit is not told (twintest.Engine: the HTTP proof in
+// cmd/llmreplay draws from the same ranges).
+func truth(rng *rand.Rand) sim.Config { return twintest.Engine(rng) }
 
 // workload is n requests with prompts and outputs drawn uniformly; gap > 0 spaces their
 // arrivals exponentially with that mean (open loop), 0 leaves them for a closed loop.
