@@ -29,7 +29,9 @@ type SimResult struct {
 // time) in model time, queuing each at the first step start at or after its arrival plus
 // RequestOverhead as the engine does after a receipt: the same arrivals give the engine's
 // times exactly.
-// concurrency > 0 makes a closed loop: each later request arrives when one ends.
+// concurrency > 0 makes a closed loop: each later request arrives 1 ns after one ends (no
+// client answers in no time: the engine's next step, begun at that end, is under way, and
+// over HTTP the request waits it out as it does here).
 func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, error) {
 	if err := cfg.Validate(); err != nil || cfg.Fixed || concurrency < 0 {
 		return nil, errors.Join(err, errors.New("sim: Simulate needs a valid engine profile (not fixed) and concurrency >= 0"))
@@ -67,7 +69,7 @@ func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, erro
 			i := index[s]
 			out[i].Tokens, out[i].End = append(out[i].Tokens, c.now), c.now
 			if s.generated == s.target && concurrency > 0 && next < len(reqs) {
-				due, next = append(due, arrival{c.now + cfg.RequestOverhead, time.Duration(next)}), next+1 // in order: due stays sorted
+				due, next = append(due, arrival{c.now + 1 + cfg.RequestOverhead, time.Duration(next)}), next+1 // in order: due stays sorted
 			}
 		}
 	}

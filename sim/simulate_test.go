@@ -95,8 +95,10 @@ func simulateMatches(t *testing.T, over time.Duration) {
 }
 
 // TestSimulateClosedLoop: with concurrency N, the first N arrive at their worker starts
-// and every later request arrives at the end of an earlier one, never more than N in
-// flight; at concurrency 1 each request is alone on the engine.
+// and every later request 1 ns after the end of an earlier one, never more than N in
+// flight; at concurrency 1 each request is alone on the engine. At 2, the request sent
+// when one ends waits for the step under way beside the other (a real client's request
+// cannot join the step that starts at the instant it got its answer).
 func TestSimulateClosedLoop(t *testing.T) {
 	cfg := linear()
 	var reqs []SimRequest
@@ -110,7 +112,7 @@ func TestSimulateClosedLoop(t *testing.T) {
 	for i, r := range res {
 		var start time.Duration
 		if i > 0 {
-			start = res[i-1].End
+			start = res[i-1].End + 1
 		}
 		if r.Arrival != start || r.First != start+cfg.PrefillTime(reqs[i].Prompt, 0) {
 			t.Fatalf("request %d: arrival %v first %v, want %v and %v", i, r.Arrival, r.First, start, start+cfg.PrefillTime(reqs[i].Prompt, 0))
@@ -126,10 +128,10 @@ func TestSimulateClosedLoop(t *testing.T) {
 			if r.Arrival != 0 {
 				t.Fatalf("request %d of the first wave arrived at %v", i, r.Arrival)
 			}
-		} else if ends[r.Arrival] == 0 {
-			t.Fatalf("request %d arrived at %v, not at an earlier end", i, r.Arrival)
+		} else if ends[r.Arrival-1] == 0 {
+			t.Fatalf("request %d arrived at %v, not 1 ns after an earlier end", i, r.Arrival)
 		} else {
-			ends[r.Arrival]--
+			ends[r.Arrival-1]--
 		}
 		ends[r.End]++
 		inflight := 0
@@ -141,6 +143,23 @@ func TestSimulateClosedLoop(t *testing.T) {
 		if inflight > 3 {
 			t.Fatalf("%d in flight at %v", inflight, r.Arrival)
 		}
+	}
+	// Two workers, one request each long, one short: the short one's successor arrives
+	// while the long one decodes, and its prefill starts at the end of the step under way.
+	two := []SimRequest{{Prompt: 50, Output: 40}, {Prompt: 50, Output: 2}, {Prompt: 60, Output: 3}}
+	res, err = Simulate(cfg, two, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step time.Duration // the step under way at the short one's end: the first that ends after it
+	for _, tk := range res[0].Tokens {
+		if tk > res[1].End {
+			step = tk
+			break
+		}
+	}
+	if res[2].Arrival != res[1].End+1 || step == 0 || res[2].First <= step {
+		t.Errorf("third request: arrival %v (want %v), first token %v, not after the step under way ending %v", res[2].Arrival, res[1].End+1, res[2].First, step)
 	}
 }
 
