@@ -104,3 +104,40 @@ func TestFitTermsKeepsARejectedBase(t *testing.T) {
 		t.Errorf("prefill: fitted %v ± %v; want it fixed at its base, which the runs allow", f.Coef[0], f.StdErr[0])
 	}
 }
+
+// TestFitTermsFixesTheLikeliestBase: of two terms that move together, both undetermined
+// and both allowed at their base values, the one whose base the runs find likeliest
+// (its estimate exactly, 0 standard errors off) is fixed, and not the one with the larger
+// spread whose base is 2.5 standard errors off: fixing that one would fit the other given
+// a value the runs lean against, with an error that does not show it.
+func TestFitTermsFixesTheLikeliestBase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var x [][]float64
+	var y []float64
+	for range 300 {
+		a := float64(rng.IntN(100))
+		b := 10*a + rng.Float64()*0.5
+		x = append(x, []float64{a, b, 1})
+		y = append(y, 2*a+3*b+50+5*rng.NormFloat64())
+	}
+	g, err := ols(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := []term{{base: g.Coef[0], spread: 99}, {base: g.Coef[1] + 2.5*g.StdErr[1], spread: 2000}, {always: true}}
+	for j := range 2 {
+		if determined(g.StdErr[j], terms[j].spread, 1600) {
+			t.Fatalf("term %d is determined (%v ± %v): the case is not the one under test", j, g.Coef[j], g.StdErr[j])
+		}
+	}
+	if !(g.StdErr[1]*2000 > g.StdErr[0]*99) {
+		t.Fatal("the second term must be the less determined one, for the test to tell the rules apart")
+	}
+	_, ok, err := fitTerms(x, y, terms, 1600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok[0] || !ok[1] {
+		t.Errorf("fitted %v: want the first term (its base the estimate) fixed and the second fitted", ok)
+	}
+}
