@@ -33,9 +33,11 @@ import (
 // The standard errors are the fit's own, from its residuals: over HTTP on a shared
 // machine a decode gap carries some 0.4-0.75 ms of timer and scheduling noise (40 µs in
 // twin's in-package proof), so decode_per_seq and attention come with errors of 10-40%
-// of their value, and the 10% alone would fail an honest fit. docs/sim.md, "How large
-// the error was on each engine", has the figures, and why the test fails on a machine
-// too busy to give the engine the CPU on time. Real time, about 20 s a seed, so it runs
+// of their value, and the 10% alone would fail an honest fit. On a machine too busy to
+// give the engine the CPU on time (two CPU burners) its tokens leave in bursts and the
+// runs are not of the engine drawn: the test measures that (burstShare), and what the fit
+// got wrong on such runs is reported in a skip, not as a failure.
+// docs/sim.md, "How large the error was on each engine", has the figures. Real time, about 20 s a seed, so it runs
 // only with LLMREPLAY_E2E=1.
 func TestE2ETwinRecoversAndPredicts(t *testing.T) {
 	if os.Getenv("LLMREPLAY_E2E") == "" {
@@ -73,6 +75,12 @@ func reqPerSec(t *testing.T, path string) float64 {
 	}
 	return float64(len(rows)) / time.Duration(last-first).Seconds()
 }
+
+// maxBursts is the largest burst share (burstShare) of a run past which the engine's
+// process was starved of the CPU: two CPU burners made 1.6-31% and broke the fit; an
+// idle machine makes under 2% on most runs (14% once on a one-at-a-time run whose fit
+// held).
+const maxBursts = 0.05
 
 // burstShare is the share of a run's gaps between consecutive chunks of a request that
 // are under a fifth of the shortest step the engine takes: tokens that left the engine in
@@ -113,8 +121,8 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	if err := sim.WriteProfileFile(prof, sim.ProfileFile{Format: sim.ProfileFormat, Version: sim.ProfileVersion, Name: "truth", Config: cfg}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("truth: step_base %v decode_per_seq %v context_per_token %v prefill_per_token %v attention %.3g ns max_batch %d block %d",
-		cfg.StepBase, cfg.DecodePerSeq, cfg.ContextPerToken, cfg.PrefillPerToken, cfg.AttentionPerPairNs, cfg.MaxBatch, cfg.PrefixBlockTokens)
+	t.Logf("truth: step_base %v decode_per_seq %v context_per_token %v prefill_per_token %v attention %.3g ns max_batch %d block %d request_overhead %v",
+		cfg.StepBase, cfg.DecodePerSeq, cfg.ContextPerToken, cfg.PrefillPerToken, cfg.AttentionPerPairNs, cfg.MaxBatch, cfg.PrefixBlockTokens, cfg.RequestOverhead)
 	// One trace per run shape, seeded by the test's seed.
 	synth := func(name string, rate string, count int, prompts, outputs string) string {
 		p := filepath.Join(dir, name+"-trace.parquet")
@@ -132,11 +140,6 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		t.Logf("%s: %v; %.1f%% of its chunk gaps under a fifth of the shortest step", name, time.Since(start).Round(time.Millisecond), 100*b)
 		return res
 	}
-	defer func() {
-		if t.Failed() && bursts > 0.05 {
-			t.Logf("up to %.0f%% of a run's chunk gaps were bursts (idle machine: under 2%%): the engine's process did not get the CPU on time, and its timing noise is what the fit could not see through; docs/sim.md, \"How large the error was on each engine\"", 100*bursts)
-		}
-	}()
 	b := cfg.MaxBatch
 	solo := replay("solo", synth("solo", "1", 30, "uniform:100,3000", "uniform:10,60"), "--concurrency", "1")
 	// Conversations, so that prompts share prefixes of varied lengths and the server says
@@ -152,6 +155,24 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	rate := 0.85 * reqPerSec(t, knee)
 	open := replay("open", synth("open", fmt.Sprintf("%.2f", rate), int(5*rate), "uniform:50,1500", "uniform:20,120"))
 
+	// What the proof finds wrong: failures, unless the runs were of a starved engine
+	// (below).
+	var problems []string
+	fail := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+	defer func() {
+		if len(problems) == 0 || t.Failed() {
+			return
+		}
+		if bursts > maxBursts {
+			// The runs are then of a starved engine, not of the one drawn: what the fit
+			// made of them proves nothing either way.
+			t.Skipf("up to %.0f%% of a run's chunk gaps were bursts (an idle machine: under 2%%): the engine's process did not get the CPU on time, so the runs do not measure the engine drawn, and what the fit made of them is not checked: %s; rerun on a machine with a core to spare (docs/sim.md, \"How large the error was on each engine\")",
+				100*bursts, strings.Join(problems, "; "))
+		}
+		for _, p := range problems {
+			t.Error(p)
+		}
+	}()
 	twin := filepath.Join(dir, "twin.json")
 	out := cli(t, "sim", "fit", solo, c3, capRun, "--holdout", open, "--holdout", knee, "-o", twin)
 	t.Logf("llmreplay sim fit solo c3 cap --holdout open --holdout knee:\n%s", out)
@@ -163,11 +184,17 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		"context_per_token_ns": float64(cfg.ContextPerToken), "prefill_per_token_ns": float64(cfg.PrefillPerToken),
 		"attention_per_pair_ns": cfg.AttentionPerPairNs, "max_batch": float64(cfg.MaxBatch), "prefix_cache": 1,
 		"prefix_block_tokens": float64(cfg.PrefixBlockTokens), "kv_cache_tokens": float64(cfg.KVCacheTokens)}
+	// The overhead fitted is the engine's and the client's HTTP time beside it: logged
+	// against the engine's, not bounded by it.
+	over := float64(cfg.RequestOverhead)
 	for _, q := range p.Fit.Params {
 		w, ok := want[q.Name]
 		switch {
 		case !q.Determined:
 			t.Logf("%s = %g (not determined: %s)", q.Name, q.Value, q.Advice)
+			continue
+		case q.Name == "request_overhead_ns":
+			t.Logf("%s = %g ± %g (the engine's %g, and %.2f ms of HTTP and parsing)", q.Name, q.Value, q.StdErr, over, (q.Value-over)/1e6)
 			continue
 		case !ok:
 			// A term the drawn engine has no truth for (the engine's own, outside the
@@ -185,15 +212,15 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		case q.StdErr == 0 && d != 0:
 			// Stated without an error (the batch cap, the prefix cache and its block):
 			// the fit claims the value exactly.
-			t.Errorf("%s = %g, truth %g: stated exactly, and wrong", q.Name, q.Value, w)
+			fail("%s = %g, truth %g: stated exactly, and wrong", q.Name, q.Value, w)
 		case d > 3*q.StdErr && d > 0.1*w:
-			t.Errorf("%s = %g ± %g, truth %g: neither within 3 standard errors nor within 10%%", q.Name, q.Value, q.StdErr, w)
+			fail("%s = %g ± %g, truth %g: neither within 3 standard errors nor within 10%%", q.Name, q.Value, q.StdErr, w)
 		}
 		delete(want, q.Name)
 	}
 	for _, name := range []string{"step_base_ns", "decode_per_seq_ns", "prefill_per_token_ns", "max_batch"} {
 		if _, left := want[name]; left {
-			t.Errorf("%s not determined by the three runs", name)
+			fail("%s not determined by the three runs", name)
 		}
 	}
 	checked := 0
@@ -208,10 +235,10 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		}
 		checked++
 		if !(math.Abs(e.RelErr) <= bound) {
-			t.Errorf("held-out %s %s: measured %g, predicted %g: error %+.1f%% beyond %g%%", e.Run, e.Figure, e.Measured, e.Predicted, 100*e.RelErr, 100*bound)
+			fail("held-out %s %s: measured %g, predicted %g: error %+.1f%% beyond %g%%", e.Run, e.Figure, e.Measured, e.Predicted, 100*e.RelErr, 100*bound)
 		}
 	}
 	if checked != 4 {
-		t.Errorf("sim fit stated %d of the 4 held-out errors the test bounds (output_tok_s and ttft_p50_ms of open and knee)", checked)
+		fail("sim fit stated %d of the 4 held-out errors the test bounds (output_tok_s and ttft_p50_ms of open and knee)", checked)
 	}
 }
