@@ -34,19 +34,23 @@ func TestOLSRecovers(t *testing.T) {
 	}
 }
 
-// TestFitTermsFixesTheUndetermined: two regressors that move together cannot be told
-// apart: the less determined is fixed at its base value and the other fitted given it,
-// not left as uncertain as both are together.
-func TestFitTermsFixesTheUndetermined(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	var x [][]float64
-	var y []float64
+// movingTogether is 300 observations of y = 2a + 3b + 50 with noise, where b is 10a give
+// or take 0.5: the two terms cannot be told apart, and a constant is fitted beside them.
+func movingTogether(rng *rand.Rand) (x [][]float64, y []float64) {
 	for range 300 {
 		a := float64(rng.IntN(100))
 		b := 10*a + rng.Float64()*0.5
 		x = append(x, []float64{a, b, 1})
 		y = append(y, 2*a+3*b+50+5*rng.NormFloat64())
 	}
+	return x, y
+}
+
+// TestFitTermsFixesTheUndetermined: two regressors that move together cannot be told
+// apart: the less determined is fixed at its base value and the other fitted given it,
+// not left as uncertain as both are together.
+func TestFitTermsFixesTheUndetermined(t *testing.T) {
+	x, y := movingTogether(rand.New(rand.NewPCG(3, 4)))
 	terms := []term{{base: 2, spread: 99}, {base: 3, spread: 990}, {always: true}}
 	f, ok, err := fitTerms(x, y, terms, 1600)
 	if err != nil {
@@ -111,15 +115,7 @@ func TestFitTermsKeepsARejectedBase(t *testing.T) {
 // spread whose base is 2.5 standard errors off: fixing that one would fit the other given
 // a value the runs lean against, with an error that does not show it.
 func TestFitTermsFixesTheLikeliestBase(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	var x [][]float64
-	var y []float64
-	for range 300 {
-		a := float64(rng.IntN(100))
-		b := 10*a + rng.Float64()*0.5
-		x = append(x, []float64{a, b, 1})
-		y = append(y, 2*a+3*b+50+5*rng.NormFloat64())
-	}
+	x, y := movingTogether(rand.New(rand.NewPCG(7, 8)))
 	g, err := ols(x, y)
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func TestOllamaTwin(t *testing.T) {
 	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2})
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "trace.parquet")
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
 		"--prompt-tokens", "uniform:16,600", "--output-tokens", "uniform:64,256", "--seed", "34", "-o", tr)
 	loads := []int{1, 2, 3, 4, 8}
 	runs := make([]string, len(loads))
@@ -50,7 +50,7 @@ func TestOllamaTwin(t *testing.T) {
 	// test (other work on its cores) falls on both alike.
 	replay := func(name string, c int) string {
 		path := filepath.Join(dir, name+".parquet")
-		ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+		mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 			"--concurrency", fmt.Sprint(c), "--duration", "15s", "--quiet", "-o", path)
 		return path
 	}
@@ -62,7 +62,7 @@ func TestOllamaTwin(t *testing.T) {
 	prof := filepath.Join(dir, "twin.json")
 	args := append([]string{"sim", "fit"}, runs[:3]...)
 	args = append(args, "--holdout", runs[3], "--holdout", runs[4], "--holdout", again, "-o", prof)
-	out := ollamaRun(t, args...)
+	out := mustRun(t, args...)
 	t.Logf("llmreplay sim fit c1 c2 c3 --holdout c4 --holdout c8 --holdout c1-again:\n%s", out)
 	p, err := sim.ReadProfileFile(prof)
 	if err != nil {
@@ -127,7 +127,7 @@ func TestOllamaTwin(t *testing.T) {
 			Sustained float64 `json:"sustained_output_tokens_per_s"`
 		} `json:"probes"`
 	}
-	if err := json.Unmarshal([]byte(ollamaRun(t, "plan", "--trace", tr, "--profile", prof, "--concurrencies", "1,2,4,8", "--json")), &pl); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, "plan", "--trace", tr, "--profile", prof, "--concurrencies", "1,2,4,8", "--json")), &pl); err != nil {
 		t.Fatal(err)
 	}
 	var probes []string

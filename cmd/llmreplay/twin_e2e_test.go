@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -102,16 +100,6 @@ func burstShare(t *testing.T, path string, step time.Duration) float64 {
 	return float64(short) / float64(max(n, 1))
 }
 
-// cli runs llmreplay in-process and returns its standard output.
-func cli(t *testing.T, args ...string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	if err := run(context.Background(), args, &out, &errb); err != nil {
-		t.Fatalf("llmreplay %s: %v\n%s", strings.Join(args, " "), err, errb.String())
-	}
-	return out.String()
-}
-
 // twinProofHTTP is one seed's proof: its engine, five replays, the fit and the checks.
 func twinProofHTTP(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 34))
@@ -126,7 +114,7 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	// One trace per run shape, seeded by the test's seed.
 	synth := func(name string, rate string, count int, prompts, outputs string) string {
 		p := filepath.Join(dir, name+"-trace.parquet")
-		cli(t, "trace", "synth", "--arrival", "poisson", "--rate", rate, "--count", fmt.Sprint(count),
+		mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", rate, "--count", fmt.Sprint(count),
 			"--prompt-tokens", prompts, "--output-tokens", outputs, "--seed", fmt.Sprint(seed+1), "-o", p)
 		return p
 	}
@@ -134,7 +122,7 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	replay := func(name, tr string, extra ...string) string {
 		res := filepath.Join(dir, name+".parquet")
 		start := time.Now()
-		cli(t, append([]string{"replay", "--trace", tr, "--sim-profile", prof, "--quiet", "--scrape-interval", "100ms", "-o", res}, extra...)...)
+		mustRun(t, append([]string{"replay", "--trace", tr, "--sim-profile", prof, "--quiet", "--scrape-interval", "100ms", "-o", res}, extra...)...)
 		b := burstShare(t, res, cfg.StepBase+cfg.DecodePerSeq)
 		bursts = max(bursts, b)
 		t.Logf("%s: %v; %.1f%% of its chunk gaps under a fifth of the shortest step", name, time.Since(start).Round(time.Millisecond), 100*b)
@@ -145,7 +133,7 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 	// Conversations, so that prompts share prefixes of varied lengths and the server says
 	// how many tokens it read from its cache: the prefix cache and its block size.
 	conv := filepath.Join(dir, "c3-trace.parquet")
-	cli(t, "trace", "synth", "--rate", "1", "--count", "90", "--turns", "uniform:2,4", "--sessions", "8",
+	mustRun(t, "trace", "synth", "--rate", "1", "--count", "90", "--turns", "uniform:2,4", "--sessions", "8",
 		"--prompt-tokens", "uniform:50,800", "--output-tokens", "uniform:20,120", "--prompt-max", "4000", "--seed", fmt.Sprint(seed+1), "-o", conv)
 	c3 := replay("c3", conv, "--concurrency", "3")
 	capRun := replay("cap", synth("cap", "1", 4*b, "uniform:50,800", "uniform:20,80"), "--concurrency", fmt.Sprint(b+4))
@@ -174,7 +162,7 @@ func twinProofHTTP(t *testing.T, seed uint64) {
 		}
 	}()
 	twin := filepath.Join(dir, "twin.json")
-	out := cli(t, "sim", "fit", solo, c3, capRun, "--holdout", open, "--holdout", knee, "-o", twin)
+	out := mustRun(t, "sim", "fit", solo, c3, capRun, "--holdout", open, "--holdout", knee, "-o", twin)
 	t.Logf("llmreplay sim fit solo c3 cap --holdout open --holdout knee:\n%s", out)
 	p, err := sim.ReadProfileFile(twin)
 	if err != nil {
