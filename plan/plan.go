@@ -1,7 +1,7 @@
 // Package plan answers capacity questions against a twin of an engine (a sim.Config, fitted
-// by package twin or written by hand): for a trace and an SLO, the highest open-loop load the
-// twin serves within the SLO, its saturation knee, and the figures it predicts at chosen
-// loads. Each load is simulated with sim.Simulate in model time and judged exactly as a
+// by package twin or written by hand): for a trace and an SLO, the highest load the twin
+// serves within the SLO (open loop: a rate or a speedup of the trace; closed loop: a number
+// of concurrent workers), its saturation knee, and the figures it predicts at chosen loads. Each load is simulated with sim.Simulate in model time and judged exactly as a
 // sweep judges a point it replayed: the predicted run is written as a results file, analysed
 // by package analysis, turned into a sweep.Row and searched by stats.SearchKnee, so "tracks",
 // "meets the SLO" and the knee mean here what docs/metrics.md, "Sweep", says they mean there.
@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/llmreplay/llmreplay/analysis"
@@ -80,7 +81,7 @@ func ReadTrace(path string) (Trace, error) {
 // Options say what to search and report. The knee options' zero fields take
 // stats.KneeOptions' defaults; HasSLO is set from SLO.
 type Options struct {
-	Axis string // sweep.Speedup or sweep.Rate
+	Axis string // sweep.Speedup, sweep.Rate or sweep.Concurrency
 	SLO  analysis.SLO
 	Knee stats.KneeOptions
 	At   []float64 // loads on Axis to report the figures at
@@ -90,7 +91,7 @@ type Options struct {
 // predicted run, as a sweep's open-loop row has them.
 type Point struct {
 	Load    float64
-	Speedup float64 // the trace's arrivals divided by this
+	Speedup float64 // the trace's arrivals divided by this; NaN in a closed loop
 	// Offered and sustained output tok/s, and offered requests/s, over the steady-state
 	// window (docs/metrics.md, "Sweep").
 	OfferedTokensPerS, SustainedTokensPerS, OfferedRequestsPerS float64
@@ -133,8 +134,8 @@ type Plan struct {
 
 // Run plans tr on the engine cfg: the knee search over the axis, then the At loads.
 func Run(ctx context.Context, cfg sim.Config, tr Trace, o Options) (*Plan, error) {
-	if o.Axis != sweep.Speedup && o.Axis != sweep.Rate {
-		return nil, fmt.Errorf("plan: axis %q: want %s or %s", o.Axis, sweep.Speedup, sweep.Rate)
+	if o.Axis != sweep.Speedup && o.Axis != sweep.Rate && o.Axis != sweep.Concurrency {
+		return nil, fmt.Errorf("plan: axis %q: want %s, %s or %s", o.Axis, sweep.Speedup, sweep.Rate, sweep.Concurrency)
 	}
 	if cfg.Fixed {
 		return nil, fmt.Errorf("plan: profile %s has fixed latencies (fixed: true): it models no batching, so no load saturates it; plan with a step-model profile", cfg.Model)
@@ -150,7 +151,11 @@ func Run(ctx context.Context, cfg sim.Config, tr Trace, o Options) (*Plan, error
 	}
 	defer os.RemoveAll(dir)
 	p := &prober{cfg: cfg, tr: tr, o: o, ko: ko, dir: dir, seen: map[float64]Point{}, pts: map[float64]stats.SweepPoint{}}
-	res, err := stats.SearchKnee(ctx, func(ctx context.Context, load float64) (stats.SweepPoint, error) {
+	search := stats.SearchKnee
+	if o.Axis == sweep.Concurrency {
+		search = stats.SearchConcurrency // doublings, as a closed-loop sweep searches
+	}
+	res, err := search(ctx, func(ctx context.Context, load float64) (stats.SweepPoint, error) {
 		_, sp, err := p.point(ctx, load)
 		return sp, err
 	}, ko)
@@ -195,22 +200,42 @@ func (t *Trace) Speedup(axis string, load float64) (float64, error) {
 	return load, nil
 }
 
+// loop is the trace at load: its requests as they arrive, and the speedup of their
+// arrivals; on the concurrency axis, a closed loop of load workers that send the trace's
+// requests in order, each as soon as the last it sent has ended (replay --concurrency),
+// and a NaN speedup.
+func (t *Trace) loop(axis string, load float64) (reqs []sim.SimRequest, concurrency int, speedup float64, err error) {
+	reqs = slices.Clone(t.Reqs)
+	if axis == sweep.Concurrency {
+		if load < 1 || load != math.Trunc(load) || load > math.MaxInt32 {
+			return nil, 0, 0, fmt.Errorf("concurrency %v: must be a whole number of workers, at least 1", load)
+		}
+		for i := range reqs {
+			reqs[i].Arrival = 0
+		}
+		return reqs, int(load), math.NaN(), nil
+	}
+	s, err := t.Speedup(axis, load)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	for i := range reqs {
+		reqs[i].Arrival = time.Duration(float64(reqs[i].Arrival) / s)
+	}
+	return reqs, 0, s, nil
+}
+
 // point simulates the trace at load and analyses the predicted run as a sweep analyses a
 // point: analysis's defaults with the SLO, sweep.NewRow, Row.Point.
 func (p *prober) point(ctx context.Context, load float64) (Point, stats.SweepPoint, error) {
 	if pt, ok := p.seen[load]; ok {
 		return pt, p.pts[load], nil
 	}
-	s, err := p.tr.Speedup(p.o.Axis, load)
+	reqs, c, s, err := p.tr.loop(p.o.Axis, load)
 	if err != nil {
 		return Point{}, stats.SweepPoint{}, fmt.Errorf("plan: %s %g: %w", p.o.Axis, load, err)
 	}
-	reqs := make([]sim.SimRequest, len(p.tr.Reqs))
-	for i, q := range p.tr.Reqs {
-		q.Arrival = time.Duration(float64(q.Arrival) / s)
-		reqs[i] = q
-	}
-	res, err := sim.Simulate(p.cfg, reqs, 0)
+	res, err := sim.Simulate(p.cfg, reqs, c)
 	if err != nil {
 		return Point{}, stats.SweepPoint{}, fmt.Errorf("plan: %w", err)
 	}
@@ -226,8 +251,11 @@ func (p *prober) point(ctx context.Context, load float64) (Point, stats.SweepPoi
 	meta := results.RunMeta{ToolVersion: "plan", RunID: fmt.Sprintf("plan-%d", p.n), Mode: results.ModeOpen,
 		Endpoint: "sim", API: "completions", Model: p.cfg.Model, ShardCount: 1, RunStartUnixNS: 1,
 		Simulated: true, SimProfile: "plan", TraceFile: p.tr.Name, Speedup: s, SLO: p.o.SLO.String(), Flags: map[string]string{}}
-	if p.o.Axis == sweep.Rate {
+	switch p.o.Axis {
+	case sweep.Rate:
 		meta.Rate = load
+	case sweep.Concurrency:
+		meta.Mode, meta.Concurrency, meta.Speedup = results.ModeClosed, c, 0
 	}
 	if err := twin.WriteResults(path, meta, reqs, res, nil); err != nil {
 		return Point{}, stats.SweepPoint{}, fmt.Errorf("plan: %w", err)

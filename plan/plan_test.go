@@ -190,3 +190,44 @@ func TestReportRows(t *testing.T) {
 		t.Errorf("rows %+v: want the saturation's passing load, then the SLO limit's", rows)
 	}
 }
+
+// TestClosedLoopKneeOfFixedStepEngine: on the concurrency axis, c workers keep c
+// sequences in a batch of at most batch, each step a token for each of them: throughput
+// doubles with every doubling up to batch and not past it, so the saturation is batch
+// exactly (fails at 2·batch), as a closed-loop sweep would find it; at the At
+// concurrencies every TPOT is one step, and TTFT is one step below the batch and grows
+// with the workers that wait past it. An SLO on TTFT of three steps is met up to batch.
+func TestClosedLoopKneeOfFixedStepEngine(t *testing.T) {
+	const step, batch, out = 10 * time.Millisecond, 8, 50
+	cfg := fixedStep(t, step, batch)
+	pl, err := Run(context.Background(), cfg, evenTrace(400, 16, out), Options{Axis: sweep.Concurrency, At: []float64{2, 8, 32},
+		SLO: analysis.SLO{TTFT: 3 * step}, Knee: stats.KneeOptions{Start: 1, Max: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, b := pl.Saturation, pl.SLOLimit
+	t.Logf("saturation %+v, SLO %+v, %d probes", s, b, len(pl.Probes))
+	if !s.Found || !s.Bracketed || s.Pass != batch || s.Fail != 2*batch {
+		t.Errorf("saturation %+v: want concurrency %d, failing at %d", s, batch, 2*batch)
+	}
+	if !b.Found || !b.Bracketed || b.Pass != batch || b.Fail != batch+1 {
+		t.Errorf("SLO limit %+v: want concurrency %d, failing at %d (one worker waits a whole request)", b, batch, batch+1)
+	}
+	perStep := 1e3 / float64(step.Milliseconds()) // tokens a second per running sequence
+	for _, p := range pl.At {
+		running := math.Min(p.Load, batch)
+		t.Logf("concurrency %g: %.1f tok/s, TTFT p50 %.2f ms, TPOT p50 %.2f ms", p.Load, p.SustainedTokensPerS, p.TTFTP50, p.TPOTP50)
+		if math.Abs(p.TPOTP50-float64(step.Milliseconds())) > 1e-9 || !math.IsNaN(p.Speedup) {
+			t.Errorf("concurrency %g: TPOT p50 %g ms, speedup %g; want one step, %v, and no speedup", p.Load, p.TPOTP50, p.Speedup, step)
+		}
+		if want := running * perStep; math.Abs(p.SustainedTokensPerS-want) > 0.02*want {
+			t.Errorf("concurrency %g: sustained %.1f tok/s, want %g sequences x %g tok/s = %g", p.Load, p.SustainedTokensPerS, running, perStep, want)
+		}
+		if p.Load <= batch && p.TTFTP50 != float64(step.Milliseconds()) {
+			t.Errorf("concurrency %g: TTFT p50 %g ms; want one step below the batch cap", p.Load, p.TTFTP50)
+		}
+	}
+	if _, err := Run(context.Background(), cfg, evenTrace(10, 16, out), Options{Axis: sweep.Concurrency, At: []float64{2.5}, Knee: stats.KneeOptions{Start: 1, Max: 4}}); err == nil {
+		t.Error("a concurrency of 2.5 workers was planned")
+	}
+}

@@ -144,14 +144,14 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "plan of %s (%d requests, %.3g req/s) on the twin %s (%s), %s; %d loads simulated\n\n",
 		r.Trace, r.Requests, r.MeanRate, r.Profile, fit, slo, len(r.Probes))
-	fmt.Fprintln(w, r.describe(r.Saturation, fmt.Sprintf("saturation (sustained >= %.0f%% of offered output tok/s, not overloaded)", 100*r.Options.MinRatio)))
+	fmt.Fprintln(w, r.describe(r.Saturation, r.saturationText()))
 	if !r.SLO.IsZero() {
 		fmt.Fprintln(w, r.describe(r.SLOLimit, fmt.Sprintf("highest %s meeting the SLO at %.1f%% attainment", r.Axis, 100*r.Options.Attainment)))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	// On the speedup axis the load is the speedup: one column says it.
-	speedup := r.Axis != sweep.Speedup
+	// On the speedup axis the load is the speedup: one column says it; a closed loop has none.
+	speedup := r.Axis == sweep.Rate
 	head := []string{r.Axis, "speedup", "offer r/s", "offer tok/s", "sustain tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput", "attain", "flags"}
 	if !speedup {
 		head = slices.Delete(head, 1, 2)
@@ -192,7 +192,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Fitted && len(r.Error) > 0 && len(r.Error) < len(twin.Figures) {
 		fmt.Fprintln(w, "?: the fit states no error on that figure")
 	}
-	if s, l := r.Saturation, r.SLOLimit; s.Found && s.Bracketed && l.Found && l.Pass > s.Fail {
+	if s, l := r.Saturation, r.SLOLimit; r.Axis != sweep.Concurrency && s.Found && s.Bracketed && l.Found && l.Pass > s.Fail {
 		fmt.Fprintf(w, "note: the SLO limit lies above the saturation: past it the queue grows for as long as the trace lasts (%.3g s at %s %s), so the latencies there depend on the trace's length; plan on a trace as long as the load you mean\n",
 			(r.span / time.Duration(r.speedupAt(l.Pass))).Seconds(), r.Axis, loadText(l.Pass))
 	}
@@ -203,6 +203,22 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintln(w, "note: the trace's prompts share prefixes; the plan does not model their cache hits, so its prefills are a cold cache's (a pessimistic bound)")
 	}
 	return nil
+}
+
+// minGain is the closed loop's saturation threshold, nil in an open loop.
+func (r *Report) minGain() *float64 {
+	if r.Axis != sweep.Concurrency {
+		return nil
+	}
+	return &r.Options.MinGain
+}
+
+// saturationText says what the saturation is on the plan's axis, as a sweep says it.
+func (r *Report) saturationText() string {
+	if r.Axis == sweep.Concurrency {
+		return fmt.Sprintf("saturation (doubling the concurrency adds < %.0f%% sustained output tok/s)", 100*r.Options.MinGain)
+	}
+	return fmt.Sprintf("saturation (sustained >= %.0f%% of offered output tok/s, not overloaded)", 100*r.Options.MinRatio)
 }
 
 // errorCell is the twin's error on figure, "±4.1%", or "?" when the fit states none.
@@ -225,7 +241,7 @@ func orDash(v float64, format string) string {
 // jsonPoint is a Point in the --json output: a figure it does not have is null.
 type jsonPoint struct {
 	Load                float64      `json:"load"`
-	Speedup             float64      `json:"speedup"`
+	Speedup             analysis.Num `json:"speedup"` // null in a closed loop
 	OfferedRequestsPerS analysis.Num `json:"offered_requests_per_s"`
 	OfferedTokensPerS   analysis.Num `json:"offered_output_tokens_per_s"`
 	SustainedTokensPerS analysis.Num `json:"sustained_output_tokens_per_s"`
@@ -247,7 +263,7 @@ type jsonQ struct {
 func (r *Report) jsonPoints(ps []Point) []jsonPoint {
 	out := make([]jsonPoint, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, jsonPoint{Load: p.Load, Speedup: p.Speedup, OfferedRequestsPerS: analysis.Num(p.OfferedRequestsPerS),
+		out = append(out, jsonPoint{Load: p.Load, Speedup: analysis.Num(p.Speedup), OfferedRequestsPerS: analysis.Num(p.OfferedRequestsPerS),
 			OfferedTokensPerS: analysis.Num(p.OfferedTokensPerS), SustainedTokensPerS: analysis.Num(p.SustainedTokensPerS),
 			TTFT: jsonQ{analysis.Num(p.TTFTP50), analysis.Num(p.TTFTP99)}, TPOT: jsonQ{analysis.Num(p.TPOTP50), analysis.Num(p.TPOTP99)},
 			Goodput: analysis.Num(p.Goodput), Attainment: analysis.Num(p.Attainment), Overloaded: p.Overloaded, Tracks: p.Tracks, MeetsSLO: p.MeetsSLO,
@@ -284,6 +300,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		SLO          string           `json:"slo"`
 		Attainment   float64          `json:"attainment_target"`
 		MinRatio     float64          `json:"min_ratio"`
+		MinGain      *float64         `json:"min_gain,omitempty"` // closed loop only
 		Resolution   float64          `json:"resolution"`
 		Saturation   *sweep.BoundJSON `json:"saturation"`
 		SLOLimit     *sweep.BoundJSON `json:"slo_limit"`
@@ -293,7 +310,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 		TwinErrorOn  string           `json:"twin_error_note"`
 		NoPrefixHits bool             `json:"prefix_sharing_not_modelled"`
 	}{r.Trace, r.Requests, r.MeanRate, r.Profile, r.Fitted, r.FitRuns, r.HeldOut, analysis.Num(r.FitMaxTokensPerS), r.Axis, slo, r.Options.Attainment,
-		r.Options.MinRatio, r.Options.Resolution, bound(r.Saturation, "saturation"), sloLimit, r.jsonPoints(r.Rows()),
+		r.Options.MinRatio, r.minGain(), r.Options.Resolution, bound(r.Saturation, "saturation"), sloLimit, r.jsonPoints(r.Rows()),
 		r.jsonPoints(r.Probes), errs, r.errorNote(), r.NoPrefixes}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -43,6 +43,11 @@ type Config struct {
 	PerExpert          time.Duration `json:"per_expert_ns"`
 	Experts            int           `json:"experts"`
 	ExpertsPerToken    int           `json:"experts_per_token"`
+	// RequestOverhead is the server's time on each request before its engine queues it
+	// (HTTP, chat template, tokenizing, a hop to a runner process): it delays the
+	// request's first token and occupies no step, so a closed loop at the batch's size
+	// leaves a slot idle that long per request while a queue hides it. Profile version 2.
+	RequestOverhead time.Duration `json:"request_overhead_ns"`
 
 	// ImageRule names how many prompt tokens one image counts for (media.LookupRule:
 	// qwen2-vl, llava-1.5, gemma3, anthropic, openai, fixed:N); "" means
@@ -275,7 +280,7 @@ func (c Config) problems() []fieldProblem {
 			name string
 			v    time.Duration
 		}{{"step_base", c.StepBase}, {"prefill_per_token", c.PrefillPerToken}, {"decode_per_seq", c.DecodePerSeq},
-			{"context_per_token", c.ContextPerToken}, {"per_expert", c.PerExpert},
+			{"context_per_token", c.ContextPerToken}, {"per_expert", c.PerExpert}, {"request_overhead", c.RequestOverhead},
 			{"vision_per_image", c.VisionPerImage}, {"vision_per_image_token", c.VisionPerImageToken}} {
 			if d.v < 0 {
 				bad(d.name, "%v < 0", d.v)

@@ -76,15 +76,14 @@ func (s *seq) wake() {
 // preempting the newest running sequence when one cannot grow), chunked prefill within a
 // per-step token budget and one decode token per running sequence per step. It has no clock: step advances model time by the step's duration.
 type core struct {
-	cfg         *Config
-	now         time.Duration
-	lastArrival time.Duration // arrival time of the last enqueued request
-	waiting     []*seq        // FIFO; waiting[head:] are live
-	head        int
-	running     []*seq
-	kvUsed      int          // KV tokens in use: private reservations and held cached blocks
-	touched     []*seq       // sequences that produced a token in the last step
-	pc          *prefixCache // nil: prefix caching off
+	cfg     *Config
+	now     time.Duration
+	waiting []*seq // FIFO; waiting[head:] are live
+	head    int
+	running []*seq
+	kvUsed  int          // KV tokens in use: private reservations and held cached blocks
+	touched []*seq       // sequences that produced a token in the last step
+	pc      *prefixCache // nil: prefix caching off
 
 	// counters for /metrics
 	steps, promptTokens, genTokens, finished int64
@@ -399,9 +398,13 @@ type engine struct {
 	epoch time.Time
 	scale float64
 
-	mu      sync.Mutex // guards inbox, core counters read by metrics, lag
-	inbox   []*seq
-	spare   []*seq
+	mu    sync.Mutex // guards inbox, core counters read by metrics, lag
+	inbox []*seq
+	spare []*seq
+	// pending are the requests received and not yet queued (RequestOverhead), in order
+	// of receipt, each with its arrival in arrivalM; lastIn is the latest such arrival.
+	pending []*seq
+	lastIn  time.Duration
 	core    *core
 	lag     time.Duration
 	wakeCh  chan struct{}
@@ -453,6 +456,26 @@ func (e *engine) submit(s *seq) {
 	}
 }
 
+// queuePending queues the pending requests whose RequestOverhead has passed by the
+// step start c.now; with none, every one at once, at c.now at the latest. Model time stood
+// still while the engine was idle: it resumes at the first pending request's queuing, so
+// that the wake-up latency of the loop is not counted as model time.
+func (e *engine) queuePending() {
+	c, over := e.core, e.cfg.RequestOverhead
+	if c.idle() && len(e.pending) > 0 {
+		c.now = max(c.now, e.pending[0].arrivalM+over)
+	}
+	n := 0
+	for _, s := range e.pending {
+		if over > 0 && s.arrivalM+over > c.now {
+			break
+		}
+		c.enqueue(s, min(s.arrivalM, c.now))
+		n++
+	}
+	e.pending = e.pending[:copy(e.pending, e.pending[n:])]
+}
+
 func (e *engine) close() {
 	e.stop.Do(func() { close(e.stopCh) })
 	<-e.stopped
@@ -467,28 +490,18 @@ func (e *engine) loop() {
 		e.mu.Lock()
 		in := e.inbox
 		e.inbox, e.spare = e.spare[:0], nil
-		if len(in) > 0 {
-			if c.idle() {
-				// Model time stood still while idle: resume it at the first arrival so
-				// the wake-up latency of this goroutine is not counted as model time.
-				first := e.realToModel(in[0].recv)
-				for _, s := range in[1:] {
-					first = min(first, e.realToModel(s.recv))
-				}
-				c.now = max(c.now, first)
-			}
-			// Queue in order of receipt, and keep arrival times in queue order: a request
-			// stamped earlier but handed over later (its handler was descheduled) counts
-			// as arriving when the one ahead of it did, so FCFS by arrival time holds.
-			if len(in) > 1 {
-				slices.SortStableFunc(in, func(a, b *seq) int { return a.recv.Compare(b.recv) })
-			}
-			for _, s := range in {
-				a := min(max(e.realToModel(s.recv), c.lastArrival), c.now)
-				c.lastArrival = a
-				c.enqueue(s, a)
-			}
+		// Queue in order of receipt, and keep arrival times in queue order: a request
+		// stamped earlier but handed over later (its handler was descheduled) counts as
+		// arriving when the one ahead of it did, so FCFS by arrival time holds.
+		if len(in) > 1 {
+			slices.SortStableFunc(in, func(a, b *seq) int { return a.recv.Compare(b.recv) })
 		}
+		for _, s := range in {
+			e.lastIn = max(e.realToModel(s.recv), e.lastIn)
+			s.arrivalM = e.lastIn
+			e.pending = append(e.pending, s)
+		}
+		e.queuePending()
 		clear(in)
 		e.spare = in[:0]
 		c.dropCanceled()

@@ -3,21 +3,19 @@ package sim
 import (
 	"bytes"
 	"encoding/base64"
-	"fmt"
 	"hash/maphash"
 	"image"
 	_ "image/jpeg" // the formats a request's images may be in: image.DecodeConfig's
 	_ "image/png"
-	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/sim/imglift"
 )
 
 // parsedImage is one image of a request: where its bytes are (src, a data URL or, with
-// url false, base64; or a placeholder for bytes lifted out of the body: liftImages),
+// url false, base64; or a placeholder for bytes lifted out of the body: imglift.Lift),
 // and once loaded (loadImages) its size, read from its bytes, and a hash of them that
 // stands for its tokens in the prefix cache's block chain (so a request that sends the
 // same image again finds it cached, and another image does not).
@@ -37,93 +35,19 @@ var imageSeed = maphash.MakeSeed()
 // unassigned ids below vocabSize, so no text encodes to it.
 const imagePad = 100266
 
-// liftMark starts the placeholder that stands for an image's bytes lifted out of a body:
-// a NUL (which no decoded text of a request carries by chance) and a per-process nonce.
-var liftMark = fmt.Sprintf(`\u0000simimg%016x:`, rand.Uint64())
-
-// liftMarkDecoded is liftMark as encoding/json decodes it.
-var liftMarkDecoded = "\x00" + liftMark[len(`\u0000`):]
-
-// liftImages returns body with the bytes of each image it carries (a JSON string that
-// is a base64 data URL, or the value of a "data" key: Anthropic's base64 source) cut
-// out and a short placeholder in their place, and the bytes cut, which alias body. A
-// 400 kB body with two images becomes a few hundred bytes that encoding/json scans in
-// microseconds instead of the milliseconds of scanning the images' base64 at every level
-// of the parse (a request's content is decoded in stages, each scanning its bytes
-// again). Strings with escapes are left as they are. A body that is not JSON comes back
-// as it is, for the parser to word its error.
-func liftImages(body []byte) (small []byte, blobs [][]byte) {
-	last := 0
-	for i := 0; i < len(body); {
-		q := bytes.IndexByte(body[i:], '"')
-		if q < 0 {
-			break
-		}
-		start := i + q + 1
-		end := start
-		for {
-			k := bytes.IndexByte(body[end:], '"')
-			if k < 0 {
-				return body, nil
-			}
-			end += k
-			bs := 0
-			for m := end - 1; m >= start && body[m] == '\\'; m-- {
-				bs++
-			}
-			if bs%2 == 0 {
-				break
-			}
-			end++
-		}
-		i = end + 1
-		s := body[start:end]
-		if len(s) < 64 || !imageString(body, start, s) || bytes.IndexByte(s, '\\') >= 0 {
-			continue
-		}
-		if small == nil {
-			small = make([]byte, 0, 4096)
-		}
-		small = append(small, body[last:start]...)
-		small = append(small, liftMark...)
-		small = strconv.AppendInt(small, int64(len(blobs)), 10)
-		blobs = append(blobs, s)
-		last = end
-	}
-	if blobs == nil {
-		return body, nil
-	}
-	return append(small, body[last:]...), blobs
-}
-
-// imageString reports whether the JSON string s, which starts at body[start], holds an
-// image's bytes: a base64 data URL, or the value of a "data" key.
-func imageString(body []byte, start int, s []byte) bool {
-	if bytes.HasPrefix(s, []byte("data:")) {
-		return bytes.Contains(s[:min(len(s), 256)], []byte(";base64,"))
-	}
-	k := bytes.TrimRight(body[:start-1], " \t\r\n")
-	if len(k) == 0 || k[len(k)-1] != ':' {
-		return false
-	}
-	return bytes.HasSuffix(bytes.TrimRight(k[:len(k)-1], " \t\r\n"), []byte(`"data"`))
-}
-
 // loadImages reads the size of every image of msgs from its bytes, blobs holding those
-// liftImages cut out, and reports how many of the blobs the images took: a caller that
+// imglift.Lift cut out, and reports how many of the blobs the images took: a caller that
 // lifted more than the images took (a placeholder that landed in a text, say) parses
 // the body again without lifting.
 func loadImages(msgs []parsedMessage, blobs [][]byte) (used int, aerr *apiError) {
 	for i := range msgs {
 		for j := range msgs[i].images {
 			img := &msgs[i].images[j]
-			src := []byte(img.src)
-			if rest, ok := strings.CutPrefix(img.src, liftMarkDecoded); ok {
-				n, err := strconv.Atoi(rest)
-				if err != nil || n < 0 || n >= len(blobs) {
-					return used, badRequest(topField(img.field), "%s: not an image", img.field)
-				}
-				src = blobs[n]
+			src, lifted, ok := imglift.Blob(img.src, blobs)
+			if !ok {
+				return used, badRequest(topField(img.field), "%s: not an image", img.field)
+			}
+			if lifted {
 				used++
 			}
 			if aerr := img.load(src); aerr != nil {
@@ -163,11 +87,11 @@ func (img *parsedImage) load(src []byte) *apiError {
 	return nil
 }
 
-// parseLifted parses body by parse with its images' bytes lifted out (liftImages), then
+// parseLifted parses body by parse with its images' bytes lifted out (imglift.Lift), then
 // loads the images of the messages it returns; it parses the whole body when a
 // placeholder did not end in an image, or to word an error in the body's own terms.
 func parseLifted[T any](body []byte, parse func([]byte) (T, error), msgs func(T) []parsedMessage) (T, error) {
-	small, blobs := liftImages(body)
+	small, blobs := imglift.Lift(body)
 	v, err := parse(small)
 	if err == nil && blobs != nil {
 		used, aerr := loadImages(msgs(v), blobs)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmreplay/llmreplay/media"
+	"github.com/llmreplay/llmreplay/sim/imglift"
 	"github.com/llmreplay/llmreplay/wire"
 )
 
@@ -284,7 +285,7 @@ func TestVisionSkipsCachedImages(t *testing.T) {
 // BenchmarkParseImageRequest measures the handler's reading of a body with two
 // 1024x1024 JPEGs (518 kB): JSON, base64 and the images' headers, all before the request
 // reaches the engine; whole-body is the same chat body parsed without lifting the
-// images out (liftImages), for comparison.
+// images out (imglift.Lift), for comparison.
 func BenchmarkParseImageRequest(b *testing.B) {
 	imgs := make([]wire.Image, 2)
 	for i := range imgs {
@@ -375,7 +376,7 @@ func TestLiftImagesSameParse(t *testing.T) {
 		n := 0
 		for _, m := range got.prompt.messages {
 			n += len(m.images)
-			if strings.Contains(m.content, liftMarkDecoded) {
+			if strings.Contains(m.content, imglift.MarkDecoded) {
 				t.Errorf("body %d: a placeholder is left in a text", i)
 			}
 		}
@@ -383,7 +384,7 @@ func TestLiftImagesSameParse(t *testing.T) {
 			t.Errorf("body %d: no images parsed", i)
 		}
 	}
-	if small, blobs := liftImages([]byte(bodies[0].body)); len(blobs) != 2 || len(small) > 1000 {
+	if small, blobs := imglift.Lift([]byte(bodies[0].body)); len(blobs) != 2 || len(small) > 1000 {
 		t.Errorf("a chat body with 2 images lifted %d blobs, leaving %d bytes", len(blobs), len(small))
 	}
 }

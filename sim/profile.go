@@ -24,7 +24,13 @@ const ProfileFormat = "llmreplay-sim-profile"
 // ProfileVersion is the newest profile file version this build reads and the one it
 // writes. A version adds fields; a reader refuses a newer file rather than drop what it
 // does not know, since an engine missing a parameter would serve other numbers.
-const ProfileVersion = 1
+// Version 2 added config.request_overhead_ns; a version 1 file, which predates it, reads
+// as an engine with none.
+const ProfileVersion = 2
+
+// addedIn is the version that added each config key after version 1: a file of an older
+// version may lack it, and its zero is then that version's engine.
+var addedIn = map[string]int{"request_overhead_ns": 2}
 
 // ProfileFile is a profile file: a named sim.Config and, for a fitted one, its fit.
 type ProfileFile struct {
@@ -122,7 +128,7 @@ func DecodeProfile(name string, data []byte) (ProfileFile, error) {
 	if err := strictjson.Decode(name, data, &p, true); err != nil {
 		return ProfileFile{}, err
 	}
-	if where, key, ok := strictjson.Missing(data, reflect.TypeFor[ProfileFile]()); ok {
+	if where, key, ok := strictjson.Missing(olderKeys(data, *head.Version), reflect.TypeFor[ProfileFile]()); ok {
 		if where != "" {
 			name += ": " + where
 		}
@@ -144,6 +150,24 @@ func DecodeProfile(name string, data []byte) (ProfileFile, error) {
 		return ProfileFile{}, errors.Join(errs...)
 	}
 	return p, nil
+}
+
+// olderKeys is data with the config keys added after version (addedIn) that it lacks set
+// to zero, for the check that no other key is missing.
+func olderKeys(data []byte, version int) []byte {
+	var file map[string]json.RawMessage
+	var cfg map[string]json.RawMessage
+	if json.Unmarshal(data, &file) != nil || json.Unmarshal(file["config"], &cfg) != nil || cfg == nil {
+		return data // not objects: the decode has said so
+	}
+	for key, v := range addedIn {
+		if _, ok := cfg[key]; !ok && version < v {
+			cfg[key] = json.RawMessage("0")
+		}
+	}
+	file["config"], _ = json.Marshal(cfg)
+	out, _ := json.Marshal(file)
+	return out
 }
 
 // WriteProfileFile writes p to path atomically (internal/atomicfile): indented JSON

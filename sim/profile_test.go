@@ -136,14 +136,15 @@ func TestProfileFileRefusals(t *testing.T) {
 		{"fit unknown", withFit, `p.json: fit.params[1]: unknown field "stderr"`},
 		{"format", edit(ProfileFormat, "llmreplay-results"), `p.json: format: "llmreplay-results" is not "llmreplay-sim-profile"`},
 		{"no format", edit(`"format": "llmreplay-sim-profile",`, ""), `p.json: format: missing`},
-		{"newer", edit(`"version": 1,`, `"version": 2, "new_thing": 1,`), "p.json: version: 2 is newer than this llmreplay reads (up to 1): upgrade llmreplay"},
-		{"zero version", edit(`"version": 1,`, `"version": 0,`), "p.json: version: 0: versions start at 1"},
-		{"no version", edit(`"version": 1,`, ""), "p.json: version: missing"},
+		{"newer", edit(`"version": 2,`, `"version": 3, "new_thing": 1,`), "p.json: version: 3 is newer than this llmreplay reads (up to 2): upgrade llmreplay"},
+		{"zero version", edit(`"version": 2,`, `"version": 0,`), "p.json: version: 0: versions start at 1"},
+		{"no version", edit(`"version": 2,`, ""), "p.json: version: missing"},
+		{"missing a version 2 key", edit(`"request_overhead_ns": 0,`, ""), `p.json: config: missing "request_overhead_ns"`},
 		{"invalid config", edit(`"max_batch": 16`, `"max_batch": 0`), "p.json: config: max_batch: 0 < 1"},
 		{"two problems", edit(`"max_batch": 16`, `"max_batch": 0, "seed": 1, "model": ""`), "p.json: config: model: empty\n{path}: config: max_batch: 0 < 1"},
 		{"wrong type", edit(`"max_batch": 16`, `"max_batch": "16"`), "p.json: config.max_batch: a JSON string where an integer belongs"},
-		{"syntax", edit(`"max_batch": 16,`, `"max_batch": 16,,`), "p.json: line 22: invalid character ','"},
-		{"trailing", good + "{}\n", "p.json: line 51: more after the JSON value"},
+		{"syntax", edit(`"max_batch": 16,`, `"max_batch": 16,,`), "p.json: line 23: invalid character ','"},
+		{"trailing", good + "{}\n", "p.json: line 52: more after the JSON value"},
 		{"empty name", edit(`"name": "tiny"`, `"name": ""`), "p.json: name: empty"},
 		{"request log", edit(`"seed": 1,`, `"seed": 1, "request_log": "r.jsonl",`), "p.json: config: request_log: a profile names no request log"},
 		{"missing", edit(`"context_per_token_ns": 200,`, ""), `p.json: config: missing "context_per_token_ns": a profile file gives every parameter`},
@@ -198,4 +199,27 @@ func TestLoadProfile(t *testing.T) {
 func sha256Hex(data []byte) string {
 	s := sha256.Sum256(data)
 	return hex.EncodeToString(s[:])
+}
+
+// TestProfileVersion1: a version 1 file, written before request_overhead_ns existed,
+// reads as the same engine with no overhead; any other key it lacks is still refused,
+// and a version 2 file must give the new key (TestProfileFileRefusals).
+func TestProfileVersion1(t *testing.T) {
+	tiny, err := builtinProfiles.ReadFile("profiles/tiny.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := strings.Replace(strings.Replace(string(tiny), `"version": 2,`, `"version": 1,`, 1), "\n    \"request_overhead_ns\": 0,", "", 1)
+	if v1 == string(tiny) || strings.Contains(v1, "request_overhead") {
+		t.Fatal("tiny.json is not in the form this test edits")
+	}
+	p, err := DecodeProfile("v1.json", []byte(v1))
+	want, _ := Profile("tiny")
+	if err != nil || p.Config != want || p.Config.RequestOverhead != 0 {
+		t.Errorf("version 1 file: %v, config %+v", err, p.Config)
+	}
+	noBase := strings.Replace(v1, "\n    \"step_base_ns\": 1000000,", "", 1)
+	if _, err := DecodeProfile("v1.json", []byte(noBase)); err == nil || !strings.Contains(err.Error(), `v1.json: config: missing "step_base_ns"`) {
+		t.Errorf("version 1 file without step_base_ns: %v", err)
+	}
 }

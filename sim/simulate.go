@@ -26,9 +26,12 @@ type SimResult struct {
 }
 
 // Simulate runs reqs through the engine's scheduler (the core the server drives in real
-// time) in model time, queuing each at the first step start at or after its arrival as
-// the engine does after a receipt: the same arrivals give the engine's times exactly.
-// concurrency > 0 makes a closed loop: each later request arrives when one ends.
+// time) in model time, queuing each at the first step start at or after its arrival plus
+// RequestOverhead as the engine does after a receipt: the same arrivals give the engine's
+// times exactly.
+// concurrency > 0 makes a closed loop: each later request arrives 1 ns after one ends (no
+// client answers in no time: the engine's next step, begun at that end, is under way, and
+// over HTTP the request waits it out as it does here).
 func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, error) {
 	if err := cfg.Validate(); err != nil || cfg.Fixed || concurrency < 0 {
 		return nil, errors.Join(err, errors.New("sim: Simulate needs a valid engine profile (not fixed) and concurrency >= 0"))
@@ -46,7 +49,7 @@ func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, erro
 		}
 		index[seqs[i]] = i
 		if concurrency == 0 || i < concurrency {
-			due = append(due, arrival{r.Arrival, time.Duration(i)})
+			due = append(due, arrival{r.Arrival + cfg.RequestOverhead, time.Duration(i)})
 		}
 	}
 	next := len(due) // closed loop: the request the next freed worker sends
@@ -56,8 +59,8 @@ func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, erro
 			c.now = max(c.now, due[0].at) // model time stands still while nothing runs
 		}
 		for ; len(due) > 0 && due[0].at <= c.now; due = due[1:] {
-			out[due[0].i].Arrival = due[0].at
-			c.enqueue(seqs[due[0].i], due[0].at)
+			out[due[0].i].Arrival = due[0].at - cfg.RequestOverhead
+			c.enqueue(seqs[due[0].i], due[0].at-cfg.RequestOverhead)
 		}
 		if c.step() == 0 && len(due) == 0 {
 			break // what waits can never be admitted
@@ -66,7 +69,7 @@ func Simulate(cfg Config, reqs []SimRequest, concurrency int) ([]SimResult, erro
 			i := index[s]
 			out[i].Tokens, out[i].End = append(out[i].Tokens, c.now), c.now
 			if s.generated == s.target && concurrency > 0 && next < len(reqs) {
-				due, next = append(due, arrival{c.now, time.Duration(next)}), next+1 // in order: due stays sorted
+				due, next = append(due, arrival{c.now + 1 + cfg.RequestOverhead, time.Duration(next)}), next+1 // in order: due stays sorted
 			}
 		}
 	}

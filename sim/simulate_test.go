@@ -7,14 +7,22 @@ import (
 
 // TestSimulateIdleExact: one request on an idle engine gets its first token after the
 // prefill alone (PrefillTime), then one token per pure decode step.
+// With a RequestOverhead, the prefill starts that much after the arrival.
 func TestSimulateIdleExact(t *testing.T) {
+	for _, over := range []time.Duration{0, 3 * time.Millisecond} {
+		simulateIdle(t, over)
+	}
+}
+
+func simulateIdle(t *testing.T, over time.Duration) {
 	cfg := linear()
+	cfg.RequestOverhead = over
 	res, err := Simulate(cfg, []SimRequest{{Arrival: 7 * time.Millisecond, Prompt: 150, Output: 5}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := res[0]
-	want := 7*time.Millisecond + cfg.PrefillTime(150, 0)
+	want := 7*time.Millisecond + over + cfg.PrefillTime(150, 0)
 	if !r.Served || r.Arrival != 7*time.Millisecond || r.First != want || len(r.Tokens) != 5 {
 		t.Fatalf("got %+v, want first %v and 5 tokens", r, want)
 	}
@@ -31,11 +39,20 @@ func TestSimulateIdleExact(t *testing.T) {
 
 // TestSimulateMatchesEngine drives the real-time engine and Simulate with the same
 // requests: with each request queued at the step start at which the engine took it in,
-// every first and last token time is the engine's, to the nanosecond.
+// every first and last token time is the engine's, to the nanosecond. With a
+// RequestOverhead, the engine queues no request before its overhead has passed since its
+// arrival, and Simulate, given the arrival that makes it due at that step start, agrees.
 func TestSimulateMatchesEngine(t *testing.T) {
+	for _, over := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run(over.String(), func(t *testing.T) { simulateMatches(t, over) })
+	}
+}
+
+func simulateMatches(t *testing.T, over time.Duration) {
 	cfg := linear()
 	cfg.PrefixCache = false
 	cfg.TimeScale = 200
+	cfg.RequestOverhead = over
 	e := newEngine(&cfg)
 	defer e.close()
 	prompts := []int{40, 200, 10, 90, 64, 300, 5, 120, 33, 70, 150, 20}
@@ -54,7 +71,10 @@ func TestSimulateMatchesEngine(t *testing.T) {
 	}
 	reqs := make([]SimRequest, len(seqs))
 	for i, s := range seqs {
-		reqs[i] = SimRequest{Arrival: s.queuedM, Prompt: s.prompt, Output: s.target}
+		reqs[i] = SimRequest{Arrival: s.queuedM - over, Prompt: s.prompt, Output: s.target}
+		if s.queuedM-s.arrivalM < over {
+			t.Errorf("request %d: queued %v after its arrival, before the overhead %v had passed", i, s.queuedM-s.arrivalM, over)
+		}
 	}
 	res, err := Simulate(cfg, reqs, 0)
 	if err != nil {
@@ -75,8 +95,10 @@ func TestSimulateMatchesEngine(t *testing.T) {
 }
 
 // TestSimulateClosedLoop: with concurrency N, the first N arrive at their worker starts
-// and every later request arrives at the end of an earlier one, never more than N in
-// flight; at concurrency 1 each request is alone on the engine.
+// and every later request 1 ns after the end of an earlier one, never more than N in
+// flight; at concurrency 1 each request is alone on the engine. At 2, the request sent
+// when one ends waits for the step under way beside the other (a real client's request
+// cannot join the step that starts at the instant it got its answer).
 func TestSimulateClosedLoop(t *testing.T) {
 	cfg := linear()
 	var reqs []SimRequest
@@ -90,7 +112,7 @@ func TestSimulateClosedLoop(t *testing.T) {
 	for i, r := range res {
 		var start time.Duration
 		if i > 0 {
-			start = res[i-1].End
+			start = res[i-1].End + 1
 		}
 		if r.Arrival != start || r.First != start+cfg.PrefillTime(reqs[i].Prompt, 0) {
 			t.Fatalf("request %d: arrival %v first %v, want %v and %v", i, r.Arrival, r.First, start, start+cfg.PrefillTime(reqs[i].Prompt, 0))
@@ -106,10 +128,10 @@ func TestSimulateClosedLoop(t *testing.T) {
 			if r.Arrival != 0 {
 				t.Fatalf("request %d of the first wave arrived at %v", i, r.Arrival)
 			}
-		} else if ends[r.Arrival] == 0 {
-			t.Fatalf("request %d arrived at %v, not at an earlier end", i, r.Arrival)
+		} else if ends[r.Arrival-1] == 0 {
+			t.Fatalf("request %d arrived at %v, not 1 ns after an earlier end", i, r.Arrival)
 		} else {
-			ends[r.Arrival]--
+			ends[r.Arrival-1]--
 		}
 		ends[r.End]++
 		inflight := 0
@@ -121,6 +143,23 @@ func TestSimulateClosedLoop(t *testing.T) {
 		if inflight > 3 {
 			t.Fatalf("%d in flight at %v", inflight, r.Arrival)
 		}
+	}
+	// Two workers, one request each long, one short: the short one's successor arrives
+	// while the long one decodes, and its prefill starts at the end of the step under way.
+	two := []SimRequest{{Prompt: 50, Output: 40}, {Prompt: 50, Output: 2}, {Prompt: 60, Output: 3}}
+	res, err = Simulate(cfg, two, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step time.Duration // the step under way at the short one's end: the first that ends after it
+	for _, tk := range res[0].Tokens {
+		if tk > res[1].End {
+			step = tk
+			break
+		}
+	}
+	if res[2].Arrival != res[1].End+1 || step == 0 || res[2].First <= step {
+		t.Errorf("third request: arrival %v (want %v), first token %v, not after the step under way ending %v", res[2].Arrival, res[1].End+1, res[2].First, step)
 	}
 }
 

@@ -21,11 +21,10 @@ import (
 //     requests decoding across the gap (first token before it, end after it) and C their
 //     prompts plus the tokens each had made; gaps during which another request was
 //     prefilling or waiting are left out (that step may hold a prefill).
-//   - prefill: the TTFT of a request that had the engine to itself is PrefillTime:
-//     per chunk of max_batched_tokens, step_base + context_per_token*context +
-//     prefill_per_token*tokens + attention_per_pair_ns*pairs; with the decode terms
-//     known, the last two are a least-squares fit with a constant (the request's own
-//     overhead: network, parsing), which the engine's model has no place for.
+//   - prefill: the TTFT of a request that had the engine to itself is request_overhead
+//     plus PrefillTime: per chunk of max_batched_tokens, step_base +
+//     context_per_token*context + prefill_per_token*tokens + attention_per_pair_ns*pairs;
+//     with the decode terms known, the overhead and the last two are a least-squares fit.
 //   - max_batch: the most requests decoding at once, when requests waited meanwhile.
 //   - prefix cache: on when a request read cached tokens; the block size is the greatest
 //     common divisor of the cached counts.
@@ -235,17 +234,18 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 				done += n
 			}
 			n := float64(q.Prompt - cached)
-			// The constant is the request's own overhead (the network, the server's
-			// parsing): no step of the engine's, but part of every measured TTFT.
+			// The constant is the request's overhead (the network, the server's parsing,
+			// templating and tokenizing): no step of the engine's, but part of every
+			// measured TTFT, and in a closed loop a slot's idle time per request.
 			x, y = append(x, []float64{n, pairs, 1}), append(y, rest)
 			minP, maxP = min(minP, n), max(maxP, n)
 			meanY += float64(q.First - q.Sent)
 		}
 	}
-	names := []string{"prefill_per_token_ns", "attention_per_pair_ns"}
+	names := []string{"prefill_per_token_ns", "attention_per_pair_ns", "request_overhead_ns"}
 	keep := func(advice string) []sim.FitParam {
 		return []sim.FitParam{undetermined(names[0], float64(cfg.PrefillPerToken), advice),
-			undetermined(names[1], cfg.AttentionPerPairNs, advice)}
+			undetermined(names[1], cfg.AttentionPerPairNs, advice), undetermined(names[2], float64(cfg.RequestOverhead), advice)}
 	}
 	if len(y) < 6 || maxP < 2*minP {
 		seen := "no request found the engine idle"
@@ -262,7 +262,8 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 		return keep("prefill: " + err.Error() + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
 	out := []sim.FitParam{undetermined(names[0], float64(cfg.PrefillPerToken), "the idle TTFTs are too noisy: add a longer run at concurrency 1"),
-		undetermined(names[1], cfg.AttentionPerPairNs, "add a run at concurrency 1 with prompts of 4,000 tokens or more, where attention shows")}
+		undetermined(names[1], cfg.AttentionPerPairNs, "add a run at concurrency 1 with prompts of 4,000 tokens or more, where attention shows"),
+		undetermined(names[2], float64(cfg.RequestOverhead), "the idle TTFTs are too noisy to tell the overhead from zero: add a longer run at concurrency 1 with short prompts")}
 	if fitted[0] {
 		out[0] = sim.FitParam{Name: names[0], Value: math.Max(0, f.Coef[0]), StdErr: f.StdErr[0], Determined: true}
 		cfg.PrefillPerToken = time.Duration(math.Round(out[0].Value))
@@ -270,6 +271,12 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 	if fitted[1] {
 		out[1] = sim.FitParam{Name: names[1], Value: math.Max(0, f.Coef[1]), StdErr: f.StdErr[1], Determined: true}
 		cfg.AttentionPerPairNs = out[1].Value
+	}
+	// The overhead is always estimated (fixing it would move its part into prefill's
+	// terms); it replaces the base's when it is determined.
+	if determined(f.StdErr[2], 1, meanY) {
+		out[2] = sim.FitParam{Name: names[2], Value: math.Max(0, f.Coef[2]), StdErr: f.StdErr[2], Determined: true}
+		cfg.RequestOverhead = time.Duration(math.Round(out[2].Value))
 	}
 	return out
 }

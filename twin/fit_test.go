@@ -9,24 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmreplay/llmreplay/internal/twintest"
 	"github.com/llmreplay/llmreplay/replay/results"
 	"github.com/llmreplay/llmreplay/sim"
 )
 
-// truth draws the engine the fit is not told: every step-model term and the batch cap
-// drawn (seeded) in ranges around the tiny profile's.
-func truth(rng *rand.Rand) sim.Config {
-	c, _ := sim.Profile("tiny")
-	u := func(lo, hi float64) float64 { return lo + rng.Float64()*(hi-lo) }
-	c.StepBase = time.Duration(u(0.5e6, 2e6))
-	c.DecodePerSeq = time.Duration(u(20e3, 100e3))
-	c.ContextPerToken = time.Duration(u(100, 400))
-	c.PrefillPerToken = time.Duration(u(5e3, 20e3))
-	c.AttentionPerPairNs = u(0.5, 2)
-	c.MaxBatch = 8 + rng.IntN(17)
-	c.PrefixBlockTokens = []int{16, 32}[rng.IntN(2)]
-	return c
-}
+// truth draws the engine the fit is not told (twintest.Engine: the HTTP proof in
+// cmd/llmreplay draws from the same ranges).
+func truth(rng *rand.Rand) sim.Config { return twintest.Engine(rng) }
 
 // workload is n requests with prompts and outputs drawn uniformly; gap > 0 spaces their
 // arrivals exponentially with that mean (open loop), 0 leaves them for a closed loop.
@@ -108,7 +98,7 @@ func proof(t *testing.T, seed uint64) {
 	want := map[string]float64{"step_base_ns": float64(cfg.StepBase), "decode_per_seq_ns": float64(cfg.DecodePerSeq),
 		"context_per_token_ns": float64(cfg.ContextPerToken), "prefill_per_token_ns": float64(cfg.PrefillPerToken),
 		"attention_per_pair_ns": cfg.AttentionPerPairNs, "max_batch": float64(cfg.MaxBatch), "prefix_cache": 1,
-		"prefix_block_tokens": float64(cfg.PrefixBlockTokens)}
+		"prefix_block_tokens": float64(cfg.PrefixBlockTokens), "request_overhead_ns": float64(cfg.RequestOverhead) + float64(jitter)/2}
 	for _, q := range p.Fit.Params {
 		w, ok := want[q.Name]
 		if !ok || !q.Determined {
@@ -121,7 +111,7 @@ func proof(t *testing.T, seed uint64) {
 		}
 		delete(want, q.Name)
 	}
-	for _, name := range []string{"step_base_ns", "decode_per_seq_ns", "prefill_per_token_ns", "max_batch"} {
+	for _, name := range []string{"step_base_ns", "decode_per_seq_ns", "prefill_per_token_ns", "max_batch", "request_overhead_ns"} {
 		if _, left := want[name]; left {
 			t.Errorf("%s not determined by the three runs", name)
 		}

@@ -83,9 +83,27 @@ func fitMaxBatch(runs []Run, cfg *sim.Config) sim.FitParam {
 		fmt.Sprintf("no run had requests waiting while the batch was full (at most %d decoding at once): add a closed-loop run at a concurrency above %d", peak, max(peak, cfg.MaxBatch)))
 }
 
+// prefillingKV is the KV held at t by the requests admitted and still prefilling: of
+// those sent with no first token yet, all but the waiting gauge's count, the earliest
+// sent (the engine admits in order), each holding its prompt and output.
+func prefillingKV(reqs []Req, t int64, waiting int) int {
+	var pending []*Req
+	for j := range reqs {
+		if q := &reqs[j]; q.Sent < t && q.First > t {
+			pending = append(pending, q)
+		}
+	}
+	kv := 0
+	for _, q := range pending[:max(0, len(pending)-waiting)] {
+		kv += q.Prompt + q.Output
+	}
+	return kv
+}
+
 // fitKV reads kv_cache_tokens off the KV-usage gauge, where a run scraped one: at each
 // scrape the requests decoding hold their prompt and output (the engine reserves both at
-// admission), which is usage x capacity; the capacity is the least-squares slope through
+// admission), and so do those admitted and still prefilling (prefillingKV, where the run
+// scraped the waiting gauge too), which is usage x capacity; the capacity is the least-squares slope through
 // the origin of the tokens held on the usage, over the scrapes with usage above 5%.
 // Without the gauge it keeps the base value, raised to the most the runs held at once: a
 // twin that could not hold what the engine held would queue where it did not.
@@ -99,9 +117,16 @@ func fitKV(runs []Run, cfg *sim.Config) sim.FitParam {
 			_, kv := decodingAt(reqs, reqs[i].First)
 			most = max(most, kv)
 		}
+		waiting := map[int64]float64{}
+		for _, w := range runs[ri].Gauges[scraped.Waiting] {
+			waiting[w.Time()] = w.Value()
+		}
 		for _, p := range runs[ri].Gauges[scraped.KVUsage] {
 			if u := p.Value(); u > 0.05 && u <= 1 {
 				_, kv := decodingAt(reqs, p.Time())
+				if w, ok := waiting[p.Time()]; ok {
+					kv += prefillingKV(reqs, p.Time(), int(w))
+				}
 				obs = append(obs, [2]float64{u, float64(kv)})
 				sxy, sxx = sxy+u*float64(kv), sxx+u*u
 			}

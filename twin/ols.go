@@ -85,7 +85,8 @@ type term struct {
 
 // fitTerms fits y on the columns of x, one per term. A coefficient that is not determined
 // (determined) while its term's base value lies within 3 standard errors of it is fixed
-// at that base value, its part taken out of y, and the rest fitted again, until every
+// at that base value (of several, the one whose base is the fewest standard errors off),
+// its part taken out of y, and the rest fitted again, until every
 // term left is determined or rejects its base: a parameter the runs cannot tell keeps the
 // base value, as every undetermined parameter does, and the others are fitted given it
 // rather than made as uncertain as it is (the attention and prefill terms move together
@@ -127,7 +128,7 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 		if err != nil {
 			return f, ok, err
 		}
-		worst, worstBy := -1, 0.0
+		fix, fixZ := -1, math.Inf(1)
 		f = olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: g.N, RMS: g.RMS}
 		for j := range terms {
 			f.Coef[j] = terms[j].base // fixed, unless fitted below
@@ -137,14 +138,19 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 			// A term is fixed at its base value only when the runs allow that value: one
 			// they reject (more than 3 standard errors from the estimate) keeps its
 			// estimate, however imprecise, since the base is further from the truth.
-			consistent := math.Abs(g.Coef[k]-terms[j].base) <= 3*g.StdErr[k]
-			if by := g.StdErr[k] * terms[j].spread / math.Abs(meanY); !terms[j].always && consistent && !determined(g.StdErr[k], terms[j].spread, meanY) && by > worstBy {
-				worst, worstBy = j, by
+			// Of the terms that may be fixed, the one whose base the runs find likeliest (the
+			// fewest standard errors from its estimate) is: fixing the least likely one
+			// instead moved the others, fitted given a wrong value, far off with small
+			// errors (over HTTP under -race, prefill fixed at tiny's 10 µs against 16 left
+			// attention at 5.1 ± 0.2 ns against 1.3).
+			z := math.Abs(g.Coef[k]-terms[j].base) / g.StdErr[k]
+			if !terms[j].always && z <= 3 && !determined(g.StdErr[k], terms[j].spread, meanY) && z < fixZ {
+				fix, fixZ = j, z
 			}
 		}
-		if worst < 0 {
+		if fix < 0 {
 			return f, ok, nil
 		}
-		ok[worst] = false
+		ok[fix] = false
 	}
 }

@@ -34,19 +34,23 @@ func TestOLSRecovers(t *testing.T) {
 	}
 }
 
-// TestFitTermsFixesTheUndetermined: two regressors that move together cannot be told
-// apart: the less determined is fixed at its base value and the other fitted given it,
-// not left as uncertain as both are together.
-func TestFitTermsFixesTheUndetermined(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	var x [][]float64
-	var y []float64
+// movingTogether is 300 observations of y = 2a + 3b + 50 with noise, where b is 10a give
+// or take 0.5: the two terms cannot be told apart, and a constant is fitted beside them.
+func movingTogether(rng *rand.Rand) (x [][]float64, y []float64) {
 	for range 300 {
 		a := float64(rng.IntN(100))
 		b := 10*a + rng.Float64()*0.5
 		x = append(x, []float64{a, b, 1})
 		y = append(y, 2*a+3*b+50+5*rng.NormFloat64())
 	}
+	return x, y
+}
+
+// TestFitTermsFixesTheUndetermined: two regressors that move together cannot be told
+// apart: the less determined is fixed at its base value and the other fitted given it,
+// not left as uncertain as both are together.
+func TestFitTermsFixesTheUndetermined(t *testing.T) {
+	x, y := movingTogether(rand.New(rand.NewPCG(3, 4)))
 	terms := []term{{base: 2, spread: 99}, {base: 3, spread: 990}, {always: true}}
 	f, ok, err := fitTerms(x, y, terms, 1600)
 	if err != nil {
@@ -102,5 +106,34 @@ func TestFitTermsKeepsARejectedBase(t *testing.T) {
 	}
 	if ok[0] {
 		t.Errorf("prefill: fitted %v ± %v; want it fixed at its base, which the runs allow", f.Coef[0], f.StdErr[0])
+	}
+}
+
+// TestFitTermsFixesTheLikeliestBase: of two terms that move together, both undetermined
+// and both allowed at their base values, the one whose base the runs find likeliest
+// (its estimate exactly, 0 standard errors off) is fixed, and not the one with the larger
+// spread whose base is 2.5 standard errors off: fixing that one would fit the other given
+// a value the runs lean against, with an error that does not show it.
+func TestFitTermsFixesTheLikeliestBase(t *testing.T) {
+	x, y := movingTogether(rand.New(rand.NewPCG(7, 8)))
+	g, err := ols(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := []term{{base: g.Coef[0], spread: 99}, {base: g.Coef[1] + 2.5*g.StdErr[1], spread: 2000}, {always: true}}
+	for j := range 2 {
+		if determined(g.StdErr[j], terms[j].spread, 1600) {
+			t.Fatalf("term %d is determined (%v ± %v): the case is not the one under test", j, g.Coef[j], g.StdErr[j])
+		}
+	}
+	if !(g.StdErr[1]*2000 > g.StdErr[0]*99) {
+		t.Fatal("the second term must be the less determined one, for the test to tell the rules apart")
+	}
+	_, ok, err := fitTerms(x, y, terms, 1600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok[0] || !ok[1] {
+		t.Errorf("fitted %v: want the first term (its base the estimate) fixed and the second fitted", ok)
 	}
 }

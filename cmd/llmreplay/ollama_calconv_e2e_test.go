@@ -27,7 +27,7 @@ func TestOllamaCalibratedConversations(t *testing.T) {
 	srv := ollamatest.Start(t, ollamatest.Options{Template: markersTemplate})
 	dir := t.TempDir()
 	conv := filepath.Join(dir, "conv.parquet")
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
 		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,4",
 		"--sessions", "2", "--seed", "3", "-o", conv)
 	for _, api := range []string{"chat", "messages", "responses"} {
@@ -38,7 +38,7 @@ func TestOllamaCalibratedConversations(t *testing.T) {
 			if calibrate {
 				args = append(args, "--calibrate")
 			}
-			ollamaRun(t, args...)
+			mustRun(t, args...)
 			rows, meta, err := results.ReadFile(res)
 			if err != nil {
 				t.Fatal(err)

@@ -26,16 +26,6 @@ import (
 // each. They skip without $LLMREPLAY_OLLAMA; scripts/test builds the engine and runs them
 // alone (docs/engines.md).
 
-// ollamaRun runs the CLI and fails the test on an error, returning stdout.
-func ollamaRun(t *testing.T, args ...string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	if err := run(context.Background(), args, &out, &errb); err != nil {
-		t.Fatalf("llmreplay %s: %v\n%s", strings.Join(args, " "), err, errb.String())
-	}
-	return out.String()
-}
-
 // ollamaTrace writes a synthetic trace of short prompts (the engine prefills ~1,500 tokens
 // a second on two cores) and returns its path.
 func ollamaTrace(t *testing.T, dir string, extra ...string) string {
@@ -43,7 +33,7 @@ func ollamaTrace(t *testing.T, dir string, extra ...string) string {
 	tr := filepath.Join(dir, "trace.parquet")
 	args := append([]string{"trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "6s",
 		"--prompt-tokens", "uniform:16,200", "--output-tokens", "uniform:4,40", "--seed", "29", "-o", tr}, extra...)
-	ollamaRun(t, args...)
+	mustRun(t, args...)
 	return tr
 }
 
@@ -51,7 +41,7 @@ func ollamaTrace(t *testing.T, dir string, extra ...string) string {
 func analyzeJSON(t *testing.T, res string) map[string]any {
 	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal([]byte(ollamaRun(t, "analyze", res, "--json")), &m); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, "analyze", res, "--json")), &m); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -71,7 +61,7 @@ func TestOllamaReplay(t *testing.T) {
 		for _, client := range []string{"raw", "net/http"} {
 			t.Run(api+"/"+strings.ReplaceAll(client, "/", ""), func(t *testing.T) {
 				res := filepath.Join(dir, fmt.Sprintf("%s-%s.parquet", api, strings.ReplaceAll(client, "/", "")))
-				ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+				mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 					"--api", api, "--http-client", client, "--quiet", "-o", res)
 				checkExactRows(t, readRows(t, res))
 				th := analyzeJSON(t, res)["throughput"].(map[string]any)
@@ -143,13 +133,13 @@ func TestOllamaSessions(t *testing.T) {
 	srv := ollamatest.Start(t, ollamatest.Options{Parallel: 2, Debug: true})
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "conv.parquet")
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "15s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "15s",
 		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,5",
 		"--sessions", "2", "--seed", "3", "-o", tr)
 	for _, history := range []string{"actual", "synthetic"} {
 		before := len(srv.CacheLoads())
 		res := filepath.Join(dir, history+".parquet")
-		ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat",
+		mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat",
 			"--concurrency", "1", "--sessions", "sequential", "--history", history, "--quiet", "-o", res)
 		rows := readRows(t, res)
 		slices.SortFunc(rows, func(a, b results.Result) int { return cmp.Compare(a.SentNS, b.SentNS) })
@@ -210,12 +200,12 @@ func TestOllamaLoad(t *testing.T) {
 	dir := t.TempDir()
 	tr := filepath.Join(dir, "decode.parquet")
 	// Short prompts (a prefill of milliseconds), long answers (hundreds of milliseconds).
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "4", "--duration", "120s",
 		"--prompt-tokens", "uniform:16,48", "--output-tokens", "uniform:256,512", "--seed", "7", "-o", tr)
 	common := []string{"--trace", tr, "--model", ollamatest.Model, "--quiet"}
 
 	sw := filepath.Join(dir, "sweep")
-	ollamaRun(t, append([]string{"sweep", "--endpoint", two.BaseURL, "--concurrencies", "1,2,4,8", "--duration", "8s",
+	mustRun(t, append([]string{"sweep", "--endpoint", two.BaseURL, "--concurrencies", "1,2,4,8", "--duration", "8s",
 		"--slo", "ttft=250ms", "--attainment", "95", "-o", sw}, common...)...)
 	type bracket struct {
 		Found    bool    `json:"found"`
@@ -250,14 +240,14 @@ func TestOllamaLoad(t *testing.T) {
 		overloaded bool
 	}{{2, true}, {0.5, false}} {
 		res := filepath.Join(dir, fmt.Sprintf("open-%g.parquet", c.factor))
-		ollamaRun(t, append([]string{"replay", "--endpoint", two.BaseURL, "--rate", fmt.Sprint(c.factor * knee),
+		mustRun(t, append([]string{"replay", "--endpoint", two.BaseURL, "--rate", fmt.Sprint(c.factor * knee),
 			"--duration", "20s", "-o", res}, common...)...)
 		flags := analyzeJSON(t, res)["flags"].(map[string]any)
 		if got, _ := flags["overloaded"].(bool); got != c.overloaded {
 			// The text report says the evidence (the slopes, their t, the window), which
 			// the JSON flags do not: what the next reader needs to judge a failure.
 			var evidence []string
-			for _, line := range strings.Split(ollamaRun(t, "analyze", res), "\n") {
+			for _, line := range strings.Split(mustRun(t, "analyze", res), "\n") {
 				if strings.Contains(line, "overloaded:") || strings.Contains(line, "sustained output tok/s") {
 					evidence = append(evidence, strings.TrimSpace(line))
 				}
@@ -269,7 +259,7 @@ func TestOllamaLoad(t *testing.T) {
 	runs := map[string]string{}
 	for name, srv := range map[string]*ollamatest.Server{"one": one, "two": two} {
 		runs[name] = filepath.Join(dir, "slots-"+name+".parquet")
-		ollamaRun(t, append([]string{"replay", "--endpoint", srv.BaseURL, "--concurrency", "2", "--duration", "12s", "-o", runs[name]}, common...)...)
+		mustRun(t, append([]string{"replay", "--endpoint", srv.BaseURL, "--concurrency", "2", "--duration", "12s", "-o", runs[name]}, common...)...)
 	}
 	var cmpOut struct {
 		Sections []struct {
@@ -283,7 +273,7 @@ func TestOllamaLoad(t *testing.T) {
 			} `json:"figures"`
 		} `json:"sections"`
 	}
-	if err := json.Unmarshal([]byte(ollamaRun(t, "compare", runs["one"], runs["two"], "--json")), &cmpOut); err != nil {
+	if err := json.Unmarshal([]byte(mustRun(t, "compare", runs["one"], runs["two"], "--json")), &cmpOut); err != nil {
 		t.Fatal(err)
 	}
 	figs := map[string]int{}
@@ -344,7 +334,7 @@ func TestOllamaCalibrate(t *testing.T) {
 
 	full := ollamatest.Start(t, ollamatest.Options{})
 	res := filepath.Join(dir, "calibrated.parquet")
-	ollamaRun(t, "replay", "--trace", tr, "--endpoint", full.BaseURL, "--model", ollamatest.Model, "--calibrate", "--limit", "12", "--quiet", "-o", res)
+	mustRun(t, "replay", "--trace", tr, "--endpoint", full.BaseURL, "--model", ollamatest.Model, "--calibrate", "--limit", "12", "--quiet", "-o", res)
 	for _, r := range readRows(t, res) {
 		if r.Status != results.StatusOK || r.PromptTokensServer != r.PromptTokens {
 			t.Errorf("calibrated: request %d: %s, the server counted %d prompt tokens for a target of %d", r.RequestID, r.Status, r.PromptTokensServer, r.PromptTokens)
@@ -367,11 +357,11 @@ func TestOllamaCalibrate(t *testing.T) {
 	}
 
 	long := filepath.Join(dir, "long.parquet")
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "2s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "2s",
 		"--prompt-tokens", "uniform:2600,3000", "--output-tokens", "fixed:4", "--seed", "5", "-o", long)
 	res = filepath.Join(dir, "truncated.parquet")
-	ollamaRun(t, "replay", "--trace", long, "--endpoint", short.BaseURL, "--model", ollamatest.Model, "--quiet", "-o", res)
-	report := ollamaRun(t, "analyze", res)
+	mustRun(t, "replay", "--trace", long, "--endpoint", short.BaseURL, "--model", ollamatest.Model, "--quiet", "-o", res)
+	report := mustRun(t, "analyze", res)
 	head, _, _ := strings.Cut(report, "Throughput")
 	if !strings.Contains(head, "PROMPT TOKENS OFF TARGET") {
 		t.Errorf("prompts cut to a 2,048-token context: the report's top does not say so:\n%s", head)
@@ -432,7 +422,7 @@ func TestOllamaAgents(t *testing.T) {
 	reqs := writeAgentTrace(t, tr, 1, 4, 300, 60, 12, 200*time.Millisecond)
 	res := filepath.Join(dir, "r.parquet")
 	before := len(srv.CacheLoads())
-	ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat", "--quiet", "-o", res)
+	mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "chat", "--quiet", "-o", res)
 	loads := srv.CacheLoads()[before+1:] // the first is the preflight's length check
 	rows := readRows(t, res)
 	if len(rows) != len(reqs) || len(loads) != len(rows) {

@@ -24,7 +24,7 @@ func TestOllamaEmbeddings(t *testing.T) {
 	for _, client := range []string{"raw", "net/http"} {
 		t.Run(strings.ReplaceAll(client, "/", ""), func(t *testing.T) {
 			res := filepath.Join(dir, "embed-"+strings.ReplaceAll(client, "/", "")+".parquet")
-			ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+			mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 				"--api", "embeddings", "--inputs", "3", "--http-client", client, "--quiet", "--limit", "12", "-o", res)
 			rows := readRows(t, res)
 			if len(rows) != 12 {

@@ -27,7 +27,7 @@ func TestOllamaMessages(t *testing.T) {
 		name := strings.ReplaceAll(client, "/", "")
 		t.Run(name, func(t *testing.T) {
 			res := filepath.Join(dir, "messages-"+name+".parquet")
-			ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+			mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 				"--api", "messages", "--api-key", "sk-ant-test", "--http-client", client, "--quiet", "-o", res)
 			rows := readRows(t, res)
 			checkExactRows(t, rows)

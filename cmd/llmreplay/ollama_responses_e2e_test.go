@@ -34,7 +34,7 @@ func TestOllamaResponses(t *testing.T) {
 	for _, client := range []string{"raw", "net/http"} {
 		t.Run(strings.ReplaceAll(client, "/", ""), func(t *testing.T) {
 			res := filepath.Join(dir, "responses-"+strings.ReplaceAll(client, "/", "")+".parquet")
-			ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
+			mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model,
 				"--api", "responses", "--http-client", client, "--quiet", "-o", res)
 			checkExactRows(t, readRows(t, res))
 		})
@@ -44,11 +44,11 @@ func TestOllamaResponses(t *testing.T) {
 	// which Ollama renders as it renders chat's, so the server counts every turn's prompt
 	// as its target plus BOS (TestOllamaSessions' check for chat).
 	conv := filepath.Join(dir, "conv.parquet")
-	ollamaRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
+	mustRun(t, "trace", "synth", "--arrival", "poisson", "--rate", "2", "--duration", "8s",
 		"--prompt-tokens", "uniform:16,64", "--output-tokens", "uniform:8,24", "--turns", "uniform:3,4",
 		"--sessions", "2", "--seed", "3", "-o", conv)
 	res := filepath.Join(dir, "conv-responses.parquet")
-	ollamaRun(t, "replay", "--trace", conv, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
+	mustRun(t, "replay", "--trace", conv, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
 		"--concurrency", "1", "--sessions", "sequential", "--history", "actual", "--quiet", "-o", res)
 	later := 0
 	for _, r := range readRows(t, res) {
@@ -67,7 +67,7 @@ func TestOllamaResponses(t *testing.T) {
 	// Calibration through the API: usage probes to /responses (Ollama has no /tokenize),
 	// then every prompt counted by the server as exactly its target.
 	res = filepath.Join(dir, "calibrated-responses.parquet")
-	ollamaRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
+	mustRun(t, "replay", "--trace", tr, "--endpoint", srv.BaseURL, "--model", ollamatest.Model, "--api", "responses",
 		"--calibrate", "--limit", "8", "--quiet", "-o", res)
 	for _, r := range readRows(t, res) {
 		if r.Status != results.StatusOK || r.PromptTokensServer != r.PromptTokens {

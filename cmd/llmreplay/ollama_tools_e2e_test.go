@@ -33,7 +33,7 @@ func TestOllamaTools(t *testing.T) {
 			res = filepath.Join(dir, "tools-calibrated.parquet")
 			args = append(args[:len(args)-1], res, "--calibrate")
 		}
-		ollamaRun(t, args...)
+		mustRun(t, args...)
 		rows, meta, err := results.ReadFile(res)
 		if err != nil {
 			t.Fatal(err)

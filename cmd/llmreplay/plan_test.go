@@ -150,6 +150,33 @@ func TestPlan(t *testing.T) {
 	if len(got.TwinError) != 2 || got.TwinError[0].Figure != "output_tok_s" || got.TwinError[0].MaxAbs != 0.041 || !got.TwinError[0].HeldOut || got.TwinError[0].Runs != 1 {
 		t.Errorf("--json: twin_error %+v: want output_tok_s at 0.041 over the one held-out run", got.TwinError)
 	}
+
+	// Closed loop: c workers keep min(c, 8) sequences running, each step a token for each,
+	// so doubling pays up to the 8 the batch holds and not past it.
+	out.Reset()
+	if err := run(context.Background(), []string{"plan", "--trace", tr, "--profile", prof, "--concurrencies", "2,16", "--json"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	var closed struct {
+		planJSON
+		MinGain *float64 `json:"min_gain"`
+		Points  []struct {
+			Load      float64  `json:"load"`
+			Speedup   *float64 `json:"speedup"`
+			Sustained *float64 `json:"sustained_output_tokens_per_s"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &closed); err != nil {
+		t.Fatalf("--concurrencies --json: %v\n%s", err, out.String())
+	}
+	if s := closed.Saturation; closed.Axis != "concurrency" || closed.MinGain == nil || *closed.MinGain != 0.1 || !s.Found || s.PassLoad != 8 || s.FailLoad != 16 {
+		t.Errorf("--concurrencies: axis %q, min gain %v, saturation %+v: want concurrency 8 failing at 16", closed.Axis, closed.MinGain, s)
+	}
+	for i, want := range []float64{200, 800} { // 2 and 8 sequences, 100 tokens/s each
+		if pt := closed.Points[i]; pt.Speedup != nil || pt.Sustained == nil || *pt.Sustained < 0.98*want || *pt.Sustained > 1.02*want {
+			t.Errorf("--concurrencies: at %v: speedup %v, sustained %v; want no speedup and %v tok/s", pt.Load, pt.Speedup, pt.Sustained, want)
+		}
+	}
 }
 
 func TestPlanErrors(t *testing.T) {
@@ -161,7 +188,10 @@ func TestPlanErrors(t *testing.T) {
 	}{
 		{[]string{"--trace", tr}, "--profile NAME|FILE is required"},
 		{[]string{"--trace", tr, "--profile", "tiny", "--slo", "ttft=soon"}, "not a duration"},
-		{[]string{"--trace", tr, "--profile", "tiny", "--rates", "1", "--speedups", "2"}, "not both"},
+		{[]string{"--trace", tr, "--profile", "tiny", "--rates", "1", "--speedups", "2"}, "give one of --rates, --speedups and --concurrencies"},
+		{[]string{"--trace", tr, "--profile", "tiny", "--concurrencies", "1", "--rates", "2"}, "give one of"},
+		{[]string{"--trace", tr, "--profile", "tiny", "--concurrencies", "4", "--auto-axis", "rate"}, "does not match"},
+		{[]string{"--trace", tr, "--profile", "tiny", "--auto-axis", "concurrency", "--start", "1.5"}, "whole numbers"},
 		{[]string{"--trace", tr, "--profile", "tiny", "--rates", "1", "--auto-axis", "speedup"}, "does not match"},
 		{[]string{"--trace", tr, "--profile", "nosuch"}, "no built-in"},
 		{[]string{"--trace", tr, "--profile", "fixed"}, "fixed latencies"},

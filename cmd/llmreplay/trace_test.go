@@ -15,6 +15,16 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// mustRun runs the CLI in-process and fails the test on an error, returning stdout.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), args, &out, &errb); err != nil {
+		t.Fatalf("llmreplay %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String()
+}
+
 func runArgs(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
