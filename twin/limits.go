@@ -38,18 +38,20 @@ func waited(q *Req, cfg *sim.Config, batch int) bool {
 // waiting gauge): the engine held them back at the cap.
 func fitMaxBatch(runs []Run, cfg *sim.Config) sim.FitParam {
 	peak, capped := 0, false
+	batch := make([][]int, len(runs)) // the requests decoding at each request's first token
 	for ri := range runs {
 		reqs := runs[ri].Reqs
+		batch[ri] = make([]int, len(reqs))
 		for i := range reqs {
-			n, _ := decodingAt(reqs, reqs[i].First)
-			peak = max(peak, n)
+			batch[ri][i], _ = decodingAt(reqs, reqs[i].First)
+			peak = max(peak, batch[ri][i])
 		}
 	}
 	for ri := range runs {
 		reqs := runs[ri].Reqs
 		for i := range reqs {
 			t := reqs[i].First
-			if n, _ := decodingAt(reqs, t); n != peak {
+			if batch[ri][i] != peak {
 				continue
 			}
 			for j := range reqs {
