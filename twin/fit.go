@@ -229,9 +229,9 @@ func idle(reqs []Req, i int) bool {
 // were not told apart over Ollama's 16-600-token prompts in four fits of five: prefill
 // was held at tiny's 10 µs a token (32-51 fitted since), and attention and the overhead
 // made up the rest (docs/sim.md, "How large the error was on each engine"). The rows
-// are x (uncached tokens, attention pairs, 0 for the overhead), y (the gap less the
-// known terms) and took (the gap).
-func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y, took []float64) {
+// are x (uncached tokens, attention pairs, 0 for the overhead) and y (the gap less the
+// known terms).
+func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y []float64) {
 	reqs := r.Reqs
 	cum := make([][]int, len(reqs))
 	for i := range reqs {
@@ -285,11 +285,10 @@ func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y, took []float64) {
 			}
 			x = append(x, []float64{float64(n), float64(sim.AttentionPairs(cached, n)), 0})
 			y = append(y, float64(t1-t0)-decode-float64(cfg.ContextPerToken)*float64(b.Prompt))
-			took = append(took, float64(t1-t0))
 			break
 		}
 	}
-	return x, y, took
+	return x, y
 }
 
 // fitPrefill fits the prefill terms and the request overhead from the idle TTFTs and,
@@ -342,14 +341,15 @@ func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
 		if !steps {
 			break
 		}
-		sx, sy, took := prefillSteps(&runs[ri], cfg)
+		sx, sy := prefillSteps(&runs[ri], cfg)
 		x, y = append(x, sx...), append(y, sy...)
 		for i := range sx {
 			minP, maxP = min(minP, sx[i][0]), max(maxP, sx[i][0])
-			meanY += took[i]
 		}
 	}
-	meanY /= float64(len(y))
+	// What a term must move by less than 5% of to be determined: the mean idle TTFT,
+	// the figure these terms predict.
+	meanY /= float64(idleRows)
 	terms := []term{{base: float64(cfg.PrefillPerToken), spread: maxP - minP},
 		{base: cfg.AttentionPerPairNs, spread: float64(sim.AttentionPairs(0, int(maxP)))}, {always: true}}
 	f, fitted, err := fitTerms(x, y, terms, meanY)
