@@ -24,7 +24,9 @@ import (
 //   - prefill: the TTFT of a request that had the engine to itself is request_overhead
 //     plus PrefillTime: per chunk of max_batched_tokens, step_base +
 //     context_per_token*context + prefill_per_token*tokens + attention_per_pair_ns*pairs;
-//     with the decode terms known, the overhead and the last two are a least-squares fit.
+//     with the decode terms known, a decode gap that held another request's whole
+//     prefill is that step with the decode terms, and no overhead (prefillSteps); the
+//     overhead and the last two are a least-squares fit of both.
 //   - max_batch: the most requests decoding at once, when requests waited meanwhile.
 //   - prefix cache: on when a request read cached tokens; the block size is the greatest
 //     common divisor of the cached counts.
@@ -41,8 +43,9 @@ func Fit(runs []Run, base sim.Config) (sim.Config, []sim.FitParam) {
 	}
 	params := []sim.FitParam{undetermined("per_expert_ns", 0,
 		"not fitted: the twin's step is dense (an MoE's growth of the step with the batch lands in decode_per_seq_ns and prefill_per_token_ns)")}
-	params = append(params, fitDecode(fit, &cfg)...)
-	params = append(params, fitPrefill(fit, &cfg)...)
+	dec := fitDecode(fit, &cfg)
+	params = append(params, dec...)
+	params = append(params, fitPrefill(fit, &cfg, !slices.ContainsFunc(dec, func(p sim.FitParam) bool { return !p.Determined }))...)
 	params = append(params, fitMaxBatch(fit, &cfg))
 	params = append(params, fitKV(fit, &cfg))
 	params = append(params, fitPrefix(fit, &cfg)...)
@@ -116,7 +119,7 @@ func decodeObservations(r *Run) []decodeObs {
 			}
 			t0, t1 := q.Chunks[k-1], q.Chunks[k]
 			m := t0 + (t1-t0)/2
-			if o, ok := decodeAt(reqs, cum, m); ok {
+			if o, ok := decodeAt(reqs, cum, m, nil); ok {
 				o.gap = float64(t1 - t0)
 				out = append(out, o)
 			}
@@ -126,8 +129,9 @@ func decodeObservations(r *Run) []decodeObs {
 }
 
 // decodeAt counts the sequences decoding at m and their context; ok is false when a
-// request was prefilling or waiting at m.
-func decodeAt(reqs []Req, cum [][]int, m int64) (decodeObs, bool) {
+// request was prefilling or waiting at m, unless idle (non-nil) says of its index that
+// it had no part in the step.
+func decodeAt(reqs []Req, cum [][]int, m int64, idle func(j int) bool) (decodeObs, bool) {
 	var o decodeObs
 	for j := range reqs {
 		q := &reqs[j]
@@ -135,6 +139,9 @@ func decodeAt(reqs []Req, cum [][]int, m int64) (decodeObs, bool) {
 			break // by sent time: none later was in flight
 		}
 		if q.First > m {
+			if idle != nil && idle(j) {
+				continue
+			}
 			return o, false
 		}
 		if q.End < m {
@@ -211,7 +218,90 @@ func idle(reqs []Req, i int) bool {
 	return true
 }
 
-func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
+// prefillSteps finds in r the engine steps that held one request's whole prefill beside
+// decoding requests, as rows of the prefill fit: a decoding request's gap that ends with
+// the other's first token (within a quarter of the gap: both leave the same step), begun
+// after the other was sent, after a gap that was a decode step alone (at most twice the
+// decode terms' step, so no part of the prompt came before), while no third request was
+// prefilling, or waiting ahead of it. Such a gap is the step before it, the decode terms'
+// difference between the two, and the prompt's prefill and attention, with no request
+// overhead: the engine's own prefill time, which the idle TTFTs hold only summed with
+// the overhead. Without them, the two
+// were not told apart over Ollama's 16-600-token prompts in four fits of five: prefill
+// was held at tiny's 10 µs a token (32-51 fitted since), and attention and the overhead
+// made up the rest (docs/sim.md, "How large the error was on each engine"). The rows
+// are x (uncached tokens, attention pairs, 0 for the overhead) and y (the gap less the
+// known terms).
+func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y []float64) {
+	reqs := r.Reqs
+	cum := make([][]int, len(reqs))
+	for i := range reqs {
+		cum[i] = cumTokens(&reqs[i])
+	}
+	for bi := range reqs {
+		b := &reqs[bi]
+		cached := max(b.Cached, 0)
+		n := b.Prompt - cached
+		if n <= 0 {
+			continue
+		}
+		for ai := range reqs {
+			a := &reqs[ai]
+			if a.Sent >= b.First {
+				break // by sent time: none later was decoding
+			}
+			if ai == bi || a.End <= b.First || !oneTokenChunks(a) {
+				continue
+			}
+			k := sort.Search(len(a.Chunks), func(k int) bool { return a.Chunks[k] >= b.First })
+			if k == len(a.Chunks) || (k > 0 && b.First-a.Chunks[k-1] < a.Chunks[k]-b.First) {
+				k--
+			}
+			if k < 2 {
+				continue
+			}
+			t0, t1 := a.Chunks[k-1], a.Chunks[k]
+			if gap := t1 - t0; 4*max(t1-b.First, b.First-t1) > gap || b.Sent >= t0 {
+				continue
+			}
+			// A request sent after b, whose first token came after this step, waited
+			// behind it (FCFS) and had no part in the step, if its whole prompt would
+			// have fitted the budget beside b's (had it been admitted, it would have
+			// had its first token in this step too).
+			behind := 0
+			o, ok := decodeAt(reqs, cum, t0+(t1-t0)/2, func(j int) bool {
+				if j == bi {
+					return true
+				}
+				q := &reqs[j]
+				behind = max(behind, q.Prompt-max(q.Cached, 0))
+				return j > bi && 4*(q.First-t1) > t1-t0
+			})
+			if !ok || n+behind+int(o.d) > cfg.MaxBatchedTokens {
+				continue
+			}
+			// The step before, a decode step alone of nearly the same batch, is what the
+			// gap is over and above: the decode terms only carry the difference between the
+			// two batches, and the fitted step_base, in both, drops out (its error, taken
+			// from every gap, would be a constant no prefill term has, which the prefill
+			// and attention terms would bend to meet).
+			o0, ok := decodeAt(reqs, cum, a.Chunks[k-2]+(t0-a.Chunks[k-2])/2, func(j int) bool { return j >= bi })
+			before := float64(t0 - a.Chunks[k-2])
+			if !ok || before > 2*(float64(cfg.StepBase)+float64(cfg.DecodePerSeq)*o0.d+float64(cfg.ContextPerToken)*o0.ctx) {
+				continue
+			}
+			more := float64(cfg.DecodePerSeq)*(o.d-o0.d) + float64(cfg.ContextPerToken)*(o.ctx-o0.ctx+float64(b.Prompt))
+			x = append(x, []float64{float64(n), float64(sim.AttentionPairs(cached, n)), 0})
+			y = append(y, float64(t1-t0)-before-more)
+			break
+		}
+	}
+	return x, y
+}
+
+// fitPrefill fits the prefill terms and the request overhead from the idle TTFTs and,
+// when the decode terms are determined (steps), from the prefills beside decodes.
+func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
 	var x [][]float64
 	var y []float64
 	minP, maxP := math.Inf(1), math.Inf(-1)
@@ -254,14 +344,55 @@ func fitPrefill(runs []Run, cfg *sim.Config) []sim.FitParam {
 		}
 		return keep(seen + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
-	meanY /= float64(len(y))
+	idleRows := len(y)
+	for ri := range runs {
+		if !steps {
+			break
+		}
+		sx, sy := prefillSteps(&runs[ri], cfg)
+		x, y = append(x, sx...), append(y, sy...)
+		for i := range sx {
+			minP, maxP = min(minP, sx[i][0]), max(maxP, sx[i][0])
+		}
+	}
+	// What a term must move by less than 5% of to be determined: the mean idle TTFT,
+	// the figure these terms predict.
+	meanY /= float64(idleRows)
 	terms := []term{{base: float64(cfg.PrefillPerToken), spread: maxP - minP},
 		{base: cfg.AttentionPerPairNs, spread: float64(sim.AttentionPairs(0, int(maxP)))}, {always: true}}
 	f, fitted, err := fitTerms(x, y, terms, meanY)
+	if err == nil && len(y)-idleRows > len(terms) {
+		// The two kinds of row are not equally noisy (a TTFT holds the request's trip
+		// through the server, a gap one step): each is weighted by the inverse of its
+		// residual variance in the first fit (feasible weighted least squares), so that
+		// the noisier kind does not pull the other's terms: with TTFTs that vary by 12 ms
+		// and gaps by 40 µs, the unweighted fit put prefill 2.1% off, the weighted 0.03%
+		// (TestFitTellsPrefillFromOverhead).
+		var ss [2]float64
+		for i := range y {
+			r := y[i]
+			for j, v := range x[i] {
+				r -= f.Coef[j] * v
+			}
+			ss[min(i/idleRows, 1)] += r * r
+		}
+		if ss[0] > 0 && ss[1] > 0 { // else one kind is fitted exactly: weights would not move it
+			w := [2]float64{math.Sqrt(float64(idleRows) / ss[0]), math.Sqrt(float64(len(y)-idleRows) / ss[1])}
+			xw, yw := make([][]float64, len(y)), make([]float64, len(y))
+			for i := range y {
+				k := w[min(i/idleRows, 1)]
+				yw[i] = k * y[i]
+				for _, v := range x[i] {
+					xw[i] = append(xw[i], k*v)
+				}
+			}
+			f, fitted, err = fitTerms(xw, yw, terms, meanY)
+		}
+	}
 	if err != nil {
 		return keep("prefill: " + err.Error() + ": add a run at concurrency 1 whose prompts vary from 100 to 4,000 tokens")
 	}
-	out := []sim.FitParam{undetermined(names[0], float64(cfg.PrefillPerToken), "the idle TTFTs are too noisy: add a longer run at concurrency 1"),
+	out := []sim.FitParam{undetermined(names[0], float64(cfg.PrefillPerToken), "the idle TTFTs (and prefills beside decodes) are too noisy: add a longer run at concurrency 1 or 2"),
 		undetermined(names[1], cfg.AttentionPerPairNs, "add a run at concurrency 1 with prompts of 4,000 tokens or more, where attention shows"),
 		undetermined(names[2], float64(cfg.RequestOverhead), "the idle TTFTs are too noisy to tell the overhead from zero: add a longer run at concurrency 1 with short prompts")}
 	if fitted[0] {

@@ -93,34 +93,56 @@ type term struct {
 // over short prompts, for one). A term whose base the runs reject keeps its estimate:
 // against Ollama on a CPU, attention was 718 ± 73 ns a pair against tiny's 1, too
 // uncertain for determined over 600-token prompts, and fixing it at 1 left every TTFT
-// short by a factor of ten. ok[j] says whether term j was fitted.
+// short by a factor of ten.
+//
+// No parameter of the step model is negative: a term (not always estimated) whose estimate
+// is below zero, with no base left to fix, is held at zero and the rest fitted again (of
+// several, the one the most standard errors below), the least-squares fit under the
+// bound. Clamping its estimate at zero instead and keeping the others' put back the time
+// they had fitted around it: against Ollama, step_base's estimate was -7 to -47 µs in
+// four runs, beside a decode term fitted to match it, and clamped at zero every step of
+// one or two sequences came out up to 30 and 60 µs long (decode_per_seq 438 µs clamped,
+// 408 held at zero and fitted again). A term held at zero counts as fitted,
+// at its bound, with the standard error of its last free estimate. ok[j] says whether
+// term j was fitted.
 func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit, ok []bool, err error) {
 	ok = make([]bool, len(terms))
 	for j := range ok {
 		ok[j] = true
 	}
+	atZero := make([]bool, len(terms))   // held at the bound: fitted, out of the columns
+	bound := make([]float64, len(terms)) // a held term's standard error when it was free
 	for {
 		var cols []int
 		for j := range terms {
-			if ok[j] {
+			if ok[j] && !atZero[j] {
 				cols = append(cols, j)
 			}
 		}
-		if len(cols) == 0 { // every term fixed: nothing left to fit
-			f = olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: len(y)}
+		held := func(n int, rms float64) olsFit {
+			f := olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: n, RMS: rms}
 			for j := range terms {
-				f.Coef[j] = terms[j].base
+				if !ok[j] {
+					f.Coef[j] = terms[j].base
+				}
+				if atZero[j] {
+					f.StdErr[j] = bound[j]
+				}
 			}
-			return f, ok, nil
+			return f
+		}
+		if len(cols) == 0 { // every term fixed: nothing left to fit
+			return held(len(y), 0), ok, nil
 		}
 		xs, ys := make([][]float64, len(y)), slices.Clone(y)
 		for i, row := range x {
 			xs[i] = make([]float64, 0, len(cols))
 			for j, v := range row {
-				if ok[j] {
-					xs[i] = append(xs[i], v)
-				} else {
+				switch {
+				case !ok[j]:
 					ys[i] -= terms[j].base * v
+				case !atZero[j]:
+					xs[i] = append(xs[i], v)
 				}
 			}
 		}
@@ -129,10 +151,8 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 			return f, ok, err
 		}
 		fix, fixZ := -1, math.Inf(1)
-		f = olsFit{Coef: make([]float64, len(terms)), StdErr: make([]float64, len(terms)), N: g.N, RMS: g.RMS}
-		for j := range terms {
-			f.Coef[j] = terms[j].base // fixed, unless fitted below
-		}
+		neg, negZ := -1, 0.0
+		f = held(g.N, g.RMS)
 		for k, j := range cols {
 			f.Coef[j], f.StdErr[j] = g.Coef[k], g.StdErr[k]
 			// A term is fixed at its base value only when the runs allow that value: one
@@ -147,10 +167,17 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 			if !terms[j].always && z <= 3 && !determined(g.StdErr[k], terms[j].spread, meanY) && z < fixZ {
 				fix, fixZ = j, z
 			}
+			if z := g.Coef[k] / g.StdErr[k]; !terms[j].always && g.Coef[k] < 0 && (neg < 0 || z < negZ) {
+				neg, negZ = j, z
+			}
 		}
-		if fix < 0 {
+		switch {
+		case fix >= 0:
+			ok[fix] = false
+		case neg >= 0:
+			atZero[neg], bound[neg] = true, f.StdErr[neg]
+		default:
 			return f, ok, nil
 		}
-		ok[fix] = false
 	}
 }

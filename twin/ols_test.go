@@ -137,3 +137,41 @@ func TestFitTermsFixesTheLikeliestBase(t *testing.T) {
 		t.Errorf("fitted %v: want the first term (its base the estimate) fixed and the second fitted", ok)
 	}
 }
+
+// TestFitTermsHoldsANegativeAtZero: a decode step superlinear in the batch (one sequence
+// 570 µs, two 1,270 µs, near Ollama's TPOT p50 at concurrency 1 and 2 on a CPU) makes
+// the least-squares step_base negative.
+// It is held at zero and the decode term fitted again: the fit under the bound, whose
+// steps are as short as a non-negative step_base allows, not the unconstrained slope
+// with a zero step_base added to it.
+func TestFitTermsHoldsANegativeAtZero(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var x [][]float64
+	var y []float64
+	for i := range 400 {
+		d := float64(1 + i%2)
+		x = append(x, []float64{1, d})
+		y = append(y, map[float64]float64{1: 570e3, 2: 1270e3}[d]+5e3*rng.NormFloat64())
+	}
+	terms := []term{{base: 5e6, spread: 1}, {base: 1e6, spread: 1}}
+	g, err := ols(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(g.Coef[0] < -3*g.StdErr[0]) {
+		t.Fatalf("unconstrained step_base %v ± %v: the case is not the one under test", g.Coef[0], g.StdErr[0])
+	}
+	f, ok, err := fitTerms(x, y, terms, 920e3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Through the origin: the slope minimises the squares with the constant at zero.
+	var sxy, sxx float64
+	for i := range y {
+		sxy, sxx = sxy+x[i][1]*y[i], sxx+x[i][1]*x[i][1]
+	}
+	if !ok[0] || f.Coef[0] != 0 || f.StdErr[0] != g.StdErr[0] || !ok[1] || math.Abs(f.Coef[1]-sxy/sxx) > 1e-6*sxy/sxx {
+		t.Errorf("fitted %v: step_base %v ± %v, decode %v; want step_base held at 0 ± %v and decode %v (refitted), not %v",
+			ok, f.Coef[0], f.StdErr[0], f.Coef[1], g.StdErr[0], sxy/sxx, g.Coef[1])
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,17 +20,19 @@ import (
 // of one trace against Ollama with two slots (concurrency 1, whose requests each find
 // the engine idle and whose prompts vary from 16 to 600 tokens, so prefill shows; 2, the
 // slots; 3, one past them, where requests wait and the batch cap shows), and `sim fit`
-// on them with two runs held out at higher loads (4 and 8, past the slots; the first run,
-// made again last, is held out too, as the engine's own repeat). It asserts
+// on them with two loads held out (4 and 8, past the slots, each run twice; the first
+// run, made again last, is held out too, as the engine's own repeat). It asserts
 // what the fit decides: the batch cap is determined and is Ollama's slot count, and the
 // decode, attention and request-overhead terms are determined (attention is what a CPU's
 // prefill grows by: tiny's base of 1 ns a pair is 500 times too small, and a fit that
-// kept it predicted every TTFT a tenth of the measured; the overhead is the ~8 ms Ollama
-// spends on a request before its runner schedules it, most of a short prompt's TTFT).
+// kept it predicted every TTFT a tenth of the measured; the overhead is the ~10 ms Ollama
+// spends on a request before its runner schedules it, most of a short prompt's TTFT),
+// and the prefill term too when Ollama held its speed (below).
 //
-// The issue's figures: the twin's sustained output tok/s on the two held-out runs must be
-// within 10% of Ollama's, when the engine held its speed through the test: its first run,
-// at concurrency 1, made again at the end, is within 5% of the first time. On a busy
+// The issue's figures: the twin's sustained output tok/s at the two held-out loads must be
+// within 10% of Ollama's (the mean of the load's two runs), when the engine held its
+// speed: its first run, at concurrency 1, made again at the end, is within 5% of the
+// first time, and the load's two runs are within 5% of each other. On a busy
 // machine Ollama does not repeat itself to 10% (TPOT p50 with the same two sequences
 // decoding ranged from 1.23 to 1.62 ms between runs), and a held-out run then judges the
 // machine: the test logs it and says why. The closed-loop knee (the
@@ -57,13 +60,25 @@ func TestOllamaTwin(t *testing.T) {
 	for _, i := range []int{0, 3, 1, 4, 2} {
 		runs[i] = replay(fmt.Sprintf("c%d", loads[i]), loads[i])
 	}
-	// The first run again, last: how far Ollama's own speed moved over the test.
+	// Each held-out load made twice, and the first run again, last: how far Ollama's own
+	// speed moved over the test, and how far one run of a load is from another.
+	repeats := []string{replay("c4-again", 4), replay("c8-again", 8)}
 	again := replay("c1-again", 1)
 	prof := filepath.Join(dir, "twin.json")
 	args := append([]string{"sim", "fit"}, runs[:3]...)
-	args = append(args, "--holdout", runs[3], "--holdout", runs[4], "--holdout", again, "-o", prof)
-	out := mustRun(t, args...)
-	t.Logf("llmreplay sim fit c1 c2 c3 --holdout c4 --holdout c8 --holdout c1-again:\n%s", out)
+	for _, h := range append(append(runs[3:], repeats...), again) {
+		args = append(args, "--holdout", h)
+	}
+	if keep := os.Getenv("LLMREPLAY_OLLAMA_KEEP"); keep != "" {
+		// The runs, to fit again with another build of `sim fit` (docs/sim.md).
+		defer func() {
+			if err := os.CopyFS(keep, os.DirFS(dir)); err != nil {
+				t.Errorf("LLMREPLAY_OLLAMA_KEEP: %v", err)
+			}
+		}()
+	}
+	out := mustRun(t, append(args, "-o", prof)...)
+	t.Logf("llmreplay sim fit c1 c2 c3 --holdout c4 --holdout c8 --holdout c4-again --holdout c8-again --holdout c1-again:\n%s", out)
 	p, err := sim.ReadProfileFile(prof)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +96,12 @@ func TestOllamaTwin(t *testing.T) {
 			}
 		}
 	}
+	var prefill sim.FitParam
+	for _, q := range p.Fit.Params {
+		if q.Name == "prefill_per_token_ns" {
+			prefill = q
+		}
+	}
 	tokS := map[string][2]float64{}
 	for _, e := range p.Fit.Errors {
 		if e.Figure == "output_tok_s" {
@@ -94,23 +115,45 @@ func TestOllamaTwin(t *testing.T) {
 	drift := (last - first) / first
 	steady := math.Abs(drift) <= 0.05
 	t.Logf("Ollama's own repeat: concurrency 1 did %.1f sustained output tok/s first and %.1f last (%+.1f%%)", first, last, 100*drift)
-	for i, c := range loads {
-		f, ok := tokS[filepath.Base(runs[i])]
+	// The prefill term, told from the overhead by the prefills beside decodes at 2 and 3,
+	// is determined when Ollama held its speed (the TTFTs at 1 are then of the engine
+	// the gaps at 2 and 3 saw).
+	switch {
+	case steady && !prefill.Determined:
+		t.Errorf("prefill_per_token_ns: not determined (%s)", prefill.Advice)
+	case !prefill.Determined:
+		t.Logf("prefill_per_token_ns not determined, not judged: Ollama's speed moved through the test (%+.1f%%)", 100*drift)
+	}
+	figures := func(path string) [2]float64 {
+		f, ok := tokS[filepath.Base(path)]
 		if !ok {
-			t.Fatalf("sim fit stated no output_tok_s error for %s", filepath.Base(runs[i]))
+			t.Fatalf("sim fit stated no output_tok_s error for %s", filepath.Base(path))
+		}
+		return f
+	}
+	for i, c := range loads {
+		f := figures(runs[i])
+		if i >= 3 {
+			// A held-out load's figure is the mean of its two runs, judged when they
+			// agree within 5%: one 15 s run of Ollama at the slots' cap moved by up to 9%
+			// from another (1,010 and 1,098 tok/s at 8 and 4 in one test), a machine's
+			// hiccup that c1's repeat does not see.
+			g := figures(repeats[i-3])
+			spread := math.Abs(f[0]-g[0]) / ((f[0] + g[0]) / 2)
+			f = [2]float64{(f[0] + g[0]) / 2, (f[1] + g[1]) / 2}
+			rel := (f[1] - f[0]) / f[0]
+			t.Logf("held out at concurrency %d: the twin predicts %.1f sustained output tok/s, Ollama did %.1f (%+.1f%%; its two runs %.1f%% apart)", c, f[1], f[0], 100*rel, 100*spread)
+			switch {
+			case steady && spread <= 0.05 && !(math.Abs(rel) <= 0.10):
+				t.Errorf("held out at concurrency %d: the twin's sustained output tok/s is %+.1f%% off Ollama's, beyond 10%% (Ollama repeated itself within %.1f%% at the end and %.1f%% at this load)", c, 100*rel, 100*math.Abs(drift), 100*spread)
+			case !steady:
+				t.Logf("not judged: Ollama did not repeat its first run within 5%% (%+.1f%%): its speed moved through the test (a busy machine), so a held-out run would judge the machine, not the twin", 100*drift)
+			case spread > 0.05:
+				t.Logf("not judged: Ollama's two runs at concurrency %d are %.1f%% apart, beyond 5%%: a held-out figure would judge the machine's moment, not the twin", c, 100*spread)
+			}
 		}
 		measured[i] = stats.SweepPoint{Load: float64(c), SustainedTokensPerSecond: f[0]}
 		predicted[i] = stats.SweepPoint{Load: float64(c), SustainedTokensPerSecond: f[1]}
-		if i >= 3 {
-			rel := (f[1] - f[0]) / f[0]
-			t.Logf("held out at concurrency %d: the twin predicts %.1f sustained output tok/s, Ollama did %.1f (%+.1f%%)", c, f[1], f[0], 100*rel)
-			switch {
-			case steady && !(math.Abs(rel) <= 0.10):
-				t.Errorf("held out at concurrency %d: the twin's sustained output tok/s is %+.1f%% off Ollama's, beyond 10%% (Ollama repeated itself within %.1f%%)", c, 100*rel, 100*math.Abs(drift))
-			case !steady:
-				t.Logf("not judged: Ollama did not repeat its first run within 5%% (%+.1f%%): its speed moved through the test (a busy machine), so a held-out run would judge the machine, not the twin", 100*drift)
-			}
-		}
 	}
 	// The knee as a closed-loop sweep finds it, on its ladder of doublings: Ollama's from
 	// the runs at 1, 2, 4 and 8, the twin's from `llmreplay plan` on the concurrency axis.
