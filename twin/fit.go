@@ -223,10 +223,9 @@ func idle(reqs []Req, i int) bool {
 // the other's first token (within a quarter of the gap: both leave the same step), begun
 // after the other was sent, after a gap that was a decode step alone (at most twice the
 // decode terms' step, so no part of the prompt came before), while no third request was
-// prefilling, or waiting ahead of it. Such a gap is the step before it, the decode terms'
-// difference between the two, and the prompt's prefill and attention, with no request
-// overhead: the engine's own prefill time, which the idle TTFTs hold only summed with
-// the overhead. Without them, the two
+// prefilling, or waiting ahead of it. Such a gap is step_base, the decode terms and the
+// prompt's prefill and attention, with no request overhead: the engine's own prefill
+// time, which the idle TTFTs hold only summed with the overhead. Without them, the two
 // were not told apart over Ollama's 16-600-token prompts in four fits of five: prefill
 // was held at tiny's 10 µs a token (32-51 fitted since), and attention and the overhead
 // made up the rest (docs/sim.md, "How large the error was on each engine"). The rows
@@ -280,19 +279,12 @@ func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y []float64) {
 			if !ok || n+behind+int(o.d) > cfg.MaxBatchedTokens {
 				continue
 			}
-			// The step before, a decode step alone of nearly the same batch, is what the
-			// gap is over and above: the decode terms only carry the difference between the
-			// two batches, and the fitted step_base, in both, drops out (its error, taken
-			// from every gap, would be a constant no prefill term has, which the prefill
-			// and attention terms would bend to meet).
-			o0, ok := decodeAt(reqs, cum, a.Chunks[k-2]+(t0-a.Chunks[k-2])/2, func(j int) bool { return j >= bi })
-			before := float64(t0 - a.Chunks[k-2])
-			if !ok || before > 2*(float64(cfg.StepBase)+float64(cfg.DecodePerSeq)*o0.d+float64(cfg.ContextPerToken)*o0.ctx) {
+			decode := float64(cfg.StepBase) + float64(cfg.DecodePerSeq)*o.d + float64(cfg.ContextPerToken)*o.ctx
+			if float64(t0-a.Chunks[k-2]) > 2*decode {
 				continue
 			}
-			more := float64(cfg.DecodePerSeq)*(o.d-o0.d) + float64(cfg.ContextPerToken)*(o.ctx-o0.ctx+float64(b.Prompt))
 			x = append(x, []float64{float64(n), float64(sim.AttentionPairs(cached, n)), 0})
-			y = append(y, float64(t1-t0)-before-more)
+			y = append(y, float64(t1-t0)-decode-float64(cfg.ContextPerToken)*float64(b.Prompt))
 			break
 		}
 	}
@@ -360,7 +352,7 @@ func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
 	meanY /= float64(idleRows)
 	terms := []term{{base: float64(cfg.PrefillPerToken), spread: maxP - minP},
 		{base: cfg.AttentionPerPairNs, spread: float64(sim.AttentionPairs(0, int(maxP)))}, {always: true}}
-	f, fitted, err := fitTerms(x, y, terms, meanY)
+	f, fitted, err := fitTermsWith(x, y, terms, meanY, true)
 	if err == nil && len(y)-idleRows > len(terms) {
 		// The two kinds of row are not equally noisy (a TTFT holds the request's trip
 		// through the server, a gap one step): each is weighted by the inverse of its
@@ -386,7 +378,7 @@ func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
 					xw[i] = append(xw[i], k*v)
 				}
 			}
-			f, fitted, err = fitTerms(xw, yw, terms, meanY)
+			f, fitted, err = fitTermsWith(xw, yw, terms, meanY, true)
 		}
 	}
 	if err != nil {

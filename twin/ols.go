@@ -76,6 +76,44 @@ func ols(x [][]float64, y []float64) (olsFit, error) {
 	return f, nil
 }
 
+// robustStdErr is f's standard errors made robust to residuals of unequal variance
+// (White's heteroskedasticity-consistent estimator, with HC1's n/(n-p); e.g. Greene,
+// Econometric Analysis, ch. 9): sqrt of the diagonal of
+// (X'X)^-1 (sum of e_i^2 x_i x_i') (X'X)^-1 n/(n-p). Columns are scaled as ols scales them.
+func robustStdErr(x [][]float64, y []float64, f olsFit) ([]float64, error) {
+	n, p := len(y), len(x[0])
+	scale := make([]float64, p)
+	for _, row := range x {
+		for j, v := range row {
+			scale[j] += v * v
+		}
+	}
+	X := mat.NewDense(n, p, nil)
+	meat := mat.NewSymDense(p, nil)
+	for i, row := range x {
+		e := y[i]
+		for j, v := range row {
+			e -= f.Coef[j] * v
+			X.Set(i, j, v/math.Sqrt(scale[j]))
+		}
+		xi := mat.NewVecDense(p, nil)
+		xi.CopyVec(X.RowView(i))
+		meat.SymRankOne(meat, e*e, xi)
+	}
+	var xtx mat.SymDense
+	xtx.SymOuterK(1, X.T())
+	var inv, cov mat.Dense
+	if err := inv.Inverse(&xtx); err != nil {
+		return nil, err
+	}
+	cov.Product(&inv, meat, &inv)
+	se := make([]float64, p)
+	for j := range p {
+		se[j] = math.Sqrt(cov.At(j, j)*float64(n)/float64(n-p)) / math.Sqrt(scale[j])
+	}
+	return se, nil
+}
+
 // term is one regressor of a fit of the step model.
 type term struct {
 	base   float64 // the base profile's value, kept when the runs do not determine it
@@ -106,6 +144,12 @@ type term struct {
 // at its bound, with the standard error of its last free estimate. ok[j] says whether
 // term j was fitted.
 func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit, ok []bool, err error) {
+	return fitTermsWith(x, y, terms, meanY, false)
+}
+
+// fitTermsWith is fitTerms, with standard errors robust to residuals of unequal
+// variance when robust is set (robustStdErr).
+func fitTermsWith(x [][]float64, y []float64, terms []term, meanY float64, robust bool) (f olsFit, ok []bool, err error) {
 	ok = make([]bool, len(terms))
 	for j := range ok {
 		ok[j] = true
@@ -147,6 +191,9 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 			}
 		}
 		g, err := ols(xs, ys)
+		if err == nil && robust {
+			g.StdErr, err = robustStdErr(xs, ys, g)
+		}
 		if err != nil {
 			return f, ok, err
 		}
