@@ -291,6 +291,38 @@ func prefillSteps(r *Run, cfg *sim.Config) (x [][]float64, y []float64) {
 	return x, y
 }
 
+// weighByKind weighs the rows of a fit of two kinds, the first split rows and the rest,
+// each by the inverse of its residual standard deviation under coef (feasible weighted
+// least squares). The prefill fit's kinds are not equally noisy (a TTFT holds the
+// request's trip through the server, a gap one step), and weighed alike the noisier
+// pulls the other's terms: with TTFTs that vary by 12 ms and gaps by 40 µs, the
+// unweighted fit put prefill 2.1% off, the weighted 0.03% (TestFitTellsPrefillFromOverhead).
+// ok is false when a kind is fitted exactly (its weight would be infinite).
+func weighByKind(x [][]float64, y, coef []float64, split int) (xw [][]float64, yw []float64, ok bool) {
+	kind := func(i int) int { return min(i/split, 1) }
+	var ss [2]float64
+	for i := range y {
+		r := y[i]
+		for j, v := range x[i] {
+			r -= coef[j] * v
+		}
+		ss[kind(i)] += r * r
+	}
+	if ss[0] == 0 || ss[1] == 0 {
+		return nil, nil, false
+	}
+	w := [2]float64{math.Sqrt(float64(split) / ss[0]), math.Sqrt(float64(len(y)-split) / ss[1])}
+	xw, yw = make([][]float64, len(y)), make([]float64, len(y))
+	for i := range y {
+		k := w[kind(i)]
+		yw[i] = k * y[i]
+		for _, v := range x[i] {
+			xw[i] = append(xw[i], k*v)
+		}
+	}
+	return xw, yw, true
+}
+
 // fitPrefill fits the prefill terms and the request overhead from the idle TTFTs and,
 // when the decode terms are determined (steps), from the prefills beside decodes.
 func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
@@ -354,30 +386,7 @@ func fitPrefill(runs []Run, cfg *sim.Config, steps bool) []sim.FitParam {
 		{base: cfg.AttentionPerPairNs, spread: float64(sim.AttentionPairs(0, int(maxP)))}, {always: true}}
 	f, fitted, err := fitTermsWith(x, y, terms, meanY, true)
 	if err == nil && len(y)-idleRows > len(terms) {
-		// The two kinds of row are not equally noisy (a TTFT holds the request's trip
-		// through the server, a gap one step): each is weighted by the inverse of its
-		// residual variance in the first fit (feasible weighted least squares), so that
-		// the noisier kind does not pull the other's terms: with TTFTs that vary by 12 ms
-		// and gaps by 40 µs, the unweighted fit put prefill 2.1% off, the weighted 0.03%
-		// (TestFitTellsPrefillFromOverhead).
-		var ss [2]float64
-		for i := range y {
-			r := y[i]
-			for j, v := range x[i] {
-				r -= f.Coef[j] * v
-			}
-			ss[min(i/idleRows, 1)] += r * r
-		}
-		if ss[0] > 0 && ss[1] > 0 { // else one kind is fitted exactly: weights would not move it
-			w := [2]float64{math.Sqrt(float64(idleRows) / ss[0]), math.Sqrt(float64(len(y)-idleRows) / ss[1])}
-			xw, yw := make([][]float64, len(y)), make([]float64, len(y))
-			for i := range y {
-				k := w[min(i/idleRows, 1)]
-				yw[i] = k * y[i]
-				for _, v := range x[i] {
-					xw[i] = append(xw[i], k*v)
-				}
-			}
+		if xw, yw, ok := weighByKind(x, y, f.Coef, idleRows); ok {
 			f, fitted, err = fitTermsWith(xw, yw, terms, meanY, true)
 		}
 	}

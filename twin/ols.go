@@ -11,14 +11,19 @@ import (
 // olsFit is an ordinary least-squares fit y = X b + e.
 type olsFit struct {
 	Coef, StdErr []float64
+	// RobustStdErr are the standard errors robust to residuals of unequal variance.
+	RobustStdErr []float64
 	N            int     // observations
 	RMS          float64 // residual standard deviation, sqrt(RSS / (N - p))
 }
 
 // ols fits y on the columns of x (rows are observations) by least squares. The standard
 // errors are the usual ones from the residuals: sqrt(s^2 (X'X)^-1_jj), s^2 = RSS/(n-p)
-// (e.g. Greene, Econometric Analysis, ch. 4). Columns are scaled to unit norm before the
-// solve so that ns-sized and token-count-sized regressors stay well conditioned.
+// (e.g. Greene, Econometric Analysis, ch. 4); the robust ones are White's
+// heteroskedasticity-consistent estimator with HC1's n/(n-p) (Greene, ch. 9): sqrt of
+// the diagonal of (X'X)^-1 (sum of e_i^2 x_i x_i') (X'X)^-1 n/(n-p). Columns are scaled
+// to unit norm before the solve so that ns-sized and token-count-sized regressors stay
+// well conditioned.
 func ols(x [][]float64, y []float64) (olsFit, error) {
 	n := len(y)
 	if n == 0 {
@@ -63,55 +68,22 @@ func ols(x [][]float64, y []float64) (olsFit, error) {
 	var fitted mat.VecDense
 	fitted.MulVec(X, &b)
 	rss := 0.0
+	meat := mat.NewSymDense(p, nil) // sum of e_i^2 x_i x_i'
 	for i := range n {
 		d := y[i] - fitted.AtVec(i)
 		rss += d * d
+		meat.SymRankOne(meat, d*d, X.RowView(i))
 	}
+	var cov mat.Dense
+	cov.Product(&inv, meat, &inv)
 	s2 := rss / float64(n-p)
-	f := olsFit{Coef: make([]float64, p), StdErr: make([]float64, p), N: n, RMS: math.Sqrt(s2)}
+	f := olsFit{Coef: make([]float64, p), StdErr: make([]float64, p), RobustStdErr: make([]float64, p), N: n, RMS: math.Sqrt(s2)}
 	for j := range p {
 		f.Coef[j] = b.AtVec(j) / scale[j]
 		f.StdErr[j] = math.Sqrt(s2*inv.At(j, j)) / scale[j]
+		f.RobustStdErr[j] = math.Sqrt(cov.At(j, j)*float64(n)/float64(n-p)) / scale[j]
 	}
 	return f, nil
-}
-
-// robustStdErr is f's standard errors made robust to residuals of unequal variance
-// (White's heteroskedasticity-consistent estimator, with HC1's n/(n-p); e.g. Greene,
-// Econometric Analysis, ch. 9): sqrt of the diagonal of
-// (X'X)^-1 (sum of e_i^2 x_i x_i') (X'X)^-1 n/(n-p). Columns are scaled as ols scales them.
-func robustStdErr(x [][]float64, y []float64, f olsFit) ([]float64, error) {
-	n, p := len(y), len(x[0])
-	scale := make([]float64, p)
-	for _, row := range x {
-		for j, v := range row {
-			scale[j] += v * v
-		}
-	}
-	X := mat.NewDense(n, p, nil)
-	meat := mat.NewSymDense(p, nil)
-	for i, row := range x {
-		e := y[i]
-		for j, v := range row {
-			e -= f.Coef[j] * v
-			X.Set(i, j, v/math.Sqrt(scale[j]))
-		}
-		xi := mat.NewVecDense(p, nil)
-		xi.CopyVec(X.RowView(i))
-		meat.SymRankOne(meat, e*e, xi)
-	}
-	var xtx mat.SymDense
-	xtx.SymOuterK(1, X.T())
-	var inv, cov mat.Dense
-	if err := inv.Inverse(&xtx); err != nil {
-		return nil, err
-	}
-	cov.Product(&inv, meat, &inv)
-	se := make([]float64, p)
-	for j := range p {
-		se[j] = math.Sqrt(cov.At(j, j)*float64(n)/float64(n-p)) / math.Sqrt(scale[j])
-	}
-	return se, nil
 }
 
 // term is one regressor of a fit of the step model.
@@ -148,7 +120,7 @@ func fitTerms(x [][]float64, y []float64, terms []term, meanY float64) (f olsFit
 }
 
 // fitTermsWith is fitTerms, with standard errors robust to residuals of unequal
-// variance when robust is set (robustStdErr).
+// variance when robust is set (olsFit.RobustStdErr).
 func fitTermsWith(x [][]float64, y []float64, terms []term, meanY float64, robust bool) (f olsFit, ok []bool, err error) {
 	ok = make([]bool, len(terms))
 	for j := range ok {
@@ -191,11 +163,11 @@ func fitTermsWith(x [][]float64, y []float64, terms []term, meanY float64, robus
 			}
 		}
 		g, err := ols(xs, ys)
-		if err == nil && robust {
-			g.StdErr, err = robustStdErr(xs, ys, g)
-		}
 		if err != nil {
 			return f, ok, err
+		}
+		if robust {
+			g.StdErr = g.RobustStdErr
 		}
 		fix, fixZ := -1, math.Inf(1)
 		neg, negZ := -1, 0.0

@@ -84,8 +84,11 @@ func TestOllamaTwin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var prefill sim.FitParam
 	for _, q := range p.Fit.Params {
 		switch q.Name {
+		case "prefill_per_token_ns":
+			prefill = q // judged below, when Ollama held its speed
 		case "max_batch":
 			if !q.Determined || q.Value != float64(srv.Options.Parallel) {
 				t.Errorf("max_batch %g (determined %v); want Ollama's %d slots, determined: concurrency 3 made a request wait at the cap",
@@ -95,12 +98,6 @@ func TestOllamaTwin(t *testing.T) {
 			if !q.Determined {
 				t.Errorf("%s: not determined (%s)", q.Name, q.Advice)
 			}
-		}
-	}
-	var prefill sim.FitParam
-	for _, q := range p.Fit.Params {
-		if q.Name == "prefill_per_token_ns" {
-			prefill = q
 		}
 	}
 	tokS := map[string][2]float64{}
